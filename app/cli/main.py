@@ -1,0 +1,66 @@
+"""Entry point of ``rttsched``: parse, load settings, dispatch, and turn errors into one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from app.config import Settings
+from app.errors import RttError
+
+# subcommand -> module under app.cli; order is the order of --help
+COMMANDS = (
+    "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "select", "sim", "demo",
+)
+
+
+def _available() -> dict[str, Any]:
+    mods: dict[str, Any] = {}
+    for name in COMMANDS:
+        try:
+            mods[name] = importlib.import_module(f"app.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"app.cli.{name}":
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rttsched",
+        description="RTT-aware scheduling for heterogeneous GPU/CPU clusters. Settings come from RTT_* "
+        "environment variables (see `rttsched <command> --help` and the README).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, mod in _available().items():
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)  # type: ignore[attr-defined]
+        mod.add_arguments(p)  # type: ignore[attr-defined]
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_env()
+        return int(args._module.run(args, settings) or 0)
+    except RttError as exc:
+        print(f"rttsched {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rttsched {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""``rttsched topics``: create (idempotently) or list the topics of ``topics/``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "create every topic from topics/ on the configured broker (idempotent), or list the contracts"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["create", "list"], nargs="?", default="create")
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from app.contracts import load_contracts
+
+    if args.action == "list":
+        print(f"{'topic':<22} {'key':<14} {'parts':>5} {'cleanup':<8} retention_ms")
+        for c in load_contracts().values():
+            name = settings.topic(c.name)
+            print(f"{name:<22} {c.key:<14} {c.partitions:>5} {c.cleanup_policy:<8} {c.retention_ms}")
+        return 0
+    import asyncio
+
+    from app.kafka.admin import ensure_topics
+
+    results = asyncio.run(ensure_topics(settings))
+    print(f"{'topic':<22} {'parts':>5} {'cleanup':<8} status")
+    for r in results:
+        print(f"{r.topic:<22} {r.partitions:>5} {r.cleanup_policy:<8} {'created' if r.created else 'exists'}")
+    return 0

@@ -1,0 +1,127 @@
+"""One frozen settings object, read from the environment and validated at start.
+
+Every field has an environment variable (``RTT_<FIELD>`` unless noted). A bad value fails at
+start with a :class:`~app.errors.ConfigError` naming the variable, never later and never silently
+replaced by a default.
+
+>>> s = Settings.from_env({"RTT_FEATURE_WINDOW_S": "20"})
+>>> s.feature_window_s
+20.0
+>>> Settings.from_env({"RTT_FEATURE_WINDOW_S": "-1"})
+Traceback (most recent call last):
+...
+app.errors.ConfigError: RTT_FEATURE_WINDOW_S: must be > 0 (got -1.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from app.errors import ConfigError
+
+EMBEDDED_BROKER_PORT = 9092
+
+
+def _env_name(field: dataclasses.Field[Any]) -> str:
+    return str(field.metadata.get("env", f"RTT_{field.name.upper()}"))
+
+
+def _positive(v: float) -> str | None:
+    return None if v > 0 else f"must be > 0 (got {v})"
+
+
+def _non_negative(v: float) -> str | None:
+    return None if v >= 0 else f"must be >= 0 (got {v})"
+
+
+def _port(v: int) -> str | None:
+    return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
+
+
+def _fraction(v: float) -> str | None:
+    return None if 0.0 <= v <= 1.0 else f"must be between 0 and 1 (got {v})"
+
+
+def _f(default: Any, check: Callable[[Any], str | None] | None = None, env: str | None = None,
+       doc: str = "") -> Any:
+    meta: dict[str, Any] = {"check": check, "doc": doc}
+    if env:
+        meta["env"] = env
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # -- connections
+    kafka_bootstrap: str = _f("", env="RTT_KAFKA_BOOTSTRAP",
+                              doc="host:port[,host:port]; empty = embedded broker on 127.0.0.1:9092")
+    redis_url: str = _f("", env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
+    topic_prefix: str = _f("", doc="prefix for every topic name (tests use a uuid)")
+    models_dir: str = _f("var/models", doc="model registry directory when no Redis is configured")
+    metrics_port: int = _f(0, _port, doc="Prometheus /metrics port of this process; 0 = none")
+    # -- bridge
+    scrape_interval_s: float = _f(1.0, _positive, doc="exporter scrape interval")
+    scrape_timeout_s: float = _f(2.0, _positive)
+    # -- worker
+    feature_window_s: float = _f(30.0, _positive, doc="initial per-node feature window (DWA tunes it)")
+    feature_emit_interval_s: float = _f(1.0, _non_negative, doc="at most one node-features per node per this")
+    dwa_min_window_s: float = _f(5.0, _positive)
+    dwa_max_window_s: float = _f(60.0, _positive)
+    error_period_s: float = _f(5.0, _positive, doc="prediction-errors / node-weights period")
+    join_ttl_s: float = _f(600.0, _positive, doc="how long an unmatched completion or prediction waits")
+    retrain_debounce_s: float = _f(60.0, _non_negative, doc="at most one retrain event per key per this")
+    stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
+    credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
+    # -- extender
+    extender_host: str = _f("0.0.0.0")
+    extender_port: int = _f(8888, _port)
+    extender_max_body_bytes: int = _f(8 * 1024 * 1024, _positive)
+    extender_stale_after_s: float = _f(30.0, _positive)
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check = field.metadata.get("check")
+            if check is not None:
+                problem = check(getattr(self, field.name))
+                if problem:
+                    raise ConfigError(_env_name(field), problem)
+        if self.dwa_min_window_s > self.dwa_max_window_s:
+            raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka_bootstrap or f"127.0.0.1:{EMBEDDED_BROKER_PORT}"
+
+    @property
+    def models_path(self) -> Path:
+        return Path(self.models_dir)
+
+    def topic(self, name: str) -> str:
+        """The real topic name of a contract (with the configured prefix)."""
+        return f"{self.topic_prefix}{name}"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            name = _env_name(field)
+            if name not in env:
+                continue
+            raw = env[name].strip()
+            kind: type = type(field.default)
+            try:
+                values[field.name] = kind(raw)
+            except ValueError:
+                raise ConfigError(name, f"must be a {kind.__name__} (got {raw!r})") from None
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """(env var, default, description) for every setting, for docs and ``--help``."""
+        return [(_env_name(f), repr(f.default), str(f.metadata.get("doc", ""))) for f in dataclasses.fields(cls)]

@@ -1,0 +1,1 @@
+"""Kafka plumbing shared by every process: the embedded broker, topic creation, producers."""

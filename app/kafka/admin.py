@@ -1,0 +1,57 @@
+"""Create every topic of ``topics/`` on a broker, idempotently."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.config import Settings
+from app.contracts import load_contracts
+from app.errors import RttError
+
+TOPIC_ALREADY_EXISTS = 36
+
+
+class TopicError(RttError):
+    """A topic could not be created, or exists with another partition count."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicResult:
+    topic: str
+    partitions: int
+    cleanup_policy: str
+    created: bool
+
+
+async def ensure_topics(settings: Settings) -> list[TopicResult]:
+    """Create each contract's topic (prefixed) if missing; verify partitions of those that exist."""
+    contracts = load_contracts()
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        wanted = {settings.topic(c.name): c for c in contracts.values()}
+        resp = await admin.create_topics([
+            NewTopic(name, c.partitions, c.replication_factor, topic_configs=c.topic_configs())
+            for name, c in wanted.items()
+        ])
+        created: dict[str, bool] = {}
+        for topic, code, message in (e[:3] for e in resp.topic_errors):
+            if code not in (0, TOPIC_ALREADY_EXISTS):
+                raise TopicError(f"creating {topic}: error {code}: {message}")
+            created[topic] = code == 0
+        described = await admin.describe_topics(list(wanted))
+        results = []
+        for d in described:
+            name, c = d["topic"], wanted[d["topic"]]
+            have = len(d["partitions"])
+            if have != c.partitions:
+                raise TopicError(
+                    f"topic {name} has {have} partitions, its contract says {c.partitions}; "
+                    "delete it or fix topics/{c.name}.json"
+                )
+            results.append(TopicResult(name, have, c.cleanup_policy, created.get(name, False)))
+        return sorted(results, key=lambda r: r.topic)
+    finally:
+        await admin.close()

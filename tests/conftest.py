@@ -1,0 +1,99 @@
+"""Shared fixtures: a real embedded broker and a real redis-server, each on a free port.
+
+Set ``RTT_KAFKA_BOOTSTRAP`` / ``REDIS_URL`` to run the suite against servers you started yourself.
+Every test that touches Kafka gets its own uuid topic prefix, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.kafka.embedded import EmbeddedBroker, free_port
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address of a real Kafka-protocol broker for the whole session."""
+    external = os.environ.get("RTT_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    broker = EmbeddedBroker().start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real redis-server, started on a free port (or ``REDIS_URL``)."""
+    external = os.environ.get("REDIS_URL")
+    if external:
+        yield external
+        return
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server not found: apt-get install redis-server, or set REDIS_URL")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.05)
+    client.close()
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path) -> Callable[..., Settings]:
+    """Build Settings for a test: its own uuid topic prefix and models directory."""
+    prefix = f"t{uuid.uuid4().hex[:10]}-"
+
+    def make(**overrides: object) -> Settings:
+        base: dict[str, object] = {"topic_prefix": prefix, "models_dir": str(tmp_path / "models")}
+        base.update(overrides)
+        return Settings.from_env({}, **base)
+
+    return make
+
+
+@pytest.fixture
+def kafka_settings(kafka_bootstrap: str, settings_factory: Callable[..., Settings]) -> Settings:
+    """Settings on the real broker with every topic of topics/ created under a fresh prefix."""
+    from app.kafka.admin import ensure_topics
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)
+    asyncio.run(ensure_topics(s))
+    return s

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.contracts import TOPIC_NAMES, decode, encode, load_contracts
+from app.errors import ContractError
+
+
+def test_every_design_topic_has_a_contract_file():
+    contracts = load_contracts()
+    assert set(contracts) == set(TOPIC_NAMES)
+    for c in contracts.values():
+        assert c.partitions >= 1
+        assert c.cleanup_policy in {"delete", "compact"}
+        assert c.value_schema["type"] == "object"
+
+
+@pytest.mark.parametrize("name", ["node-features", "model-updates", "node-weights"])
+def test_latest_state_topics_are_compacted(name):
+    assert load_contracts()[name].compacted
+
+
+def _metrics(**over):
+    v = {"node": "worker-3", "ts": 1_700_000_000.0, "node_class": "gpu", "gpu_model": "RTX 4090",
+         "metrics": {"nvidia_smi_utilization_gpu": 0.7}}
+    v.update(over)
+    return v
+
+
+def test_roundtrip_valid_message():
+    raw = encode("node-metrics", _metrics())
+    assert decode("node-metrics", raw) == _metrics()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\x00\xff garbage", "invalid_json"),
+        (b"[1,2]", "not_an_object"),
+        (b'{"node":"n","ts":1,"node_class":"gpu","metrics":{"a":NaN}}', "invalid_json"),
+        (b'{"node":"n","ts":1,"node_class":"gpu","metrics":{"a":1e400}}', "invalid_json"),
+        (b'{"node":"n","ts":1,"node_class":"gpu","metrics":{"a":1e300}}', "schema"),
+        (b'{"node":"n","ts":"x","node_class":"gpu","metrics":{}}', "schema"),
+        (b'{"node":"n","ts":1,"node_class":"tpu","metrics":{}}', "schema"),
+        (b'{"node":"n","ts":1,"metrics":{}}', "schema"),
+        (None, "empty"),
+    ],
+)
+def test_bad_messages_give_a_stable_reason(raw, reason):
+    with pytest.raises(ContractError) as info:
+        decode("node-metrics", raw)
+    assert info.value.reason == reason
+
+
+def test_encode_refuses_what_decode_would_refuse():
+    with pytest.raises(ContractError):
+        encode("node-metrics", _metrics(node_class="tpu"))
+
+
+@given(st.binary(max_size=300))
+def test_decoder_never_crashes_on_bytes(raw):
+    for topic in TOPIC_NAMES:
+        try:
+            value = decode(topic, raw)
+        except ContractError as exc:
+            assert exc.reason
+        else:
+            assert isinstance(value, dict)
+
+
+@given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False, allow_infinity=False), max_size=10))
+def test_any_finite_metric_map_within_bounds_is_accepted(metrics):
+    bounded = {k: v for k, v in metrics.items() if abs(v) <= 1e15}
+    out = decode("node-metrics", encode("node-metrics", _metrics(metrics=bounded)))
+    assert all(math.isfinite(v) for v in out["metrics"].values())
