@@ -1,0 +1,62 @@
+"""Hardware descriptors of a node, so a model can predict for a node it has never seen.
+
+Figures are the vendors' data sheets: memory size, memory bandwidth, FP32 throughput and PCIe generation.
+
+>>> gpu_spec("NVIDIA GeForce RTX 4090").mem_bw_gbs
+1008.0
+>>> hardware_features("gpu", "Tesla K20c", cpu_cores=16)["hw_gpu_fp32_tflops"]
+3.52
+>>> import math; math.isnan(hardware_features("cpu", None, cpu_cores=32)["hw_gpu_mem_gb"])
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    model: str
+    mem_gb: float
+    mem_bw_gbs: float  # GB/s
+    fp32_tflops: float
+    pcie_gen: int
+
+
+GPUS: dict[str, GpuSpec] = {
+    "tesla k20c": GpuSpec("Tesla K20c", 5.0, 208.0, 3.52, 2),
+    "tesla m40": GpuSpec("Tesla M40", 12.0, 288.0, 7.0, 3),
+    "tesla m40 24gb": GpuSpec("Tesla M40 24GB", 24.0, 288.0, 7.0, 3),
+    "rtx 4090": GpuSpec("RTX 4090", 24.0, 1008.0, 82.6, 4),
+}
+
+HARDWARE_FEATURES = ("hw_gpu_mem_gb", "hw_gpu_mem_bw_gbs", "hw_gpu_fp32_tflops", "hw_pcie_gen", "hw_cpu_cores")
+
+
+def _normalise(name: str) -> str:
+    n = name.lower()
+    n = re.sub(r"\b(nvidia|geforce)\b", " ", n)
+    return re.sub(r"\s+", " ", n).strip()
+
+
+def gpu_spec(model: str | None) -> GpuSpec | None:
+    """The spec of a GPU model as exporters name it (``modelName`` label), or None if unknown."""
+    if not model:
+        return None
+    return GPUS.get(_normalise(model))
+
+
+def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float | None = None) -> dict[str, float]:
+    """Hardware descriptors as model features; unknown values are NaN (XGBoost treats them as missing)."""
+    spec = gpu_spec(gpu_model) if node_class == "gpu" else None
+    nan = math.nan
+    return {
+        "hw_gpu_mem_gb": spec.mem_gb if spec else nan,
+        "hw_gpu_mem_bw_gbs": spec.mem_bw_gbs if spec else nan,
+        "hw_gpu_fp32_tflops": spec.fp32_tflops if spec else nan,
+        "hw_pcie_gen": float(spec.pcie_gen) if spec else nan,
+        "hw_cpu_cores": float(cpu_cores) if cpu_cores else nan,
+    }

@@ -1,0 +1,53 @@
+"""Map predicted RTTs of the candidate nodes to kube-scheduler extender scores (0..10).
+
+The rule, per request (one pod, N candidates):
+
+1. ``raw_i = MAX_SCORE * best / rtt_i`` where ``best`` is the lowest finite predicted RTT among the
+   candidates. Monotone: a lower predicted RTT never scores lower. The fastest node gets 10, a node twice as
+   slow 5, ten times as slow 1.
+2. Credibility pulls toward neutral: ``score_i = c_i * raw_i + (1 - c_i) * NEUTRAL_SCORE``, with
+   ``c_i`` clamped to [0, 1]. A node whose predictions have never been right (c = 0) scores neutral.
+3. A node without a usable prediction (NaN, inf, <= 0) scores neutral. Scores are rounded to integers
+   and clamped to [0, 10]. Nothing here raises on bad numbers.
+
+>>> score_nodes([100.0, 200.0, 1000.0], [1.0, 1.0, 1.0]).tolist()
+[10, 5, 1]
+>>> score_nodes([100.0, 200.0], [1.0, 0.0]).tolist()
+[10, 5]
+>>> score_nodes([float("nan"), 50.0], [1.0, 1.0]).tolist()
+[5, 10]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
+MIN_SCORE = 0
+NEUTRAL_SCORE = 5
+
+
+def raw_scores(rtt_ms: np.ndarray) -> np.ndarray:
+    """Float scores in [0, 10] before credibility; NaN where the prediction is unusable."""
+    rtt = np.asarray(rtt_ms, dtype=np.float64)
+    ok = np.isfinite(rtt) & (rtt > 0)
+    out = np.full(rtt.shape, np.nan)
+    if ok.any():
+        best = rtt[ok].min()
+        out[ok] = MAX_SCORE * best / rtt[ok]
+    return out
+
+
+def blended_scores(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Float scores in [0, 10] after the credibility pull toward neutral (no rounding)."""
+    raw = raw_scores(np.asarray(rtt_ms, dtype=np.float64))
+    c = np.clip(np.nan_to_num(np.asarray(credibility, dtype=np.float64), nan=0.0), 0.0, 1.0)
+    blended = np.where(np.isnan(raw), NEUTRAL_SCORE, c * np.nan_to_num(raw) + (1.0 - c) * NEUTRAL_SCORE)
+    return np.clip(blended, MIN_SCORE, MAX_SCORE)
+
+
+def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Integer extender scores (0..10) for candidates with predicted RTTs and credibilities."""
+    return np.rint(blended_scores(rtt_ms, credibility)).astype(np.int64)
