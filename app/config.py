@@ -76,6 +76,10 @@ class Settings:
     retrain_debounce_s: float = _f(60.0, _non_negative, doc="at most one retrain event per key per this")
     stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
     credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
+    # -- trainer
+    trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
+    trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
+    trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
     # -- extender
     extender_host: str = _f("0.0.0.0")
     extender_port: int = _f(8888, _port)

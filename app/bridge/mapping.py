@@ -1,0 +1,162 @@
+"""The mapping file (``mapping.yaml``): exporters, and how their metrics become canonical node metrics.
+
+Loaded once and validated at start; every problem is a :class:`MappingError` naming its path in the file.
+
+>>> m = load_mapping()
+>>> m.metric("cpu_iowait").sources[0].kind
+'share'
+>>> [s.metric for s in m.metric("nvidia_smi_utilization_gpu").sources]
+['DCGM_FI_DEV_GPU_UTIL', 'nvidia_smi_utilization_gpu_ratio']
+>>> m.metric("nvidia_smi_memory_used").sources[0].scale   # MiB -> bytes
+1048576.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from app.bridge.errors import MappingError
+from app.contracts import contract
+
+DEFAULT_PATH = Path(__file__).with_name("mapping.yaml")
+KINDS = ("gauge", "counter", "share", "ratio", "label_count")
+AGGREGATES = ("sum", "mean", "max", "min")
+# source unit -> factor into the canonical unit (fractions, bytes, MHz, W, celsius, counts, seconds)
+UNITS = {
+    "fraction": 1.0, "percent": 0.01, "bytes": 1.0, "KB": 1024.0, "KiB": 1024.0, "MiB": 1024.0**2,
+    "GiB": 1024.0**3, "Hz": 1e-6, "MHz": 1.0, "W": 1.0, "mW": 1e-3, "celsius": 1.0, "count": 1.0,
+    "seconds": 1.0,
+}
+
+
+def stale_groups() -> tuple[str, ...]:
+    """The metric groups the node-metrics contract allows in ``stale``."""
+    return tuple(contract("node-metrics").value_schema["properties"]["stale"]["items"]["enum"])
+
+
+LabelMatch = tuple[tuple[str, "re.Pattern[str]"], ...]
+
+
+def _selects(match: LabelMatch, exclude: LabelMatch, labels: Mapping[str, str]) -> bool:
+    if any(not p.fullmatch(labels.get(k, "")) for k, p in match):
+        return False
+    return not any(p.fullmatch(labels.get(k, "")) for k, p in exclude)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    kind: str
+    metric: str
+    scale: float = 1.0
+    match: LabelMatch = ()
+    exclude: LabelMatch = ()
+    denominator: str | None = None
+    complement: bool = False
+    label: str | None = None
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return _selects(self.match, self.exclude, labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class CanonicalMetric:
+    name: str
+    group: str
+    sources: tuple[Source, ...]
+    aggregate: str = "sum"
+    range: tuple[float, float] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthCheck:
+    """Trouble when a matching sample of ``metric`` is present and differs from ``ok``."""
+
+    metric: str
+    ok: float
+    groups: tuple[str, ...]
+    match: LabelMatch = ()
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return _selects(self.match, (), labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExporterSpec:
+    name: str
+    groups: tuple[str, ...]
+    detect: tuple[str, ...] = ()
+    detect_prefix: str | None = None
+    port: int | None = None
+    gpu: bool = False
+    clock: str | None = None
+    blank_ranges: tuple[tuple[float, float], ...] = ()
+    health: tuple[HealthCheck, ...] = ()
+    required: tuple[str, ...] = ()
+
+    def is_blank(self, value: float) -> bool:
+        """A value that is no reading: NaN, ±inf, or one of the exporter's blank sentinels."""
+        if not math.isfinite(value):
+            return True
+        return any(lo <= value <= hi for lo, hi in self.blank_ranges)
+
+
+@dataclasses.dataclass(frozen=True)
+class Watchdog:
+    utilization: str
+    memory: str
+    activity: str
+    groups: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricMap:
+    exporters: dict[str, ExporterSpec]
+    metrics: tuple[CanonicalMetric, ...]
+    gpu_model: tuple[tuple[str, str], ...] = ()
+    watchdog: Watchdog | None = None
+
+    def metric(self, name: str) -> CanonicalMetric:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    @functools.cached_property
+    def counter_metrics(self) -> frozenset[str]:
+        """Exporter metrics whose per-series increases are tracked between scrapes."""
+        return frozenset(s.metric for m in self.metrics for s in m.sources if s.kind in ("counter", "share"))
+
+    @functools.cached_property
+    def wanted(self) -> frozenset[str]:
+        """Every exporter metric the mapping reads: the rest of a scrape is dropped before parsing."""
+        names = {s.metric for m in self.metrics for s in m.sources}
+        names |= {s.denominator for m in self.metrics for s in m.sources if s.denominator}
+        names |= {metric for metric, _ in self.gpu_model}
+        for e in self.exporters.values():
+            names |= set(e.detect) | set(e.required) | {h.metric for h in e.health}
+            if e.clock:
+                names.add(e.clock)
+        return frozenset(names)
+
+    def by_port(self, port: int | None) -> ExporterSpec | None:
+        return next((e for e in self.exporters.values() if port is not None and e.port == port), None)
+
+
+@functools.lru_cache(maxsize=8)
+def load_mapping(path: Path | str | None = None) -> MetricMap:
+    """Read and validate a mapping file (default: the one shipped beside this module)."""
+    p = Path(path) if path else DEFAULT_PATH
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise MappingError(str(p), f"cannot read mapping: {exc}") from None
+    from app.bridge.mapping_build import build
+
+    return build(doc, p.name)

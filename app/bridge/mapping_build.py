@@ -1,0 +1,182 @@
+"""Validate a parsed ``mapping.yaml`` document and build a :class:`~app.bridge.mapping.MetricMap`.
+
+Every problem names its path in the file, e.g. ``mapping.yaml: metrics.cpu_iowait.sources[0].kind``.
+
+>>> build({"exporters": {}, "metrics": {"x": {"group": "cpu", "sources": [{"kind": "gauge"}]}}}, "m.yaml")
+Traceback (most recent call last):
+...
+app.bridge.errors.MappingError: m.yaml: metrics.x.sources[0].metric: required
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from app.bridge.errors import MappingError
+from app.bridge.mapping import (
+    AGGREGATES,
+    KINDS,
+    UNITS,
+    CanonicalMetric,
+    ExporterSpec,
+    HealthCheck,
+    LabelMatch,
+    MetricMap,
+    Source,
+    Watchdog,
+    stale_groups,
+)
+
+
+class _Path:
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, where: str, message: str) -> MappingError:
+        return MappingError(f"{self.file}: {where}", message)
+
+
+def _obj(p: _Path, where: str, v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise p.fail(where, f"must be a mapping (got {type(v).__name__})")
+    return v
+
+
+def _str(p: _Path, where: str, v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise p.fail(where, "required" if v is None else f"must be a non-empty string (got {v!r})")
+    return v
+
+
+def _strs(p: _Path, where: str, v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise p.fail(where, "must be a list")
+    return tuple(_str(p, f"{where}[{i}]", x) for i, x in enumerate(v))
+
+
+def _groups(p: _Path, where: str, v: Any) -> tuple[str, ...]:
+    allowed = stale_groups()
+    out = _strs(p, where, v)
+    for g in out:
+        if g not in allowed:
+            raise p.fail(where, f"unknown group {g!r}; the node-metrics contract allows {list(allowed)}")
+    return out
+
+
+def _labels(p: _Path, where: str, v: Any) -> LabelMatch:
+    if v is None:
+        return ()
+    out = []
+    for k, pattern in _obj(p, where, v).items():
+        try:
+            out.append((str(k), re.compile(str(pattern))))
+        except re.error as exc:
+            raise p.fail(f"{where}.{k}", f"invalid regular expression: {exc}") from None
+    return tuple(out)
+
+
+def _source(p: _Path, where: str, raw: Any) -> Source:
+    d = _obj(p, where, raw)
+    kind = d.get("kind", "gauge")
+    if kind not in KINDS:
+        raise p.fail(f"{where}.kind", f"must be one of {list(KINDS)} (got {kind!r})")
+    unit = d.get("unit", "count")
+    if unit not in UNITS:
+        raise p.fail(f"{where}.unit", f"must be one of {sorted(UNITS)} (got {unit!r})")
+    scale = d.get("scale", 1.0)
+    if not isinstance(scale, int | float) or not math.isfinite(scale) or scale == 0:
+        raise p.fail(f"{where}.scale", f"must be a finite non-zero number (got {scale!r})")
+    src = Source(
+        kind=kind, metric=_str(p, f"{where}.metric", d.get("metric")), scale=UNITS[unit] * float(scale),
+        match=_labels(p, f"{where}.match", d.get("match")), exclude=_labels(p, f"{where}.exclude", d.get("exclude")),
+        denominator=_str(p, f"{where}.denominator", d.get("denominator")) if kind == "ratio" else None,
+        complement=bool(d.get("complement", False)),
+        label=_str(p, f"{where}.label", d.get("label")) if kind == "label_count" else None,
+    )
+    unknown = set(d) - {"kind", "metric", "unit", "scale", "match", "exclude", "denominator", "complement", "label"}
+    if unknown:
+        raise p.fail(where, f"unknown keys {sorted(unknown)}")
+    return src
+
+
+def _metric(p: _Path, name: str, raw: Any) -> CanonicalMetric:
+    where = f"metrics.{name}"
+    d = _obj(p, where, raw)
+    group = _str(p, f"{where}.group", d.get("group"))
+    _groups(p, f"{where}.group", [group])
+    aggregate = d.get("aggregate", "sum")
+    if aggregate not in AGGREGATES:
+        raise p.fail(f"{where}.aggregate", f"must be one of {list(AGGREGATES)} (got {aggregate!r})")
+    bounds = d.get("range")
+    rng: tuple[float, float] | None = None
+    if bounds is not None:
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds)
+                and bounds[0] <= bounds[1]):
+            raise p.fail(f"{where}.range", f"must be [low, high] with low <= high (got {bounds!r})")
+        rng = (float(bounds[0]), float(bounds[1]))
+    sources = d.get("sources")
+    if not isinstance(sources, list) or not sources:
+        raise p.fail(f"{where}.sources", "must be a non-empty list")
+    return CanonicalMetric(
+        name=name, group=group, aggregate=aggregate, range=rng,
+        sources=tuple(_source(p, f"{where}.sources[{i}]", s) for i, s in enumerate(sources)),
+    )
+
+
+def _exporter(p: _Path, name: str, raw: Any) -> ExporterSpec:
+    where = f"exporters.{name}"
+    d = _obj(p, where, raw)
+    groups = _groups(p, f"{where}.groups", d.get("groups"))
+    health = []
+    for i, h in enumerate(d.get("health") or []):
+        hw = f"{where}.health[{i}]"
+        hd = _obj(p, hw, h)
+        ok = hd.get("ok")
+        if not isinstance(ok, int | float):
+            raise p.fail(f"{hw}.ok", f"must be a number (got {ok!r})")
+        hg = _groups(p, f"{hw}.groups", hd["groups"]) if "groups" in hd else groups
+        health.append(HealthCheck(_str(p, f"{hw}.metric", hd.get("metric")), float(ok), hg,
+                                  _labels(p, f"{hw}.match", hd.get("match"))))
+    blanks = []
+    for i, r in enumerate(d.get("blank_ranges") or []):
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(b, int | float) for b in r)):
+            raise p.fail(f"{where}.blank_ranges[{i}]", f"must be [low, high] (got {r!r})")
+        blanks.append((float(r[0]), float(r[1])))
+    port = d.get("port")
+    if port is not None and not (isinstance(port, int) and 0 < port < 65536):
+        raise p.fail(f"{where}.port", f"must be a port number (got {port!r})")
+    return ExporterSpec(
+        name=name, groups=groups, detect=_strs(p, f"{where}.detect", d.get("detect")),
+        detect_prefix=d.get("detect_prefix"), port=port, gpu=bool(d.get("gpu", False)),
+        clock=d.get("clock"), blank_ranges=tuple(blanks), health=tuple(health),
+        required=_strs(p, f"{where}.required", d.get("required")),
+    )
+
+
+def build(doc: Any, file: str) -> MetricMap:
+    """Validate the parsed YAML document ``doc`` of ``file``."""
+    p = _Path(file)
+    d = _obj(p, "(top)", doc)
+    exporters = {str(k): _exporter(p, str(k), v) for k, v in _obj(p, "exporters", d.get("exporters", {})).items()}
+    metrics = tuple(_metric(p, str(k), v) for k, v in _obj(p, "metrics", d.get("metrics")).items())
+    gpu_model = []
+    for i, g in enumerate(d.get("gpu_model") or []):
+        gd = _obj(p, f"gpu_model[{i}]", g)
+        gpu_model.append((_str(p, f"gpu_model[{i}].metric", gd.get("metric")),
+                          _str(p, f"gpu_model[{i}].label", gd.get("label"))))
+    watchdog = None
+    if d.get("watchdog") is not None:
+        w = _obj(p, "watchdog", d["watchdog"])
+        names = {m.name for m in metrics}
+        fields = {}
+        for key in ("utilization", "memory", "activity"):
+            v = _str(p, f"watchdog.{key}", w.get(key))
+            if v not in names:
+                raise p.fail(f"watchdog.{key}", f"{v!r} is not a canonical metric of this file")
+            fields[key] = v
+        watchdog = Watchdog(groups=_groups(p, "watchdog.groups", w.get("groups")), **fields)
+    return MetricMap(exporters=exporters, metrics=metrics, gpu_model=tuple(gpu_model), watchdog=watchdog)

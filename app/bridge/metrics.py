@@ -1,0 +1,62 @@
+"""The bridge's own Prometheus metrics (served on ``RTT_METRICS_PORT`` when it is > 0).
+
+``rtt_bridge_scrapes_total{node, url, result}``            scrapes per endpoint, result ``ok`` | ``failed``
+``rtt_bridge_exporter_trouble_total{node, exporter, kind}`` exporter trouble (see :mod:`app.bridge.health`)
+``rtt_bridge_samples_dropped_total{exporter}``              blank sentinels and non-finite samples dropped
+``rtt_bridge_scrape_duration_seconds``                      one endpoint's scrape (HTTP + body), histogram
+``rtt_bridge_messages_total{topic}``                        messages produced
+``rtt_bridge_records_skipped_total{source, reason}``        input records not turned into messages
+                                                            (spans that are no task, invalid lines ...)
+
+Tests pass their own :class:`prometheus_client.CollectorRegistry`; processes use the default one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+SCRAPE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class BridgeMetrics:
+    """The bridge's counters and histograms, registered in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = REGISTRY if registry is None else registry
+        self.registry = reg
+        self.scrapes = Counter("rtt_bridge_scrapes", "Exporter scrapes by endpoint and result",
+                               ["node", "url", "result"], registry=reg)
+        self.trouble = Counter("rtt_bridge_exporter_trouble", "Exporter trouble that withheld metrics",
+                               ["node", "exporter", "kind"], registry=reg)
+        self.dropped = Counter("rtt_bridge_samples_dropped", "Blank or non-finite exporter samples dropped",
+                               ["exporter"], registry=reg)
+        self.scrape_seconds = Histogram("rtt_bridge_scrape_duration_seconds", "Duration of one endpoint scrape",
+                                        buckets=SCRAPE_BUCKETS_S, registry=reg)
+        self.messages = Counter("rtt_bridge_messages", "Messages produced", ["topic"], registry=reg)
+        self.skipped = Counter("rtt_bridge_records_skipped", "Input records not turned into messages",
+                               ["source", "reason"], registry=reg)
+
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of a sample (0 when absent), e.g. ``value("rtt_bridge_messages_total", topic=...)``."""
+        v = self.registry.get_sample_value(name, labels)
+        return 0.0 if v is None else v
+
+
+@functools.lru_cache(maxsize=1)
+def default_metrics() -> BridgeMetrics:
+    """The process-wide instance on the default registry (created once)."""
+    return BridgeMetrics()
+
+
+def serve_metrics(port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 - scraped from other pods
+    """Serve ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0."""
+    if port <= 0:
+        return False
+    start_http_server(port, addr=addr)
+    log.info("serving /metrics on %s:%d", addr, port)
+    return True

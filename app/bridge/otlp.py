@@ -1,0 +1,127 @@
+"""OTLP JSON trace exports (OpenTelemetry Collector Kafka exporter, ``encoding: otlp_json``) -> task-completions.
+
+One Kafka message is one ``ExportTraceServiceRequest``:
+``{"resourceSpans": [{"resource": {"attributes": [...]}, "scopeSpans": [{"spans": [...]}]}]}``; a span has
+hex ``traceId``/``spanId``, ``name``, ``startTimeUnixNano``/``endTimeUnixNano`` (decimal strings),
+``attributes: [{key, value: {stringValue | intValue (a string) | doubleValue | boolValue}}]`` and
+``status: {code}`` (2 = error). The service name is the resource attribute ``service.name``. Attribute
+conventions: :mod:`app.bridge.spans`.
+
+>>> doc = {"resourceSpans": [{"resource": {"attributes": [
+...     {"key": "k8s.node.name", "value": {"stringValue": "worker-2"}}]},
+...     "scopeSpans": [{"spans": [{"spanId": "00000000000000ab", "name": "upload",
+...         "startTimeUnixNano": "1796119200000000000", "endTimeUnixNano": "1796119203000000000",
+...         "attributes": [{"key": "rtt.app", "value": {"stringValue": "upload"}}]},
+...       {"spanId": "00000000000000ac", "name": "GET /healthz", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+...     ]}]}]}
+>>> b = otlp_to_completions(doc)
+>>> [(c["task_id"], c["node"], c["rtt_ms"]) for c in b.completions], b.skipped
+([('00000000000000ab', 'worker-2', 3000.0)], 1)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from app.bridge.spans import SpanBatch, completion_from_span
+from app.errors import ContractError
+
+STATUS_ERROR = 2
+_HEX_ID = re.compile(r"^[0-9a-fA-F]{16}$")
+
+
+def _any_value(key: str, v: Any) -> Any:
+    if not isinstance(v, dict):
+        raise ContractError("bad_span", f"attribute {key!r}: value must be an AnyValue object")
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    try:
+        if "intValue" in v:
+            return int(v["intValue"])
+        if "doubleValue" in v:
+            return float(v["doubleValue"])
+    except (TypeError, ValueError):
+        raise ContractError("bad_span", f"attribute {key!r}: bad number {v!r}") from None
+    return None  # arrays, maps and bytes carry nothing the conventions read
+
+
+def attributes(raw: Any) -> dict[str, Any]:
+    """OTLP ``attributes`` as a plain dict."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(a, dict) and isinstance(a.get("key"), str) for a in raw):
+        raise ContractError("bad_span", "attributes must be a list of {key, value}")
+    return {a["key"]: _any_value(a["key"], a.get("value")) for a in raw}
+
+
+def _nanos(span: Mapping[str, Any], key: str) -> float:
+    v = span.get(key)
+    try:
+        n = int(v) if isinstance(v, str | int) and not isinstance(v, bool) else None
+    except ValueError:
+        n = None
+    if n is None or n < 0:
+        raise ContractError("bad_span", f"{key} must be a non-negative integer (got {v!r})")
+    return n // 1_000_000_000 + (n % 1_000_000_000) / 1e9
+
+
+def _is_error(span: Mapping[str, Any], attrs: Mapping[str, Any]) -> bool:
+    status = span.get("status") or {}
+    code = status.get("code") if isinstance(status, dict) else None
+    return code in (STATUS_ERROR, "STATUS_CODE_ERROR") or attrs.get("error") is True
+
+
+def otlp_span_to_completion(span: Any, resource: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The task-completion of one OTLP span under a resource's attributes; None when it is not a task."""
+    if not isinstance(span, dict):
+        raise ContractError("bad_span", "a span must be an object")
+    attrs = attributes(span.get("attributes"))
+    span_id = span.get("spanId")
+    if not isinstance(span_id, str) or not _HEX_ID.match(span_id):
+        raise ContractError("bad_span", f"spanId must be 16 hex digits (got {span_id!r})")
+    return completion_from_span(
+        span_id=span_id.lower(), name=str(span.get("name") or ""), service=resource.get("service.name"),
+        start_s=_nanos(span, "startTimeUnixNano"), end_s=_nanos(span, "endTimeUnixNano"), attrs=attrs,
+        resource=resource, error=_is_error(span, attrs),
+    )
+
+
+def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    v = doc.get(key, [])
+    if not isinstance(v, list):
+        raise ContractError("bad_export", f"{where}.{key} must be a list")
+    return v
+
+
+def otlp_to_completions(doc: Any) -> SpanBatch:
+    """One OTLP JSON export -> completions, skipped count and per-span errors.
+
+    A document that is not an export at all raises :class:`ContractError` (``bad_export``).
+    """
+    if not isinstance(doc, dict):
+        raise ContractError("not_an_object", f"an OTLP export is a JSON object, got {type(doc).__name__}")
+    batch = SpanBatch()
+    for i, rs in enumerate(_list(doc, "resourceSpans", "")):
+        if not isinstance(rs, dict):
+            raise ContractError("bad_export", f"resourceSpans[{i}] must be an object")
+        try:
+            resource = attributes((rs.get("resource") or {}).get("attributes"))
+        except (ContractError, AttributeError) as exc:
+            raise ContractError("bad_export", f"resourceSpans[{i}].resource: {exc}") from None
+        scopes = _list(rs, "scopeSpans", f"resourceSpans[{i}]") or _list(rs, "instrumentationLibrarySpans", "")
+        for scope in scopes:
+            for span in _list(scope, "spans", f"resourceSpans[{i}].scopeSpans") if isinstance(scope, dict) else []:
+                try:
+                    c = otlp_span_to_completion(span, resource)
+                except ContractError as exc:
+                    batch.errors.append(exc)
+                    continue
+                if c is None:
+                    batch.skipped += 1
+                else:
+                    batch.completions.append(c)
+    return batch

@@ -1,0 +1,89 @@
+"""Producing the bridge's messages: node-metrics, task-completions and dead-letters.
+
+Every value is encoded through :func:`app.contracts.encode`, so a message that breaks its topic contract
+raises :class:`~app.errors.ContractError` before anything is sent. Messages are keyed by node (the
+contracts' key), so one node's messages stay in order on one partition; dead-letters are keyed by the
+topic the bad record was meant for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from app.bridge.metrics import BridgeMetrics
+from app.config import Settings
+from app.contracts import encode
+
+KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
+
+
+async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridge") -> AIOKafkaProducer:
+    """A started producer on the configured broker; the caller stops it."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, client_id=client_id, linger_ms=5,
+        request_timeout_ms=10_000,
+    )
+    await producer.start()
+    return producer
+
+
+async def publish(producer: AIOKafkaProducer, settings: Settings, topic: str, values: Iterable[dict[str, Any]],
+                  *, metrics: BridgeMetrics | None = None) -> int:
+    """Encode every value for contract ``topic`` (all before sending any), send them, wait for the acks."""
+    key_field = KEY_FIELD.get(topic)
+    encoded = []
+    for v in values:
+        key = v.get(key_field) if key_field else v.get("topic")
+        encoded.append((encode(topic, v), key.encode() if isinstance(key, str) else None))
+    name = settings.topic(topic)
+    futures = [await producer.send(name, value=b, key=k) for b, k in encoded]
+    if futures:
+        await asyncio.gather(*futures)
+    if metrics is not None and encoded:
+        metrics.messages.labels(topic=name).inc(len(encoded))
+    return len(encoded)
+
+
+async def publish_node_metrics(producer: AIOKafkaProducer, settings: Settings, messages: Iterable[dict[str, Any]],
+                               *, metrics: BridgeMetrics | None = None) -> int:
+    """Send node-metrics messages (one per node scrape); returns how many."""
+    return await publish(producer, settings, "node-metrics", messages, metrics=metrics)
+
+
+async def publish_completions(producer: AIOKafkaProducer, settings: Settings, completions: Iterable[dict[str, Any]],
+                              *, metrics: BridgeMetrics | None = None) -> int:
+    """Send task-completions; :class:`~app.errors.ContractError` (nothing sent) if one breaks the contract."""
+    return await publish(producer, settings, "task-completions", completions, metrics=metrics)
+
+
+def dead_letter(settings: Settings, topic: str, raw: bytes | str, error: str, *, reason: str,
+                key: str | None = None, partition: int = -1, offset: int = -1,
+                ts: float | None = None) -> dict[str, Any]:
+    """A dead-letters value for a record meant for contract ``topic``.
+
+    Records that never were on Kafka (a line of a file) have ``partition`` -1 and their line number as
+    ``offset``.
+
+    >>> from app.config import Settings
+    >>> d = dead_letter(Settings(), "task-completions", b"{", "invalid_json: ...", reason="invalid_json",
+    ...                 offset=3, ts=0.0)
+    >>> d["topic"], d["raw"], d["offset"]
+    ('task-completions', 'ew==', 3)
+    """
+    data = raw.encode() if isinstance(raw, str) else raw
+    return {
+        "topic": settings.topic(topic), "partition": partition, "offset": offset, "error": error,
+        "reason": reason, "raw": base64.b64encode(data).decode("ascii"), "key": key,
+        "ts": time.time() if ts is None else ts,
+    }
+
+
+async def publish_dead_letters(producer: AIOKafkaProducer, settings: Settings, letters: Iterable[dict[str, Any]],
+                               *, metrics: BridgeMetrics | None = None) -> int:
+    return await publish(producer, settings, "dead-letters", letters, metrics=metrics)

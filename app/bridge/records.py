@@ -1,0 +1,110 @@
+"""Input records for ``rttsched publish``: JSON lines (or one JSON document) -> contract values or problems.
+
+A file is read as JSON lines (blank lines ignored). When its first non-blank line is not JSON by itself but
+the whole file is -- a pretty-printed span export -- the whole file is one record. Each record is
+converted according to ``source``:
+
+``values``   the record is a value of the topic, checked against the topic's contract
+``jaeger``   the record is a Jaeger JSON span (or a list of spans)  -> task-completions
+``otlp``     the record is an OTLP JSON trace export                -> task-completions
+
+Nothing here raises for bad input: a bad record becomes a :class:`Problem` with its line number and the
+contract's stable ``reason``.
+
+>>> import io
+>>> recs = list(read_records(io.StringIO('{"a": 1}\\n\\nnot json\\n')))
+>>> [(r.line, r.error.reason if r.error else r.doc) for r in recs]
+[(1, {'a': 1}), (3, 'invalid_json')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import orjson
+
+from app.bridge.jaeger import jaeger_to_completions
+from app.bridge.otlp import otlp_to_completions
+from app.contracts.codec import validate
+from app.errors import ContractError
+
+SOURCES = ("values", "jaeger", "otlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    line: int
+    raw: bytes
+    doc: Any = None
+    error: ContractError | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    line: int
+    raw: bytes
+    error: ContractError
+
+
+@dataclasses.dataclass
+class Converted:
+    values: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    skipped: int = 0
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+
+def _parse(line: int, raw: bytes) -> Record:
+    try:
+        return Record(line, raw, orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        return Record(line, raw, error=ContractError("invalid_json", str(exc)))
+
+
+def read_records(stream: TextIO) -> Iterator[Record]:
+    """The records of a JSON-lines stream (or of one multi-line JSON document)."""
+    first: Record | None = None
+    for n, text in enumerate(stream, start=1):
+        raw = text.strip().encode()
+        if not raw:
+            continue
+        rec = _parse(n, raw)
+        if first is None:
+            first = rec
+            if rec.error is not None and raw[:1] in (b"{", b"["):
+                rest = raw + b"\n" + stream.read().encode()
+                whole = _parse(n, rest)
+                if whole.error is None:
+                    yield whole
+                    return
+                yield from _lines(rest, n)
+                return
+        yield rec
+
+
+def _lines(data: bytes, start: int) -> Iterator[Record]:
+    for i, raw in enumerate(data.split(b"\n")):
+        raw = raw.strip()
+        if raw:
+            yield _parse(start + i, raw)
+
+
+def convert(record: Record, topic: str, source: str = "values") -> Converted:
+    """Turn one record into values for ``topic`` (see the module doc for ``source``)."""
+    out = Converted()
+    if record.error is not None:
+        out.problems.append(Problem(record.line, record.raw, record.error))
+        return out
+    try:
+        if source == "values":
+            out.values.append(validate(topic, record.doc))
+            return out
+        batch = jaeger_to_completions(record.doc) if source == "jaeger" else otlp_to_completions(record.doc)
+    except ContractError as exc:
+        out.problems.append(Problem(record.line, record.raw, exc))
+        return out
+    out.values.extend(batch.completions)
+    out.skipped = batch.skipped
+    out.problems.extend(Problem(record.line, record.raw, e) for e in batch.errors)
+    return out

@@ -1,0 +1,180 @@
+"""The scrape loop: every interval, scrape every node's exporters (aiohttp), assemble, produce node-metrics.
+
+Rounds start on a fixed cadence (``RTT_SCRAPE_INTERVAL_S``, default 1 s) measured on the injected clock; a
+round that overruns skips the ticks it missed rather than bunching scrapes. Each endpoint has
+``RTT_SCRAPE_TIMEOUT_S`` to answer; endpoints are scraped concurrently (at most ``concurrency`` at once).
+
+Tests run a given number of rounds with a :class:`~app.clock.ManualClock` and a ``sleep`` that advances
+it, so the intervals the rates see are exact::
+
+    clock = ManualClock(0.0)
+    async def sleep(s): clock.advance(s)
+    await run_bridge(settings, targets, scrapes=2, clock=clock, sleep=sleep)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+
+from app.bridge.mapping import MetricMap, load_mapping
+from app.bridge.metrics import BridgeMetrics, default_metrics
+from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
+from app.bridge.targets import Target, check_unique
+from app.clock import Clock, SystemClock
+from app.config import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # the text format, not OpenMetrics or protobuf
+PROGRESS_EVERY_S = 60.0
+
+
+@dataclasses.dataclass
+class BridgeStats:
+    rounds: int = 0
+    messages: int = 0
+    failed_scrapes: int = 0
+    troubles: int = 0
+
+
+class Bridge:
+    """Scrapes the targets and assembles one :class:`Snapshot` per node per round. Use ``async with``."""
+
+    def __init__(self, settings: Settings, targets: Sequence[Target], *, mapping: MetricMap | None = None,
+                 clock: Clock | None = None, metrics: BridgeMetrics | None = None, concurrency: int = 64) -> None:
+        check_unique(targets)
+        self.settings = settings
+        self.mapping = mapping or load_mapping()
+        self.clock = clock or SystemClock()
+        self.metrics = metrics or default_metrics()
+        self.assemblers = [NodeAssembler(t, self.mapping) for t in targets]
+        self._limit = asyncio.Semaphore(concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self._active: set[tuple[str, str, str]] = set()
+
+    async def __aenter__(self) -> Bridge:
+        timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_s)
+        self._session = aiohttp.ClientSession(timeout=timeout, headers={"Accept": ACCEPT})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch(self, url: str) -> TargetResult:
+        """One GET; never raises for a network or HTTP problem (the result carries the error)."""
+        assert self._session is not None, "use `async with Bridge(...)`"
+        t = self.clock.monotonic()
+        started = time.perf_counter()
+        body: str | None = None
+        error: str | None = None
+        async with self._limit:
+            try:
+                async with self._session.get(url) as resp:
+                    if resp.status != 200:
+                        error = f"HTTP {resp.status}"
+                    else:
+                        data = bytearray()
+                        async for chunk in resp.content.iter_chunked(65536):
+                            data += chunk
+                            if len(data) > MAX_BODY_BYTES:
+                                raise ValueError(f"body larger than {MAX_BODY_BYTES} bytes")
+                        body = data.decode("utf-8", errors="replace")
+            except TimeoutError:
+                error = f"timeout after {self.settings.scrape_timeout_s:g}s"
+            except (aiohttp.ClientError, ValueError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        return TargetResult(url, t, body, error, time.perf_counter() - started)
+
+    async def scrape_node(self, assembler: NodeAssembler) -> Snapshot:
+        ts = self.clock.now()
+        results = await asyncio.gather(*(self.fetch(u) for u in assembler.target.urls))
+        node = assembler.target.node
+        for r in results:
+            self.metrics.scrapes.labels(node=node, url=r.url, result="ok" if r.body is not None else "failed").inc()
+            self.metrics.scrape_seconds.observe(r.duration_s)
+        snap = assembler.assemble(results, ts)
+        self._account(node, snap)
+        return snap
+
+    def _account(self, node: str, snap: Snapshot) -> None:
+        now = set()
+        for t in snap.troubles:
+            self.metrics.trouble.labels(node=node, exporter=t.exporter, kind=t.kind).inc()
+            key = (node, t.exporter, t.kind)
+            now.add(key)
+            if key not in self._active:
+                log.warning("%s: %s %s, withholding %s: %s", node, t.exporter, t.kind, list(t.groups), t.detail)
+        for key in {k for k in self._active if k[0] == node} - now:
+            log.info("%s: %s %s cleared", *key)
+        self._active = {k for k in self._active if k[0] != node} | now
+        for exporter, n in snap.dropped.items():
+            self.metrics.dropped.labels(exporter=exporter).inc(n)
+
+    async def scrape_all(self) -> list[Snapshot]:
+        """One round: every node, concurrently."""
+        return list(await asyncio.gather(*(self.scrape_node(a) for a in self.assemblers)))
+
+
+async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: int | None = None,
+                     clock: Clock | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None,
+                     producer: Any = None, publish: bool = True, mapping: MetricMap | None = None,
+                     metrics: BridgeMetrics | None = None,
+                     on_round: Callable[[list[Snapshot]], None] | None = None) -> BridgeStats:
+    """Scrape ``targets`` every ``settings.scrape_interval_s`` and produce node-metrics.
+
+    ``scrapes``: rounds to run (None = until cancelled). ``producer``: a started ``AIOKafkaProducer`` to use
+    (else one is started and stopped here); ``publish=False`` produces nothing (``on_round`` still sees every
+    round). Returns counts of what was done.
+    """
+    from app.bridge.producer import publish_node_metrics, start_producer
+
+    clock = clock or SystemClock()
+    sleep = sleep or asyncio.sleep
+    metrics = metrics or default_metrics()
+    stats = BridgeStats()
+    own = publish and producer is None
+    if own:
+        producer = await start_producer(settings)
+    interval = settings.scrape_interval_s
+    try:
+        async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics) as bridge:
+            next_t = clock.monotonic()
+            last_progress = next_t
+            while scrapes is None or stats.rounds < scrapes:
+                snaps = await bridge.scrape_all()
+                stats.rounds += 1
+                stats.troubles += sum(len(s.troubles) for s in snaps)
+                stats.failed_scrapes += sum(1 for s in snaps for t in s.troubles if t.kind == "scrape_failed")
+                if on_round is not None:
+                    on_round(snaps)
+                if publish:
+                    stats.messages += await publish_node_metrics(producer, settings, [s.message for s in snaps],
+                                                                 metrics=metrics)
+                if scrapes is not None and stats.rounds >= scrapes:
+                    break
+                now = clock.monotonic()
+                if now - last_progress >= PROGRESS_EVERY_S:
+                    log.info("bridge: %d rounds, %d messages, %d failed scrapes", stats.rounds, stats.messages,
+                             stats.failed_scrapes)
+                    last_progress = now
+                next_t += interval
+                if next_t < now:
+                    missed = math.ceil((now - next_t) / interval)
+                    log.warning("scrape round overran the %gs interval; skipping %d tick(s)", interval, missed)
+                    next_t += missed * interval
+                await sleep(next_t - now)
+    finally:
+        if own:
+            await producer.stop()
+    return stats

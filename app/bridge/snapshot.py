@@ -1,0 +1,155 @@
+"""One node's scrapes -> one node-metrics message (pure: no network, no clock of its own).
+
+A :class:`NodeAssembler` keeps what must survive between scrapes of a node -- counter baselines per
+endpoint, which exporter answers where, whether an optional endpoint ever answered -- and turns the results
+of one round of scrapes (:class:`TargetResult`) into a :class:`Snapshot`: the message for the node-metrics
+topic and the troubles found. Steps, per endpoint: parse (only the metrics the mapping reads), tell which
+exporter it is, drop blank and non-finite samples, check the exporter's own health, update counter
+baselines; then evaluate the canonical metrics over all endpoints, check for a GPU watchdog reset, and
+withhold the groups of every trouble (listed in ``stale``).
+
+Rates use the exporter's own clock when it sends one (node_exporter's ``node_time_seconds``), else the
+bridge's monotonic time at the start of the scrape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from app.bridge.canonical import Part, evaluate, series_key
+from app.bridge.errors import ExpositionError
+from app.bridge.exposition import Exposition, Sample, parse_exposition
+from app.bridge.health import Trouble, scrape_failed, self_reported, watchdog_trouble
+from app.bridge.mapping import ExporterSpec, MetricMap
+from app.bridge.rates import CounterTracker
+from app.bridge.targets import Endpoint, Target
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetResult:
+    """One endpoint's answer: ``body`` when it answered 200, else ``error``. ``t``: monotonic start time."""
+
+    url: str
+    t: float
+    body: str | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    message: dict[str, Any]
+    troubles: tuple[Trouble, ...]
+    dropped: dict[str, int]  # exporter -> samples dropped as blank / non-finite
+
+
+@dataclasses.dataclass
+class _EndpointState:
+    tracker: CounterTracker = dataclasses.field(default_factory=CounterTracker)
+    exporter: str | None = None
+    answered: bool = False
+
+
+def detect_exporter(mapping: MetricMap, exposition: Exposition) -> str | None:
+    """The exporter that wrote an exposition, from its tell-tale metric names."""
+    for spec in mapping.exporters.values():
+        if any(name in exposition for name in spec.detect):
+            return spec.name
+    for spec in mapping.exporters.values():
+        if spec.detect_prefix and any(n.startswith(spec.detect_prefix) for n in exposition.samples):
+            return spec.name
+    return None
+
+
+def clean(exposition: Exposition, spec: ExporterSpec | None) -> tuple[Exposition, int]:
+    """Without NaN, infinities and the exporter's blank sentinels; returns the number dropped."""
+    dropped = 0
+    out: dict[str, list[Sample]] = {}
+    for name, samples in exposition.samples.items():
+        keep = [s for s in samples if not (spec.is_blank(s.value) if spec else not math.isfinite(s.value))]
+        dropped += len(samples) - len(keep)
+        if keep:
+            out[name] = keep
+    return Exposition(out), dropped
+
+
+class NodeAssembler:
+    """Turns each round of one node's scrapes into its node-metrics message."""
+
+    def __init__(self, target: Target, mapping: MetricMap) -> None:
+        self.target = target
+        self.mapping = mapping
+        self._state = {e.url: _EndpointState() for e in target.endpoints}
+        self._endpoints = {e.url: e for e in target.endpoints}
+        self._gpu_seen = False
+
+    def exporter_name(self, endpoint: Endpoint) -> str:
+        """Declared, else the last detected, else guessed from the default port, else ``unknown``."""
+        st = self._state[endpoint.url]
+        by_port = self.mapping.by_port(endpoint.port)
+        return endpoint.exporter or st.exporter or (by_port.name if by_port else "unknown")
+
+    def _counter_values(self, exposition: Exposition) -> dict[object, float]:
+        return {series_key(s): s.value for name in self.mapping.counter_metrics for s in exposition.get(name)}
+
+    def assemble(self, results: Sequence[TargetResult], ts: float) -> Snapshot:
+        """The message of one round of scrapes taken at wall-clock ``ts``."""
+        parts: list[Part] = []
+        troubles: list[Trouble] = []
+        dropped: dict[str, int] = {}
+        for r in results:
+            endpoint, st = self._endpoints[r.url], self._state[r.url]
+            error, exposition = r.error, None
+            if r.body is not None:
+                try:
+                    exposition = parse_exposition(r.body, keep=self.mapping.wanted)
+                except ExpositionError as exc:
+                    error = str(exc)
+            if exposition is None:
+                if not (endpoint.optional and not st.answered):
+                    name = self.exporter_name(endpoint)
+                    troubles.append(scrape_failed(name, self.mapping.exporters.get(name), error or "no answer"))
+                continue
+            st.answered = True
+            st.exporter = endpoint.exporter or detect_exporter(self.mapping, exposition) or st.exporter
+            name = self.exporter_name(endpoint)
+            spec = self.mapping.exporters.get(name)
+            exposition, n = clean(exposition, spec)
+            if n:
+                dropped[name] = dropped.get(name, 0) + n
+            if spec is not None:
+                troubles.extend(self_reported(spec, exposition))
+                self._gpu_seen |= spec.gpu and any(exposition.get(n) for n in spec.required)
+            clock = exposition.get(spec.clock) if spec and spec.clock else []
+            t, source = (clock[0].value, "exporter") if clock else (r.t, "bridge")
+            deltas = st.tracker.observe(self._counter_values(exposition), t, source)
+            parts.append(Part(name, exposition, deltas))
+        values = evaluate(self.mapping, parts)
+        wd = self.mapping.watchdog
+        if wd is not None and wd.utilization in values:
+            trouble = watchdog_trouble({k: v.value for k, v in values.items()}, wd, values[wd.utilization].exporter)
+            if trouble:
+                troubles.append(trouble)
+        stale = sorted({g for t in troubles for g in t.groups})
+        groups = {m.name: m.group for m in self.mapping.metrics}
+        metrics = {k: v.value for k, v in values.items() if groups[k] not in stale}
+        node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
+        message: dict[str, Any] = {
+            "node": self.target.node, "ts": ts, "node_class": node_class,
+            "gpu_model": self._gpu_model(parts) if node_class == "gpu" else None,
+            "metrics": metrics, "stale": stale,
+        }
+        return Snapshot(message, tuple(troubles), dropped)
+
+    def _gpu_model(self, parts: Sequence[Part]) -> str | None:
+        if self.target.gpu_model:
+            return self.target.gpu_model
+        for metric, label in self.mapping.gpu_model:
+            for p in parts:
+                for s in p.exposition.get(metric):
+                    if s.labels.get(label):
+                        return s.labels[label][:128]
+        return None

@@ -1,0 +1,168 @@
+"""Scrape targets: which exporter endpoints belong to which node, from ``--target`` flags or a YAML file.
+
+A flag names one node: ``node=worker-1,class=gpu,url=http://h:9100/metrics,url=http://h:9400/metrics``
+(``class`` and ``gpu_model`` are optional). A targets file is either one node (what the DaemonSet in
+``k8s/`` mounts) or a list of nodes; ``${VAR}`` is replaced by the environment variable ``VAR``::
+
+    node: ${NODE_NAME}
+    targets:
+      - {exporter: node_exporter, url: "http://${NODE_IP}:9100/metrics"}
+      - {exporter: dcgm_exporter, url: "http://${NODE_IP}:9400/metrics", optional: true}
+
+    nodes:
+      - {node: worker-1, class: gpu, targets: ["http://10.0.0.11:9100/metrics", "http://10.0.0.11:9400/metrics"]}
+
+An ``optional`` endpoint that has never answered is not trouble (a CPU node without a GPU exporter).
+
+>>> parse_target_flag("node=w1,class=gpu,url=http://h:9100/metrics,url=http://h:9400/metrics").urls
+('http://h:9100/metrics', 'http://h:9400/metrics')
+>>> parse_target_flag("node=w1")
+Traceback (most recent call last):
+...
+app.bridge.errors.TargetError: --target node=w1: at least one url= is required
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from app.bridge.errors import TargetError
+
+NODE_CLASSES = ("cpu", "gpu")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    url: str
+    exporter: str | None = None
+    optional: bool = False
+
+    @property
+    def port(self) -> int | None:
+        return urlsplit(self.url).port
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One node and its exporter endpoints. ``node_class`` None = inferred from the exporters that answer."""
+
+    node: str
+    endpoints: tuple[Endpoint, ...]
+    node_class: str | None = None
+    gpu_model: str | None = None
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(e.url for e in self.endpoints)
+
+
+def _check_url(where: str, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetError(where, f"{url!r} is not an http(s) URL")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise TargetError(where, f"{url!r}: {exc}") from None
+    return url
+
+
+def _make(where: str, node: Any, node_class: Any, gpu_model: Any, endpoints: Sequence[Endpoint]) -> Target:
+    if not isinstance(node, str) or not node or len(node) > 253:
+        raise TargetError(f"{where}.node", f"must be a node name of 1..253 characters (got {node!r})")
+    if node_class is not None and node_class not in NODE_CLASSES:
+        raise TargetError(f"{where}.class", f"must be one of {list(NODE_CLASSES)} (got {node_class!r})")
+    if gpu_model is not None and not isinstance(gpu_model, str):
+        raise TargetError(f"{where}.gpu_model", f"must be a string (got {gpu_model!r})")
+    if not endpoints:
+        raise TargetError(where, "at least one url= is required" if where.startswith("--") else "no targets")
+    urls = [e.url for e in endpoints]
+    if len(set(urls)) != len(urls):
+        raise TargetError(where, "the same url is listed twice")
+    return Target(node, tuple(endpoints), node_class, gpu_model or None)
+
+
+def parse_target_flag(flag: str) -> Target:
+    """``node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,url=URL...]``."""
+    where = f"--target {flag}"
+    fields: dict[str, str] = {}
+    urls: list[Endpoint] = []
+    for part in flag.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise TargetError(where, f"expected key=value, got {part!r}")
+        if key == "url":
+            urls.append(Endpoint(_check_url(where, value.strip())))
+        elif key in ("node", "class", "gpu_model"):
+            fields[key] = value.strip()
+        else:
+            raise TargetError(where, f"unknown key {key!r} (node, class, gpu_model, url)")
+    return _make(where, fields.get("node"), fields.get("class"), fields.get("gpu_model"), urls)
+
+
+def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Replace ``${VAR}`` by the environment's value; a missing variable is an error naming it."""
+    env = os.environ if environ is None else environ
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in env:
+            raise TargetError(m.group(0), "environment variable is not set")
+        return env[m.group(1)]
+
+    return _VAR.sub(sub, text)
+
+
+def _endpoint(where: str, raw: Any) -> Endpoint:
+    if isinstance(raw, str):
+        return Endpoint(_check_url(where, raw))
+    if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+        raise TargetError(where, "must be a URL or a mapping with url (and exporter, optional)")
+    exporter = raw.get("exporter")
+    if exporter is not None and not isinstance(exporter, str):
+        raise TargetError(f"{where}.exporter", f"must be a string (got {exporter!r})")
+    return Endpoint(_check_url(f"{where}.url", raw["url"]), exporter, bool(raw.get("optional", False)))
+
+
+def _node(where: str, raw: Any) -> Target:
+    if not isinstance(raw, dict):
+        raise TargetError(where, "must be a mapping with node and targets")
+    eps = raw.get("targets", raw.get("urls"))
+    if not isinstance(eps, list):
+        raise TargetError(f"{where}.targets", "must be a list of URLs or {exporter, url, optional}")
+    endpoints = [_endpoint(f"{where}.targets[{i}]", e) for i, e in enumerate(eps)]
+    return _make(where, raw.get("node"), raw.get("class"), raw.get("gpu_model"), endpoints)
+
+
+def load_targets(path: Path | str, environ: Mapping[str, str] | None = None) -> list[Target]:
+    """Read a targets file (one node, or ``nodes: [...]``)."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(expand_env(p.read_text(encoding="utf-8"), environ))
+    except (OSError, yaml.YAMLError) as exc:
+        raise TargetError(str(p), f"cannot read targets: {exc}") from None
+    if isinstance(doc, dict) and "nodes" in doc:
+        if not isinstance(doc["nodes"], list) or not doc["nodes"]:
+            raise TargetError(f"{p}: nodes", "must be a non-empty list")
+        targets = [_node(f"{p}: nodes[{i}]", n) for i, n in enumerate(doc["nodes"])]
+    else:
+        targets = [_node(str(p), doc)]
+    check_unique(targets)
+    return targets
+
+
+def check_unique(targets: Sequence[Target]) -> None:
+    seen: set[str] = set()
+    for t in targets:
+        if t.node in seen:
+            raise TargetError(t.node, "node listed twice")
+        seen.add(t.node)

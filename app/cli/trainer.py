@@ -1,0 +1,70 @@
+"""``rttsched trainer``: consume retrain-events, train off the event loop, announce promoted models."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "retrain models on retrain-events (feature selection + XGBoost), promote winners, announce on model-updates"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-samples-per-key", type=int, default=None,
+                   help="training samples kept in memory per model key (default RTT_TRAINER_MAX_SAMPLES_PER_KEY)")
+    p.add_argument("--cpus", default=None,
+                   help='pin the trainer to these CPUs, e.g. "2-3" (default RTT_TRAINER_CPUS: no pinning)')
+    p.add_argument("--margin", type=float, default=None,
+                   help="relative holdout RMSE improvement a challenger needs over the champion (RTT_TRAINER_MARGIN)")
+    p.add_argument("--max-event-age", type=float, default=3600.0,
+                   help="skip retrain events older than this many seconds (default 3600)")
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from app.errors import ConfigError
+    from app.trainer.cpus import parse_cpus
+    from app.trainer.service import TrainerService
+
+    log = logging.getLogger("app.cli.trainer")
+    if args.cpus is None:
+        args.cpus = settings.trainer_cpus
+    if args.max_samples_per_key is None:
+        args.max_samples_per_key = settings.trainer_max_samples_per_key
+    if args.margin is None:
+        args.margin = settings.trainer_margin
+    try:
+        cpus = parse_cpus(args.cpus) if args.cpus.strip() else None
+    except ValueError as exc:
+        raise ConfigError("RTT_TRAINER_CPUS", str(exc)) from None
+    if args.max_samples_per_key < 1:
+        raise ConfigError("--max-samples-per-key", f"must be >= 1 (got {args.max_samples_per_key})")
+    if not 0.0 <= args.margin < 1.0:
+        raise ConfigError("--margin", f"must be in [0, 1) (got {args.margin})")
+
+    async def main() -> int:
+        service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=cpus,
+                                 margin=args.margin, max_event_age_s=args.max_event_age)
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port, registry=service.metrics.registry)
+            log.info("metrics on :%d/metrics", settings.metrics_port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await service.start()
+        assert service.crashed is not None
+        try:
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.crashed.wait())]
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+        finally:
+            await service.stop()
+        return 1 if service.crashed.is_set() else 0
+
+    return asyncio.run(main())

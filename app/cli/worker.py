@@ -1,0 +1,41 @@
+"""``rttsched worker``: run the stream processor (Faust worker) until SIGTERM / Ctrl-C.
+
+Broker, topic prefix, windows and the /metrics port come from the RTT_* settings. Start more workers
+with the same ``--id`` to split the partitions between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "run the stream processor: node-metrics -> node-features, dead letters, /metrics on RTT_METRICS_PORT"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--id", default=None,
+                   help="Faust app id = consumer group (default {RTT_TOPIC_PREFIX}rttsched-worker)")
+    p.add_argument("--session-timeout-s", type=float, default=None,
+                   help="Kafka group session timeout (default 10; RTT_WORKER_SESSION_TIMEOUT_S once in Settings)")
+    p.add_argument("--history-s", type=float, default=None, help="per-node bucket history (default 120)")
+    p.add_argument("--datadir", default=None, help="Faust data directory (default var/faust)")
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    import faust
+
+    from app.streams.app import create_app
+    from app.streams.options import WorkerOptions
+
+    opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
+                                       history_s=args.history_s, datadir=args.datadir)
+    app = create_app(settings, id=args.id, options=opts)
+    print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
+          + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
+    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False, override_logging=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

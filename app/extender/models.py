@@ -1,0 +1,80 @@
+"""Turn a model-updates message into a ready :class:`~app.model.base.Predictor`, off the event loop.
+
+The blob comes from the model registry (Redis, or a local directory), is checked against the message's
+sha256, and is parsed by the fast predictor — all in a worker thread, so request handling never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from app.config import Settings
+from app.errors import RttError
+from app.extender.metrics import ExtenderMetrics
+from app.model.base import Predictor
+from app.scheduler.builder import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+ModelLoader = Callable[[Mapping[str, Any]], Awaitable[Predictor]]
+
+
+class ModelLoadError(RttError):
+    """A announced model could not be fetched, verified or parsed."""
+
+
+def registry_loader(settings: Settings) -> ModelLoader:
+    """A loader reading blobs from the registry :func:`app.model.registry.open_store` opens for ``settings``.
+
+    The registry verifies the blob's sha256 against its record; the loader also checks that record against
+    the announcement, so a message and a blob that disagree never become a model.
+    """
+    from app.model.registry import load_predictor, open_store
+
+    store = open_store(settings)
+
+    def load_sync(update: Mapping[str, Any]) -> Predictor:
+        key, version, sha = update["model_key"], int(update["version"]), update["sha256"]
+        try:
+            predictor, record = load_predictor(store, key, version)
+        except RttError as exc:
+            raise ModelLoadError(f"{key} v{version}: {exc}") from exc
+        if record.sha256 != sha:
+            raise ModelLoadError(f"{key} v{version}: registry sha256 {record.sha256} is not the announced {sha}")
+        announced = tuple(update.get("features") or ())
+        if announced and tuple(predictor.feature_names) != announced:
+            raise ModelLoadError(f"{key} v{version}: the blob's features differ from the announced ones")
+        return predictor
+
+    async def load(update: Mapping[str, Any]) -> Predictor:
+        return await asyncio.to_thread(load_sync, update)
+
+    return load
+
+
+async def install_model(
+    update: Mapping[str, Any], loader: ModelLoader, builder: SnapshotBuilder, metrics: ExtenderMetrics,
+    on_installed: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None,
+) -> bool:
+    """Fetch, verify and install one announced model; False (logged, counted) when that fails."""
+    key, version = update["model_key"], int(update["version"])
+    try:
+        predictor = await loader(update)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        metrics.model_loads.labels("failed").inc()
+        log.error("model %s v%d not loaded: %s", key, version, exc)
+        return False
+    metrics.model_loads.labels("loaded").inc()
+    if builder.set_model(key, version, predictor):
+        log.info("model %s v%d installed (%d features)", key, version, len(predictor.feature_names))
+        if on_installed is not None:
+            try:
+                await on_installed(update)
+            except Exception as exc:
+                log.warning("model %s v%d: post-install hook failed: %s", key, version, exc)
+    return True

@@ -1,0 +1,67 @@
+"""Errors of the model layer: training, fast inference and the model registry.
+
+Every error derives from :class:`ModelError`, itself an :class:`~app.errors.RttError`, so a caller can
+catch the whole layer at once or one case precisely.
+
+>>> issubclass(IntegrityError, RttError)
+True
+>>> str(NotEnoughSamplesError(3, 20))
+'3 usable samples, at least 20 needed to train'
+"""
+
+from __future__ import annotations
+
+from app.errors import RttError
+
+
+class ModelError(RttError):
+    """Base of every error of :mod:`app.model`."""
+
+
+class TrainingError(ModelError, ValueError):
+    """The training data cannot be used: mismatched shapes, wrong feature names, bad arguments."""
+
+
+class NotEnoughSamplesError(TrainingError):
+    """Too few usable rows to train (and hold some out)."""
+
+    def __init__(self, n: int, needed: int) -> None:
+        self.n = n
+        self.needed = needed
+        super().__init__(f"{n} usable samples, at least {needed} needed to train")
+
+
+class UnsupportedModelError(ModelError, ValueError):
+    """A booster the fast predictor cannot evaluate (objective, multi-target, categorical splits, ...)."""
+
+
+class ModelFormatError(ModelError, ValueError):
+    """A blob or file that is not a readable XGBoost model."""
+
+
+class RegistryError(ModelError):
+    """The model registry cannot do what was asked (bad model key, nothing to roll back to, ...)."""
+
+
+class ModelNotFoundError(RegistryError, LookupError):
+    """No such model key, version or current version in the registry."""
+
+    def __init__(self, model_key: str, version: int | None = None, detail: str = "") -> None:
+        self.model_key = model_key
+        self.version = version
+        what = f"model {model_key!r}" if version is None else f"model {model_key!r} version {version}"
+        super().__init__(detail or f"{what} not found in the registry")
+
+
+class IntegrityError(RegistryError):
+    """A stored blob does not match the sha256 recorded with it (tampered or truncated)."""
+
+    def __init__(self, model_key: str, version: int, expected: str, actual: str) -> None:
+        self.model_key = model_key
+        self.version = version
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"model {model_key!r} version {version}: sha256 {actual[:12]}... does not match the recorded "
+            f"{expected[:12]}..., refusing to load it"
+        )

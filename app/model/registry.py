@@ -1,0 +1,61 @@
+"""The model registry: versioned XGBoost blobs (UBJ or JSON, never pickle) with sha256 and a current pointer.
+
+Two stores implement :class:`ModelStore`: :class:`RedisModelStore` (production; every process sees the
+same models) and :class:`DirectoryModelStore` (a local directory, when no Redis is configured).
+:func:`open_store` picks one from the settings. The life of a model version::
+
+    record = store.save(key, booster_to_bytes(result.booster), fmt="ubj", ...)   # a challenger
+    if challenger_wins:
+        store.promote(key, record.version)                                        # now the champion
+    ...
+    store.rollback(key)                                                           # back to the previous one
+
+``save`` never changes what ``load(key)`` returns: only ``promote`` and ``rollback`` move the current
+pointer. Each store keeps the newest ``keep`` versions and the current one; older blobs are deleted.
+
+>>> import tempfile
+>>> store = DirectoryModelStore(tempfile.mkdtemp(), keep=2)
+>>> r = store.save("gCTF:gpu", b"blob-1", fmt="json", features=["a"], params={}, metrics={}, n_samples=1)
+>>> r.version, store.current("gCTF:gpu")
+(1, None)
+>>> store.promote("gCTF:gpu", 1).version, store.load("gCTF:gpu")[0]
+(1, b'blob-1')
+"""
+
+from __future__ import annotations
+
+from app.config import Settings
+from app.model.errors import IntegrityError, ModelNotFoundError, RegistryError
+from app.model.fast import FastPredictor
+from app.model.registry_base import ModelRecord, ModelStore
+from app.model.registry_directory import DirectoryModelStore
+from app.model.registry_redis import RedisModelStore
+
+__all__ = [
+    "DirectoryModelStore",
+    "IntegrityError",
+    "ModelNotFoundError",
+    "ModelRecord",
+    "ModelStore",
+    "RedisModelStore",
+    "RegistryError",
+    "load_predictor",
+    "open_store",
+]
+
+
+def open_store(settings: Settings, keep: int = 5) -> ModelStore:
+    """:class:`RedisModelStore` at ``settings.redis_url`` when set, else a :class:`DirectoryModelStore`
+    at ``settings.models_path``."""
+    if settings.redis_url:
+        return RedisModelStore(settings.redis_url, keep=keep)
+    return DirectoryModelStore(settings.models_path, keep=keep)
+
+
+def load_predictor(store: ModelStore, model_key: str, version: int | None = None) -> tuple[FastPredictor, ModelRecord]:
+    """The verified blob of ``model_key`` (current version by default) as a warmed-up :class:`FastPredictor`.
+
+    The predictor's feature names are the record's, so rows built for the record match the model.
+    """
+    blob, record = store.load(model_key, version)
+    return FastPredictor.from_bytes(blob, record.features or None), record

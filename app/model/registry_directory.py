@@ -1,0 +1,171 @@
+"""The model registry in a local directory, for when no Redis is configured.
+
+Layout: ``<root>/<model key>/<version>.<fmt>`` (the blob, ``ubj`` or ``json``), ``<version>.meta.json``
+(its :class:`ModelRecord`)
+and ``CURRENT`` (the current version number). Every file is written to a temporary name and renamed
+into place, and the blob is in place before its metadata, so a reader — which only looks at versions
+that have a ``.meta.json`` — never sees metadata without its blob. Writers of one key serialise on an
+``flock`` of ``<root>/<model key>/.lock`` (several processes may share the directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.clock import Clock, SystemClock
+from app.model.errors import ModelNotFoundError
+from app.model.registry_base import (
+    FORMATS,
+    ModelRecord,
+    check_keep,
+    check_model_key,
+    new_record,
+    previous_version,
+    verify,
+    versions_to_drop,
+)
+
+log = logging.getLogger(__name__)
+
+CURRENT = "CURRENT"
+META = ".meta.json"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+class DirectoryModelStore:
+    """:class:`~app.model.registry_base.ModelStore` over files under ``path`` (created if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], keep: int = 5, clock: Clock | None = None) -> None:
+        self.path = Path(path)
+        self.keep = check_keep(keep)
+        self._clock = clock or SystemClock()
+
+    # -- layout
+    def _dir(self, model_key: str) -> Path:
+        return self.path / check_model_key(model_key)
+
+    def _kept(self, model_key: str) -> list[int]:
+        d = self._dir(model_key)
+        if not d.is_dir():
+            return []
+        names = (p.name.removesuffix(META) for p in d.glob(f"*{META}"))
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def _current_version(self, model_key: str) -> int | None:
+        try:
+            return int((self._dir(model_key) / CURRENT).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _record(self, model_key: str, version: int) -> ModelRecord:
+        try:
+            return ModelRecord.from_json((self._dir(model_key) / f"{version}{META}").read_bytes())
+        except FileNotFoundError:
+            raise ModelNotFoundError(model_key, version) from None
+
+    @contextlib.contextmanager
+    def _locked(self, model_key: str) -> Iterator[Path]:
+        d = self._dir(model_key)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / ".lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield d
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _trim(self, model_key: str, d: Path) -> None:
+        for v in versions_to_drop(self._kept(model_key), self._current_version(model_key), self.keep):
+            (d / f"{v}{META}").unlink(missing_ok=True)  # metadata first: the version disappears at once
+            for fmt in FORMATS:
+                (d / f"{v}.{fmt}").unlink(missing_ok=True)
+            log.debug("model %s: dropped version %d", model_key, v)
+
+    # -- ModelStore
+    def save(
+        self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
+        metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
+    ) -> ModelRecord:
+        with self._locked(model_key) as d:
+            version = max(self._kept(model_key), default=0) + 1
+            blob_path = d / f"{version}.{fmt}"
+            record = new_record(
+                model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,
+                n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(),
+                location=str(blob_path.resolve()),
+            )
+            _atomic_write(blob_path, blob)
+            _atomic_write(d / f"{version}{META}", record.to_json())
+            self._trim(model_key, d)
+        log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
+        return record
+
+    def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]:
+        if version is None:
+            version = self._current_version(model_key)
+            if version is None:
+                raise ModelNotFoundError(model_key, detail=f"model {model_key!r} has no current version")
+        record = self._record(model_key, version)
+        try:
+            blob = (self._dir(model_key) / f"{version}.{record.format}").read_bytes()
+        except FileNotFoundError:
+            raise ModelNotFoundError(model_key, version) from None
+        return verify(model_key, version, blob, record.sha256), record
+
+    def current(self, model_key: str) -> ModelRecord | None:
+        version = self._current_version(model_key)
+        if version is None:
+            return None
+        try:
+            return self._record(model_key, version)
+        except ModelNotFoundError:
+            return None
+
+    def versions(self, model_key: str) -> list[ModelRecord]:
+        out = []
+        for v in self._kept(model_key):
+            with contextlib.suppress(ModelNotFoundError):
+                out.append(self._record(model_key, v))
+        return out
+
+    def promote(self, model_key: str, version: int) -> ModelRecord:
+        with self._locked(model_key) as d:
+            return self._promote_locked(model_key, version, d)
+
+    def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
+        with self._locked(model_key) as d:
+            if to_version is None:
+                to_version = previous_version(model_key, self._kept(model_key), self._current_version(model_key))
+            return self._promote_locked(model_key, to_version, d)
+
+    def _promote_locked(self, model_key: str, version: int, d: Path) -> ModelRecord:
+        record = self._record(model_key, version)
+        _atomic_write(d / CURRENT, str(version).encode())
+        self._trim(model_key, d)
+        log.info("model %s: version %d is current", model_key, version)
+        return record
+
+    def keys(self) -> list[str]:
+        if not self.path.is_dir():
+            return []
+        return sorted(d.name for d in self.path.iterdir() if d.is_dir() and any(d.glob(f"*{META}")))

@@ -1,0 +1,184 @@
+"""The model registry in Redis: blobs and JSON metadata, written together in one MULTI/EXEC.
+
+Keys, under ``<namespace>`` (model keys contain ``:`` themselves; the suffixes keep keys unique):
+
+* ``<ns>:models`` — set of model keys
+* ``<ns>:model:<key>:seq`` — version counter (``INCR``: versions are never reused)
+* ``<ns>:model:<key>:versions`` — sorted set of kept versions
+* ``<ns>:model:<key>:blob:<v>`` / ``:meta:<v>`` — the blob and its :class:`ModelRecord` JSON
+* ``<ns>:model:<key>:current`` — the current version
+
+A blob and its metadata are set (and deleted) in one transaction, so a reader never sees one without
+the other; readers fetch both in one transaction too. Moving ``current`` and trimming old versions
+``WATCH`` the keys they depend on and retry when another writer got there first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+from app.clock import Clock, SystemClock
+from app.model.errors import ModelNotFoundError
+from app.model.registry_base import (
+    ModelRecord,
+    check_keep,
+    check_model_key,
+    new_record,
+    previous_version,
+    verify,
+    versions_to_drop,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _ints(values: Any) -> list[int]:
+    """Sorted ints of what ZRANGE returned (redis-py's return types are too wide for mypy)."""
+    return sorted(int(v) for v in values)
+
+
+class RedisModelStore:
+    """:class:`~app.model.registry_base.ModelStore` in Redis at ``url`` (``redis://host:port/db``)."""
+
+    def __init__(self, url: str, keep: int = 5, namespace: str = "rttsched", clock: Clock | None = None) -> None:
+        if not namespace or any(c.isspace() for c in namespace):
+            raise ValueError(f"namespace: must be a non-empty word (got {namespace!r})")
+        self.keep = check_keep(keep)
+        self.namespace = namespace
+        self._redis = redis.Redis.from_url(url)
+        self._clock = clock or SystemClock()
+        kw = self._redis.connection_pool.connection_kwargs
+        self._where = f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+    @property
+    def client(self) -> redis.Redis:
+        """The underlying redis-py client (for health checks and operations tooling)."""
+        return self._redis
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # -- key names
+    def _k(self, model_key: str, *parts: object) -> str:
+        return ":".join([self.namespace, "model", check_model_key(model_key), *map(str, parts)])
+
+    def _current_version(self, model_key: str) -> int | None:
+        raw: Any = self._redis.get(self._k(model_key, "current"))
+        return int(raw) if raw is not None else None
+
+    def _kept(self, model_key: str) -> list[int]:
+        return _ints(self._redis.zrange(self._k(model_key, "versions"), 0, -1))
+
+    def _record(self, model_key: str, version: int) -> ModelRecord:
+        raw = self._redis.get(self._k(model_key, "meta", version))
+        if raw is None:
+            raise ModelNotFoundError(model_key, version)
+        return ModelRecord.from_json(raw)
+
+    def _trim(self, model_key: str) -> None:
+        versions_key, current_key = self._k(model_key, "versions"), self._k(model_key, "current")
+        with self._redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(versions_key, current_key)
+                    kept = _ints(pipe.zrange(versions_key, 0, -1))
+                    raw: Any = pipe.get(current_key)
+                    drop = versions_to_drop(kept, int(raw) if raw is not None else None, self.keep)
+                    if not drop:
+                        pipe.unwatch()
+                        return
+                    pipe.multi()
+                    pipe.zrem(versions_key, *drop)
+                    for v in drop:
+                        pipe.delete(self._k(model_key, "blob", v), self._k(model_key, "meta", v))
+                    pipe.execute()
+                    log.debug("model %s: dropped versions %s", model_key, drop)
+                    return
+                except redis.WatchError:
+                    continue
+
+    # -- ModelStore
+    def save(
+        self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
+        metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
+    ) -> ModelRecord:
+        check_model_key(model_key)
+        version = int(self._redis.incr(self._k(model_key, "seq")))
+        blob_key = self._k(model_key, "blob", version)
+        record = new_record(
+            model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,
+            n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(),
+            location=f"{self._where}#{blob_key}",
+        )
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(blob_key, blob)
+            pipe.set(self._k(model_key, "meta", version), record.to_json())
+            pipe.zadd(self._k(model_key, "versions"), {str(version): version})
+            pipe.sadd(f"{self.namespace}:models", model_key)
+            pipe.execute()
+        self._trim(model_key)
+        log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
+        return record
+
+    def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]:
+        if version is None:
+            version = self._current_version(model_key)
+            if version is None:
+                raise ModelNotFoundError(model_key, detail=f"model {model_key!r} has no current version")
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self._k(model_key, "blob", version))
+            pipe.get(self._k(model_key, "meta", version))
+            blob, meta = pipe.execute()
+        if blob is None or meta is None:
+            raise ModelNotFoundError(model_key, version)
+        record = ModelRecord.from_json(meta)
+        return verify(model_key, version, bytes(blob), record.sha256), record
+
+    def current(self, model_key: str) -> ModelRecord | None:
+        version = self._current_version(model_key)
+        if version is None:
+            return None
+        try:
+            return self._record(model_key, version)
+        except ModelNotFoundError:
+            return None
+
+    def versions(self, model_key: str) -> list[ModelRecord]:
+        kept = self._kept(model_key)
+        if not kept:
+            return []
+        raws = self._redis.mget([self._k(model_key, "meta", v) for v in kept])
+        return [ModelRecord.from_json(r) for r in raws if r is not None]
+
+    def promote(self, model_key: str, version: int) -> ModelRecord:
+        meta_key = self._k(model_key, "meta", version)
+        with self._redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(meta_key)
+                    raw = pipe.get(meta_key)
+                    if raw is None:
+                        pipe.unwatch()
+                        raise ModelNotFoundError(model_key, version)
+                    pipe.multi()
+                    pipe.set(self._k(model_key, "current"), version)
+                    pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue
+        self._trim(model_key)
+        log.info("model %s: version %d is current", model_key, version)
+        return ModelRecord.from_json(raw)
+
+    def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
+        if to_version is None:
+            to_version = previous_version(model_key, self._kept(model_key), self._current_version(model_key))
+        return self.promote(model_key, to_version)
+
+    def keys(self) -> list[str]:
+        return sorted(k.decode() if isinstance(k, bytes) else str(k)
+                      for k in self._redis.smembers(f"{self.namespace}:models"))

@@ -1,0 +1,158 @@
+"""Redis layout of the latest view, so a restarted extender is ready in well under a second.
+
+The worker writes the latest value of each node as it emits it; the extender writes the model-updates it
+applied; anyone who knows what runs where may write the running-apps view. Values are JSON (orjson), the
+first three exactly the topic message values (checked against ``topics/`` when read)::
+
+    rttsched:{prefix}features:{node}          node-features value          (worker)
+    rttsched:{prefix}weights:{node}           node-weights value           (worker)
+    rttsched:{prefix}model-updates:{key}      model-updates value          (extender, trainer)
+    rttsched:{prefix}running:{node}           {"apps": {app: count}, "ts": unix seconds}
+
+``{prefix}`` is ``Settings.topic_prefix``, so deployments (and tests) sharing a Redis never mix views.
+Helpers take any client with the ``redis.asyncio.Redis`` methods ``set``, ``mget`` and ``scan_iter``.
+
+>>> keys = CacheKeys("t1-")
+>>> keys.features("gpu-1"), keys.model_update("gCTF:gpu")
+('rttsched:t1-features:gpu-1', 'rttsched:t1-model-updates:gCTF:gpu')
+>>> keys.kind_of(keys.weights("gpu-1"))
+('weights', 'gpu-1')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import orjson
+
+from app.contracts.codec import decode
+from app.errors import ContractError
+
+log = logging.getLogger(__name__)
+
+ROOT = "rttsched"
+KINDS = {"features": "node-features", "weights": "node-weights", "model-updates": "model-updates", "running": ""}
+
+
+class AsyncRedis(Protocol):  # the subset of redis.asyncio.Redis used here
+    async def set(self, name: str, value: bytes) -> Any: ...
+    async def mget(self, keys: list[str]) -> list[bytes | None]: ...
+    def scan_iter(self, match: str, count: int) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheKeys:
+    """Key names under one namespace (``Settings.topic_prefix``)."""
+
+    prefix: str = ""
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{ROOT}:{self.prefix}{kind}:{name}"
+
+    def features(self, node: str) -> str:
+        return self._key("features", node)
+
+    def weights(self, node: str) -> str:
+        return self._key("weights", node)
+
+    def model_update(self, model_key: str) -> str:
+        return self._key("model-updates", model_key)
+
+    def running(self, node: str) -> str:
+        return self._key("running", node)
+
+    def pattern(self, kind: str) -> str:
+        return self._key(kind, "*")
+
+    def kind_of(self, key: str) -> tuple[str, str]:
+        """(kind, name) of a key of this namespace; ValueError otherwise."""
+        head = f"{ROOT}:{self.prefix}"
+        if key.startswith(head):
+            kind, sep, name = key[len(head):].partition(":")
+            if sep and kind in KINDS:
+                return kind, name
+        raise ValueError(f"{key!r} is not a {head}* cache key")
+
+
+@dataclasses.dataclass
+class CachedView:
+    features: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    weights: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    model_updates: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    running: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    rejected: int = 0  # values that did not satisfy their contract
+
+    def __len__(self) -> int:
+        return len(self.features) + len(self.weights) + len(self.model_updates) + len(self.running)
+
+
+def encode_running(apps: Mapping[str, int], ts: float) -> bytes:
+    return orjson.dumps({"apps": {str(a): int(c) for a, c in apps.items()}, "ts": float(ts)})
+
+
+def decode_running(raw: bytes) -> dict[str, int]:
+    """The ``apps`` map of a running-apps value; ContractError when it is not one."""
+    try:
+        doc = orjson.loads(raw)
+        apps = doc["apps"]
+        return {str(a): int(c) for a, c in apps.items()}
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ContractError("bad_running_apps", str(exc)) from None
+
+
+async def store_features(client: AsyncRedis, keys: CacheKeys, value: Mapping[str, Any]) -> None:
+    await client.set(keys.features(value["node"]), orjson.dumps(value))
+
+
+async def store_weights(client: AsyncRedis, keys: CacheKeys, value: Mapping[str, Any]) -> None:
+    await client.set(keys.weights(value["node"]), orjson.dumps(value))
+
+
+async def store_model_update(client: AsyncRedis, keys: CacheKeys, value: Mapping[str, Any]) -> None:
+    await client.set(keys.model_update(value["model_key"]), orjson.dumps(value))
+
+
+async def store_running(client: AsyncRedis, keys: CacheKeys, node: str, apps: Mapping[str, int], ts: float) -> None:
+    await client.set(keys.running(node), encode_running(apps, ts))
+
+
+async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
+    out = []
+    async for key in client.scan_iter(match=pattern, count=1000):
+        out.append(key.decode() if isinstance(key, bytes) else str(key))
+    return out
+
+
+async def load_running(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> dict[str, dict[str, int]]:
+    """The running-apps view of every node that has one."""
+    view = CachedView()
+    await _load_kind(client, keys, "running", view, batch)
+    return view.running
+
+
+async def load_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> CachedView:
+    """Everything cached under ``keys``; values that fail their contract are skipped (and counted)."""
+    view = CachedView()
+    for kind in KINDS:
+        await _load_kind(client, keys, kind, view, batch)
+    return view
+
+
+async def _load_kind(client: AsyncRedis, keys: CacheKeys, kind: str, view: CachedView, batch: int) -> None:
+    names = await _scan(client, keys.pattern(kind))
+    for start in range(0, len(names), batch):
+        chunk = names[start:start + batch]
+        for key, raw in zip(chunk, await client.mget(chunk), strict=True):
+            if raw is None:
+                continue
+            try:
+                if kind == "running":
+                    view.running[keys.kind_of(key)[1]] = decode_running(raw)
+                else:
+                    getattr(view, kind.replace("-", "_")).append(decode(KINDS[kind], raw))
+            except ContractError as exc:
+                view.rejected += 1
+                log.warning("cached %s is not valid (%s), skipped", key, exc.reason)

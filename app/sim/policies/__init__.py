@@ -1,0 +1,62 @@
+"""Placement policies, one file each, all behind :class:`app.sim.policies.base.Policy`.
+
+:func:`make_policy` builds one by name with its own seeded generator; :data:`POLICY_NAMES` lists them
+in report order (baselines first, the oracle last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from app.sim.policies.base import BasePolicy, Policy, PolicyError, PolicyTrace
+from app.sim.policies.kube_default import KubeDefault
+from app.sim.policies.load_aware import LoadAware
+from app.sim.policies.oracle import Oracle
+from app.sim.policies.simple import RandomChoice, RoundRobin
+
+PolicyFactory = Callable[[np.random.Generator], Policy]
+
+
+def _rtt_aware(rng: np.random.Generator) -> Policy:
+    from app.sim.policies.rtt_aware import RttAware  # heavy: xgboost, model and drift code
+
+    return RttAware(rng)
+
+
+FACTORIES: dict[str, PolicyFactory] = {
+    "kube_default": KubeDefault,
+    "round_robin": lambda rng: RoundRobin(),
+    "random": RandomChoice,
+    "load_aware": LoadAware,
+    "rtt_aware": _rtt_aware,
+    "oracle": lambda rng: Oracle(),
+}
+POLICY_NAMES = tuple(FACTORIES)
+
+
+def make_policy(name: str, rng: np.random.Generator) -> Policy:
+    try:
+        factory = FACTORIES[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
+    return factory(rng)
+
+
+def parse_policies(spec: str) -> list[str]:
+    """``"all"`` or a comma-separated list of policy names, validated.
+
+    >>> parse_policies("oracle,random")
+    ['oracle', 'random']
+    """
+    if spec.strip() == "all":
+        return list(POLICY_NAMES)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for n in names:
+        if n not in FACTORIES:
+            raise PolicyError(f"unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}")
+    return names
+
+
+__all__ = ["POLICY_NAMES", "BasePolicy", "Policy", "PolicyError", "PolicyTrace", "make_policy", "parse_policies"]

@@ -1,0 +1,95 @@
+"""What a placement policy may see: the task, and a read-only view of the cluster.
+
+Policies see what a real scheduler could know - node hardware, requested resources (the scheduler's own
+bookkeeping), pods it just placed, and the scraped metrics - plus :meth:`ClusterView.expected_ms`, the
+simulator's ground truth, which only the oracle policy uses.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+
+from app.sim.apps import APPS, AppProfile
+from app.sim.hardware import NodeSpec
+from app.sim.state import NodeRuntime
+
+HISTORY_SCRAPES = 10
+
+
+class Task:
+    """One task: identity, app, input size, its arrival, and its pre-drawn noise (standard normal)."""
+
+    __slots__ = ("idx", "task_id", "app", "profile", "input_mb", "submit_s", "noise_z")
+
+    def __init__(self, idx: int, app: str, input_mb: float, submit_s: float, noise_z: float) -> None:
+        self.idx = idx
+        self.task_id = f"t{idx:07d}"
+        self.app = app
+        self.profile: AppProfile = APPS[app]
+        self.input_mb = input_mb
+        self.submit_s = submit_s
+        self.noise_z = noise_z
+
+    def __repr__(self) -> str:
+        return f"Task({self.task_id}, {self.app}, {self.input_mb:.1f} MB)"
+
+
+class ClusterView:
+    """Read-only view over the simulated cluster (names are node names)."""
+
+    def __init__(self, runtimes: Mapping[str, NodeRuntime], now: Callable[[], float], start_ts: float) -> None:
+        self._rt = runtimes
+        self._now = now
+        self.start_ts = start_ts
+        self._latest: dict[str, Mapping[str, float]] = {}
+        self._history: dict[str, deque[Mapping[str, float]]] = {n: deque(maxlen=HISTORY_SCRAPES) for n in runtimes}
+
+    # -- time
+    @property
+    def now(self) -> float:
+        """Simulated seconds since the start of the run."""
+        return self._now()
+
+    @property
+    def ts(self) -> float:
+        """Unix seconds of the simulated now (what messages carry)."""
+        return self.start_ts + self._now()
+
+    # -- nodes
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        return tuple(rt.spec for rt in self._rt.values() if rt.joined)
+
+    def node(self, name: str) -> NodeSpec:
+        return self._rt[name].spec
+
+    def requested(self, name: str) -> tuple[float, float, int]:
+        """(CPU cores, host memory GB, GPU shares) requested by the tasks running on ``name``."""
+        rt = self._rt[name]
+        return rt.cpu_used, rt.mem_used, rt.gpu_shares_used
+
+    def running(self, name: str) -> int:
+        return self._rt[name].running
+
+    def placed_since_scrape(self, name: str) -> int:
+        """Tasks placed on ``name`` since its last scrape (metrics do not show them yet)."""
+        return self._rt[name].placed_since_scrape
+
+    # -- metrics
+    def latest_metrics(self, name: str) -> Mapping[str, float] | None:
+        return self._latest.get(name)
+
+    def metric_history(self, name: str) -> Sequence[Mapping[str, float]]:
+        """The last scrapes of ``name``, oldest first (at most ``HISTORY_SCRAPES``)."""
+        return self._history[name]
+
+    def record_scrape(self, name: str, metrics: Mapping[str, float]) -> None:
+        """Called by the cluster on every scrape; policies never call it."""
+        self._latest[name] = metrics
+        self._history[name].append(metrics)
+
+    # -- ground truth (oracle only)
+    def expected_ms(self, task: Task, name: str) -> float:
+        """The true expected service time of ``task`` if it started on ``name`` now."""
+        return self._rt[name].expected_ms(task.profile, task.input_mb)

@@ -1,0 +1,77 @@
+"""The worker's Faust app, built by a factory: no app exists at import time.
+
+:func:`create_app` makes the app from :class:`~app.config.Settings` and runs each component's
+``register(app, settings)`` on it; a component adds agents, timers and tables and may read the shared
+:class:`~app.streams.context.WorkerContext` (``context_of(app)``). The default components are listed in
+:data:`DEFAULT_COMPONENTS`; docs/worker.md shows how to add one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import faust
+
+from app.clock import Clock
+from app.config import Settings
+from app.contracts import contract
+from app.streams.context import attach
+from app.streams.metrics import register_metrics_page
+from app.streams.node_features import register_node_features
+from app.streams.options import WorkerOptions
+
+Component = Callable[[faust.App, Settings], object]
+
+DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features,)
+
+
+def broker_urls(bootstrap: str) -> list[str]:
+    """``host:port[,host:port]`` as Faust broker URLs.
+
+    >>> broker_urls("a:9092, b:9093")
+    ['kafka://a:9092', 'kafka://b:9093']
+    """
+    return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+
+
+def create_app(settings: Settings, *, id: str | None = None, components: Sequence[Component] | None = None,
+               options: WorkerOptions | None = None, clock: Clock | None = None) -> faust.App:
+    """Build the worker app.
+
+    Parameters
+    ----------
+    settings : Settings
+        Broker (``bootstrap_servers``), topic prefix, windows, metrics port (0: no web server).
+    id : str, optional
+        Faust app id = consumer group and prefix of internal topics; default
+        ``"{topic_prefix}rttsched-worker"``. Workers with the same id split the partitions.
+    components : sequence of ``register(app, settings)``, optional
+        Default :data:`DEFAULT_COMPONENTS`.
+    options, clock
+        Worker options (default from settings) and the clock (tests inject one).
+    """
+    opts = options or WorkerOptions.from_settings(settings)
+    partitions = contract("node-metrics").partitions
+    app = faust.App(
+        id or f"{settings.topic_prefix}rttsched-worker",
+        broker=broker_urls(settings.bootstrap_servers),
+        store="memory://",
+        autodiscover=False,
+        datadir=opts.datadir,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=partitions,
+        topic_disable_leader=True,
+        broker_session_timeout=opts.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, opts.session_timeout_s / 3),
+        producer_linger=0.005,
+        web_enabled=settings.metrics_port > 0,
+        web_port=settings.metrics_port or 6066,
+        web_host="127.0.0.1",
+        web_bind="0.0.0.0",
+    )
+    attach(app, settings, opts, clock)
+    register_metrics_page(app)
+    for register in DEFAULT_COMPONENTS if components is None else components:
+        register(app, settings)
+    return app

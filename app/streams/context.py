@@ -1,0 +1,46 @@
+"""What every component of one worker app shares: settings, options, clock, dead letters, handles.
+
+:func:`~app.streams.app.create_app` attaches one :class:`WorkerContext` to the app it builds; a component
+(``register_*(app, settings)``) reads it with :func:`context_of` and may publish a handle for others in
+``handles`` (the node-features component publishes its :class:`~app.streams.node_table.NodeStore`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import faust
+
+from app.clock import Clock, SystemClock
+from app.config import Settings
+from app.errors import ConfigError
+from app.streams.deadletter import DeadLetters
+from app.streams.options import WorkerOptions
+
+
+@dataclasses.dataclass
+class WorkerContext:
+    settings: Settings
+    options: WorkerOptions
+    dead: DeadLetters
+    clock: Clock = dataclasses.field(default_factory=SystemClock)
+    handles: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()
+
+
+def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Clock | None = None) -> WorkerContext:
+    ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock), clock or SystemClock())
+    _CONTEXTS[app] = ctx
+    return ctx
+
+
+def context_of(app: faust.App) -> WorkerContext:
+    """The context of an app built by ``create_app``."""
+    try:
+        return _CONTEXTS[app]
+    except KeyError:
+        raise ConfigError("app", f"{app.conf.id!r} was not built by app.streams.app.create_app") from None

@@ -1,0 +1,145 @@
+"""Bounded per-model-key history of training samples, stored compactly, turned into (X, y) on demand.
+
+One training-samples message becomes one row: its ``features`` map, the hardware descriptors of its
+node (:func:`app.features.hardware.hardware_features`) and ``task_input_size_mb``. Rows are float32
+arrays over a per-key vocabulary of feature names that only grows (a row shorter than the vocabulary
+is NaN — missing — in the columns added after it), so 50,000 rows of 100 features take about 25 MB
+instead of the ~350 MB of as many dicts. The oldest rows fall out first (``deque(maxlen)``).
+
+>>> h = SampleHistory(max_per_key=2)
+>>> for i, rtt in enumerate([100.0, 200.0, 300.0]):
+...     h.add({"model_key": "gCTF:gpu", "node_class": "gpu", "gpu_model": "Tesla K20c", "started_ts": i,
+...            "rtt_ms": rtt, "input_size_mb": 8.0, "features": {"cpu_iowait__mean": float(i)}})
+>>> ds = h.dataset("gCTF:gpu")
+>>> ds.y.tolist(), ds.column("cpu_iowait__mean").tolist(), ds.column("hw_gpu_fp32_tflops").tolist()
+([200.0, 300.0], [1.0, 2.0], [3.5199999809265137, 3.5199999809265137])
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from app.features.hardware import hardware_features
+from app.features.vector import TASK_FEATURES, row
+
+log = logging.getLogger(__name__)
+
+MAX_FEATURES_PER_KEY = 2_000  # names beyond this are dropped: a runaway vocabulary is a bug upstream
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Rows of one model key in time order: ``X`` (float32, NaN = missing), ``y`` (RTT ms), ``ts``."""
+
+    X: np.ndarray
+    y: np.ndarray
+    ts: np.ndarray
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def columns(self, names: Sequence[str]) -> np.ndarray:
+        """``X`` restricted to (and ordered as) ``names``; a name this dataset lacks is an all-NaN column."""
+        index = {n: j for j, n in enumerate(self.names)}
+        out = np.full((len(self), len(names)), np.nan, dtype=np.float32)
+        for k, name in enumerate(names):
+            j = index.get(name)
+            if j is not None:
+                out[:, k] = self.X[:, j]
+        return out
+
+    def column(self, name: str) -> np.ndarray:
+        return self.columns([name])[:, 0]
+
+    def rows(self, start: int, stop: int | None = None) -> Dataset:
+        return Dataset(self.X[start:stop], self.y[start:stop], self.ts[start:stop], self.names)
+
+
+def sample_values(sample: Mapping[str, Any]) -> dict[str, float]:
+    """Every model input of one training sample: metric features, hardware descriptors, task size."""
+    values: dict[str, float] = dict(sample.get("features") or {})
+    values.update(hardware_features(str(sample.get("node_class", "")), sample.get("gpu_model")))
+    size = sample.get("input_size_mb")
+    values[TASK_FEATURES[0]] = float(size) if size is not None else float("nan")
+    return values
+
+
+class _KeyHistory:
+    def __init__(self, maxlen: int) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.rows: collections.deque[tuple[float, np.ndarray, float]] = collections.deque(maxlen=maxlen)
+
+    def add(self, ts: float, values: Mapping[str, float], rtt_ms: float) -> None:
+        for name in values:
+            if name not in self.index:
+                if len(self.names) >= MAX_FEATURES_PER_KEY:
+                    log.warning("more than %d feature names for one key: dropping %r", MAX_FEATURES_PER_KEY, name)
+                    continue
+                self.index[name] = len(self.names)
+                self.names.append(name)
+        self.rows.append((ts, row(values, self.names), rtt_ms))
+
+
+class SampleHistory:
+    """The most recent ``max_per_key`` training samples of every model key.
+
+    Parameters
+    ----------
+    max_per_key
+        Bound of each key's history, ``>= 1`` (the oldest sample is dropped first).
+    """
+
+    def __init__(self, max_per_key: int = 50_000) -> None:
+        if max_per_key < 1:
+            raise ValueError(f"max_per_key must be >= 1 (got {max_per_key})")
+        self.max_per_key = int(max_per_key)
+        self._keys: dict[str, _KeyHistory] = {}
+
+    def add(self, sample: Mapping[str, Any]) -> None:
+        """Add one decoded training-samples value (its ``model_key`` says where)."""
+        key = str(sample["model_key"])
+        hist = self._keys.get(key)
+        if hist is None:
+            hist = self._keys[key] = _KeyHistory(self.max_per_key)
+        hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]))
+
+    def __len__(self) -> int:
+        return sum(len(h.rows) for h in self._keys.values())
+
+    def count(self, key: str) -> int:
+        hist = self._keys.get(key)
+        return len(hist.rows) if hist else 0
+
+    def keys(self) -> list[str]:
+        return sorted(self._keys)
+
+    def snapshot(self, key: str) -> tuple[tuple[str, ...], list[tuple[float, np.ndarray, float]]]:
+        """A cheap copy of one key's rows (for building the dataset off the event loop)."""
+        hist = self._keys.get(key)
+        if hist is None:
+            return (), []
+        return tuple(hist.names), list(hist.rows)
+
+    def dataset(self, key: str) -> Dataset:
+        return build_dataset(*self.snapshot(key))
+
+
+def build_dataset(names: tuple[str, ...], rows: Sequence[tuple[float, np.ndarray, float]]) -> Dataset:
+    """Stack a snapshot into a :class:`Dataset`, rows sorted by task start time (stable)."""
+    X = np.full((len(rows), len(names)), np.nan, dtype=np.float32)
+    ts = np.empty(len(rows), dtype=np.float64)
+    y = np.empty(len(rows), dtype=np.float64)
+    for i, (t, values, rtt) in enumerate(rows):
+        X[i, : values.shape[0]] = values
+        ts[i] = t
+        y[i] = rtt
+    order = np.argsort(ts, kind="stable")
+    return Dataset(X[order], y[order], ts[order], names)

@@ -1,0 +1,45 @@
+"""Prometheus metrics of the trainer, on a registry of their own (tests build as many as they like)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+OUTCOMES = ("promoted", "rejected", "failed", "insufficient_data")
+TRAINING_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+PROMOTION_BUCKETS_S = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class TrainerMetrics:
+    """The trainer's series.
+
+    * ``rtt_trainer_retrains_total{reason, outcome}``: retrains by event reason and outcome
+      (``promoted | rejected | failed | insufficient_data``);
+    * ``rtt_trainer_events_coalesced_total``: events dropped because their key was already training;
+    * ``rtt_trainer_drift_to_promotion_seconds``: from the event's ``onset_ts`` (the detector's estimate
+      of when the error began to rise; the event's ``ts`` without one) to the model-updates message;
+    * ``rtt_trainer_model_version{model_key}``: version announced last;
+    * ``rtt_trainer_training_seconds``: feature selection + training + validation, wall time;
+    * ``rtt_trainer_samples``: samples held in the history, all keys.
+
+    >>> m = TrainerMetrics()
+    >>> m.retrains.labels(reason="drift", outcome="promoted").inc()
+    >>> m.registry.get_sample_value("rtt_trainer_retrains_total", {"reason": "drift", "outcome": "promoted"})
+    1.0
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.retrains = Counter("rtt_trainer_retrains", "Retrains by event reason and outcome",
+                                ["reason", "outcome"], registry=self.registry)
+        self.coalesced = Counter("rtt_trainer_events_coalesced", "Retrain events dropped: key already training",
+                                 registry=self.registry)
+        self.bad_messages = Counter("rtt_trainer_bad_messages", "Messages that broke their contract",
+                                    ["topic", "reason"], registry=self.registry)
+        self.drift_to_promotion = Histogram("rtt_trainer_drift_to_promotion_seconds",
+                                            "Drift onset to model-updates announcement",
+                                            buckets=PROMOTION_BUCKETS_S, registry=self.registry)
+        self.model_version = Gauge("rtt_trainer_model_version", "Version announced last", ["model_key"],
+                                   registry=self.registry)
+        self.training_seconds = Histogram("rtt_trainer_training_seconds", "Selection + training + validation",
+                                          buckets=TRAINING_BUCKETS_S, registry=self.registry)
+        self.samples = Gauge("rtt_trainer_samples", "Training samples held in memory", registry=self.registry)

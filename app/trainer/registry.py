@@ -1,0 +1,90 @@
+"""The trainer's side of the model registry: score the champion, register and promote a challenger.
+
+Blocking (Redis or file I/O): the service calls it from its training thread. The champion is the
+key's *current* version, loaded through :func:`app.model.registry.load_predictor` (sha256 verified)
+and scored on the challenger's holdout with its own feature names. When there is no current version
+the result is None (no champion); when it cannot be loaded or evaluated — a corrupt blob, a booster
+the fast predictor does not support — the champion's RMSE is NaN, so the challenger replaces it.
+
+A challenger is saved (next version number) and promoted only once it has won, so the versions of a
+key are the models that served, in order. The record becomes the model-updates value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from app.config import Settings
+from app.model.errors import ModelError, ModelNotFoundError
+from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
+from app.model.train import booster_to_bytes
+from app.trainer.history import Dataset
+from app.trainer.pipeline import Challenger, score_champion
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ubj"
+
+
+def update_message(record: ModelRecord) -> dict[str, Any]:
+    """The model-updates fields a record provides (the service adds ``ts`` and ``onset_ts``)."""
+    return {"model_key": record.model_key, "version": record.version, "sha256": record.sha256,
+            "features": list(record.features), "metrics": dict(record.metrics), "location": record.location,
+            "format": record.format}
+
+
+class ModelRegistry:
+    """Champion scoring and challenger registration over a :class:`~app.model.registry.ModelStore`.
+
+    Parameters
+    ----------
+    settings
+        Used to open the store when ``store`` is not given.
+    store
+        The store to use (tests pass one with their own namespace).
+    fmt
+        Blob format, ``"ubj"`` (compact) or ``"json"``.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, store: ModelStore | None = None,
+                 fmt: str = FORMAT) -> None:
+        if store is None:
+            if settings is None:
+                raise ValueError("ModelRegistry needs settings or a store")
+            store = open_store(settings)
+        if fmt not in ("ubj", "json"):
+            raise ValueError(f"fmt must be 'ubj' or 'json' (got {fmt!r})")
+        self.store = store
+        self.fmt = fmt
+
+    def champion_metrics(self, model_key: str, holdout: Dataset) -> dict[str, float] | None:
+        """Holdout metrics of the current version; None without one; NaN RMSE when it is unusable."""
+        try:
+            predictor, record = load_predictor(self.store, model_key)
+        except ModelNotFoundError:
+            return None
+        except (ModelError, ValueError) as exc:
+            log.warning("champion of %s cannot be loaded (%s): treating it as unusable", model_key, exc)
+            return {"rmse_ms": math.nan}
+        try:
+            metrics = score_champion(predictor, holdout)
+        except (ModelError, ValueError) as exc:
+            log.warning("champion %s v%d cannot be scored (%s)", model_key, record.version, exc)
+            return {"rmse_ms": math.nan}
+        log.info("champion %s v%d: holdout rmse %.1f ms", model_key, record.version, metrics["rmse_ms"])
+        return metrics
+
+    def register(self, model_key: str, challenger: Challenger) -> dict[str, Any]:
+        """Save the challenger as the next version, make it current, return its model-updates fields."""
+        result = challenger.result
+        holdout = challenger.holdout
+        n = challenger.n_fit + len(holdout)
+        metrics = {**challenger.metrics, **{k: v for k, v in result.metrics.items() if k.startswith("n_")}}
+        metrics["n_holdout"] = float(len(holdout))
+        saved = self.store.save(model_key, booster_to_bytes(result.booster, self.fmt), fmt=self.fmt,
+                                features=list(result.feature_names), params=result.params, metrics=metrics,
+                                n_samples=n, training_window=challenger.fit_window)
+        promoted = self.store.promote(model_key, saved.version)
+        return update_message(promoted)

@@ -1,0 +1,294 @@
+"""The trainer process: retrain-events in, model-updates out, training off the event loop.
+
+Two consumers share one event loop:
+
+* **training-samples**, no consumer group: every partition assigned, read from the earliest retained
+  offset, each sample appended to a bounded per-key :class:`~app.trainer.history.SampleHistory`
+  (every trainer replica needs every key's samples, since any key's event may reach it);
+* **retrain-events**, group ``{topic_prefix}rttsched-trainer`` (replicas share keys; the prefix keeps
+  deployments on one cluster apart); from the earliest offset when the group has none, skipping events
+  older than ``max_event_age_s``.
+
+On an event, after the samples consumer has caught up with the samples topic's end offsets as they
+were at that moment (so a sample produced before the event is in the history), the key's rows go
+through :func:`app.trainer.pipeline.train_challenger` in a one-thread executor. A thread, not a
+process: XGBoost's training and the numba/numpy measures of the selection release the GIL, and a
+process pool would copy the history through pickle on every retrain. The champion is loaded from the
+registry and scored on the same holdout in that thread too; :func:`app.trainer.champion.judge`
+decides; a promoted challenger is saved, promoted and announced on model-updates.
+
+While a key is training, further events for it are coalesced (dropped and counted): the running
+retrain already uses every sample up to its start, and a drift that persists is signalled again by
+the worker once the new model serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from app.clock import Clock, SystemClock
+from app.config import Settings
+from app.contracts import contract, decode, encode
+from app.contracts.keys import parse_model_key
+from app.errors import ContractError
+from app.model.errors import NotEnoughSamplesError
+from app.model.train import MIN_SAMPLES
+from app.trainer.champion import MARGIN, Verdict, judge
+from app.trainer.cpus import pin_cpus
+from app.trainer.history import SampleHistory, build_dataset
+from app.trainer.metrics import TrainerMetrics
+from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, train_challenger
+from app.trainer.registry import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+GROUP_ID = "rttsched-trainer"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one retrain did: ``outcome`` is promoted | rejected | failed | insufficient_data | coalesced."""
+
+    model_key: str
+    reason: str
+    outcome: str
+    version: int | None = None
+    verdict: Verdict | None = None
+    metrics: dict[str, float] | None = None
+    detail: str = ""
+
+
+class TrainerService:
+    """Consume, train, judge, register, announce. ``start()``, then ``stop()`` (or ``async with``).
+
+    Parameters
+    ----------
+    settings
+        Bootstrap servers, topic prefix, registry location.
+    registry
+        Model store access; default :class:`~app.trainer.registry.ModelRegistry` on ``settings``.
+    max_samples_per_key
+        Bound of each key's sample history.
+    cpus
+        CPUs to pin this process to (``os.sched_setaffinity``); None leaves the affinity alone.
+    margin
+        Relative RMSE improvement a challenger needs (:func:`~app.trainer.champion.judge`).
+    holdout_fraction
+        Most recent share of a key's rows kept out of training and used to judge both models.
+    max_event_age_s
+        Events older than this (by their ``ts``) are skipped, so a new group does not replay a week.
+    selector
+        Feature selection (``None``: every varying column).
+    """
+
+    def __init__(self, settings: Settings, *, registry: ModelRegistry | None = None,
+                 max_samples_per_key: int = 50_000, cpus: Iterable[int] | None = None, margin: float = MARGIN,
+                 holdout_fraction: float = HOLDOUT_FRACTION, max_event_age_s: float = 3600.0,
+                 selector: Selector | None = default_selector, metrics: TrainerMetrics | None = None,
+                 clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
+                 train_params: dict[str, Any] | None = None) -> None:
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"margin must be in [0, 1) (got {margin})")
+        if not 0.0 < holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
+        self.settings = settings
+        self.registry = registry or ModelRegistry(settings)
+        self.history = SampleHistory(max_samples_per_key)
+        self.cpus = set(cpus) if cpus is not None else None
+        self.margin = margin
+        self.holdout_fraction = holdout_fraction
+        self.max_event_age_s = max_event_age_s
+        self.selector = selector
+        self.metrics = metrics or TrainerMetrics()
+        self.clock = clock or SystemClock()
+        self.catch_up_timeout_s = catch_up_timeout_s
+        self.train_params = train_params
+        self.outcomes: list[Outcome] = []
+        self._training: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer")
+        self._samples: AIOKafkaConsumer | None = None
+        self._events: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._sample_tps: list[TopicPartition] = []
+        self.crashed: asyncio.Event | None = None
+
+    # -- lifecycle
+    async def start(self) -> None:
+        if self.cpus is not None:
+            pin_cpus(self.cpus)
+        s = self.settings
+        self.crashed = asyncio.Event()
+        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, acks="all")
+        self._samples = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
+                                         enable_auto_commit=False, auto_offset_reset="earliest")
+        self._events = AIOKafkaConsumer(s.topic("retrain-events"), bootstrap_servers=s.bootstrap_servers,
+                                        group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest",
+                                        session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+        topic = s.topic("training-samples")
+        self._sample_tps = [TopicPartition(topic, p) for p in range(contract("training-samples").partitions)]
+        await self._producer.start()
+        await self._samples.start()
+        self._samples.assign(self._sample_tps)
+        await self._events.start()
+        for coro, name in ((self._consume_samples(), "samples"), (self._consume_events(), "events")):
+            self._spawn(coro, name).add_done_callback(self._watch)
+        log.info("trainer started: samples from %s, events from %s", topic, s.topic("retrain-events"))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for client in (self._events, self._samples, self._producer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        log.info("trainer stopped")
+
+    async def __aenter__(self) -> TrainerService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _watch(self, task: asyncio.Task[Any]) -> None:
+        """A consumer loop must never end: if one does, log why and set :attr:`crashed`."""
+        if task.cancelled():
+            return
+        log.error("trainer %s loop ended: %r", task.get_name(), task.exception())
+        if self.crashed is not None:
+            self.crashed.set()
+
+    # -- consuming
+    async def _consume_samples(self) -> None:
+        assert self._samples is not None
+        while True:
+            batches = await self._samples.getmany(timeout_ms=500, max_records=5_000)
+            for tp, records in batches.items():  # no await in here: a batch lands in the history at once
+                for rec in records:
+                    try:
+                        self.history.add(decode("training-samples", rec.value))
+                    except ContractError as exc:
+                        self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
+                        log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
+            self.metrics.samples.set(len(self.history))
+
+    async def _consume_events(self) -> None:
+        assert self._events is not None
+        while True:
+            batches = await self._events.getmany(timeout_ms=500)
+            for records in batches.values():
+                for rec in records:
+                    try:
+                        event = decode("retrain-events", rec.value)
+                        parse_model_key(event["model_key"])
+                    except ContractError as exc:
+                        self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
+                        log.warning("bad retrain event at offset %d: %s", rec.offset, exc)
+                        continue
+                    if self.clock.now() - float(event["ts"]) > self.max_event_age_s:
+                        log.info("skipping stale retrain event for %s (ts %.0f)", event["model_key"], event["ts"])
+                        continue
+                    self.submit(event)
+
+    def submit(self, event: dict[str, Any]) -> asyncio.Task[Outcome] | None:
+        """Start a retrain for the event's key, or coalesce it if that key is training (returns None)."""
+        key = event["model_key"]
+        if key in self._training:
+            self.metrics.coalesced.inc()
+            self.outcomes.append(Outcome(key, event["reason"], "coalesced"))
+            log.info("retrain of %s already running: event coalesced", key)
+            return None
+        self._training.add(key)
+        task: asyncio.Task[Outcome] = self._spawn(self.retrain(event), f"retrain:{key}")
+        task.add_done_callback(lambda _t: self._training.discard(key))
+        return task
+
+    async def catch_up(self) -> bool:
+        """Wait until the samples consumer reached the end offsets of now; False on timeout."""
+        assert self._samples is not None
+        end = await self._samples.end_offsets(self._sample_tps)
+        deadline = time.monotonic() + self.catch_up_timeout_s
+        while time.monotonic() < deadline:
+            positions = [await self._samples.position(tp) for tp in self._sample_tps]
+            if all(pos >= end[tp] for pos, tp in zip(positions, self._sample_tps, strict=True)):
+                return True
+            await asyncio.sleep(0.05)
+        log.warning("samples consumer did not catch up within %.0fs; training on what it has",
+                    self.catch_up_timeout_s)
+        return False
+
+    # -- one retrain
+    async def retrain(self, event: dict[str, Any]) -> Outcome:
+        """Train, judge, and (if better) register and announce a model for ``event["model_key"]``."""
+        key, reason = event["model_key"], event["reason"]
+        try:
+            outcome = await self._retrain(key, reason, event)
+        except Exception as exc:
+            log.exception("retrain of %s failed", key)
+            outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
+        self.metrics.retrains.labels(reason=reason, outcome=outcome.outcome).inc()
+        self.outcomes.append(outcome)
+        return outcome
+
+    async def _retrain(self, key: str, reason: str, event: dict[str, Any]) -> Outcome:
+        _, node_class, _ = parse_model_key(key)
+        await self.catch_up()
+        names, rows = self.history.snapshot(key)
+        if len(rows) - math.ceil(len(rows) * self.holdout_fraction) < MIN_SAMPLES:
+            log.info("retrain of %s: only %d samples", key, len(rows))
+            return Outcome(key, reason, "insufficient_data", detail=f"{len(rows)} samples")
+        loop = asyncio.get_running_loop()
+        run = functools.partial(self._train_and_judge, names, rows, node_class, key)
+        try:
+            challenger, verdict = await loop.run_in_executor(self._executor, run)
+        except NotEnoughSamplesError as exc:
+            return Outcome(key, reason, "insufficient_data", detail=str(exc))
+        self.metrics.training_seconds.observe(challenger.seconds)
+        log.info("retrain of %s (%s): %s, challenger rmse %.1f ms vs champion %s", key, reason, verdict.reason,
+                 verdict.challenger_rmse_ms, verdict.champion_rmse_ms)
+        if not verdict.promote:
+            return Outcome(key, reason, "rejected", verdict=verdict, metrics=challenger.metrics)
+        record = await loop.run_in_executor(self._executor, self.registry.register, key, challenger)
+        await self._announce(record, event)
+        return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
+                       metrics=challenger.metrics)
+
+    def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
+                         key: str) -> tuple[Challenger, Verdict]:
+        ds = build_dataset(names, rows)
+        challenger = train_challenger(ds, node_class, holdout_fraction=self.holdout_fraction,
+                                      selector=self.selector, params=self.train_params)
+        champion = self.registry.champion_metrics(key, challenger.holdout)
+        return challenger, judge(challenger.metrics, champion, margin=self.margin)
+
+    async def _announce(self, record: dict[str, Any], event: dict[str, Any]) -> None:
+        assert self._producer is not None
+        now = self.clock.now()
+        onset = event.get("onset_ts")
+        value = {**record, "ts": now, "onset_ts": onset}
+        await self._producer.send_and_wait(self.settings.topic("model-updates"), encode("model-updates", value),
+                                           key=record["model_key"].encode())
+        self.metrics.model_version.labels(model_key=record["model_key"]).set(record["version"])
+        start = onset if onset is not None else event["ts"]
+        self.metrics.drift_to_promotion.observe(max(0.0, now - float(start)))
+        log.info("announced %s version %d", record["model_key"], record["version"])

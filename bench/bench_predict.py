@@ -1,0 +1,92 @@
+"""Per-call latency of FastPredictor against XGBoost's Booster.inplace_predict.
+
+The model is the GPU-node preset (150 trees, depth 8, learning rate 0.05) trained on synthetic RTT data
+with ~30 features (10 % missing); every batch size N is one pod scored on N candidate nodes.
+
+    python3 bench/bench_predict.py            # full run (~1 min)
+    python3 bench/bench_predict.py --quick    # a few seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import xgboost
+
+from app.model.fast import FastPredictor
+from app.model.presets import xgb_params
+from app.model.train import train_model
+
+BATCHES = (1, 4, 16, 64, 128, 512)
+
+
+def synthetic(n: int, n_features: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    y = 150 + 40 * X[:, 0] + 25 * np.sin(2 * X[:, 1]) + 15 * X[:, 2] * X[:, 3] + 10 * np.abs(X[:, 4])
+    y = y + rng.normal(scale=5, size=n)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    return X, y
+
+
+def timings_us(fn, X: np.ndarray, reps: int) -> np.ndarray:
+    for _ in range(5):
+        fn(X)
+    out = np.empty(reps)
+    for i in range(reps):
+        t0 = time.perf_counter_ns()
+        fn(X)
+        out[i] = (time.perf_counter_ns() - t0) / 1e3
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer training rows and repetitions")
+    ap.add_argument("--features", type=int, default=30)
+    ap.add_argument("--nthread", type=int, default=1,
+                    help="XGBoost threads for training and inplace_predict (0 = all cores; on a busy machine "
+                         "OpenMP's waits make that far slower per call)")
+    args = ap.parse_args(argv)
+    n_rows, reps = (3_000, 60) if args.quick else (20_000, 400)
+
+    print(f"training the GPU preset on {n_rows} rows x {args.features} features ...", file=sys.stderr, flush=True)
+    X, y = synthetic(n_rows, args.features)
+    names = [f"m{i}__mean" for i in range(args.features)]
+    t0 = time.perf_counter()
+    params = {"device": "cpu", "nthread": args.nthread}
+    res = train_model(X, y, names, "gpu", params=params)
+    booster: xgboost.Booster = res.booster
+    preset = xgb_params("gpu", device="cpu")
+    print(f"  trained in {time.perf_counter() - t0:.1f} s; loading FastPredictor ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    fast = FastPredictor.from_booster(booster)
+    load_ms = (time.perf_counter() - t0) * 1e3
+
+    rows, _ = synthetic(max(BATCHES), args.features, seed=1)
+    table = []
+    for i, n in enumerate(BATCHES):
+        print(f"  [{i + 1}/{len(BATCHES)}] N={n}", file=sys.stderr, flush=True)
+        batch = np.ascontiguousarray(rows[:n])
+        want = booster.inplace_predict(batch)
+        err = float(np.max(np.abs(fast.predict(batch) - want) / np.abs(want)))
+        xgb_t = timings_us(lambda a: booster.inplace_predict(a, missing=np.nan), batch, reps)
+        fast_t = timings_us(fast.predict, batch, reps * 4)
+        table.append((n, *np.percentile(xgb_t, [50, 99]), *np.percentile(fast_t, [50, 99]), err))
+
+    print(f"\nmodel: {fast.n_trees} trees, max_depth {preset['max_depth']}, {args.features} features; "
+          f"FastPredictor load {load_ms:.0f} ms; XGBoost nthread {args.nthread}; reps {reps} (fast: {reps * 4})")
+    head = f"{'N':>5} | {'inplace p50 us':>14} {'p99 us':>9} | {'fast p50 us':>11} {'p99 us':>9} | " \
+           f"{'ratio p50':>9} | {'max rel err':>11}"
+    print(head)
+    print("-" * len(head))
+    for n, xp50, xp99, fp50, fp99, err in table:
+        print(f"{n:>5} | {xp50:>14.1f} {xp99:>9.1f} | {fp50:>11.1f} {fp99:>9.1f} | {xp50 / fp50:>8.1f}x | {err:>11.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The trainer on the real broker and a real Redis: cold start promotes v1, a worse challenger is rejected."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+import xgboost
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from app.config import Settings
+from app.contracts import decode, encode
+from app.model.registry import RedisModelStore, load_predictor
+from app.model.train import booster_to_bytes
+from app.trainer.history import SampleHistory
+from app.trainer.registry import ModelRegistry
+from app.trainer.service import TrainerService
+
+pytestmark = pytest.mark.integration
+
+KEY = "gCTF:gpu"
+GPUS = ("Tesla K20c", "Tesla M40", "NVIDIA GeForce RTX 4090")
+FAST = {"n_estimators": 40}
+
+
+def samples(n: int, start: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """gCTF samples whose RTT depends on GPU utilisation and memory used (plus 2 % noise)."""
+    out = []
+    for i in range(start, start + n):
+        util, mem = float(rng.uniform(0, 100)), float(rng.uniform(0, 8000))
+        rtt = (300.0 + 6.0 * util + 0.05 * mem) * float(rng.normal(1.0, 0.02))
+        out.append({
+            "model_key": KEY, "task_id": f"task-{i}", "app": "gCTF", "node": f"gpu-{i % 3}", "node_class": "gpu",
+            "gpu_model": GPUS[i % 3], "started_ts": 1_700_000_000.0 + i, "rtt_ms": rtt, "input_size_mb": 64.0,
+            "window_s": 30.0, "features": {"nvidia_smi_utilization_gpu__mean": util,
+                                           "nvidia_smi_memory_used__mean": mem,
+                                           "cpu_iowait__mean": float(rng.uniform(0, 5))},
+        })
+    return out
+
+
+def event(key: str, reason: str, onset: float | None = None) -> bytes:
+    return encode("retrain-events", {"model_key": key, "reason": reason, "cumulative_error": 0.7,
+                                     "threshold": 0.5, "ts": time.time(), "onset_ts": onset})
+
+
+async def produce(settings: Settings, topic: str, items: list[tuple[str, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        for key, value in items:
+            await producer.send(settings.topic(topic), value, key=key.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def updates(kafka_settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
+    consumer = AIOKafkaConsumer(kafka_settings.topic("model-updates"),
+                                bootstrap_servers=kafka_settings.bootstrap_servers, group_id=None,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    yield consumer
+    await consumer.stop()
+
+
+async def drain(consumer: AIOKafkaConsumer, seconds: float) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        batches = await consumer.getmany(timeout_ms=200)
+        out += [decode("model-updates", r.value) for recs in batches.values() for r in recs]
+        if out:
+            break
+    return out
+
+
+def excellent_champion(store: RedisModelStore, rows: list[dict[str, Any]], names: tuple[str, ...]) -> int:
+    """A model fitted on every row the challenger will be judged on: hard to beat by 2 %."""
+    h = SampleHistory()
+    for s in rows:
+        h.add(s)
+    ds = h.dataset(KEY)
+    X = ds.columns(names)
+    booster = xgboost.train({"max_depth": 10, "eta": 0.3, "base_score": float(ds.y.mean())},
+                            xgboost.DMatrix(X, label=ds.y, feature_names=list(names)), 300)
+    rec = store.save(KEY, booster_to_bytes(booster), fmt="ubj", features=names, params={}, metrics={},
+                     n_samples=len(ds))
+    store.promote(KEY, rec.version)
+    return rec.version
+
+
+async def test_cold_start_promotes_then_worse_challenger_is_rejected(
+        kafka_settings: Settings, redis_url: str, updates: AIOKafkaConsumer) -> None:
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    rng = np.random.default_rng(1)
+    first = samples(300, 0, rng)
+    await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in first])
+    await produce(settings, "retrain-events", [
+        ("upload:cpu", event("upload:cpu", "cold_start")),
+        (KEY, event(KEY, "cold_start", onset=time.time() - 30.0)),
+        (KEY, b"{not json"),
+    ])
+
+    service = TrainerService(settings, registry=ModelRegistry(store=store), train_params=FAST,
+                             catch_up_timeout_s=15.0)
+    async with service:
+        # 1. cold start: version 1 announced, current in the registry, the key with no samples skipped
+        got = await drain(updates, 30.0)
+        assert [(m["model_key"], m["version"]) for m in got] == [(KEY, 1)]
+        msg = got[0]
+        assert msg["format"] == "ubj" and msg["onset_ts"] is not None and msg["metrics"]["mape"] < 0.1
+        assert "nvidia_smi_utilization_gpu__mean" in msg["features"]
+        predictor, record = load_predictor(store, KEY)
+        assert record.version == 1 and record.sha256 == msg["sha256"] and predictor.feature_names == tuple(
+            msg["features"])
+        await wait_for(lambda: len(service.outcomes) >= 2, 10.0, "both cold-start outcomes")
+        by_key = {o.model_key: o.outcome for o in service.outcomes}
+        assert by_key == {KEY: "promoted", "upload:cpu": "insufficient_data"}
+        reg = service.metrics.registry
+        assert reg.get_sample_value("rtt_trainer_model_version", {"model_key": KEY}) == 1.0
+        assert reg.get_sample_value("rtt_trainer_drift_to_promotion_seconds_count") == 1.0
+        assert reg.get_sample_value("rtt_trainer_drift_to_promotion_seconds_sum") >= 30.0
+        assert reg.get_sample_value("rtt_trainer_bad_messages_total",
+                                    {"topic": "retrain-events", "reason": "invalid_json"}) == 1.0
+
+        # 2. an excellent champion is in service: the challenger is rejected, nothing is announced
+        second = samples(200, 300, rng)
+        injected = excellent_champion(store, first + second, tuple(msg["features"]))
+        await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in second])
+        await produce(settings, "retrain-events", [(KEY, event(KEY, "drift", onset=time.time()))])
+        await wait_for(lambda: len(service.outcomes) >= 3, 30.0, "the drift retrain")
+        rejected = service.outcomes[2]
+        assert (rejected.outcome, rejected.verdict and rejected.verdict.reason) == ("rejected", "not_better")
+        assert rejected.verdict is not None and rejected.verdict.champion_rmse_ms is not None
+        assert rejected.verdict.challenger_rmse_ms >= 0.98 * rejected.verdict.champion_rmse_ms
+        assert service.history.count(KEY) == 500  # the retrain saw every sample produced before its event
+        assert await drain(updates, 1.0) == []
+        assert store.current(KEY).version == injected
+        assert reg.get_sample_value("rtt_trainer_retrains_total", {"reason": "drift", "outcome": "rejected"}) == 1.0
+
+        # 3. events for a key that is training are coalesced
+        t1 = service.submit({"model_key": KEY, "reason": "manual", "ts": time.time()})
+        t2 = service.submit({"model_key": KEY, "reason": "manual", "ts": time.time()})
+        assert t1 is not None and t2 is None
+        assert (await t1).outcome == "rejected"
+        assert reg.get_sample_value("rtt_trainer_events_coalesced_total") == 1.0
+    store.close()
+
+
+def test_cli_runs_until_sigterm(kafka_settings: Settings, redis_url: str) -> None:
+    env = {**os.environ, "RTT_KAFKA_BOOTSTRAP": kafka_settings.bootstrap_servers,
+           "RTT_TOPIC_PREFIX": kafka_settings.topic_prefix, "REDIS_URL": redis_url, "RTT_TRAINER_CPUS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "trainer"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        lines = []
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline().decode()
+            lines.append(line)
+            if "trainer started" in line or not line:
+                break
+        assert any("trainer started" in x for x in lines), "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,130 @@
+"""Exporter trouble withholds metric groups: failed scrapes, self-reported failures, watchdog resets."""
+
+from __future__ import annotations
+
+from bridgekit import (
+    DCGM_A,
+    DCGM_B,
+    DCGM_URL,
+    DCGM_WATCHDOG,
+    GAP_S,
+    NODE_A,
+    NODE_B,
+    NODE_URL,
+    NVIDIA_A,
+    NVIDIA_FAILED,
+    NVIDIA_URL,
+    STREAMS,
+    STREAMS_URL,
+    assembler,
+    failed,
+    ok,
+    two_rounds,
+)
+
+from app.bridge.mapping import load_mapping
+from app.contracts import encode
+
+GPU_METRICS = {m.name for m in load_mapping().metrics if m.group == "gpu"}
+CPU_METRICS = {m.name for m in load_mapping().metrics if m.group == "cpu"}
+
+
+def kinds(snap):
+    return sorted((t.exporter, t.kind) for t in snap.troubles)
+
+
+def test_watchdog_reset_marks_gpu_stale_and_publishes_no_gpu_reading():
+    a = assembler(NODE_URL, DCGM_URL, STREAMS_URL)
+    snap = two_rounds(
+        a, [ok(NODE_URL, NODE_A, 0.0), ok(DCGM_URL, DCGM_B, 0.0), ok(STREAMS_URL, STREAMS, 0.0)],
+        [ok(NODE_URL, NODE_B, GAP_S), ok(DCGM_URL, DCGM_WATCHDOG, GAP_S), ok(STREAMS_URL, STREAMS, GAP_S)])
+    assert snap.message["stale"] == ["gpu"]
+    assert kinds(snap) == [("dcgm_exporter", "watchdog_reset")]
+    assert not GPU_METRICS & set(snap.message["metrics"])
+    assert "cpu_usage_system" in snap.message["metrics"]  # the rest of the node is still published
+    assert snap.message["node_class"] == "gpu"
+    encode("node-metrics", snap.message)  # still a valid message
+
+
+def test_zero_utilisation_without_active_streams_is_an_idle_gpu_not_trouble():
+    idle_streams = STREAMS.read_text().replace("} 4", "} 0").replace("} 2", "} 0")
+    a = assembler(DCGM_URL, STREAMS_URL)
+    snap = a.assemble([ok(DCGM_URL, DCGM_WATCHDOG, 0.0), ok(STREAMS_URL, idle_streams, 0.0)], 0.0)
+    assert snap.message["stale"] == [] and snap.troubles == ()
+    assert snap.message["metrics"]["nvidia_smi_utilization_gpu"] == 0.0
+    assert snap.message["metrics"]["cuda_stream_active"] == 0.0
+
+
+def test_active_streams_with_busy_gpus_are_fine():
+    snap = assembler(DCGM_URL, STREAMS_URL).assemble([ok(DCGM_URL, DCGM_B, 0.0), ok(STREAMS_URL, STREAMS, 0.0)], 0.0)
+    assert snap.troubles == ()
+    assert snap.message["metrics"]["cuda_stream_active"] == 6.0
+
+
+def test_nvidia_exporter_reporting_its_own_failure_marks_gpu_stale():
+    a = assembler(NODE_URL, NVIDIA_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0), ok(NVIDIA_URL, NVIDIA_A, 0.0)], 0.0)
+    snap = a.assemble([ok(NODE_URL, NODE_B, GAP_S), ok(NVIDIA_URL, NVIDIA_FAILED, GAP_S)], GAP_S)
+    assert snap.message["stale"] == ["gpu"]
+    assert kinds(snap) == [("nvidia_gpu_exporter", "collector_failed"), ("nvidia_gpu_exporter", "no_data")]
+    assert "exit_code" in snap.troubles[0].detail
+    assert not GPU_METRICS & set(snap.message["metrics"])
+    assert snap.message["node_class"] == "gpu"  # it has answered with GPU data before
+
+
+def test_node_exporter_cpu_collector_failure_withholds_only_cpu():
+    broken = NODE_B.read_text().replace('node_scrape_collector_success{collector="cpu"} 1',
+                                        'node_scrape_collector_success{collector="cpu"} 0')
+    a = assembler(NODE_URL)
+    snap = two_rounds(a, [ok(NODE_URL, NODE_A, 0.0)], [ok(NODE_URL, broken, GAP_S)])
+    assert snap.message["stale"] == ["cpu"]
+    assert kinds(snap) == [("node_exporter", "collector_failed")]
+    assert not CPU_METRICS & set(snap.message["metrics"])
+    assert "memory_cache_usage" in snap.message["metrics"]
+
+
+def test_meminfo_collector_failure_withholds_memory():
+    broken = NODE_A.read_text().replace('node_scrape_collector_success{collector="meminfo"} 1',
+                                        'node_scrape_collector_success{collector="meminfo"} 0')
+    snap = assembler(NODE_URL).assemble([ok(NODE_URL, broken, 0.0)], 0.0)
+    assert snap.message["stale"] == ["memory"]
+    assert "memory_cache_usage" not in snap.message["metrics"] and "load1" in snap.message["metrics"]
+
+
+def test_a_failed_scrape_withholds_that_exporters_groups():
+    a = assembler(NODE_URL, DCGM_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0), ok(DCGM_URL, DCGM_A, 0.0)], 0.0)
+    snap = a.assemble([ok(NODE_URL, NODE_B, GAP_S), failed(DCGM_URL, GAP_S, "timeout after 2s")], GAP_S)
+    assert snap.message["stale"] == ["gpu"]
+    assert kinds(snap) == [("dcgm_exporter", "scrape_failed")]
+    assert snap.troubles[0].detail == "timeout after 2s"
+    assert not GPU_METRICS & set(snap.message["metrics"])
+
+
+def test_a_node_whose_every_scrape_fails_still_reports_itself_stale():
+    a = assembler(NODE_URL, DCGM_URL, node_class="gpu")
+    snap = a.assemble([failed(NODE_URL, 0.0), failed(DCGM_URL, 0.0)], 0.0)
+    assert snap.message["metrics"] == {}
+    assert snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
+    encode("node-metrics", snap.message)
+
+
+def test_an_unparseable_body_is_a_failed_scrape():
+    snap = assembler(NODE_URL).assemble([ok(NODE_URL, "node_load1 not-a-number\n", 0.0)], 0.0)
+    assert kinds(snap) == [("node_exporter", "scrape_failed")]
+    assert "invalid exposition" in snap.troubles[0].detail
+
+
+def test_an_optional_endpoint_that_never_answered_is_not_trouble_until_it_has():
+    a = assembler(NODE_URL, DCGM_URL, optional=(DCGM_URL,))
+    snap = a.assemble([ok(NODE_URL, NODE_A, 0.0), failed(DCGM_URL, 0.0)], 0.0)
+    assert snap.troubles == () and snap.message["node_class"] == "cpu"
+    a.assemble([ok(NODE_URL, NODE_B, GAP_S), ok(DCGM_URL, DCGM_A, GAP_S)], GAP_S)
+    snap = a.assemble([ok(NODE_URL, NODE_B, 2 * GAP_S), failed(DCGM_URL, 2 * GAP_S)], 2 * GAP_S)
+    assert kinds(snap) == [("dcgm_exporter", "scrape_failed")]
+
+
+def test_an_unknown_port_is_an_unknown_exporter_that_withholds_nothing():
+    url = "http://10.0.0.13:18080/metrics"
+    snap = assembler(url).assemble([failed(url, 0.0)], 0.0)
+    assert kinds(snap) == [("unknown", "scrape_failed")] and snap.message["stale"] == []

@@ -1,0 +1,119 @@
+"""Canonical CPU, memory, disk metrics from the two real node_exporter 1.5.0 captures."""
+
+from __future__ import annotations
+
+import pytest
+from bridgekit import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_samples, raw_sum
+
+MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
+
+
+def delta(name: str, **labels: str) -> float:
+    return raw_sum(NODE_B, name, **labels) - raw_sum(NODE_A, name, **labels)
+
+
+def cpu_share(mode: str) -> float:
+    """Δmode / Δall-modes, summed over CPUs, from the raw text."""
+    return delta("node_cpu_seconds_total", mode=mode) / sum(delta("node_cpu_seconds_total", mode=m) for m in MODES)
+
+
+def node_dt() -> float:
+    return raw_sum(NODE_B, "node_time_seconds") - raw_sum(NODE_A, "node_time_seconds")
+
+
+@pytest.fixture
+def second():
+    a = assembler(NODE_URL)
+    first = a.assemble([ok(NODE_URL, NODE_A, 0.0)], 1000.0)
+    return first, a.assemble([ok(NODE_URL, NODE_B, 1.0)], 1008.4)
+
+
+def test_the_two_captures_are_8_4_seconds_apart_on_the_node_clock():
+    assert node_dt() == pytest.approx(8.4, abs=0.01)
+    # every CPU accrued the same time in all its modes
+    for cpu in ("0", "1"):
+        assert sum(delta("node_cpu_seconds_total", cpu=cpu, mode=m) for m in MODES) == pytest.approx(8.4, abs=0.05)
+
+
+@pytest.mark.parametrize(("canonical", "mode"), [("cpu_iowait", "iowait"), ("cpu_usage_system", "system"),
+                                                 ("cpu_usage_user", "user"), ("cpu_idle", "idle"),
+                                                 ("cpu_steal", "steal")])
+def test_cpu_fractions_are_mode_share_of_all_cpu_time_summed_over_cpus(second, canonical, mode):
+    _, snap = second
+    assert snap.message["metrics"][canonical] == pytest.approx(cpu_share(mode), abs=1e-9)
+
+
+def test_cpu_system_is_not_trivially_zero(second):
+    _, snap = second
+    # cpu0 accrued 8.39 s, cpu1 8.42 s; system time grew 0.04 s on each
+    assert snap.message["metrics"]["cpu_usage_system"] == pytest.approx(0.08 / 16.81, rel=1e-6)
+    shares = [snap.message["metrics"][k] for k in ("cpu_idle", "cpu_iowait", "cpu_usage_system", "cpu_usage_user",
+                                                   "cpu_steal", "cpu_irq")]
+    assert sum(shares) == pytest.approx(1.0, abs=1e-9)  # nice is 0 in both captures
+
+
+def test_memory_metrics_are_the_second_captures_gauges(second):
+    _, snap = second
+    m = snap.message["metrics"]
+    total = raw_sum(NODE_B, "node_memory_MemTotal_bytes")
+    assert m["memory_cache_usage"] == pytest.approx(raw_sum(NODE_B, "node_memory_Cached_bytes") / total, abs=1e-12)
+    assert m["memory_cached_bytes"] == raw_sum(NODE_B, "node_memory_Cached_bytes")
+    assert m["memory_used_fraction"] == pytest.approx(
+        1 - raw_sum(NODE_B, "node_memory_MemAvailable_bytes") / total, abs=1e-12)
+    assert m["load1"] == raw_sum(NODE_B, "node_load1")
+    assert m["cpu_count"] == 2
+
+
+def test_byte_counters_become_rates_over_the_exporters_clock(second):
+    _, snap = second
+    m = snap.message["metrics"]
+    assert m["disk_read_bytes"] == pytest.approx(delta("node_disk_read_bytes_total", device="vda") / node_dt(),
+                                                 rel=1e-9)
+    assert m["disk_written_bytes"] == pytest.approx(
+        delta("node_disk_written_bytes_total", device="vda") / node_dt(), rel=1e-9)
+    assert m["network_rx_bytes"] == 0.0  # eth0 did not move between the captures; ifb* are excluded
+
+
+def test_the_first_scrape_has_gauges_but_no_rates(second):
+    first, _ = second
+    m = first.message["metrics"]
+    assert "memory_cache_usage" in m and "load1" in m
+    assert not {"cpu_iowait", "cpu_usage_system", "disk_read_bytes"} & set(m)
+    assert first.message["node_class"] == "cpu" and first.message["gpu_model"] is None
+    assert first.message["stale"] == []
+
+
+def _with_value(text: str, series: str, value: float) -> str:
+    lines = [f"{series} {value}" if line.startswith(series + " ") else line for line in text.splitlines()]
+    assert lines != text.splitlines(), series
+    return "\n".join(lines) + "\n"
+
+
+def _advance_clock(text: str, seconds: float) -> str:
+    t = raw_samples(NODE_B, "node_time_seconds")[0][1]
+    return _with_value(text, "node_time_seconds", t + seconds)
+
+
+def test_a_counter_reset_skips_that_interval_and_recovers_on_the_next():
+    user0 = 'node_cpu_seconds_total{cpu="0",mode="user"}'
+    a = assembler(NODE_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
+    reset = _with_value(NODE_B.read_text(), user0, 1.0)  # the node restarted: user time starts over
+    snap = a.assemble([ok(NODE_URL, reset, 1.0)], 1.0)
+    assert not {"cpu_usage_user", "cpu_iowait", "cpu_usage_system"} & set(snap.message["metrics"])
+    assert "disk_read_bytes" in snap.message["metrics"]  # other counters are unaffected
+    after = _advance_clock(_with_value(NODE_B.read_text(), user0, 1.5), 5.0)
+    snap = a.assemble([ok(NODE_URL, after, 2.0)], 2.0)
+    assert snap.message["metrics"]["cpu_usage_user"] == 1.0  # only cpu0's user time moved since the reset
+
+
+def test_rates_fall_back_to_the_bridge_clock_when_the_exporter_sends_none():
+    a = assembler(NODE_URL)
+
+    def strip(path):
+        return "\n".join(line for line in path.read_text().splitlines() if "node_time_seconds" not in line)
+
+    a.assemble([ok(NODE_URL, strip(NODE_A), 100.0)], 0.0)
+    snap = a.assemble([ok(NODE_URL, strip(NODE_B), 102.0)], 2.0)
+    assert snap.message["metrics"]["disk_read_bytes"] == pytest.approx(
+        delta("node_disk_read_bytes_total", device="vda") / 2.0, rel=1e-9)

@@ -1,0 +1,79 @@
+"""Test kit of the extender: a linear predictor, an in-memory prediction sink, a populated service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.clock import ManualClock
+from app.config import Settings
+from app.extender.options import ExtenderOptions
+from app.extender.service import ExtenderService
+from app.scheduler.policy import Policy
+
+KUBE = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
+NOW = 1_715_678_500.0
+# fixture nodes -> load (linear model: rtt = 50 + 100 * load + 0.1 * input MB)
+LOADS = {"gpu-4090-1": 1.0, "gpu-m40-1": 2.0, "gpu-k20-1": 4.0}
+GPU_MODELS = {"gpu-4090-1": "NVIDIA GeForce RTX 4090", "gpu-m40-1": "Tesla M40", "gpu-k20-1": "Tesla K20c"}
+
+
+def fixture(name: str) -> Any:
+    return json.loads((KUBE / name).read_text())
+
+
+class LinearPredictor:
+    def __init__(self, weights: dict[str, float], bias: float = 0.0, fail: bool = False) -> None:
+        self._names = tuple(weights)
+        self._w = np.array(list(weights.values()), dtype=np.float64)
+        self.bias = bias
+        self.fail = fail
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self._names
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("predictor exploded")
+        return self.bias + np.nan_to_num(X.astype(np.float64)) @ self._w
+
+
+class ListSink:
+    """Collects (key, value) pairs; stands in for Kafka only in unit tests of the HTTP layer."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes]] = []
+
+    async def send(self, key: bytes, value: bytes) -> None:
+        self.sent.append((key, value))
+
+    async def close(self) -> None:
+        return None
+
+
+def make_service(policy: Policy | None = None, populate: bool = True, **options: Any) -> ExtenderService:
+    """A service without Kafka or Redis; the fixture cluster's view installed unless ``populate`` is False."""
+    settings = Settings.from_env({})
+    opts = ExtenderOptions.from_settings(settings, environ={})
+    opts = ExtenderOptions(**{**opts.__dict__, "stale_after_s": 30.0, **options})
+    service = ExtenderService(settings, opts, policy=policy or Policy(), clock=ManualClock(NOW),
+                              sink=ListSink(), kafka=False, redis=False)
+    if populate:
+        b = service.builder
+        for node, load in LOADS.items():
+            b.apply_node_features({"node": node, "ts": NOW - 1, "node_class": "gpu", "gpu_model": GPU_MODELS[node],
+                                   "window_s": 30.0, "count": 30, "features": {"load__mean": load}})
+            b.apply_node_weights({"node": node, "ts": NOW - 1, "weight": 1.0, "predicted_rtt_ms": {}, "stale": False})
+        b.apply_node_features({"node": "cpu-1", "ts": NOW - 1, "node_class": "cpu", "gpu_model": None,
+                               "window_s": 30.0, "count": 30, "features": {"load__mean": 1.0}})
+        b.apply_node_weights({"node": "cpu-1", "ts": NOW - 1, "weight": 1.0,
+                              "predicted_rtt_ms": {"gCTF": 5000.0, "Motioncor2": 9000.0}, "stale": False})
+        predictor = LinearPredictor({"load__mean": 100.0, "task_input_size_mb": 0.1}, bias=50.0)
+        b.set_model("gCTF:gpu", 2, predictor)
+        b.set_model("Motioncor2:gpu", 1, predictor)
+        service.rebuild(force=True)
+    return service

@@ -1,0 +1,201 @@
+"""The extender over HTTP with realistic kube-scheduler payloads, in both nodeCacheCapable modes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from extkit import NOW, LinearPredictor, fixture, make_service
+
+from app.contracts.codec import decode
+from app.extender.server import build_app
+from app.extender.service import ExtenderService
+from app.scheduler.policy import policy_from_dict
+
+NAMES = ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"]
+EXPECTED = [{"Host": "gpu-4090-1", "Score": 10}, {"Host": "gpu-m40-1", "Score": 7},
+            {"Host": "gpu-k20-1", "Score": 4}, {"Host": "cpu-1", "Score": 0}]
+
+
+@pytest.fixture
+def service() -> ExtenderService:
+    return make_service()
+
+
+@pytest.fixture
+async def client(service: ExtenderService) -> AsyncIterator[TestClient]:
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as c:
+        yield c
+
+
+async def post(client: TestClient, verb: str, body: object) -> tuple[int, object]:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    resp = await client.post(f"/{verb}", data=data, headers={"Content-Type": "application/json"})
+    assert resp.content_type == "application/json"
+    return resp.status, orjson.loads(await resp.read())
+
+
+async def test_filter_nodelist_mode_echoes_full_node_objects(client: TestClient) -> None:
+    args = fixture("args_nodes_gctf.json")
+    status, result = await post(client, "filter", args)
+    assert status == 200
+    assert result["NodeNames"] is None and result["Error"] == "" and result["FailedNodes"] == {}
+    assert result["FailedAndUnresolvableNodes"] == {}
+    assert result["Nodes"] == args["Nodes"]  # every node passes, objects untouched, NodeList metadata kept
+
+
+async def test_filter_names_mode(client: TestClient) -> None:
+    status, result = await post(client, "filter", fixture("args_names_gctf.json"))
+    assert status == 200 and result["Nodes"] is None and result["NodeNames"] == NAMES
+
+
+@pytest.mark.parametrize("name", ["args_nodes_gctf.json", "args_names_gctf.json"])
+async def test_prioritize_both_modes_rank_fast_node_first(client: TestClient, service: ExtenderService,
+                                                          name: str) -> None:
+    status, result = await post(client, "prioritize", fixture(name))
+    assert status == 200 and result == EXPECTED
+    assert [p.node for p in service.assumed.on_node("gpu-4090-1", NOW)] == ["gpu-4090-1"]
+    assert service.publisher is not None
+    await service.publisher.drain()
+    sent = service.publisher._sink.sent  # type: ignore[attr-defined]
+    values = [decode("rtt-predictions", v) for _, v in sent]
+    assert [k for k, _ in sent] == [n.encode() for n in NAMES]
+    assert {v["task_id"] for v in values} == {"0b7d3f52-91c4-4a7e-bb0e-2f5e4d6c8a10"}
+    by = {v["node"]: v for v in values}
+    assert by["gpu-4090-1"]["predicted_rtt_ms"] == pytest.approx(201.2)
+    assert (by["gpu-4090-1"]["model_key"], by["gpu-4090-1"]["model_version"]) == ("gCTF:gpu", 2)
+    assert (by["cpu-1"]["model_key"], by["cpu-1"]["predicted_rtt_ms"]) == (None, 5000.0)
+
+
+async def test_pod_without_app_label_is_neutral(client: TestClient, service: ExtenderService) -> None:
+    args = {"Pod": fixture("pod_unlabeled.json"), "Nodes": None, "NodeNames": NAMES}
+    assert await post(client, "prioritize", args) == (200, [{"Host": n, "Score": 5} for n in NAMES])
+    status, result = await post(client, "filter", args)
+    assert result["NodeNames"] == NAMES and result["FailedNodes"] == {}
+    assert len(service.assumed) == 0
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (b"{not json", "not valid JSON"),
+    (b"", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b'{"Nodes": null, "NodeNames": []}', "Pod is required"),
+    (b'{"Pod": "x", "NodeNames": []}', "Pod must be an object"),
+    (b'{"Pod": {}, "NodeNames": "n1"}', "NodeNames must be an array"),
+    (b'{"Pod": {}, "NodeNames": [1]}', "NodeNames[0]"),
+    (b'{"Pod": {}, "Nodes": []}', "Nodes must be a NodeList"),
+    (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0].metadata.name"),
+    (b'{"Pod": {"metadata": {"labels": ["a"]}}, "NodeNames": []}', "Pod.metadata.labels"),
+])
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_malformed_body_is_400_with_error(client: TestClient, verb: str, body: bytes, needle: str) -> None:
+    status, result = await post(client, verb, body)
+    assert status == 400 and needle in result["Error"] and "Traceback" not in result["Error"]
+
+
+async def test_oversized_body_is_413_with_error() -> None:
+    service = make_service(max_body_bytes=4096)
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        big = orjson.dumps(fixture("args_nodes_gctf.json"))
+        assert len(big) > 4096
+        status, result = await post(client, "filter", big)
+        assert status == 413 and "exceeds the limit" in result["Error"]
+
+        async def chunks():  # no Content-Length: the limit still holds while reading
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        resp = await client.post("/prioritize", data=chunks())
+        assert resp.status == 413 and "exceeds the limit" in (await resp.json())["Error"]
+
+
+async def test_slow_body_times_out_with_408() -> None:
+    service = make_service(read_timeout_s=0.2)
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"Pod\":")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.read(4096), 5)
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 408") and b'"Error":"request body not received' in head
+
+
+async def test_stale_snapshot_answers_neutral_counts_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    service = make_service(policy=policy_from_dict({"sla_ms": {"gCTF": 1.0}}))
+    service.clock.advance(31.0)  # type: ignore[attr-defined]
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        with caplog.at_level(logging.WARNING, logger="app.extender.service"):
+            for _ in range(3):
+                status, result = await post(client, "filter", fixture("args_names_gctf.json"))
+                assert status == 200 and result["NodeNames"] == NAMES and result["FailedNodes"] == {}
+                assert await post(client, "prioritize", fixture("args_names_gctf.json")) == (
+                    200, [{"Host": n, "Score": 5} for n in NAMES])
+        assert sum("no fresh data" in r.getMessage() for r in caplog.records) == 1
+        metrics = await (await client.get("/metrics")).text()
+        assert 'rtt_extender_stale_answers_total{reason="stale_snapshot"} 6.0' in metrics
+        assert len(service.assumed) == 0
+
+
+async def test_sla_and_anti_affinity_filter_with_reasons() -> None:
+    policy = policy_from_dict({"sla_ms": {"gCTF": 400.0}, "anti_affinity": [["gCTF", "Motioncor2"]]})
+    service = make_service(policy=policy)
+    service.builder.apply_running("gpu-m40-1", {"Motioncor2": 1})
+    service.rebuild()
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        args = fixture("args_nodes_gctf.json")
+        status, result = await post(client, "filter", args)
+        assert status == 200
+        assert result["FailedNodes"] == {
+            "gpu-m40-1": "anti-affinity: gCTF interferes with Motioncor2 already running on this node",
+            "gpu-k20-1": "predicted RTT 501 ms exceeds the SLA of gCTF (400 ms)",
+            "cpu-1": "predicted RTT 5000 ms exceeds the SLA of gCTF (400 ms)",
+        }
+        assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["gpu-4090-1"]
+        metrics = await (await client.get("/metrics")).text()
+        assert 'rtt_extender_failed_nodes_total{reason="sla"} 2.0' in metrics
+        assert 'rtt_extender_failed_nodes_total{reason="anti_affinity"} 1.0' in metrics
+
+
+async def test_health_readiness_metrics_openapi() -> None:
+    service = make_service(populate=False)
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        assert (await client.get("/healthz")).status == 200
+        resp = await client.get("/readyz")
+        assert resp.status == 503 and (await resp.json())["ready"] is False
+        status, result = await post(client, "prioritize", fixture("args_names_gctf.json"))
+        assert status == 200 and {r["Score"] for r in result} == {5}  # not ready: neutral
+        service.rebuild(force=True)
+        ready = await (await client.get("/readyz")).json()
+        assert ready["ready"] is True and ready["generation"] == 1
+        metrics = await client.get("/metrics")
+        text = await metrics.text()
+        assert metrics.headers["Content-Type"].startswith("text/plain")
+        assert 'rtt_extender_request_seconds_count{verb="prioritize"} 1.0' in text
+        assert 'rtt_extender_stale_answers_total{reason="not_ready"} 1.0' in text
+        doc = await (await client.get("/openapi.json")).json()
+        assert doc["openapi"].startswith("3.") and {"/filter", "/prioritize", "/readyz"} <= set(doc["paths"])
+
+
+async def test_unknown_path_and_method_answer_json() -> None:
+    async with TestClient(TestServer(build_app(make_service()), host="127.0.0.1")) as client:
+        resp = await client.get("/nope")
+        assert resp.status == 404 and (await resp.json())["Error"]
+        resp = await client.get("/filter")
+        assert resp.status == 405 and (await resp.json())["Error"] and "POST" in resp.headers["Allow"]
+
+
+async def test_unexpected_error_is_500_with_error_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    service = make_service()
+    service.builder.set_model("gCTF:gpu", 99, LinearPredictor({"load__mean": 1.0}, fail=True))
+    service.rebuild()
+    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+        with caplog.at_level(logging.ERROR, logger="app.extender.server"):
+            status, result = await post(client, "prioritize", fixture("args_names_gctf.json"))
+        assert status == 500 and result["Error"] == "internal error (logged by the extender)"
+        assert any("predictor exploded" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+        assert "rtt_extender_errors_total 1.0" in await (await client.get("/metrics")).text()

@@ -1,0 +1,92 @@
+"""Protocol codec, options and the prediction publisher's bounded queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from extkit import ListSink, fixture
+
+from app.config import Settings
+from app.contracts.codec import decode
+from app.errors import ConfigError
+from app.extender.metrics import ExtenderMetrics
+from app.extender.options import ExtenderOptions
+from app.extender.protocol import ProtocolError, filter_result, parse_args, priority_list
+from app.extender.publisher import PredictionPublisher
+from app.scheduler.decide import NodeVerdict
+
+
+def test_parse_both_modes_and_go_style_case_insensitive_keys() -> None:
+    nodes = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
+    assert nodes.node_names == ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"] and nodes.node_items is not None
+    names = parse_args(b'{"pod": {}, "nodenames": ["a"]}')
+    assert names.node_names == ["a"] and names.node_items is None
+    empty = parse_args(b'{"Pod": {}, "Nodes": null, "NodeNames": null}')
+    assert empty.node_names == [] and filter_result(empty, {})["NodeNames"] == []
+    with pytest.raises(ProtocolError, match="Nodes.metadata"):
+        parse_args(b'{"Pod": {}, "Nodes": {"metadata": "x", "items": []}}')
+
+
+def test_filter_result_keeps_order_and_mode() -> None:
+    args = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
+    out = filter_result(args, {"gpu-m40-1": "why"})
+    assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-4090-1", "gpu-k20-1", "cpu-1"]
+    assert out["Nodes"]["metadata"] == {"resourceVersion": "47211"}
+    assert (out["NodeNames"], out["FailedNodes"], out["Error"]) == (None, {"gpu-m40-1": "why"}, "")
+    assert priority_list([("a", 3)]) == [{"Host": "a", "Score": 3}]
+
+
+def test_options_from_settings_env_and_errors() -> None:
+    s = Settings.from_env({"RTT_EXTENDER_PORT": "9999"})
+    o = ExtenderOptions.from_settings(s, environ={"RTT_EXTENDER_POLICY_FILE": "/etc/p.yaml"})
+    assert (o.port, o.policy_file, o.publish_queue) == (9999, "/etc/p.yaml", 10_000)
+    with pytest.raises(ConfigError) as exc:
+        ExtenderOptions.from_settings(s, environ={"RTT_EXTENDER_PUBLISH_QUEUE": "many"})
+    assert exc.value.field == "RTT_EXTENDER_PUBLISH_QUEUE"
+
+
+def verdicts(n: int) -> list[NodeVerdict]:
+    return [NodeVerdict(f"n{i}", 10, 100.0 + i, "gCTF:gpu", 4, 1.0) for i in range(n)]
+
+
+async def test_publisher_sends_one_valid_message_per_candidate() -> None:
+    sink, metrics = ListSink(), ExtenderMetrics()
+    pub = PredictionPublisher(sink, metrics, max_pending=10)
+    pub.start()
+    assert pub.offer("uid-1", "gCTF", 1_700_000_000.0, verdicts(3))
+    await pub.drain()
+    assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2"]
+    v = decode("rtt-predictions", sink.sent[2][1])
+    assert (v["task_id"], v["predicted_rtt_ms"], v["model_version"], v["model_key"]) == ("uid-1", 102.0, 4, "gCTF:gpu")
+    assert metrics.published._value.get() == 3
+    await pub.stop()
+
+
+async def test_publisher_drops_and_counts_when_full() -> None:
+    sink, metrics = ListSink(), ExtenderMetrics()
+    pub = PredictionPublisher(sink, metrics, max_pending=2)  # not started: nothing drains
+    assert pub.offer("a", "gCTF", 1.0, verdicts(4)) and pub.offer("b", "gCTF", 1.0, verdicts(4))
+    assert not pub.offer("c", "gCTF", 1.0, verdicts(5))
+    assert metrics.dropped._value.get() == 5 and pub.pending == 2
+    pub.start()
+    await pub.drain()
+    assert len(sink.sent) == 8
+    await pub.stop()
+    assert pub.pending == 0
+
+
+async def test_publisher_survives_a_failing_sink() -> None:
+    class Broken(ListSink):
+        async def send(self, key: bytes, value: bytes) -> None:
+            raise OSError("broker gone")
+
+    metrics = ExtenderMetrics()
+    pub = PredictionPublisher(Broken(), metrics, max_pending=4)
+    pub.start()
+    pub.offer("a", "gCTF", 1.0, verdicts(2))
+    pub.offer("b", "gCTF", 1.0, verdicts(1))
+    await asyncio.wait_for(pub.drain(), 5)
+    assert metrics.dropped._value.get() == 3
+    await pub.stop()

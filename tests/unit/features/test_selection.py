@@ -1,0 +1,184 @@
+"""Consensus selection, its rule, Table-1 shares, the report renderers and ``rttsched select``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.cli.main import main
+from app.contracts import encode
+from app.features.measures import MEASURES
+from app.features.selection import (
+    DEFAULT_THRESHOLDS,
+    SelectionRule,
+    gaussian_rho,
+    render_shares,
+    render_table,
+    select_features,
+    strongest_share,
+)
+
+INFORMATIVE = ("lin", "exp", "step")
+
+
+def synthetic(seed: int = 42, n: int = 500) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """3 informative columns (linear, monotone-convex, smooth step), 10 noise columns, 1 constant."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 14))
+    X[:, 13] = 4.2
+    y = 1.5 * X[:, 0] + np.exp(X[:, 1]) + 2.5 * np.tanh(3 * X[:, 2]) + rng.normal(scale=0.5, size=n)
+    return X, y, [*INFORMATIVE, *(f"noise{i}" for i in range(10)), "flat"]
+
+
+@pytest.fixture(scope="module")
+def result():
+    X, y, names = synthetic()
+    return select_features(X, y, names)
+
+
+def test_picks_exactly_the_informative_features(result) -> None:
+    assert set(result.chosen) == set(INFORMATIVE)
+    assert result.degenerate == ("flat",)
+    assert result.votes["flat"] == 0 and result.strongest["flat"] is None
+    assert all(result.votes[f"noise{i}"] < 3 for i in range(10))
+
+
+def test_chosen_are_ordered_by_total_strength(result) -> None:
+    totals = [sum(result.scores[n].values()) for n in result.chosen]
+    assert totals == sorted(totals, reverse=True)
+    assert result.ranking[: len(result.chosen)] == result.chosen and "flat" not in result.ranking
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), min_votes=st.integers(1, 5), top_k=st.one_of(st.none(), st.integers(1, 4)))
+def test_votes_respect_min_votes_thresholds_and_top_k(seed: int, min_votes: int, top_k: int | None) -> None:
+    X, y, names = synthetic(seed, n=120)
+    rule = SelectionRule(min_votes=min_votes, top_k=top_k)
+    res = select_features(X, y, names, rule)
+    assert set(res.chosen) == {n for n in names if res.votes[n] >= min_votes}
+    for n in names:
+        passing = sum(res.scores[n][m] >= rule.thresholds[m] for m in MEASURES)
+        assert res.votes[n] <= passing
+        if top_k is None:
+            assert res.votes[n] == (0 if n in res.degenerate else passing)
+    if top_k is not None:
+        assert sum(res.votes.values()) <= top_k * len(MEASURES)
+
+
+def test_a_non_monotone_feature_is_found_by_dcor_and_mic_only() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, 800)
+    X = np.column_stack([x, rng.normal(size=800)])
+    res = select_features(X, x ** 2 + rng.normal(scale=0.05, size=800), ["sq", "noise"], SelectionRule(min_votes=2))
+    assert res.votes["sq"] == 2 and res.chosen == ("sq",)
+    assert res.strongest["sq"] in ("dcor", "mic")
+
+
+def test_gaussian_rho_puts_each_measure_on_one_scale() -> None:
+    rho = 0.6  # population values of a bivariate normal pair with this correlation
+    values = {"pearson": rho, "spearman": 6 / np.pi * np.arcsin(rho / 2), "kendall": 2 / np.pi * np.arcsin(rho)}
+    for m, v in values.items():
+        assert gaussian_rho(m, v) == pytest.approx(rho, abs=1e-9)
+    assert gaussian_rho("dcor", 0.0) == 0.0 and gaussian_rho("dcor", 1.0) == pytest.approx(1.0)
+    assert gaussian_rho("mic", 0.1, n=1000) == 0.0  # below the null level of independent data
+
+
+def test_strongest_share_is_table_one(result) -> None:
+    shares = strongest_share({"gCTF": result, "upload": result})
+    assert set(shares) == {"gCTF", "upload"}
+    assert sum(shares["gCTF"].values()) == pytest.approx(100.0)
+    counted = [result.strongest[n] for n in result.chosen]
+    assert shares["gCTF"]["mic"] == pytest.approx(100.0 * counted.count("mic") / len(counted))
+    assert sum(strongest_share({"a": result}, over="all")["a"].values()) == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="over"):
+        strongest_share({"a": result}, over="some")
+
+
+def test_json_and_text_reports(result) -> None:
+    doc = json.loads(result.to_json())
+    assert doc["chosen"] == list(result.chosen) and doc["degenerate"] == ["flat"]
+    assert doc["features"]["lin"]["votes"] == result.votes["lin"]
+    assert doc["rule"]["thresholds"] == dict(DEFAULT_THRESHOLDS)
+    text = render_table(result, title="== app")
+    assert text.splitlines()[0] == "== app"
+    assert all(n in text for n in result.chosen) and "degenerate" in text and "flat" in text
+    assert "100.0%" in render_shares({"x": {"mic": 100.0, "dcor": 0.0}})
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"min_votes": 0}, "min_votes"), ({"min_votes": 6}, "min_votes"), ({"top_k": 0}, "top_k"),
+    ({"thresholds": {**DEFAULT_THRESHOLDS, "mic": 1.5}}, "thresholds.mic"),
+    ({"thresholds": {"pearson": 0.3}}, "thresholds.spearman"), ({"measures": ("pearson", "cosine")}, "measures"),
+])
+def test_rule_rejects_bad_settings_naming_the_field(kwargs, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        SelectionRule(**kwargs)
+
+
+def test_duplicate_names_are_rejected() -> None:
+    with pytest.raises(ValueError, match="names"):
+        select_features(np.zeros((10, 2)), np.arange(10.0), ["a", "a"])
+
+
+# --- rttsched select
+
+
+def _write_csv(path: Path) -> None:
+    X, y, names = synthetic(n=300)
+    lines = ["app,node," + ",".join(names) + ",rtt_ms"]
+    for app in ("gCTF", "upload"):
+        lines += [f"{app},w1," + ",".join(f"{v:.6g}" for v in row) + f",{t:.6g}" for row, t in zip(X, y, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_cli_csv_prints_tables_and_writes_json(tmp_path: Path, capsys) -> None:
+    src, out = tmp_path / "samples.csv", tmp_path / "report.json"
+    _write_csv(src)
+    assert main(["select", "--input", str(src), "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "== gCTF" in stdout and "== upload" in stdout and "strongest measure per app" in stdout
+    report = json.loads(out.read_text())
+    assert set(report["apps"]["gCTF"]["chosen"]) == set(INFORMATIVE)
+    assert set(report["strongest_share"]) == {"gCTF", "upload"}
+
+
+def test_cli_jsonl_of_training_samples(tmp_path: Path, capsys) -> None:
+    X, y, names = synthetic(n=200)
+    src = tmp_path / "samples.jsonl"
+    with src.open("wb") as fh:
+        for i, (row, rtt) in enumerate(zip(X, y, strict=True)):
+            msg = {"model_key": "gCTF:gpu", "task_id": f"t{i}", "app": "gCTF", "node": "w1", "node_class": "gpu",
+                   "started_ts": 1.7e9 + i, "rtt_ms": float(rtt) + 10.0, "predicted_rtt_ms": float(rtt) + 10.0,
+                   "features": dict(zip(names, map(float, row), strict=True))}
+            fh.write(encode("training-samples", msg) + b"\n")
+    assert main(["select", "--input", str(src), "--min-votes", "4", "--threshold", "mic=0.3"]) == 0
+    stdout = capsys.readouterr().out
+    assert "lin" in stdout and "predicted_rtt_ms" not in stdout and "started_ts" not in stdout
+
+
+@pytest.mark.parametrize("argv_tail, message", [
+    (["--target", "latency"], "no column 'latency'"),
+    (["--app-column", "tenant"], "no column 'tenant'"),
+    (["--min-votes", "9"], "min_votes"),
+    (["--threshold", "mic"], "MEASURE=VALUE"),
+])
+def test_cli_errors_are_one_line(tmp_path: Path, capsys, argv_tail, message) -> None:
+    src = tmp_path / "samples.csv"
+    _write_csv(src)
+    assert main(["select", "--input", str(src), *argv_tail]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rttsched select: error:") and message in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_cli_missing_and_malformed_files(tmp_path: Path, capsys) -> None:
+    assert main(["select", "--input", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"app": "x"}\n')
+    assert main(["select", "--input", str(bad)]) == 2
+    assert "bad.jsonl:1: not a training-samples message" in capsys.readouterr().err

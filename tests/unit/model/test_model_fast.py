@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+import xgboost
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from model_samples import synthetic_rtt, train_small
+
+from app.model.base import Predictor
+from app.model.errors import UnsupportedModelError
+from app.model.fast import FastPredictor
+from app.model.forest import forest_from_booster
+from app.model.train import booster_to_bytes
+
+RTOL = 1e-4
+
+
+def assert_same(fast: FastPredictor, booster: xgboost.Booster, X: np.ndarray) -> None:
+    got = fast.predict(X)
+    want = booster.inplace_predict(X, missing=np.nan).astype(np.float64)
+    assert got.dtype == np.float64 and got.shape == (X.shape[0],)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-6 * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+@pytest.fixture(scope="module")
+def fast(small_booster) -> FastPredictor:
+    return FastPredictor.from_booster(small_booster)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 16, 63, 64, 65, 512])
+def test_equals_inplace_predict_for_every_batch_size(small_booster, fast, n):
+    X, _ = synthetic_rtt(n, seed=100 + n, missing=0.2)
+    assert_same(fast, small_booster, X)
+
+
+@pytest.mark.parametrize(
+    "objective",
+    ["reg:squarederror", "reg:absoluteerror", "reg:pseudohubererror", "reg:gamma", "count:poisson"],
+)
+def test_other_regression_objectives(objective):
+    booster = train_small(objective, depth=3, rounds=6, seed=1)
+    X, _ = synthetic_rtt(100, seed=2, missing=0.3)
+    assert_same(FastPredictor.from_booster(booster), booster, X)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 6, 8])
+def test_depths_and_missing_heavy_training(depth):
+    booster = train_small(depth=depth, rounds=5, seed=depth, missing=0.5)
+    X, _ = synthetic_rtt(64, seed=3, missing=0.5)
+    fp = FastPredictor.from_booster(booster)
+    assert_same(fp, booster, X)
+    assert fp.n_trees == 5
+
+
+def test_trees_that_are_a_single_leaf():
+    X, y = synthetic_rtt(100)
+    booster = xgboost.train({"max_depth": 3, "min_split_loss": 1e12}, xgboost.DMatrix(X, label=y), 3)
+    fp = FastPredictor.from_booster(booster)
+    assert int(forest_from_booster(booster).trees[:, 2].max()) == 0
+    assert_same(fp, booster, X[:10])
+
+
+# Values on the split thresholds themselves are where `<` versus `<=` would show.
+@pytest.fixture(scope="module")
+def thresholds(small_booster) -> list[float]:
+    forest = forest_from_booster(small_booster)
+    return sorted({float(t) for t in forest.thresholds})
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), n=st.integers(1, 80))
+def test_hypothesis_random_rows_with_nans_and_exact_thresholds(small_booster, fast, thresholds, data, n):
+    value = st.one_of(
+        st.floats(-1e6, 1e6, width=32, allow_nan=False),
+        st.just(float("nan")),
+        st.sampled_from(thresholds),
+        st.sampled_from(thresholds).map(lambda t: float(np.nextafter(np.float32(t), np.float32(-np.inf)))),
+    )
+    X = data.draw(hnp.arrays(np.float32, (n, 6), elements=value))
+    assert_same(fast, small_booster, X)
+
+
+@pytest.mark.parametrize("fmt", ["ubj", "json"])
+def test_from_bytes_equals_from_booster(small_booster, fast, fmt):
+    other = FastPredictor.from_bytes(booster_to_bytes(small_booster, fmt))
+    X, _ = synthetic_rtt(40, seed=9)
+    assert np.array_equal(other.predict(X), fast.predict(X))
+
+
+def test_feature_names_and_the_predictor_protocol(small_booster, fast):
+    p: Predictor = fast
+    assert p.feature_names == tuple(small_booster.feature_names)
+    renamed = FastPredictor.from_booster(small_booster, [f"x{i}" for i in range(6)])
+    assert renamed.feature_names[0] == "x0"
+    X, y = synthetic_rtt(50)
+    anonymous = xgboost.train({"max_depth": 2}, xgboost.DMatrix(X, label=y), 2)
+    assert FastPredictor.from_booster(anonymous).feature_names == tuple(f"f{i}" for i in range(6))
+    with pytest.raises(UnsupportedModelError, match="feature names"):
+        FastPredictor.from_booster(small_booster, ["only", "two"])
+
+
+def test_wrong_shapes_are_refused(fast):
+    with pytest.raises(ValueError, match=r"shape \(n, 6\)"):
+        fast.predict(np.zeros((3, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"shape \(n, 6\)"):
+        fast.predict(np.zeros(6, dtype=np.float32))
+    assert fast.predict(np.zeros((0, 6), dtype=np.float32)).shape == (0,)
+
+
+def test_float64_input_is_read_as_float32_like_xgboost(small_booster, fast):
+    X, _ = synthetic_rtt(30, seed=4)
+    assert_same(fast, small_booster, X.astype(np.float64))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"objective": "binary:logistic"},
+        {"objective": "multi:softprob", "num_class": 3},
+        {"objective": "reg:squarederror", "booster": "dart"},
+        {"objective": "reg:squarederror", "booster": "gblinear"},
+    ],
+)
+def test_unsupported_boosters_are_refused_clearly(params):
+    X, y = synthetic_rtt(60)
+    label = (y > np.median(y)).astype(float) if params["objective"] != "reg:squarederror" else y
+    if params.get("num_class"):
+        label = np.digitize(y, np.percentile(y, [33, 66])).astype(float)
+    booster = xgboost.train(params, xgboost.DMatrix(X, label=label), 2)
+    with pytest.raises(UnsupportedModelError):
+        FastPredictor.from_booster(booster)
+
+
+def test_threads_share_one_predictor(small_booster, fast):
+    X, _ = synthetic_rtt(64, seed=5)
+    want = fast.predict(X)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: fast.predict(X), range(16)))
+    assert all(np.array_equal(r, want) for r in results)

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from app.model.errors import UnsupportedModelError
+from app.model.forest import MAX_DEPTH, forest_from_booster, forest_from_json, perfect_tree
+
+# root splits f1 < 2.0 (NaN left); its left child is a leaf (-5), its right child splits f0 < 0.0 (NaN right)
+TREE = {
+    "left_children": [1, -1, 3, -1, -1],
+    "right_children": [2, -1, 4, -1, -1],
+    "split_indices": [1, 0, 0, 0, 0],
+    "split_conditions": [2.0, -5.0, 0.0, 7.0, 9.0],
+    "default_left": [1, 0, 0, 0, 0],
+}
+
+
+def test_a_shallow_leaf_is_padded_to_the_tree_depth():
+    codes, thresholds, leaves, depth = perfect_tree(TREE)
+    assert depth == 2
+    # level 0: root; level 1: padded leaf (dummy split), real split on f0 with NaN going right
+    assert codes.tolist() == [(1 << 1) | 0, 0, (0 << 1) | 1]
+    assert thresholds.tolist() == [2.0, 0.0, 0.0]
+    assert leaves.tolist() == [-5.0, -5.0, 7.0, 9.0]
+
+
+def _chain(depth: int) -> dict:
+    n = 2 * depth + 1
+    left, right = [-1] * n, [-1] * n
+    for d in range(depth):  # node 2d splits into leaf 2d+1 and the next split 2d+2
+        left[2 * d], right[2 * d] = 2 * d + 1, 2 * d + 2
+    return {"left_children": left, "right_children": right, "split_indices": [0] * n,
+            "split_conditions": [float(i) for i in range(n)], "default_left": [0] * n}
+
+
+def test_trees_deeper_than_the_limit_are_refused():
+    assert perfect_tree(_chain(MAX_DEPTH))[3] == MAX_DEPTH
+    with pytest.raises(UnsupportedModelError, match="deeper"):
+        perfect_tree(_chain(MAX_DEPTH + 1))
+
+
+@pytest.fixture(scope="module")
+def model_json(small_booster) -> dict:
+    return json.loads(bytes(small_booster.save_raw(raw_format="json")))
+
+
+def test_base_score_string_of_xgboost_3_is_read(model_json, small_booster):
+    forest = forest_from_booster(small_booster)
+    raw = model_json["learner"]["learner_model_param"]["base_score"]
+    assert forest.base_margin == pytest.approx(float(str(raw).strip("[]")))
+    assert forest.link == "identity"
+    assert forest.trees.shape == (small_booster.num_boosted_rounds(), 3)
+    assert forest.codes.dtype == np.int32 and forest.thresholds.dtype == np.float32
+
+
+def test_multi_output_base_score_is_refused(model_json):
+    bad = copy.deepcopy(model_json)
+    bad["learner"]["learner_model_param"]["base_score"] = "[1E0,2E0]"
+    with pytest.raises(UnsupportedModelError, match="single-output"):
+        forest_from_json(bad)
+
+
+def test_a_split_on_a_feature_the_model_lacks_is_refused(model_json):
+    bad = copy.deepcopy(model_json)
+    tree = bad["learner"]["gradient_booster"]["model"]["trees"][0]
+    tree["split_indices"][0] = 99
+    with pytest.raises(UnsupportedModelError, match="feature 99"):
+        forest_from_json(bad)
+
+
+def test_categorical_splits_are_refused(model_json):
+    bad = copy.deepcopy(model_json)
+    tree = bad["learner"]["gradient_booster"]["model"]["trees"][0]
+    tree["split_type"][0] = 1
+    with pytest.raises(UnsupportedModelError, match="categorical"):
+        forest_from_json(bad)

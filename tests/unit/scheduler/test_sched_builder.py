@@ -1,0 +1,117 @@
+"""Snapshot builder: ordering, model versions, feature rows, immutability, atomic swap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from schedkit import LinearPredictor, features_msg, make_linear, make_view, weights_msg
+
+from app.scheduler.builder import SnapshotBuilder
+from app.scheduler.snapshot import SnapshotHolder
+
+
+@pytest.fixture
+def linear() -> LinearPredictor:
+    return make_linear()
+
+
+@pytest.fixture
+def view(linear: LinearPredictor) -> SnapshotBuilder:
+    return make_view(linear)
+
+
+def test_messages_only_move_forward_in_ts() -> None:
+    b = SnapshotBuilder()
+    assert b.apply_node_features(features_msg("n1", 10.0, 1.0))
+    assert not b.apply_node_features(features_msg("n1", 9.0, 5.0))
+    assert b.apply_node_weights(weights_msg("n1", 10.0, 0.8))
+    assert not b.apply_node_weights(weights_msg("n1", 9.0, 0.1))
+    n = b.build(now=11.0).nodes["n1"]
+    assert (n.features["load__mean"], n.weight, n.features_ts) == (1.0, 0.8, 10.0)
+
+
+def test_hardware_descriptors_join_features_and_stale_metrics_drop() -> None:
+    b = SnapshotBuilder()
+    msg = features_msg("n1", 10.0, 1.0, gpu_model="NVIDIA GeForce RTX 4090", cpu_iowait__mean=0.5)
+    msg["stale"] = ["cpu_iowait"]
+    b.apply_node_features(msg)
+    f = b.build(now=10.0).nodes["n1"].features
+    assert f["hw_gpu_mem_bw_gbs"] == 1008.0 and "cpu_iowait__mean" not in f and "hw_cpu_cores" not in f
+
+
+def test_weights_before_features_keep_node_class() -> None:
+    b = SnapshotBuilder()
+    b.apply_node_weights({**weights_msg("n1", 5.0, 0.7), "node_class": "cpu", "gpu_model": None})
+    b.apply_node_features(features_msg("n1", 6.0, 1.0, node_class="cpu"))
+    n = b.build(now=6.0).nodes["n1"]
+    assert (n.node_class, n.weight) == ("cpu", 0.7)
+
+
+def test_models_only_move_forward_in_version(linear: LinearPredictor) -> None:
+    b = SnapshotBuilder()
+    assert b.set_model("gCTF:gpu", 2, linear)
+    assert not b.set_model("gCTF:gpu", 2, LinearPredictor({"x": 1.0}))
+    assert not b.set_model("gCTF:gpu", 1, LinearPredictor({"x": 1.0}))
+    assert b.model_version("gCTF:gpu") == 2 and b.model_version("upload:cpu") is None
+
+
+def test_model_matrix_rows_in_feature_order_and_read_only(view: SnapshotBuilder) -> None:
+    snap = view.build(now=1001.0)
+    entry = snap.models["gCTF:gpu"]
+    assert entry.feature_names == ("load__mean", "task_input_size_mb")
+    assert dict(entry.task_columns) == {"task_input_size_mb": 1}
+    assert entry.matrix.dtype == np.float32 and not entry.matrix.flags.writeable
+    assert entry.matrix[entry.row_index["slow"], 0] == 4.0 and math.isnan(entry.matrix[0, 1])
+    rows = entry.rows(["slow", "fast"], {"task_input_size_mb": 10.0})
+    assert rows.tolist() == [[4.0, 10.0], [1.0, 10.0]]
+    with pytest.raises(ValueError):
+        entry.matrix[0, 0] = 1.0
+
+
+def test_rebuild_reuses_unchanged_rows_and_refreshes_changed(view: SnapshotBuilder) -> None:
+    first = view.build(now=1001.0)
+    again = view.build(now=1002.0)
+    assert again.models["gCTF:gpu"] is first.models["gCTF:gpu"]
+    view.apply_node_features(features_msg("mid", 1003.0, 9.0))
+    third = view.build(now=1003.0)
+    m = third.models["gCTF:gpu"]
+    assert m.matrix[m.row_index["mid"], 0] == 9.0
+    assert first.models["gCTF:gpu"].matrix[first.models["gCTF:gpu"].row_index["mid"], 0] == 2.0  # old view intact
+
+
+def test_scope_per_class_and_per_node(view: SnapshotBuilder, linear: LinearPredictor) -> None:
+    view.apply_node_features(features_msg("cpu-1", 1000.0, 1.0, node_class="cpu"))
+    view.set_model("gCTF:gpu:slow", 1, linear)
+    view.set_model("gCTF:gpu:cpu-1", 1, linear)  # wrong class: covers nothing
+    snap = view.build(now=1000.0)
+    assert set(snap.models["gCTF:gpu"].row_index) == {"fast", "mid", "slow"}
+    assert set(snap.models["gCTF:gpu:slow"].row_index) == {"slow"}
+    assert len(snap.models["gCTF:gpu:cpu-1"].row_index) == 0
+    assert snap.model_for("gCTF", snap.nodes["slow"]).key == "gCTF:gpu:slow"
+    assert snap.model_for("gCTF", snap.nodes["fast"]).key == "gCTF:gpu"
+    assert snap.model_for("gCTF", snap.nodes["cpu-1"]) is None
+    assert snap.model_for("upload", snap.nodes["fast"]) is None
+
+
+def test_tombstone_and_running_apps(view: SnapshotBuilder) -> None:
+    view.build(now=1000.0)
+    view.apply_running("fast", {"Motioncor2": 1, "gCTF": 0})
+    assert view.dirty
+    view.remove_node("slow")
+    snap = view.build(now=1000.0)
+    assert dict(snap.nodes["fast"].running) == {"Motioncor2": 1}
+    assert "slow" not in snap.nodes and "slow" not in snap.models["gCTF:gpu"].row_index
+    assert not view.dirty
+
+
+def test_holder_swaps_whole_snapshots(view: SnapshotBuilder) -> None:
+    holder = SnapshotHolder()
+    a = holder.swap(view.build(now=1000.0))
+    seen = holder.current
+    view.apply_node_features(features_msg("fast", 1001.0, 7.0))
+    b = holder.swap(view.build(now=1001.0))
+    assert (a.generation, b.generation) == (1, 2)
+    assert seen is a and seen.nodes["fast"].features["load__mean"] == 1.0
+    assert holder.current is b and b.data_ts == 1001.0 and b.age(now=1003.0) == 2.0

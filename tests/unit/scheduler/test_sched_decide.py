@@ -1,0 +1,164 @@
+"""Filter / prioritize over a snapshot: batching, model choice, staleness, anti-affinity, SLA, contention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from schedkit import LinearPredictor, features_msg, make_linear, make_view, weights_msg
+
+from app.scheduler.assumed import AssumedPods
+from app.scheduler.builder import SnapshotBuilder
+from app.scheduler.decide import NO_APP, NOT_READY, STALE_NODES, STALE_SNAPSHOT, DecideParams, decide
+from app.scheduler.podinfo import PodInfo
+from app.scheduler.policy import policy_from_dict
+
+NOW = 1005.0
+GCTF = PodInfo("ctf-1", "em", "uid-1", "gCTF", 512.0)
+MC2 = PodInfo("mc-1", "em", "uid-2", "Motioncor2", math.nan)
+NODES = ["slow", "fast", "mid"]
+
+
+@pytest.fixture
+def linear() -> LinearPredictor:
+    return make_linear()
+
+
+@pytest.fixture
+def view(linear: LinearPredictor) -> SnapshotBuilder:
+    return make_view(linear)
+
+
+def run(view: SnapshotBuilder, pod: PodInfo = GCTF, nodes: list[str] = NODES, assumed: AssumedPods | None = None,
+        now: float = NOW, **policy: object):
+    params = DecideParams(policy_from_dict(policy), credibility_prior=0.5, stale_after_s=30.0)
+    return decide(view.build(now=now), pod, nodes, assumed or AssumedPods(), params, now)
+
+
+def test_ranks_by_predicted_rtt_with_one_predict_call_per_model(view: SnapshotBuilder,
+                                                                linear: LinearPredictor) -> None:
+    d = run(view)
+    assert d.neutral is None and d.failed_nodes() == {}
+    assert d.scores() == [("slow", 4), ("fast", 10), ("mid", 7)]
+    by = {v.node: v for v in d.verdicts}
+    assert by["fast"].predicted_rtt_ms == pytest.approx(50 + 100 + 51.2)
+    assert (by["fast"].model_key, by["fast"].model_version) == ("gCTF:gpu", 3)
+    assert linear.calls == [3]
+    assert d.best() == "fast" and d.passed() == NODES
+
+
+def test_own_model_preferred_and_weights_prediction_as_fallback(view: SnapshotBuilder) -> None:
+    own = LinearPredictor({"load__mean": 1.0})
+    view.set_model("gCTF:gpu:slow", 1, own)
+    view.apply_node_features(features_msg("cpu-1", 1000.0, 1.0, node_class="cpu"))
+    view.apply_node_weights(weights_msg("cpu-1", 1000.0, 1.0, gCTF=100.0))
+    by = {v.node: v for v in run(view, nodes=NODES + ["cpu-1"]).verdicts}
+    assert by["slow"].model_key == "gCTF:gpu:slow" and by["slow"].predicted_rtt_ms == 4.0 and own.calls == [1]
+    assert by["cpu-1"].predicted_rtt_ms == 100.0 and by["cpu-1"].model_key is None
+    assert by["slow"].score == 10
+
+
+@pytest.mark.parametrize(("pod", "snapshot", "now", "reason"), [
+    (PodInfo("web", "default", "", None, math.nan), True, NOW, NO_APP),
+    (GCTF, False, NOW, NOT_READY),
+    (GCTF, True, 1000.0 + 31.0, STALE_SNAPSHOT),
+])
+def test_neutral_answers(view: SnapshotBuilder, pod: PodInfo, snapshot: bool, now: float, reason: str) -> None:
+    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": 1.0}}), stale_after_s=30.0)
+    d = decide(view.build(now=now) if snapshot else None, pod, NODES, AssumedPods(), params, now)
+    assert d.neutral == reason and d.stale == (reason != NO_APP)
+    assert d.scores() == [(n, 5) for n in NODES] and d.failed_nodes() == {} and d.best() is None
+
+
+def test_every_candidate_stale_or_unknown_is_neutral_never_filtered(view: SnapshotBuilder) -> None:
+    view.apply_node_weights(weights_msg("fast", 1001.0, 1.0, stale=True))
+    view.apply_node_features(features_msg("fresh-elsewhere", NOW, 1.0))
+    d = run(view, nodes=["fast", "unknown-node"], sla_ms={"gCTF": 1.0})
+    assert d.neutral == STALE_NODES and d.failed_nodes() == {}
+
+
+def test_a_stale_node_among_fresh_ones_passes_with_the_neutral_score(view: SnapshotBuilder) -> None:
+    view.apply_node_weights(weights_msg("slow", 1001.0, 1.0, stale=True))
+    d = run(view, sla_ms={"gCTF": 250.0}, sla_when_all_fail="fail")
+    by = {v.node: v for v in d.verdicts}
+    assert by["slow"].stale and by["slow"].score == 5 and by["slow"].failed is None
+    assert "mid" in d.failed_nodes() and "fast" not in d.failed_nodes()
+
+
+def test_sla_filter_with_reason(view: SnapshotBuilder) -> None:
+    d = run(view, sla_ms={"gCTF": 350.0})
+    assert d.failed_nodes() == {"slow": "predicted RTT 501 ms exceeds the SLA of gCTF (350 ms)"}
+    assert d.passed() == ["fast", "mid"] and not d.sla_relaxed
+
+
+def test_sla_failing_everywhere_passes_all_unless_strict(view: SnapshotBuilder) -> None:
+    relaxed = run(view, sla_ms={"gCTF": 100.0})
+    assert relaxed.sla_relaxed and relaxed.failed_nodes() == {} and relaxed.best() == "fast"
+    strict = run(view, sla_ms={"gCTF": 100.0}, sla_when_all_fail="fail")
+    assert set(strict.failed_nodes()) == set(NODES)
+
+
+def test_anti_affinity_from_running_apps_and_assumed_pods(view: SnapshotBuilder) -> None:
+    view.apply_running("fast", {"Motioncor2": 1})
+    assumed = AssumedPods()
+    assumed.assume("other-mc", "Motioncor2", "mid", now=NOW - 1)
+    assumed.assume("uid-2", "Motioncor2", "slow", now=NOW - 1)  # the pod itself: does not count
+    d = run(view, pod=MC2, assumed=assumed, anti_affinity=[["Motioncor2", "Motioncor2"]])
+    assert d.failed_nodes() == {
+        "fast": "anti-affinity: Motioncor2 interferes with Motioncor2 already running on this node",
+        "mid": "anti-affinity: Motioncor2 interferes with Motioncor2 just placed on this node",
+    }
+    assert run(view, pod=GCTF, assumed=assumed, anti_affinity=[["Motioncor2", "Motioncor2"]]).failed_nodes() == {}
+
+
+def test_contention_penalty_until_metrics_show_the_pod(view: SnapshotBuilder) -> None:
+    assumed = AssumedPods(ttl_s=120, scrape_delay_s=5)
+    for i in range(3):
+        assumed.assume(f"p{i}", "gCTF", "fast", now=NOW - 1)
+    d = run(view, assumed=assumed, anti_affinity=[["gCTF", "gCTF"]], contention={"interfering": 0.5},
+            sla_when_all_fail="pass")
+    assert d.failed_nodes() and "fast" in d.failed_nodes()  # anti-affinity applies to gCTF pairs
+    d = run(view, assumed=assumed, contention={"other": 0.5})
+    by = {v.node: v for v in d.verdicts}
+    assert by["fast"].predicted_rtt_ms == pytest.approx(201.2 * 1.5 ** 3)
+    assert d.best() == "mid"
+    view.apply_node_features(features_msg("fast", NOW + 5, 1.0))  # metrics now include the placements
+    d = run(view, assumed=assumed, now=NOW + 6, contention={"other": 0.5})
+    assert d.best() == "fast"
+
+
+def test_credibility_pulls_toward_neutral_and_prior_for_unevaluated(view: SnapshotBuilder) -> None:
+    view.apply_node_weights(weights_msg("fast", 1001.0, 0.0))
+    view.apply_node_features(features_msg("new", 1000.0, 1.0))
+    by = {v.node: v for v in run(view, nodes=NODES + ["new"]).verdicts}
+    assert by["fast"].score == 5 and by["fast"].credibility == 0.0
+    assert by["new"].credibility == 0.5 and by["new"].score == round(0.5 * 10 + 0.5 * 5)
+
+
+loads = st.lists(st.floats(min_value=0.0, max_value=1e4), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(loads=loads, creds=st.lists(st.floats(0.0, 1.0), min_size=12, max_size=12),
+       stale=st.lists(st.booleans(), min_size=12, max_size=12), sla=st.floats(1.0, 1e6))
+def test_invariants(loads: list[float], creds: list[float], stale: list[bool], sla: float) -> None:
+    b = SnapshotBuilder()
+    names = [f"n{i}" for i in range(len(loads))]
+    for i, (name, load) in enumerate(zip(names, loads, strict=True)):
+        b.apply_node_features(features_msg(name, 1000.0, load))
+        b.apply_node_weights(weights_msg(name, 1000.0, creds[i], stale=stale[i]))
+    b.set_model("gCTF:gpu", 1, LinearPredictor({"load__mean": 100.0}, bias=1.0))
+    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": sla}, "sla_when_all_fail": "fail"}))
+    d = decide(b.build(now=NOW), GCTF, names, AssumedPods(), params, NOW)
+    assert all(0 <= s <= 10 for _, s in d.scores())
+    fresh = [v for v in d.verdicts if not v.stale]
+    if not fresh:
+        assert d.neutral == STALE_NODES and d.failed_nodes() == {}
+    assert all(v.failed is None for v in d.verdicts if v.stale)  # stale data never filters
+    full = [v for v in fresh if v.credibility == 1.0]
+    for a in full:  # monotone: a lower predicted RTT never scores lower (same credibility)
+        for c in full:
+            if a.predicted_rtt_ms < c.predicted_rtt_ms:
+                assert a.score >= c.score

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.contracts.codec import validate
+from app.sim.apps import APPS, selection_scores, true_drivers
+from app.sim.metrics import ALL_METRICS, GPU_METRICS
+from app.sim.runner import SimConfig, run_offline
+from app.sim.sinks import ListSink
+
+
+@pytest.fixture(scope="module")
+def sink():
+    s = ListSink()
+    run_offline(SimConfig(n_tasks=600), "kube_default", 3, sink=s)
+    return s
+
+
+def test_node_metrics_satisfy_the_contract(sink):
+    msgs = sink.messages["node-metrics"]
+    assert len(msgs) > 20
+    for key, value in msgs:
+        validate("node-metrics", value)
+        assert key == value["node"]
+        m = value["metrics"]
+        assert set(m) <= set(ALL_METRICS)
+        assert (value["node_class"] == "gpu") == bool(set(GPU_METRICS) & set(m))
+        for name in ("cpu_usage_user", "cpu_iowait", "cpu_idle") + (("nvidia_smi_utilization_gpu",)
+                                                                    if value["node_class"] == "gpu" else ()):
+            assert 0.0 <= m[name] <= 1.0
+
+
+def test_gpu_metrics_follow_the_load(sink):
+    util = [v["metrics"]["nvidia_smi_utilization_gpu"] for _, v in sink.messages["node-metrics"]
+            if v["node_class"] == "gpu"]
+    assert max(util) > 0.3 and min(util) < 0.2
+
+
+def test_task_completions_satisfy_the_contract(sink):
+    msgs = sink.messages["task-completions"]
+    assert len(msgs) == 600
+    for key, value in msgs:
+        validate("task-completions", value)
+        assert key == value["node"]
+        assert value["submitted_ts"] <= value["started_ts"] <= value["finished_ts"]
+        assert value["rtt_ms"] == pytest.approx((value["finished_ts"] - value["submitted_ts"]) * 1000, abs=1e-3)
+
+
+def test_true_drivers_are_emitted_metrics():
+    for app in APPS:
+        drivers = true_drivers(app)
+        assert drivers and drivers <= set(ALL_METRICS)
+    assert "cpu_iowait" in true_drivers("upload") and "nvidia_smi_utilization_gpu" in true_drivers("gCTF")
+    p, r = selection_scores("gCTF", [f"{m}__mean" for m in true_drivers("gCTF")])
+    assert (p, r) == (1.0, 1.0)
+
+
+def test_gpu_nodes_fluctuate_more_than_cpu_nodes():
+    from app.sim.apps import NOISE_SIGMA
+
+    assert 3.0 <= NOISE_SIGMA["gpu"] / NOISE_SIGMA["cpu"] <= 5.0
+    assert np.isfinite(NOISE_SIGMA["gpu"])

@@ -1,0 +1,76 @@
+"""The trainer's registry side on the real directory store: no champion, a champion scored, a broken one."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.contracts import encode
+from app.model.registry import DirectoryModelStore
+from app.trainer.champion import judge
+from app.trainer.cpus import parse_cpus
+from app.trainer.history import Dataset
+from app.trainer.pipeline import train_challenger
+from app.trainer.registry import ModelRegistry
+from app.trainer.service import TrainerService
+
+FAST = {"n_estimators": 20}
+
+
+def dataset(n: int = 200, seed: int = 0) -> Dataset:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 100, n)
+    X = np.column_stack([x, rng.normal(size=n)]).astype(np.float32)
+    return Dataset(X, 100.0 + 4.0 * x, np.arange(n, dtype=np.float64), ("util__mean", "junk__mean"))
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> ModelRegistry:
+    return ModelRegistry(store=DirectoryModelStore(tmp_path / "models"))
+
+
+def test_register_then_champion_is_scored_on_the_holdout(registry: ModelRegistry) -> None:
+    ch = train_challenger(dataset(), "cpu", params=FAST, selector=None)
+    assert registry.champion_metrics("gCTF:cpu", ch.holdout) is None
+    msg = registry.register("gCTF:cpu", ch)
+    assert msg["version"] == 1 and msg["format"] == "ubj" and msg["features"] == ["util__mean", "junk__mean"]
+    encode("model-updates", {**msg, "ts": 1.0, "onset_ts": None})  # satisfies the contract
+    champ = registry.champion_metrics("gCTF:cpu", ch.holdout)
+    assert champ is not None and champ["rmse_ms"] == pytest.approx(ch.metrics["rmse_ms"], rel=1e-3)
+    assert not judge(ch.metrics, champ).promote  # the same model is not 2 % better than itself
+    assert registry.store.current("gCTF:cpu").training_window == (0.0, 159.0)
+
+
+def test_a_broken_champion_counts_as_unusable(registry: ModelRegistry, tmp_path: Path) -> None:
+    ch = train_challenger(dataset(), "cpu", params=FAST, selector=None)
+    registry.register("gCTF:cpu", ch)
+    for blob in (tmp_path / "models").rglob("*.ubj"):
+        blob.write_bytes(b"tampered")
+    champ = registry.champion_metrics("gCTF:cpu", ch.holdout)
+    assert champ is not None and math.isnan(champ["rmse_ms"])
+    assert judge(ch.metrics, champ).reason == "champion_unusable"
+
+
+def test_settings_open_the_directory_store(tmp_path: Path) -> None:
+    reg = ModelRegistry(Settings.from_env({}, models_dir=str(tmp_path / "m")))
+    assert isinstance(reg.store, DirectoryModelStore)
+    with pytest.raises(ValueError):
+        ModelRegistry()
+    with pytest.raises(ValueError):
+        ModelRegistry(store=reg.store, fmt="pickle")
+
+
+def test_cpu_lists_and_service_settings(tmp_path: Path) -> None:
+    assert parse_cpus("2-3") == {2, 3} and parse_cpus(" 1 ") == {1}
+    for bad in ("", "3-2", "a", "1,-2"):
+        with pytest.raises(ValueError):
+            parse_cpus(bad)
+    s = Settings.from_env({}, models_dir=str(tmp_path))
+    with pytest.raises(ValueError):
+        TrainerService(s, margin=1.0)
+    with pytest.raises(ValueError):
+        TrainerService(s, holdout_fraction=0.0)
