@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from app.bridge.exposition import Exposition, Sample
 from app.bridge.mapping import CanonicalMetric, MetricMap, Source
@@ -60,16 +60,24 @@ def _in_range(v: float, rng: tuple[float, float] | None) -> float | None:
     return min(max(v, lo), hi)
 
 
+def _fsum(values: Iterable[float]) -> float:
+    """An exact sum; infinite when it overflows (such a value is then left out of the message)."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return math.inf
+
+
 def _aggregate(values: list[float], how: str) -> float | None:
     if not values:
         return None
     if how == "mean":
-        return math.fsum(values) / len(values)
+        return _fsum(values) / len(values)
     if how == "max":
         return max(values)
     if how == "min":
         return min(values)
-    return math.fsum(values)
+    return _fsum(values)
 
 
 def _per_series(metric: CanonicalMetric, src: Source, found: list[tuple[Part, Sample]]) -> float | None:
@@ -104,10 +112,10 @@ def _ratio(parts: Sequence[Part], src: Source, found: list[tuple[Part, Sample]])
     den = _samples(parts, src.denominator, src)
     if not den:
         return None
-    d = math.fsum(s.value for _, s in den)
+    d = _fsum(s.value for _, s in den)
     if d <= 0:
         return None
-    r = math.fsum(s.value for _, s in found) / d
+    r = _fsum(s.value for _, s in found) / d
     return (1.0 - r if src.complement else r) * src.scale
 
 

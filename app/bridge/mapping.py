@@ -41,6 +41,12 @@ def stale_groups() -> tuple[str, ...]:
     return tuple(contract("node-metrics").value_schema["properties"]["stale"]["items"]["enum"])
 
 
+def value_bounds() -> tuple[float, float]:
+    """The smallest and largest metric value the node-metrics contract accepts."""
+    schema = contract("node-metrics").value_schema["properties"]["metrics"]["additionalProperties"]
+    return float(schema["minimum"]), float(schema["maximum"])
+
+
 LabelMatch = tuple[tuple[str, "re.Pattern[str]"], ...]
 
 

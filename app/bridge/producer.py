@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
+from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
@@ -29,7 +31,11 @@ async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridg
         bootstrap_servers=settings.bootstrap_servers, client_id=client_id, linger_ms=5,
         request_timeout_ms=10_000,
     )
-    await producer.start()
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        await producer.stop()
+        raise BridgeError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     return producer
 
 

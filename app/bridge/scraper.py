@@ -30,6 +30,8 @@ from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
 from app.bridge.targets import Target, check_unique
 from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.contracts.codec import validate
+from app.errors import ContractError
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,18 @@ class Bridge:
         return list(await asyncio.gather(*(self.scrape_node(a) for a in self.assemblers)))
 
 
+def _valid(snaps: list[Snapshot], metrics: BridgeMetrics) -> list[dict[str, Any]]:
+    """The messages that satisfy the node-metrics contract; any other is logged and counted, never sent."""
+    out = []
+    for s in snaps:
+        try:
+            out.append(validate("node-metrics", s.message))
+        except ContractError as exc:
+            log.error("%s: node-metrics message breaks the contract, not sent: %s", s.message.get("node"), exc)
+            metrics.skipped.labels(source="node-metrics", reason=exc.reason).inc()
+    return out
+
+
 async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: int | None = None,
                      clock: Clock | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None,
                      producer: Any = None, publish: bool = True, mapping: MetricMap | None = None,
@@ -159,7 +173,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                 if on_round is not None:
                     on_round(snaps)
                 if publish:
-                    stats.messages += await publish_node_metrics(producer, settings, [s.message for s in snaps],
+                    stats.messages += await publish_node_metrics(producer, settings, _valid(snaps, metrics),
                                                                  metrics=metrics)
                 if scrapes is not None and stats.rounds >= scrapes:
                     break

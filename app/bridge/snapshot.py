@@ -23,7 +23,7 @@ from app.bridge.canonical import Part, evaluate, series_key
 from app.bridge.errors import ExpositionError
 from app.bridge.exposition import Exposition, Sample, parse_exposition
 from app.bridge.health import Trouble, scrape_failed, self_reported, watchdog_trouble
-from app.bridge.mapping import ExporterSpec, MetricMap
+from app.bridge.mapping import ExporterSpec, MetricMap, value_bounds
 from app.bridge.rates import CounterTracker
 from app.bridge.targets import Endpoint, Target
 
@@ -85,6 +85,7 @@ class NodeAssembler:
         self._state = {e.url: _EndpointState() for e in target.endpoints}
         self._endpoints = {e.url: e for e in target.endpoints}
         self._gpu_seen = False
+        self._bounds = value_bounds()
 
     def exporter_name(self, endpoint: Endpoint) -> str:
         """Declared, else the last detected, else guessed from the default port, else ``unknown``."""
@@ -135,7 +136,8 @@ class NodeAssembler:
                 troubles.append(trouble)
         stale = sorted({g for t in troubles for g in t.groups})
         groups = {m.name: m.group for m in self.mapping.metrics}
-        metrics = {k: v.value for k, v in values.items() if groups[k] not in stale}
+        lo, hi = self._bounds
+        metrics = {k: v.value for k, v in values.items() if groups[k] not in stale and lo <= v.value <= hi}
         node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
         message: dict[str, Any] = {
             "node": self.target.node, "ts": ts, "node_class": node_class,

@@ -1,6 +1,7 @@
 """Publish rtt-predictions off the request's critical path: a bounded queue and one background task.
 
-A handler calls :meth:`PredictionPublisher.offer` (no await, no encoding: one tuple per request). The
+A handler calls :meth:`PredictionPublisher.offer` with its decision (no await, no encoding, no per-node
+objects: one queue item per request). The
 background task turns each request into one message per scored candidate (key = node) and hands them to a
 :class:`Sink`. When the queue is full the request's messages are dropped and counted — scheduling never
 waits for Kafka.
@@ -18,7 +19,7 @@ import orjson
 
 from app.config import Settings
 from app.extender.metrics import ExtenderMetrics
-from app.scheduler.decide import NodeVerdict
+from app.scheduler.decide import Decision, NodeVerdict
 
 log = logging.getLogger(__name__)
 TOPIC = "rtt-predictions"
@@ -49,17 +50,17 @@ class PredictionPublisher:
             raise ValueError(f"max_pending must be >= 1 (got {max_pending})")
         self._sink = sink
         self._metrics = metrics
-        self._queue: asyncio.Queue[tuple[str, str, float, Sequence[NodeVerdict]]] = asyncio.Queue(max_pending)
+        self._queue: asyncio.Queue[tuple[Decision, float]] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
 
-    def offer(self, task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict]) -> bool:
-        """Queue one request's predictions; False (and counted as dropped) when the queue is full."""
-        if not verdicts:
+    def offer(self, decision: Decision, ts: float) -> bool:
+        """Queue one scored request; False (its candidates counted as dropped) when the queue is full."""
+        if decision.neutral is not None or decision.pod.app is None:
             return True
         try:
-            self._queue.put_nowait((task_id, app, ts, verdicts))
+            self._queue.put_nowait((decision, ts))
         except asyncio.QueueFull:
-            self._metrics.dropped.inc(len(verdicts))
+            self._metrics.dropped.inc(sum(1 for r in decision.rtt_ms if r == r))  # NaN != NaN
             return False
         return True
 
@@ -73,9 +74,10 @@ class PredictionPublisher:
 
     async def _run(self) -> None:
         while True:
-            task_id, app, ts, verdicts = await self._queue.get()
+            decision, ts = await self._queue.get()
+            verdicts = decision.predicted()
             try:
-                for value in prediction_values(task_id, app, ts, verdicts):
+                for value in prediction_values(decision.pod.task_id, decision.pod.app or "", ts, verdicts):
                     await self._sink.send(value["node"].encode(), orjson.dumps(value))
                 self._metrics.published.inc(len(verdicts))
             except asyncio.CancelledError:

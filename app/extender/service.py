@@ -141,7 +141,7 @@ class ExtenderService:
             if best is not None:
                 self.assumed.assume(pod.task_id, pod.app, best, now)
             if self.publisher is not None:
-                self.publisher.offer(pod.task_id, pod.app, now, d.predicted())
+                self.publisher.offer(d, now)
         return priority_list(d.scores())
 
     # -- lifecycle

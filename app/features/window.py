@@ -140,6 +140,13 @@ class NodeWindow:
         """Memory held by the bucket arrays (bounded by history, bucket width and metric count)."""
         return int(self._s.nbytes + self._bucket.nbytes + self._n.nbytes)
 
+    def newest_ts(self) -> float | None:
+        """Time of the newest event held (None if empty)."""
+        held = self._bucket > self.newest - self.n_buckets
+        if self.newest < 0 or not held.any() or not self.names:
+            return None
+        return float(self._s[6, held, : len(self.names)].max())
+
     def bucket_of(self, ts: float) -> int:
         return math.floor(ts / self.bucket_s)
 

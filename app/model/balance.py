@@ -42,7 +42,7 @@ def _proportional_quotas(edges: np.ndarray, total: int) -> np.ndarray:
     for every ``k`` — no drift of the sample's quantiles however the remainders fall.
 
     >>> _proportional_quotas(np.array([0, 10, 20, 30, 40]), 6).tolist()
-    [1, 2, 1, 2]
+    [2, 1, 2, 1]
     """
     cumulative = np.floor(edges.astype(np.float64) * total / edges[-1] + 0.5).astype(np.int64)
     return np.diff(cumulative)

@@ -4,8 +4,9 @@
 checks, a proxy DMatrix, thread dispatch), while the extender scores one pod on a handful of nodes.
 :class:`FastPredictor` walks the same trees (:mod:`app.model.forest`: perfect trees, ``p = 2p + 1 +
 go_right``) in a numba kernel: tree by tree, eight rows at a time as independent chains so the CPU
-overlaps their memory loads; the last ``n % 8`` rows go row by row, four trees at a time. A split sends ``x < threshold`` left and NaN its default way, exactly as
-XGBoost does on float32 inputs; sums are float64.
+overlaps their memory loads; the last ``n % 8`` rows go row by row, four trees at a time. A split sends
+``x < threshold`` left and NaN its default way, exactly as XGBoost does on float32 inputs; sums are
+float64.
 
 The kernel holds no state and releases the GIL, so one predictor may serve several threads.
 

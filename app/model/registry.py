@@ -14,12 +14,14 @@ same models) and :class:`DirectoryModelStore` (a local directory, when no Redis 
 pointer. Each store keeps the newest ``keep`` versions and the current one; older blobs are deleted.
 
 >>> import tempfile
->>> store = DirectoryModelStore(tempfile.mkdtemp(), keep=2)
+>>> tmp = tempfile.TemporaryDirectory()
+>>> store = DirectoryModelStore(tmp.name, keep=2)
 >>> r = store.save("gCTF:gpu", b"blob-1", fmt="json", features=["a"], params={}, metrics={}, n_samples=1)
 >>> r.version, store.current("gCTF:gpu")
 (1, None)
 >>> store.promote("gCTF:gpu", 1).version, store.load("gCTF:gpu")[0]
 (1, b'blob-1')
+>>> tmp.cleanup()
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def train_model(
     Raises
     ------
     NotEnoughSamplesError
-        Fewer than ``MIN_SAMPLES`` usable rows, or no training rows left after the holdout.
+        Fewer than ``MIN_SAMPLES`` usable rows, or fewer than half that left to train on after the holdout.
     TrainingError
         Mismatched shapes, feature names or arguments.
     """
@@ -150,7 +150,8 @@ def train_model(
         idx = stratified_sample(y_fit, max_samples, rng=np.random.default_rng(seed))
         X_fit, y_fit = X_fit[idx], y_fit[idx]
 
-    merged: dict[str, Any] = {**xgb_params(node_class), "seed": seed, **(params or {})}
+    overrides = dict(params or {})
+    merged: dict[str, Any] = {**xgb_params(node_class, device=overrides.get("device")), "seed": seed, **overrides}
     booster_params = dict(merged)
     rounds = int(booster_params.pop("n_estimators", 100))
     names = tuple(feature_names)

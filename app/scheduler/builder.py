@@ -171,4 +171,7 @@ class SnapshotBuilder:
         models = MappingProxyType({k: self._entry(m) for k, m in self._models.items()})
         data_ts = max((n.features_ts for n in self._nodes.values()), default=0.0)
         self.dirty = False
-        return Snapshot(nodes=nodes, models=models, built_at=now, data_ts=data_ts)
+        snap = Snapshot(nodes=nodes, models=models, built_at=now, data_ts=data_ts)
+        for app in {m.key.split(":", 1)[0] for m in self._models.values()}:
+            snap.routes(app)  # warm the per-app routing while still off the request path
+        return snap

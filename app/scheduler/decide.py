@@ -17,6 +17,7 @@ Per request (one pod, N candidate nodes):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -60,8 +61,20 @@ class NodeVerdict:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
+    """The outcome for all candidates, column by column (cheap to build on the request path).
+
+    ``rtt_ms`` includes the contention penalty (NaN: no prediction); ``failed`` holds reasons (None: passes).
+    """
+
     pod: PodInfo
-    verdicts: tuple[NodeVerdict, ...]
+    nodes: tuple[str, ...]
+    score: list[int]
+    rtt_ms: list[float] = dataclasses.field(default_factory=list)
+    model_key: list[str | None] = dataclasses.field(default_factory=list)
+    model_version: list[int | None] = dataclasses.field(default_factory=list)
+    credibility: list[float] = dataclasses.field(default_factory=list)
+    failed: list[str | None] = dataclasses.field(default_factory=list)
+    fresh: list[bool] = dataclasses.field(default_factory=list)
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
 
@@ -69,14 +82,28 @@ class Decision:
     def stale(self) -> bool:
         return self.neutral in STALE_REASONS
 
+    @functools.cached_property
+    def verdicts(self) -> tuple[NodeVerdict, ...]:
+        if self.neutral is not None:
+            return tuple(NodeVerdict(n) for n in self.nodes)
+        return tuple(
+            NodeVerdict(n, self.score[i], self.rtt_ms[i], self.model_key[i], self.model_version[i],
+                        self.credibility[i], self.failed[i], not self.fresh[i])
+            for i, n in enumerate(self.nodes)
+        )
+
     def failed_nodes(self) -> dict[str, str]:
-        return {v.node: v.failed for v in self.verdicts if v.failed is not None}
+        if self.neutral is not None:
+            return {}
+        return {n: f for n, f in zip(self.nodes, self.failed, strict=True) if f is not None}
 
     def passed(self) -> list[str]:
-        return [v.node for v in self.verdicts if v.failed is None]
+        if self.neutral is not None:
+            return list(self.nodes)
+        return [n for n, f in zip(self.nodes, self.failed, strict=True) if f is None]
 
     def scores(self) -> list[tuple[str, int]]:
-        return [(v.node, v.score) for v in self.verdicts]
+        return list(zip(self.nodes, self.score, strict=True))
 
     def predicted(self) -> list[NodeVerdict]:
         """Candidates with a usable prediction (what gets published)."""
@@ -84,15 +111,17 @@ class Decision:
 
     def best(self) -> str | None:
         """The top-scored passing node with a prediction (lowest RTT breaks ties); None when neutral."""
-        ok = [v for v in self.verdicts if v.failed is None and math.isfinite(v.predicted_rtt_ms)]
-        if self.neutral is not None or not ok:
+        if self.neutral is not None:
             return None
-        return min(ok, key=lambda v: (-v.score, v.predicted_rtt_ms)).node
+        ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
+        if not ok:
+            return None
+        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i]))]
 
 
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
     """Everyone passes with the neutral score."""
-    return Decision(pod, tuple(NodeVerdict(n) for n in nodes), neutral=reason)
+    return Decision(pod, tuple(nodes), [NEUTRAL_SCORE] * len(nodes), neutral=reason)
 
 
 def decide(
@@ -114,17 +143,18 @@ def decide(
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
     groups: dict[str, tuple[ModelEntry, list[int], list[str]]] = {}
-    states = snapshot.nodes
+    states, routes = snapshot.nodes, snapshot.routes(app)
+    oldest_fresh = now - params.stale_after_s
     for i, name in enumerate(nodes):
         st = states.get(name)
         if st is None:
             continue
         if st.weight is not None:
             cred[i] = st.weight
-        if st.is_stale(now, params.stale_after_s):
+        if st.weights_stale or st.features_ts <= 0 or st.features_ts < oldest_fresh:  # NodeState.is_stale
             continue
         fresh[i] = True
-        entry = snapshot.model_for(app, st)
+        entry = routes.get(name)
         if entry is not None:
             g = groups.get(entry.key)
             if g is None:
@@ -142,25 +172,24 @@ def decide(
             keys[i], versions[i] = entry.key, entry.version
     policy = params.policy
     failed: list[str | None] = [None] * n
-    for i, name in enumerate(nodes):
-        placed = assumed.on_node(name, now, exclude=pod.task_id)
-        st = states.get(name)
-        if placed and fresh[i]:
-            pending = assumed.pending(name, st.features_ts if st else 0.0, now, exclude=pod.task_id)
-            rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
-        failed[i] = anti_affinity_reason(app, st.running if st else {}, (p.app for p in placed), policy)
-    sla = [sla_reason(app, float(rtt[i]), policy) if failed[i] is None and fresh[i] else None for i in range(n)]
-    remaining = [i for i in range(n) if failed[i] is None]
+    if len(assumed) or policy.anti_affinity:
+        for i, name in enumerate(nodes):
+            placed = assumed.on_node(name, now, exclude=pod.task_id)
+            st = states.get(name)
+            if placed and fresh[i]:
+                pending = assumed.pending(name, st.features_ts if st else 0.0, now, exclude=pod.task_id)
+                rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
+            failed[i] = anti_affinity_reason(app, st.running if st else {}, (p.app for p in placed), policy)
     relaxed = False
-    if remaining and all(sla[i] is not None for i in remaining) and policy.sla_when_all_fail == "pass":
-        relaxed = True
-    elif any(sla):
-        failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
+    if policy.sla(app) is not None:
+        sla = [sla_reason(app, float(rtt[i]), policy) if failed[i] is None and fresh[i] else None for i in range(n)]
+        remaining = [i for i in range(n) if failed[i] is None]
+        if remaining and all(sla[i] is not None for i in remaining) and policy.sla_when_all_fail == "pass":
+            relaxed = True
+        else:
+            failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
     rtt = np.where(fresh & np.isfinite(rtt) & (rtt > 0), rtt, np.nan)
-    scores = score_nodes(rtt, cred)
-    verdicts = tuple(
-        NodeVerdict(node=name, score=int(scores[i]), predicted_rtt_ms=float(rtt[i]), model_key=keys[i],
-                    model_version=versions[i], credibility=float(cred[i]), failed=failed[i], stale=not fresh[i])
-        for i, name in enumerate(nodes)
+    return Decision(
+        pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
+        fresh.tolist(), sla_relaxed=relaxed,
     )
-    return Decision(pod, verdicts, sla_relaxed=relaxed)

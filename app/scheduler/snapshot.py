@@ -30,6 +30,7 @@ from app.model.base import Predictor
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _NONE: Mapping[str, int] = MappingProxyType({})
+_NO_ROUTES: Mapping[str, ModelEntry] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ class Snapshot:
     built_at: float
     data_ts: float
     generation: int = 0
+    _routes: dict[str, Mapping[str, ModelEntry]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def empty(cls, now: float) -> Snapshot:
@@ -104,6 +107,20 @@ class Snapshot:
             return shared
         return None
 
+    def routes(self, app: str) -> Mapping[str, ModelEntry]:
+        """node -> the model :meth:`model_for` picks for ``app``; computed once per snapshot and app."""
+        cached = self._routes.get(app)
+        if cached is None:
+            if not any(key.startswith(f"{app}:") for key in self.models):
+                return _NO_ROUTES  # not cached: app labels are unbounded input
+            found = {}
+            for node in self.nodes.values():
+                entry = self.model_for(app, node)
+                if entry is not None:
+                    found[node.name] = entry
+            cached = self._routes[app] = MappingProxyType(found)
+        return cached
+
 
 class SnapshotHolder:
     """The one mutable reference to the current snapshot; None until the first swap (not ready)."""
@@ -124,5 +141,6 @@ class SnapshotHolder:
         """Install ``snapshot`` (stamped with the next generation) and return it."""
         self._generation += 1
         stamped = dataclasses.replace(snapshot, generation=self._generation)
+        stamped._routes.update(snapshot._routes)
         self._current = stamped
         return stamped

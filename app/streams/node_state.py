@@ -87,7 +87,7 @@ class NodeState:
             return s
         meta = orjson.loads(meta_raw)
         s.node_class, s.gpu_model, s.stale = meta["node_class"], meta.get("gpu_model"), meta.get("stale", [])
-        s.windows, s.newest_ts = dict(meta.get("windows", {})), float(meta.get("newest_ts", 0.0))
+        s.windows = dict(meta.get("windows", {}))
         if meta.get("window_s"):
             s.window.set_window(min(float(meta["window_s"]), s.window.history_s))
         s.window.declare_metrics(list(meta["names"]))
@@ -96,6 +96,7 @@ class NodeState:
             if raw:
                 s.window.load_slot(*decode_row(raw))
         s.window.dirty.clear()
+        s.newest_ts = s.window.newest_ts() or 0.0
         s.meta_dirty = False
         return s
 
@@ -142,6 +143,5 @@ class NodeState:
         if self.meta_dirty:
             self.meta_dirty = False
             meta = {"names": w.names, "node_class": self.node_class, "gpu_model": self.gpu_model,
-                    "stale": self.stale, "windows": self.windows, "window_s": w.window_s,
-                    "newest_ts": self.newest_ts}
+                    "stale": self.stale, "windows": self.windows, "window_s": w.window_s}
             yield row_key(self.node, META), orjson.dumps(meta)

@@ -70,8 +70,8 @@ def latest(values: list[dict[str, Any]], node: str) -> dict[str, Any] | None:
 def series(node: str, n: int, t0: float) -> tuple[list[tuple[str, bytes]], dict[str, np.ndarray]]:
     rng = np.random.default_rng(len(node))
     util, pcie = rng.uniform(0, 100, n).round(3), rng.uniform(1e9, 2e9, n).round(0)
-    msgs = [snapshot(node, t0 + i * 0.5, {"nvidia_smi_utilization_gpu": float(util[i]), "pcie_rx_bytes": float(pcie[i])})
-            for i in range(n)]
+    msgs = [snapshot(node, t0 + i * 0.5, {"nvidia_smi_utilization_gpu": float(u), "pcie_rx_bytes": float(p)})
+            for i, (u, p) in enumerate(zip(util, pcie))]
     return msgs, {"nvidia_smi_utilization_gpu": util, "pcie_rx_bytes": pcie}
 
 
@@ -101,8 +101,9 @@ def test_features_and_dead_letters(kafka_settings: Settings, tmp_path: Path) -> 
         url = start_worker(group, s)
         asyncio.run(produce(s, a_msgs + b_msgs + bad + [good_after]))
 
+        want = (("gpu-a", 12), ("cpu-b", 7), ("cpu-c", 1))
         features = asyncio.run(consume_until(s, "node-features", lambda v: all(
-            (x := latest(v, n)) is not None and x["count"] == c for n, c in (("gpu-a", 12), ("cpu-b", 7), ("cpu-c", 1)))))
+            (x := latest(v, n)) is not None and x["count"] == c for n, c in want)))
         a, b = latest(features, "gpu-a"), latest(features, "cpu-b")
         assert a is not None and b is not None
         check_features(a, a_raw)

@@ -21,6 +21,8 @@ from bridgekit import (
     ok,
     two_rounds,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.bridge.mapping import load_mapping
 from app.contracts import encode
@@ -128,3 +130,30 @@ def test_an_unknown_port_is_an_unknown_exporter_that_withholds_nothing():
     url = "http://10.0.0.13:18080/metrics"
     snap = assembler(url).assemble([failed(url, 0.0)], 0.0)
     assert kinds(snap) == [("unknown", "scrape_failed")] and snap.message["stale"] == []
+
+
+def test_a_value_the_contract_cannot_carry_is_left_out():
+    huge = NODE_A.read_text().replace("node_load1 0.27", "node_load1 1e+16")
+    snap = assembler(NODE_URL).assemble([ok(NODE_URL, huge, 0.0)], 0.0)
+    assert "load1" not in snap.message["metrics"] and "memory_cache_usage" in snap.message["metrics"]
+    encode("node-metrics", snap.message)
+
+
+_names = st.sampled_from(sorted(load_mapping().wanted))
+_line = st.one_of(
+    st.builds(lambda n, v: f"{n} {v}", _names, st.floats(allow_nan=True, allow_infinity=True)),
+    st.builds(lambda n, c, v: f'{n}{{cpu="{c}",mode="user",gpu="{c}"}} {v}', _names, st.integers(0, 3),
+              st.floats(min_value=-1e20, max_value=1e20)),
+    st.text(max_size=30),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_line, max_size=12), min_size=1, max_size=3))
+def test_any_bodies_give_a_message_that_satisfies_the_contract(bodies):
+    """Invariant: whatever the exporters answer, the assembler never raises and its message is valid."""
+    a = assembler(NODE_URL, DCGM_URL)
+    for i, lines in enumerate(bodies):
+        text = "\n".join(lines)
+        snap = a.assemble([ok(NODE_URL, text, float(i)), ok(DCGM_URL, text, float(i))], float(i))
+        encode("node-metrics", snap.message)

@@ -61,3 +61,14 @@ def test_bad_arguments_are_one_clear_line(tmp_path, capsys):
     assert main(["publish", "task-completions", str(tmp_path / "missing.jsonl"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "Traceback" not in err
+
+
+def test_an_unreachable_broker_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    from app.kafka.embedded import free_port
+
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(GOOD) + "\n")
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")
+    assert main(["publish", "task-completions", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach Kafka" in err and "Traceback" not in err

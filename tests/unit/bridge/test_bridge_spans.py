@@ -99,7 +99,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(["spanId", "startTime", "duration", "tags", "process", "operationName"]),
                        json_values))
 def test_jaeger_decoder_never_crashes(span):
@@ -109,7 +109,7 @@ def test_jaeger_decoder_never_crashes(span):
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(json_values)
 def test_otlp_decoder_never_crashes(doc):
     for d in (doc, {"resourceSpans": [{"scopeSpans": [{"spans": [doc]}]}]}):

@@ -15,7 +15,8 @@ from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import ProtocolError, filter_result, parse_args, priority_list
 from app.extender.publisher import PredictionPublisher
-from app.scheduler.decide import NodeVerdict
+from app.scheduler.decide import Decision
+from app.scheduler.podinfo import PodInfo
 
 
 def test_parse_both_modes_and_go_style_case_insensitive_keys() -> None:
@@ -47,15 +48,19 @@ def test_options_from_settings_env_and_errors() -> None:
     assert exc.value.field == "RTT_EXTENDER_PUBLISH_QUEUE"
 
 
-def verdicts(n: int) -> list[NodeVerdict]:
-    return [NodeVerdict(f"n{i}", 10, 100.0 + i, "gCTF:gpu", 4, 1.0) for i in range(n)]
+def decision(task_id: str, n: int) -> Decision:
+    """n scored candidates, the last one without a prediction (not published)."""
+    rtt = [100.0 + i for i in range(n)] + [float("nan")]
+    return Decision(PodInfo(task_id, "ns", task_id, "gCTF", 1.0), tuple(f"n{i}" for i in range(n + 1)),
+                    [10] * (n + 1), rtt, ["gCTF:gpu"] * (n + 1), [4] * (n + 1), [1.0] * (n + 1),
+                    [None] * (n + 1), [True] * (n + 1))
 
 
 async def test_publisher_sends_one_valid_message_per_candidate() -> None:
     sink, metrics = ListSink(), ExtenderMetrics()
     pub = PredictionPublisher(sink, metrics, max_pending=10)
     pub.start()
-    assert pub.offer("uid-1", "gCTF", 1_700_000_000.0, verdicts(3))
+    assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
     await pub.drain()
     assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2"]
     v = decode("rtt-predictions", sink.sent[2][1])
@@ -67,8 +72,8 @@ async def test_publisher_sends_one_valid_message_per_candidate() -> None:
 async def test_publisher_drops_and_counts_when_full() -> None:
     sink, metrics = ListSink(), ExtenderMetrics()
     pub = PredictionPublisher(sink, metrics, max_pending=2)  # not started: nothing drains
-    assert pub.offer("a", "gCTF", 1.0, verdicts(4)) and pub.offer("b", "gCTF", 1.0, verdicts(4))
-    assert not pub.offer("c", "gCTF", 1.0, verdicts(5))
+    assert pub.offer(decision("a", 4), 1.0) and pub.offer(decision("b", 4), 1.0)
+    assert not pub.offer(decision("c", 5), 1.0)
     assert metrics.dropped._value.get() == 5 and pub.pending == 2
     pub.start()
     await pub.drain()
@@ -85,8 +90,8 @@ async def test_publisher_survives_a_failing_sink() -> None:
     metrics = ExtenderMetrics()
     pub = PredictionPublisher(Broken(), metrics, max_pending=4)
     pub.start()
-    pub.offer("a", "gCTF", 1.0, verdicts(2))
-    pub.offer("b", "gCTF", 1.0, verdicts(1))
+    pub.offer(decision("a", 2), 1.0)
+    pub.offer(decision("b", 1), 1.0)
     await asyncio.wait_for(pub.drain(), 5)
     assert metrics.dropped._value.get() == 3
     await pub.stop()

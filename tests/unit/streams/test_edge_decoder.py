@@ -17,8 +17,8 @@ DECODER = EdgeDecoder("node-metrics")
 number = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**62), 2**62), st.booleans())
 anything = st.one_of(number, st.text(max_size=3), st.none(), st.lists(st.integers(-5, 5), max_size=2))
 metric_name = st.one_of(st.text(min_size=1, max_size=12), st.just("x" * 201))
-metrics = st.one_of(st.dictionaries(metric_name, number, max_size=6), st.dictionaries(metric_name, anything, max_size=3),
-                    anything)
+metrics = st.one_of(st.dictionaries(metric_name, number, max_size=6),
+                    st.dictionaries(metric_name, anything, max_size=3), anything)
 value = st.fixed_dictionaries(
     {},
     optional={

@@ -24,7 +24,9 @@ def test_features_value_satisfies_the_contract() -> None:
         assert s.update(snap, 3)
     value = s.features_value()
     assert decode("node-features", encode("node-features", value)) == value
-    assert value["count"] == 15 and len(value["features"]) == 30 * 5 and value["ts"] == 1000.0 + 39 * 0.7
+    newest = int(1000.0 + 39 * 0.7)  # the window is the 10 one-second buckets ending with the newest one
+    assert value["count"] == sum(1 for i in range(40) if newest - 10 < int(1000.0 + i * 0.7) <= newest)
+    assert len(value["features"]) == 30 * 5 and value["ts"] == 1000.0 + 39 * 0.7
 
 
 def test_rows_rebuild_the_same_features_incrementally() -> None:

@@ -1,0 +1,147 @@
+"""The feedback state of one node: per app the period's errors, a drift detector and a DWA window; a credibility.
+
+Fed with (predicted, actual) pairs as predictions are joined with completions, and closed once per error
+period. Closing a period, for each app that had pairs in it:
+
+1. its :class:`~app.drift.errorstats.ErrorStats` give the figures of the prediction-errors entry;
+2. the period's RMSE moves the app's :class:`~app.drift.dwa.DynamicWindow` (DWA);
+3. the period's MAPE feeds the app's cumulative-error detector (:class:`~app.drift.pagehinkley.PageHinkley`
+   by default), whose statistic is the entry's ``cumulative``;
+
+and the node's :class:`~app.drift.credibility.Credibility` is fed with the period's MAPE over all apps.
+An app with no pairs in a period is left alone (no error is not a small error). The period's sums
+and the credibility round-trip through plain dicts (:meth:`NodeTracker.to_dict`, :meth:`NodeTracker.load`)
+with the DWA windows; a detector starts afresh after a restart.
+
+>>> t = NodeTracker(initial_window_s=30.0)
+>>> for p, a in [(100.0, 110.0), (200.0, 180.0)]:
+...     t.add("gCTF", p, a)
+>>> r = t.close(ts=1000.0)["gCTF"]
+>>> (r.stats["n"], r.stats["rmse_ms"], round(r.cumulative, 3), r.window_s, r.drift)
+(2, 15.811, 0.0, 30.0, False)
+>>> round(t.weight, 4)
+0.5363
+>>> t.close(ts=1005.0)
+{}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.drift.base import DriftDetector
+from app.drift.credibility import Credibility
+from app.drift.dwa import DynamicWindow
+from app.drift.errorstats import ErrorStats
+from app.drift.pagehinkley import PageHinkley
+
+
+@dataclasses.dataclass(frozen=True)
+class AppReport:
+    """One app's closed period on one node."""
+
+    stats: dict[str, Any]  # ErrorStats.summary(): n, rmse_ms, mae_ms, mape, bias_ms
+    cumulative: float
+    threshold: float
+    drift: bool
+    onset_ts: float | None
+    window_s: float
+
+
+class _AppState:
+    __slots__ = ("detector", "dwa", "period")
+
+    def __init__(self, detector: DriftDetector, dwa: DynamicWindow) -> None:
+        self.period = ErrorStats()
+        self.detector = detector
+        self.dwa = dwa
+
+
+class NodeTracker:
+    """Errors, drift detectors, DWA windows and credibility of one node.
+
+    Parameters
+    ----------
+    initial_window_s
+        DWA window of an app before its first evaluation (clamped into ``[min_window_s, max_window_s]``).
+    min_window_s, max_window_s
+        DWA bounds.
+    prior
+        Credibility of a node never evaluated.
+    detector
+        Factory of one app's drift detector (default :class:`PageHinkley` with its documented defaults).
+    """
+
+    def __init__(self, initial_window_s: float = 30.0, *, min_window_s: float = 5.0, max_window_s: float = 60.0,
+                 prior: float = 0.5, detector: Callable[[], DriftDetector] = PageHinkley) -> None:
+        self.initial_window_s = initial_window_s
+        self.min_window_s = min_window_s
+        self.max_window_s = max_window_s
+        self.detector = detector
+        self.credibility = Credibility(prior=prior)
+        self.apps: dict[str, _AppState] = {}
+
+    def _app(self, app: str, window_s: float | None = None) -> _AppState:
+        s = self.apps.get(app)
+        if s is None:
+            initial = self.initial_window_s if window_s is None else window_s
+            dwa = DynamicWindow(self.min_window_s, self.max_window_s, initial_s=initial)
+            s = self.apps[app] = _AppState(self.detector(), dwa)
+        return s
+
+    def add(self, app: str, predicted: float, actual: float) -> None:
+        """One joined pair of this period."""
+        self._app(app).period.update(predicted, actual)
+
+    def window(self, app: str) -> float:
+        """The app's DWA window (the initial one for an app never evaluated)."""
+        s = self.apps.get(app)
+        return s.dwa.window_s if s is not None else min(max(self.initial_window_s, self.min_window_s),
+                                                         self.max_window_s)
+
+    def windows(self) -> dict[str, float]:
+        return {app: s.dwa.window_s for app, s in self.apps.items()}
+
+    @property
+    def weight(self) -> float:
+        return self.credibility.weight
+
+    def pending(self) -> int:
+        """Pairs in the open period."""
+        return sum(s.period.n for s in self.apps.values())
+
+    def close(self, ts: float) -> dict[str, AppReport]:
+        """Close the period: reports of the apps that had pairs; the period restarts empty."""
+        out: dict[str, AppReport] = {}
+        total = ErrorStats()
+        for app, s in self.apps.items():
+            p = s.period
+            if p.n == 0:
+                continue
+            s.period = ErrorStats()
+            total = total + p
+            s.dwa.update(p.rmse_ms)
+            d = s.detector.update(p.mape, ts)
+            out[app] = AppReport(p.summary(), d.cumulative, d.threshold, d.drift_detected, d.onset_ts, s.dwa.window_s)
+        if total.n:
+            self.credibility.update(total.mape, total.n)
+        return out
+
+    # -- persistence -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"credibility": self.credibility.to_dict(),
+                "apps": {app: {"period": s.period.to_dict(), "window_s": s.dwa.window_s, "rmse": s.dwa.last_rmse}
+                         for app, s in self.apps.items()}}
+
+    def load(self, state: Mapping[str, Any]) -> NodeTracker:
+        """Restore what :meth:`to_dict` wrote (the detectors start afresh)."""
+        self.credibility.load(state.get("credibility") or {})
+        for app, a in (state.get("apps") or {}).items():
+            s = self._app(app, float(a["window_s"]))
+            s.period = ErrorStats.from_dict(a.get("period") or {})
+            rmse = a.get("rmse")
+            if rmse is not None:
+                s.dwa.update(float(rmse))  # sets the reference RMSE; the first update never moves the window
+        return self

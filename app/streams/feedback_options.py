@@ -1,0 +1,78 @@
+"""Options of the feedback loop that are not (yet) fields of :class:`~app.config.Settings`.
+
+Each option is read from ``Settings`` when it has the field, else from its environment variable, else
+the default below; a bad value is a :class:`~app.errors.ConfigError` naming the variable.
+
+>>> FeedbackOptions.from_settings(Settings(), environ={"RTT_COLD_START_SAMPLES": "50"}).cold_start_samples
+50
+>>> FeedbackOptions(drift_threshold=0)
+Traceback (most recent call last):
+...
+app.errors.ConfigError: RTT_DRIFT_THRESHOLD: must be > 0 (got 0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from app.config import Settings
+from app.drift import pagehinkley
+from app.errors import ConfigError
+
+_ENV = {
+    "cold_start_samples": "RTT_COLD_START_SAMPLES",
+    "drift_threshold": "RTT_DRIFT_THRESHOLD",
+    "drift_delta": "RTT_DRIFT_DELTA",
+    "drift_min_instances": "RTT_DRIFT_MIN_INSTANCES",
+    "join_max_entries": "RTT_JOIN_MAX_ENTRIES",
+    "redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
+}
+_COUNTS = {"cold_start_samples", "drift_min_instances", "join_max_entries"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedbackOptions:
+    cold_start_samples: int = 200
+    """Samples of a model key (seen by this worker) that trigger a cold-start retrain when it has no model."""
+    drift_threshold: float = pagehinkley.THRESHOLD
+    """Page-Hinkley threshold on the cumulative excess of per-period MAPE (docs/feedback.md)."""
+    drift_delta: float = pagehinkley.DELTA
+    """Page-Hinkley tolerated MAPE increase."""
+    drift_min_instances: int = pagehinkley.MIN_INSTANCES
+    """Periods with completions before a node × app may signal a drift."""
+    join_max_entries: int = 500_000
+    """Keys the join buffer of one worker holds at most (the oldest leave early, counted as expired)."""
+    redis_timeout_s: float = 1.0
+    """Longest a batched Redis write may take before it is abandoned (the next period writes again)."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "cold_start_samples": self.cold_start_samples >= 1, "drift_threshold": self.drift_threshold > 0,
+            "drift_delta": self.drift_delta >= 0, "drift_min_instances": self.drift_min_instances >= 1,
+            "join_max_entries": self.join_max_entries >= 1, "redis_timeout_s": self.redis_timeout_s > 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                bound = ">= 0" if name == "drift_delta" else ">= 1" if name in _COUNTS else "> 0"
+                raise ConfigError(_ENV[name], f"must be {bound} (got {getattr(self, name)})")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None,
+                      **overrides: Any) -> FeedbackOptions:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            kind = type(f.default)
+            if hasattr(settings, f.name):
+                values[f.name] = getattr(settings, f.name)
+            elif _ENV[f.name] in env:
+                raw = env[_ENV[f.name]].strip()
+                try:
+                    values[f.name] = kind(raw)
+                except ValueError:
+                    raise ConfigError(_ENV[f.name], f"must be a {kind.__name__} (got {raw!r})") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

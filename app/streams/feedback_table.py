@@ -1,0 +1,116 @@
+"""The changelogged table of the feedback loop: join entries and node trackers, written in checkpoints.
+
+Row keys carry the source partition they belong to, so rows can be written outside stream iteration
+(the checkpoint timer) and land in the changelog partition a worker taking over that partition recovers::
+
+    b"{partition}|j|{node}|{task_id}"   one join entry (JoinBuffer.export, orjson)
+    b"{partition}|n|{node}"             one node's tracker (NodeTracker.to_dict, orjson)
+
+A checkpoint writes the changed rows (a deletion is a tombstone), flushes the producer and ends each
+partition it wrote with one marker record alone in its batch, as :mod:`app.streams.node_table` explains
+(the embedded broker's "latest offset" is the last batch's base offset + 1). After a recovery the table
+hands the rows of its active partitions to ``on_restore``; on a rebalance it calls ``on_revoke`` with the
+partitions lost, before Faust drops them.
+
+>>> join_row_key(3, "gpu-1", "task|7")
+b'3|j|gpu-1|task|7'
+>>> parse_row_key(b'3|j|gpu-1|task|7')
+(3, 'j', 'gpu-1', 'task|7')
+>>> parse_row_key(b'5|n|gpu-1')
+(5, 'n', 'gpu-1', '')
+>>> parse_row_key(b'#checkpoint') is None
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import faust
+
+from app.streams.node_table import MARKER_KEY
+
+log = logging.getLogger(__name__)
+
+JOIN, NODE = "j", "n"
+RowKey = tuple[int, str, str, str]
+
+
+def join_row_key(partition: int, node: str, task_id: str) -> bytes:
+    return f"{partition}|{JOIN}|{node}|{task_id}".encode()
+
+
+def node_row_key(partition: int, node: str) -> bytes:
+    return f"{partition}|{NODE}|{node}".encode()
+
+
+def parse_row_key(key: bytes | str) -> RowKey | None:
+    """``(partition, kind, node, task_id)`` of a row key ('' task for a node row); None for other keys."""
+    k = key.decode() if isinstance(key, bytes) else key
+    parts = k.split("|", 3)
+    if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE):
+        return None
+    return int(parts[0]), parts[1], parts[2], parts[3] if len(parts) == 4 else ""
+
+
+class FeedbackTable(faust.Table):
+    """Rows of the join buffer and node trackers; a row's changelog partition is in its key."""
+
+    source_topics: frozenset[str] = frozenset()
+    on_restore: Callable[[dict[bytes, bytes], set[int]], None] | None = None
+    on_revoke: Callable[[set[int]], Awaitable[None]] | None = None
+
+    def partition_for_key(self, key: Any) -> int | None:
+        parsed = parse_row_key(key)
+        return parsed[0] if parsed is not None else super().partition_for_key(key)
+
+    async def write(self, rows: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Write rows (value None: delete), flush, mark each written partition; how many rows."""
+        written: set[int] = set()
+        n = 0
+        for key, value in rows:
+            parsed = parse_row_key(key)
+            if parsed is None:
+                raise ValueError(f"not a feedback row key: {key!r}")
+            if value is None:
+                if key in self.data:
+                    del self[key]
+                else:
+                    self.send_changelog(parsed[0], key, None)
+            else:
+                self[key] = value
+            written.add(parsed[0])
+            n += 1
+        if written:
+            await self.app.producer.flush()
+            for partition in sorted(written):
+                self.send_changelog(partition, MARKER_KEY, b"1")
+            await self.app.producer.flush()
+        return n
+
+    async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
+        lost = {tp.partition for tp in revoked if tp.topic in self.source_topics}
+        if lost and self.on_revoke is not None:
+            await self.on_revoke(lost)
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    async def on_recovery_completed(self, active_tps: Any, standby_tps: Any) -> None:
+        await super().on_recovery_completed(active_tps, standby_tps)
+        changelog = self.changelog_topic.get_topic_name()
+        active = {tp.partition for tp in active_tps if tp.topic == changelog}
+        if self.on_restore is not None and active:
+            rows = {k: v for k, v in self.data.items()
+                    if v is not None and (p := parse_row_key(k)) is not None and p[0] in active}
+            self.on_restore(rows, active)
+
+
+def feedback_table(app: faust.App, name: str, source_topics: Iterable[str], partitions: int) -> FeedbackTable:
+    """Create and register the table on ``app``."""
+    table = FeedbackTable(
+        app, name=name, default=None, beacon=app.tables.beacon, partitions=partitions,
+        key_type=bytes, value_type=bytes, help="feedback rows: join entries and node trackers",
+    )
+    table.source_topics = frozenset(source_topics)
+    return app.tables.add(table)  # type: ignore[return-value]

@@ -1,0 +1,189 @@
+"""Worker throughput and latency on the embedded broker, beside raw aiokafka consumption (the ceiling).
+
+    python3 bench/bench_worker.py            # 60,000 snapshots of 30 metrics from 500 nodes
+    python3 bench/bench_worker.py --quick    # a few seconds
+    python3 bench/bench_worker.py --profile var/worker.prof   # cProfile of the worker process
+
+1. ceiling: one aiokafka consumer reads the pre-filled node-metrics topic (no decoding).
+2. worker: one ``rttsched worker`` process drains the same amount of pre-filled snapshots; the rate is
+   read from its /metrics (``rtt_worker_messages_in_total``) between the first and the last message.
+3. latency: snapshots produced at a steady rate (ts = produce time) while the worker runs; latency is
+   node-features receive time minus the ts of the newest snapshot it includes (p50 / p99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.cli.processes import ProcessGroup  # noqa: E402
+from app.config import Settings  # noqa: E402
+from app.kafka.admin import ensure_topics  # noqa: E402
+from app.kafka.embedded import EmbeddedBroker, free_port  # noqa: E402
+
+METRICS = [f"{g}_{i}" for g in ("nvidia_smi_utilization_gpu", "pcie_rx_bytes", "cpu_usage_system") for i in range(10)]
+
+
+def snapshot(i: int, nodes: int, ts: float, rng: np.random.Generator) -> tuple[bytes, bytes]:
+    node = f"node-{i % nodes:05d}"
+    values = rng.uniform(0, 1e9, len(METRICS)).round(2).tolist()
+    v = {"node": node, "ts": ts, "node_class": "gpu", "gpu_model": "Tesla M40", "metrics": dict(zip(METRICS, values))}
+    return node.encode(), orjson.dumps(v)
+
+
+async def fill(s: Settings, n: int, nodes: int) -> float:
+    rng = np.random.default_rng(1)
+    p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=5, max_batch_size=1 << 20)
+    await p.start()
+    t0, base = time.perf_counter(), time.time() - 60
+    try:
+        for i in range(n):
+            k, v = snapshot(i, nodes, base + i * 60 / n, rng)
+            await p.send(s.topic("node-metrics"), v, key=k)
+            if i % 20000 == 0:
+                print(f"  produced {i:,}/{n:,}", file=sys.stderr, flush=True)
+        await p.flush()
+    finally:
+        await p.stop()
+    return n / (time.perf_counter() - t0)
+
+
+async def raw_consume(s: Settings, n: int) -> float:
+    c = AIOKafkaConsumer(s.topic("node-metrics"), bootstrap_servers=s.bootstrap_servers, auto_offset_reset="earliest",
+                         group_id=f"ceiling-{uuid.uuid4().hex[:6]}", max_partition_fetch_bytes=8 << 20)
+    await c.start()
+    got, t0 = 0, None
+    try:
+        while got < n:
+            batch = await c.getmany(timeout_ms=1000, max_records=10000)
+            if t0 is None and batch:
+                t0 = time.perf_counter()
+            got += sum(len(m) for m in batch.values())
+    finally:
+        await c.stop()
+    return n / (time.perf_counter() - (t0 or time.perf_counter()))
+
+
+def messages_in(url: str) -> float:
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    m = re.search(r'^rtt_worker_messages_in_total\{topic="node-metrics"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def worker_rate(url: str, n: int, timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    first: tuple[float, float] | None = None
+    last_print = 0.0
+    while time.monotonic() < deadline:
+        got, now = messages_in(url), time.perf_counter()
+        if got > 0 and first is None:
+            first = (now, got)
+        if got >= n and first is not None:
+            return (got - first[1]) / (now - first[0])
+        if now - last_print > 2:
+            print(f"  worker consumed {got:,.0f}/{n:,}", file=sys.stderr, flush=True)
+            last_print = now
+        time.sleep(0.25)
+    raise SystemExit(f"worker did not consume {n} messages in {timeout_s}s")
+
+
+async def latency(s: Settings, rate: float, seconds: float, nodes: int) -> np.ndarray:
+    rng = np.random.default_rng(2)
+    c = AIOKafkaConsumer(s.topic("node-features"), bootstrap_servers=s.bootstrap_servers, auto_offset_reset="latest")
+    await c.start()
+    await c.getmany(timeout_ms=500)
+    p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=1)
+    await p.start()
+    lat: list[float] = []
+    t_start = time.time()
+
+    async def consume() -> None:
+        while time.time() < t_start + seconds + 3:
+            batch = await c.getmany(timeout_ms=200)
+            now = time.time()
+            for msgs in batch.values():
+                lat.extend(now - orjson.loads(m.value)["ts"] for m in msgs)
+
+    task = asyncio.create_task(consume())
+    i = 0
+    while (elapsed := time.time() - t_start) < seconds:
+        while i < elapsed * rate:
+            k, v = snapshot(i, nodes, time.time(), rng)
+            await p.send(s.topic("node-metrics"), v, key=k)
+            i += 1
+        await asyncio.sleep(0.005)
+    await p.flush()
+    await task
+    await p.stop()
+    await c.stop()
+    return np.array([x for x in lat if x >= 0])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small run (a few seconds)")
+    ap.add_argument("-n", type=int, default=60_000, help="snapshots for the throughput runs")
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--rate", type=float, default=2000.0, help="snapshots/s in the latency run")
+    ap.add_argument("--seconds", type=float, default=8.0, help="length of the latency run")
+    ap.add_argument("--emit-interval", type=float, default=1.0, help="RTT_FEATURE_EMIT_INTERVAL_S of the worker")
+    ap.add_argument("--profile", default="", help="write a cProfile of the worker process here")
+    args = ap.parse_args()
+    if args.quick:
+        args.n, args.seconds, args.rate = 10_000, 3.0, 1000.0
+
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        s = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"b{uuid.uuid4().hex[:8]}-")
+        asyncio.run(ensure_topics(s))
+        print(f"filling node-metrics with {args.n:,} snapshots ({len(METRICS)} metrics, {args.nodes} nodes)",
+              file=sys.stderr)
+        produce_rate = asyncio.run(fill(s, args.n, args.nodes))
+        ceiling = asyncio.run(raw_consume(s, args.n))
+
+        port = free_port()
+        env = {"RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
+               "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": str(args.emit_interval)}
+        url = f"http://127.0.0.1:{port}/metrics"
+        with ProcessGroup(Path(tmp), env) as group:
+            cmd = ["worker", "--loglevel", "warning", "--datadir", str(Path(tmp) / "faust")]
+            if args.profile:
+                import subprocess
+
+                proc = subprocess.Popen([sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "app.cli.main",
+                                         *cmd], env={**group.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+                group.children["worker"] = proc
+            else:
+                group.start("worker", cmd)
+            group.wait_http("worker", url, timeout_s=60)
+            rate = worker_rate(url, args.n, timeout_s=max(120.0, args.n / 500))
+            lat = asyncio.run(latency(s, args.rate, args.seconds, args.nodes))
+
+    p50, p99 = (np.percentile(lat, [50, 99]) * 1e3) if len(lat) else (float("nan"), float("nan"))
+    print(f"\nworker bench: {args.n:,} snapshots x {len(METRICS)} metrics, {args.nodes} nodes, "
+          f"emit interval {args.emit_interval:g} s, 1 worker process")
+    print(f"{'measure':<44}{'value':>14}{'vs ceiling':>12}")
+    print(f"{'raw aiokafka consume (ceiling), msg/s':<44}{ceiling:>14,.0f}{1.0:>12.3f}")
+    print(f"{'producer (fill), msg/s':<44}{produce_rate:>14,.0f}{produce_rate / ceiling:>12.3f}")
+    print(f"{'worker node-metrics -> node-features, msg/s':<44}{rate:>14,.0f}{rate / ceiling:>12.3f}")
+    print(f"{'goal, msg/s':<44}{5000:>14,.0f}{5000 / ceiling:>12.3f}")
+    print(f"{f'latency at {args.rate:,.0f}/s: p50 ms':<44}{p50:>14.1f}")
+    print(f"{f'latency at {args.rate:,.0f}/s: p99 ms':<44}{p99:>14.1f}   ({len(lat):,} node-features)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
