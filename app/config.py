@@ -76,6 +76,12 @@ class Settings:
     retrain_debounce_s: float = _f(60.0, _non_negative, doc="at most one retrain event per key per this")
     stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
     credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
+    worker_session_timeout_s: float = _f(10.0, _positive, doc="Kafka group session timeout of the worker")
+    feature_history_s: float = _f(120.0, _positive, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
+    feature_bucket_s: float = _f(1.0, _positive, doc="window edge resolution")
+    feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
+    worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")
+    worker_datadir: str = _f("var/faust", doc="Faust data directory")
     # -- trainer
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
@@ -85,6 +91,14 @@ class Settings:
     extender_port: int = _f(8888, _port)
     extender_max_body_bytes: int = _f(8 * 1024 * 1024, _positive)
     extender_stale_after_s: float = _f(30.0, _positive)
+    extender_policy_file: str = _f("", doc="YAML/JSON policy: SLA per app, anti-affinity pairs, assumed pods")
+    extender_publish_queue: int = _f(10_000, _positive, doc="pending rtt-predictions requests before dropping")
+    extender_read_timeout_s: float = _f(5.0, _positive, doc="bound on reading one request body (408)")
+    extender_rebuild_interval_s: float = _f(0.2, _positive, doc="at most one snapshot rebuild per this")
+    extender_warm_timeout_s: float = _f(2.0, _positive, doc="bound on the Redis warm start")
+    extender_running_refresh_s: float = _f(2.0, _positive, doc="running-apps refresh period from Redis")
+    # -- model registry
+    model_keep: int = _f(5, _positive, doc="model versions kept per key (plus the current one)")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

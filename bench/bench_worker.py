@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import tempfile
@@ -115,7 +116,10 @@ async def latency(s: Settings, rate: float, seconds: float, nodes: int) -> np.nd
             batch = await c.getmany(timeout_ms=200)
             now = time.time()
             for msgs in batch.values():
-                lat.extend(now - orjson.loads(m.value)["ts"] for m in msgs)
+                for m in msgs:
+                    ts = orjson.loads(m.value)["ts"]
+                    if ts >= t_start:  # features of this run's snapshots, not of the pre-filled backlog
+                        lat.append(now - ts)
 
     task = asyncio.create_task(consume())
     i = 0
@@ -129,7 +133,43 @@ async def latency(s: Settings, rate: float, seconds: float, nodes: int) -> np.nd
     await task
     await p.stop()
     await c.stop()
-    return np.array([x for x in lat if x >= 0])
+    return np.array(lat)
+
+
+def run_noop_worker() -> int:
+    """A Faust worker that only counts node-metrics events: Faust's own per-event ceiling."""
+    import faust
+
+    from app.streams.app import create_app
+    from app.streams.metrics import MESSAGES_IN
+    from app.streams.options import WorkerOptions
+    from app.streams.topics import contract_topic
+
+    def register_noop(app: faust.App, settings: Settings) -> None:
+        counter = MESSAGES_IN.labels("node-metrics")
+
+        async def noop(stream: faust.StreamT) -> None:
+            async for _ in stream.events():
+                counter.inc()
+
+        app.agent(contract_topic(app, settings, "node-metrics"), name="noop")(noop)
+
+    s = Settings.from_env()
+    opts = WorkerOptions.from_settings(s, datadir=tempfile.mkdtemp(prefix="noop-faust-"))
+    app = create_app(s, id=f"{s.topic_prefix}noop", components=[register_noop], options=opts)
+    faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False, override_logging=False)\
+        .execute_from_commandline()
+    return 0
+
+
+def start(group: ProcessGroup, name: str, argv: list[str], profile: str = "") -> None:
+    import subprocess
+
+    prof = ["-m", "cProfile", "-o", profile] if profile else []
+    log = open(group.log_dir / f"{name}.log", "wb")
+    group.children[name] = subprocess.Popen([sys.executable, *prof, *argv], env=group.env, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
 
 
 def main() -> int:
@@ -141,7 +181,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="length of the latency run")
     ap.add_argument("--emit-interval", type=float, default=1.0, help="RTT_FEATURE_EMIT_INTERVAL_S of the worker")
     ap.add_argument("--profile", default="", help="write a cProfile of the worker process here")
+    ap.add_argument("--noop-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.noop_worker:
+        return run_noop_worker()
     if args.quick:
         args.n, args.seconds, args.rate = 10_000, 3.0, 1000.0
 
@@ -158,27 +201,26 @@ def main() -> int:
                "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": str(args.emit_interval)}
         url = f"http://127.0.0.1:{port}/metrics"
         with ProcessGroup(Path(tmp), env) as group:
-            cmd = ["worker", "--loglevel", "warning", "--datadir", str(Path(tmp) / "faust")]
-            if args.profile:
-                import subprocess
-
-                proc = subprocess.Popen([sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "app.cli.main",
-                                         *cmd], env={**group.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
-                group.children["worker"] = proc
-            else:
-                group.start("worker", cmd)
+            start(group, "noop", [__file__, "--noop-worker"])
+            group.wait_http("noop", url, timeout_s=60)
+            noop = worker_rate(url, args.n, timeout_s=max(120.0, args.n / 500))
+            group.stop()
+            cmd = ["-m", "app.cli.main", "worker", "--loglevel", "warning", "--datadir", str(Path(tmp) / "faust")]
+            start(group, "worker", cmd, args.profile)
             group.wait_http("worker", url, timeout_s=60)
             rate = worker_rate(url, args.n, timeout_s=max(120.0, args.n / 500))
             lat = asyncio.run(latency(s, args.rate, args.seconds, args.nodes))
+        load = os.getloadavg()[0]
 
     p50, p99 = (np.percentile(lat, [50, 99]) * 1e3) if len(lat) else (float("nan"), float("nan"))
     print(f"\nworker bench: {args.n:,} snapshots x {len(METRICS)} metrics, {args.nodes} nodes, "
-          f"emit interval {args.emit_interval:g} s, 1 worker process")
+          f"emit interval {args.emit_interval:g} s, 1 worker process, load average {load:.1f} on {os.cpu_count()} cpus")
     print(f"{'measure':<44}{'value':>14}{'vs ceiling':>12}")
     print(f"{'raw aiokafka consume (ceiling), msg/s':<44}{ceiling:>14,.0f}{1.0:>12.3f}")
     print(f"{'producer (fill), msg/s':<44}{produce_rate:>14,.0f}{produce_rate / ceiling:>12.3f}")
-    print(f"{'worker node-metrics -> node-features, msg/s':<44}{rate:>14,.0f}{rate / ceiling:>12.3f}")
+    print(f"{'faust no-op agent (counts events), msg/s':<44}{noop:>14,.0f}{noop / ceiling:>12.3f}")
+    print(f"{'worker node-metrics -> node-features, msg/s':<44}{rate:>14,.0f}{rate / ceiling:>12.3f}"
+          f"   ({rate / noop:.2f} of the no-op agent)")
     print(f"{'goal, msg/s':<44}{5000:>14,.0f}{5000 / ceiling:>12.3f}")
     print(f"{f'latency at {args.rate:,.0f}/s: p50 ms':<44}{p50:>14.1f}")
     print(f"{f'latency at {args.rate:,.0f}/s: p99 ms':<44}{p99:>14.1f}   ({len(lat):,} node-features)")

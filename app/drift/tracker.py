@@ -48,6 +48,7 @@ class AppReport:
     drift: bool
     onset_ts: float | None
     window_s: float
+    errors: ErrorStats = dataclasses.field(default_factory=ErrorStats, repr=False)  # the period's sums
 
 
 class _AppState:
@@ -124,7 +125,8 @@ class NodeTracker:
             total = total + p
             s.dwa.update(p.rmse_ms)
             d = s.detector.update(p.mape, ts)
-            out[app] = AppReport(p.summary(), d.cumulative, d.threshold, d.drift_detected, d.onset_ts, s.dwa.window_s)
+            out[app] = AppReport(p.summary(), d.cumulative, d.threshold, d.drift_detected, d.onset_ts, s.dwa.window_s,
+                                 p)
         if total.n:
             self.credibility.update(total.mape, total.n)
         return out

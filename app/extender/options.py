@@ -1,14 +1,13 @@
 """The extender's knobs: the shared :class:`~app.config.Settings` plus a few of its own.
 
-Each option is read from the Settings field of the same name when Settings has one, else from its
-environment variable, else its default; a bad value raises :class:`~app.errors.ConfigError` naming the
-variable.
+Each option is read from its Settings field (``RTT_EXTENDER_*``); Settings validates them at start, so a bad
+value raises :class:`~app.errors.ConfigError` naming the variable.
 
 >>> from app.config import Settings
->>> o = ExtenderOptions.from_settings(Settings.from_env({}), environ={"RTT_EXTENDER_PUBLISH_QUEUE": "100"})
+>>> o = ExtenderOptions.from_settings(Settings.from_env({"RTT_EXTENDER_PUBLISH_QUEUE": "100"}))
 >>> o.publish_queue, o.max_body_bytes
 (100, 8388608)
->>> ExtenderOptions.from_settings(Settings.from_env({}), environ={"RTT_EXTENDER_READ_TIMEOUT_S": "0"})
+>>> ExtenderOptions.from_settings(Settings.from_env({"RTT_EXTENDER_READ_TIMEOUT_S": "0"}))
 Traceback (most recent call last):
 ...
 app.errors.ConfigError: RTT_EXTENDER_READ_TIMEOUT_S: must be > 0 (got 0.0)
@@ -17,20 +16,16 @@ app.errors.ConfigError: RTT_EXTENDER_READ_TIMEOUT_S: must be > 0 (got 0.0)
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping
 from typing import Any
 
-from app.errors import ConfigError
-
-# option -> (Settings field, env var, default, must be > 0)
-_OWN: dict[str, tuple[str, str, Any, bool]] = {
-    "policy_file": ("extender_policy_file", "RTT_EXTENDER_POLICY_FILE", "", False),
-    "publish_queue": ("extender_publish_queue", "RTT_EXTENDER_PUBLISH_QUEUE", 10_000, True),
-    "read_timeout_s": ("extender_read_timeout_s", "RTT_EXTENDER_READ_TIMEOUT_S", 5.0, True),
-    "rebuild_interval_s": ("extender_rebuild_interval_s", "RTT_EXTENDER_REBUILD_INTERVAL_S", 0.2, True),
-    "warm_timeout_s": ("extender_warm_timeout_s", "RTT_EXTENDER_WARM_TIMEOUT_S", 2.0, True),
-    "running_refresh_s": ("extender_running_refresh_s", "RTT_EXTENDER_RUNNING_REFRESH_S", 2.0, True),
+# option -> Settings field
+_OWN: dict[str, str] = {
+    "policy_file": "extender_policy_file",
+    "publish_queue": "extender_publish_queue",
+    "read_timeout_s": "extender_read_timeout_s",
+    "rebuild_interval_s": "extender_rebuild_interval_s",
+    "warm_timeout_s": "extender_warm_timeout_s",
+    "running_refresh_s": "extender_running_refresh_s",
 }
 
 
@@ -49,25 +44,11 @@ class ExtenderOptions:
     running_refresh_s: float = 2.0  # period of the running-apps refresh from Redis
 
     @classmethod
-    def from_settings(cls, settings: Any, environ: Mapping[str, str] | None = None) -> ExtenderOptions:
-        env = os.environ if environ is None else environ
+    def from_settings(cls, settings: Any) -> ExtenderOptions:
         values: dict[str, Any] = {
             "host": settings.extender_host, "port": settings.extender_port,
             "max_body_bytes": settings.extender_max_body_bytes, "stale_after_s": settings.extender_stale_after_s,
             "credibility_prior": settings.credibility_prior,
         }
-        for option, (field, var, default, positive) in _OWN.items():
-            if hasattr(settings, field):
-                value = getattr(settings, field)
-            elif var in env:
-                raw = env[var].strip()
-                try:
-                    value = type(default)(raw)
-                except ValueError:
-                    raise ConfigError(var, f"must be a {type(default).__name__} (got {raw!r})") from None
-            else:
-                value = default
-            if positive and not value > 0:
-                raise ConfigError(var, f"must be > 0 (got {value!r})")
-            values[option] = value
+        values.update({option: getattr(settings, field) for option, field in _OWN.items()})
         return cls(**values)

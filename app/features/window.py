@@ -26,6 +26,7 @@ window before a task started" (any ``until_ts`` still inside the history).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -38,6 +39,11 @@ STATS = ("count", "mean", "m2", "min", "max", "last", "last_ts")
 N_STATS = len(STATS)
 _EMPTY = np.array([0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, -np.inf])
 _COLS_CACHE_MAX = 32
+
+
+@functools.lru_cache(maxsize=4096)
+def _feature_names(metrics: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(feature_name(m, agg) for agg in AGGREGATES for m in metrics)
 
 
 class WindowAggregate:
@@ -81,10 +87,9 @@ class WindowAggregate:
 
     def features(self) -> dict[str, float]:
         """``{metric}__{agg}`` for every metric seen in the window and every aggregate."""
-        out: dict[str, float] = {}
-        for agg in AGGREGATES:
-            out.update(zip([feature_name(m, agg) for m in self.names], getattr(self, agg).tolist(), strict=True))
-        return out
+        names = _feature_names(tuple(self.names))
+        values = np.concatenate([getattr(self, agg) for agg in AGGREGATES]).tolist()
+        return dict(zip(names, values, strict=True))
 
 
 class NodeWindow:

@@ -46,9 +46,10 @@ __all__ = [
 ]
 
 
-def open_store(settings: Settings, keep: int = 5) -> ModelStore:
+def open_store(settings: Settings, keep: int | None = None) -> ModelStore:
     """:class:`RedisModelStore` at ``settings.redis_url`` when set, else a :class:`DirectoryModelStore`
-    at ``settings.models_path``."""
+    at ``settings.models_path``; ``keep`` defaults to ``settings.model_keep``."""
+    keep = settings.model_keep if keep is None else keep
     if settings.redis_url:
         return RedisModelStore(settings.redis_url, keep=keep)
     return DirectoryModelStore(settings.models_path, keep=keep)

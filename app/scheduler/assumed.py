@@ -91,9 +91,10 @@ class AssumedPods:
         """Drop placements older than the TTL; returns how many were dropped."""
         cutoff = now - self.ttl_s
         dropped = 0
-        for task_id, pod in list(self._by_task.items()):
+        while self._by_task:  # placement order: stop at the first one still young (O(expired), no copy)
+            task_id, pod = next(iter(self._by_task.items()))
             if pod.placed_at > cutoff:
-                break  # placement order: the rest are younger
+                break
             self.forget(task_id)
             dropped += 1
         return dropped

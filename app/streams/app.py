@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import faust
 
@@ -16,13 +17,14 @@ from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
 from app.streams.context import attach
+from app.streams.feedback_loop import register_feedback
 from app.streams.metrics import register_metrics_page
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
 
 Component = Callable[[faust.App, Settings], object]
 
-DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features,)
+DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features, register_feedback)
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -51,6 +53,7 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         Worker options (default from settings) and the clock (tests inject one).
     """
     opts = options or WorkerOptions.from_settings(settings)
+    Path(opts.datadir).mkdir(parents=True, exist_ok=True)
     partitions = contract("node-metrics").partitions
     app = faust.App(
         id or f"{settings.topic_prefix}rttsched-worker",

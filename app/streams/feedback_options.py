@@ -65,7 +65,7 @@ class FeedbackOptions:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            kind = type(f.default)
+            kind: type = type(f.default)
             if hasattr(settings, f.name):
                 values[f.name] = getattr(settings, f.name)
             elif _ENV[f.name] in env:

@@ -75,10 +75,9 @@ class FeedbackTable(faust.Table):
             if parsed is None:
                 raise ValueError(f"not a feedback row key: {key!r}")
             if value is None:
-                if key in self.data:
-                    del self[key]
-                else:
-                    self.send_changelog(parsed[0], key, None)
+                if key not in self.data:
+                    continue  # never written: nothing to delete
+                del self[key]
             else:
                 self[key] = value
             written.add(parsed[0])

@@ -115,7 +115,7 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
     update = await asyncio.to_thread(train_and_register, settings)
     now = time.time()
     await publish(settings, [*view_messages(now), ("model-updates", "gCTF:gpu", update)])
-    options = dataclasses.replace(ExtenderOptions.from_settings(settings, environ={}), rebuild_interval_s=0.05)
+    options = dataclasses.replace(ExtenderOptions.from_settings(settings), rebuild_interval_s=0.05)
 
     service = ExtenderService(settings, options)
     async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:

@@ -3,12 +3,19 @@
 - every scrape goes into a per-node :class:`app.features.window.NodeWindow`; after each scrape round the
   node's features are aggregated over the node x app window (DWA) and applied, as node-features values,
   to one :class:`app.scheduler.builder.SnapshotBuilder` per app, which builds the scheduler's snapshot;
+- the node-features value also carries the scheduler's own view of the pods running on the node, one
+  count per app (``running_pods_<app>``: bound pods the scheduler placed and has not seen finish). A
+  task's time depends mostly on what runs beside it when it starts, which a 1 s scrape shows late or
+  not at all; the count is exact at decision time, and the training sample carries the same value;
 - a placement is :func:`app.scheduler.decide.decide` - the extender's own predict, filter and score
-  (:func:`app.scheduler.scoring.score_nodes` with each node's credibility, assumed pods counted) - and the
-  policy takes :meth:`Decision.best`;
+  (:func:`app.scheduler.scoring.score_nodes` with each node's credibility) - and the policy takes
+  :meth:`Decision.best`. Models predict the *service time*; the task's wait so far (known when it is
+  placed) is added to give its RTT;
 - completions feed samples (:mod:`app.sim.policies.learner`) and the 5 s feedback loop
   (:mod:`app.sim.policies.feedback`): credibility becomes node-weights, DWA moves windows, a drift
-  detector that fires retrains the model key synchronously, on the samples so far (bounded).
+  detector that fires retrains the model key (features re-selected). A key also retrains when its
+  samples have doubled since the last training (``growth``), so early models improve quickly and
+  later retrains are rare.
 
 Until an app has ``warmup_per_app`` samples, its tasks go to the least-sampled candidate of the class
 the app asks for (GPU nodes for GPU apps), so every GPU model starts from every GPU generation.
@@ -27,7 +34,6 @@ from app.features.window import NodeWindow
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.decide import DecideParams, decide
-from app.scheduler.filtering import contention_factor
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
@@ -35,49 +41,84 @@ from app.sim.apps import APPS
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.feedback import Feedback
-from app.sim.policies.learner import ModelBook
+from app.sim.policies.learner import RUNNING_PREFIX, ModelBook
 from app.sim.view import ClusterView, Task
 
 log = logging.getLogger(__name__)
 
 
 class RttAware(BasePolicy):
-    """See the module docstring. Options are keyword arguments kept as attributes."""
+    """See the module docstring. Options are keyword arguments kept as attributes.
+
+    ``running=False`` leaves the running-pod counts out of the features (the scrape-only variant);
+    ``target`` is the model target of :class:`ModelBook` (``log``, ``ms`` or ``gamma``).
+    """
 
     name = "rtt_aware"
 
-    def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True,
-                 warmup_per_app: int = 60, min_train: int = 40, max_samples: int = 1000,
-                 error_period_s: float = 5.0, growth_retrain_min_s: float = 20.0, contention_other: float = 0.3,
-                 window_s: float = 30.0, train_params: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, running: bool = True,
+                 monotone: bool = True, warmup_per_node: int = 3, min_train: int = 20, growth: float = 0.5,
+                 max_samples: int = 1000, target: str = "log", error_period_s: float = 5.0,
+                 retrain_min_s: float = 10.0, contention_other: float = 0.0, window_s: float = 30.0,
+                 train_params: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        if error_period_s <= 0 or warmup_per_app < 0 or min_train < 20:
-            raise ValueError("RttAware: need error_period_s > 0, warmup_per_app >= 0, min_train >= 20")
+        if error_period_s <= 0 or warmup_per_node < 0 or min_train < 20 or retrain_min_s < 0 or growth <= 0:
+            raise ValueError("RttAware: need error_period_s > 0, warmup_per_node >= 0, min_train >= 20, "
+                             "retrain_min_s >= 0, growth > 0")
         self.rng = rng
-        self.warmup_per_app = warmup_per_app
+        self.running = running
+        self.monotone = monotone
+        self.warmup_per_node = warmup_per_node
         self.min_train = min_train
+        self.growth = growth
         self.error_period_s = error_period_s
-        self.growth_retrain_min_s = growth_retrain_min_s
+        self.retrain_min_s = retrain_min_s
         self.book = ModelBook(max_samples=max_samples, select=select, seed=int(rng.integers(2**31)),
-                              train_params=train_params)
+                              train_params=train_params, target=target)
         self.feedback = Feedback(dwa=dwa, window_s=window_s)
         self.params = DecideParams(policy=policy_from_dict({"contention": {"other": contention_other},
                                                             "assumed": {"scrape_delay_s": 1.0}}))
         self.assumed = AssumedPods(ttl_s=120.0, scrape_delay_s=1.0)
         self._windows: dict[str, NodeWindow] = {}
         self._spec: dict[str, NodeSpec] = {}
-        self._dirty: set[str] = set()
+        self._scraped: set[str] = set()
         self._builders = {app: SnapshotBuilder() for app in APPS}
+        self._base: dict[str, dict[str, dict[str, Any]]] = {app: {} for app in APPS}  # app -> node -> value
+        self._pods: dict[str, dict[str, int]] = {}  # node -> app -> running pods
+        self._moved: dict[str, set[str]] = {app: set() for app in APPS}  # nodes whose pods changed, per app
         self._snap: dict[str, Snapshot] = {}
         self._inflight: dict[int, tuple[Mapping[str, float], float, float]] = {}
-        self._per_node_samples: dict[tuple[str, str], int] = {}
-        self._app_samples: dict[str, int] = dict.fromkeys(APPS, 0)
+        self._placed: dict[tuple[str, str], int] = {}  # (node, app) -> tasks placed
         self._next_period: float | None = None
-        self.name = self._variant(dwa, select)
+        self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
 
-    @staticmethod
-    def _variant(dwa: bool, select: bool) -> str:
-        return "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
+    # -- the view: scraped features + running pods
+    def _value(self, app: str, node: str) -> dict[str, Any]:
+        base = self._base[app][node]
+        if not self.running:
+            return base
+        pods = self._pods.get(node, {})
+        counts = {f"{RUNNING_PREFIX}{a}": float(pods.get(a, 0)) for a in APPS}
+        return {**base, "features": {**base["features"], **counts}}
+
+    def _pods_changed(self, node: str, app: str, delta: int) -> None:
+        pods = self._pods.setdefault(node, {})
+        pods[app] = pods.get(app, 0) + delta
+        if self.running:
+            for moved in self._moved.values():
+                moved.add(node)
+
+    def _snapshot(self, app: str, ts: float) -> Snapshot | None:
+        """The app's snapshot with every node's running pods as of now (rebuilt only when they moved)."""
+        moved = self._moved[app]
+        if moved:
+            builder, base = self._builders[app], self._base[app]
+            for node in moved:
+                if node in base:
+                    builder.apply_node_features(self._value(app, node))
+            moved.clear()
+            self._snap[app] = builder.build(ts)
+        return self._snap.get(app)
 
     # -- observation
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
@@ -86,17 +127,19 @@ class RttAware(BasePolicy):
             w = self._windows[node] = NodeWindow(self.feedback.window_s, history_s=120.0)
             self._spec[node] = view.node(node)
         w.update(ts, metrics)
-        self._dirty.add(node)
+        self._scraped.add(node)
 
     def tick(self, view: ClusterView) -> None:
         ts = view.ts
-        for node in self._dirty:
+        for node in self._scraped:
             spec, w = self._spec[node], self._windows[node]
             for app, builder in self._builders.items():
                 agg = w.aggregate(window_s=self.feedback.window(node, app))
-                builder.apply_node_features({"node": node, "ts": ts, "node_class": spec.node_class,
-                                             "gpu_model": spec.gpu_model, "features": agg.features()})
-        self._dirty.clear()
+                self._base[app][node] = {"node": node, "ts": ts, "node_class": spec.node_class,
+                                         "gpu_model": spec.gpu_model, "features": agg.features()}
+                builder.apply_node_features(self._value(app, node))
+                self._moved[app].discard(node)
+        self._scraped.clear()
         if self._next_period is None:
             self._next_period = ts + self.error_period_s
         elif ts >= self._next_period:
@@ -118,71 +161,84 @@ class RttAware(BasePolicy):
         for key, window in res.windows.items():
             self.trace.windows.append((t, key, window))
         for key, reason in res.retrain.items():
-            self._train(key, t, reason)
-        for key, m in list(self.book.models.items()):  # enough new data since the last training: learn from it
-            fresh = self.book.added.get(key, 0) - m.n_samples
-            if fresh >= max(50, m.n_samples // 2) and t - m.at_s >= self.growth_retrain_min_s:
-                self._train(key, t, "growth")
+            m = self.book.models.get(key)
+            if m is None or t - m.at_s >= self.retrain_min_s:
+                self._train(key, t, ts, reason)
 
-    def _train(self, key: str, t: float, reason: str) -> None:
+    def _train(self, key: str, t: float, ts: float, reason: str) -> None:
         app, node_class = key.split(":", 1)
-        trained = self.book.train(key, node_class, t, reselect=reason.startswith("drift"))
+        gpu_app = APPS[app].on_gpu is not None and node_class == "gpu"
+        trained = self.book.train(key, node_class, t, reselect=reason.startswith("drift"),
+                                  gpu_app=gpu_app if self.monotone else None)
         if trained is None:
             return
         self._builders[app].set_model(key, trained.version, trained.predictor)
+        self._snap[app] = self._builders[app].build(ts)
         self.trace.retrains.append((t, key, reason))
 
     # -- decisions
-    def _warmup_choice(self, task: Task, candidates: Sequence[NodeSpec]) -> NodeSpec:
+    def _explore(self, task: Task, candidates: Sequence[NodeSpec], snap: Snapshot | None) -> NodeSpec | None:
+        """A candidate to learn about, or None to exploit the models.
+
+        Among the candidates of the class the app asks for (GPU nodes for a GPU app, any node otherwise):
+        the least-placed one while it has had fewer than ``warmup_per_node`` tasks of the app, else the
+        least-placed one that no model covers yet (its class has too few samples to train).
+        """
         wants_gpu = task.profile.on_gpu is not None
         pool = [c for c in candidates if c.node_class == "gpu"] if wants_gpu else list(candidates)
         pool = pool or list(candidates)
-        return min(pool, key=lambda c: self._per_node_samples.get((c.name, task.app), 0))
+        placed = self._placed
+        least = min(pool, key=lambda c: placed.get((c.name, task.app), 0))
+        if placed.get((least.name, task.app), 0) < self.warmup_per_node:
+            return least
+        routes = snap.routes(task.app) if snap is not None else {}
+        uncovered = [c for c in pool if c.name not in routes]
+        if uncovered:
+            return min(uncovered, key=lambda c: placed.get((c.name, task.app), 0))
+        return None
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         ts = view.ts
+        wait_ms = max(0.0, (view.now - task.submit_s) * 1000.0)
         by_name = {c.name: c for c in candidates}
-        chosen: NodeSpec | None = None
         predicted = float("nan")
-        snap = self._snap.get(task.app)
-        if self._app_samples[task.app] < self.warmup_per_app or snap is None:
-            chosen = self._warmup_choice(task, candidates)
-        else:
+        snap = self._snapshot(task.app, ts)
+        chosen = self._explore(task, candidates, snap)
+        if chosen is None and snap is not None:
             pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
             decision = decide(snap, pod, list(by_name), self.assumed, self.params, ts)
             best = decision.best()
             if best is not None:
                 chosen = by_name[best]
-                predicted = next(v.predicted_rtt_ms for v in decision.verdicts if v.node == best)
-            else:  # no prediction for any candidate (e.g. only CPU nodes left, no CPU model yet)
-                chosen = min(candidates, key=lambda c: view.running(c.name))
+                predicted = wait_ms + next(v.predicted_rtt_ms for v in decision.verdicts if v.node == best)
+        if chosen is None:  # no prediction for any candidate (e.g. only CPU nodes left, no CPU model yet)
+            chosen = min(candidates, key=lambda c: view.running(c.name))
         features: Mapping[str, float] = {}
-        factor = 1.0
         if snap is not None and chosen.name in snap.nodes:
-            st = snap.nodes[chosen.name]
-            features = {**st.features, "task_input_size_mb": task.input_mb}
-            pending = self.assumed.pending(chosen.name, st.features_ts, ts, exclude=task.task_id)
-            factor = contention_factor(task.app, (p.app for p in pending), self.params.policy)
-        self._inflight[task.idx] = (features, predicted, factor)
+            features = {**snap.nodes[chosen.name].features, "task_input_size_mb": task.input_mb}
+        self._inflight[task.idx] = (features, predicted, wait_ms)
         if np.isfinite(predicted):
             self.trace.predicted_ms[task.idx] = predicted
         self.assumed.assume(task.task_id, task.app, chosen.name, ts)
+        self._pods_changed(chosen.name, task.app, +1)
+        placed = (chosen.name, task.app)
+        self._placed[placed] = self._placed.get(placed, 0) + 1
         return chosen
 
     def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
-        features, predicted, factor = self._inflight.pop(task.idx, ({}, float("nan"), 1.0))
+        features, predicted, wait_ms = self._inflight.pop(task.idx, ({}, float("nan"), 0.0))
         self.assumed.forget(task.task_id)
+        self._pods_changed(node, task.app, -1)
         spec = view.node(node)
-        self._app_samples[task.app] += 1
-        k = (node, task.app)
-        self._per_node_samples[k] = self._per_node_samples.get(k, 0) + 1
         if np.isfinite(predicted):
             self.feedback.add(node, spec.node_class, task.app, predicted, rtt_ms)
         if not features:
             return
         key = model_key(task.app, spec.node_class)
-        # the model learns RTT as the features show the node; pods the metrics did not show yet are the
-        # decision's contention factor, so the label leaves them out
-        n = self.book.add(key, features, rtt_ms / factor)
-        if key not in self.book.models and n >= self.min_train and n % 10 == 0:
-            self._train(key, view.now, "initial")
+        n = self.book.add(key, features, rtt_ms - wait_ms)
+        m = self.book.models.get(key)
+        if m is None:
+            if n >= self.min_train and n % 10 == 0:
+                self._train(key, view.now, view.ts, "initial")
+        elif self.book.added[key] - m.n_samples >= self.growth * min(m.n_samples, self.book.max_samples):
+            self._train(key, view.now, view.ts, "growth")

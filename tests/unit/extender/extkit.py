@@ -58,7 +58,7 @@ class ListSink:
 def make_service(policy: Policy | None = None, populate: bool = True, **options: Any) -> ExtenderService:
     """A service without Kafka or Redis; the fixture cluster's view installed unless ``populate`` is False."""
     settings = Settings.from_env({})
-    opts = ExtenderOptions.from_settings(settings, environ={})
+    opts = ExtenderOptions.from_settings(settings)
     opts = ExtenderOptions(**{**opts.__dict__, "stale_after_s": 30.0, **options})
     service = ExtenderService(settings, opts, policy=policy or Policy(), clock=ManualClock(NOW),
                               sink=ListSink(), kafka=False, redis=False)

@@ -40,11 +40,11 @@ def test_filter_result_keeps_order_and_mode() -> None:
 
 
 def test_options_from_settings_env_and_errors() -> None:
-    s = Settings.from_env({"RTT_EXTENDER_PORT": "9999"})
-    o = ExtenderOptions.from_settings(s, environ={"RTT_EXTENDER_POLICY_FILE": "/etc/p.yaml"})
+    s = Settings.from_env({"RTT_EXTENDER_PORT": "9999", "RTT_EXTENDER_POLICY_FILE": "/etc/p.yaml"})
+    o = ExtenderOptions.from_settings(s)
     assert (o.port, o.policy_file, o.publish_queue) == (9999, "/etc/p.yaml", 10_000)
     with pytest.raises(ConfigError) as exc:
-        ExtenderOptions.from_settings(s, environ={"RTT_EXTENDER_PUBLISH_QUEUE": "many"})
+        Settings.from_env({"RTT_EXTENDER_PUBLISH_QUEUE": "many"})
     assert exc.value.field == "RTT_EXTENDER_PUBLISH_QUEUE"
 
 

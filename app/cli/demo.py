@@ -1,0 +1,196 @@
+"""``rttsched demo``: the whole system on a simulated cluster, then the baselines on the same workload.
+
+Starts the embedded broker (unless ``RTT_KAFKA_BOOTSTRAP`` names one), creates the topics under a fresh
+uuid prefix, starts worker, trainer and extender as child processes on free ports, runs the simulated
+cluster live against them for a few minutes (placement by the real extender over HTTP), then runs the
+offline policies on the same workload and seed, prints the policy table and writes the report. Everything
+it started is stopped on the way out: normal end, error, Ctrl-C (SIGINT) or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "run broker, worker, trainer and extender on a live simulated cluster, compare with baselines, write a report"
+LIVE_NAME = "rtt_aware_live"
+OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "rtt_aware", "oracle")
+READY_TIMEOUT_S = 120.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--minutes", type=float, default=3.0, help="wall minutes of the live run (default 3)")
+    p.add_argument("--tasks", type=int, default=None,
+                   help="tasks in the workload (default: 4 per node per simulated second over the run)")
+    p.add_argument("--seed", type=int, default=1, help="workload and policy seed (default 1)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="simulated seconds per wall second of the live run (default 1 = real time; see docs/demo.md)")
+    p.add_argument("--out", default="reports/demo", help="report directory (default reports/demo)")
+    p.add_argument("--no-live", action="store_true", help="offline policies only (no broker, no processes)")
+    p.add_argument("--no-html", action="store_true", help="CSV and JSON only")
+
+
+def _say(msg: str) -> None:
+    print(f"demo: {msg}", file=sys.stderr, flush=True)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def demo_config(minutes: float, tasks: int | None, speed: float, scrape_interval_s: float = 1.0) -> Any:
+    """The workload: ``tasks`` over ``minutes`` wall minutes at ``speed`` (default rate: 4 per node per s)."""
+    from app.errors import ConfigError
+    from app.sim.hardware import preset
+    from app.sim.runner import RATE_PER_NODE_S, SimConfig
+
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise ConfigError("--minutes", f"must be > 0 (got {minutes})")
+    if tasks is not None and tasks < 1:
+        raise ConfigError("--tasks", f"must be >= 1 (got {tasks})")
+    sim_s = minutes * 60.0 * speed
+    if tasks is None:
+        rate = RATE_PER_NODE_S * len(preset("small"))
+        return SimConfig(n_tasks=max(1, round(rate * sim_s)), rate_per_s=rate, scrape_interval_s=scrape_interval_s)
+    return SimConfig(n_tasks=tasks, rate_per_s=tasks / sim_s, scrape_interval_s=scrape_interval_s)
+
+
+def _wait_port(group: Any, name: str, port: int, timeout_s: float) -> None:
+    from app.cli.processes import ProcessError
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        group.check()
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise ProcessError(f"{name} did not open port {port} within {timeout_s:.0f}s:\n{group.log_tail(name)}")
+
+
+def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> Any:
+    """Start everything, run live, stop everything (also on errors and interrupts)."""
+    import asyncio
+    import dataclasses
+    import tempfile
+    import uuid
+
+    import orjson
+
+    from app.cli.processes import ProcessGroup
+    from app.kafka.admin import ensure_topics
+    from app.kafka.embedded import EmbeddedBroker, free_port
+    from app.sim.live import run_live, scaled_worker_env
+
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old_int = signal.getsignal(signal.SIGINT)
+    broker: EmbeddedBroker | None = None
+    group: ProcessGroup | None = None
+    tmp = tempfile.TemporaryDirectory(prefix="rttsched-demo-")
+    t0 = time.monotonic()
+    try:
+        pids: dict[str, int] = {}
+        logs = out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        bootstrap = settings.kafka_bootstrap
+        if not bootstrap:
+            _say("starting the embedded broker")
+            broker = EmbeddedBroker().start()
+            bootstrap = broker.bootstrap
+            pids["broker"] = broker.pid or 0
+            (logs / "pids.json").write_bytes(orjson.dumps(pids))
+        prefix = f"demo-{uuid.uuid4().hex[:8]}-"
+        s = dataclasses.replace(settings, kafka_bootstrap=bootstrap, topic_prefix=prefix,
+                                models_dir=str(Path(tmp.name) / "models"))
+        asyncio.run(ensure_topics(s))
+        ext_port, worker_port, trainer_port = free_port(), free_port(), free_port()
+        env = {"RTT_KAFKA_BOOTSTRAP": bootstrap, "RTT_TOPIC_PREFIX": prefix, "RTT_MODELS_DIR": s.models_dir,
+               "RTT_METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **scaled_worker_env(settings, args.speed)}
+        group = ProcessGroup(logs, env)
+        group.start("worker", ["worker", "--datadir", str(Path(tmp.name) / "faust"), "--loglevel", "warning"],
+                    env={"RTT_METRICS_PORT": str(worker_port)})
+        group.start("trainer", ["trainer"], env={"RTT_METRICS_PORT": str(trainer_port)})
+        group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(ext_port)])
+        pids.update({name: proc.pid for name, proc in group.children.items()})
+        (logs / "pids.json").write_bytes(orjson.dumps(pids))
+        _say(f"topics under prefix {prefix} on {bootstrap}; worker, trainer, extender starting (logs in {logs})")
+        url = f"http://127.0.0.1:{ext_port}"
+        group.wait_http("extender", f"{url}/readyz", READY_TIMEOUT_S)
+        _wait_port(group, "worker", worker_port, READY_TIMEOUT_S)
+        _wait_port(group, "trainer", trainer_port, READY_TIMEOUT_S)
+        _say(f"ready after {time.monotonic() - t0:.1f}s (pids {pids}); live run: {config.n_tasks} tasks, "
+             f"about {args.minutes:g} min at speed {args.speed:g}, extender {url}")
+        return run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        try:
+            if group is not None:
+                group.stop()
+            if broker is not None:
+                broker.stop()
+            with contextlib.suppress(OSError):
+                tmp.cleanup()
+            _say(f"stopped everything it started ({time.monotonic() - t0:.1f}s since start)")
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    import logging
+
+    from tqdm import tqdm
+
+    from app.sim.report import format_goals, format_table, goal_rows, summarise, write_report
+    from app.sim.report.stats import ratio
+    from app.sim.runner import describe, run_offline
+
+    if not 0 < args.speed <= 20:
+        from app.errors import ConfigError
+
+        raise ConfigError("--speed", f"must be in (0, 20] (got {args.speed})")
+    config = demo_config(args.minutes, args.tasks, args.speed, settings.scrape_interval_s)
+    if not getattr(args, "verbose", False):
+        logging.getLogger().setLevel(logging.WARNING)  # progress bars and the table; -v for every log line
+    out = Path(args.out)
+    t_start = time.monotonic()
+    runs: dict[str, list[Any]] = {}
+    info: dict[str, Any] = {**describe(config), "seed": args.seed}
+    if not args.no_live:
+        live = _live(args, settings, config, out)
+        runs[LIVE_NAME] = [live.metrics]
+        info["live"] = live.describe()
+    with tqdm(total=len(OFFLINE_POLICIES), file=sys.stderr, unit="policy", desc="offline") as bar:
+        for policy in OFFLINE_POLICIES:
+            bar.set_postfix_str(policy)
+            runs[policy] = [run_offline(config, policy, args.seed)]
+            bar.update(1)
+    agg = summarise(runs)
+    print(f"\n{config.n_tasks} tasks, seed {args.seed}; {LIVE_NAME}: the real worker, trainer and extender "
+          "(live); the other rows: offline simulator")
+    print(format_table(agg))
+    goals = goal_rows(agg)
+    if goals:
+        print()
+        print(format_goals(goals))
+    if LIVE_NAME in agg:
+        live_info = info["live"]
+        print(f"\nlive: {live_info['extender']['requests']:.0f} prioritize calls "
+              f"({live_info['extender']['scored']:.0f} scored, {live_info['extender']['neutral']:.0f} neutral, "
+              f"{live_info['extender']['errors']:.0f} errors), {live_info['retrain_events']} retrain events, "
+              f"{live_info['model_updates']} model updates, {live_info['predictions_joined']} predictions joined")
+        for base in ("kube_default", "load_aware", "rtt_aware", "oracle"):
+            if base in agg:
+                r = ratio(agg[LIVE_NAME]["mean_rtt_ms"]["mean"], agg[base]["mean_rtt_ms"]["mean"])
+                print(f"  mean RTT {LIVE_NAME} vs {base}: {r:+.1%}")
+    paths = write_report(runs, out, info, html=not args.no_html)
+    print(f"\nreport: {paths.html if not args.no_html else paths.json} (also {paths.csv}); "
+          f"{time.monotonic() - t_start:.0f}s in all")
+    return 0

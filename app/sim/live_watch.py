@@ -1,0 +1,120 @@
+"""Watch what the real system says during a live run: predictions, errors, weights, retrains, new models.
+
+:class:`FeedbackWatcher` reads every partition of the feedback topics from the beginning (no consumer
+group; the run's topics are fresh under its own prefix) in a background thread, and keeps what the live
+report needs: the extender's predicted RTT per ``(task_id, node)`` (rtt-predictions), per node × app error
+per period (prediction-errors), node credibility (node-weights), retrain-events and model-updates. Readers
+in the simulator's thread only read counters and append-only lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from app.config import Settings
+from app.contracts import contract, decode
+from app.errors import ContractError
+from app.sim.kafka_sink import LoopThread, SinkError
+
+log = logging.getLogger(__name__)
+
+WATCHED = ("rtt-predictions", "prediction-errors", "node-weights", "retrain-events", "model-updates")
+
+
+class FeedbackWatcher:
+    """Collect the feedback topics of one run; times are unix seconds as the messages carry them."""
+
+    def __init__(self, settings: Settings, topics: tuple[str, ...] = WATCHED) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.predictions: dict[tuple[str, str], float] = {}  # (task_id, node) -> predicted RTT ms
+        self.errors: list[tuple[float, str, float]] = []  # (ts, "node:app", mape)
+        self.weights: list[tuple[float, str, float]] = []  # (ts, node, credibility)
+        self.retrains: list[tuple[float, str, str]] = []  # (ts, model key, reason)
+        self.models: list[tuple[float, str, int]] = []  # (ts, model key, version)
+        self.rejected = 0
+        self._loop: LoopThread | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._consumer: Any = None
+
+    def start(self, timeout_s: float = 20.0) -> FeedbackWatcher:
+        if self._loop is not None:
+            return self
+        self._loop = LoopThread("feedback-watcher")
+        try:
+            self._loop.call(self._start(), timeout_s)
+        except Exception as exc:
+            self._loop.stop()
+            self._loop = None
+            raise SinkError(f"cannot consume from Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
+        return self
+
+    async def _start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        self._consumer = consumer
+        tps = [TopicPartition(self.settings.topic(t), p) for t in self.topics for p in range(contract(t).partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        names = {self.settings.topic(t): t for t in self.topics}
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("feedback watcher: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for tp, messages in batches.items():
+                for msg in messages:
+                    self.apply(names.get(tp.topic, tp.topic), msg.value)
+
+    def apply(self, topic: str, raw: bytes | None) -> None:
+        """Record one message of ``topic`` (contract name); invalid ones are counted and skipped."""
+        try:
+            v = decode(topic, raw)
+        except ContractError:
+            self.rejected += 1
+            return
+        if topic == "rtt-predictions":
+            self.predictions[(v["task_id"], v["node"])] = float(v["predicted_rtt_ms"])
+        elif topic == "prediction-errors":
+            for app, stats in v["apps"].items():
+                if stats["n"] > 0:
+                    self.errors.append((v["ts"], f"{v['node']}:{app}", float(stats["mape"])))
+        elif topic == "node-weights":
+            if "weight" in v:
+                self.weights.append((v["ts"], v["node"], float(v["weight"])))
+        elif topic == "retrain-events":
+            self.retrains.append((v["ts"], v["model_key"], v["reason"]))
+        elif topic == "model-updates":
+            self.models.append((v["ts"], v["model_key"], int(v["version"])))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            loop.call(self._stop(), timeout_s)
+        except Exception as exc:
+            log.warning("feedback watcher did not stop cleanly: %s", exc)
+        finally:
+            loop.stop()
+
+    async def _stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()

@@ -1,0 +1,143 @@
+"""Every error period: prediction-errors per node, DWA windows, and retrain-events (drift, cold start).
+
+The period timer (``settings.error_period_s``) closes the open period of every node this worker holds
+(:meth:`~app.drift.tracker.NodeTracker.close`), checkpoints the feedback state (so what it is about to
+report is recorded as counted), then sends one prediction-errors message per node that had pairs,
+with an ``apps`` map (``n, rmse_ms, mae_ms, mape, bias_ms`` of the period, ``cumulative``: the node × app
+Page-Hinkley statistic over per-period MAPE, ``model_key``).
+
+* DWA: each evaluated app's window is set on the node's state (``NodeState.set_window(s, app)``), so it
+  travels in node-features ``windows`` and is persisted with the node's window.
+* Drift: when a node × app detector fires, a retrain-event for ``app:node_class`` with reason ``drift``,
+  the statistic (``cumulative_error``), ``threshold``, ``ts`` and ``onset_ts``.
+* Cold start: a model key without a model whose samples seen by this worker reach
+  ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
+  the sample count, ``threshold``: the option); asked again only once the count has doubled (the
+  trainer may still be training, or found too few usable rows).
+
+Retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+import faust
+
+from app.contracts import encode
+from app.contracts.keys import model_key
+from app.drift.errorstats import ErrorStats
+from app.drift.tracker import AppReport
+from app.streams.feedback_loop import FeedbackLoop
+from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
+from app.streams.metrics import MESSAGES_OUT
+from app.streams.topics import contract_topic
+
+log = logging.getLogger(__name__)
+
+
+class Debounce:
+    """At most one event per key per ``interval_s`` (monotonic seconds).
+
+    >>> d = Debounce(60.0)
+    >>> d.allow("k", 0.0), d.allow("k", 59.0), d.allow("k", 60.0)
+    (True, False, True)
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+
+    def allow(self, key: str, now: float) -> bool:
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last[key] = now
+        return True
+
+
+def errors_value(node: str, node_class: str | None, ts: float, period_s: float,
+                 reports: dict[str, AppReport]) -> dict[str, Any]:
+    """The prediction-errors value of one node's closed period."""
+    apps = {}
+    for app, r in reports.items():
+        entry = {**r.stats, "cumulative": round(r.cumulative, 6)}
+        if node_class:
+            entry["model_key"] = model_key(app, node_class)
+        apps[app] = entry
+    value: dict[str, Any] = {"node": node, "ts": ts, "period_s": period_s, "apps": apps}
+    if node_class:
+        value["node_class"] = node_class
+    return value
+
+
+def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
+    """Add the error-period timer to ``app``."""
+    settings, clock = loop.settings, loop.clock
+    errors_topic = contract_topic(app, settings, "prediction-errors")
+    retrain_topic = contract_topic(app, settings, "retrain-events")
+    debounce = Debounce(settings.retrain_debounce_s)
+    period = settings.error_period_s
+
+    async def retrain(key: str, reason: str, cumulative: float, threshold: float, onset: float | None) -> bool:
+        if not debounce.allow(key, clock.monotonic()):
+            RETRAIN_DEBOUNCED.labels(reason).inc()
+            return False
+        value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),
+                 "threshold": float(threshold), "ts": clock.now(), "onset_ts": onset}
+        await retrain_topic.send(key=key.encode(), value=encode("retrain-events", value))
+        RETRAIN_EVENTS.labels(reason).inc()
+        MESSAGES_OUT.labels("retrain-events").inc()
+        log.info("retrain-event %s (%s): cumulative %.3f > %.3f", key, reason, cumulative, threshold)
+        return True
+
+    async def close_period() -> int:
+        now = clock.now()
+        closed: dict[str, dict[str, AppReport]] = {}
+        for node, tracker in list(loop.trackers.items()):
+            if node not in loop.partitions or not tracker.pending():
+                continue
+            reports = tracker.close(now)
+            if reports:
+                closed[node] = reports
+                loop.dirty_nodes.add(node)
+        await loop.checkpoint()  # what is reported below is now recorded as counted
+
+        by_class: dict[tuple[str, str], ErrorStats] = collections.defaultdict(ErrorStats)
+        states = loop.nodes.store.states
+        for node, reports in closed.items():
+            node_class = loop.node_class.get(node) or (states[node].node_class if node in states else None)
+            state = states.get(node)
+            for app_name, r in reports.items():
+                if state is not None and state.windows.get(app_name) != r.window_s:
+                    state.set_window(r.window_s, app_name)
+                if node_class:
+                    by_class[(app_name, node_class)] = by_class[(app_name, node_class)] + r.errors
+                    if r.drift:
+                        await retrain(model_key(app_name, node_class), "drift", r.cumulative, r.threshold,
+                                      r.onset_ts)
+            value = errors_value(node, node_class, now, period, reports)
+            await errors_topic.send(key=node.encode(), value=encode("prediction-errors", value, check=False))
+            MESSAGES_OUT.labels("prediction-errors").inc()
+        for (app_name, node_class), stats in by_class.items():
+            PREDICTION_RMSE.labels(app_name, node_class).set(stats.rmse_ms)
+            PREDICTION_MAPE.labels(app_name, node_class).set(stats.mape)
+        return len(closed)
+
+    asked: dict[str, int] = {}  # samples of a key when its last cold start was asked
+
+    async def cold_start() -> None:
+        need = loop.options.cold_start_samples
+        for key, count in list(loop.samples_per_key.items()):
+            if count >= max(need, 2 * asked.get(key, 0)) and not loop.models.has(key):
+                if await retrain(key, "cold_start", float(count), float(need), None):
+                    asked[key] = count
+
+    @app.timer(period, name="feedback-errors")
+    async def error_period() -> None:
+        await close_period()
+        await cold_start()
+
+    loop.handles["close_period"] = close_period

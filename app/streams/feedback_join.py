@@ -1,0 +1,141 @@
+"""task-completions ⨝ rtt-predictions on (task_id, node), and every completion as a training sample.
+
+Both topics are keyed by node with node-metrics' partition count, so a worker sees a node's completions,
+its predictions and its metrics together (Faust assigns co-partitioned topics alike). Each agent puts its
+side into the :class:`~app.drift.joinbuffer.JoinBuffer`; a match adds the pair (predicted, observed RTT)
+to the node × app errors of the open period. A redelivered message is a duplicate and does nothing.
+
+Every new ``ok`` completion becomes a training sample (with the prediction when it arrived first): the
+node's features over the node × app DWA window *before the task started* (event time, from the node's
+window history: ``NodeWindow.aggregate(until_ts=started_ts, window_s=...)``), its class and GPU model (the
+trainer adds the hardware descriptors from them), ``input_size_mb`` and the observed RTT, keyed by
+model key ``app:node_class``. A node whose class is unknown (no metrics yet, no prediction naming a
+model key) makes no sample, counted in ``rtt_worker_training_samples_dropped_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import faust
+
+from app.contracts import encode
+from app.contracts.keys import model_key, parse_model_key
+from app.drift.joinbuffer import DUPLICATE, MATCHED
+from app.errors import ContractError
+from app.streams.context import context_of
+from app.streams.deadletter import validated
+from app.streams.feedback_loop import FeedbackLoop
+from app.streams.feedback_metrics import JOIN, SAMPLES, SAMPLES_DROPPED
+from app.streams.metrics import MESSAGES_OUT, PROCESSING
+from app.streams.node_state import NodeState
+from app.streams.topics import contract_topic
+
+
+def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
+    return {"app": c["app"], "rtt_ms": c["rtt_ms"], "status": c["status"]}
+
+
+def _prediction_payload(p: dict[str, Any]) -> dict[str, Any]:
+    return {"app": p["app"], "predicted_rtt_ms": p["predicted_rtt_ms"], "model_version": p["model_version"],
+            "model_key": p.get("model_key")}
+
+
+def class_of(state: NodeState | None, prediction: dict[str, Any] | None) -> str | None:
+    """The node's class from its metrics, else from the model key its prediction was made with."""
+    if state is not None and state.newest_ts > 0:
+        return state.node_class
+    key = (prediction or {}).get("model_key")
+    if key:
+        try:
+            return parse_model_key(key)[1]
+        except ContractError:
+            return None
+    return None
+
+
+def sample_value(completion: dict[str, Any], node_class: str, state: NodeState | None, window_s: float,
+                 prediction: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The training-samples value of one completion (contract ``topics/training-samples.json``)."""
+    features: dict[str, float] = {}
+    gpu_model = None
+    if state is not None and state.newest_ts > 0:
+        agg = state.window.aggregate(until_ts=completion["started_ts"], window_s=window_s)
+        features = agg.features()
+        gpu_model = state.gpu_model
+    return {
+        "model_key": model_key(completion["app"], node_class), "task_id": completion["task_id"],
+        "app": completion["app"], "node": completion["node"], "node_class": node_class, "gpu_model": gpu_model,
+        "started_ts": completion["started_ts"], "rtt_ms": completion["rtt_ms"],
+        "input_size_mb": completion.get("input_size_mb"), "window_s": window_s, "features": features,
+        "predicted_rtt_ms": prediction["predicted_rtt_ms"] if prediction else None,
+        "model_version": prediction["model_version"] if prediction else None,
+    }
+
+
+def register_join(app: faust.App, loop: FeedbackLoop) -> None:
+    """Add the task-completions and rtt-predictions agents to ``app``."""
+    settings = loop.settings
+    dead = context_of(app).dead
+    completions_topic = contract_topic(app, settings, "task-completions")
+    predictions_topic = contract_topic(app, settings, "rtt-predictions")
+    samples_topic = contract_topic(app, settings, "training-samples")
+    buffer, states = loop.buffer, loop.nodes.store.states
+    matched, duplicate = JOIN.labels(MATCHED), JOIN.labels(DUPLICATE)
+    samples_out = MESSAGES_OUT.labels("training-samples")
+    timing = PROCESSING.labels("feedback-join")
+
+    def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
+        matched.inc()
+        if completion["status"] == "ok":
+            loop.tracker(node).add(completion["app"], float(prediction["predicted_rtt_ms"]),
+                                   float(completion["rtt_ms"]))
+            loop.dirty_nodes.add(node)
+
+    async def emit_sample(c: dict[str, Any], prediction: dict[str, Any] | None) -> None:
+        node = c["node"]
+        if c["status"] != "ok":
+            SAMPLES_DROPPED.labels("status").inc()
+            return
+        state = states.get(node)
+        node_class = class_of(state, prediction)
+        if node_class is None:
+            SAMPLES_DROPPED.labels("unknown_node").inc()
+            return
+        loop.node_class[node] = node_class
+        window_s = loop.tracker(node).window(c["app"])
+        value = sample_value(c, node_class, state, window_s, prediction)
+        key = value["model_key"]
+        loop.samples_per_key[key] += 1
+        SAMPLES.inc()
+        samples_out.inc()
+        await samples_topic.send(key=key.encode(), value=encode("training-samples", value, check=False))
+
+    async def task_completions(stream: faust.StreamT) -> None:
+        perf = time.perf_counter
+        async for event, c in validated(stream, "task-completions", dead):
+            t0 = perf()
+            node = c["node"]
+            loop.partitions[node] = event.message.partition
+            r = buffer.add_completion((c["task_id"], node), _completion_payload(c))
+            if r.outcome == DUPLICATE:
+                duplicate.inc()
+                continue
+            if r.outcome == MATCHED:
+                pair(node, r.completion, r.prediction)
+            await emit_sample(c, r.prediction)
+            timing.observe(perf() - t0)
+
+    async def rtt_predictions(stream: faust.StreamT) -> None:
+        async for event, p in validated(stream, "rtt-predictions", dead):
+            node = p["node"]
+            loop.partitions[node] = event.message.partition
+            r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p))
+            if r.outcome == DUPLICATE:
+                duplicate.inc()
+            elif r.outcome == MATCHED:
+                pair(node, r.completion, r.prediction)
+
+    loop.handles["completions"] = app.agent(completions_topic, name="feedback-completions")(task_completions)
+    loop.handles["predictions"] = app.agent(predictions_topic, name="feedback-predictions")(rtt_predictions)

@@ -1,0 +1,163 @@
+"""The feedback loop of one worker: its shared state, its checkpoints, and the component that registers it.
+
+:func:`register_feedback` adds, on top of the node-features component (whose node windows it reads):
+
+* :mod:`~app.streams.feedback_join` — task-completions ⨝ rtt-predictions, training-samples;
+* :mod:`~app.streams.feedback_errors` — every error period: prediction-errors, DWA windows, drift and
+  cold-start retrain-events;
+* :mod:`~app.streams.feedback_weights` — every error period: node-weights, and the Redis cache;
+* :mod:`~app.streams.feedback_models` — the models in use, hot-swapped on model-updates.
+
+State lives in memory while the worker runs (:class:`FeedbackLoop`: the join buffer, one
+:class:`~app.drift.tracker.NodeTracker` per node) and is written to a changelogged table
+(:mod:`~app.streams.feedback_table`) by :meth:`FeedbackLoop.checkpoint`: every
+``options.checkpoint_interval_s``, and in every error period *before* prediction-errors are sent, so
+whatever an emitted period counted is already recorded as done — a redelivered message is then a
+duplicate, and no pair is counted twice. A worker only holds the nodes of the partitions it owns
+(rows are restored per active partition, dropped on revocation), so timers never count a node twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from typing import Any
+
+import faust
+import orjson
+
+from app.clock import Clock
+from app.config import Settings
+from app.contracts import contract
+from app.drift.joinbuffer import JoinBuffer
+from app.drift.pagehinkley import PageHinkley
+from app.drift.tracker import NodeTracker
+from app.streams.context import context_of
+from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
+from app.streams.feedback_models import ModelCache
+from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_table import JOIN as JOIN_ROW
+from app.streams.feedback_table import FeedbackTable, feedback_table, join_row_key, node_row_key, parse_row_key
+from app.streams.node_features import NodeFeatures, node_features_of
+
+log = logging.getLogger(__name__)
+
+HANDLE = "feedback"
+TABLE_NAME = "feedback"
+
+
+@dataclasses.dataclass
+class FeedbackLoop:
+    """What the feedback components share (one per worker app)."""
+
+    settings: Settings
+    options: FeedbackOptions
+    clock: Clock
+    nodes: NodeFeatures
+    models: ModelCache
+    buffer: JoinBuffer
+    table: FeedbackTable
+    trackers: dict[str, NodeTracker] = dataclasses.field(default_factory=dict)
+    partitions: dict[str, int] = dataclasses.field(default_factory=dict)
+    node_class: dict[str, str] = dataclasses.field(default_factory=dict)
+    samples_per_key: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    dirty_nodes: set[str] = dataclasses.field(default_factory=set)
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    handles: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def tracker(self, node: str) -> NodeTracker:
+        t = self.trackers.get(node)
+        if t is None:
+            s = self.settings
+            t = self.trackers[node] = NodeTracker(
+                s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
+                prior=s.credibility_prior, detector=self._detector)
+        return t
+
+    def _detector(self) -> PageHinkley:
+        o = self.options
+        return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances)
+
+    def expire(self) -> None:
+        for e in self.buffer.expire():
+            JOIN.labels(e.outcome).inc()
+        JOIN_ENTRIES.set(len(self.buffer))
+
+    async def checkpoint(self) -> int:
+        """Expire old join keys, then write every changed join entry and node tracker; rows written."""
+        async with self.lock:
+            self.expire()
+            upserts, removed = self.buffer.take_changes()
+            rows: list[tuple[bytes, bytes | None]] = []
+            for (task_id, node), entry in upserts.items():
+                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), orjson.dumps(entry)))
+            for task_id, node in removed:
+                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), None))
+            dirty, self.dirty_nodes = self.dirty_nodes, set()
+            for node in dirty:
+                t = self.trackers.get(node)
+                if t is not None and node in self.partitions:
+                    rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
+            return await self.table.write(rows)
+
+    def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
+        """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, value in rows.items():
+            parsed = parse_row_key(key)
+            if parsed is None:
+                continue
+            partition, kind, node, task_id = parsed
+            self.partitions.setdefault(node, partition)
+            if kind == JOIN_ROW:
+                if (task_id, node) not in self.buffer:
+                    entries[(task_id, node)] = orjson.loads(value)
+            elif node not in self.trackers:
+                self.tracker(node).load(orjson.loads(value))
+        self.buffer.load(entries)
+        JOIN_ENTRIES.set(len(self.buffer))
+        log.info("partitions %s: restored %d join entries, %d node trackers", sorted(active), len(entries),
+                 len(self.trackers))
+
+    async def revoke(self, lost: set[int]) -> None:
+        """Checkpoint, then forget the nodes of ``lost`` partitions (their new owner restores them)."""
+        await self.checkpoint()
+        gone = {n for n, p in self.partitions.items() if p in lost}
+        self.buffer.drop(lambda k: k[1] not in gone)
+        for n in gone:
+            self.trackers.pop(n, None)
+            self.partitions.pop(n, None)
+        log.info("partitions %s revoked: dropped the feedback state of %d nodes", sorted(lost), len(gone))
+
+
+def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
+    """Add the feedback loop to ``app`` (after the node-features component); returns its state."""
+    from app.streams.feedback_errors import register_errors
+    from app.streams.feedback_join import register_join
+    from app.streams.feedback_models import follow_model_updates
+    from app.streams.feedback_weights import register_weights
+
+    ctx = context_of(app)
+    options = FeedbackOptions.from_settings(settings)
+    sources = [settings.topic("task-completions"), settings.topic("rtt-predictions")]
+    table = feedback_table(app, TABLE_NAME, sources, contract("task-completions").partitions)
+    loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), ModelCache(settings),
+                        JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
+    table.on_restore = loop.restore
+    table.on_revoke = loop.revoke
+    register_join(app, loop)
+    register_errors(app, loop)
+    register_weights(app, loop)
+
+    @app.task
+    async def model_updates() -> None:
+        await follow_model_updates(settings, loop.models)
+
+    @app.timer(ctx.options.checkpoint_interval_s, name="feedback-checkpoint")
+    async def checkpoint() -> None:
+        await loop.checkpoint()
+
+    ctx.handles[HANDLE] = loop
+    return loop

@@ -1,0 +1,126 @@
+"""The models a worker predicts with: hot-swapped on model-updates, sha256 verified, no restart.
+
+Every worker needs every model (its nodes may be of any class and run any app), so model-updates is read
+without a consumer group: all partitions, from the beginning (the topic is compacted: the first pass is
+the current version of every key). A message whose version is newer than the one in use is loaded
+from the registry (:func:`app.model.registry.load_predictor`: the blob's sha256 is checked against its
+record) off the event loop; the record's sha256 must also be the one the message announced. A model
+that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.config import Settings
+from app.contracts import contract, decode
+from app.contracts.keys import parse_model_key
+from app.errors import ContractError, RttError
+from app.model.fast import FastPredictor
+from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
+from app.streams.feedback_metrics import MODEL_REJECTED, MODEL_VERSION
+
+log = logging.getLogger(__name__)
+
+
+class ModelCache:
+    """Predictors in use, by model key; :meth:`apply` swaps one in when an update is newer and verified.
+
+    Parameters
+    ----------
+    store
+        The registry (opened lazily from ``settings`` by default: opening may touch the network).
+    """
+
+    def __init__(self, settings: Settings, store: ModelStore | None = None,
+                 opener: Callable[[Settings], ModelStore] = open_store) -> None:
+        self.settings = settings
+        self._store = store
+        self._opener = opener
+        self.models: dict[str, tuple[FastPredictor, ModelRecord]] = {}
+        self.updates_seen = 0
+
+    @property
+    def store(self) -> ModelStore:
+        if self._store is None:
+            self._store = self._opener(self.settings)
+        return self._store
+
+    def version(self, key: str) -> int | None:
+        m = self.models.get(key)
+        return m[1].version if m is not None else None
+
+    def has(self, key: str) -> bool:
+        return key in self.models
+
+    def predictor(self, key: str) -> FastPredictor | None:
+        m = self.models.get(key)
+        return m[0] if m is not None else None
+
+    def keys_for_class(self, node_class: str) -> dict[str, str]:
+        """``{app: model key}`` of the per-class models of ``node_class``."""
+        out = {}
+        for key in self.models:
+            app, cls, node = parse_model_key(key)
+            if cls == node_class and node is None:
+                out[app] = key
+        return out
+
+    def _load(self, key: str, version: int, sha256: str) -> tuple[FastPredictor, ModelRecord]:
+        predictor, record = load_predictor(self.store, key, version)
+        if record.sha256 != sha256:
+            raise ContractError("sha256_mismatch", f"{key} v{version}: registry {record.sha256}, update {sha256}")
+        return predictor, record
+
+    async def apply(self, update: dict[str, Any]) -> bool:
+        """Swap in the update's model if it is newer than the one in use; False if skipped or rejected."""
+        key, version = update["model_key"], int(update["version"])
+        self.updates_seen += 1
+        current = self.version(key)
+        if current is not None and current >= version:
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            loaded = await loop.run_in_executor(None, self._load, key, version, update["sha256"])
+        except (RttError, ValueError, OSError) as exc:
+            reason = getattr(exc, "reason", type(exc).__name__)
+            MODEL_REJECTED.labels(reason).inc()
+            log.warning("model %s v%d not loaded (%s): keeping v%s", key, version, exc, current)
+            return False
+        if (self.version(key) or 0) >= version:  # a newer one landed while this loaded
+            return False
+        self.models[key] = loaded
+        MODEL_VERSION.labels(key).set(version)
+        log.info("model %s: now v%d (was v%s)", key, version, current)
+        return True
+
+
+async def follow_model_updates(settings: Settings, cache: ModelCache, started: asyncio.Event | None = None) -> None:
+    """Apply every model-updates message, from the beginning of every partition, until cancelled."""
+    topic = settings.topic("model-updates")
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(contract("model-updates").partitions)])
+        if started is not None:
+            started.set()
+        while True:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for rec in records:
+                    try:
+                        update = decode("model-updates", rec.value)
+                    except ContractError as exc:
+                        MODEL_REJECTED.labels(exc.reason).inc()
+                        continue
+                    await cache.apply(update)
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()

@@ -1,0 +1,145 @@
+"""Every error period: node-weights of the nodes this worker holds, and the latest view in Redis.
+
+A node's value: ``weight`` (its :class:`~app.drift.credibility.Credibility`; ``settings.credibility_prior``
+for a node never evaluated), ``predicted_rtt_ms`` per app (the current model of ``app:node_class`` on the
+node's current features over the app's DWA window, with its hardware descriptors; task size unknown),
+and ``stale`` when its newest metrics are older than ``stale_after_scrapes × scrape_interval_s``.
+Predictions are made one model at a time over all the nodes of its class (one kernel call each).
+
+When ``settings.redis_url`` is set, the same node-weights values and each node's latest node-features
+value are written to the extender's cache (:class:`~app.scheduler.cache.CacheKeys`) in one pipelined
+batch, by a background task: the timer never waits on Redis, and a batch still running when the next
+period comes makes that period skip its write (counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from typing import Any
+
+import faust
+import numpy as np
+import orjson
+
+from app.contracts import encode
+from app.features.hardware import hardware_features
+from app.features.vector import TASK_FEATURES, matrix
+from app.scheduler.cache import CacheKeys
+from app.streams.feedback_loop import FeedbackLoop
+from app.streams.feedback_metrics import NODE_WEIGHT, REDIS_WRITES
+from app.streams.metrics import MESSAGES_OUT
+from app.streams.node_state import NodeState
+from app.streams.topics import contract_topic
+
+log = logging.getLogger(__name__)
+
+MAX_RTT_MS = 1e12
+
+
+def predict_nodes(loop: FeedbackLoop, states: list[NodeState]) -> dict[str, dict[str, float]]:
+    """``{node: {app: predicted RTT ms}}`` with the current per-class models."""
+    out: dict[str, dict[str, float]] = {s.node: {} for s in states}
+    by_class: dict[str, list[NodeState]] = {}
+    for s in states:
+        by_class.setdefault(s.node_class, []).append(s)
+    for node_class, members in by_class.items():
+        for app, key in loop.models.keys_for_class(node_class).items():
+            predictor = loop.models.predictor(key)
+            if predictor is None:
+                continue
+            rows = []
+            for s in members:
+                tracker = loop.trackers.get(s.node)
+                window = tracker.window(app) if tracker is not None else s.window.window_s
+                values = s.window.aggregate(window_s=window).features()
+                values.update(hardware_features(node_class, s.gpu_model))
+                values[TASK_FEATURES[0]] = math.nan
+                rows.append(values)
+            predicted = predictor.predict(matrix(rows, predictor.feature_names))
+            for s, y in zip(members, predicted.tolist(), strict=True):
+                if math.isfinite(y):
+                    out[s.node][app] = float(np.clip(y, 0.0, MAX_RTT_MS))
+    return out
+
+
+def weights_values(loop: FeedbackLoop, now: float) -> list[dict[str, Any]]:
+    """The node-weights value of every node with metrics this worker holds."""
+    s = loop.settings
+    stale_after = s.stale_after_scrapes * s.scrape_interval_s
+    states = [st for st in loop.nodes.store.states.values() if st.newest_ts > 0]
+    predicted = predict_nodes(loop, states)
+    out = []
+    for st in states:
+        tracker = loop.trackers.get(st.node)
+        weight = tracker.weight if tracker is not None else s.credibility_prior
+        out.append({"node": st.node, "ts": now, "weight": weight, "predicted_rtt_ms": predicted[st.node],
+                    "stale": now - st.newest_ts > stale_after, "node_class": st.node_class,
+                    "gpu_model": st.gpu_model})
+    return out
+
+
+class RedisWriter:
+    """Best-effort batched writes of the latest values; one batch in flight at most."""
+
+    def __init__(self, url: str, prefix: str, timeout_s: float) -> None:
+        import redis.asyncio as aioredis
+
+        self.client = aioredis.from_url(url)
+        self.keys = CacheKeys(prefix)
+        self.timeout_s = timeout_s
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, features: list[dict[str, Any]], weights: list[dict[str, Any]]) -> bool:
+        if self._task is not None and not self._task.done():
+            REDIS_WRITES.labels("skipped").inc()
+            return False
+        items = [(self.keys.features(v["node"]), orjson.dumps(v)) for v in features]
+        items += [(self.keys.weights(v["node"]), orjson.dumps(v)) for v in weights]
+        self._task = asyncio.get_running_loop().create_task(self._write(items))
+        return True
+
+    async def _write(self, items: list[tuple[str, bytes]]) -> None:
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key, value in items:
+                pipe.set(key, value)
+            await asyncio.wait_for(pipe.execute(), self.timeout_s)
+            REDIS_WRITES.labels("ok").inc()
+        except Exception as exc:  # best effort: the next period writes the latest values again
+            REDIS_WRITES.labels("failed").inc()
+            log.warning("redis cache write failed: %r", exc)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, self.timeout_s)
+        await self.client.aclose()
+
+
+def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
+    """Add the node-weights timer (and the Redis writer when ``redis_url`` is set) to ``app``."""
+    settings = loop.settings
+    topic = contract_topic(app, settings, "node-weights")
+    writer: list[RedisWriter] = []
+    out = MESSAGES_OUT.labels("node-weights")
+
+    @app.timer(settings.error_period_s, name="feedback-weights")
+    async def node_weights() -> None:
+        now = loop.clock.now()
+        values = weights_values(loop, now)
+        for v in values:
+            NODE_WEIGHT.labels(v["node"]).set(v["weight"])
+            await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
+            out.inc()
+        if settings.redis_url:
+            if not writer:
+                writer.append(RedisWriter(settings.redis_url, settings.topic_prefix, loop.options.redis_timeout_s))
+            states = loop.nodes.store.states
+            features = [states[v["node"]].features_value() for v in values]
+            writer[0].submit(features, values)
+
+    loop.handles["weights_values"] = weights_values
+    loop.handles["redis_writer"] = writer

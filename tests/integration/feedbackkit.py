@@ -1,0 +1,136 @@
+"""Helpers of the feedback-loop tests: a worker subprocess, topic readers, a scripted cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from app.cli.processes import ProcessGroup
+from app.config import Settings
+from app.contracts import contract, encode
+from app.kafka.embedded import free_port
+
+
+def start_worker(group: ProcessGroup, s: Settings, name: str = "worker", **env: str) -> str:
+    """Start ``rttsched worker`` on ``s``'s broker and prefix; its /metrics URL once it answers."""
+    port = free_port()
+    group.start(name, ["worker", "--session-timeout-s", "6", "--datadir", str(group.log_dir / "faust")], env={
+        "RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
+        "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": "0.5", "RTT_MODELS_DIR": s.models_dir,
+        "REDIS_URL": s.redis_url, "RTT_ERROR_PERIOD_S": str(s.error_period_s),
+        "RTT_RETRAIN_DEBOUNCE_S": str(s.retrain_debounce_s), "RTT_JOIN_TTL_S": str(s.join_ttl_s), **env,
+    })
+    url = f"http://127.0.0.1:{port}/metrics"
+    group.wait_http(name, url, timeout_s=40)
+    return url
+
+
+class Reader:
+    """Reads one topic from the beginning (every partition, no group) in the background."""
+
+    def __init__(self, s: Settings, topic: str, on_value: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.s, self.topic = s, topic
+        self.values: list[dict[str, Any]] = []
+        self.on_value = on_value
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Reader:
+        c = AIOKafkaConsumer(bootstrap_servers=self.s.bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+        await c.start()
+        name = self.s.topic(self.topic)
+        c.assign([TopicPartition(name, p) for p in range(contract(self.topic).partitions)])
+        self._task = asyncio.get_running_loop().create_task(self._run(c))
+        return self
+
+    async def _run(self, c: AIOKafkaConsumer) -> None:
+        try:
+            while True:
+                batch = await c.getmany(timeout_ms=200)
+                for msgs in batch.values():
+                    for m in msgs:
+                        v = orjson.loads(m.value)
+                        self.values.append(v)
+                        if self.on_value is not None:
+                            self.on_value(v)
+        finally:
+            await c.stop()
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def wait(self, done: Callable[[list[dict[str, Any]]], Any], timeout_s: float, what: str = "") -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (result := done(self.values)):
+            assert time.monotonic() < deadline, f"{self.topic}: {what} not seen in {timeout_s}s: {self.values[-3:]}"
+            await asyncio.sleep(0.1)
+        return result
+
+
+class Sender:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=5)
+
+    async def __aenter__(self) -> Sender:
+        await self.p.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.p.stop()
+
+    async def send(self, topic: str, value: dict[str, Any]) -> None:
+        await self.p.send(self.s.topic(topic), encode(topic, value), key=value["node"].encode())
+
+    async def flush(self) -> None:
+        await self.p.flush()
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    gpu_model: str
+    base_ms: float
+    util: float = 20.0
+
+
+def snapshot(node: Node, ts: float, rng: random.Random) -> dict[str, Any]:
+    return {"node": node.name, "ts": ts, "node_class": "gpu", "gpu_model": node.gpu_model,
+            "metrics": {"nvidia_smi_utilization_gpu": node.util + rng.uniform(-2.0, 2.0),
+                        "cpu_iowait": rng.uniform(0.0, 1.0)}}
+
+
+def rtt_ms(node: Node, rng: random.Random) -> float:
+    """The RTT law of the scripted cluster: grows with GPU utilisation (2 % noise)."""
+    return node.base_ms * (1.0 + node.util / 40.0) * rng.gauss(1.0, 0.02)
+
+
+def task(task_id: str, app: str, node: Node, ts: float, rng: random.Random) -> dict[str, Any]:
+    rtt = rtt_ms(node, rng)
+    return {"task_id": task_id, "app": app, "node": node.name, "submitted_ts": ts - 0.01, "started_ts": ts,
+            "finished_ts": ts + rtt / 1000.0, "rtt_ms": rtt, "status": "ok", "input_size_mb": 64.0}
+
+
+def prediction(task_id: str, app: str, node: str, ts: float, predicted: float,
+               version: int | None = None) -> dict[str, Any]:
+    return {"task_id": task_id, "app": app, "node": node, "ts": ts, "predicted_rtt_ms": predicted,
+            "model_version": version}
+
+
+def metric_value(text: str, name: str) -> float:
+    """A sample's value from a Prometheus exposition (0 if absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0

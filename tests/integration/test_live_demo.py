@@ -1,0 +1,126 @@
+"""``rttsched demo`` end to end: a short live run on the embedded broker writes the report and stops
+everything it started; SIGINT in the middle of a run stops every child too.
+
+Both run the real command as a subprocess (embedded broker, worker, trainer, extender as its children);
+the demo writes the pids it started to ``<out>/logs/pids.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICIES = ("rtt_aware_live", "kube_default", "round_robin", "random", "load_aware", "rtt_aware", "oracle")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RTT_KAFKA_BOOTSTRAP", "REDIS_URL", "RTT_TOPIC_PREFIX")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _pids(out: Path) -> dict[str, int]:
+    path = out / "logs" / "pids.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _demo(out: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), *args],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_gone(pids: dict[str, int], timeout_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [f"{name} ({pid})" for name, pid in pids.items() if _alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def test_short_live_demo_writes_report_and_stops_everything(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = _demo(out, "--minutes", "0.3", "--tasks", "150", "--seed", "3")
+    try:
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr
+
+    pids = _pids(out)
+    assert set(pids) == {"broker", "worker", "trainer", "extender"}
+    assert _wait_gone(pids) == []
+
+    html = (out / "report.html").read_text()
+    for policy in POLICIES:
+        assert policy in html, policy
+        assert any(line.startswith(policy + " ") for line in stdout.splitlines()), policy
+
+    doc = json.loads((out / "policies.json").read_text())
+    live = doc["config"]["live"]
+    assert live["extender"]["requests"] == 150  # every task was placed by asking the real extender
+    assert live["extender"]["errors"] == 0
+    assert live["sink"]["rejected"] == 0 and live["sink"]["failed"] == 0
+    assert live["sink"]["sent"] >= 150  # every completion plus the scrapes reached Kafka
+    runs = doc["runs"]
+    assert runs["rtt_aware_live"][0]["tasks"] + runs["rtt_aware_live"][0]["failed"] == 150
+    assert runs["kube_default"][0]["tasks"] == runs["rtt_aware_live"][0]["tasks"]  # same workload offline
+
+
+def test_sigint_stops_every_child(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = _demo(out, "--minutes", "2", "--no-html")
+    pids: dict[str, int] = {}
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 90
+        ready = False
+        while time.monotonic() < deadline and not ready:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            ready = line.startswith("demo: ready after")
+        assert ready, f"the demo never became ready (exit code {proc.poll()})"
+        pids = _pids(out)
+        assert set(pids) == {"broker", "worker", "trainer", "extender"}
+        assert all(_alive(p) for p in pids.values())
+        time.sleep(2.0)  # let the live run start placing tasks
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids.values():  # never leave a child behind, whatever the assertions say
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "rttsched demo: interrupted" in stderr
+    assert "Traceback" not in stderr
+    assert _wait_gone(pids) == []
+    assert not (out / "policies.json").exists()  # interrupted before the report

@@ -1,0 +1,76 @@
+"""The view feed's message handling and model installation (the Kafka loop itself is integration-tested)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from extkit import LinearPredictor
+
+from app.config import Settings
+from app.extender.feed import ViewFeed
+from app.extender.metrics import ExtenderMetrics
+from app.extender.models import ModelLoadError, install_model
+from app.scheduler.builder import SnapshotBuilder
+
+SHA = "0" * 64
+
+
+def update(version: int, key: str = "gCTF:gpu") -> dict[str, Any]:
+    return {"model_key": key, "version": version, "sha256": SHA, "features": ["load__mean"], "metrics": {},
+            "location": "redis://x#k", "ts": 1.0}
+
+
+def features(node: str, ts: float) -> bytes:
+    return orjson.dumps({"node": node, "ts": ts, "node_class": "gpu", "gpu_model": None, "window_s": 30.0,
+                         "count": 3, "features": {"load__mean": 1.0}})
+
+
+def make_feed(loader: Any) -> tuple[ViewFeed, SnapshotBuilder, ExtenderMetrics]:
+    builder, metrics = SnapshotBuilder(), ExtenderMetrics()
+    return ViewFeed(Settings.from_env({}), builder, loader, metrics, rebuild=lambda: None), builder, metrics
+
+
+async def test_messages_applied_ignored_rejected_deleted() -> None:
+    async def loader(u: Any) -> LinearPredictor:
+        return LinearPredictor({"load__mean": 1.0})
+
+    feed, builder, metrics = make_feed(loader)
+    assert feed.apply("node-features", b"n1", features("n1", 10.0)) == "applied"
+    assert feed.apply("node-features", b"n1", features("n1", 9.0)) == "ignored"
+    assert feed.apply("node-features", b"n1", b'{"node": "n1"}') == "rejected"
+    assert feed.apply("node-weights", b"n1", b"not json") == "rejected"
+    assert feed.apply("node-features", b"n1", None) == "deleted" and builder.node_count == 0
+    assert feed.apply("model-updates", b"gCTF:gpu", None) == "ignored"
+    assert feed.apply("model-updates", b"gCTF:gpu", orjson.dumps(update(2))) == "applied"
+    await asyncio.sleep(0.05)
+    assert builder.model_version("gCTF:gpu") == 2
+    assert feed.apply("model-updates", b"gCTF:gpu", orjson.dumps(update(1))) == "ignored"
+    text = metrics.render().decode()
+    assert 'rtt_extender_feed_messages_total{result="rejected",topic="node-features"} 1.0' in text
+    assert 'rtt_extender_model_loads_total{result="loaded"} 1.0' in text
+    await feed.stop()
+
+
+async def test_failed_load_keeps_the_old_model_and_counts() -> None:
+    async def broken(u: Any) -> LinearPredictor:
+        raise ModelLoadError("sha256 mismatch")
+
+    builder, metrics = SnapshotBuilder(), ExtenderMetrics()
+    model = LinearPredictor({"load__mean": 1.0})
+    builder.set_model("gCTF:gpu", 1, model)
+    cached: list[Any] = []
+
+    async def on_installed(u: Any) -> None:
+        cached.append(u)
+
+    assert not await install_model(update(2), broken, builder, metrics, on_installed)
+    assert builder.model_version("gCTF:gpu") == 1 and cached == []
+    assert 'rtt_extender_model_loads_total{result="failed"} 1.0' in metrics.render().decode()
+
+    async def ok(u: Any) -> LinearPredictor:
+        return model
+
+    assert await install_model(update(3), ok, builder, metrics, on_installed)
+    assert builder.model_version("gCTF:gpu") == 3 and [u["version"] for u in cached] == [3]
