@@ -1,6 +1,6 @@
 """Cost of turning one node's scrape into a node-metrics message, on the real node_exporter capture + DCGM.
 
-    python3 bench/bridge_parse.py [--quick]
+    python3 bench/bench_bridge.py [--quick]
 
 Rows: parsing every line with prometheus_client (the baseline), parsing only the lines the mapping reads,
 and the whole assembly of one node message (filtered parse, mapping, rates, health checks). The last

@@ -60,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rttsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # last line of defence: one clear line, the traceback only with -v
+        if args.verbose:
+            logging.getLogger("rttsched").exception("unexpected error")
+        print(f"rttsched {args.command}: error: {type(exc).__name__}: {exc} (run with -v for details)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,6 +96,14 @@ class NodeTracker:
         """One joined pair of this period."""
         self._app(app).period.update(predicted, actual)
 
+    def reset_detector(self, app: str) -> bool:
+        """Start the app's detector afresh (a new model serves: its error is the new reference)."""
+        s = self.apps.get(app)
+        if s is None:
+            return False
+        s.detector = self.detector()
+        return True
+
     def window(self, app: str) -> float:
         """The app's DWA window (the initial one for an app never evaluated)."""
         s = self.apps.get(app)

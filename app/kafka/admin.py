@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 from app.config import Settings
 from app.contracts import load_contracts
@@ -29,7 +30,11 @@ async def ensure_topics(settings: Settings) -> list[TopicResult]:
     """Create each contract's topic (prefixed) if missing; verify partitions of those that exist."""
     contracts = load_contracts()
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000)
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaError as exc:
+        await admin.close()
+        raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     try:
         wanted = {settings.topic(c.name): c for c in contracts.values()}
         resp = await admin.create_topics([

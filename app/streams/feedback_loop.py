@@ -15,6 +15,10 @@ State lives in memory while the worker runs (:class:`FeedbackLoop`: the join buf
 whatever an emitted period counted is already recorded as done — a redelivered message is then a
 duplicate, and no pair is counted twice. A worker only holds the nodes of the partitions it owns
 (rows are restored per active partition, dropped on revocation), so timers never count a node twice.
+
+When a new model version starts serving a key, the drift detectors of that key's app on that class's
+nodes start afresh: their reference becomes the new model's error, so a drift the new model does not
+fix is signalled again, and the old model's errors cannot mask or fake one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import orjson
 from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
+from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import JoinBuffer
 from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
@@ -79,6 +84,13 @@ class FeedbackLoop:
     def _detector(self) -> PageHinkley:
         o = self.options
         return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances)
+
+    def model_swapped(self, key: str, version: int) -> None:
+        """A new model serves ``key``: the drift detectors of its app on its class's nodes start afresh."""
+        app, node_class, node = parse_model_key(key)
+        for n, tracker in self.trackers.items():
+            if (node is None or node == n) and self.node_class.get(n) == node_class:
+                tracker.reset_detector(app)
 
     def expire(self) -> None:
         for e in self.buffer.expire():
@@ -147,6 +159,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
                         JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
     table.on_restore = loop.restore
     table.on_revoke = loop.revoke
+    loop.models.on_swap.append(loop.model_swapped)
     register_join(app, loop)
     register_errors(app, loop)
     register_weights(app, loop)

@@ -36,6 +36,8 @@ class ModelCache:
     ----------
     store
         The registry (opened lazily from ``settings`` by default: opening may touch the network).
+
+    ``on_swap`` callbacks get ``(model_key, version)`` after each swap.
     """
 
     def __init__(self, settings: Settings, store: ModelStore | None = None,
@@ -45,6 +47,7 @@ class ModelCache:
         self._opener = opener
         self.models: dict[str, tuple[FastPredictor, ModelRecord]] = {}
         self.updates_seen = 0
+        self.on_swap: list[Callable[[str, int], None]] = []
 
     @property
     def store(self) -> ModelStore:
@@ -97,6 +100,8 @@ class ModelCache:
             return False
         self.models[key] = loaded
         MODEL_VERSION.labels(key).set(version)
+        for callback in self.on_swap:
+            callback(key, version)
         log.info("model %s: now v%d (was v%s)", key, version, current)
         return True
 

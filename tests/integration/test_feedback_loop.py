@@ -57,7 +57,7 @@ async def scenario(s: Settings) -> dict[str, Any]:
             return max((u["version"] for u in updates.values if u["model_key"] == key), default=0)
 
         deadline = time.monotonic() + 75
-        i, last_snap, seen, at_t0 = 0, 0.0, 0, 0
+        i, last_snap, seen, at_t0, changed = 0, 0.0, 0, 0, 0.0
         while time.monotonic() < deadline:
             now = time.time()
             if now - last_snap >= 0.25:
@@ -74,7 +74,9 @@ async def scenario(s: Settings) -> dict[str, Any]:
             v = version()
             if v >= 1 and "v1" not in marks:
                 marks["v1"] = now
-            if "v1" in marks and "t0" not in marks and now - marks["v1"] > 6 and weights.get("gpu-a", {}).get(app):
+            if v != seen:
+                changed = now
+            if "v1" in marks and "t0" not in marks and now - changed > 7 and weights.get("gpu-a", {}).get(app):
                 marks["t0"], a.util, at_t0 = now, 80.0, v  # gpu-a's RTT doubles
             if "t0" in marks and v > at_t0 and v > seen:
                 marks[f"v{v}"] = marks["fixed_by"] = now  # a promotion after the drift

@@ -51,8 +51,15 @@ ALWAYS = frozenset(HARDWARE_FEATURES) | frozenset(TASK_FEATURES)
 SELECTION_ROWS = 400  # most recent rows the five measures look at
 SELECT_FROM_ROWS = 100  # fewer rows: no metric features yet (the measures need data to vote on)
 TARGETS = ("log", "ms", "gamma")
-GPU_SPEED = frozenset({"hw_gpu_fp32_tflops", "hw_gpu_mem_bw_gbs", "hw_pcie_gen"})
-SM_CLOCK = "nvidia_smi_clocks_sm__"
+GPU_SPEED = frozenset({"hw_gpu_fp32_tflops", "hw_gpu_mem_bw_gbs", "hw_pcie_gen", "nvidia_smi_clocks_sm"})
+# load on a shared resource: more of it never makes a task faster; idle time is the opposite
+LOAD_METRICS = frozenset({
+    "nvidia_smi_utilization_gpu", "nvidia_smi_memory_used", "cuda_stream_active", "nvidia_smi_temperature_gpu",
+    "pcie_rx_bytes", "pcie_tx_bytes", "cpu_usage_user", "cpu_usage_system", "cpu_iowait", "memory_cache_usage",
+    "memory_used_bytes", "disk_read_bytes", "disk_write_bytes",
+})
+IDLE_METRICS = frozenset({"cpu_idle"})
+LEVELS = frozenset({"mean", "min", "max", "last"})  # aggregates that move with the level (not ``std``)
 MIN_ROWS = 20
 
 
@@ -64,20 +71,29 @@ def always_kept(name: str) -> bool:
 def direction(name: str, gpu_app: bool) -> int:
     """How a task's time may move as feature ``name`` grows: +1 never faster, -1 never slower, 0 free.
 
-    Larger inputs and more pods beside the task never make it faster; for an app that runs on the GPU, a
-    faster GPU (FP32 throughput, memory bandwidth, PCIe generation) or a higher SM clock never slows it.
-    With few samples these constraints are what lets a model rank a GPU it has rarely seen.
+    Larger inputs, more pods beside the task and more load on any shared resource never make it faster
+    (level aggregates of load metrics; their ``std`` is free); for an app that runs on the GPU, a faster
+    GPU (FP32 throughput, memory bandwidth, PCIe generation, SM clock) never slows it. The constraints
+    keep a model from reading "busy" as "fast" because the fastest node is the busiest one, and let it
+    rank a GPU it has rarely seen from few samples.
 
     >>> [direction(n, True) for n in ("task_input_size_mb", "running_pods_gCTF", "hw_gpu_fp32_tflops")]
     [1, 1, -1]
-    >>> direction("hw_gpu_fp32_tflops", False), direction("cpu_iowait__mean", True)
-    (0, 0)
+    >>> direction("hw_gpu_fp32_tflops", False), direction("cpu_iowait__mean", True), direction("cpu_idle__std", True)
+    (0, 1, 0)
     """
     if name in TASK_FEATURES or name.startswith(RUNNING_PREFIX):
         return 1
-    if gpu_app and (name in GPU_SPEED or name.startswith(SM_CLOCK)):
+    metric, _, agg = name.rpartition("__")
+    if not metric:
+        return -1 if gpu_app and name in GPU_SPEED else 0
+    if agg not in LEVELS:
+        return 0
+    if metric in LOAD_METRICS:
+        return 1
+    if metric in IDLE_METRICS:
         return -1
-    return 0
+    return -1 if gpu_app and metric in GPU_SPEED else 0
 
 
 class ExpPredictor:
