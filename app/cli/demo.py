@@ -159,6 +159,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     config = demo_config(args.minutes, args.tasks, args.speed, settings.scrape_interval_s)
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # progress bars and the table; -v for every log line
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retried connects while the broker starts
     out = Path(args.out)
     t_start = time.monotonic()
     runs: dict[str, list[Any]] = {}

@@ -38,11 +38,15 @@ def _text(b: Any) -> str | None:
 
 
 def dead_letter_record(message: Any, source: str, exc: ContractError, now: float) -> dict[str, Any]:
-    """The dead-letters value for ``message`` (a Faust/aiokafka message) that failed with ``exc``."""
+    """The dead-letters value for ``message`` (a Faust/aiokafka message) that failed with ``exc``.
+
+    ``topic`` (and the dead letter's key) is the real Kafka topic the message came from, prefix included,
+    as the bridge writes it; ``source`` (the contract name) is the fallback and the metric label.
+    """
     raw = message.value if isinstance(message.value, bytes | bytearray) else _text(message.value) or ""
     raw_b = raw.encode() if isinstance(raw, str) else bytes(raw)
     return {
-        "topic": source, "partition": int(message.partition), "offset": int(message.offset),
+        "topic": str(getattr(message, "topic", None) or source), "partition": int(message.partition), "offset": int(message.offset),
         "error": str(exc)[:2000], "reason": exc.reason,
         "raw": base64.b64encode(raw_b[:MAX_RAW_BYTES]).decode("ascii"),
         "key": _text(message.key), "ts": now,
@@ -62,7 +66,7 @@ class DeadLetters:
         DEAD_LETTERS.labels(source, exc.reason).inc()
         MESSAGES_OUT.labels("dead-letters").inc()
         log.debug("dead letter from %s[%s]@%s: %s", source, record["partition"], record["offset"], exc)
-        await self.topic.send(key=source.encode(), value=encode("dead-letters", record))
+        await self.topic.send(key=record["topic"].encode(), value=encode("dead-letters", record))
         self.sent += 1
 
 

@@ -81,7 +81,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
     completions_topic = contract_topic(app, settings, "task-completions")
     predictions_topic = contract_topic(app, settings, "rtt-predictions")
     samples_topic = contract_topic(app, settings, "training-samples")
-    buffer, states = loop.buffer, loop.nodes.store.states
+    buffer, store, get_row = loop.buffer, loop.nodes.store, loop.nodes.table.data.get
     matched, duplicate = JOIN.labels(MATCHED), JOIN.labels(DUPLICATE)
     samples_out = MESSAGES_OUT.labels("training-samples")
     timing = PROCESSING.labels("feedback-join")
@@ -93,12 +93,12 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
                                    float(completion["rtt_ms"]))
             loop.dirty_nodes.add(node)
 
-    async def emit_sample(c: dict[str, Any], prediction: dict[str, Any] | None) -> None:
+    async def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
         node = c["node"]
         if c["status"] != "ok":
             SAMPLES_DROPPED.labels("status").inc()
             return
-        state = states.get(node)
+        state = store.state(node, partition, get_row)  # rebuilt from the changelog if not in memory yet
         node_class = class_of(state, prediction)
         if node_class is None:
             SAMPLES_DROPPED.labels("unknown_node").inc()
@@ -124,7 +124,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
                 continue
             if r.outcome == MATCHED:
                 pair(node, r.completion, r.prediction)
-            await emit_sample(c, r.prediction)
+            await emit_sample(c, event.message.partition, r.prediction)
             timing.observe(perf() - t0)
 
     async def rtt_predictions(stream: faust.StreamT) -> None:

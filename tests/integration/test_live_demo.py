@@ -14,8 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from app.config import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +127,66 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
     assert _wait_gone(pids) == []
     assert not (out / "policies.json").exists()  # interrupted before the report
+
+
+def test_kafka_sink_produces_keyed_messages_and_rejects_bad_ones(kafka_settings: Settings) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from app.contracts import contract, decode
+    from app.sim.kafka_sink import KafkaSink
+
+    sink = KafkaSink(kafka_settings).start()
+    for i in range(5):
+        sink.emit("node-metrics", f"worker-{i % 2}", {"node": f"worker-{i % 2}", "ts": 1_700_000_000.0 + i,
+                                                      "node_class": "gpu", "gpu_model": "Tesla M40",
+                                                      "metrics": {"nvidia_smi_utilization_gpu": 0.5}})
+    sink.emit("node-metrics", "worker-0", {"node": "worker-0"})  # breaks the contract: never sent
+    sink.close()
+    assert sink.stats() == {"emitted": 5, "sent": 5, "failed": 0, "rejected": 1, "dropped": 0}
+
+    async def read() -> list[tuple[bytes, dict[str, Any]]]:
+        topic = kafka_settings.topic("node-metrics")
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_settings.bootstrap_servers, group_id=None,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(contract("node-metrics").partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            got: list[tuple[bytes, dict[str, Any]]] = []
+            for _ in range(50):
+                for msgs in (await consumer.getmany(timeout_ms=200)).values():
+                    got += [(m.key, decode("node-metrics", m.value)) for m in msgs]
+                if len(got) >= 5:
+                    break
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(read())
+    assert len(got) == 5
+    assert all(key.decode() == value["node"] for key, value in got)  # keyed by node, as the contract says
+
+
+def test_unreachable_extender_places_exactly_like_kube_default() -> None:
+    import numpy as np
+
+    from app.kafka.embedded import free_port
+    from app.sim.policies.extender_http import ExtenderPolicy
+    from app.sim.runner import SimConfig, build_simulation, run_offline
+
+    port = free_port()  # nothing listens there
+    config = SimConfig(n_tasks=60, events="none", join_node=False)
+
+    def factory(rng: np.random.Generator) -> ExtenderPolicy:
+        return ExtenderPolicy(f"http://127.0.0.1:{port}", rng, timeout_s=0.2)
+
+    sim = build_simulation(config, factory, seed=2)
+    sim.run()
+    live = sim.metrics()
+    stats = live.trace.notes["extender"]
+    assert stats["requests"] == 60 and stats["errors"] == 60
+    # the fallback is kube-default scoring with the policy's own generator: identical placements
+    assert live.fingerprint() == run_offline(config, "kube_default", seed=2).fingerprint()

@@ -69,7 +69,7 @@ def latest(values: list[dict[str, Any]], node: str) -> dict[str, Any] | None:
 
 def series(node: str, n: int, t0: float) -> tuple[list[tuple[str, bytes]], dict[str, np.ndarray]]:
     rng = np.random.default_rng(len(node))
-    util, pcie = rng.uniform(0, 100, n).round(3), rng.uniform(1e9, 2e9, n).round(0)
+    util, pcie = rng.uniform(0, 1, n).round(5), rng.uniform(1e9, 2e9, n).round(0)  # utilisation: a fraction
     msgs = [snapshot(node, t0 + i * 0.5, {"nvidia_smi_utilization_gpu": float(u), "pcie_rx_bytes": float(p)})
             for i, (u, p) in enumerate(zip(util, pcie))]
     return msgs, {"nvidia_smi_utilization_gpu": util, "pcie_rx_bytes": pcie}
@@ -113,7 +113,7 @@ def test_features_and_dead_letters(kafka_settings: Settings, tmp_path: Path) -> 
 
         dead = asyncio.run(consume_until(s, "dead-letters", lambda v: len(v) >= 5))
         assert [d["reason"] for d in dead] == ["invalid_json", "schema", "schema", "invalid_json", "schema"]
-        assert {d["topic"] for d in dead} == {"node-metrics"} and all(d["key"] == "gpu-a" for d in dead)
+        assert {d["topic"] for d in dead} == {s.topic("node-metrics")} and all(d["key"] == "gpu-a" for d in dead)
         assert "1000000000000000" in dead[4]["error"]
 
         text = urllib.request.urlopen(url, timeout=5).read().decode()

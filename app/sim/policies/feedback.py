@@ -32,8 +32,11 @@ class PeriodResult:
 
 class Feedback:
     def __init__(self, *, dwa: bool = True, window_s: float = 30.0, min_window_s: float = 5.0,
-                 max_window_s: float = 60.0, prior: float = 0.5) -> None:
+                 max_window_s: float = 60.0, prior: float = 0.5, drift_threshold: float = 0.5,
+                 drift_min_periods: int = 12) -> None:
         self.dwa = dwa
+        self.drift_threshold = drift_threshold
+        self.drift_min_periods = drift_min_periods
         self.window_s = window_s
         self.min_window_s = min_window_s
         self.max_window_s = max_window_s
@@ -74,7 +77,8 @@ class Feedback:
                 w.update(rmse)
             ph = self._detectors.get((node, app))
             if ph is None:
-                ph = self._detectors[(node, app)] = PageHinkley()
+                ph = self._detectors[(node, app)] = PageHinkley(threshold=self.drift_threshold,
+                                                                min_instances=self.drift_min_periods)
             if ph.update(mape, ts).drift_detected:
                 retrain[f"{app}:{self._class[node]}"] = f"drift on {node}: cumulative {ph.cumulative:.2f}"
         for node, st in by_node.items():

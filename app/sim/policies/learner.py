@@ -21,7 +21,7 @@ back into milliseconds, so the scheduler always sees RTT in ms.
 ...         return 2.0 * X[:, 0].astype(np.float64)
 >>> ExpPredictor(Twice()).predict(np.array([[0.0], [np.log(10.0) / 2]], dtype=np.float32)).round(3).tolist()
 [1.0, 10.0]
->>> always_kept("running_pods_gCTF"), always_kept("hw_gpu_tflops"), always_kept("cpu_iowait__mean")
+>>> always_kept("running_pods_gCTF"), always_kept("hw_gpu_fp32_tflops"), always_kept("cpu_iowait__mean")
 (True, True, False)
 """
 
@@ -138,11 +138,13 @@ class ModelBook:
         (XGBoost's ``reg:gamma``, a log link on ms).
     holdout_fraction
         Most recent fraction of rows :func:`train_model` keeps out for its metrics (not trained on).
+    max_metric_features
+        Keep at most this many of the chosen metric features, strongest first (None: all chosen).
     """
 
     def __init__(self, *, max_samples: int = 1000, select: bool = True, seed: int = 0,
                  train_params: Mapping[str, Any] | None = None, target: str = "log",
-                 holdout_fraction: float = 0.0) -> None:
+                 holdout_fraction: float = 0.0, max_metric_features: int | None = 12) -> None:
         if max_samples < 50:
             raise ValueError(f"max_samples: must be >= 50 (got {max_samples})")
         if target not in TARGETS:
@@ -152,6 +154,7 @@ class ModelBook:
         self.seed = seed
         self.target = target
         self.holdout_fraction = holdout_fraction
+        self.max_metric_features = max_metric_features
         extra = {"objective": "reg:gamma"} if target == "gamma" else {}
         self.train_params: dict[str, Any] = {"nthread": 1, **extra, **(train_params or {})}
         self._rows: dict[str, deque[tuple[Mapping[str, float], float]]] = {}
@@ -192,7 +195,8 @@ class ModelBook:
             tail = rows[-SELECTION_ROWS:]
             X = matrix(tail, metric_names).astype(np.float64)
             res = select_features(X, y[-SELECTION_ROWS:], metric_names)
-            self._chosen[key] = tuple(res.chosen) if res.chosen else tuple(metric_names)
+            chosen = res.chosen[:self.max_metric_features] if self.max_metric_features else res.chosen
+            self._chosen[key] = tuple(chosen) if chosen else tuple(metric_names)
             self._chosen_rows[key] = len(tail)
             self.selections[key] = tuple(res.chosen)
         keep = set(self._chosen[key])

@@ -24,6 +24,7 @@ the app asks for (GPU nodes for GPU apps), so every GPU model starts from every 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,10 @@ from app.sim.view import ClusterView, Task
 
 log = logging.getLogger(__name__)
 
+# a model sees at most ``max_samples`` (1,000) rows: 64 histogram bins already resolve them, and 512 (the
+# preset's) cost 4-5x the training time on the simulator's critical path
+SIM_TRAIN_PARAMS: dict[str, Any] = {"max_bin": 64}
+
 
 class RttAware(BasePolicy):
     """See the module docstring. Options are keyword arguments kept as attributes.
@@ -57,10 +62,10 @@ class RttAware(BasePolicy):
     name = "rtt_aware"
 
     def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, running: bool = True,
-                 monotone: bool = True, warmup_per_node: int = 3, min_train: int = 20, growth: float = 0.5,
+                 monotone: bool = True, warmup_per_node: int = 2, min_train: int = 20, growth: float = 0.5,
                  max_samples: int = 1000, target: str = "log", error_period_s: float = 5.0,
                  retrain_min_s: float = 10.0, contention_other: float = 0.0, window_s: float = 30.0,
-                 train_params: Mapping[str, Any] | None = None) -> None:
+                 drift_threshold: float = 0.5, train_params: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if error_period_s <= 0 or warmup_per_node < 0 or min_train < 20 or retrain_min_s < 0 or growth <= 0:
             raise ValueError("RttAware: need error_period_s > 0, warmup_per_node >= 0, min_train >= 20, "
@@ -74,8 +79,8 @@ class RttAware(BasePolicy):
         self.error_period_s = error_period_s
         self.retrain_min_s = retrain_min_s
         self.book = ModelBook(max_samples=max_samples, select=select, seed=int(rng.integers(2**31)),
-                              train_params=train_params, target=target)
-        self.feedback = Feedback(dwa=dwa, window_s=window_s)
+                              train_params={**SIM_TRAIN_PARAMS, **(train_params or {})}, target=target)
+        self.feedback = Feedback(dwa=dwa, window_s=window_s, drift_threshold=drift_threshold)
         self.params = DecideParams(policy=policy_from_dict({"contention": {"other": contention_other},
                                                             "assumed": {"scrape_delay_s": 1.0}}))
         self.assumed = AssumedPods(ttl_s=120.0, scrape_delay_s=1.0)
@@ -89,6 +94,7 @@ class RttAware(BasePolicy):
         self._snap: dict[str, Snapshot] = {}
         self._inflight: dict[int, tuple[Mapping[str, float], float, float]] = {}
         self._placed: dict[tuple[str, str], int] = {}  # (node, app) -> tasks placed
+        self._per_mb: dict[tuple[str, str], tuple[float, int]] = {}  # (node, app) -> (mean service ms/MB, n)
         self._next_period: float | None = None
         self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
 
@@ -181,8 +187,8 @@ class RttAware(BasePolicy):
         """A candidate to learn about, or None to exploit the models.
 
         Among the candidates of the class the app asks for (GPU nodes for a GPU app, any node otherwise):
-        the least-placed one while it has had fewer than ``warmup_per_node`` tasks of the app, else the
-        least-placed one that no model covers yet (its class has too few samples to train).
+        the least-placed one while it has had fewer than ``warmup_per_node`` tasks of the app; then, while
+        no model covers any of them, the one with the lowest mean service time per input MB seen so far.
         """
         wants_gpu = task.profile.on_gpu is not None
         pool = [c for c in candidates if c.node_class == "gpu"] if wants_gpu else list(candidates)
@@ -192,10 +198,9 @@ class RttAware(BasePolicy):
         if placed.get((least.name, task.app), 0) < self.warmup_per_node:
             return least
         routes = snap.routes(task.app) if snap is not None else {}
-        uncovered = [c for c in pool if c.name not in routes]
-        if uncovered:
-            return min(uncovered, key=lambda c: placed.get((c.name, task.app), 0))
-        return None
+        if any(c.name in routes for c in pool):
+            return None
+        return min(pool, key=lambda c: self._per_mb.get((c.name, task.app), (math.inf, 0))[0])
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         ts = view.ts
@@ -230,12 +235,16 @@ class RttAware(BasePolicy):
         self.assumed.forget(task.task_id)
         self._pods_changed(node, task.app, -1)
         spec = view.node(node)
+        k = (node, task.app)
         if np.isfinite(predicted):
             self.feedback.add(node, spec.node_class, task.app, predicted, rtt_ms)
+        service_ms = rtt_ms - wait_ms
+        mean, n = self._per_mb.get(k, (0.0, 0))
+        self._per_mb[k] = (mean + (service_ms / max(task.input_mb, 1e-3) - mean) / (n + 1), n + 1)
         if not features:
             return
         key = model_key(task.app, spec.node_class)
-        n = self.book.add(key, features, rtt_ms - wait_ms)
+        n = self.book.add(key, features, service_ms)
         m = self.book.models.get(key)
         if m is None:
             if n >= self.min_train and n % 10 == 0:
