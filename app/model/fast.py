@@ -3,10 +3,16 @@
 ``Booster.inplace_predict`` pays tens to hundreds of microseconds of fixed cost per call (argument
 checks, a proxy DMatrix, thread dispatch), while the extender scores one pod on a handful of nodes.
 :class:`FastPredictor` walks the same trees (:mod:`app.model.forest`: perfect trees, ``p = 2p + 1 +
-go_right``) in a numba kernel: tree by tree, eight rows at a time as independent chains so the CPU
-overlaps their memory loads; the last ``n % 8`` rows go row by row, four trees at a time. A split sends
-``x < threshold`` left and NaN its default way, exactly as XGBoost does on float32 inputs; sums are
-float64.
+go_right``) in a numba kernel.
+
+Each call first turns the rows into int32 keys (:func:`app.model.forest.float_keys`) laid out in
+blocks of :data:`LANES` rows, feature-major inside a block, every feature twice: once with NaN as
+``INT32_MIN`` (below every threshold key: goes left), once with NaN as ``INT32_MAX`` (goes right). A
+node stores the column of the copy its default direction needs, pre-multiplied by :data:`LANES`, and
+its threshold's key, so one step is two loads, one integer compare and ``p = 2p + 1 + go_right`` —
+exactly XGBoost's float32 ``x < threshold`` goes left, NaN its default way. Rows in full blocks go tree
+by tree, sixteen rows at a time as independent chains (one tree stays in L1; the CPU overlaps the
+chains' loads); a short tail goes row by row, four trees at a time. Sums are float64.
 
 The kernel holds no state and releases the GIL, so one predictor may serve several threads.
 
@@ -27,121 +33,160 @@ import numba
 import numpy as np
 import xgboost
 
-from app.model.forest import Forest, forest_from_booster
+from app.model.forest import Forest, float_keys, forest_from_booster
 from app.model.train import booster_from_bytes
 
+LANES = 16  # rows per block: independent chains per tree walk
+ROWS_AS_BLOCK = 5  # a tail of at least this many rows is walked as one padded block, fewer row by row
+_NAN_LEFT = np.int32(-(2**31))
+_NAN_RIGHT = np.int32(2**31 - 1)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _row_keys(X: np.ndarray, n_blocks: int) -> np.ndarray:  # pragma: no cover - compiled
+    """``(n_blocks, 2 * width, LANES)`` int32 keys of ``X`` (see the module docstring); padding rows are 0."""
+    n, width = X.shape
+    bits = X.view(np.int32)
+    out = np.empty((n_blocks, 2 * width, LANES), dtype=np.int32)
+    for blk in range(n_blocks):
+        rows = min(LANES, n - blk * LANES)
+        out[blk, :, rows:] = 0
+        for j in range(width):
+            for lane in range(rows):
+                b = bits[blk * LANES + lane, j]
+                magnitude = b & np.int32(0x7FFFFFFF)  # 0.0 and -0.0 share key 0; NaN: above +inf
+                k = np.int32(0) if magnitude == 0 else (b if b >= 0 else b ^ np.int32(0x7FFFFFFF))
+                nan = magnitude > np.int32(0x7F800000)
+                out[blk, j, lane] = _NAN_LEFT if nan else k
+                out[blk, width + j, lane] = _NAN_RIGHT if nan else k
+    return out
+
 
 @numba.njit(inline="always")
-def _step(p: np.uint32, xs: np.ndarray, row: int, codes: np.ndarray, thresholds: np.ndarray) -> np.uint32:
-    """One level down a tree (``codes``/``thresholds`` are its own nodes): node ``p`` to a child."""
-    # uint32 arithmetic throughout (also no node offset here): measurably faster than int64 indices
-    c = codes[p]
-    v = xs[row + (c >> np.uint32(1))]
-    go_right = np.uint32(v >= thresholds[p]) | (np.uint32(v != v) & (c & np.uint32(1)))
-    return np.uint32(2) * p + np.uint32(1) + go_right
+def _step(p: np.uint64, xs: np.ndarray, at: np.uint64, codes: np.ndarray, keys: np.ndarray) -> np.uint64:
+    """One level down a tree whose nodes start at ``codes[0]``: node ``p`` to a child, for the row at ``at``."""
+    # unsigned indices: numba then emits no negative-index fix-up on the critical path
+    return np.uint64(2) * p + np.uint64(1) + np.uint64(xs[at + np.uint64(codes[p])] >= keys[p])
 
 
 @numba.njit(inline="always")
-def _step_at(p: np.uint32, xs: np.ndarray, row: int, codes: np.ndarray, thresholds: np.ndarray,
-             node0: int) -> np.uint32:
-    """:func:`_step` in the tree whose nodes start at ``node0`` of the forest's arrays."""
-    c = codes[node0 + p]
-    v = xs[row + (c >> np.uint32(1))]
-    go_right = np.uint32(v >= thresholds[node0 + p]) | (np.uint32(v != v) & (c & np.uint32(1)))
-    return np.uint32(2) * p + np.uint32(1) + go_right
-
-
-@numba.njit(inline="always")
-def _walk(p: np.uint32, steps: int, xs: np.ndarray, row: int, codes: np.ndarray, thresholds: np.ndarray,
-          node0: int) -> np.uint32:
+def _walk(p: np.uint64, steps: int, xs: np.ndarray, at: np.uint64, codes: np.ndarray, keys: np.ndarray) -> np.uint64:
     for _ in range(steps):
-        p = _step_at(p, xs, row, codes, thresholds, node0)
+        p = _step(p, xs, at, codes, keys)
     return p
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _rows_by_blocks(  # pragma: no cover - compiled
-    xs: np.ndarray, width: int, n_blocks: int, codes: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray,
+def _blocks(  # pragma: no cover - compiled
+    xs: np.ndarray, block_size: int, n_blocks: int, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray,
     trees: np.ndarray, out: np.ndarray,
 ) -> None:
-    """Rows ``0 .. 8 * n_blocks``: tree by tree, eight rows at a time as independent chains."""
+    """Rows ``0 .. LANES * n_blocks``: tree by tree, sixteen rows at a time as independent chains."""
+    z = np.uint64(0)
     for t in range(trees.shape[0]):
         node0, leaf0, depth = trees[t, 0], trees[t, 1], trees[t, 2]
-        inner = (1 << depth) - 1
+        inner = np.uint64((1 << depth) - 1)
         cs = codes[node0:node0 + inner]
-        ts = thresholds[node0:node0 + inner]
-        lv = leaves[leaf0:leaf0 + inner + 1]
+        ks = keys[node0:node0 + inner]
+        lv = leaves[leaf0:leaf0 + inner + np.uint64(1)]
         for b in range(n_blocks):
-            i = 8 * b
-            r = i * width
-            p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = np.uint32(0)
+            x = xs[b * block_size:(b + 1) * block_size]
+            p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = z
+            q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = z
             for _ in range(depth):
-                p0 = _step(p0, xs, r, cs, ts)
-                p1 = _step(p1, xs, r + width, cs, ts)
-                p2 = _step(p2, xs, r + 2 * width, cs, ts)
-                p3 = _step(p3, xs, r + 3 * width, cs, ts)
-                p4 = _step(p4, xs, r + 4 * width, cs, ts)
-                p5 = _step(p5, xs, r + 5 * width, cs, ts)
-                p6 = _step(p6, xs, r + 6 * width, cs, ts)
-                p7 = _step(p7, xs, r + 7 * width, cs, ts)
-            out[i] += lv[p0 - inner]
-            out[i + 1] += lv[p1 - inner]
-            out[i + 2] += lv[p2 - inner]
-            out[i + 3] += lv[p3 - inner]
-            out[i + 4] += lv[p4 - inner]
-            out[i + 5] += lv[p5 - inner]
-            out[i + 6] += lv[p6 - inner]
-            out[i + 7] += lv[p7 - inner]
+                p0 = _step(p0, x, np.uint64(0), cs, ks)
+                p1 = _step(p1, x, np.uint64(1), cs, ks)
+                p2 = _step(p2, x, np.uint64(2), cs, ks)
+                p3 = _step(p3, x, np.uint64(3), cs, ks)
+                p4 = _step(p4, x, np.uint64(4), cs, ks)
+                p5 = _step(p5, x, np.uint64(5), cs, ks)
+                p6 = _step(p6, x, np.uint64(6), cs, ks)
+                p7 = _step(p7, x, np.uint64(7), cs, ks)
+                q0 = _step(q0, x, np.uint64(8), cs, ks)
+                q1 = _step(q1, x, np.uint64(9), cs, ks)
+                q2 = _step(q2, x, np.uint64(10), cs, ks)
+                q3 = _step(q3, x, np.uint64(11), cs, ks)
+                q4 = _step(q4, x, np.uint64(12), cs, ks)
+                q5 = _step(q5, x, np.uint64(13), cs, ks)
+                q6 = _step(q6, x, np.uint64(14), cs, ks)
+                q7 = _step(q7, x, np.uint64(15), cs, ks)
+            o = out[LANES * b:LANES * (b + 1)]
+            o[0] += lv[p0 - inner]
+            o[1] += lv[p1 - inner]
+            o[2] += lv[p2 - inner]
+            o[3] += lv[p3 - inner]
+            o[4] += lv[p4 - inner]
+            o[5] += lv[p5 - inner]
+            o[6] += lv[p6 - inner]
+            o[7] += lv[p7 - inner]
+            o[8] += lv[q0 - inner]
+            o[9] += lv[q1 - inner]
+            o[10] += lv[q2 - inner]
+            o[11] += lv[q3 - inner]
+            o[12] += lv[q4 - inner]
+            o[13] += lv[q5 - inner]
+            o[14] += lv[q6 - inner]
+            o[15] += lv[q7 - inner]
+
+
+@numba.njit(inline="always")
+def _leaf(xs: np.ndarray, at: np.uint64, tree: np.ndarray, steps: int, p: np.uint64, codes: np.ndarray,
+          keys: np.ndarray, leaves: np.ndarray) -> float:
+    """Finish the walk of ``tree`` (a row of ``trees``) from node ``p``; its leaf value."""
+    node0, depth = tree[0], tree[2]
+    p = _walk(p, steps, xs, at, codes[node0:], keys[node0:])
+    return leaves[tree[1] + p - np.uint64((1 << depth) - 1)]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _rows_by_trees(  # pragma: no cover - compiled
-    xs: np.ndarray, width: int, first: int, n: int, codes: np.ndarray, thresholds: np.ndarray,
-    leaves: np.ndarray, trees: np.ndarray, out: np.ndarray,
+def _rows(  # pragma: no cover - compiled
+    xs: np.ndarray, block_size: int, first: int, n: int, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray,
+    trees: np.ndarray, out: np.ndarray,
 ) -> None:
-    """Rows ``first .. n`` (fewer than eight): row by row, four trees at a time as independent chains."""
+    """Rows ``first .. n`` (a short tail): row by row, four trees at a time as independent chains."""
     n_trees = trees.shape[0]
+    z = np.uint64(0)
     for i in range(first, n):
-        r = i * width
+        at = np.uint64((i // LANES) * block_size + i % LANES)
         acc = 0.0
         t = 0
         while t + 4 <= n_trees:
             a, b, c, d = trees[t], trees[t + 1], trees[t + 2], trees[t + 3]
-            a0, b0, c0, d0 = a[0], b[0], c[0], d[0]
-            pa = pb = pc = pd = np.uint32(0)
+            ca, cb, cc, cd = codes[a[0]:], codes[b[0]:], codes[c[0]:], codes[d[0]:]
+            ka, kb, kc, kd = keys[a[0]:], keys[b[0]:], keys[c[0]:], keys[d[0]:]
+            pa = pb = pc = pd = z
             common = min(min(a[2], b[2]), min(c[2], d[2]))
             for _ in range(common):
-                pa = _step_at(pa, xs, r, codes, thresholds, a0)
-                pb = _step_at(pb, xs, r, codes, thresholds, b0)
-                pc = _step_at(pc, xs, r, codes, thresholds, c0)
-                pd = _step_at(pd, xs, r, codes, thresholds, d0)
-            pa = _walk(pa, a[2] - common, xs, r, codes, thresholds, a0)
-            pb = _walk(pb, b[2] - common, xs, r, codes, thresholds, b0)
-            pc = _walk(pc, c[2] - common, xs, r, codes, thresholds, c0)
-            pd = _walk(pd, d[2] - common, xs, r, codes, thresholds, d0)
-            acc += leaves[a[1] + pa - ((1 << a[2]) - 1)] + leaves[b[1] + pb - ((1 << b[2]) - 1)]
-            acc += leaves[c[1] + pc - ((1 << c[2]) - 1)] + leaves[d[1] + pd - ((1 << d[2]) - 1)]
+                pa = _step(pa, xs, at, ca, ka)
+                pb = _step(pb, xs, at, cb, kb)
+                pc = _step(pc, xs, at, cc, kc)
+                pd = _step(pd, xs, at, cd, kd)
+            acc += _leaf(xs, at, a, a[2] - common, pa, codes, keys, leaves)
+            acc += _leaf(xs, at, b, b[2] - common, pb, codes, keys, leaves)
+            acc += _leaf(xs, at, c, c[2] - common, pc, codes, keys, leaves)
+            acc += _leaf(xs, at, d, d[2] - common, pd, codes, keys, leaves)
             t += 4
         while t < n_trees:
-            e = trees[t]
-            pe = _walk(np.uint32(0), e[2], xs, r, codes, thresholds, e[0])
-            acc += leaves[e[1] + pe - ((1 << e[2]) - 1)]
+            acc += _leaf(xs, at, trees[t], trees[t, 2], z, codes, keys, leaves)
             t += 1
         out[i] += acc
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _predict_kernel(  # pragma: no cover - compiled; exercised through FastPredictor.predict
-    X: np.ndarray, codes: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray, trees: np.ndarray,
-    base_margin: float, out: np.ndarray,
-) -> None:
-    n, width = X.shape
-    xs = X.ravel()
-    for i in range(n):
-        out[i] = base_margin
-    n_blocks = n // 8
-    _rows_by_blocks(xs, width, n_blocks, codes, thresholds, leaves, trees, out)
-    _rows_by_trees(xs, width, 8 * n_blocks, n, codes, thresholds, leaves, trees, out)
+    X: np.ndarray, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float,
+) -> np.ndarray:
+    n = X.shape[0]
+    full, tail = divmod(n, LANES)
+    n_blocks = full + (1 if tail >= ROWS_AS_BLOCK else 0)
+    rows_in_blocks = LANES * n_blocks
+    xk = _row_keys(X, n_blocks + (1 if rows_in_blocks < n else 0))
+    xs = xk.ravel()
+    block_size = xk.shape[1] * LANES
+    out = np.full(max(n, rows_in_blocks), base_margin)
+    _blocks(xs, block_size, n_blocks, codes, keys, leaves, trees, out)
+    _rows(xs, block_size, rows_in_blocks, n, codes, keys, leaves, trees, out)
+    return out[:n]
 
 
 class FastPredictor:
@@ -153,13 +198,15 @@ class FastPredictor:
 
     def __init__(self, forest: Forest) -> None:
         self._forest = forest
-        self._codes = forest.codes.astype(np.uint32)
-        self._thresholds = forest.thresholds
+        width = forest.num_feature
+        feature, missing_right = forest.codes >> 1, forest.codes & 1
+        self._codes = ((feature + width * missing_right) * LANES).astype(np.uint32)
+        self._keys = float_keys(forest.thresholds)
         self._leaves = forest.leaves
         self._trees = forest.trees
         self._base = forest.base_margin
         self._log_link = forest.link == "log"
-        self.predict(np.full((1, forest.num_feature), np.nan, dtype=np.float32))
+        self.predict(np.full((1, width), np.nan, dtype=np.float32))
 
     @classmethod
     def from_booster(cls, booster: xgboost.Booster, feature_names: Sequence[str] | None = None) -> FastPredictor:
@@ -188,8 +235,7 @@ class FastPredictor:
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self._forest.num_feature:
             raise ValueError(f"X must have shape (n, {self._forest.num_feature}) (got {X.shape})")
-        out = np.empty(X.shape[0], dtype=np.float64)
-        _predict_kernel(X, self._codes, self._thresholds, self._leaves, self._trees, self._base, out)
+        out = _predict_kernel(X, self._codes, self._keys, self._leaves, self._trees, self._base)
         if self._log_link:
             np.exp(out, out=out)
         return out

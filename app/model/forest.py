@@ -11,6 +11,10 @@ Per internal node ``codes`` holds ``(feature << 1) | missing_right``: a NaN goes
 set, left (XGBoost's ``default_left``) when not. ``base_score`` (a string such as ``"[1.2E2]"`` since
 XGBoost 3, in output space) becomes ``base_margin`` through the objective's link.
 
+:func:`float_keys` maps float32 values to int32 keys of the same order (``a >= b`` exactly when
+``key(a) >= key(b)``; ``-0.0`` and ``0.0`` share a key), so a kernel may compare integers in place of
+XGBoost's float32 comparisons.
+
 >>> tree = {"left_children": [1, -1, -1], "right_children": [2, -1, -1], "split_indices": [0, 0, 0],
 ...         "split_conditions": [0.5, -1.0, 1.0], "default_left": [1, 0, 0]}
 >>> codes, thresholds, leaves, depth = perfect_tree(tree)
@@ -83,6 +87,19 @@ def perfect_tree(tree: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.nd
         nxt[1::2] = np.where(leaf, level, right[level])
         level = nxt
     raise UnsupportedModelError(f"a tree deeper than {MAX_DEPTH} levels (use max_depth <= {MAX_DEPTH})")
+
+
+def float_keys(values: np.ndarray) -> np.ndarray:
+    """Order-preserving int32 keys of float32 ``values`` (not NaN): the IEEE bits, negatives mirrored.
+
+    Every key lies strictly between ``INT32_MIN`` and ``INT32_MAX``, which stay free to stand for NaN.
+
+    >>> float_keys(np.array([-np.inf, -1.5, -0.0, 0.0, 1e-45, 1.5, np.inf], dtype=np.float32)).tolist()
+    [-2139095041, -1069547521, 0, 0, 1, 1069547520, 2139095040]
+    """
+    v = np.asarray(values, dtype=np.float32)
+    bits = np.where(v == 0, np.float32(0), v).view(np.int32)
+    return np.where(bits >= 0, bits, bits ^ np.int32(0x7FFFFFFF)).astype(np.int32)
 
 
 def _scalar_base_score(raw: Any) -> float:

@@ -47,7 +47,8 @@ class DecideParams:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeVerdict:
-    """One candidate's outcome. ``predicted_rtt_ms`` includes the contention penalty (NaN: none)."""
+    """One candidate's outcome. ``predicted_rtt_ms`` is the model's prediction, without the contention penalty
+    (what rtt-predictions carries, so the feedback loop judges the model, not the penalty); NaN: none."""
 
     node: str
     score: int = NEUTRAL_SCORE
@@ -75,6 +76,7 @@ class Decision:
     credibility: list[float] = dataclasses.field(default_factory=list)
     failed: list[str | None] = dataclasses.field(default_factory=list)
     fresh: list[bool] = dataclasses.field(default_factory=list)
+    model_rtt_ms: list[float] = dataclasses.field(default_factory=list)  # before the contention penalty
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
 
@@ -87,7 +89,8 @@ class Decision:
         if self.neutral is not None:
             return tuple(NodeVerdict(n) for n in self.nodes)
         return tuple(
-            NodeVerdict(n, self.score[i], self.rtt_ms[i], self.model_key[i], self.model_version[i],
+            NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
+                        self.model_version[i],
                         self.credibility[i], self.failed[i], not self.fresh[i])
             for i, n in enumerate(self.nodes)
         )
@@ -171,6 +174,7 @@ def decide(
         for i in idx:
             keys[i], versions[i] = entry.key, entry.version
     policy = params.policy
+    model_rtt = rtt.copy()
     failed: list[str | None] = [None] * n
     if len(assumed) or policy.anti_affinity:
         for i, name in enumerate(nodes):
@@ -188,8 +192,9 @@ def decide(
             relaxed = True
         else:
             failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
-    rtt = np.where(fresh & np.isfinite(rtt) & (rtt > 0), rtt, np.nan)
+    usable = fresh & np.isfinite(rtt) & (rtt > 0)
+    rtt = np.where(usable, rtt, np.nan)
     return Decision(
         pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
-        fresh.tolist(), sla_relaxed=relaxed,
+        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed,
     )

@@ -3,8 +3,9 @@
 * anti-affinity: a node fails when an app it runs (running-apps view) or was just given (assumed pods)
   interferes with the pod's app (:meth:`Policy.interferes`, symmetric, ``[A, A]`` = two A per node);
 * SLA: a node fails when the pod's predicted RTT there (after the contention penalty) exceeds the app's SLA;
-* contention: the predicted RTT of a node grows by ``x (1 + contention_interfering)`` per pending assumed pod
-  of an interfering app and ``x (1 + contention_other)`` per pending assumed pod of any other app.
+* contention: the predicted RTT of a node is multiplied by ``1 + Σ bump``, where each pending assumed pod adds
+  ``contention_interfering`` (interfering app) or ``contention_other`` (any other app). Additive, not
+  compounding: a burst of placements between two scrapes grows the penalty linearly, never exponentially.
 
 Reasons are short sentences: kube-scheduler shows them in the pod's events.
 
@@ -16,7 +17,7 @@ Reasons are short sentences: kube-scheduler shows them in the pod's events.
 >>> sla_reason("gCTF", 620.0, p)
 'predicted RTT 620 ms exceeds the SLA of gCTF (500 ms)'
 >>> contention_factor("Motioncor2", ["Motioncor2", "upload"], p)
-1.65
+1.6
 """
 
 from __future__ import annotations
@@ -56,6 +57,5 @@ def contention_factor(app: str, pending_apps: Iterable[str], policy: Policy) -> 
     """Multiplier (>= 1) on a node's predicted RTT for the assumed pods its metrics cannot show yet."""
     factor = 1.0
     for other in pending_apps:
-        bump = policy.contention_interfering if policy.interferes(app, other) else policy.contention_other
-        factor *= 1.0 + bump
+        factor += policy.contention_interfering if policy.interferes(app, other) else policy.contention_other
     return round(factor, 12)

@@ -110,7 +110,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
         loop.samples_per_key[key] += 1
         SAMPLES.inc()
         samples_out.inc()
-        await samples_topic.send(key=key.encode(), value=encode("training-samples", value, check=False))
+        samples_topic.send_soon(key=key.encode(), value=encode("training-samples", value, check=False))
 
     async def task_completions(stream: faust.StreamT) -> None:
         perf = time.perf_counter

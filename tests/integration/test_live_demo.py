@@ -190,3 +190,19 @@ def test_unreachable_extender_places_exactly_like_kube_default() -> None:
     assert stats["requests"] == 60 and stats["errors"] == 60
     # the fallback is kube-default scoring with the policy's own generator: identical placements
     assert live.fingerprint() == run_offline(config, "kube_default", seed=2).fingerprint()
+
+
+def test_a_failing_child_is_one_line_and_everything_stops(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    env = {**_env(), "RTT_TRAINER_CPUS": "4095"}  # the trainer cannot pin itself there and exits
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.5"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
+    assert len(errors) == 1 and "trainer exited" in errors[0]
+    assert "Traceback" not in proc.stderr
+    pids = _pids(out)
+    assert {"broker", "worker", "trainer", "extender"} <= set(pids)
+    assert _wait_gone(pids) == []

@@ -5,8 +5,8 @@ Completions of the period are paired with the predictions made when their tasks 
 
 - :class:`app.drift.dwa.DynamicWindow` moves the node x app feature window from the period's RMSE;
 - :class:`app.drift.credibility.Credibility` turns each node's MAPE into its weight (credibility);
-- :class:`app.drift.pagehinkley.PageHinkley` accumulates the MAPE; when it fires, the node's model key
-  (``app:node_class``) is due for a retrain.
+- :class:`app.drift.pagehinkley.PageHinkley` accumulates the MAPE; when it fires, the node's model keys
+  (``app:node_class`` and the node's own ``app:node_class:node``, where one exists) are due for a retrain.
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ class Feedback:
                 ph = self._detectors[(node, app)] = PageHinkley(threshold=self.drift_threshold,
                                                                 min_instances=self.drift_min_periods)
             if ph.update(mape, ts).drift_detected:
-                retrain[f"{app}:{self._class[node]}"] = f"drift on {node}: cumulative {ph.cumulative:.2f}"
+                reason = f"drift on {node}: cumulative {ph.cumulative:.2f}"
+                retrain[f"{app}:{self._class[node]}"] = reason
+                retrain[f"{app}:{self._class[node]}:{node}"] = reason
         for node, st in by_node.items():
             c = self._cred.get(node)
             if c is None:

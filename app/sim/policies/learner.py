@@ -9,10 +9,11 @@ pods and task attributes always stay), then :func:`app.model.train.train_model` 
 node class's preset and :meth:`app.model.fast.FastPredictor.from_booster` makes the predictor the
 scheduler calls.
 
-The target is the log of the service time by default (``target="log"``): contention, throttling and the
-hardware act as *factors* on a task's time, which a sum of trees fits far better in log space, and the
-squared error of a log is a relative error, as MAPE is. :class:`ExpPredictor` turns the model's output
-back into milliseconds, so the scheduler always sees RTT in ms.
+Contention, throttling and the hardware act as *factors* on a task's time, which a sum of trees fits far
+better in log space, and an error in log space is a relative error, as MAPE is. The default target
+``"gamma"`` is XGBoost's ``reg:gamma`` (a log link on ms): the booster predicts ms itself, so the model
+blob is an ordinary one for the trainer, registry and extender. ``"log"`` trains on log(ms) with squared
+error instead and :class:`ExpPredictor` turns the output back into ms; ``"ms"`` is plain squared error.
 
 >>> import numpy as np
 >>> class Twice:
@@ -143,7 +144,7 @@ class ModelBook:
     """
 
     def __init__(self, *, max_samples: int = 1000, select: bool = True, seed: int = 0,
-                 train_params: Mapping[str, Any] | None = None, target: str = "log",
+                 train_params: Mapping[str, Any] | None = None, target: str = "gamma",
                  holdout_fraction: float = 0.0, max_metric_features: int | None = 12) -> None:
         if max_samples < 50:
             raise ValueError(f"max_samples: must be >= 50 (got {max_samples})")

@@ -10,15 +10,17 @@
 - a placement is :func:`app.scheduler.decide.decide` - the extender's own predict, filter and score
   (:func:`app.scheduler.scoring.score_nodes` with each node's credibility) - and the policy takes
   :meth:`Decision.best`. Models predict the *service time*; the task's wait so far (known when it is
-  placed) is added to give its RTT;
-- completions feed samples (:mod:`app.sim.policies.learner`) and the 5 s feedback loop
-  (:mod:`app.sim.policies.feedback`): credibility becomes node-weights, DWA moves windows, a drift
-  detector that fires retrains the model key (features re-selected). A key also retrains when its
-  samples have doubled since the last training (``growth``), so early models improve quickly and
-  later retrains are rare.
+  placed) is added to give its RTT. The assumed-pods contention penalty is off by default
+  (``contention_other=0``): the running-pod counts already include the pods just placed;
+- completions feed samples (:mod:`app.sim.policies.learner`: service time, monotone XGBoost with a log
+  link) and the 5 s feedback loop (:mod:`app.sim.policies.feedback`): credibility becomes node-weights,
+  DWA moves windows, a drift detector that fires retrains the model key (features re-selected). A key
+  also retrains when its samples grew by ``growth`` (50 %) since its last training: early models
+  improve quickly, later retrains are rare.
 
-Until an app has ``warmup_per_app`` samples, its tasks go to the least-sampled candidate of the class
-the app asks for (GPU nodes for GPU apps), so every GPU model starts from every GPU generation.
+Exploration: each node of the class an app asks for (GPU nodes for a GPU app, any node for ``upload``)
+first gets ``warmup_per_node`` of the app's tasks (a node that joins later too); until a model covers
+one of them, a task goes to the node with the lowest mean service time per input MB seen so far.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.contracts.keys import model_key
+from app.contracts.keys import model_key, parse_model_key
 from app.features.window import NodeWindow
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
@@ -55,17 +57,22 @@ SIM_TRAIN_PARAMS: dict[str, Any] = {"max_bin": 64}
 class RttAware(BasePolicy):
     """See the module docstring. Options are keyword arguments kept as attributes.
 
-    ``running=False`` leaves the running-pod counts out of the features (the scrape-only variant);
-    ``target`` is the model target of :class:`ModelBook` (``log``, ``ms`` or ``gamma``).
+    ``dwa=False``: a fixed ``window_s`` feature window; ``select=False``: every metric feature once a key
+    has enough rows; ``running=False``: no running-pod counts (the scrape-only variant); ``monotone``:
+    the constraints of :func:`app.sim.policies.learner.direction`; ``target``: see
+    :class:`~app.sim.policies.learner.ModelBook`; ``node_models``: also train a node's own model
+    (``app:class:node``) once it has this many samples (None: class models only); ``drift_threshold``:
+    the Page-Hinkley threshold; ``retrain_min_s``: least time between retrains of a key on drift.
     """
 
     name = "rtt_aware"
 
     def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, running: bool = True,
                  monotone: bool = True, warmup_per_node: int = 2, min_train: int = 20, growth: float = 0.5,
-                 max_samples: int = 1000, target: str = "log", error_period_s: float = 5.0,
+                 max_samples: int = 1000, target: str = "gamma", error_period_s: float = 5.0,
                  retrain_min_s: float = 10.0, contention_other: float = 0.0, window_s: float = 30.0,
-                 drift_threshold: float = 0.5, train_params: Mapping[str, Any] | None = None) -> None:
+                 drift_threshold: float = 0.5, node_models: int | None = None,
+                 train_params: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if error_period_s <= 0 or warmup_per_node < 0 or min_train < 20 or retrain_min_s < 0 or growth <= 0:
             raise ValueError("RttAware: need error_period_s > 0, warmup_per_node >= 0, min_train >= 20, "
@@ -76,6 +83,7 @@ class RttAware(BasePolicy):
         self.warmup_per_node = warmup_per_node
         self.min_train = min_train
         self.growth = growth
+        self.node_models = node_models
         self.error_period_s = error_period_s
         self.retrain_min_s = retrain_min_s
         self.book = ModelBook(max_samples=max_samples, select=select, seed=int(rng.integers(2**31)),
@@ -96,7 +104,8 @@ class RttAware(BasePolicy):
         self._placed: dict[tuple[str, str], int] = {}  # (node, app) -> tasks placed
         self._per_mb: dict[tuple[str, str], tuple[float, int]] = {}  # (node, app) -> (mean service ms/MB, n)
         self._next_period: float | None = None
-        self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
+        self.name = ("rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
+                     + ("" if running else "_scrape_only"))
 
     # -- the view: scraped features + running pods
     def _value(self, app: str, node: str) -> dict[str, Any]:
@@ -168,11 +177,12 @@ class RttAware(BasePolicy):
             self.trace.windows.append((t, key, window))
         for key, reason in res.retrain.items():
             m = self.book.models.get(key)
-            if m is None or t - m.at_s >= self.retrain_min_s:
+            if (m is None and self.book.n_samples(key) >= self.min_train) or (
+                    m is not None and t - m.at_s >= self.retrain_min_s):
                 self._train(key, t, ts, reason)
 
     def _train(self, key: str, t: float, ts: float, reason: str) -> None:
-        app, node_class = key.split(":", 1)
+        app, node_class, _node = parse_model_key(key)
         gpu_app = APPS[app].on_gpu is not None and node_class == "gpu"
         trained = self.book.train(key, node_class, t, reselect=reason.startswith("drift"),
                                   gpu_app=gpu_app if self.monotone else None)
@@ -243,11 +253,17 @@ class RttAware(BasePolicy):
         self._per_mb[k] = (mean + (service_ms / max(task.input_mb, 1e-3) - mean) / (n + 1), n + 1)
         if not features:
             return
-        key = model_key(task.app, spec.node_class)
+        self._learn(model_key(task.app, spec.node_class), features, service_ms, self.min_train, view)
+        if self.node_models is not None:
+            self._learn(model_key(task.app, spec.node_class, node), features, service_ms, self.node_models, view)
+
+    def _learn(self, key: str, features: Mapping[str, float], service_ms: float, min_rows: int,
+               view: ClusterView) -> None:
+        """Add a sample to ``key``; train it once it has ``min_rows``, retrain when its samples grew enough."""
         n = self.book.add(key, features, service_ms)
         m = self.book.models.get(key)
         if m is None:
-            if n >= self.min_train and n % 10 == 0:
+            if n >= min_rows and n % 10 == 0:
                 self._train(key, view.now, view.ts, "initial")
         elif self.book.added[key] - m.n_samples >= self.growth * min(m.n_samples, self.book.max_samples):
             self._train(key, view.now, view.ts, "growth")

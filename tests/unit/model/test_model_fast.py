@@ -31,7 +31,8 @@ def fast(small_booster) -> FastPredictor:
     return FastPredictor.from_booster(small_booster)
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 16, 63, 64, 65, 512])
+# around LANES (16) and ROWS_AS_BLOCK (5): tails walked row by row or as one padded block
+@pytest.mark.parametrize("n", [1, 2, 4, 5, 7, 8, 9, 15, 16, 17, 20, 21, 31, 63, 64, 65, 512])
 def test_equals_inplace_predict_for_every_batch_size(small_booster, fast, n):
     X, _ = synthetic_rtt(n, seed=100 + n, missing=0.2)
     assert_same(fast, small_booster, X)
@@ -77,11 +78,20 @@ def test_hypothesis_random_rows_with_nans_and_exact_thresholds(small_booster, fa
     value = st.one_of(
         st.floats(-1e6, 1e6, width=32, allow_nan=False),
         st.just(float("nan")),
+        st.sampled_from([float("inf"), float("-inf"), -0.0, 0.0, 1e-45, -1e-45, 3.4e38, -3.4e38]),
         st.sampled_from(thresholds),
         st.sampled_from(thresholds).map(lambda t: float(np.nextafter(np.float32(t), np.float32(-np.inf)))),
     )
     X = data.draw(hnp.arrays(np.float32, (n, 6), elements=value))
     assert_same(fast, small_booster, X)
+
+
+def test_same_rows_give_the_same_answer_in_any_batch(small_booster, fast):
+    X, _ = synthetic_rtt(40, seed=11, missing=0.3)
+    whole = fast.predict(X)
+    one_by_one = np.concatenate([fast.predict(X[i:i + 1]) for i in range(len(X))])
+    np.testing.assert_allclose(one_by_one, whole, rtol=1e-12)  # block walk and row walk agree
+    assert np.array_equal(fast.predict(X[::-1])[::-1], whole)
 
 
 @pytest.mark.parametrize("fmt", ["ubj", "json"])

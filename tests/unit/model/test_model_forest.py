@@ -5,9 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.model.errors import UnsupportedModelError
-from app.model.forest import MAX_DEPTH, forest_from_booster, forest_from_json, perfect_tree
+from app.model.forest import MAX_DEPTH, float_keys, forest_from_booster, forest_from_json, perfect_tree
 
 # root splits f1 < 2.0 (NaN left); its left child is a leaf (-5), its right child splits f0 < 0.0 (NaN right)
 TREE = {
@@ -78,3 +80,21 @@ def test_categorical_splits_are_refused(model_json):
     tree["split_type"][0] = 1
     with pytest.raises(UnsupportedModelError, match="categorical"):
         forest_from_json(bad)
+
+
+finite_or_inf = st.floats(width=32, allow_nan=False)
+
+
+@given(a=finite_or_inf, b=finite_or_inf)
+def test_float_keys_keep_the_float32_order(a, b):
+    ka, kb = float_keys(np.array([a, b], dtype=np.float32)).tolist()
+    assert (ka >= kb) == (np.float32(a) >= np.float32(b))
+    assert (ka == kb) == (np.float32(a) == np.float32(b))
+    assert -(2**31) < ka < 2**31 - 1  # the two extremes stay free for NaN
+
+
+def test_float_keys_of_signed_zeros_and_extremes():
+    keys = float_keys(np.array([-0.0, 0.0, -np.inf, np.inf], dtype=np.float32))
+    assert keys.dtype == np.int32
+    assert keys[0] == keys[1] == 0
+    assert keys[2] < keys[0] < keys[3]

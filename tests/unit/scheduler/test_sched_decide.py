@@ -122,7 +122,9 @@ def test_contention_penalty_until_metrics_show_the_pod(view: SnapshotBuilder) ->
     assert d.failed_nodes() and "fast" in d.failed_nodes()  # anti-affinity applies to gCTF pairs
     d = run(view, assumed=assumed, contention={"other": 0.5})
     by = {v.node: v for v in d.verdicts}
-    assert by["fast"].predicted_rtt_ms == pytest.approx(201.2 * 1.5 ** 3)
+    assert by["fast"].predicted_rtt_ms == pytest.approx(201.2)  # published: the model's own prediction
+    fast = d.nodes.index("fast")
+    assert d.rtt_ms[fast] == pytest.approx(201.2 * (1 + 3 * 0.5))  # scored: additive penalty per pending pod
     assert d.best() == "mid"
     view.apply_node_features(features_msg("fast", NOW + 5, 1.0))  # metrics now include the placements
     d = run(view, assumed=assumed, now=NOW + 6, contention={"other": 0.5})

@@ -1,0 +1,102 @@
+"""Model hot-swap (sha256 verified) and node-weights on current features, with a real directory registry."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import xgboost
+
+from app.clock import ManualClock
+from app.config import Settings
+from app.contracts import decode, encode
+from app.drift.joinbuffer import JoinBuffer
+from app.features.hardware import hardware_features
+from app.features.vector import matrix
+from app.model.registry import DirectoryModelStore
+from app.model.train import booster_to_bytes
+from app.streams.feedback_loop import FeedbackLoop
+from app.streams.feedback_models import ModelCache
+from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_weights import weights_values
+from app.streams.node_table import NodeStore
+from app.streams.options import WorkerOptions
+
+FEATURES = ["nvidia_smi_utilization_gpu__mean", "hw_gpu_fp32_tflops"]
+
+
+def booster(scale: float) -> bytes:
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.uniform(0, 100, 300), rng.choice([3.52, 6.84], 300)]).astype(np.float32)
+    y = scale * (100.0 + 5.0 * X[:, 0])
+    b = xgboost.train({"max_depth": 3, "eta": 0.5}, xgboost.DMatrix(X, label=y, feature_names=FEATURES), 40)
+    return booster_to_bytes(b, "ubj")
+
+
+def save(store: DirectoryModelStore, key: str, scale: float) -> dict:
+    r = store.save(key, booster(scale), fmt="ubj", features=FEATURES, params={}, metrics={}, n_samples=300)
+    store.promote(key, r.version)
+    return {"model_key": key, "version": r.version, "sha256": r.sha256}
+
+
+def test_apply_swaps_newer_verified_versions_only(tmp_path: Path) -> None:
+    store = DirectoryModelStore(tmp_path)
+    cache = ModelCache(Settings(), store=store)
+    swaps: list[tuple[str, int]] = []
+    cache.on_swap.append(lambda k, v: swaps.append((k, v)))
+    u1, u2 = save(store, "gCTF:gpu", 1.0), save(store, "gCTF:gpu", 2.0)
+
+    async def run() -> list[bool]:
+        return [await cache.apply(u2), await cache.apply(u1),  # an older update never replaces a newer model
+                await cache.apply({**u2, "version": 99}),        # a version the registry does not have
+                await cache.apply({**save(store, "gCTF:gpu", 3.0), "sha256": "0" * 64})]  # announced sha differs
+
+    assert asyncio.run(run()) == [True, False, False, False]
+    assert cache.version("gCTF:gpu") == 2 and swaps == [("gCTF:gpu", 2)]
+    assert cache.keys_for_class("gpu") == {"gCTF": "gCTF:gpu"} and cache.keys_for_class("cpu") == {}
+
+
+def make_loop(store: DirectoryModelStore, clock: ManualClock) -> FeedbackLoop:
+    settings = Settings(scrape_interval_s=1.0, stale_after_scrapes=3.0, credibility_prior=0.4)
+    nodes = NodeStore(10.0, WorkerOptions(), 1.0)
+    loop = FeedbackLoop(settings, FeedbackOptions(), clock, SimpleNamespace(store=nodes),  # type: ignore[arg-type]
+                        ModelCache(settings, store=store), JoinBuffer(60.0, clock=clock), None)  # type: ignore[arg-type]
+    for name, gpu, util, last in [("m40", "Tesla M40", 20.0, 1000.0), ("k20", "Tesla K20c", 80.0, 990.0)]:
+        state = nodes.state(name, 0, lambda _k: None)
+        for t in range(int(last) - 9, int(last) + 1):
+            state.update({"node": name, "ts": float(t), "node_class": "gpu", "gpu_model": gpu,
+                          "metrics": {"nvidia_smi_utilization_gpu": util}}, partition=0)
+    return loop
+
+
+def test_node_weights_predict_on_current_features_with_the_swapped_model(tmp_path: Path) -> None:
+    store = DirectoryModelStore(tmp_path)
+    clock = ManualClock(1001.0)
+    loop = make_loop(store, clock)
+    before = {v["node"]: v for v in weights_values(loop, clock.now())}
+    assert before["m40"]["predicted_rtt_ms"] == {} and before["m40"]["weight"] == 0.4  # no model, unseen node
+    assert before["m40"]["stale"] is False and before["k20"]["stale"] is True  # 11 s > 3 scrapes of 1 s
+
+    asyncio.run(loop.models.apply(save(store, "gCTF:gpu", 1.0)))
+    for _ in range(3):
+        loop.tracker("m40").add("gCTF", 110.0, 100.0)
+        loop.tracker("m40").close(clock.now())
+    after = {v["node"]: v for v in weights_values(loop, clock.now())}
+    predictor = loop.models.predictor("gCTF:gpu")
+    assert predictor is not None
+    for name, gpu, util in [("m40", "Tesla M40", 20.0), ("k20", "Tesla K20c", 80.0)]:
+        row = {"nvidia_smi_utilization_gpu__mean": util, **hardware_features("gpu", gpu)}
+        expected = float(predictor.predict(matrix([row], predictor.feature_names))[0])
+        assert after[name]["predicted_rtt_ms"]["gCTF"] == pytest.approx(expected)
+        decode("node-weights", encode("node-weights", after[name]))
+    assert after["k20"]["predicted_rtt_ms"]["gCTF"] > 2 * after["m40"]["predicted_rtt_ms"]["gCTF"]
+    assert 0.4 < after["m40"]["weight"] < 1.0 and after["k20"]["weight"] == 0.4  # m40 was 10 % off, k20 unseen
+
+    asyncio.run(loop.models.apply(save(store, "gCTF:gpu", 2.0)))  # hot swap: predictions double
+    swapped = {v["node"]: v for v in weights_values(loop, clock.now())}
+    ratio = swapped["m40"]["predicted_rtt_ms"]["gCTF"] / after["m40"]["predicted_rtt_ms"]["gCTF"]
+    assert math.isclose(ratio, 2.0, rel_tol=0.05)
