@@ -82,6 +82,12 @@ class Settings:
     feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
     worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")
     worker_datadir: str = _f("var/faust", doc="Faust data directory")
+    cold_start_samples: int = _f(200, _positive, doc="samples of a key with no model that trigger a retrain")
+    drift_threshold: float = _f(0.5, _positive, doc="Page-Hinkley threshold on per-period MAPE excess")
+    drift_delta: float = _f(0.02, _non_negative, doc="Page-Hinkley tolerated MAPE increase")
+    drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")
+    join_max_entries: int = _f(500_000, _positive, doc="keys the join buffer of one worker holds at most")
+    feedback_redis_timeout_s: float = _f(1.0, _positive, doc="longest batched Redis cache write of the worker")
     # -- trainer
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')

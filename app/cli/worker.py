@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-HELP = "run the stream processor: node-metrics -> node-features, dead letters, /metrics on RTT_METRICS_PORT"
+HELP = ("run the stream processor: node-metrics -> node-features, feedback loop (join, errors, retrain events, "
+        "node-weights), dead letters, /metrics on RTT_METRICS_PORT")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

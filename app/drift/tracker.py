@@ -6,7 +6,9 @@ period. Closing a period, for each app that had pairs in it:
 1. its :class:`~app.drift.errorstats.ErrorStats` give the figures of the prediction-errors entry;
 2. the period's RMSE moves the app's :class:`~app.drift.dwa.DynamicWindow` (DWA);
 3. the period's MAPE feeds the app's cumulative-error detector (:class:`~app.drift.pagehinkley.PageHinkley`
-   by default), whose statistic is the entry's ``cumulative``;
+   by default), whose statistic is the entry's ``cumulative``, and its
+   :class:`~app.drift.episode.DriftEpisode`, which reports the drift again while the error stays above
+   its pre-drift reference (the detector itself restarts after an alarm);
 
 and the node's :class:`~app.drift.credibility.Credibility` is fed with the period's MAPE over all apps.
 An app with no pairs in a period is left alone (no error is not a small error). The period's sums
@@ -34,6 +36,7 @@ from typing import Any
 from app.drift.base import DriftDetector
 from app.drift.credibility import Credibility
 from app.drift.dwa import DynamicWindow
+from app.drift.episode import DriftEpisode
 from app.drift.errorstats import ErrorStats
 from app.drift.pagehinkley import PageHinkley
 
@@ -52,12 +55,13 @@ class AppReport:
 
 
 class _AppState:
-    __slots__ = ("detector", "dwa", "period")
+    __slots__ = ("detector", "dwa", "episode", "period")
 
-    def __init__(self, detector: DriftDetector, dwa: DynamicWindow) -> None:
+    def __init__(self, detector: DriftDetector, dwa: DynamicWindow, episode: DriftEpisode) -> None:
         self.period = ErrorStats()
         self.detector = detector
         self.dwa = dwa
+        self.episode = episode
 
 
 class NodeTracker:
@@ -73,14 +77,19 @@ class NodeTracker:
         Credibility of a node never evaluated.
     detector
         Factory of one app's drift detector (default :class:`PageHinkley` with its documented defaults).
+    episode
+        Factory of one app's :class:`~app.drift.episode.DriftEpisode`: while the error stays above its
+        pre-drift reference after a detection, the drift is reported again (``AppReport.drift``).
     """
 
     def __init__(self, initial_window_s: float = 30.0, *, min_window_s: float = 5.0, max_window_s: float = 60.0,
-                 prior: float = 0.5, detector: Callable[[], DriftDetector] = PageHinkley) -> None:
+                 prior: float = 0.5, detector: Callable[[], DriftDetector] = PageHinkley,
+                 episode: Callable[[], DriftEpisode] = DriftEpisode) -> None:
         self.initial_window_s = initial_window_s
         self.min_window_s = min_window_s
         self.max_window_s = max_window_s
         self.detector = detector
+        self.episode = episode
         self.credibility = Credibility(prior=prior)
         self.apps: dict[str, _AppState] = {}
 
@@ -89,7 +98,7 @@ class NodeTracker:
         if s is None:
             initial = self.initial_window_s if window_s is None else window_s
             dwa = DynamicWindow(self.min_window_s, self.max_window_s, initial_s=initial)
-            s = self.apps[app] = _AppState(self.detector(), dwa)
+            s = self.apps[app] = _AppState(self.detector(), dwa, self.episode())
         return s
 
     def add(self, app: str, predicted: float, actual: float) -> None:
@@ -133,8 +142,12 @@ class NodeTracker:
             total = total + p
             s.dwa.update(p.rmse_ms)
             d = s.detector.update(p.mape, ts)
-            out[app] = AppReport(p.summary(), d.cumulative, d.threshold, d.drift_detected, d.onset_ts, s.dwa.window_s,
-                                 p)
+            ep = s.episode.update(p.mape, detected=d.drift_detected, onset_ts=d.onset_ts)
+            if ep.resignal:  # the error stayed above the pre-drift reference: the drift persists
+                out[app] = AppReport(p.summary(), ep.excess, ep.threshold, True, ep.onset_ts, s.dwa.window_s, p)
+            else:
+                out[app] = AppReport(p.summary(), d.cumulative, d.threshold, d.drift_detected, d.onset_ts,
+                                     s.dwa.window_s, p)
         if total.n:
             self.credibility.update(total.mape, total.n)
         return out

@@ -46,7 +46,8 @@ def dead_letter_record(message: Any, source: str, exc: ContractError, now: float
     raw = message.value if isinstance(message.value, bytes | bytearray) else _text(message.value) or ""
     raw_b = raw.encode() if isinstance(raw, str) else bytes(raw)
     return {
-        "topic": str(getattr(message, "topic", None) or source), "partition": int(message.partition), "offset": int(message.offset),
+        "topic": str(getattr(message, "topic", None) or source),
+        "partition": int(message.partition), "offset": int(message.offset),
         "error": str(exc)[:2000], "reason": exc.reason,
         "raw": base64.b64encode(raw_b[:MAX_RAW_BYTES]).decode("ascii"),
         "key": _text(message.key), "ts": now,

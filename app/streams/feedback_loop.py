@@ -17,8 +17,9 @@ duplicate, and no pair is counted twice. A worker only holds the nodes of the pa
 (rows are restored per active partition, dropped on revocation), so timers never count a node twice.
 
 When a new model version starts serving a key, the drift detectors of that key's app on that class's
-nodes start afresh: their reference becomes the new model's error, so a drift the new model does not
-fix is signalled again, and the old model's errors cannot mask or fake one.
+nodes start afresh: their reference becomes the new model's error, and the old model's errors cannot
+mask or fake a drift. A drift the new model does not fix is signalled again by the node × app drift
+episode (:class:`~app.drift.episode.DriftEpisode`), which compares the error with its pre-drift level.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
 from app.contracts.keys import parse_model_key
+from app.drift.episode import DriftEpisode
 from app.drift.joinbuffer import JoinBuffer
 from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
@@ -78,7 +80,7 @@ class FeedbackLoop:
             s = self.settings
             t = self.trackers[node] = NodeTracker(
                 s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
-                prior=s.credibility_prior, detector=self._detector)
+                prior=s.credibility_prior, detector=self._detector, episode=self._episode)
         return t
 
     def _detector(self) -> PageHinkley:
@@ -91,6 +93,9 @@ class FeedbackLoop:
         for n, tracker in self.trackers.items():
             if (node is None or node == n) and self.node_class.get(n) == node_class:
                 tracker.reset_detector(app)
+
+    def _episode(self) -> DriftEpisode:
+        return DriftEpisode(delta=self.options.drift_delta, threshold=self.options.drift_threshold)
 
     def expire(self) -> None:
         for e in self.buffer.expire():

@@ -1,9 +1,8 @@
-"""Options of the feedback loop that are not (yet) fields of :class:`~app.config.Settings`.
+"""Options of the feedback loop, read from their :class:`~app.config.Settings` fields (``RTT_COLD_START_SAMPLES``,
+``RTT_DRIFT_*``, ``RTT_JOIN_MAX_ENTRIES``, ``RTT_FEEDBACK_REDIS_TIMEOUT_S``); a bad value is a
+:class:`~app.errors.ConfigError` naming the variable.
 
-Each option is read from ``Settings`` when it has the field, else from its environment variable, else
-the default below; a bad value is a :class:`~app.errors.ConfigError` naming the variable.
-
->>> FeedbackOptions.from_settings(Settings(), environ={"RTT_COLD_START_SAMPLES": "50"}).cold_start_samples
+>>> FeedbackOptions.from_settings(Settings.from_env({"RTT_COLD_START_SAMPLES": "50"})).cold_start_samples
 50
 >>> FeedbackOptions(drift_threshold=0)
 Traceback (most recent call last):
@@ -14,8 +13,6 @@ app.errors.ConfigError: RTT_DRIFT_THRESHOLD: must be > 0 (got 0)
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from app.config import Settings
@@ -28,7 +25,7 @@ _ENV = {
     "drift_delta": "RTT_DRIFT_DELTA",
     "drift_min_instances": "RTT_DRIFT_MIN_INSTANCES",
     "join_max_entries": "RTT_JOIN_MAX_ENTRIES",
-    "redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
+    "feedback_redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
 }
 _COUNTS = {"cold_start_samples", "drift_min_instances", "join_max_entries"}
 
@@ -45,14 +42,15 @@ class FeedbackOptions:
     """Periods with completions before a node × app may signal a drift."""
     join_max_entries: int = 500_000
     """Keys the join buffer of one worker holds at most (the oldest leave early, counted as expired)."""
-    redis_timeout_s: float = 1.0
+    feedback_redis_timeout_s: float = 1.0
     """Longest a batched Redis write may take before it is abandoned (the next period writes again)."""
 
     def __post_init__(self) -> None:
         checks = {
             "cold_start_samples": self.cold_start_samples >= 1, "drift_threshold": self.drift_threshold > 0,
             "drift_delta": self.drift_delta >= 0, "drift_min_instances": self.drift_min_instances >= 1,
-            "join_max_entries": self.join_max_entries >= 1, "redis_timeout_s": self.redis_timeout_s > 0,
+            "join_max_entries": self.join_max_entries >= 1,
+            "feedback_redis_timeout_s": self.feedback_redis_timeout_s > 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -60,19 +58,7 @@ class FeedbackOptions:
                 raise ConfigError(_ENV[name], f"must be {bound} (got {getattr(self, name)})")
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None,
-                      **overrides: Any) -> FeedbackOptions:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            kind: type = type(f.default)
-            if hasattr(settings, f.name):
-                values[f.name] = getattr(settings, f.name)
-            elif _ENV[f.name] in env:
-                raw = env[_ENV[f.name]].strip()
-                try:
-                    values[f.name] = kind(raw)
-                except ValueError:
-                    raise ConfigError(_ENV[f.name], f"must be a {kind.__name__} (got {raw!r})") from None
+    def from_settings(cls, settings: Settings, **overrides: Any) -> FeedbackOptions:
+        values: dict[str, Any] = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

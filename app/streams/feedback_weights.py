@@ -136,7 +136,8 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
             out.inc()
         if settings.redis_url:
             if not writer:
-                writer.append(RedisWriter(settings.redis_url, settings.topic_prefix, loop.options.redis_timeout_s))
+                timeout_s = loop.options.feedback_redis_timeout_s
+                writer.append(RedisWriter(settings.redis_url, settings.topic_prefix, timeout_s))
             states = loop.nodes.store.states
             features = [states[v["node"]].features_value() for v in values]
             writer[0].submit(features, values)

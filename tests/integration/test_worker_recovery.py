@@ -65,7 +65,7 @@ async def second_life(s: Settings, done: list[dict[str, Any]], t0: float) -> dic
         for c in done[:10]:
             await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
         await out.flush()
-        await errors.wait(lambda v: counted(v) >= 60, 30.0, "60 joined pairs")
+        await errors.wait(lambda v: counted(v) >= 60, 45.0, "60 joined pairs")
         await asyncio.sleep(3 * s.error_period_s)  # any double count would show up by now
         await samples.wait(lambda v: {x["task_id"] for x in v} >= {c["task_id"] for c in done[30:]}, 10.0)
         return {"errors": list(errors.values), "samples": list(samples.values)}

@@ -86,3 +86,23 @@ def test_periods_partition_the_pairs(pairs: list) -> None:
     for r in t.close(1e6).values():
         merged = merged + r.errors
     assert merged.n == total.n and merged.sum_sq_err == pytest.approx(total.sum_sq_err)
+
+
+def test_a_drift_the_new_model_does_not_fix_is_signalled_again() -> None:
+    rng = random.Random(7)
+    t = NodeTracker(30.0, detector=lambda: PageHinkley(min_instances=5))
+    feed(t, rng, 20, 1.0, 0.0)
+    first = next(r for r in feed(t, rng, 10, 2.0, 100.0) if r.drift)
+    t.reset_detector("gCTF")  # a retrained model serves, no better than the old one
+    again = [r for r in feed(t, rng, 6, 2.0, 200.0) if r.drift]
+    assert again and again[0].cumulative > again[0].threshold and again[0].onset_ts == first.onset_ts
+    t.reset_detector("gCTF")  # a model that fixes it: the episode closes, no more alarms
+    assert not any(r.drift for r in feed(t, rng, 20, 1.0, 300.0))
+
+
+def test_episode_settings_are_checked() -> None:
+    from app.drift.episode import DriftEpisode
+
+    for bad in ({"delta": -1.0}, {"threshold": 0.0}, {"calm": 0}, {"half_life": 0.0}):
+        with pytest.raises(ValueError):
+            DriftEpisode(**bad)  # type: ignore[arg-type]
