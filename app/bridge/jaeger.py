@@ -106,13 +106,5 @@ def jaeger_to_completions(doc: Any) -> SpanBatch:
     """One Jaeger message (a span) or a list of spans -> completions, skipped count and per-span errors."""
     batch = SpanBatch()
     for span in doc if isinstance(doc, list) else [doc]:
-        try:
-            c = jaeger_span_to_completion(span)
-        except ContractError as exc:
-            batch.errors.append(exc)
-            continue
-        if c is None:
-            batch.skipped += 1
-        else:
-            batch.completions.append(c)
+        batch.convert(jaeger_span_to_completion, span)
     return batch

@@ -115,13 +115,5 @@ def otlp_to_completions(doc: Any) -> SpanBatch:
         scopes = _list(rs, "scopeSpans", f"resourceSpans[{i}]") or _list(rs, "instrumentationLibrarySpans", "")
         for scope in scopes:
             for span in _list(scope, "spans", f"resourceSpans[{i}].scopeSpans") if isinstance(scope, dict) else []:
-                try:
-                    c = otlp_span_to_completion(span, resource)
-                except ContractError as exc:
-                    batch.errors.append(exc)
-                    continue
-                if c is None:
-                    batch.skipped += 1
-                else:
-                    batch.completions.append(c)
+                batch.convert(otlp_span_to_completion, span, resource)
     return batch

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +52,18 @@ class SpanBatch:
     completions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     skipped: int = 0
     errors: list[ContractError] = dataclasses.field(default_factory=list)
+
+    def convert(self, span_to_completion: Callable[..., dict[str, Any] | None], *args: Any) -> None:
+        """Convert one span and file the outcome: a completion, a skip (not a task) or an error."""
+        try:
+            c = span_to_completion(*args)
+        except ContractError as exc:
+            self.errors.append(exc)
+            return
+        if c is None:
+            self.skipped += 1
+        else:
+            self.completions.append(c)
 
 
 def parse_rfc3339(text: Any) -> float:

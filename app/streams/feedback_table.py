@@ -30,7 +30,7 @@ from typing import Any
 
 import faust
 
-from app.streams.node_table import MARKER_KEY
+from app.streams.node_table import flush_with_markers
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ class FeedbackTable(faust.Table):
             written.add(parsed[0])
             n += 1
         if written:
-            await self.app.producer.flush()
-            for partition in sorted(written):
-                self.send_changelog(partition, MARKER_KEY, b"1")
-            await self.app.producer.flush()
+            await flush_with_markers(self, written)
         return n
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
