@@ -91,7 +91,7 @@ def make_service(booster: Any, n: int) -> ExtenderService:
     from app.model.fast import FastPredictor
 
     settings = Settings.from_env({})
-    service = ExtenderService(settings, ExtenderOptions.from_settings(settings, environ={}), policy=Policy(),
+    service = ExtenderService(settings, ExtenderOptions.from_settings(settings), policy=Policy(),
                               clock=ManualClock(NOW), sink=DiscardSink(), kafka=False, redis=False)
     for i, (name, feats) in enumerate(node_values(n).items()):
         service.builder.apply_node_features({"node": name, "ts": NOW - 1, "node_class": "gpu",
