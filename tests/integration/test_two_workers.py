@@ -8,8 +8,9 @@ one per partition, and prediction + completion pairs for two apps on each, then 
   holds a node's whole window);
 * prediction-errors count every (task_id, node) pair exactly once per node × app, also after a few more
   periods, and node-weights / prediction-errors of a node come from one emitter: a worker's period timer
-  never fires twice within 0.9 periods (its drift correction is bounded to 0.1 s), so two consecutive
-  messages of a node closer than 0.8 periods can only come from two workers;
+  (mode's ``Timer``, drift correction bounded to 0.1 s) never fires twice within ``period - 0.1 s``, while
+  two workers' timers interleave, so two consecutive messages of a node closer than 0.8 periods (1 s
+  period) can only come from two workers;
 * each worker's /metrics shows exactly its own share: messages in per topic, matched pairs, the nodes it
   keeps and the nodes it weighs are those of its partitions, both shares non-empty.
 """
