@@ -23,7 +23,7 @@ from app.bridge.mapping import load_mapping  # noqa: E402
 from app.bridge.snapshot import NodeAssembler, TargetResult  # noqa: E402
 from app.bridge.targets import Endpoint, Target  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "fixtures" / "exporters"
+SHARED = REPO / "tests" / "fixtures" / "exporters"
 LOCAL = REPO / "tests" / "fixtures" / "exporters"
 
 

@@ -21,7 +21,6 @@ from app.config import Settings
 from app.kafka.embedded import EmbeddedBroker, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ from app.contracts import decode
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "fixtures" / "exporters"
+SHARED = REPO / "tests" / "fixtures" / "exporters"
 FIXTURES = REPO / "tests" / "fixtures"
 NODE_CAPTURES = [SHARED / "node_exporter-1.5.0.scrape-a.prom", SHARED / "node_exporter-1.5.0.scrape-b.prom"]
 DCGM_CAPTURES = [FIXTURES / "exporters" / "dcgm-exporter-3.3.5.scrape-a.prom",

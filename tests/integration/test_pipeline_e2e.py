@@ -36,7 +36,7 @@ from app.contracts import decode
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-NODE_A, NODE_B = (REPO.parent / "shared" / "fixtures" / "exporters" / f"node_exporter-1.5.0.scrape-{x}.prom"
+NODE_A, NODE_B = (REPO / "tests" / "fixtures" / "exporters" / f"node_exporter-1.5.0.scrape-{x}.prom"
                   for x in "ab")
 DCGM_A, DCGM_B = (REPO / "tests" / "fixtures" / "exporters" / f"dcgm-exporter-3.3.5.scrape-{x}.prom" for x in "ab")
 GAP_S = 8.4  # between the captures, and the bridge's interval here

@@ -10,12 +10,11 @@ from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
 from app.bridge.targets import Endpoint, Target
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED_EXPORTERS = REPO.parent / "shared" / "fixtures" / "exporters"
 EXPORTERS = REPO / "tests" / "fixtures" / "exporters"
 SPANS = REPO / "tests" / "fixtures" / "spans"
 
-NODE_A = SHARED_EXPORTERS / "node_exporter-1.5.0.scrape-a.prom"
-NODE_B = SHARED_EXPORTERS / "node_exporter-1.5.0.scrape-b.prom"
+NODE_A = EXPORTERS / "node_exporter-1.5.0.scrape-a.prom"
+NODE_B = EXPORTERS / "node_exporter-1.5.0.scrape-b.prom"
 DCGM_A = EXPORTERS / "dcgm-exporter-3.3.5.scrape-a.prom"
 DCGM_B = EXPORTERS / "dcgm-exporter-3.3.5.scrape-b.prom"
 DCGM_WATCHDOG = EXPORTERS / "dcgm-exporter-3.3.5.watchdog.prom"
