@@ -34,12 +34,19 @@ class Sink(Protocol):
 
 
 def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict]) -> list[dict[str, Any]]:
-    """The rtt-predictions values of one request (one per candidate with a prediction)."""
-    return [
-        {"task_id": task_id, "app": app, "node": v.node, "ts": ts, "predicted_rtt_ms": v.predicted_rtt_ms,
-         "model_version": v.model_version, "model_key": v.model_key}
-        for v in verdicts
-    ]
+    """The rtt-predictions values of one request (one per candidate with a prediction).
+
+    A candidate's task features that node-features cannot supply (``running_pods_<app>``) go in ``features``.
+    """
+    out = []
+    for v in verdicts:
+        value: dict[str, Any] = {
+            "task_id": task_id, "app": app, "node": v.node, "ts": ts, "predicted_rtt_ms": v.predicted_rtt_ms,
+            "model_version": v.model_version, "model_key": v.model_key}
+        if v.features:
+            value["features"] = dict(v.features)
+        out.append(value)
+    return out
 
 
 class PredictionPublisher:

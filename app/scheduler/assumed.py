@@ -4,8 +4,12 @@ kube-scheduler does not tell an extender where it bound a pod. After ``prioritiz
 pod lands on its top-scored node (:meth:`AssumedPods.assume`). The record then
 
 * inflates predicted RTTs on that node (:meth:`AssumedPods.pending`) until a node-features message newer
-  than ``placed_at + scrape_delay_s`` arrives — from then on the load is in the features themselves;
-* counts for anti-affinity (:meth:`AssumedPods.on_node`) until ``ttl_s`` has passed;
+  than ``placed_at + scrape_delay_s`` arrives — from then on the load is in the features themselves
+  (within ``ttl_s``, whatever its expected end);
+* counts for anti-affinity and as a running pod (:meth:`AssumedPods.on_node`, :meth:`AssumedPods.counts`)
+  until it is expected to have finished: ``rtt_multiple`` times the RTT predicted for it on that node
+  (:meth:`AssumedPods.expect`, noted by :func:`app.scheduler.decide.decide`), capped at ``ttl_s`` — the
+  extender never sees completions, so the prediction is its best guess of when the pod ends;
 * is forgotten after ``ttl_s`` whatever happens, or replaced when the same pod is scored again.
 
 All methods take ``now`` explicitly (no clock inside), so the behaviour is deterministic under test.
@@ -18,13 +22,20 @@ All methods take ``now`` explicitly (no clock inside), so the behaviour is deter
 ()
 >>> len(a.on_node("gpu-1", now=159.0)), len(a.on_node("gpu-1", now=161.0))
 (1, 0)
+>>> a.expect("uid-2", ("gpu-1", "gpu-2"), [4000.0, 9000.0])  # predicted 4 s on gpu-1
+>>> a.assume("uid-2", "gCTF", "gpu-1", now=200.0)
+>>> a.counts("gpu-1", now=205.0), a.counts("gpu-1", now=208.5)
+({'gCTF': 1}, {})
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 
 EMPTY: tuple[AssumedPod, ...] = ()
+MAX_APPS = 64
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,6 +44,7 @@ class AssumedPod:
     app: str
     node: str
     placed_at: float  # unix seconds
+    until: float = math.inf  # unix seconds: expected to have finished (at most placed_at + ttl_s)
 
 
 class AssumedPods:
@@ -45,16 +57,22 @@ class AssumedPods:
     scrape_delay_s
         Metrics need this long after a placement before node-features can reflect it.
     max_pods
-        Upper bound on remembered placements.
+        Upper bound on remembered placements (and on pending RTT hints).
+    rtt_multiple
+        A placement with a predicted RTT ends after ``rtt_multiple`` times that RTT (capped at ``ttl_s``).
     """
 
-    def __init__(self, ttl_s: float = 120.0, scrape_delay_s: float = 5.0, max_pods: int = 100_000) -> None:
+    def __init__(self, ttl_s: float = 120.0, scrape_delay_s: float = 5.0, max_pods: int = 100_000,
+                 rtt_multiple: float = 1.5) -> None:
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be > 0 (got {ttl_s})")
         if scrape_delay_s < 0:
             raise ValueError(f"scrape_delay_s must be >= 0 (got {scrape_delay_s})")
         if max_pods < 1:
             raise ValueError(f"max_pods must be >= 1 (got {max_pods})")
+        if not rtt_multiple > 0:
+            raise ValueError(f"rtt_multiple must be > 0 (got {rtt_multiple})")
+        self.rtt_multiple = float(rtt_multiple)
         self.ttl_s = float(ttl_s)
         self.scrape_delay_s = float(scrape_delay_s)
         self.max_pods = int(max_pods)
@@ -63,17 +81,45 @@ class AssumedPods:
     def _reset(self) -> None:
         self._by_task: dict[str, AssumedPod] = {}  # insertion order = placement order
         self._by_node: dict[str, dict[str, AssumedPod]] = {}
+        self._hints: dict[str, tuple[Sequence[str], Sequence[float]]] = {}  # task -> (nodes, predicted ms)
+        self._apps: dict[str, None] = {}  # apps ever placed, first seen first (at most MAX_APPS)
 
     def __len__(self) -> int:
         return len(self._by_task)
 
-    def assume(self, task_id: str, app: str, node: str, now: float) -> None:
-        """Record that ``task_id`` (of ``app``) was placed on ``node`` at ``now``; replaces an older record."""
+    @property
+    def apps(self) -> tuple[str, ...]:
+        """Apps of every placement so far (first seen first; bounded: app labels are unbounded input)."""
+        return tuple(self._apps)
+
+    def expect(self, task_id: str, nodes: Sequence[str], rtt_ms: Sequence[float]) -> None:
+        """Note the RTT (ms; NaN: unknown) predicted for ``task_id`` on each of ``nodes``, for :meth:`assume`."""
+        self._hints.pop(task_id, None)
+        while len(self._hints) >= self.max_pods:
+            del self._hints[next(iter(self._hints))]
+        self._hints[task_id] = (nodes, rtt_ms)
+
+    def _until(self, task_id: str, node: str, now: float, expected_s: float | None) -> float:
+        hint = self._hints.pop(task_id, None)
+        if expected_s is None and hint is not None and node in hint[0]:
+            expected_s = float(hint[1][list(hint[0]).index(node)]) / 1000.0
+        if expected_s is not None and math.isfinite(expected_s) and expected_s > 0:
+            return now + min(self.ttl_s, self.rtt_multiple * expected_s)
+        return now + self.ttl_s
+
+    def assume(self, task_id: str, app: str, node: str, now: float, expected_s: float | None = None) -> None:
+        """Record that ``task_id`` (of ``app``) was placed on ``node`` at ``now``; replaces an older record.
+
+        ``expected_s``: its expected RTT in seconds; None takes the prediction noted by :meth:`expect`,
+        and without one the placement counts for ``ttl_s``.
+        """
         self.forget(task_id)
         self.expire(now)
         while len(self._by_task) >= self.max_pods:
             self.forget(next(iter(self._by_task)))
-        pod = AssumedPod(task_id, app, node, float(now))
+        if app not in self._apps and len(self._apps) < MAX_APPS:
+            self._apps[app] = None
+        pod = AssumedPod(task_id, app, node, float(now), self._until(task_id, node, float(now), expected_s))
         self._by_task[task_id] = pod
         self._by_node.setdefault(node, {})[task_id] = pod
 
@@ -100,16 +146,29 @@ class AssumedPods:
         return dropped
 
     def on_node(self, node: str, now: float, exclude: str = "") -> tuple[AssumedPod, ...]:
-        """Placements on ``node`` still within the TTL (for anti-affinity), without ``exclude``."""
+        """Placements on ``node`` not expected to have finished by ``now``, without ``exclude``."""
         pods = self._by_node.get(node)
         if not pods:
             return EMPTY
         cutoff = now - self.ttl_s
-        return tuple(p for p in pods.values() if p.placed_at > cutoff and p.task_id != exclude)
+        return tuple(p for p in pods.values() if p.placed_at > cutoff and p.until > now and p.task_id != exclude)
+
+    def counts(self, node: str, now: float, exclude: str = "") -> dict[str, int]:
+        """Pods per app on ``node`` (:meth:`on_node`): the scheduler's view of what still runs there."""
+        out: dict[str, int] = {}
+        for p in self.on_node(node, now, exclude):
+            out[p.app] = out.get(p.app, 0) + 1
+        return out
 
     def pending(self, node: str, features_ts: float, now: float, exclude: str = "") -> tuple[AssumedPod, ...]:
-        """Placements on ``node`` that its latest features (taken at ``features_ts``) cannot show yet."""
-        pods = self.on_node(node, now, exclude)
+        """Placements on ``node`` that its latest features (taken at ``features_ts``) cannot show yet.
+
+        Within ``ttl_s`` whatever their expected end: load the scrape has not seen yet still weighs on the
+        node's metrics-based prediction even when the pod itself may be done.
+        """
+        pods = self._by_node.get(node)
         if not pods:
             return EMPTY
-        return tuple(p for p in pods if features_ts <= p.placed_at + self.scrape_delay_s)
+        cutoff = now - self.ttl_s
+        return tuple(p for p in pods.values() if p.placed_at > cutoff and p.task_id != exclude
+                     and features_ts <= p.placed_at + self.scrape_delay_s)

@@ -45,11 +45,23 @@ class _Model:
     node: str | None
 
 
+CPU_CORES = "cpu_count__last"  # the bridge's ``cpu_count`` gauge (distinct ``cpu`` labels of node_exporter)
+
+
 def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
-    """A node-features message as model features: its ``features`` (minus stale metrics) + hardware."""
+    """A node-features message as model features: its ``features`` (minus stale metrics) + hardware.
+
+    ``hw_cpu_cores`` comes from the node's ``cpu_count`` metric (NaN when the node does not report one).
+
+    >>> f = node_features_map({"node": "c", "node_class": "cpu", "features": {"cpu_count__last": 16.0}})
+    >>> f["hw_cpu_cores"], "hw_gpu_mem_gb" in f
+    (16.0, False)
+    """
     stale = set(value.get("stale") or ())
     features = {k: float(v) for k, v in value["features"].items() if split_feature_name(k)[0] not in stale}
-    for k, v in hardware_features(value["node_class"], value.get("gpu_model")).items():
+    cores = features.get(CPU_CORES)
+    cores = cores if cores is not None and math.isfinite(cores) and cores > 0 else None
+    for k, v in hardware_features(value["node_class"], value.get("gpu_model"), cores).items():
         if k not in features and not math.isnan(v):
             features[k] = v
     return features

@@ -1,4 +1,4 @@
-"""Filter and prioritize one pod over a snapshot: pure, batched, never raises on missing data.
+"""Filter and prioritize one pod over a snapshot: batched, never raises on missing data.
 
 Per request (one pod, N candidate nodes):
 
@@ -8,10 +8,19 @@ Per request (one pod, N candidate nodes):
 2. Otherwise each fresh candidate gets a predicted RTT: one ``predict`` call per model for all candidates
    that use it (the node's own model, else app × node class), or node-weights' own prediction when no
    model covers the node. Stale or unknown nodes get no prediction: they pass and score neutral.
+   Each fresh candidate also gets the task's *running-pods* features, one per known app
+   (``running_pods_<app>``, :func:`running_features`): the pods of that app the scheduler believes run on the
+   node — per app the larger of the running-apps view and the node's assumed pods not yet expected to have
+   finished. A model whose ``feature_names`` hold such a column gets the node's value; other columns of
+   these names do not exist for it (old models are unaffected). The values go out with the predictions,
+   so the training samples carry what the model saw.
 3. The prediction is inflated for assumed pods the node's metrics cannot show yet (contention penalty).
 4. Filter: anti-affinity, then SLA. When SLA alone would reject every remaining candidate and the policy
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
 5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
+
+The one side effect: the candidates' predicted RTTs are noted in the assumed pods
+(:meth:`AssumedPods.expect`), so that placing the pod afterwards knows how long it is expected to run.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +45,9 @@ STALE_SNAPSHOT = "stale_snapshot"
 STALE_NODES = "stale_nodes"
 NEUTRAL_REASONS = (NO_APP, NOT_READY, STALE_SNAPSHOT, STALE_NODES)
 STALE_REASONS = frozenset((NOT_READY, STALE_SNAPSHOT, STALE_NODES))
+RUNNING_PREFIX = "running_pods_"  # task feature per app: its pods on the candidate node (scheduler's view)
+_NO_FEATURES: Mapping[str, float] = {}
+_NO_COUNTS: Mapping[str, int] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +70,7 @@ class NodeVerdict:
     credibility: float = math.nan
     failed: str | None = None
     stale: bool = False
+    features: Mapping[str, float] = dataclasses.field(default_factory=dict)  # per-candidate task features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +90,7 @@ class Decision:
     failed: list[str | None] = dataclasses.field(default_factory=list)
     fresh: list[bool] = dataclasses.field(default_factory=list)
     model_rtt_ms: list[float] = dataclasses.field(default_factory=list)  # before the contention penalty
+    features: list[Mapping[str, float]] = dataclasses.field(default_factory=list)  # running pods per candidate
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
 
@@ -91,7 +105,8 @@ class Decision:
         return tuple(
             NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                         self.model_version[i],
-                        self.credibility[i], self.failed[i], not self.fresh[i])
+                        self.credibility[i], self.failed[i], not self.fresh[i],
+                        self.features[i] if self.features else _NO_FEATURES)
             for i, n in enumerate(self.nodes)
         )
 
@@ -125,6 +140,33 @@ class Decision:
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
     """Everyone passes with the neutral score."""
     return Decision(pod, tuple(nodes), [NEUTRAL_SCORE] * len(nodes), neutral=reason)
+
+
+def known_apps(snapshot: Snapshot, assumed: AssumedPods, app: str) -> tuple[str, ...]:
+    """Apps that get a running-pods feature: the pod's, every modelled app and every app ever placed (sorted).
+
+    >>> known_apps(Snapshot.empty(now=0.0), AssumedPods(), "gCTF")
+    ('gCTF',)
+    """
+    apps = {app, *assumed.apps}
+    apps.update(key.split(":", 1)[0] for key in snapshot.models)
+    return tuple(sorted(apps))
+
+
+def running_features(apps: Sequence[str], running: Mapping[str, int], placed: Mapping[str, int]) -> dict[str, float]:
+    """``running_pods_<app>`` for each of ``apps``: the larger of the running-apps view and the assumed pods.
+
+    Both count the same pods once the view catches up with a placement, so each is a lower bound.
+
+    >>> running_features(("Motioncor2", "gCTF"), {"gCTF": 2}, {"gCTF": 1, "Motioncor2": 1})
+    {'running_pods_Motioncor2': 1.0, 'running_pods_gCTF': 2.0}
+    """
+    return {RUNNING_PREFIX + a: float(max(running.get(a, 0), placed.get(a, 0))) for a in apps}
+
+
+@functools.lru_cache(maxsize=1024)
+def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    return tuple((j, n) for j, n in enumerate(feature_names) if n.startswith(RUNNING_PREFIX))
 
 
 def decide(
@@ -169,8 +211,18 @@ def decide(
     if not fresh.any():
         return neutral(pod, nodes, STALE_NODES)
     task = pod.task_features()
+    apps = known_apps(snapshot, assumed, app)
+    features: list[Mapping[str, float]] = [_NO_FEATURES] * n
+    idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
+    for i, name in enumerate(nodes):
+        if fresh[i]:
+            running, on_node = states[name].running, assumed.counts(name, now, pod.task_id)
+            features[i] = running_features(apps, running, on_node) if running or on_node else idle
     for entry, idx, names in groups.values():
-        rtt[idx] = np.asarray(entry.predictor.predict(entry.rows(names, task)), dtype=np.float64)
+        X = entry.rows(names, task)
+        for j, col in _running_columns(entry.feature_names):
+            X[:, j] = [features[i].get(col, math.nan) for i in idx]
+        rtt[idx] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         for i in idx:
             keys[i], versions[i] = entry.key, entry.version
     policy = params.policy
@@ -178,11 +230,12 @@ def decide(
     failed: list[str | None] = [None] * n
     if len(assumed) or policy.anti_affinity:
         for i, name in enumerate(nodes):
-            placed = assumed.on_node(name, now, exclude=pod.task_id)
             st = states.get(name)
-            if placed and fresh[i]:
-                pending = assumed.pending(name, st.features_ts if st else 0.0, now, exclude=pod.task_id)
-                rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
+            if fresh[i] and st is not None:
+                pending = assumed.pending(name, st.features_ts, now, exclude=pod.task_id)
+                if pending:
+                    rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
+            placed = assumed.on_node(name, now, exclude=pod.task_id)
             failed[i] = anti_affinity_reason(app, st.running if st else {}, (p.app for p in placed), policy)
     relaxed = False
     if policy.sla(app) is not None:
@@ -194,7 +247,9 @@ def decide(
             failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
+    rtt_list = rtt.tolist()
+    assumed.expect(pod.task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
     return Decision(
-        pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
-        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed,
+        pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt_list, keys, versions, cred.tolist(), failed,
+        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,
     )

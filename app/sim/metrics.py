@@ -38,6 +38,7 @@ HOST_METRICS = (
     "cpu_usage_user", "cpu_usage_system", "cpu_iowait", "cpu_idle",  # fractions of all cores
     "memory_cache_usage", "memory_used_bytes",  # bytes
     "disk_read_bytes", "disk_write_bytes",  # B/s
+    "cpu_count",  # cores (the bridge's gauge of node_exporter's distinct ``cpu`` labels)
 )
 ALL_METRICS = GPU_METRICS + HOST_METRICS
 SM_CLOCK_MHZ = {"Tesla K20c": 706.0, "Tesla M40": 1114.0, "Tesla M40 24GB": 1114.0, "RTX 4090": 2520.0}
@@ -82,6 +83,7 @@ def scrape(rt: NodeRuntime, rng: np.random.Generator, now: float) -> dict[str, f
     read = disk * spec.disk_mb_s * 1e6 * (1.0 + 0.05 * z[10])
     out["disk_read_bytes"] = max(0.0, read)
     out["disk_write_bytes"] = max(0.0, 0.2 * read * (1.0 + 0.05 * z[11]))
+    out["cpu_count"] = float(spec.cpu_cores)
     return out
 
 

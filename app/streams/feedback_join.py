@@ -11,6 +11,10 @@ window history: ``NodeWindow.aggregate(until_ts=started_ts, window_s=...)``), it
 trainer adds the hardware descriptors from them), ``input_size_mb`` and the observed RTT, keyed by
 model key ``app:node_class``. A node whose class is unknown (no metrics yet, no prediction naming a
 model key) makes no sample, counted in ``rtt_worker_training_samples_dropped_total{reason}``.
+
+When the matched prediction carries ``features`` (task features the extender computed at decision time:
+``running_pods_<app>``), they join the sample's ``features``, so a model is trained on the values it is
+asked with; a completion whose prediction has not arrived gets none (missing, NaN, to the trainer).
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prediction_payload(p: dict[str, Any]) -> dict[str, Any]:
-    return {"app": p["app"], "predicted_rtt_ms": p["predicted_rtt_ms"], "model_version": p["model_version"],
-            "model_key": p.get("model_key")}
+    out = {"app": p["app"], "predicted_rtt_ms": p["predicted_rtt_ms"], "model_version": p["model_version"],
+           "model_key": p.get("model_key")}
+    if p.get("features"):
+        out["features"] = p["features"]
+    return out
 
 
 def class_of(state: NodeState | None, prediction: dict[str, Any] | None) -> str | None:
@@ -64,6 +71,8 @@ def sample_value(completion: dict[str, Any], node_class: str, state: NodeState |
         agg = state.window.aggregate(until_ts=completion["started_ts"], window_s=window_s)
         features = agg.features()
         gpu_model = state.gpu_model
+    if prediction and prediction.get("features"):
+        features.update(prediction["features"])  # what the extender knew at decision time (running pods)
     return {
         "model_key": model_key(completion["app"], node_class), "task_id": completion["task_id"],
         "app": completion["app"], "node": completion["node"], "node_class": node_class, "gpu_model": gpu_model,

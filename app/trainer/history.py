@@ -65,7 +65,8 @@ class Dataset:
 def sample_values(sample: Mapping[str, Any]) -> dict[str, float]:
     """Every model input of one training sample: metric features, hardware descriptors, task size."""
     values: dict[str, float] = dict(sample.get("features") or {})
-    values.update(hardware_features(str(sample.get("node_class", "")), sample.get("gpu_model")))
+    cores = values.get("cpu_count__last")  # the same source the extender uses for hw_cpu_cores
+    values.update(hardware_features(str(sample.get("node_class", "")), sample.get("gpu_model"), cores))
     size = sample.get("input_size_mb")
     values[TASK_FEATURES[0]] = float(size) if size is not None else float("nan")
     return values
