@@ -18,12 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import dataclasses
-    import gc
 
     from aiohttp import web
 
     from app.extender.options import ExtenderOptions
-    from app.extender.server import build_app
+    from app.extender.server import build_app, tune_gc
     from app.extender.service import ExtenderService
 
     options = ExtenderOptions.from_settings(settings)
@@ -33,6 +32,6 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     print(f"rttsched extender: listening on http://{options.host}:{options.port} "
           f"(kafka {settings.bootstrap_servers}, redis {settings.redis_url or 'off'})", flush=True)
     app = build_app(service)
-    gc.freeze()  # long-lived objects (modules, settings) leave the collector's working set: fewer latency spikes
+    tune_gc(app)  # fewer young collections per request; everything alive after start is frozen
     web.run_app(app, host=options.host, port=options.port, access_log=None, print=None)
     return 0

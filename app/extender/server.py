@@ -17,6 +17,7 @@ unexpected a 500 with ``Error`` set, logged and counted (``rtt_extender_errors_t
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,6 +33,7 @@ from app.extender.service import ExtenderService
 
 log = logging.getLogger(__name__)
 
+GC_GEN0_THRESHOLD = 20_000  # net container allocations between young collections (CPython default: 700)
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 SERVICE_KEY: web.AppKey[ExtenderService] = web.AppKey("service", ExtenderService)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -81,24 +83,39 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _body(request: web.Request) -> bytes:
+    """The whole body, bounded by ``max_body_bytes`` and ``read_timeout_s``.
+
+    ``asyncio.timeout`` rather than ``wait_for``: no extra task per request, so a body that has already
+    arrived is read in the handler's own step instead of waiting a loop turn behind other requests.
+    """
     service = request.app[SERVICE_KEY]
     limit = service.options.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {limit}")
     try:
-        return await asyncio.wait_for(request.read(), service.options.read_timeout_s)
+        async with asyncio.timeout(service.options.read_timeout_s):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise HttpError(413, f"request body exceeds the limit of {limit} bytes") from None
     except TimeoutError:
         raise HttpError(408, f"request body not received within {service.options.read_timeout_s} s") from None
 
 
+def _release(*_: object) -> None:
+    """Drops the references it was scheduled with (see :func:`_verb`)."""
+
+
 async def _verb(request: web.Request, run: Callable[[Any], Any]) -> web.Response:
     body = await _body(request)
     try:
-        return json_response(run(parse_args(body)))
+        args = parse_args(body)
+        response = json_response(run(args))
     except ProtocolError as exc:
         raise HttpError(400, str(exc)) from None
+    # A NodeList request is thousands of objects; freeing them is ~0.2 ms. Hold them until the next loop turn,
+    # so the answer is written first (the handler's step sends it without suspending).
+    asyncio.get_running_loop().call_soon(_release, args, body)
+    return response
 
 
 async def filter_handler(request: web.Request) -> web.Response:
@@ -154,3 +171,24 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await service.stop()
+
+
+def tune_gc(app: web.Application, gen0: int = GC_GEN0_THRESHOLD) -> None:
+    """Latency tuning for a serving process: fewer, cheaper collections on the request path.
+
+    A NodeList request parses ~2,000 dicts and lists that reference counting frees when the answer is sent;
+    with CPython's default gen0 threshold (700) each one still triggers two or three young collections
+    that walk the half-built document. Raising ``gen0`` lets refcounting do that work, and once the service
+    has started (models loaded, first snapshot built) everything alive is frozen out of the collector's
+    working set, so old-generation passes stay short.
+    """
+    if gen0 < 1:
+        raise ValueError(f"gen0 must be >= 1 (got {gen0})")
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0, gen1, gen2)
+
+    async def freeze(_: web.Application) -> None:
+        gc.collect()
+        gc.freeze()
+
+    app.on_startup.append(freeze)  # runs after the cleanup context has started the service
