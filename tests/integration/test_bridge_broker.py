@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from e2ekit import serve_pages
 from prometheus_client import CollectorRegistry
 
 from app.bridge.metrics import BridgeMetrics
@@ -48,26 +48,8 @@ GAP_S = 8.4  # between the captures
 async def serve_captures(routes: dict[str, list[Path]] | None = None) -> AsyncIterator[dict[str, str]]:
     """An HTTP server on a free port serving each path's captures in turn (the last one repeats)."""
     routes = routes or {"/node/metrics": NODE_CAPTURES, "/dcgm/metrics": DCGM_CAPTURES}
-    hits = dict.fromkeys(routes, 0)
-
-    async def handle(request: web.Request) -> web.Response:
-        files = routes[request.path]
-        path = files[min(hits[request.path], len(files) - 1)]
-        hits[request.path] += 1
-        return web.Response(text=path.read_text(), content_type="text/plain")
-
-    app = web.Application()
-    for p in routes:
-        app.router.add_get(p, handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        yield {p: base + p for p in routes}
-    finally:
-        await runner.cleanup()
+    async with serve_pages({p: [f.read_text() for f in files] for p, files in routes.items()}) as urls:
+        yield urls
 
 
 def capture_target(urls: dict[str, str], node: str = "worker-3") -> Target:
