@@ -108,7 +108,11 @@ def test_drift_retrain_recovers(kafka_settings: Settings, redis_url: str, tmp_pa
     shown = [e["ts"] for e in r["errors"] if e["node"] == "gpu-a" and e["ts"] > t0 and e["apps"][app]["mape"] > 0.3]
     assert shown and shown[0] - t0 <= 10.0
     healthy = sorted(period_mape(r["errors"], "gpu-b", app, marks["v1"] + 5 * PERIOD_S))
-    assert healthy and healthy[len(healthy) // 2] < MAPE_OK / 2
+    series = [(round(e["ts"] - t0, 1), e["apps"][app]["mape"]) for e in r["errors"]
+              if e["node"] == "gpu-b" and app in e["apps"]]
+    assert healthy and healthy[len(healthy) // 2] < MAPE_OK / 2, (
+        f"gpu-b (ts - t0, mape): {series}; marks - t0: { {k: round(v - t0, 1) for k, v in marks.items()} }; "
+        f"outcomes: {outcomes}")
     # 3. a drift retrain-event for the key, with its statistic above its threshold and an onset
     drift = [e for e in r["events"] if e["reason"] == "drift" and e["model_key"] == key and e["ts"] > t0]
     assert drift and drift[0]["cumulative_error"] > drift[0]["threshold"] and drift[0]["onset_ts"] is not None
