@@ -131,7 +131,7 @@ def worker_rate(url: str, n: int, timeout_s: float) -> float:
         if m >= n and first is not None:
             return (m - first[1]) / max(now - first[0], 1e-9)
         print(f"  worker matched {int(m)}/{n}", flush=True)
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise RuntimeError(f"worker matched fewer than {n} pairs in {timeout_s}s")
 
 
@@ -182,7 +182,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a few tens of seconds, most of it startup)")
     args = ap.parse_args()
-    n_pairs = 3_000 if args.quick else 30_000
+    n_pairs = 30_000 if args.quick else 200_000
     n_samples = 5_000 if args.quick else 50_000
     rounds = 2 if args.quick else 6
     rows: list[tuple[str, str, str, str]] = []

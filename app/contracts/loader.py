@@ -20,12 +20,14 @@ TOPIC_NAMES = (
 )
 
 
+_PACKAGED_TOPICS = Path(__file__).resolve().parents[2] / "topics"
+_PACKAGED_DIR = str(_PACKAGED_TOPICS)
+
+
 def topics_dir() -> Path:
     """``RTT_TOPICS_DIR`` or the ``topics/`` folder beside the package."""
     env = os.environ.get("RTT_TOPICS_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "topics"
+    return Path(env) if env else _PACKAGED_TOPICS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +90,11 @@ def load_contracts(directory: Path | None = None) -> dict[str, TopicContract]:
     >>> load_contracts()["node-features"].compacted
     True
     """
-    return _load(str(directory or topics_dir()))
+    if directory is None:
+        return _load(os.environ.get("RTT_TOPICS_DIR") or _PACKAGED_DIR)
+    return _load(str(directory))
 
 
 def contract(name: str) -> TopicContract:
-    return load_contracts()[name]
+    """The contract of topic ``name`` (called per message: no path work on this path)."""
+    return _load(os.environ.get("RTT_TOPICS_DIR") or _PACKAGED_DIR)[name]

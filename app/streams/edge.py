@@ -57,7 +57,8 @@ class EdgeDecoder:
             if limits is not None:
                 self._maps[name] = limits
         self.fast = bool(self._maps)
-        self._envelope: Callable[[Any], Any] | None = None
+        # without number maps the envelope is the contract's own validator (no per-message lookup)
+        self._envelope: Callable[[Any], Any] | None = contract(topic).validator
         if self.fast:
             envelope = copy.deepcopy(schema)
             for name in self._maps:

@@ -1,8 +1,9 @@
 """task-completions ⨝ rtt-predictions on (task_id, node), and every completion as a training sample.
 
 Both topics are keyed by node with node-metrics' partition count, so a worker sees a node's completions,
-its predictions and its metrics together (Faust assigns co-partitioned topics alike). Each agent puts its
-side into the :class:`~app.drift.joinbuffer.JoinBuffer`; a match adds the pair (predicted, observed RTT)
+its predictions and its metrics together: :class:`~app.streams.feedback_intake.JoinIntake` reads the
+partitions of node-metrics the worker owns, in batches. Each side goes into the
+:class:`~app.drift.joinbuffer.JoinBuffer`; a match adds the pair (predicted, observed RTT)
 to the node × app errors of the open period. A redelivered message is a duplicate and does nothing.
 
 Every new ``ok`` completion becomes a training sample (with the prediction when it arrived first): the
@@ -19,22 +20,21 @@ asked with; a completion whose prediction has not arrived gets none (missing, Na
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import faust
 
-from app.contracts import encode
+from app.contracts import contract, encode
 from app.contracts.keys import model_key, parse_model_key
 from app.drift.joinbuffer import DUPLICATE, MATCHED
 from app.errors import ContractError
+from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.deadletter import validated
+from app.streams.feedback_intake import COMPLETIONS, PREDICTIONS, JoinIntake
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import JOIN, SAMPLES, SAMPLES_DROPPED
-from app.streams.metrics import MESSAGES_OUT, PROCESSING
+from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState
-from app.streams.topics import contract_topic
 
 
 def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
@@ -83,17 +83,15 @@ def sample_value(completion: dict[str, Any], node_class: str, state: NodeState |
     }
 
 
-def register_join(app: faust.App, loop: FeedbackLoop) -> None:
-    """Add the task-completions and rtt-predictions agents to ``app``."""
+def register_join(app: faust.App, loop: FeedbackLoop) -> JoinIntake:
+    """Create the join's :class:`~app.streams.feedback_intake.JoinIntake` on ``app`` (run as an app task)."""
     settings = loop.settings
-    dead = context_of(app).dead
-    completions_topic = contract_topic(app, settings, "task-completions")
-    predictions_topic = contract_topic(app, settings, "rtt-predictions")
-    samples_topic = contract_topic(app, settings, "training-samples")
+    samples_name = settings.topic("training-samples")
+    samples_partitions = contract("training-samples").partitions
     buffer, store, get_row = loop.buffer, loop.nodes.store, loop.nodes.table.data.get
     matched, duplicate = JOIN.labels(MATCHED), JOIN.labels(DUPLICATE)
     samples_out = MESSAGES_OUT.labels("training-samples")
-    timing = PROCESSING.labels("feedback-join")
+    dropped_status, dropped_unknown = SAMPLES_DROPPED.labels("status"), SAMPLES_DROPPED.labels("unknown_node")
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
@@ -102,15 +100,15 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
                                    float(completion["rtt_ms"]))
             loop.dirty_nodes.add(node)
 
-    async def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
+    def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
         node = c["node"]
         if c["status"] != "ok":
-            SAMPLES_DROPPED.labels("status").inc()
+            dropped_status.inc()
             return
         state = store.state(node, partition, get_row)  # rebuilt from the changelog if not in memory yet
         node_class = class_of(state, prediction)
         if node_class is None:
-            SAMPLES_DROPPED.labels("unknown_node").inc()
+            dropped_unknown.inc()
             return
         loop.node_class[node] = node_class
         window_s = loop.tracker(node).window(c["app"])
@@ -119,32 +117,34 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> None:
         loop.samples_per_key[key] += 1
         SAMPLES.inc()
         samples_out.inc()
-        samples_topic.send_soon(key=key.encode(), value=encode("training-samples", value, check=False))
+        kb = key.encode()
+        intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
+                          encode("training-samples", value, check=False))
 
-    async def task_completions(stream: faust.StreamT) -> None:
-        perf = time.perf_counter
-        async for event, c in validated(stream, "task-completions", dead):
-            t0 = perf()
-            node = c["node"]
-            loop.partitions[node] = event.message.partition
-            r = buffer.add_completion((c["task_id"], node), _completion_payload(c))
-            if r.outcome == DUPLICATE:
-                duplicate.inc()
-                continue
-            if r.outcome == MATCHED:
-                pair(node, r.completion, r.prediction)
-            await emit_sample(c, event.message.partition, r.prediction)
-            timing.observe(perf() - t0)
+    def on_completion(c: dict[str, Any], partition: int) -> None:
+        node = c["node"]
+        loop.partitions[node] = partition
+        r = buffer.add_completion((c["task_id"], node), _completion_payload(c))
+        if r.outcome == DUPLICATE:
+            duplicate.inc()
+            return
+        if r.outcome == MATCHED:
+            pair(node, r.completion, r.prediction)
+        emit_sample(c, partition, r.prediction)
 
-    async def rtt_predictions(stream: faust.StreamT) -> None:
-        async for event, p in validated(stream, "rtt-predictions", dead):
-            node = p["node"]
-            loop.partitions[node] = event.message.partition
-            r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p))
-            if r.outcome == DUPLICATE:
-                duplicate.inc()
-            elif r.outcome == MATCHED:
-                pair(node, r.completion, r.prediction)
+    def on_prediction(p: dict[str, Any], partition: int) -> None:
+        node = p["node"]
+        loop.partitions[node] = partition
+        r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p))
+        if r.outcome == DUPLICATE:
+            duplicate.inc()
+        elif r.outcome == MATCHED:
+            pair(node, r.completion, r.prediction)
 
-    loop.handles["completions"] = app.agent(completions_topic, name="feedback-completions")(task_completions)
-    loop.handles["predictions"] = app.agent(predictions_topic, name="feedback-predictions")(rtt_predictions)
+    intake = JoinIntake(settings, {COMPLETIONS: on_completion, PREDICTIONS: on_prediction}, context_of(app).dead)
+
+    @app.task
+    async def feedback_join() -> None:
+        await intake.run()
+
+    return intake

@@ -42,11 +42,20 @@ from app.drift.joinbuffer import JoinBuffer
 from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
 from app.streams.context import context_of
+from app.streams.feedback_intake import JoinIntake
 from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_table import JOIN as JOIN_ROW
-from app.streams.feedback_table import FeedbackTable, feedback_table, join_row_key, node_row_key, parse_row_key
+from app.streams.feedback_table import OFFSETS as OFFSETS_ROW
+from app.streams.feedback_table import (
+    FeedbackTable,
+    feedback_table,
+    join_row_key,
+    node_row_key,
+    offsets_row_key,
+    parse_row_key,
+)
 from app.streams.node_features import NodeFeatures, node_features_of
 
 log = logging.getLogger(__name__)
@@ -73,6 +82,7 @@ class FeedbackLoop:
     dirty_nodes: set[str] = dataclasses.field(default_factory=set)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
+    intake: JoinIntake | None = None
 
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
@@ -103,7 +113,11 @@ class FeedbackLoop:
         JOIN_ENTRIES.set(len(self.buffer))
 
     async def checkpoint(self) -> int:
-        """Expire old join keys, then write every changed join entry and node tracker; rows written."""
+        """Expire old join keys, then write every changed join entry and node tracker; rows written.
+
+        The join's read positions are taken at the same instant as the state (no message is processed in
+        between) and written after it, once the training samples of those messages are delivered.
+        """
         async with self.lock:
             self.expire()
             upserts, removed = self.buffer.take_changes()
@@ -117,16 +131,24 @@ class FeedbackLoop:
                 t = self.trackers.get(node)
                 if t is not None and node in self.partitions:
                     rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
-            return await self.table.write(rows)
+            intake = self.intake
+            if intake is None or intake.sender is None:
+                return await self.table.write(rows)
+            last = [(offsets_row_key(p), orjson.dumps(pos)) for p, pos in intake.positions_of().items()]
+            return await self.table.write(rows, last=last, sender=intake.sender)
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
         """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
         entries: dict[tuple[str, str], dict[str, Any]] = {}
+        offsets: dict[tuple[str, int], int] = {}
         for key, value in rows.items():
             parsed = parse_row_key(key)
             if parsed is None:
                 continue
             partition, kind, node, task_id = parsed
+            if kind == OFFSETS_ROW:
+                offsets.update({(name, partition): int(off) for name, off in orjson.loads(value).items()})
+                continue
             self.partitions.setdefault(node, partition)
             if kind == JOIN_ROW:
                 if (task_id, node) not in self.buffer:
@@ -135,17 +157,23 @@ class FeedbackLoop:
                 self.tracker(node).load(orjson.loads(value))
         self.buffer.load(entries)
         JOIN_ENTRIES.set(len(self.buffer))
-        log.info("partitions %s: restored %d join entries, %d node trackers", sorted(active), len(entries),
-                 len(self.trackers))
+        if self.intake is not None:
+            self.intake.assign(active, offsets)
+        log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s", sorted(active),
+                 len(entries), len(self.trackers), {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())})
 
     async def revoke(self, lost: set[int]) -> None:
-        """Checkpoint, then forget the nodes of ``lost`` partitions (their new owner restores them)."""
+        """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""
+        if self.intake is not None:
+            self.intake.release(lost)
         await self.checkpoint()
         gone = {n for n, p in self.partitions.items() if p in lost}
         self.buffer.drop(lambda k: k[1] not in gone)
         for n in gone:
             self.trackers.pop(n, None)
             self.partitions.pop(n, None)
+        if self.intake is not None:
+            self.intake.forget(lost)
         log.info("partitions %s revoked: dropped the feedback state of %d nodes", sorted(lost), len(gone))
 
 
@@ -158,14 +186,14 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
 
     ctx = context_of(app)
     options = FeedbackOptions.from_settings(settings)
-    sources = [settings.topic("task-completions"), settings.topic("rtt-predictions")]
+    sources = [settings.topic("node-metrics")]  # the join reads the partitions of node-metrics owned here
     table = feedback_table(app, TABLE_NAME, sources, contract("task-completions").partitions)
     loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), ModelCache(settings),
                         JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
     table.on_restore = loop.restore
     table.on_revoke = loop.revoke
     loop.models.on_swap.append(loop.model_swapped)
-    register_join(app, loop)
+    loop.intake = register_join(app, loop)
     register_errors(app, loop)
     register_weights(app, loop)
 

@@ -5,10 +5,16 @@ Row keys carry the source partition they belong to, so rows can be written outsi
 
     b"{partition}|j|{node}|{task_id}"   one join entry (JoinBuffer.export, orjson)
     b"{partition}|n|{node}"             one node's tracker (NodeTracker.to_dict, orjson)
+    b"{partition}|o|"                   the join's read positions in that partition (orjson, by topic)
 
-A checkpoint writes the changed rows (a deletion is a tombstone), flushes the producer and ends each
-partition it wrote with one marker record alone in its batch, as :mod:`app.streams.node_table` explains
-(the embedded broker's "latest offset" is the last batch's base offset + 1). After a recovery the table
+A checkpoint writes the changed rows (a deletion is a tombstone) and waits for them, then the positions
+rows, then ends each partition it wrote with one marker record alone in its batch, as
+:mod:`app.streams.node_table` explains (the embedded broker's "latest offset" is the last batch's base
+offset + 1). Within a partition the log keeps that order, so recorded positions never run ahead of the
+state they describe. Rows go out as whole record batches on the join's producer
+(:class:`~app.kafka.batches.BatchSender`) — thousands of join entries per second would cost Faust's
+per-record path a large share of the worker — and the table's in-memory data is kept equal to what the
+changelog holds. After a recovery the table
 hands the rows of its active partitions to ``on_restore``; on a rebalance it calls ``on_revoke`` with the
 partitions lost, before Faust drops them.
 
@@ -30,11 +36,12 @@ from typing import Any
 
 import faust
 
-from app.streams.node_table import flush_with_markers
+from app.kafka.batches import BatchSender
+from app.streams.node_table import MARKER_KEY, flush_with_markers
 
 log = logging.getLogger(__name__)
 
-JOIN, NODE = "j", "n"
+JOIN, NODE, OFFSETS = "j", "n", "o"
 RowKey = tuple[int, str, str, str]
 
 
@@ -46,11 +53,15 @@ def node_row_key(partition: int, node: str) -> bytes:
     return f"{partition}|{NODE}|{node}".encode()
 
 
+def offsets_row_key(partition: int) -> bytes:
+    return f"{partition}|{OFFSETS}|".encode()
+
+
 def parse_row_key(key: bytes | str) -> RowKey | None:
     """``(partition, kind, node, task_id)`` of a row key ('' task for a node row); None for other keys."""
     k = key.decode() if isinstance(key, bytes) else key
     parts = k.split("|", 3)
-    if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE):
+    if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE, OFFSETS):
         return None
     return int(parts[0]), parts[1], parts[2], parts[3] if len(parts) == 4 else ""
 
@@ -66,25 +77,70 @@ class FeedbackTable(faust.Table):
         parsed = parse_row_key(key)
         return parsed[0] if parsed is not None else super().partition_for_key(key)
 
-    async def write(self, rows: Iterable[tuple[bytes, bytes | None]]) -> int:
-        """Write rows (value None: delete), flush, mark each written partition; how many rows."""
+    async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *,
+                    last: Iterable[tuple[bytes, bytes | None]] = (),
+                    sender: BatchSender | None = None) -> int:
+        """Write ``rows`` (value None: delete), then ``last`` once ``rows`` are stored, then the markers.
+
+        With ``sender`` the rows go out as record batches on its producer; without, through Faust.
+        Returns how many rows were written.
+        """
+        rows, last = list(rows), list(last)
+        if sender is None:
+            n, written = self._write_faust(rows + last)
+            if written:
+                await flush_with_markers(self, written)
+            return n
+        topic = self.changelog_topic.get_topic_name()
+        n, written = self._write_batches(rows, sender, topic)
+        await sender.flush()
+        n2, written2 = self._write_batches(last, sender, topic)
+        written |= written2
+        await sender.flush()
+        for partition in sorted(written):
+            sender.add(topic, partition, MARKER_KEY, b"1")
+        await sender.flush()
+        return n + n2
+
+    def _write_faust(self, rows: list[tuple[bytes, bytes | None]]) -> tuple[int, set[int]]:
         written: set[int] = set()
         n = 0
         for key, value in rows:
-            parsed = parse_row_key(key)
-            if parsed is None:
-                raise ValueError(f"not a feedback row key: {key!r}")
+            partition = self._partition_of(key)
             if value is None:
                 if key not in self.data:
                     continue  # never written: nothing to delete
                 del self[key]
             else:
                 self[key] = value
-            written.add(parsed[0])
+            written.add(partition)
             n += 1
-        if written:
-            await flush_with_markers(self, written)
-        return n
+        return n, written
+
+    def _write_batches(self, rows: list[tuple[bytes, bytes | None]], sender: BatchSender,
+                       topic: str) -> tuple[int, set[int]]:
+        written: set[int] = set()
+        data = self.data
+        n = 0
+        for key, value in rows:
+            partition = self._partition_of(key)
+            if value is None:
+                if key not in data:
+                    continue
+                del data[key]
+            else:
+                data[key] = value
+            sender.add(topic, partition, key, value)
+            written.add(partition)
+            n += 1
+        return n, written
+
+    @staticmethod
+    def _partition_of(key: bytes) -> int:
+        parsed = parse_row_key(key)
+        if parsed is None:
+            raise ValueError(f"not a feedback row key: {key!r}")
+        return parsed[0]
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = {tp.partition for tp in revoked if tp.topic in self.source_topics}

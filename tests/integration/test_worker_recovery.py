@@ -98,3 +98,56 @@ def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path:
         node = next(n for n in NODES if n.name == x["node"])
         assert x["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(node.util, abs=2.0)
         assert x["gpu_model"] == node.gpu_model and x["window_s"] == s.feature_window_s
+
+
+async def life_before_checkpoint(s: Settings, url: str, t0: float) -> list[dict[str, Any]]:
+    """20 pairs reported (so recorded), then 20 more pairs read but not recorded yet."""
+    rng = random.Random(2)
+    done = tasks(100, 140, t0)
+    async with Sender(s) as out, Reader(s, "prediction-errors") as errors:
+        for k in range(8):
+            for n in NODES:
+                await out.send("node-metrics", snapshot(n, t0 - 4.0 + k * 0.5, rng))
+        for c in done[:20]:
+            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("task-completions", c)
+        await out.flush()
+        await errors.wait(lambda v: counted(v) >= 20, 30.0, "the first 20 pairs reported")
+        for c in done[20:]:
+            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("task-completions", c)
+        await out.flush()
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            if metric_value(text, 'rtt_worker_join_total{outcome="matched"}') >= 40:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the first worker did not match 40 pairs")
+    return done
+
+
+def test_sigkill_before_a_checkpoint_loses_nothing(kafka_settings: Settings, redis_url: str,
+                                                   tmp_path: Path) -> None:
+    """Pairs read but not yet recorded when the worker dies are read again by the next one: counted once."""
+    s = dataclasses.replace(kafka_settings, redis_url=redis_url, error_period_s=5.0)
+    t0 = time.time()
+    with ProcessGroup(tmp_path) as group:
+        url = start_worker(group, s, "first", RTT_WORKER_CHECKPOINT_INTERVAL_S="60")
+        done = asyncio.run(life_before_checkpoint(s, url, t0))
+        first = group.children.pop("first")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+
+        url = start_worker(group, s, "second", RTT_ERROR_PERIOD_S="1")
+
+        async def second() -> dict[str, Any]:
+            async with Reader(s, "prediction-errors") as errors, Reader(s, "training-samples") as samples:
+                await errors.wait(lambda v: counted(v) >= 40, 45.0, "40 joined pairs")
+                await asyncio.sleep(3.0)  # any double count would show up by now
+                return {"errors": list(errors.values), "samples": list(samples.values)}
+
+        r = asyncio.run(second())
+    assert counted(r["errors"]) == 40, [(e["node"], e["apps"][APP]["n"]) for e in r["errors"]]
+    assert {x["task_id"] for x in r["samples"]} >= {c["task_id"] for c in done}

@@ -1,0 +1,196 @@
+"""The join's input: task-completions and rtt-predictions of the partitions this worker owns, read in batches.
+
+The join is the worker's busiest path (every completion and every candidate's prediction), so it does not
+go through Faust's per-event machinery: one aiokafka consumer, assigned by hand, reads both topics in
+batches (``getmany``), and one producer ships what the join writes as whole record batches
+(:class:`~app.kafka.batches.BatchSender`): training samples, and the feedback table's changelog rows.
+
+Ownership follows the Faust group. All topics of the worker have the same partition count and are keyed
+by node, so Faust's co-partitioning assignor gives a worker partition *p* of node-metrics and of the
+feedback table's changelog together; the intake reads partition *p* of the two join topics from then on:
+
+* after the table's recovery, :meth:`JoinIntake.assign` adds the restored partitions, each topic read
+  from the offset the last checkpoint recorded (the beginning when none);
+* on a rebalance, :meth:`JoinIntake.release` stops reading lost partitions at once, before their last
+  checkpoint, so nothing is processed that the new owner will not see.
+
+What the join has processed is recorded by the checkpoint together with the state it produced: the table's
+rows first, then the read positions (:meth:`JoinIntake.positions_of`). A restarted worker restores both
+and reads on from the recorded positions, so a message is either in the restored state or read again —
+never both; a message read again whose key the restored buffer already holds is a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from app.config import Settings
+from app.errors import ContractError
+from app.kafka.batches import BatchSender
+from app.streams.deadletter import DeadLetters
+from app.streams.edge import EdgeDecoder
+from app.streams.metrics import MESSAGES_IN, PROCESSING
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS, PREDICTIONS = "task-completions", "rtt-predictions"
+Handler = Callable[[dict[str, Any], int], None]
+MAX_RECORDS = 10_000
+
+
+class JoinIntake:
+    """Reads the two join topics of the owned partitions and hands each valid value to its handler.
+
+    Parameters
+    ----------
+    settings
+        Broker and topic prefix.
+    handlers
+        ``{contract name: handler(value, partition)}`` for task-completions and rtt-predictions; a handler
+        is synchronous (it runs between two batches' awaits, so a checkpoint sees whole messages only).
+    dead
+        Where undecodable or invalid messages go, with their reason.
+    """
+
+    def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters) -> None:
+        self.settings = settings
+        self.handlers = handlers
+        self.dead = dead
+        self.topics = {settings.topic(name): name for name in handlers}
+        self.decoders = {name: EdgeDecoder(name) for name in handlers}
+        self.owned: set[int] = set()
+        self.positions: dict[TopicPartition, int] = {}
+        self._assignment_changed = False
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self.sender: BatchSender | None = None
+        self.started = asyncio.Event()
+
+    # -- ownership (called by the feedback table's recovery and rebalance hooks) --------------------
+    def assign(self, partitions: set[int], offsets: dict[tuple[str, int], int]) -> None:
+        """Read ``partitions`` from now on, from ``offsets[(contract name, partition)]`` (else the beginning)."""
+        for p in partitions:
+            for topic, name in self.topics.items():
+                tp = TopicPartition(topic, p)
+                if p not in self.owned or tp not in self.positions:
+                    off = offsets.get((name, p))
+                    if off is not None:
+                        self.positions[tp] = int(off)
+                    else:
+                        self.positions.pop(tp, None)
+        self.owned |= set(partitions)
+        self._assignment_changed = True
+
+    def release(self, partitions: set[int]) -> None:
+        """Stop reading ``partitions`` now (their positions stay readable until :meth:`forget`)."""
+        self.owned -= set(partitions)
+        self._assignment_changed = True
+
+    def forget(self, partitions: set[int]) -> None:
+        for tp in [tp for tp in self.positions if tp.partition in partitions and tp.partition not in self.owned]:
+            del self.positions[tp]
+
+    def positions_of(self, partitions: set[int] | None = None) -> dict[int, dict[str, int]]:
+        """``{partition: {contract name: next offset}}`` of what has been processed (all partitions held)."""
+        out: dict[int, dict[str, int]] = {}
+        for tp, off in self.positions.items():
+            if partitions is None or tp.partition in partitions:
+                out.setdefault(tp.partition, {})[self.topics[tp.topic]] = off
+        return out
+
+    # -- running -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=5, acks="all",
+                                          max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
+        await self._producer.start()
+        self.sender = BatchSender(self._producer)
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
+                                          enable_auto_commit=False, auto_offset_reset="earliest",
+                                          max_partition_fetch_bytes=4 << 20, fetch_max_wait_ms=100)
+        await self._consumer.start()
+        self.started.set()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def run(self) -> None:
+        """Read and process batches until cancelled."""
+        if self._consumer is None:
+            await self.start()
+        assert self._consumer is not None and self.sender is not None
+        try:
+            while True:
+                if self._assignment_changed:
+                    await self._apply_assignment()
+                if not self.owned:
+                    await asyncio.sleep(0.05)
+                    continue
+                batch = await self._consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)
+                if batch:
+                    await self.process(batch)
+                    await self.sender.ship()
+        finally:
+            await self.stop()
+
+    async def _apply_assignment(self) -> None:
+        assert self._consumer is not None
+        self._assignment_changed = False
+        tps = [TopicPartition(t, p) for t in self.topics for p in sorted(self.owned)]
+        self._consumer.assign(tps)
+        for tp in tps:
+            if tp in self.positions:
+                self._consumer.seek(tp, self.positions[tp])
+            else:
+                await self._consumer.seek_to_beginning(tp)
+        log.info("join intake reads partitions %s", sorted(self.owned))
+
+    async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
+        """Process one fetched batch; messages processed.
+
+        A message that fails its contract (or whose handling fails) goes to dead letters; the read positions
+        move past a batch only once its dead letters are handed to the producer.
+        """
+        owned, topics = self.owned, self.topics
+        bad: list[tuple[Any, str, ContractError]] = []
+        done: dict[TopicPartition, int] = {}
+        n = 0
+        t0 = time.perf_counter()
+        for tp, records in batch.items():
+            if tp.partition not in owned:
+                continue  # released while this batch was in flight: the new owner reads it
+            name = topics[tp.topic]
+            decode, handle, p = self.decoders[name], self.handlers[name], tp.partition
+            for rec in records:
+                try:
+                    value = decode(rec.value)
+                except ContractError as exc:
+                    bad.append((rec, name, exc))
+                    continue
+                try:
+                    handle(value, p)
+                except Exception as exc:
+                    log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
+                    bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
+            done[tp] = records[-1].offset + 1
+            MESSAGES_IN.labels(name).inc(len(records))
+            n += len(records)
+        if n:
+            PROCESSING.labels("feedback-join").observe((time.perf_counter() - t0) / n)
+        for rec, source, error in bad:
+            await self.dead.send(rec, source, error)
+        for tp, off in done.items():
+            if tp.partition in self.owned:
+                self.positions[tp] = off
+        return n
