@@ -46,12 +46,22 @@ __all__ = [
 ]
 
 
+def registry_namespace(topic_prefix: str) -> str:
+    """The Redis namespace of the models of a deployment: one per topic prefix, as the scheduler cache's.
+
+    >>> registry_namespace(""), registry_namespace("staging-")
+    ('rttsched', 'rttsched:staging-')
+    """
+    return f"rttsched:{topic_prefix}" if topic_prefix else "rttsched"
+
+
 def open_store(settings: Settings, keep: int | None = None) -> ModelStore:
-    """:class:`RedisModelStore` at ``settings.redis_url`` when set, else a :class:`DirectoryModelStore`
-    at ``settings.models_path``; ``keep`` defaults to ``settings.model_keep``."""
+    """:class:`RedisModelStore` at ``settings.redis_url`` (namespace :func:`registry_namespace`) when set,
+    else a :class:`DirectoryModelStore` at ``settings.models_path``; ``keep`` defaults to
+    ``settings.model_keep``."""
     keep = settings.model_keep if keep is None else keep
     if settings.redis_url:
-        return RedisModelStore(settings.redis_url, keep=keep)
+        return RedisModelStore(settings.redis_url, keep=keep, namespace=registry_namespace(settings.topic_prefix))
     return DirectoryModelStore(settings.models_path, keep=keep)
 
 

@@ -163,8 +163,20 @@ def test_open_store_follows_the_settings(settings_factory, redis_url):
     assert isinstance(open_store(settings_factory()), DirectoryModelStore)
     s = open_store(settings_factory(redis_url=redis_url))
     assert isinstance(s, RedisModelStore)
-    assert isinstance(s, RedisModelStore)
     s.close()
+
+
+def test_deployments_with_different_topic_prefixes_keep_their_own_models(settings_factory, redis_url):
+    tag = uuid.uuid4().hex[:8]
+    a = open_store(settings_factory(redis_url=redis_url, topic_prefix=f"a{tag}-"))
+    b = open_store(settings_factory(redis_url=redis_url, topic_prefix=f"b{tag}-"))
+    assert isinstance(a, RedisModelStore) and isinstance(b, RedisModelStore) and a.namespace != b.namespace
+    a.promote(KEY, a.save(KEY, b"blob-a", fmt="ubj", features=FEATURES, params={}, metrics={}, n_samples=1).version)
+    assert a.load(KEY)[0] == b"blob-a"
+    with pytest.raises(ModelNotFoundError):
+        b.load(KEY)
+    a.close()
+    b.close()
 
 
 def test_redis_blob_and_metadata_are_written_together(redis_url):
