@@ -117,13 +117,24 @@ class JoinIntake:
         await self._consumer.start()
         self.started.set()
 
+    @property
+    def running(self) -> bool:
+        """Whether the producer is up (a checkpoint may ship its rows on it)."""
+        return self._producer is not None and self.sender is not None
+
     async def stop(self) -> None:
+        """Deliver what was collected, then stop the consumer and the producer."""
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
         if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+            sender, self.sender = self.sender, None
+            try:
+                if sender is not None:
+                    await sender.flush()
+            finally:
+                await self._producer.stop()
+                self._producer = None
 
     async def run(self) -> None:
         """Read and process batches until cancelled."""

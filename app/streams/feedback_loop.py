@@ -132,10 +132,11 @@ class FeedbackLoop:
                 if t is not None and node in self.partitions:
                     rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
             intake = self.intake
-            if intake is None or intake.sender is None:
+            if intake is None:
                 return await self.table.write(rows)
-            last = [(offsets_row_key(p), orjson.dumps(pos)) for p, pos in intake.positions_of().items()]
-            return await self.table.write(rows, last=last, sender=intake.sender)
+            last: list[tuple[bytes, bytes | None]] = [
+                (offsets_row_key(p), orjson.dumps(pos)) for p, pos in intake.positions_of().items()]
+            return await self.table.write(rows, last=last, sender=intake.sender if intake.running else None)
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
         """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
@@ -192,6 +193,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
                         JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
     table.on_restore = loop.restore
     table.on_revoke = loop.revoke
+    table.on_stopping = loop.checkpoint
     loop.models.on_swap.append(loop.model_swapped)
     loop.intake = register_join(app, loop)
     register_errors(app, loop)

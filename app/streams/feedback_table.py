@@ -72,6 +72,7 @@ class FeedbackTable(faust.Table):
     source_topics: frozenset[str] = frozenset()
     on_restore: Callable[[dict[bytes, bytes], set[int]], None] | None = None
     on_revoke: Callable[[set[int]], Awaitable[None]] | None = None
+    on_stopping: Callable[[], Awaitable[int]] | None = None
 
     def partition_for_key(self, key: Any) -> int | None:
         parsed = parse_row_key(key)
@@ -147,6 +148,15 @@ class FeedbackTable(faust.Table):
         if lost and self.on_revoke is not None:
             await self.on_revoke(lost)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    async def on_stop(self) -> None:
+        if self.on_stopping is not None:
+            try:
+                n = await self.on_stopping()
+                log.info("stopping: checkpointed %d feedback rows", n)
+            except Exception as exc:  # the producer may be gone already; a restart then re-reads more
+                log.warning("stopping: feedback checkpoint failed: %r", exc)
+        await super().on_stop()
 
     async def on_recovery_completed(self, active_tps: Any, standby_tps: Any) -> None:
         await super().on_recovery_completed(active_tps, standby_tps)
