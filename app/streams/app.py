@@ -21,6 +21,7 @@ from app.streams.feedback_loop import register_feedback
 from app.streams.metrics import register_metrics_page
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
+from app.streams.ownership import register_ownership
 
 Component = Callable[[faust.App, Settings], object]
 
@@ -75,7 +76,8 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_host="127.0.0.1",
         web_bind="0.0.0.0",
     )
-    attach(app, settings, opts, clock)
+    ctx = attach(app, settings, opts, clock)
+    ctx.ownership_topic = register_ownership(app)
     register_metrics_page(app)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)

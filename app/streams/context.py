@@ -27,6 +27,8 @@ class WorkerContext:
     dead: DeadLetters
     clock: Clock = dataclasses.field(default_factory=SystemClock)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ownership_topic: str = ""
+    """The topic whose assigned partitions are this worker's (:mod:`app.streams.ownership`)."""
 
 
 _CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()

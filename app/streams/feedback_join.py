@@ -1,8 +1,8 @@
 """task-completions ⨝ rtt-predictions on (task_id, node), and every completion as a training sample.
 
 Both topics are keyed by node with node-metrics' partition count, so a worker sees a node's completions,
-its predictions and its metrics together: :class:`~app.streams.feedback_intake.JoinIntake` reads the
-partitions of node-metrics the worker owns, in batches. Each side goes into the
+its predictions and its metrics together; a :class:`~app.streams.intake.PartitionIntake` reads both
+topics' partitions that the worker owns, in batches. Each side goes into the
 :class:`~app.drift.joinbuffer.JoinBuffer`; a match adds the pair (predicted, observed RTT)
 to the node × app errors of the open period. A redelivered message is a duplicate and does nothing.
 
@@ -30,9 +30,9 @@ from app.drift.joinbuffer import DUPLICATE, MATCHED
 from app.errors import ContractError
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.feedback_intake import COMPLETIONS, PREDICTIONS, JoinIntake
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import JOIN, SAMPLES, SAMPLES_DROPPED
+from app.streams.intake import PartitionIntake
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState
 
@@ -83,8 +83,8 @@ def sample_value(completion: dict[str, Any], node_class: str, state: NodeState |
     }
 
 
-def register_join(app: faust.App, loop: FeedbackLoop) -> JoinIntake:
-    """Create the join's :class:`~app.streams.feedback_intake.JoinIntake` on ``app`` (run as an app task)."""
+def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
+    """Create the join's :class:`~app.streams.intake.PartitionIntake` on ``app`` (run as an app task)."""
     settings = loop.settings
     samples_name = settings.topic("training-samples")
     samples_partitions = contract("training-samples").partitions
@@ -141,7 +141,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> JoinIntake:
         elif r.outcome == MATCHED:
             pair(node, r.completion, r.prediction)
 
-    intake = JoinIntake(settings, {COMPLETIONS: on_completion, PREDICTIONS: on_prediction}, context_of(app).dead)
+    intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
+                             context_of(app).dead, name="feedback-join")
 
     @app.task
     async def feedback_join() -> None:

@@ -42,7 +42,6 @@ from app.drift.joinbuffer import JoinBuffer
 from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
 from app.streams.context import context_of
-from app.streams.feedback_intake import JoinIntake
 from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
@@ -56,6 +55,7 @@ from app.streams.feedback_table import (
     offsets_row_key,
     parse_row_key,
 )
+from app.streams.intake import PartitionIntake
 from app.streams.node_features import NodeFeatures, node_features_of
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class FeedbackLoop:
     dirty_nodes: set[str] = dataclasses.field(default_factory=set)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
-    intake: JoinIntake | None = None
+    intake: PartitionIntake | None = None
 
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
@@ -187,7 +187,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
 
     ctx = context_of(app)
     options = FeedbackOptions.from_settings(settings)
-    sources = [settings.topic("node-metrics")]  # the join reads the partitions of node-metrics owned here
+    sources = [ctx.ownership_topic]  # the partitions this worker owns (app.streams.ownership)
     table = feedback_table(app, TABLE_NAME, sources, contract("task-completions").partitions)
     loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), ModelCache(settings),
                         JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)

@@ -8,13 +8,8 @@ Row keys carry the source partition they belong to, so rows can be written outsi
     b"{partition}|o|"                   the join's read positions in that partition (orjson, by topic)
 
 A checkpoint writes the changed rows (a deletion is a tombstone) and waits for them, then the positions
-rows, then ends each partition it wrote with one marker record alone in its batch, as
-:mod:`app.streams.node_table` explains (the embedded broker's "latest offset" is the last batch's base
-offset + 1). Within a partition the log keeps that order, so recorded positions never run ahead of the
-state they describe. Rows go out as whole record batches on the join's producer
-(:class:`~app.kafka.batches.BatchSender`) — thousands of join entries per second would cost Faust's
-per-record path a large share of the worker — and the table's in-memory data is kept equal to what the
-changelog holds. After a recovery the table
+row, then the markers (:func:`app.streams.changelog.write_rows`): recorded positions never run ahead of
+the state they describe. After a recovery the table
 hands the rows of its active partitions to ``on_restore``; on a rebalance it calls ``on_revoke`` with the
 partitions lost, before Faust drops them.
 
@@ -37,7 +32,7 @@ from typing import Any
 import faust
 
 from app.kafka.batches import BatchSender
-from app.streams.node_table import MARKER_KEY, flush_with_markers
+from app.streams.changelog import Row, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -79,69 +74,14 @@ class FeedbackTable(faust.Table):
         return parsed[0] if parsed is not None else super().partition_for_key(key)
 
     async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *,
-                    last: Iterable[tuple[bytes, bytes | None]] = (),
-                    sender: BatchSender | None = None) -> int:
-        """Write ``rows`` (value None: delete), then ``last`` once ``rows`` are stored, then the markers.
+                    last: Iterable[tuple[bytes, bytes | None]] = (), sender: BatchSender | None = None) -> int:
+        """Write ``rows`` (value None: delete), then ``last`` once ``rows`` are stored; rows written.
 
-        With ``sender`` the rows go out as record batches on its producer; without, through Faust.
-        Returns how many rows were written.
+        With ``sender`` the rows go out as record batches on its producer; without, through Faust
+        (:func:`~app.streams.changelog.write_rows`).
         """
-        rows, last = list(rows), list(last)
-        if sender is None:
-            n, written = self._write_faust(rows + last)
-            if written:
-                await flush_with_markers(self, written)
-            return n
-        topic = self.changelog_topic.get_topic_name()
-        n, written = self._write_batches(rows, sender, topic)
-        await sender.flush()
-        n2, written2 = self._write_batches(last, sender, topic)
-        written |= written2
-        await sender.flush()
-        for partition in sorted(written):
-            sender.add(topic, partition, MARKER_KEY, b"1")
-        await sender.flush()
-        return n + n2
-
-    def _write_faust(self, rows: list[tuple[bytes, bytes | None]]) -> tuple[int, set[int]]:
-        written: set[int] = set()
-        n = 0
-        for key, value in rows:
-            partition = self._partition_of(key)
-            if value is None:
-                if key not in self.data:
-                    continue  # never written: nothing to delete
-                del self[key]
-            else:
-                self[key] = value
-            written.add(partition)
-            n += 1
-        return n, written
-
-    def _write_batches(self, rows: list[tuple[bytes, bytes | None]], sender: BatchSender,
-                       topic: str) -> tuple[int, set[int]]:
-        written: set[int] = set()
-        data = self.data
-        n = 0
-        for key, value in rows:
-            partition = self._partition_of(key)
-            if value is None:
-                if key not in data:
-                    continue
-                del data[key]
-            else:
-                data[key] = value
-            sender.add(topic, partition, key, value)
-            written.add(partition)
-            n += 1
-        return n, written
-
-    @staticmethod
-    def _partition_of(key: bytes) -> int:
-        parsed = parse_row_key(key)
-        if parsed is None:
-            raise ValueError(f"not a feedback row key: {key!r}")
-        return parsed[0]
+        return await write_rows(self, [_row(k, v) for k, v in rows], last=[_row(k, v) for k, v in last],
+                                sender=sender)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = {tp.partition for tp in revoked if tp.topic in self.source_topics}
@@ -166,6 +106,13 @@ class FeedbackTable(faust.Table):
             rows = {k: v for k, v in self.data.items()
                     if v is not None and (p := parse_row_key(k)) is not None and p[0] in active}
             self.on_restore(rows, active)
+
+
+def _row(key: bytes, value: bytes | None) -> Row:
+    parsed = parse_row_key(key)
+    if parsed is None:
+        raise ValueError(f"not a feedback row key: {key!r}")
+    return parsed[0], key, value
 
 
 def feedback_table(app: faust.App, name: str, source_topics: Iterable[str], partitions: int) -> FeedbackTable:

@@ -23,6 +23,9 @@ EVENT_AGE = Histogram(
     "rtt_worker_event_age_seconds", "Message ts to processing (lag, with the producers' clock skew)", ["topic"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+INTAKE_LAG = Gauge("rtt_worker_intake_lag_messages",
+                   "Messages not yet read by the worker's intakes (high watermark - read position)",
+                   ["topic", "partition"])
 NODES = Gauge("rtt_worker_nodes", "Nodes whose window this worker holds")
 FEATURES_EMITTED = Counter("rtt_worker_node_features_emitted_total", "node-features messages emitted")
 

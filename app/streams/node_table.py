@@ -6,10 +6,9 @@ also lets rows be written outside stream iteration (the checkpoint timer). On a 
 revoked partitions are checkpointed and dropped from memory; a node seen again is rebuilt from the
 recovered rows. A clean stop checkpoints too.
 
-Each checkpoint ends with the producer flushed and one marker record alone in its batch on every
-partition it wrote: the embedded broker (Tansu) answers a "latest offset" request with the base offset
-of the last record batch + 1, so Faust's recovery, which reads a changelog up to that offset, would skip
-the other records of a last batch of several.
+Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
+it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
+the node-features intake reads on from there after a recovery.
 """
 
 from __future__ import annotations
@@ -19,27 +18,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
+import orjson
 
+from app.streams.changelog import Row, write_rows
+from app.streams.intake import PartitionIntake
 from app.streams.metrics import NODES
 from app.streams.node_state import NodeState, node_of_key
 from app.streams.options import WorkerOptions
+from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
-
-MARKER_KEY = b"#checkpoint"
-
-
-async def flush_with_markers(table: Any, partitions: Iterable[int]) -> None:
-    """Flush the table's changelog writes, then end each written partition with one marker record.
-
-    The embedded broker reports a partition's end as the base offset of its last batch + 1, so a recovering
-    worker would skip the rest of that batch; a lone marker record after the batch keeps every row readable.
-    """
-    await table.app.producer.flush()
-    for partition in sorted(partitions):
-        table.send_changelog(partition, MARKER_KEY, b"1")
-    await table.app.producer.flush()
-
 
 class NodeStore:
     """In-memory :class:`NodeState` per node, created or rebuilt on a node's first message."""
@@ -79,51 +67,80 @@ class NodeStore:
         return len(gone)
 
 
+def positions_key(partition: int) -> bytes:
+    """The row holding the node-metrics read position of ``partition`` (no node is named ``""``)."""
+    return f"#positions|{partition}".encode()
+
+
 class NodeStateTable(faust.Table):
     """Changelogged rows of node states; the row's partition follows its node's source partition."""
 
     store: NodeStore
-    source_topic: str
+    ownership_topic: str
+    intake: PartitionIntake | None = None
 
     def partition_for_key(self, key: Any) -> int | None:
         p = self.store.partition_of(node_of_key(key))
         return p if p is not None else super().partition_for_key(key)
 
-    async def checkpoint(self, states: Iterable[NodeState] | None = None) -> int:
-        """Write the changed rows of ``states`` (default: all), flush, mark each written partition."""
-        written: set[int] = set()
-        n = 0
-        for state in list(self.store.states.values()) if states is None else states:
-            for key, row in state.take_rows():
-                self[key] = row
-                written.add(state.partition)
-                n += 1
-        if written:
-            await flush_with_markers(self, written)
-        return n
+    async def checkpoint(self, states: Iterable[NodeState] | None = None, partitions: set[int] | None = None) -> int:
+        """Write the changed rows of ``states`` (default: all) and the read positions of ``partitions``.
+
+        ``partitions`` must be those whose every state is in ``states`` (default: all held): a position is
+        recorded only with the state it produced.
+        """
+        rows: list[Row] = [(state.partition, key, row)
+                           for state in (list(self.store.states.values()) if states is None else states)
+                           for key, row in state.take_rows()]
+        intake = self.intake
+        if intake is None:
+            return await write_rows(self, rows)
+        positions = intake.positions_of(partitions)
+        last: list[Row] = [(p, positions_key(p), orjson.dumps(pos)) for p, pos in positions.items()]
+        return await write_rows(self, rows, last=last, sender=intake.sender if intake.running else None)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
-        lost = {tp.partition for tp in revoked if tp.topic == self.source_topic}
+        lost = lost_partitions(revoked, self.ownership_topic)
         if lost:
-            await self.checkpoint([s for s in self.store.states.values() if s.partition in lost])
+            if self.intake is not None:
+                self.intake.release(lost)
+            await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
             log.info("partitions %s revoked: dropped %d node states", sorted(lost), self.store.drop_partitions(lost))
+            if self.intake is not None:
+                self.intake.forget(lost)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    async def on_recovery_completed(self, active_tps: Any, standby_tps: Any) -> None:
+        await super().on_recovery_completed(active_tps, standby_tps)
+        changelog = self.changelog_topic.get_topic_name()
+        active = {tp.partition for tp in active_tps if tp.topic == changelog}
+        if self.intake is None or not active:
+            return
+        offsets: dict[tuple[str, int], int] = {}
+        for p in active:
+            raw = self.data.get(positions_key(p))
+            if raw:
+                offsets.update({(name, p): int(off) for name, off in orjson.loads(raw).items()})
+        self.intake.assign(active, offsets)
+        log.info("partitions %s: node-metrics read from %s", sorted(active),
+                 {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())} or "the beginning")
 
     async def on_stop(self) -> None:
         try:
             n = await self.checkpoint()
             log.info("stopping: checkpointed %d node window rows", n)
-        except Exception as exc:  # the producer may be gone already; a restart then re-reads less
+        except Exception as exc:  # the producer may be gone already; a restart then re-reads more
             log.warning("stopping: checkpoint failed: %r", exc)
         await super().on_stop()
 
 
-def node_state_table(app: faust.App, name: str, store: NodeStore, source_topic: str, partitions: int) -> NodeStateTable:
+def node_state_table(app: faust.App, name: str, store: NodeStore, ownership_topic: str,
+                     partitions: int) -> NodeStateTable:
     """Create and register the table on ``app``."""
     table = NodeStateTable(
         app, name=name, default=None, beacon=app.tables.beacon, partitions=partitions,
         key_type=bytes, value_type=bytes, help="node window rows: b'{node}#{slot}' and b'{node}#meta'",
     )
     table.store = store
-    table.source_topic = source_topic
+    table.ownership_topic = ownership_topic
     return app.tables.add(table)  # type: ignore[return-value]

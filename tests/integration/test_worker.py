@@ -120,6 +120,10 @@ def test_features_and_dead_letters(kafka_settings: Settings, tmp_path: Path) -> 
         assert 'rtt_worker_dead_letters_total{reason="invalid_json",topic="node-metrics"} 2.0' in text
         assert 'rtt_worker_messages_in_total{topic="node-metrics"} 25.0' in text
         assert "rtt_worker_processing_seconds_bucket" in text
+        # everything read: the intake's lag is zero on every node-metrics partition it reported
+        lags = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("rtt_worker_intake_lag_messages{") and 'topic="node-metrics"' in line]
+        assert lags and all(lag == 0 for lag in lags)
 
 
 def test_restart_reads_state_back(kafka_settings: Settings, tmp_path: Path) -> None:

@@ -1,23 +1,26 @@
-"""The join's input: task-completions and rtt-predictions of the partitions this worker owns, read in batches.
+"""Reading the worker's source topics in batches, for the partitions this worker owns.
 
-The join is the worker's busiest path (every completion and every candidate's prediction), so it does not
-go through Faust's per-event machinery: one aiokafka consumer, assigned by hand, reads both topics in
-batches (``getmany``), and one producer ships what the join writes as whole record batches
-(:class:`~app.kafka.batches.BatchSender`): training samples, and the feedback table's changelog rows.
+The worker's busy paths — node-metrics (every scrape of every node) and the join (every completion and
+every candidate's prediction) — do not go through Faust's per-event machinery, which costs more than
+the work itself. A :class:`PartitionIntake` reads its topics with one aiokafka consumer assigned by hand,
+in batches (``getmany``), and hands each valid value to a synchronous handler; what the handlers write
+goes out on one producer as whole record batches (:class:`~app.kafka.batches.BatchSender`): features,
+training samples and the tables' changelog rows.
 
-Ownership follows the Faust group. All topics of the worker have the same partition count and are keyed
-by node, so Faust's co-partitioning assignor gives a worker partition *p* of node-metrics and of the
-feedback table's changelog together; the intake reads partition *p* of the two join topics from then on:
+Ownership comes from the Faust group (:mod:`app.streams.ownership`). Every source topic and changelog
+of the worker has the same partition count and is keyed by node, so partition *p* of each belongs to the
+worker that Faust's co-partitioning assignor gives partition *p* of the ownership topic and of the
+tables' changelogs:
 
-* after the table's recovery, :meth:`JoinIntake.assign` adds the restored partitions, each topic read
-  from the offset the last checkpoint recorded (the beginning when none);
-* on a rebalance, :meth:`JoinIntake.release` stops reading lost partitions at once, before their last
-  checkpoint, so nothing is processed that the new owner will not see.
+* after a table's recovery, :meth:`PartitionIntake.assign` adds the restored partitions, each topic read
+  from the position the last checkpoint recorded (the beginning when none);
+* on a rebalance, :meth:`PartitionIntake.release` stops reading lost partitions at once, before their
+  last checkpoint, so nothing is processed that the new owner will not see.
 
-What the join has processed is recorded by the checkpoint together with the state it produced: the table's
-rows first, then the read positions (:meth:`JoinIntake.positions_of`). A restarted worker restores both
-and reads on from the recorded positions, so a message is either in the restored state or read again —
-never both; a message read again whose key the restored buffer already holds is a duplicate.
+What an intake has processed is recorded by its table's checkpoint together with the state it produced:
+the rows first, then the read positions (:meth:`PartitionIntake.positions_of`). A restarted worker
+restores both and reads on from the recorded positions, so a message is either in the restored state or
+read again — never both.
 """
 
 from __future__ import annotations
@@ -35,31 +38,32 @@ from app.errors import ContractError
 from app.kafka.batches import BatchSender
 from app.streams.deadletter import DeadLetters
 from app.streams.edge import EdgeDecoder
-from app.streams.metrics import MESSAGES_IN, PROCESSING
+from app.streams.metrics import INTAKE_LAG, MESSAGES_IN, PROCESSING
 
 log = logging.getLogger(__name__)
 
-COMPLETIONS, PREDICTIONS = "task-completions", "rtt-predictions"
 Handler = Callable[[dict[str, Any], int], None]
 MAX_RECORDS = 10_000
 
 
-class JoinIntake:
-    """Reads the two join topics of the owned partitions and hands each valid value to its handler.
+class PartitionIntake:
+    """Reads some contract topics of the owned partitions and hands each valid value to its handler.
 
     Parameters
     ----------
     settings
         Broker and topic prefix.
     handlers
-        ``{contract name: handler(value, partition)}`` for task-completions and rtt-predictions; a handler
-        is synchronous (it runs between two batches' awaits, so a checkpoint sees whole messages only).
+        ``{contract name: handler(value, partition)}``; a handler is synchronous (it runs between two
+        batches' awaits, so a checkpoint sees whole messages only).
     dead
         Where undecodable or invalid messages go, with their reason.
     """
 
-    def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters) -> None:
+    def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
+                 name: str = "intake") -> None:
         self.settings = settings
+        self.name = name
         self.handlers = handlers
         self.dead = dead
         self.topics = {settings.topic(name): name for name in handlers}
@@ -93,8 +97,20 @@ class JoinIntake:
         self._assignment_changed = True
 
     def forget(self, partitions: set[int]) -> None:
+        """Drop the positions (and lag gauges) of released ``partitions``."""
         for tp in [tp for tp in self.positions if tp.partition in partitions and tp.partition not in self.owned]:
             del self.positions[tp]
+            try:
+                INTAKE_LAG.remove(self.topics[tp.topic], str(tp.partition))
+            except KeyError:
+                pass
+
+    def _report_lag(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        assert self._consumer is not None
+        for tp in batch:
+            high, pos = self._consumer.highwater(tp), self.positions.get(tp)
+            if high is not None and pos is not None:
+                INTAKE_LAG.labels(self.topics[tp.topic], str(tp.partition)).set(max(0, high - pos))
 
     def positions_of(self, partitions: set[int] | None = None) -> dict[int, dict[str, int]]:
         """``{partition: {contract name: next offset}}`` of what has been processed (all partitions held)."""
@@ -152,6 +168,7 @@ class JoinIntake:
                 if batch:
                     await self.process(batch)
                     await self.sender.ship()
+                    self._report_lag(batch)
         finally:
             await self.stop()
 
@@ -165,7 +182,7 @@ class JoinIntake:
                 self._consumer.seek(tp, self.positions[tp])
             else:
                 await self._consumer.seek_to_beginning(tp)
-        log.info("join intake reads partitions %s", sorted(self.owned))
+        log.info("%s reads partitions %s", self.name, sorted(self.owned))
 
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
@@ -198,7 +215,7 @@ class JoinIntake:
             MESSAGES_IN.labels(name).inc(len(records))
             n += len(records)
         if n:
-            PROCESSING.labels("feedback-join").observe((time.perf_counter() - t0) / n)
+            PROCESSING.labels(self.name).observe((time.perf_counter() - t0) / n)
         for rec, source, error in bad:
             await self.dead.send(rec, source, error)
         for tp, off in done.items():

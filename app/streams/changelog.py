@@ -1,0 +1,73 @@
+"""Writing a table's changelog rows outside stream iteration, in checkpoints.
+
+Both tables of the worker are written by checkpoints (timers, rebalances, a clean stop), with each row's
+changelog partition known to the caller (the partition of the node it belongs to). :func:`write_rows`
+writes the rows, waits until they are stored, then writes the ``last`` rows (the intake's read
+positions) and waits again, so within a partition the log never holds positions ahead of the state they
+describe. The table's in-memory data is kept equal to what the changelog holds.
+
+Each checkpoint ends with one marker record alone in its batch on every partition it wrote: the embedded
+broker (Tansu) answers a "latest offset" request with the base offset of the last record batch + 1, so
+Faust's recovery, which reads a changelog up to that offset, would skip the other records of a last batch
+of several. Recovery ignores the marker (it is not a row key of either table).
+
+Rows go out on the intake's producer as whole record batches (:class:`~app.kafka.batches.BatchSender`)
+when one is running — thousands of rows per second would cost Faust's per-record path a large share of
+the worker — else through Faust's producer (before the intake starts, after it stops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from app.kafka.batches import BatchSender
+
+MARKER_KEY = b"#checkpoint"
+
+Row = tuple[int, bytes, bytes | None]  # changelog partition, key, value (None: delete)
+
+
+async def flush_with_markers(table: Any, partitions: Iterable[int]) -> None:
+    """Flush the table's changelog writes (Faust's producer), then end each partition with one marker."""
+    await table.app.producer.flush()
+    for partition in sorted(partitions):
+        table.send_changelog(partition, MARKER_KEY, b"1")
+    await table.app.producer.flush()
+
+
+async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (),
+                     sender: BatchSender | None = None) -> int:
+    """Write ``rows``, then ``last`` once ``rows`` are stored, then the markers; how many rows were written.
+
+    Deleting a key the table never held writes nothing.
+    """
+    data = table.data
+    first = [r for r in rows if r[2] is not None or r[1] in data]
+    tail = [r for r in last if r[2] is not None or r[1] in data]
+    written = {p for p, _, _ in first} | {p for p, _, _ in tail}
+    if not written:
+        return 0
+    if sender is None:
+        for partition, key, value in first + tail:
+            _apply(data, key, value)
+            table.send_changelog(partition, key, value)
+        await flush_with_markers(table, written)
+        return len(first) + len(tail)
+    topic = table.changelog_topic.get_topic_name()
+    for group in (first, tail):
+        for partition, key, value in group:
+            _apply(data, key, value)
+            sender.add(topic, partition, key, value)
+        await sender.flush()
+    for partition in sorted(written):
+        sender.add(topic, partition, MARKER_KEY, b"1")
+    await sender.flush()
+    return len(first) + len(tail)
+
+
+def _apply(data: Any, key: bytes, value: bytes | None) -> None:
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value

@@ -1,0 +1,92 @@
+"""PartitionIntake's bookkeeping: what it owns, where it reads from, what a batch does to its positions."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import orjson
+from aiokafka import TopicPartition
+
+from app.config import Settings
+from app.errors import ContractError
+from app.streams.intake import PartitionIntake
+
+S = Settings.from_env({}, topic_prefix="u-")
+C, P = S.topic("task-completions"), S.topic("rtt-predictions")
+
+
+@dataclasses.dataclass
+class Record:
+    offset: int
+    value: bytes
+    topic: str = C
+    partition: int = 0
+    key: bytes | None = b"n1"
+
+
+class Dead:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str, str]] = []
+
+    async def send(self, message: Any, source: str, exc: ContractError) -> None:
+        self.sent.append((message.offset, source, exc.reason))
+
+
+def completion(task: str, node: str = "n1") -> bytes:
+    return orjson.dumps({"task_id": task, "app": "gCTF", "node": node, "submitted_ts": 0.5, "started_ts": 1.0,
+                         "finished_ts": 2.0,
+                         "rtt_ms": 1000.0, "status": "ok"})
+
+
+def intake(handled: list[tuple[str, int]], dead: Dead, fail_on: str = "") -> PartitionIntake:
+    def on_completion(c: dict[str, Any], partition: int) -> None:
+        if c["task_id"] == fail_on:
+            raise RuntimeError("boom")
+        handled.append((c["task_id"], partition))
+
+    return PartitionIntake(S, {"task-completions": on_completion, "rtt-predictions": lambda p, n: None},
+                           dead)  # type: ignore[arg-type]
+
+
+def test_assign_release_forget() -> None:
+    it = intake([], Dead())
+    it.assign({0, 3}, {("task-completions", 0): 42})
+    assert it.owned == {0, 3}
+    assert it.positions_of() == {0: {"task-completions": 42}}
+    # positions of a partition still held are not moved back by a later assignment
+    it.positions[TopicPartition(C, 0)] = 50
+    it.assign({0, 5}, {("task-completions", 0): 42})
+    assert it.positions_of({0}) == {0: {"task-completions": 50}} and it.owned == {0, 3, 5}
+    it.release({0})
+    assert it.owned == {3, 5}
+    assert it.positions_of({0}) == {0: {"task-completions": 50}}  # still there for the last checkpoint
+    it.forget({0})
+    assert it.positions_of() == {}
+
+
+def test_a_batch_moves_positions_and_dead_letters_bad_messages() -> None:
+    handled: list[tuple[str, int]] = []
+    dead = Dead()
+    it = intake(handled, dead, fail_on="t-boom")
+    it.assign({0, 1}, {})
+    batch = {
+        TopicPartition(C, 0): [Record(10, completion("t-1")), Record(11, b"{not json"), Record(12, completion("t-2"))],
+        TopicPartition(C, 1): [Record(7, completion("t-boom"), partition=1), Record(8, completion("t-3"), partition=1)],
+        TopicPartition(C, 2): [Record(0, completion("t-not-mine"), partition=2)],  # not owned: skipped
+    }
+    n = asyncio.run(it.process(batch))  # type: ignore[arg-type]
+    assert n == 5
+    assert handled == [("t-1", 0), ("t-2", 0), ("t-3", 1)]
+    assert dead.sent == [(11, "task-completions", "invalid_json"), (7, "task-completions", "processing_failed")]
+    assert it.positions_of() == {0: {"task-completions": 13}, 1: {"task-completions": 9}}
+
+
+def test_a_partition_released_during_a_batch_keeps_its_position() -> None:
+    handled: list[tuple[str, int]] = []
+    it = intake(handled, Dead())
+    it.assign({0}, {("task-completions", 0): 10})
+    it.release({0})
+    asyncio.run(it.process({TopicPartition(C, 0): [Record(10, completion("t-1"))]}))  # type: ignore[dict-item]
+    assert handled == [] and it.positions_of() == {0: {"task-completions": 10}}
