@@ -88,6 +88,8 @@ class Settings:
     drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")
     join_max_entries: int = _f(500_000, _positive, doc="keys the join buffer of one worker holds at most")
     feedback_redis_timeout_s: float = _f(1.0, _positive, doc="longest batched Redis cache write of the worker")
+    retrain_growth: float = _f(0.5, _non_negative, doc="retrain a key with a model when its samples grew by this"
+                               " fraction since the last retrain asked (0: never)")
     # -- trainer
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')

@@ -1,4 +1,4 @@
-"""Every error period: prediction-errors per node, DWA windows, and retrain-events (drift, cold start).
+"""Every error period: prediction-errors per node, DWA windows, and retrain-events (drift, cold start, growth).
 
 The period timer (``settings.error_period_s``) closes the open period of every node this worker holds
 (:meth:`~app.drift.tracker.NodeTracker.close`), checkpoints the feedback state (so what it is about to
@@ -14,6 +14,8 @@ Page-Hinkley statistic over per-period MAPE, ``model_key``).
   ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
   the sample count, ``threshold``: the option); asked again only once the count has doubled (the
   trainer may still be training, or found too few usable rows).
+* Growth: a key with a model whose samples grew by ``options.retrain_growth`` (50 %) since the last
+  retrain asked gets a retrain-event with reason ``growth`` (:mod:`app.drift.growth`).
 
 Retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per worker.
 """
@@ -29,6 +31,7 @@ import faust
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
+from app.drift.growth import SampleGrowth
 from app.drift.tracker import AppReport
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
@@ -126,14 +129,17 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
             PREDICTION_MAPE.labels(app_name, node_class).set(stats.mape)
         return len(closed)
 
-    asked: dict[str, int] = {}  # samples of a key when its last cold start was asked
+    growth = SampleGrowth(loop.options.cold_start_samples, loop.options.retrain_growth)
 
     async def cold_start() -> None:
-        need = loop.options.cold_start_samples
         for key, count in list(loop.samples_per_key.items()):
-            if count >= max(need, 2 * asked.get(key, 0)) and not loop.models.has(key):
-                if await retrain(key, "cold_start", float(count), float(need), None):
-                    asked[key] = count
+            has_model = loop.models.has(key)
+            reason = growth.due(key, count, has_model=has_model)
+            if reason is None:
+                continue
+            threshold = growth.threshold(key, has_model=has_model)
+            if await retrain(key, reason, float(count), threshold, None):
+                growth.asked(key, count)
 
     @app.timer(period, name="feedback-errors")
     async def error_period() -> None:

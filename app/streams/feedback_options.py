@@ -1,5 +1,5 @@
 """Options of the feedback loop, read from their :class:`~app.config.Settings` fields (``RTT_COLD_START_SAMPLES``,
-``RTT_DRIFT_*``, ``RTT_JOIN_MAX_ENTRIES``, ``RTT_FEEDBACK_REDIS_TIMEOUT_S``); a bad value is a
+``RTT_DRIFT_*``, ``RTT_JOIN_MAX_ENTRIES``, ``RTT_FEEDBACK_REDIS_TIMEOUT_S``, ``RTT_RETRAIN_GROWTH``); a bad value is a
 :class:`~app.errors.ConfigError` naming the variable.
 
 >>> FeedbackOptions.from_settings(Settings.from_env({"RTT_COLD_START_SAMPLES": "50"})).cold_start_samples
@@ -26,6 +26,7 @@ _ENV = {
     "drift_min_instances": "RTT_DRIFT_MIN_INSTANCES",
     "join_max_entries": "RTT_JOIN_MAX_ENTRIES",
     "feedback_redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
+    "retrain_growth": "RTT_RETRAIN_GROWTH",
 }
 _COUNTS = {"cold_start_samples", "drift_min_instances", "join_max_entries"}
 
@@ -44,6 +45,8 @@ class FeedbackOptions:
     """Keys the join buffer of one worker holds at most (the oldest leave early, counted as expired)."""
     feedback_redis_timeout_s: float = 1.0
     """Longest a batched Redis write may take before it is abandoned (the next period writes again)."""
+    retrain_growth: float = 0.5
+    """A key with a model is retrained when its samples grew by this fraction since the last ask (0: never)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -51,10 +54,11 @@ class FeedbackOptions:
             "drift_delta": self.drift_delta >= 0, "drift_min_instances": self.drift_min_instances >= 1,
             "join_max_entries": self.join_max_entries >= 1,
             "feedback_redis_timeout_s": self.feedback_redis_timeout_s > 0,
+            "retrain_growth": self.retrain_growth >= 0,
         }
         for name, ok in checks.items():
             if not ok:
-                bound = ">= 0" if name == "drift_delta" else ">= 1" if name in _COUNTS else "> 0"
+                bound = ">= 0" if name in ("drift_delta", "retrain_growth") else ">= 1" if name in _COUNTS else "> 0"
                 raise ConfigError(_ENV[name], f"must be {bound} (got {getattr(self, name)})")
 
     @classmethod

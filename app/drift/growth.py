@@ -1,0 +1,58 @@
+"""When a model key's sample count calls for a retrain: a cold start, or enough new samples since the last.
+
+Two rules, on the samples of a key seen by one worker (``count``):
+
+* **cold start** — the key has no model and ``count >= cold_start``; asked again only when the count has
+  doubled since the last ask (the trainer may have found the samples too few or too poor);
+* **growth** — the key has a model and ``count >= (1 + growth) · asked`` (``asked``: the count at the last
+  ask, at least ``cold_start``). An early model is trained on few samples, often before the task
+  features that vary with the load (running pods) have varied much; retraining as the history grows by
+  a fixed fraction gives the trainer (which promotes a challenger only if it beats the champion) a few
+  chances while the data is young, and geometrically fewer later: 200 → 300 → 450 → … samples.
+  ``growth = 0`` turns the rule off.
+
+>>> g = SampleGrowth(cold_start=200, growth=0.5)
+>>> g.due("gCTF:gpu", 150, has_model=False), g.due("gCTF:gpu", 200, has_model=False)
+(None, 'cold_start')
+>>> g.asked("gCTF:gpu", 200)
+>>> g.due("gCTF:gpu", 250, has_model=True), g.due("gCTF:gpu", 300, has_model=True)
+(None, 'growth')
+>>> g.asked("gCTF:gpu", 300); g.due("gCTF:gpu", 449, has_model=True), g.due("gCTF:gpu", 450, has_model=True)
+(None, 'growth')
+"""
+
+from __future__ import annotations
+
+import math
+
+COLD_START, GROWTH = "cold_start", "growth"
+
+
+class SampleGrowth:
+    """Per model key, the sample count at the last retrain asked, and the rules above."""
+
+    def __init__(self, cold_start: int, growth: float) -> None:
+        if cold_start < 1:
+            raise ValueError(f"cold_start must be >= 1 (got {cold_start})")
+        if not (math.isfinite(growth) and growth >= 0):
+            raise ValueError(f"growth must be >= 0 (got {growth})")
+        self.cold_start = int(cold_start)
+        self.growth = float(growth)
+        self._asked: dict[str, int] = {}
+
+    def threshold(self, key: str, *, has_model: bool) -> float:
+        """The sample count at which the next retrain of ``key`` is due (``inf``: never)."""
+        last = self._asked.get(key, 0)
+        if not has_model:
+            return float(max(self.cold_start, 2 * last))
+        return (1.0 + self.growth) * max(last, self.cold_start) if self.growth > 0 else math.inf
+
+    def due(self, key: str, count: int, *, has_model: bool) -> str | None:
+        """The reason a retrain of ``key`` is due at ``count`` samples, or None."""
+        if count < self.threshold(key, has_model=has_model):
+            return None
+        return GROWTH if has_model else COLD_START
+
+    def asked(self, key: str, count: int) -> None:
+        """Record that a retrain of ``key`` was asked at ``count`` samples."""
+        self._asked[key] = int(count)
