@@ -14,7 +14,7 @@ from app.errors import RttError
 
 # subcommand -> module under app.cli; order is the order of --help
 COMMANDS = (
-    "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "select", "sim", "demo",
+    "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "pods", "select", "sim", "demo",
 )
 
 
