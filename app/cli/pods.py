@@ -1,0 +1,126 @@
+"""``rttsched pods``: watch our pods in the Kubernetes API and keep the extender's running-apps view in Redis.
+
+Options (flag, else environment variable, else default): ``--api-url`` / ``RTT_PODS_API_URL`` (empty: the
+in-cluster API with the pod's service account), ``--token-file`` / ``RTT_PODS_TOKEN_FILE``, ``--ca-file`` /
+``RTT_PODS_CA_FILE``, ``--resync`` / ``RTT_PODS_RESYNC_S`` (30), ``--ttl`` / ``RTT_PODS_TTL_S`` (3 x resync).
+``REDIS_URL``, ``RTT_TOPIC_PREFIX`` and ``RTT_METRICS_PORT`` come from the shared settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+HELP = "watch pods labelled rttsched.io/app and write the running apps per node to Redis (for the extender)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api-url", default=None,
+                   help="Kubernetes API URL, e.g. http://127.0.0.1:8001 for `kubectl proxy` "
+                        "(default RTT_PODS_API_URL; empty: in-cluster service account)")
+    p.add_argument("--token-file", default=None, help="bearer token file, re-read on every request "
+                   "(default RTT_PODS_TOKEN_FILE; in-cluster: the service account token)")
+    p.add_argument("--ca-file", default=None, help="CA bundle for an https API URL (default RTT_PODS_CA_FILE)")
+    p.add_argument("--resync", type=float, default=None,
+                   help="seconds between full lists; a watch runs in between (default RTT_PODS_RESYNC_S or 30)")
+    p.add_argument("--ttl", type=float, default=None,
+                   help="lifetime of a node's key without a list confirming it (default RTT_PODS_TTL_S or 3 x resync)")
+    p.add_argument("--poll", action="store_true", help="no watch: only list, every resync period")
+    p.add_argument("--once", action="store_true", help="list once, write the view, print it and exit")
+
+
+def _env_float(name: str, flag: float | None, default: float) -> float:
+    from app.errors import ConfigError
+
+    if flag is not None:
+        return flag
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number of seconds (got {raw!r})") from None
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from app.extender.podwatch import PodWatchOptions
+
+    resync = _env_float("RTT_PODS_RESYNC_S", args.resync, 30.0)
+    ttl = _env_float("RTT_PODS_TTL_S", args.ttl, 0.0)
+    return PodWatchOptions(resync_s=resync, ttl_s=ttl, watch=not args.poll)
+
+
+def _access(args: argparse.Namespace) -> Any:
+    from app.extender.podwatch_api import KubeAccess
+
+    url = args.api_url if args.api_url is not None else os.environ.get("RTT_PODS_API_URL", "")
+    token = args.token_file if args.token_file is not None else os.environ.get("RTT_PODS_TOKEN_FILE", "")
+    ca = args.ca_file if args.ca_file is not None else os.environ.get("RTT_PODS_CA_FILE", "")
+    if url.strip():
+        return KubeAccess.from_url(url, token, ca)
+    return KubeAccess.in_cluster(os.environ)
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    import aiohttp
+    import redis.asyncio as aioredis
+
+    from app.errors import ConfigError
+    from app.extender.podwatch import PodWatcher, PodWatchMetrics
+    from app.extender.podwatch_api import PodsApi
+    from app.scheduler.cache import CacheKeys
+
+    log = logging.getLogger("app.cli.pods")
+    if not settings.redis_url:
+        raise ConfigError("REDIS_URL", "the pods watcher writes the running-apps view to Redis: set REDIS_URL")
+    options = _options(args)
+    access = _access(args)
+    metrics = PodWatchMetrics()
+
+    async def main() -> int:
+        async with aiohttp.ClientSession() as session:
+            client = aioredis.from_url(settings.redis_url)
+            watcher = PodWatcher(PodsApi(session, access), client, CacheKeys(settings.topic_prefix), options, metrics)
+            try:
+                if args.once:
+                    await watcher.sync()
+                    for node, apps in sorted(watcher.written.items()):
+                        print(f"{node}\t" + " ".join(f"{app}={n}" for app, n in sorted(apps.items())))
+                    print(f"rttsched pods: {len(watcher.pods)} pods on {len(watcher.written)} nodes written",
+                          flush=True)
+                    return 0
+                return await _serve(watcher)
+            finally:
+                await client.aclose()
+
+    async def _serve(watcher: PodWatcher) -> int:
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port, registry=metrics.registry)
+            log.info("metrics on :%d/metrics", settings.metrics_port)
+        mode = "list only" if not options.watch else "list + watch"
+        print(f"rttsched pods: {access.base_url} -> {settings.redis_url} (prefix {settings.topic_prefix!r}), "
+              f"{mode}, resync {options.resync_s:g}s", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        task = asyncio.ensure_future(watcher.run())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        task.cancel()
+        await asyncio.gather(task, stopping, return_exceptions=True)
+        if not stop.is_set():
+            task.result()  # run() only ends by an unexpected error: let main report it
+        print("rttsched pods: stopped", flush=True)
+        return 0
+
+    return asyncio.run(main())

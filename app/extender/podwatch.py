@@ -1,0 +1,245 @@
+"""The running-apps view writer: our pods from the Kubernetes API, counted per node and app, into Redis.
+
+It follows the informer pattern: list every ``resync_s`` (``RTT_PODS_RESYNC_S``) and, in between, watch
+from the list's resourceVersion, applying ADDED/MODIFIED/DELETED events as they arrive (a 410 Gone relists
+at once). With ``watch=False`` it only lists, every ``resync_s``. After each list or batch of events the
+counts are compared with what was last written and only what changed is written, in one pipeline::
+
+    rttsched:{prefix}running:{node} = {"apps": {app: count}, "ts": unix seconds}   (PX ttl_s)
+
+A node left without any of our pods has its key deleted. Each list also renews the TTL (3 x resync by
+default) of unchanged keys, re-creates keys that vanished and deletes keys of nodes it does not know
+(left by an earlier run), so the watcher owns every ``running:*`` key of its prefix, and the view of a
+watcher that stopped — or has not reached the API for 3 resyncs — expires instead of lying.
+
+Errors never stop it: an API or Redis failure is counted by kind, logged once per kind until the next
+successful list (repeats at debug) and retried with exponential backoff; a malformed pod is skipped and
+counted. The extender reads the view with :func:`app.scheduler.cache.load_running`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from redis.exceptions import RedisError
+
+from app.errors import ConfigError
+from app.extender.podwatch_api import KubeApiError, PodsApi
+from app.extender.podwatch_view import Placement, View, diff_views, placement, tally
+from app.scheduler.cache import CacheKeys, encode_running
+from app.scheduler.podinfo import PodError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodWatchOptions:
+    """How often to relist, whether to watch in between, how long keys live, how to back off."""
+
+    resync_s: float = 30.0
+    watch: bool = True
+    ttl_s: float = 0.0  # 0: 3 x resync_s
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.resync_s > 0:
+            raise ConfigError("RTT_PODS_RESYNC_S", f"must be > 0 (got {self.resync_s})")
+        if self.ttl_s and self.ttl_s < self.resync_s:
+            raise ConfigError("RTT_PODS_TTL_S", f"must be >= RTT_PODS_RESYNC_S (got {self.ttl_s})")
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            raise ConfigError("backoff_initial_s", "must be > 0 and <= backoff_max_s")
+
+    @property
+    def key_ttl_ms(self) -> int:
+        return max(1, round(1000 * (self.ttl_s or 3 * self.resync_s)))
+
+    def backoff_s(self, failures: int) -> float:
+        """Wait after ``failures`` consecutive failures: doubling from the initial wait, capped.
+
+        >>> [PodWatchOptions(backoff_initial_s=0.5, backoff_max_s=3).backoff_s(n) for n in (1, 2, 3, 4, 9)]
+        [0.5, 1.0, 2.0, 3.0, 3.0]
+        """
+        return min(float(self.backoff_max_s), self.backoff_initial_s * 2 ** min(max(failures - 1, 0), 30))
+
+
+class PodWatchMetrics:
+    """``rtt_pods_*`` metrics of one watcher, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry(auto_describe=True)
+        self.seen = Gauge("rtt_pods_seen", "Our pods running on a node in the current view", registry=r)
+        self.nodes = Gauge("rtt_pods_nodes", "Nodes with at least one of our pods", registry=r)
+        self.malformed = Counter("rtt_pods_malformed_total", "Pod objects skipped as malformed", registry=r)
+        self.events = Counter("rtt_pods_watch_events_total", "Watch events by type", ["type"], registry=r)
+        self.lists = Counter("rtt_pods_lists_total", "Successful lists (full resyncs)", registry=r)
+        self.written = Counter("rtt_pods_nodes_written_total", "Node keys written to Redis", registry=r)
+        self.deleted = Counter("rtt_pods_nodes_deleted_total", "Node keys deleted from Redis", registry=r)
+        self.api_errors = Counter("rtt_pods_api_errors_total", "Kubernetes API failures by kind", ["kind"],
+                                  registry=r)
+        self.redis_errors = Counter("rtt_pods_redis_errors_total", "Failed Redis writes", registry=r)
+        self.last_sync = Gauge("rtt_pods_last_sync_timestamp_seconds", "When the last list was written to Redis",
+                               registry=r)
+
+
+class PodWatcher:
+    """Keep ``rttsched:{prefix}running:{node}`` equal to the pods the API reports (see the module docstring)."""
+
+    def __init__(self, api: PodsApi, client: Any, keys: CacheKeys, options: PodWatchOptions | None = None,
+                 metrics: PodWatchMetrics | None = None, wall: Callable[[], float] = time.time) -> None:
+        self.api = api
+        self.client = client  # redis.asyncio.Redis
+        self.keys = keys
+        self.options = options or PodWatchOptions()
+        self.metrics = metrics or PodWatchMetrics()
+        self.pods: dict[str, Placement] = {}  # pod key -> (node, app), the pods that count
+        self.written: View = {}  # what Redis holds
+        self.last_sync: float | None = None  # wall time of the last list written to Redis
+        self._wall = wall
+        self._failing: set[str] = set()  # error kinds logged since the last success
+        self._failures = 0  # consecutive failures, for the backoff
+
+    # -- one step each
+    async def sync(self) -> str:
+        """List, replace the pod set, write the view with a full resync; the list's resourceVersion."""
+        items, version = await self.api.list_pods()
+        pods: dict[str, Placement] = {}
+        for item in items:
+            try:
+                key, where = placement(item)
+            except PodError as exc:
+                self._malformed(exc)
+                continue
+            if where is not None:
+                pods[key] = where
+        self.pods = pods
+        await self.flush(resync=True)
+        self.metrics.lists.inc()
+        self.last_sync = self._wall()
+        self.metrics.last_sync.set(self.last_sync)
+        return version
+
+    def apply(self, events: Iterable[dict[str, Any]], version: str) -> str:
+        """Apply watch events to the pod set; the resourceVersion to resume from."""
+        for event in events:
+            kind, obj = event["type"], event["object"]
+            self.metrics.events.labels(kind if kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") else "other").inc()
+            meta = obj.get("metadata")
+            if isinstance(meta, dict) and isinstance(meta.get("resourceVersion"), str):
+                version = meta["resourceVersion"]
+            if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            try:
+                key, where = placement(obj)
+            except PodError as exc:
+                self._malformed(exc)
+                continue
+            if kind == "DELETED" or where is None:
+                self.pods.pop(key, None)
+            else:
+                self.pods[key] = where
+        return version
+
+    async def flush(self, resync: bool = False) -> None:
+        """Write the nodes whose counts changed, delete emptied ones; on ``resync`` also renew every key."""
+        view = tally(self.pods.values())
+        changed, removed = diff_views(self.written, view)
+        if resync:
+            stray = {self.keys.kind_of(k)[1] for k in await self._running_keys()} - set(view) - set(removed)
+            removed.extend(sorted(stray))
+        unchanged = [node for node in view if node not in changed] if resync else []
+        if changed or removed or unchanged:
+            ttl, now = self.options.key_ttl_ms, self._wall()
+            pipe = self.client.pipeline(transaction=False)
+            for node, apps in changed.items():
+                pipe.set(self.keys.running(node), encode_running(apps, now), px=ttl)
+            for node in unchanged:
+                pipe.pexpire(self.keys.running(node), ttl)
+            if removed:
+                pipe.delete(*(self.keys.running(node) for node in removed))
+            results = await pipe.execute()
+            renewed = results[len(changed):len(changed) + len(unchanged)]
+            lost = {node: view[node] for node, ok in zip(unchanged, renewed, strict=True) if not ok}
+            if lost:  # expired or removed behind our back: write them again
+                pipe = self.client.pipeline(transaction=False)
+                for node, apps in lost.items():
+                    pipe.set(self.keys.running(node), encode_running(apps, now), px=ttl)
+                await pipe.execute()
+            self.metrics.written.inc(len(changed) + len(lost))
+            self.metrics.deleted.inc(len(removed))
+            if changed or removed:
+                log.debug("running-apps view: %d nodes written, %d deleted", len(changed), len(removed))
+        self.written = view
+        self.metrics.seen.set(sum(sum(apps.values()) for apps in view.values()))
+        self.metrics.nodes.set(len(view))
+
+    # -- the loop
+    async def run(self) -> None:
+        """List, watch until the next resync, repeat — forever; cancel the task to stop."""
+        while True:
+            try:
+                version = await self.sync()
+                if self.options.watch:
+                    await self._watch_until(version, time.monotonic() + self.options.resync_s)
+                else:
+                    self._recovered()
+                    await asyncio.sleep(self.options.resync_s)
+            except KubeApiError as exc:
+                self._failures += 1
+                self.metrics.api_errors.labels(exc.kind).inc()
+                if exc.kind == "gone" and self._failures == 1:  # an expired resource version: relist at once
+                    log.debug("watch expired (%s), relisting", exc.detail)
+                    continue
+                self._failed("kubernetes API", exc.kind, exc.detail)
+                await asyncio.sleep(self.options.backoff_s(self._failures))
+            except (RedisError, OSError) as exc:
+                self._failures += 1
+                self.metrics.redis_errors.inc()
+                self._failed("redis", type(exc).__name__, str(exc))
+                await asyncio.sleep(self.options.backoff_s(self._failures))
+
+    async def _watch_until(self, version: str, deadline: float) -> None:
+        while (left := deadline - time.monotonic()) > 0:
+            began, events = time.monotonic(), 0
+            try:
+                async with asyncio.timeout(left):
+                    async with contextlib.aclosing(self.api.watch(version, left)) as stream:
+                        async for batch in stream:  # the first, empty batch: connected
+                            self._recovered()
+                            events += len(batch)
+                            version = self.apply(batch, version)
+                            await self.flush()
+            except TimeoutError:
+                return  # time to relist
+            if not events and time.monotonic() - began < self.options.backoff_initial_s:
+                await asyncio.sleep(self.options.backoff_initial_s)  # a server that closes at once
+
+    async def _running_keys(self) -> list[str]:
+        out = []
+        async for key in self.client.scan_iter(match=self.keys.pattern("running"), count=1000):
+            out.append(key.decode() if isinstance(key, bytes) else str(key))
+        return out
+
+    def _malformed(self, exc: PodError) -> None:
+        self.metrics.malformed.inc()
+        log.debug("malformed pod skipped: %s", exc)
+
+    def _failed(self, what: str, kind: str, detail: str) -> None:
+        if kind in self._failing:
+            log.debug("%s error %s: %s", what, kind, detail)
+            return
+        self._failing.add(kind)
+        log.warning("%s error %s: %s (retrying with backoff; repeats are logged at debug)", what, kind, detail)
+
+    def _recovered(self) -> None:
+        self._failures = 0
+        if self._failing:
+            log.info("pods view in sync again (after errors: %s)", ", ".join(sorted(self._failing)))
+            self._failing.clear()

@@ -1,0 +1,354 @@
+"""The pods watcher against a real HTTP server speaking the Kubernetes pods API and a real redis-server.
+
+The server lists pods page by page (``limit``/``continue``) and streams watch events, from realistic
+Pod JSON (tests/fixtures/pods). It does not apply the selectors itself, so the watcher's own filtering
+(pending, terminating, finished, unlabelled pods) is what keeps the view right; the selectors it sends
+are checked separately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import ClientSession, web
+
+from app.extender.podwatch import PodWatcher, PodWatchOptions
+from app.extender.podwatch_api import KubeAccess, KubeApiError, PodsApi
+from app.kafka.embedded import free_port
+from app.scheduler.cache import CacheKeys, load_running, store_running
+
+pytestmark = pytest.mark.integration
+
+PODS = Path(__file__).resolve().parents[1] / "fixtures" / "pods"
+EXPECTED = {"gpu-4090-1": {"gCTF": 2, "Motioncor2": 1}, "gpu-m40-1": {"Motioncor2": 1}, "cpu-1": {"upload": 1}}
+UPLOAD_POD = "upload-run-q1r2s"  # the only pod on cpu-1
+
+
+class KubeApiStub:
+    """``GET /api/v1/pods``: a paginated PodList, or a stream of WatchEvents with ``watch=true``."""
+
+    def __init__(self) -> None:
+        doc = json.loads((PODS / "podlist.json").read_text())
+        self.pods: list[dict[str, Any]] = doc["items"]
+        self.version = int(doc["metadata"]["resourceVersion"])
+        self.queries: list[dict[str, str]] = []
+        self.streams: list[asyncio.Queue[dict[str, Any]]] = []
+        self.fail: int | None = None  # answer every request with this status
+        self.garbage = False  # answer 200 with something that is not JSON
+        self.token = ""  # when set, the bearer token every request must carry
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> KubeApiStub:
+        app = web.Application()
+        app.router.add_get("/api/v1/pods", self._pods)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def stop(self) -> None:
+        for q in self.streams:
+            q.put_nowait({})  # end open watches
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def lists(self) -> list[dict[str, str]]:
+        return [q for q in self.queries if "watch" not in q]
+
+    # -- changes, as the API server would announce them
+    def _announce(self, kind: str, pod: dict[str, Any]) -> None:
+        self.version += 1
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        for q in self.streams:
+            q.put_nowait({"type": kind, "object": pod})
+
+    def delete(self, name: str) -> None:
+        (pod,) = [p for p in self.pods if p["metadata"]["name"] == name]
+        self.pods.remove(pod)
+        self._announce("DELETED", pod)
+
+    def add(self, pod: dict[str, Any]) -> None:
+        self.pods.append(pod)
+        self._announce("ADDED", pod)
+
+    def expire_watches(self) -> None:
+        for q in self.streams:
+            q.put_nowait({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                      "message": "too old resource version", "reason": "Expired",
+                                                      "code": 410}})
+
+    async def _pods(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        self.queries.append(query)
+        if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"}, status=401)
+        if self.fail:
+            return web.json_response({"kind": "Status", "code": self.fail, "message": "etcdserver: request timed out"},
+                                     status=self.fail)
+        if self.garbage:
+            return web.Response(body=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+        if query.get("watch") == "true":
+            return await self._watch(request, float(query.get("timeoutSeconds", "30")))
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or len(self.pods))
+        end = start + limit
+        meta: dict[str, Any] = {"resourceVersion": str(self.version)}
+        if end < len(self.pods):
+            meta["continue"] = str(end)
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": meta,
+                                  "items": self.pods[start:end]})
+
+    async def _watch(self, request: web.Request, timeout_s: float) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.streams.append(queue)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while event := await queue.get():
+                    await resp.write(orjson.dumps(event) + b"\n")
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            self.streams.remove(queue)
+        return resp
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[KubeApiStub]:
+    stub = await KubeApiStub().start()
+    yield stub
+    await stub.stop()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Any]:
+    client = aioredis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def run_watcher(api: KubeApiStub, redis_client: Any) -> AsyncIterator[Callable[..., Any]]:
+    tasks: list[asyncio.Task[None]] = []
+    sessions: list[ClientSession] = []
+
+    async def start(keys: CacheKeys | None = None, token_file: str = "", client: Any = None,
+                    **options: Any) -> PodWatcher:
+        session = ClientSession()
+        sessions.append(session)
+        opts = PodWatchOptions(**{"backoff_initial_s": 0.05, "backoff_max_s": 0.2, **options})
+        access = KubeAccess.from_url(api.url, token_file)
+        watcher = PodWatcher(PodsApi(session, access, page_limit=4, request_timeout_s=2),
+                             client or redis_client, keys or CacheKeys(f"t{uuid.uuid4().hex[:8]}-"), opts)
+        tasks.append(asyncio.ensure_future(watcher.run()))
+        return watcher
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for session in sessions:
+        await session.close()
+
+
+async def eventually(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result or time.monotonic() > deadline:
+            return result
+        await asyncio.sleep(0.02)
+
+
+def view_is(client: Any, keys: CacheKeys, expected: dict[str, dict[str, int]]) -> Callable[[], Any]:
+    async def check() -> bool:
+        return await load_running(client, keys) == expected
+    return check
+
+
+def new_pod() -> dict[str, Any]:
+    return json.loads((PODS / "pod_gctf_k20.json").read_text())
+
+
+async def test_view_is_listed_page_by_page_then_follows_the_watch(api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=30)  # no relist within this test: changes come by the watch
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    lists = api.lists()
+    assert [q.get("continue") for q in lists[:3]] == [None, "4", "8"]
+    assert all(q["labelSelector"] == "rttsched.io/app" and q["fieldSelector"] == "status.phase=Running"
+               for q in api.queries)
+    assert all(q["limit"] == "4" for q in lists)
+    ttl = await redis_client.pttl(keys.running("cpu-1"))
+    assert 0 < ttl <= 90_000
+
+    assert await eventually(lambda: api.streams)
+    api.delete(UPLOAD_POD)
+    api.add(new_pod())
+    changed = {**{n: a for n, a in EXPECTED.items() if n != "cpu-1"}, "gpu-k20-1": {"gCTF": 1}}
+    assert await eventually(view_is(redis_client, keys, changed))
+    assert await redis_client.exists(keys.running("cpu-1")) == 0
+    assert len(api.lists()) == 3  # one list of 3 pages; the rest came by the watch
+    assert watcher.metrics.events.labels("DELETED")._value.get() == 1
+
+    terminating = copy.deepcopy(new_pod())
+    terminating["metadata"]["deletionTimestamp"] = "2024-05-14T09:40:00Z"
+    api._announce("MODIFIED", terminating)
+    assert await eventually(view_is(redis_client, keys, {n: a for n, a in changed.items() if n != "gpu-k20-1"}))
+
+
+async def test_expired_watch_relists_and_stale_keys_of_an_earlier_run_are_deleted(api, redis_client, run_watcher):
+    keys = CacheKeys(f"t{uuid.uuid4().hex[:8]}-")
+    await store_running(redis_client, keys, "gone-node", {"gCTF": 3}, 1.0)
+    watcher = await run_watcher(keys, resync_s=30)
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    assert await eventually(lambda: api.streams)
+    api.pods = [p for p in api.pods if p["metadata"]["name"] != UPLOAD_POD]  # a change the watch never saw
+    api.expire_watches()
+    expected = {n: a for n, a in EXPECTED.items() if n != "cpu-1"}
+    assert await eventually(view_is(redis_client, keys, expected))
+    assert watcher.metrics.api_errors.labels("gone")._value.get() >= 1
+    assert len(api.lists()) == 3 + 2  # the relist: 8 pods in 2 pages
+
+
+async def test_polling_mode_lists_every_period_and_renews_vanished_keys(api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=0.2, watch=False)
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    await redis_client.delete(keys.running("gpu-m40-1"))  # e.g. a Redis restart
+    api.pods = [p for p in api.pods if p["metadata"]["name"] != UPLOAD_POD]
+    expected = {n: a for n, a in EXPECTED.items() if n != "cpu-1"}
+    assert await eventually(view_is(redis_client, keys, expected))
+    assert not any("watch" in q for q in api.queries)
+    assert watcher.metrics.last_sync._value.get() > time.time() - 5
+
+
+async def test_api_errors_and_garbage_are_counted_and_the_watcher_recovers(api, redis_client, run_watcher, caplog):
+    caplog.set_level(logging.INFO, logger="app.extender.podwatch")
+    api.fail = 500
+    watcher = await run_watcher(resync_s=0.3, watch=False)
+    errors = watcher.metrics.api_errors
+    assert await eventually(lambda: errors.labels("http_500")._value.get() >= 3)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "http_500" in warnings[0].getMessage()  # once per kind, not per retry
+    assert not any(r.exc_info for r in caplog.records)
+    api.fail, api.garbage = None, True
+    assert await eventually(lambda: errors.labels("decode")._value.get() >= 1)
+    assert await load_running(redis_client, watcher.keys) == {}
+    api.garbage = False
+    api.pods.append({"metadata": {"uid": "bad", "labels": {"rttsched.io/app": "gCTF"}}, "spec": "gpu-k20-1"})
+    assert await eventually(view_is(redis_client, watcher.keys, EXPECTED))
+    assert watcher.metrics.malformed._value.get() >= 1
+    assert watcher.last_sync is not None
+    assert any("in sync again" in r.getMessage() and "decode" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_rotated_token_is_picked_up_without_a_restart(api, redis_client, run_watcher, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("old-token\n")
+    api.token = "new-token"
+    watcher = await run_watcher(token_file=str(token), resync_s=0.2, watch=False)
+    assert await eventually(lambda: watcher.metrics.api_errors.labels("http_401")._value.get() >= 1)
+    token.write_text("new-token\n")
+    assert await eventually(view_is(redis_client, watcher.keys, EXPECTED))
+
+
+async def test_an_unreachable_redis_is_counted_and_never_stops_the_watcher(api, run_watcher):
+    dead = aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    try:
+        watcher = await run_watcher(client=dead, resync_s=0.2, watch=False)
+        assert await eventually(lambda: watcher.metrics.redis_errors._value.get() >= 2)
+        assert watcher.written == {} and watcher.last_sync is None
+    finally:
+        await dead.aclose()
+
+
+async def test_watch_events_split_across_chunks_and_error_events_are_read_as_the_api_sends_them():
+    pod = new_pod()
+    added = orjson.dumps({"type": "ADDED", "object": pod}) + b"\n"
+    bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}})
+    failure = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal"}})
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for chunk in (added[:100], added[100:] + bookmark[:10], bookmark[10:] + b"\n", failure + b"\n"):
+            await resp.write(chunk)
+            await asyncio.sleep(0.01)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    batches: list[list[dict[str, Any]]] = []
+    try:
+        async with ClientSession() as session:
+            api = PodsApi(session, KubeAccess.from_url(f"http://{host}:{port}"))
+            with pytest.raises(KubeApiError) as err:
+                async for batch in api.watch("1", 5):
+                    batches.append(batch)
+    finally:
+        await runner.cleanup()
+    assert err.value.kind == "watch_error"
+    events = [e for b in batches for e in b]
+    assert batches[0] == [] and [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    assert events[0]["object"] == pod
+
+
+def _cli(*args: str, api_url: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli.main", "pods", "--api-url", api_url, *args]
+
+
+async def test_cli_writes_the_view_and_stops_cleanly_on_sigterm(api, redis_client, redis_url):
+    prefix = f"t{uuid.uuid4().hex[:8]}-"
+    keys = CacheKeys(prefix)
+    metrics_port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_url, "RTT_TOPIC_PREFIX": prefix, "RTT_PODS_RESYNC_S": "30",
+           "RTT_METRICS_PORT": str(metrics_port)}
+    once = await asyncio.create_subprocess_exec(*_cli("--once", api_url=api.url),
+                                                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(once.communicate(), 60)
+    assert once.returncode == 0, err.decode()
+    assert "cpu-1\tupload=1" in out.decode() and "5 pods on 3 nodes" in out.decode()
+    assert await load_running(redis_client, keys) == EXPECTED
+
+    await redis_client.delete(keys.running("cpu-1"))
+    proc = await asyncio.create_subprocess_exec(*_cli(api_url=api.url), env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert await eventually(view_is(redis_client, keys, EXPECTED), timeout_s=30)
+        assert await eventually(lambda: api.streams, timeout_s=10)
+        async with ClientSession() as http, http.get(f"http://127.0.0.1:{metrics_port}/metrics") as resp:
+            exposed = await resp.text()
+        assert "rtt_pods_seen 5.0" in exposed and "rtt_pods_nodes 3.0" in exposed
+        assert "rtt_pods_last_sync_timestamp_seconds" in exposed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert "stopped" in out.decode() and "Traceback" not in err.decode()

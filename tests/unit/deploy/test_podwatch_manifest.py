@@ -1,0 +1,44 @@
+"""k8s/podwatch.yaml: one `rttsched pods` writer that may read pods cluster-wide, and nothing more."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.extender.podwatch import PodWatchOptions
+
+MANIFEST = Path(__file__).resolve().parents[3] / "k8s" / "podwatch.yaml"
+DOCS = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+
+
+def _one(kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in DOCS if d["kind"] == kind]
+    return doc
+
+
+def test_one_replica_runs_rttsched_pods_under_its_own_service_account():
+    dep = _one("Deployment")
+    assert dep["spec"]["replicas"] == 1
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["args"][0] == "pods"
+    assert spec["serviceAccountName"] == _one("ServiceAccount")["metadata"]["name"]
+    assert spec.get("automountServiceAccountToken", True) is True  # the in-cluster API access needs the token
+
+
+def test_the_service_account_may_only_get_list_and_watch_pods():
+    role, binding, account = _one("ClusterRole"), _one("ClusterRoleBinding"), _one("ServiceAccount")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+
+
+def test_the_resync_period_set_there_is_a_valid_option():
+    (c,) = _one("Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    options = PodWatchOptions(resync_s=float(env["RTT_PODS_RESYNC_S"]))
+    assert options.key_ttl_ms == 3 * 1000 * options.resync_s

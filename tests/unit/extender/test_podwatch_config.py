@@ -1,0 +1,87 @@
+"""Start-up configuration of the pods watcher: API access, options, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli.main import main
+from app.errors import ConfigError
+from app.extender.podwatch import PodWatchOptions
+from app.extender.podwatch_api import KubeAccess, KubeApiError
+
+
+def test_in_cluster_access_uses_the_service_host_port_token_and_ca(tmp_path):
+    access = KubeAccess.in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "6443"},
+                                   root=tmp_path)
+    assert access.base_url == "https://10.96.0.1:6443"
+    assert access.token_file == str(tmp_path / "token") and access.ca_file == str(tmp_path / "ca.crt")
+    v6 = KubeAccess.in_cluster({"KUBERNETES_SERVICE_HOST": "fd00::1"}, root=tmp_path)
+    assert v6.base_url == "https://[fd00::1]:443"
+
+
+def test_outside_a_cluster_without_an_api_url_fails_naming_the_variable():
+    with pytest.raises(ConfigError) as err:
+        KubeAccess.in_cluster({})
+    assert err.value.field == "RTT_PODS_API_URL"
+
+
+def test_the_token_is_re_read_on_every_request_as_projected_tokens_rotate(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    access = KubeAccess.from_url("http://127.0.0.1:8001/", str(token))
+    assert access.base_url == "http://127.0.0.1:8001"
+    assert access.headers()["Authorization"] == "Bearer first"
+    token.write_text("rotated")
+    assert access.headers()["Authorization"] == "Bearer rotated"
+    token.unlink()
+    with pytest.raises(KubeApiError) as err:
+        access.headers()
+    assert err.value.kind == "token"
+    assert "Authorization" not in KubeAccess.from_url("http://127.0.0.1:8001").headers()
+
+
+@pytest.mark.parametrize(("url", "token", "field"), [
+    ("127.0.0.1:8001", "", "RTT_PODS_API_URL"),
+    ("ftp://api", "", "RTT_PODS_API_URL"),
+    ("http://127.0.0.1:8001", "/nonexistent/token", "RTT_PODS_TOKEN_FILE"),
+])
+def test_bad_access_options_fail_at_start_naming_the_variable(url, token, field):
+    with pytest.raises(ConfigError) as err:
+        KubeAccess.from_url(url, token)
+    assert err.value.field == field
+
+
+def test_options_reject_bad_values_naming_the_variable():
+    with pytest.raises(ConfigError) as err:
+        PodWatchOptions(resync_s=0)
+    assert err.value.field == "RTT_PODS_RESYNC_S"
+    with pytest.raises(ConfigError) as err:
+        PodWatchOptions(resync_s=30, ttl_s=10)
+    assert err.value.field == "RTT_PODS_TTL_S"
+    assert PodWatchOptions(resync_s=2).key_ttl_ms == 6000
+    assert PodWatchOptions(resync_s=2, ttl_s=9).key_ttl_ms == 9000
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"RTT_PODS_RESYNC_S": "often"}, "RTT_PODS_RESYNC_S"),
+    ({"RTT_PODS_RESYNC_S": "-5"}, "RTT_PODS_RESYNC_S"),
+    ({"RTT_PODS_API_URL": "kubernetes.default"}, "RTT_PODS_API_URL"),
+    ({"REDIS_URL": ""}, "REDIS_URL"),
+])
+def test_cli_reports_a_bad_setting_in_one_line(monkeypatch, capsys, env, named):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("RTT_PODS_API_URL", "http://127.0.0.1:1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["pods", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_an_unreadable_ca_file_fails_at_start_naming_the_variable(tmp_path):
+    access = KubeAccess.in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, root=tmp_path)
+    with pytest.raises(ConfigError) as err:
+        access.ssl_context()
+    assert err.value.field == "RTT_PODS_CA_FILE"
+    assert KubeAccess.from_url("http://127.0.0.1:8001").ssl_context() is None
