@@ -73,7 +73,7 @@ class Settings:
     dwa_max_window_s: float = _f(60.0, _positive)
     error_period_s: float = _f(5.0, _positive, doc="prediction-errors / node-weights period")
     join_ttl_s: float = _f(600.0, _positive, doc="how long an unmatched completion or prediction waits")
-    retrain_debounce_s: float = _f(60.0, _non_negative, doc="at most one retrain event per key per this")
+    retrain_debounce_s: float = _f(15.0, _non_negative, doc="at most one retrain event per key per this")
     stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
     credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
     worker_session_timeout_s: float = _f(10.0, _positive, doc="Kafka group session timeout of the worker")
@@ -86,6 +86,8 @@ class Settings:
     drift_threshold: float = _f(0.5, _positive, doc="Page-Hinkley threshold on per-period MAPE excess")
     drift_delta: float = _f(0.02, _non_negative, doc="Page-Hinkley tolerated MAPE increase")
     drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")
+    drift_jump: float = _f(0.25, _non_negative, doc="one-period MAPE jump over the reference that is a drift"
+                           " at once (level-shift rule; 0: off)")
     join_max_entries: int = _f(500_000, _positive, doc="keys the join buffer of one worker holds at most")
     feedback_redis_timeout_s: float = _f(1.0, _positive, doc="longest batched Redis cache write of the worker")
     retrain_growth: float = _f(0.5, _non_negative, doc="retrain a key with a model when its samples grew by this"

@@ -22,7 +22,8 @@ close the episode.
 from __future__ import annotations
 
 import math
-from typing import Self
+from collections.abc import Mapping
+from typing import Any, Self
 
 
 class DriftEpisode:
@@ -57,6 +58,22 @@ class DriftEpisode:
         self.resignal = False
         self.onset_ts: float | None = None
         self._calm = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The episode's state, JSON-ready (the parameters are not included)."""
+        return {"reference": self.reference, "open": self.open, "excess": self.excess,
+                "resignal": self.resignal, "onset_ts": self.onset_ts, "calm": self._calm}
+
+    def load(self, state: Mapping[str, Any]) -> Self:
+        """Restore what :meth:`to_dict` wrote."""
+        ref, onset = state.get("reference"), state.get("onset_ts")
+        self.reference = None if ref is None else float(ref)
+        self.open = bool(state.get("open", False))
+        self.excess = float(state.get("excess", 0.0))
+        self.resignal = bool(state.get("resignal", False))
+        self.onset_ts = None if onset is None else float(onset)
+        self._calm = int(state.get("calm", 0))
+        return self
 
     def update(self, x: float, *, detected: bool, onset_ts: float | None = None) -> Self:
         """One period's error and whether the detector fired on it; ``resignal`` says to signal again.

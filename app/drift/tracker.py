@@ -11,9 +11,9 @@ period. Closing a period, for each app that had pairs in it:
    its pre-drift reference (the detector itself restarts after an alarm);
 
 and the node's :class:`~app.drift.credibility.Credibility` is fed with the period's MAPE over all apps.
-An app with no pairs in a period is left alone (no error is not a small error). The period's sums
-and the credibility round-trip through plain dicts (:meth:`NodeTracker.to_dict`, :meth:`NodeTracker.load`)
-with the DWA windows; a detector starts afresh after a restart.
+An app with no pairs in a period is left alone (no error is not a small error). The period's sums,
+the credibility, the DWA windows, the drift detectors and episodes round-trip through plain dicts
+(:meth:`NodeTracker.to_dict`, :meth:`NodeTracker.load`), so a restarted worker keeps its references.
 
 >>> t = NodeTracker(initial_window_s=30.0)
 >>> for p, a in [(100.0, 110.0), (200.0, 180.0)]:
@@ -154,12 +154,18 @@ class NodeTracker:
 
     # -- persistence -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"credibility": self.credibility.to_dict(),
-                "apps": {app: {"period": s.period.to_dict(), "window_s": s.dwa.window_s, "rmse": s.dwa.last_rmse}
-                         for app, s in self.apps.items()}}
+        apps: dict[str, Any] = {}
+        for app, s in self.apps.items():
+            a: dict[str, Any] = {"period": s.period.to_dict(), "window_s": s.dwa.window_s, "rmse": s.dwa.last_rmse,
+                                 "episode": s.episode.to_dict()}
+            dump = getattr(s.detector, "to_dict", None)
+            if dump is not None:
+                a["detector"] = dump()
+            apps[app] = a
+        return {"credibility": self.credibility.to_dict(), "apps": apps}
 
     def load(self, state: Mapping[str, Any]) -> NodeTracker:
-        """Restore what :meth:`to_dict` wrote (the detectors start afresh)."""
+        """Restore what :meth:`to_dict` wrote, drift detectors and episodes included."""
         self.credibility.load(state.get("credibility") or {})
         for app, a in (state.get("apps") or {}).items():
             s = self._app(app, float(a["window_s"]))
@@ -167,4 +173,9 @@ class NodeTracker:
             rmse = a.get("rmse")
             if rmse is not None:
                 s.dwa.update(float(rmse))  # sets the reference RMSE; the first update never moves the window
+            restore = getattr(s.detector, "load", None)
+            if a.get("detector") and restore is not None:
+                restore(a["detector"])
+            if a.get("episode"):
+                s.episode.load(a["episode"])
         return self

@@ -95,7 +95,8 @@ class FeedbackLoop:
 
     def _detector(self) -> PageHinkley:
         o = self.options
-        return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances)
+        return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances,
+                           jump=o.drift_jump or None)
 
     def model_swapped(self, key: str, version: int) -> None:
         """A new model serves ``key``: the drift detectors of its app on its class's nodes start afresh."""

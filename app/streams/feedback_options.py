@@ -24,11 +24,13 @@ _ENV = {
     "drift_threshold": "RTT_DRIFT_THRESHOLD",
     "drift_delta": "RTT_DRIFT_DELTA",
     "drift_min_instances": "RTT_DRIFT_MIN_INSTANCES",
+    "drift_jump": "RTT_DRIFT_JUMP",
     "join_max_entries": "RTT_JOIN_MAX_ENTRIES",
     "feedback_redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
     "retrain_growth": "RTT_RETRAIN_GROWTH",
 }
 _COUNTS = {"cold_start_samples", "drift_min_instances", "join_max_entries"}
+_NON_NEGATIVE = {"drift_delta", "retrain_growth", "drift_jump"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,8 @@ class FeedbackOptions:
     """Page-Hinkley tolerated MAPE increase."""
     drift_min_instances: int = pagehinkley.MIN_INSTANCES
     """Periods with completions before a node × app may signal a drift."""
+    drift_jump: float = pagehinkley.JUMP
+    """One-period MAPE excess over the reference that is a drift at once (level-shift rule); 0: off."""
     join_max_entries: int = 500_000
     """Keys the join buffer of one worker holds at most (the oldest leave early, counted as expired)."""
     feedback_redis_timeout_s: float = 1.0
@@ -55,10 +59,11 @@ class FeedbackOptions:
             "join_max_entries": self.join_max_entries >= 1,
             "feedback_redis_timeout_s": self.feedback_redis_timeout_s > 0,
             "retrain_growth": self.retrain_growth >= 0,
+            "drift_jump": self.drift_jump >= 0,
         }
         for name, ok in checks.items():
             if not ok:
-                bound = ">= 0" if name in ("drift_delta", "retrain_growth") else ">= 1" if name in _COUNTS else "> 0"
+                bound = ">= 0" if name in _NON_NEGATIVE else ">= 1" if name in _COUNTS else "> 0"
                 raise ConfigError(_ENV[name], f"must be {bound} (got {getattr(self, name)})")
 
     @classmethod

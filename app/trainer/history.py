@@ -61,6 +61,10 @@ class Dataset:
     def rows(self, start: int, stop: int | None = None) -> Dataset:
         return Dataset(self.X[start:stop], self.y[start:stop], self.ts[start:stop], self.names)
 
+    def take(self, index: np.ndarray) -> Dataset:
+        """The rows at ``index`` (integer positions), in that order."""
+        return Dataset(self.X[index], self.y[index], self.ts[index], self.names)
+
 
 def sample_values(sample: Mapping[str, Any]) -> dict[str, float]:
     """Every model input of one training sample: metric features, hardware descriptors, task size."""

@@ -258,7 +258,8 @@ class TrainerService:
             log.info("retrain of %s: only %d samples", key, len(rows))
             return Outcome(key, reason, "insufficient_data", detail=f"{len(rows)} samples")
         loop = asyncio.get_running_loop()
-        run = functools.partial(self._train_and_judge, names, rows, node_class, key)
+        onset = event.get("onset_ts") if reason == "drift" else None
+        run = functools.partial(self._train_and_judge, names, rows, node_class, key, onset)
         try:
             challenger, verdict = await loop.run_in_executor(self._executor, run)
         except NotEnoughSamplesError as exc:
@@ -274,10 +275,10 @@ class TrainerService:
                        metrics=challenger.metrics)
 
     def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
-                         key: str) -> tuple[Challenger, Verdict]:
+                         key: str, onset_ts: float | None = None) -> tuple[Challenger, Verdict]:
         ds = build_dataset(names, rows)
         challenger = train_challenger(ds, node_class, holdout_fraction=self.holdout_fraction,
-                                      selector=self.selector, params=self.train_params)
+                                      selector=self.selector, params=self.train_params, onset_ts=onset_ts)
         champion = self.registry.champion_metrics(key, challenger.holdout)
         return challenger, judge(challenger.metrics, champion, margin=self.margin)
 

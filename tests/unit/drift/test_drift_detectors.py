@@ -109,3 +109,44 @@ def test_non_finite_inputs_are_ignored(make: Callable[[], DriftDetector]) -> Non
 def test_bad_settings_raise(cls: type, kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         cls(**kwargs)
+
+
+# -- Page-Hinkley's level-shift rule --------------------------------------------------------------
+def test_a_clear_jump_is_a_drift_on_its_first_window() -> None:
+    """A node whose RTT doubles under a model that predicts the old RTT: per-window MAPE ~0.05 -> ~0.5."""
+    rng = random.Random(1)
+    ph, plain = PageHinkley(), PageHinkley(jump=None)
+    values = stream(rng, 20, 0.05) + stream(rng, 5, 0.50)
+    hits = [i for i, x in enumerate(values) if ph.update(x, ts=1000.0 + 5.0 * i).drift_detected]
+    plain_hits = [i for i, x in enumerate(values) if plain.update(x, ts=1000.0 + 5.0 * i).drift_detected]
+    assert hits[0] == 20 and plain_hits[0] == 21
+    assert ph.rule is None  # restarted after the first alarm
+    ph = PageHinkley()
+    for i, x in enumerate(values[:21]):
+        ph.update(x, ts=1000.0 + 5.0 * i)
+    assert ph.drift_detected and ph.rule == "level_shift"
+    assert ph.cumulative > ph.threshold >= 0.25
+    assert ph.onset_ts is not None and 1000.0 <= ph.onset_ts <= 1000.0 + 5.0 * 19  # before the jump
+
+
+def test_no_level_shift_before_the_reference_nor_within_the_noise() -> None:
+    ph = PageHinkley(min_instances=12)
+    for x in [0.05] * 10 + [0.45]:  # 10 windows are not a reference yet
+        ph.update(x)
+    assert not ph.drift_detected
+
+    def noisy() -> PageHinkley:
+        d = PageHinkley(threshold=100.0)  # Page-Hinkley itself out of the way
+        for i in range(40):
+            d.update(0.10 + (0.08 if i % 2 else -0.08))  # sd 0.08: 6 sd = 0.48 > jump
+        return d
+
+    assert not noisy().update(0.10 + 0.02 + 0.45).drift_detected
+    d = noisy().update(0.10 + 0.02 + 0.50)
+    assert d.drift_detected and d.rule == "level_shift" and d.threshold == pytest.approx(0.48, abs=0.01)
+
+
+@pytest.mark.parametrize("kwargs", [{"jump": 0.0}, {"jump": math.nan}, {"jump_sigmas": -1.0}])
+def test_bad_level_shift_settings_raise(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        PageHinkley(**kwargs)
