@@ -8,11 +8,18 @@ instead of the ~350 MB of as many dicts. The oldest rows fall out first (``deque
 
 >>> h = SampleHistory(max_per_key=2)
 >>> for i, rtt in enumerate([100.0, 200.0, 300.0]):
-...     h.add({"model_key": "gCTF:gpu", "node_class": "gpu", "gpu_model": "Tesla K20c", "started_ts": i,
+...     _ = h.add({"model_key": "gCTF:gpu", "node_class": "gpu", "gpu_model": "Tesla K20c", "started_ts": i,
 ...            "rtt_ms": rtt, "input_size_mb": 8.0, "features": {"cpu_iowait__mean": float(i)}})
 >>> ds = h.dataset("gCTF:gpu")
 >>> ds.y.tolist(), ds.column("cpu_iowait__mean").tolist(), ds.column("hw_gpu_fp32_tflops").tolist()
 ([200.0, 300.0], [1.0, 2.0], [3.5199999809265137, 3.5199999809265137])
+
+A sample of a task the history holds (same ``task_id`` and ``node``) is a redelivery and is not added:
+
+>>> s = {"model_key": "k:gpu", "task_id": "t1", "node": "n1", "node_class": "gpu", "started_ts": 1.0,
+...      "rtt_ms": 10.0, "features": {}}
+>>> h.add(s), h.add(s), h.count("k:gpu")
+(True, False, 1)
 """
 
 from __future__ import annotations
@@ -81,8 +88,17 @@ class _KeyHistory:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.rows: collections.deque[tuple[float, np.ndarray, float]] = collections.deque(maxlen=maxlen)
+        self.ids: collections.deque[str | None] = collections.deque(maxlen=maxlen)  # task of each row
+        self.held: set[str] = set()
 
-    def add(self, ts: float, values: Mapping[str, float], rtt_ms: float) -> None:
+    def add(self, ts: float, values: Mapping[str, float], rtt_ms: float, task: str | None = None) -> bool:
+        if task is not None and task in self.held:
+            return False
+        if len(self.ids) == self.ids.maxlen:
+            self.held.discard(self.ids[0])  # type: ignore[arg-type]  # the row about to fall out
+        self.ids.append(task)
+        if task is not None:
+            self.held.add(task)
         for name in values:
             if name not in self.index:
                 if len(self.names) >= MAX_FEATURES_PER_KEY:
@@ -91,6 +107,7 @@ class _KeyHistory:
                 self.index[name] = len(self.names)
                 self.names.append(name)
         self.rows.append((ts, row(values, self.names), rtt_ms))
+        return True
 
 
 class SampleHistory:
@@ -108,13 +125,17 @@ class SampleHistory:
         self.max_per_key = int(max_per_key)
         self._keys: dict[str, _KeyHistory] = {}
 
-    def add(self, sample: Mapping[str, Any]) -> None:
-        """Add one decoded training-samples value (its ``model_key`` says where)."""
+    def add(self, sample: Mapping[str, Any]) -> bool:
+        """Add one decoded training-samples value (its ``model_key`` says where); False for a sample of a
+        task (``task_id`` and ``node``) the key's history already holds — the worker sends samples at least
+        once, so a crash may repeat some."""
         key = str(sample["model_key"])
         hist = self._keys.get(key)
         if hist is None:
             hist = self._keys[key] = _KeyHistory(self.max_per_key)
-        hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]))
+        task = sample.get("task_id")
+        ident = f"{task}|{sample.get('node')}" if task is not None else None
+        return hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
 
     def __len__(self) -> int:
         return sum(len(h.rows) for h in self._keys.values())

@@ -43,3 +43,5 @@ class TrainerMetrics:
         self.training_seconds = Histogram("rtt_trainer_training_seconds", "Selection + training + validation",
                                           buckets=TRAINING_BUCKETS_S, registry=self.registry)
         self.samples = Gauge("rtt_trainer_samples", "Training samples held in memory", registry=self.registry)
+        self.duplicates = Counter("rtt_trainer_duplicate_samples", "Training samples of a task already held",
+                                  registry=self.registry)

@@ -186,7 +186,8 @@ class TrainerService:
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
-                        self.history.add(decode("training-samples", rec.value))
+                        if not self.history.add(decode("training-samples", rec.value)):
+                            self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
                         log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
