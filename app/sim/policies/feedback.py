@@ -12,6 +12,7 @@ Completions of the period are paired with the predictions made when their tasks 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 
 from app.drift.credibility import Credibility
@@ -91,3 +92,43 @@ class Feedback:
         self._stats.clear()
         return PeriodResult(retrain, errors, {n: c.weight for n, c in self._cred.items()},
                             {f"{n}:{a}": w.window_s for (n, a), w in self._windows.items()})
+
+
+class Residuals:
+    """Per node x app multiplicative correction of a model's predictions from the latest observed errors.
+
+    Each completion moves the node x app bias ``b`` (log of observed over predicted service time) by
+    ``alpha`` towards its own log error, clipped to ``+-clip``; a prediction is then multiplied by
+    ``exp(b)``. A throttled GPU, a noisy neighbour or a slowed node shows up in the RTTs of the next few
+    tasks long before enough samples have piled up for a retrain to learn it; the bias of an app starts
+    over when its model is retrained (the new model has seen those samples).
+
+    >>> r = Residuals(alpha=0.5)
+    >>> r.update("n1", "gCTF", predicted_ms=100.0, actual_ms=200.0)
+    >>> round(r.factor("n1", "gCTF"), 3), r.factor("n2", "gCTF")
+    (1.414, 1.0)
+    >>> r.reset("gCTF"); r.factor("n1", "gCTF")
+    1.0
+    """
+
+    def __init__(self, *, alpha: float = 0.2, clip: float = 0.7) -> None:
+        if not 0.0 < alpha <= 1.0 or clip <= 0:
+            raise ValueError(f"Residuals: need 0 < alpha <= 1 and clip > 0 (got alpha={alpha}, clip={clip})")
+        self.alpha = alpha
+        self.clip = clip
+        self._bias: dict[tuple[str, str], float] = {}
+
+    def factor(self, node: str, app: str) -> float:
+        return math.exp(self._bias.get((node, app), 0.0))
+
+    def update(self, node: str, app: str, predicted_ms: float, actual_ms: float) -> None:
+        if not (predicted_ms > 0 and actual_ms > 0 and math.isfinite(predicted_ms) and math.isfinite(actual_ms)):
+            return
+        err = min(self.clip, max(-self.clip, math.log(actual_ms / predicted_ms)))
+        b = self._bias.get((node, app), 0.0)
+        self._bias[(node, app)] = b + self.alpha * (err - b)
+
+    def reset(self, app: str) -> None:
+        """Forget the biases of ``app`` on every node (its model was retrained)."""
+        for k in [k for k in self._bias if k[1] == app]:
+            del self._bias[k]

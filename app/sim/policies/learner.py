@@ -197,7 +197,7 @@ class ModelBook:
             X = matrix(tail, metric_names).astype(np.float64)
             res = select_features(X, y[-SELECTION_ROWS:], metric_names)
             chosen = res.chosen[:self.max_metric_features] if self.max_metric_features else res.chosen
-            self._chosen[key] = tuple(chosen) if chosen else tuple(metric_names)
+            self._chosen[key] = tuple(chosen)
             self._chosen_rows[key] = len(tail)
             self.selections[key] = tuple(res.chosen)
         keep = set(self._chosen[key])

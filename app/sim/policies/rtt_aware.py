@@ -16,7 +16,9 @@
   link) and the 5 s feedback loop (:mod:`app.sim.policies.feedback`): credibility becomes node-weights,
   DWA moves windows, a drift detector that fires retrains the model key (features re-selected). A key
   also retrains when its samples grew by ``growth`` (50 %) since its last training: early models
-  improve quickly, later retrains are rare.
+  improve quickly, later retrains are rare;
+- between retrains a node's predictions (and ranking) for an app carry its residual factor (the model's recent
+  log error there, :class:`app.sim.policies.feedback.Residuals`): a throttled node is priced right in a few tasks.
 
 Exploration: each node of the class an app asks for (GPU nodes for a GPU app, any node for ``upload``)
 first gets ``warmup_per_node`` of the app's tasks (a node that joins later too); until a model covers
@@ -36,14 +38,15 @@ from app.contracts.keys import model_key, parse_model_key
 from app.features.window import NodeWindow
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
-from app.scheduler.decide import DecideParams, decide
+from app.scheduler.decide import DecideParams, Decision, decide
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
+from app.scheduler.scoring import score_nodes
 from app.scheduler.snapshot import Snapshot
 from app.sim.apps import APPS
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.feedback import Feedback
+from app.sim.policies.feedback import Feedback, Residuals
 from app.sim.policies.learner import RUNNING_PREFIX, ModelBook
 from app.sim.view import ClusterView, Task
 
@@ -62,7 +65,9 @@ class RttAware(BasePolicy):
     the constraints of :func:`app.sim.policies.learner.direction`; ``target``: see
     :class:`~app.sim.policies.learner.ModelBook`; ``node_models``: also train a node's own model
     (``app:class:node``) once it has this many samples (None: class models only); ``drift_threshold``:
-    the Page-Hinkley threshold; ``retrain_min_s``: least time between retrains of a key on drift.
+    the Page-Hinkley threshold; ``retrain_min_s``: least time between retrains of a key on drift;
+    ``correct_alpha``: the residual correction's step (None: off); ``correct_reset``: start it over when the
+    app's model is retrained; ``correct_rank``: rank candidates on corrected predictions (else only report them).
     """
 
     name = "rtt_aware"
@@ -72,7 +77,8 @@ class RttAware(BasePolicy):
                  max_samples: int = 1000, target: str = "gamma", error_period_s: float = 5.0,
                  retrain_min_s: float = 10.0, contention_other: float = 0.0, window_s: float = 30.0,
                  drift_threshold: float = 0.5, node_models: int | None = None,
-                 train_params: Mapping[str, Any] | None = None) -> None:
+                 train_params: Mapping[str, Any] | None = None, correct_alpha: float | None = 0.2,
+                 correct_reset: bool = True, correct_rank: bool = True) -> None:
         super().__init__()
         if error_period_s <= 0 or warmup_per_node < 0 or min_train < 20 or retrain_min_s < 0 or growth <= 0:
             raise ValueError("RttAware: need error_period_s > 0, warmup_per_node >= 0, min_train >= 20, "
@@ -89,6 +95,9 @@ class RttAware(BasePolicy):
         self.book = ModelBook(max_samples=max_samples, select=select, seed=int(rng.integers(2**31)),
                               train_params={**SIM_TRAIN_PARAMS, **(train_params or {})}, target=target)
         self.feedback = Feedback(dwa=dwa, window_s=window_s, drift_threshold=drift_threshold)
+        self.residuals = Residuals(alpha=correct_alpha) if correct_alpha is not None else None
+        self.correct_reset = correct_reset
+        self.correct_rank = correct_rank
         self.params = DecideParams(policy=policy_from_dict({"contention": {"other": contention_other},
                                                             "assumed": {"scrape_delay_s": 1.0}}))
         self.assumed = AssumedPods(ttl_s=120.0, scrape_delay_s=1.0)
@@ -100,7 +109,7 @@ class RttAware(BasePolicy):
         self._pods: dict[str, dict[str, int]] = {}  # node -> app -> running pods
         self._moved: dict[str, set[str]] = {app: set() for app in APPS}  # nodes whose pods changed, per app
         self._snap: dict[str, Snapshot] = {}
-        self._inflight: dict[int, tuple[Mapping[str, float], float, float]] = {}
+        self._inflight: dict[int, tuple[Mapping[str, float], float, float, float]] = {}
         self._placed: dict[tuple[str, str], int] = {}  # (node, app) -> tasks placed
         self._per_mb: dict[tuple[str, str], tuple[float, int]] = {}  # (node, app) -> (mean service ms/MB, n)
         self._next_period: float | None = None
@@ -189,6 +198,8 @@ class RttAware(BasePolicy):
         if trained is None:
             return
         self._builders[app].set_model(key, trained.version, trained.predictor)
+        if self.residuals is not None and self.correct_reset:
+            self.residuals.reset(app)
         self._snap[app] = self._builders[app].build(ts)
         self.trace.retrains.append((t, key, reason))
 
@@ -212,26 +223,44 @@ class RttAware(BasePolicy):
             return None
         return min(pool, key=lambda c: self._per_mb.get((c.name, task.app), (math.inf, 0))[0])
 
+    def _best(self, decision: Decision, app: str) -> int | None:
+        """Index of the chosen candidate; with residual correction its ``rtt_ms`` is corrected in place.
+
+        Each candidate's prediction is multiplied by its node's residual factor for ``app`` and the scores
+        are recomputed (:func:`app.scheduler.scoring.score_nodes`, same credibilities); the top score wins,
+        the lowest RTT breaks ties, as in :meth:`Decision.best`.
+        """
+        if decision.neutral is not None:
+            return None
+        if self.residuals is not None and self.correct_rank:
+            res = self.residuals
+            decision.rtt_ms[:] = [r * res.factor(n, app) for n, r in zip(decision.nodes, decision.rtt_ms, strict=True)]
+            decision.score[:] = score_nodes(np.asarray(decision.rtt_ms), np.asarray(decision.credibility)).tolist()
+        ok = [i for i, f in enumerate(decision.failed) if f is None and math.isfinite(decision.rtt_ms[i])]
+        return min(ok, key=lambda i: (-decision.score[i], decision.rtt_ms[i])) if ok else None
+
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         ts = view.ts
         wait_ms = max(0.0, (view.now - task.submit_s) * 1000.0)
         by_name = {c.name: c for c in candidates}
-        predicted = float("nan")
+        predicted = model_ms = float("nan")
         snap = self._snapshot(task.app, ts)
         chosen = self._explore(task, candidates, snap)
         if chosen is None and snap is not None:
             pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
             decision = decide(snap, pod, list(by_name), self.assumed, self.params, ts)
-            best = decision.best()
+            best = self._best(decision, task.app)
             if best is not None:
-                chosen = by_name[best]
-                predicted = wait_ms + next(v.predicted_rtt_ms for v in decision.verdicts if v.node == best)
+                chosen = by_name[decision.nodes[best]]
+                model_ms = decision.model_rtt_ms[best]
+                factor = self.residuals.factor(chosen.name, task.app) if self.residuals is not None else 1.0
+                predicted = wait_ms + model_ms * factor
         if chosen is None:  # no prediction for any candidate (e.g. only CPU nodes left, no CPU model yet)
             chosen = min(candidates, key=lambda c: view.running(c.name))
         features: Mapping[str, float] = {}
         if snap is not None and chosen.name in snap.nodes:
             features = {**snap.nodes[chosen.name].features, "task_input_size_mb": task.input_mb}
-        self._inflight[task.idx] = (features, predicted, wait_ms)
+        self._inflight[task.idx] = (features, predicted, wait_ms, model_ms)
         if np.isfinite(predicted):
             self.trace.predicted_ms[task.idx] = predicted
         self.assumed.assume(task.task_id, task.app, chosen.name, ts)
@@ -241,7 +270,7 @@ class RttAware(BasePolicy):
         return chosen
 
     def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
-        features, predicted, wait_ms = self._inflight.pop(task.idx, ({}, float("nan"), 0.0))
+        features, predicted, wait_ms, model_ms = self._inflight.pop(task.idx, ({}, float("nan"), 0.0, float("nan")))
         self.assumed.forget(task.task_id)
         self._pods_changed(node, task.app, -1)
         spec = view.node(node)
@@ -249,6 +278,8 @@ class RttAware(BasePolicy):
         if np.isfinite(predicted):
             self.feedback.add(node, spec.node_class, task.app, predicted, rtt_ms)
         service_ms = rtt_ms - wait_ms
+        if self.residuals is not None:
+            self.residuals.update(node, task.app, model_ms, service_ms)
         mean, n = self._per_mb.get(k, (0.0, 0))
         self._per_mb[k] = (mean + (service_ms / max(task.input_mb, 1e-3) - mean) / (n + 1), n + 1)
         if not features:

@@ -138,3 +138,11 @@ def test_more_load_never_predicts_faster(constrained, pods, more, mb, fast, iowa
     lo, hi = constrained.predictor.predict(X)
     assert direction(feature, True) == 1
     assert hi >= lo * (1 - 1e-6)
+
+
+def test_residual_correction_raises_accuracy(runs):
+    _, m = runs[0]
+    plain = run_offline(SimConfig(n_tasks=N_TASKS), lambda rng: _factory(rng, correct_alpha=None), 7)
+    with_corr, without = m.accuracy(), plain.accuracy()
+    assert with_corr["acc:gCTF:gpu"] > without["acc:gCTF:gpu"], (with_corr, without)
+    assert np.mean(list(with_corr.values())) > np.mean(list(without.values())), (with_corr, without)
