@@ -31,32 +31,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from feedbackkit import Node, Reader, metric_value, prediction, snapshot, start_worker, task  # noqa: E402
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+from feedbackkit import Node, Reader, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402
-from app.contracts import contract, encode  # noqa: E402
+from app.contracts import contract  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 
 APP = "gCTF"
-
-
-async def produce(s: Settings, items: list[tuple[str, dict[str, Any]]]) -> float:
-    p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=20, max_batch_size=256 * 1024)
-    await p.start()
-    t0 = time.perf_counter()
-    try:
-        for i, (topic, value) in enumerate(items):
-            key = (value.get("node") or value["model_key"]).encode()
-            await p.send(s.topic(topic), encode(topic, value, check=False), key=key)
-            if i % 5000 == 0:
-                await asyncio.sleep(0)
-        await p.flush()
-    finally:
-        await p.stop()
-    return time.perf_counter() - t0
 
 
 # -- 1. latency ------------------------------------------------------------------------------------

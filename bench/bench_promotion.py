@@ -50,12 +50,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from aiokafka import AIOKafkaProducer  # noqa: E402
-from feedbackkit import Node, Reader, Sender, metric_value, prediction, snapshot, start_worker, task  # noqa: E402
+from feedbackkit import Node, Reader, Sender, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402
-from app.contracts import encode  # noqa: E402
 from app.features.window import NodeWindow  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
@@ -109,19 +107,6 @@ def history(n: int, nodes: list[Node], rate: float, end_ts: float, seed: int = 5
             shown = len(out)
             print(f"  history: {len(out):,}/{n:,} samples", flush=True)
     return out
-
-
-async def produce_samples(s: Settings, samples: list[dict[str, Any]]) -> None:
-    p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=20, max_batch_size=256 * 1024)
-    await p.start()
-    try:
-        for i, v in enumerate(samples):
-            await p.send(s.topic("training-samples"), encode("training-samples", v, check=False), key=KEY.encode())
-            if i % 5000 == 0:
-                await asyncio.sleep(0)
-        await p.flush()
-    finally:
-        await p.stop()
 
 
 # -- the live cluster ----------------------------------------------------------------------------
@@ -178,7 +163,7 @@ async def run_trials(s: Settings, url: str, args: argparse.Namespace) -> tuple[d
     end = time.time()
     print(f"building a history of {args.samples:,} samples ...", flush=True)
     samples = history(args.samples, nodes, args.rate, end)
-    await produce_samples(s, samples)
+    await produce(s, [("training-samples", v) for v in samples])
     weights: dict[str, dict[str, float]] = {}
     live = Live(s, nodes, args.rate, weights)
     setup: dict[str, Any] = {"debounce_s": s.retrain_debounce_s}
@@ -194,9 +179,9 @@ async def run_trials(s: Settings, url: str, args: argparse.Namespace) -> tuple[d
             await asyncio.sleep(0.2)
         print(f"trainer holds {trainer.history.count(KEY):,} samples; cold start -> v1 ...", flush=True)
         sent = time.time()
-        await out.p.send(s.topic("retrain-events"), encode("retrain-events", {
+        await out.send("retrain-events", {
             "model_key": KEY, "reason": "cold_start", "cumulative_error": float(args.samples), "threshold": 200.0,
-            "ts": sent, "onset_ts": None}), key=KEY.encode())
+            "ts": sent, "onset_ts": None})
         await updates.wait(lambda v: version() >= 1, 300.0, "v1")
         setup["v1_s"] = time.time() - sent
         setup["v1"] = next(u for u in updates.values if u["model_key"] == KEY)["metrics"]

@@ -20,8 +20,7 @@ TOPIC_NAMES = (
 )
 
 
-_PACKAGED_TOPICS = Path(__file__).resolve().parents[2] / "topics"
-_PACKAGED_DIR = str(_PACKAGED_TOPICS)
+_PACKAGED_TOPICS = Path(__file__).resolve().parents[2] / "topics"  # resolved once: contract() runs per message
 
 
 def topics_dir() -> Path:
@@ -90,11 +89,8 @@ def load_contracts(directory: Path | None = None) -> dict[str, TopicContract]:
     >>> load_contracts()["node-features"].compacted
     True
     """
-    if directory is None:
-        return _load(os.environ.get("RTT_TOPICS_DIR") or _PACKAGED_DIR)
-    return _load(str(directory))
+    return _load(str(directory or topics_dir()))
 
 
 def contract(name: str) -> TopicContract:
-    """The contract of topic ``name`` (called per message: no path work on this path)."""
-    return _load(os.environ.get("RTT_TOPICS_DIR") or _PACKAGED_DIR)[name]
+    return load_contracts()[name]

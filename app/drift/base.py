@@ -12,7 +12,8 @@ caller that reacts once per ``drift_detected`` never sees the same drift twice.
 
 from __future__ import annotations
 
-from typing import Protocol, Self, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, Self, runtime_checkable
 
 
 @runtime_checkable
@@ -46,4 +47,12 @@ class DriftDetector(Protocol):
 
     def update(self, x: float, ts: float | None = None) -> Self:
         """Feed one window's error (``ts``: its time in unix seconds; the index is used when None)."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The running state, JSON-ready (a restarted worker keeps its reference)."""
+        ...
+
+    def load(self, state: Mapping[str, Any]) -> Self:
+        """Restore what :meth:`to_dict` wrote; the parameters stay the detector's own."""
         ...

@@ -25,7 +25,8 @@ The onset estimate is the time of the last window at which ``S`` was zero.
 from __future__ import annotations
 
 import math
-from typing import Self
+from collections.abc import Mapping
+from typing import Any, Self
 
 K = 0.02
 THRESHOLD = 0.5
@@ -100,6 +101,27 @@ class Cusum:
     def reference(self) -> float | None:
         """The in-control mean, once the warm-up is over."""
         return self._ref_sum / self.min_instances if self._n >= self.min_instances else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self._n, "ref_sum": self._ref_sum, "s": self._s, "onset": self._onset, "drift": self._drift}
+
+    def load(self, state: Mapping[str, Any]) -> Self:
+        """Restore what :meth:`to_dict` wrote.
+
+        >>> a = Cusum(min_instances=2)
+        >>> for x in (0.1, 0.1, 0.3):
+        ...     _ = a.update(x)
+        >>> b = Cusum(min_instances=2).load(a.to_dict())
+        >>> a.update(0.4).cumulative == b.update(0.4).cumulative
+        True
+        """
+        onset = state.get("onset")
+        self._n = int(state.get("n", 0))
+        self._ref_sum = float(state.get("ref_sum", 0.0))
+        self._s = float(state.get("s", 0.0))
+        self._onset = None if onset is None else float(onset)
+        self._drift = bool(state.get("drift", False))
+        return self
 
     def update(self, x: float, ts: float | None = None) -> Self:
         """Feed one observation; a non-finite value is ignored. After a drift, starts a fresh run."""

@@ -154,14 +154,9 @@ class NodeTracker:
 
     # -- persistence -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        apps: dict[str, Any] = {}
-        for app, s in self.apps.items():
-            a: dict[str, Any] = {"period": s.period.to_dict(), "window_s": s.dwa.window_s, "rmse": s.dwa.last_rmse,
-                                 "episode": s.episode.to_dict()}
-            dump = getattr(s.detector, "to_dict", None)
-            if dump is not None:
-                a["detector"] = dump()
-            apps[app] = a
+        apps = {app: {"period": s.period.to_dict(), "window_s": s.dwa.window_s, "rmse": s.dwa.last_rmse,
+                      "detector": s.detector.to_dict(), "episode": s.episode.to_dict()}
+                for app, s in self.apps.items()}
         return {"credibility": self.credibility.to_dict(), "apps": apps}
 
     def load(self, state: Mapping[str, Any]) -> NodeTracker:
@@ -173,9 +168,8 @@ class NodeTracker:
             rmse = a.get("rmse")
             if rmse is not None:
                 s.dwa.update(float(rmse))  # sets the reference RMSE; the first update never moves the window
-            restore = getattr(s.detector, "load", None)
-            if a.get("detector") and restore is not None:
-                restore(a["detector"])
+            if a.get("detector"):
+                s.detector.load(a["detector"])
             if a.get("episode"):
                 s.episode.load(a["episode"])
         return self

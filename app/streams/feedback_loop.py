@@ -55,7 +55,7 @@ from app.streams.feedback_table import (
     offsets_row_key,
     parse_row_key,
 )
-from app.streams.intake import PartitionIntake
+from app.streams.intake import PartitionIntake, decode_positions
 from app.streams.node_features import NodeFeatures, node_features_of
 
 log = logging.getLogger(__name__)
@@ -135,9 +135,7 @@ class FeedbackLoop:
             intake = self.intake
             if intake is None:
                 return await self.table.write(rows)
-            last: list[tuple[bytes, bytes | None]] = [
-                (offsets_row_key(p), orjson.dumps(pos)) for p, pos in intake.positions_of().items()]
-            return await self.table.write(rows, last=last, sender=intake.sender if intake.running else None)
+            return await self.table.write(rows, last=intake.position_rows(offsets_row_key), sender=intake.live_sender)
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
         """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
@@ -149,7 +147,7 @@ class FeedbackLoop:
                 continue
             partition, kind, node, task_id = parsed
             if kind == OFFSETS_ROW:
-                offsets.update({(name, partition): int(off) for name, off in orjson.loads(value).items()})
+                offsets.update(decode_positions(value, partition))
                 continue
             self.partitions.setdefault(node, partition)
             if kind == JOIN_ROW:
@@ -188,8 +186,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
 
     ctx = context_of(app)
     options = FeedbackOptions.from_settings(settings)
-    sources = [ctx.ownership_topic]  # the partitions this worker owns (app.streams.ownership)
-    table = feedback_table(app, TABLE_NAME, sources, contract("task-completions").partitions)
+    table = feedback_table(app, TABLE_NAME, ctx.ownership_topic, contract("task-completions").partitions)
     loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), ModelCache(settings),
                         JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
     table.on_restore = loop.restore

@@ -33,6 +33,7 @@ import faust
 
 from app.kafka.batches import BatchSender
 from app.streams.changelog import Row, write_rows
+from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def parse_row_key(key: bytes | str) -> RowKey | None:
 class FeedbackTable(faust.Table):
     """Rows of the join buffer and node trackers; a row's changelog partition is in its key."""
 
-    source_topics: frozenset[str] = frozenset()
+    ownership_topic: str = ""
     on_restore: Callable[[dict[bytes, bytes], set[int]], None] | None = None
     on_revoke: Callable[[set[int]], Awaitable[None]] | None = None
     on_stopping: Callable[[], Awaitable[int]] | None = None
@@ -73,18 +74,17 @@ class FeedbackTable(faust.Table):
         parsed = parse_row_key(key)
         return parsed[0] if parsed is not None else super().partition_for_key(key)
 
-    async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *,
-                    last: Iterable[tuple[bytes, bytes | None]] = (), sender: BatchSender | None = None) -> int:
+    async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *, last: Iterable[Row] = (),
+                    sender: BatchSender | None = None) -> int:
         """Write ``rows`` (value None: delete), then ``last`` once ``rows`` are stored; rows written.
 
         With ``sender`` the rows go out as record batches on its producer; without, through Faust
         (:func:`~app.streams.changelog.write_rows`).
         """
-        return await write_rows(self, [_row(k, v) for k, v in rows], last=[_row(k, v) for k, v in last],
-                                sender=sender)
+        return await write_rows(self, [_row(k, v) for k, v in rows], last=last, sender=sender)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
-        lost = {tp.partition for tp in revoked if tp.topic in self.source_topics}
+        lost = lost_partitions(revoked, self.ownership_topic)
         if lost and self.on_revoke is not None:
             await self.on_revoke(lost)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
@@ -115,11 +115,11 @@ def _row(key: bytes, value: bytes | None) -> Row:
     return parsed[0], key, value
 
 
-def feedback_table(app: faust.App, name: str, source_topics: Iterable[str], partitions: int) -> FeedbackTable:
+def feedback_table(app: faust.App, name: str, ownership_topic: str, partitions: int) -> FeedbackTable:
     """Create and register the table on ``app``."""
     table = FeedbackTable(
         app, name=name, default=None, beacon=app.tables.beacon, partitions=partitions,
         key_type=bytes, value_type=bytes, help="feedback rows: join entries and node trackers",
     )
-    table.source_topics = frozenset(source_topics)
+    table.ownership_topic = ownership_topic
     return app.tables.add(table)  # type: ignore[return-value]

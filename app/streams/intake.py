@@ -31,11 +31,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.config import Settings
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
+from app.streams.changelog import Row
 from app.streams.deadletter import DeadLetters
 from app.streams.edge import EdgeDecoder
 from app.streams.metrics import INTAKE_LAG, MESSAGES_IN, PROCESSING
@@ -44,6 +46,11 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], int], None]
 MAX_RECORDS = 10_000
+
+
+def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
+    """``{(contract, partition): offset}`` of a row written by :meth:`PartitionIntake.position_rows`."""
+    return {(name, partition): int(off) for name, off in orjson.loads(raw).items()}
 
 
 class PartitionIntake:
@@ -134,9 +141,17 @@ class PartitionIntake:
         self.started.set()
 
     @property
+    def live_sender(self) -> BatchSender | None:
+        """The sender while the producer is up (a checkpoint ships its rows on it), else None."""
+        return self.sender if self._producer is not None else None
+
+    @property
     def running(self) -> bool:
-        """Whether the producer is up (a checkpoint may ship its rows on it)."""
-        return self._producer is not None and self.sender is not None
+        return self.live_sender is not None
+
+    def position_rows(self, key: Callable[[int], bytes], partitions: set[int] | None = None) -> list[Row]:
+        """One changelog row per partition: ``(partition, key(partition), {contract: next offset})``."""
+        return [(p, key(p), orjson.dumps(pos)) for p, pos in self.positions_of(partitions).items()]
 
     async def stop(self) -> None:
         """Deliver what was collected, then stop the consumer and the producer."""

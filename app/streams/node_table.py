@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
-import orjson
 
 from app.streams.changelog import Row, write_rows
-from app.streams.intake import PartitionIntake
+from app.streams.intake import PartitionIntake, decode_positions
 from app.streams.metrics import NODES
 from app.streams.node_state import NodeState, node_of_key
 from app.streams.options import WorkerOptions
@@ -95,9 +94,8 @@ class NodeStateTable(faust.Table):
         intake = self.intake
         if intake is None:
             return await write_rows(self, rows)
-        positions = intake.positions_of(partitions)
-        last: list[Row] = [(p, positions_key(p), orjson.dumps(pos)) for p, pos in positions.items()]
-        return await write_rows(self, rows, last=last, sender=intake.sender if intake.running else None)
+        return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
+                                sender=intake.live_sender)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)
@@ -120,7 +118,7 @@ class NodeStateTable(faust.Table):
         for p in active:
             raw = self.data.get(positions_key(p))
             if raw:
-                offsets.update({(name, p): int(off) for name, off in orjson.loads(raw).items()})
+                offsets.update(decode_positions(raw, p))
         self.intake.assign(active, offsets)
         log.info("partitions %s: node-metrics read from %s", sorted(active),
                  {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())} or "the beginning")

@@ -38,15 +38,25 @@ def tasks(lo: int, hi: int, t0: float) -> list[dict[str, Any]]:
     return [task(f"task-{i}", APP, NODES[i % 2], t0 + i * 0.05, rng) for i in range(lo, hi)]
 
 
+async def send_metrics(out: Sender, t0: float, rng: random.Random) -> None:
+    """Eight snapshots of every node in the 4 s before ``t0``."""
+    for k in range(8):
+        for n in NODES:
+            await out.send("node-metrics", snapshot(n, t0 - 4.0 + k * 0.5, rng))
+
+
+def predicted(c: dict[str, Any], t0: float) -> dict[str, Any]:
+    """The prediction of completion ``c`` (10 % high)."""
+    return prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1)
+
+
 async def first_life(s: Settings, t0: float) -> list[dict[str, Any]]:
     rng = random.Random(1)
     done = tasks(0, 60, t0)
     async with Sender(s) as out, Reader(s, "prediction-errors") as errors:
-        for k in range(8):
-            for n in NODES:
-                await out.send("node-metrics", snapshot(n, t0 - 4.0 + k * 0.5, rng))
+        await send_metrics(out, t0, rng)
         for c in done:
-            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("rtt-predictions", predicted(c, t0))
         await out.flush()
         await asyncio.sleep(1.0)
         for c in done[:30]:
@@ -63,7 +73,7 @@ async def second_life(s: Settings, done: list[dict[str, Any]], t0: float) -> dic
         for c in done[20:60]:  # 20..29 again (a redelivery), then the 30 the first worker never saw
             await out.send("task-completions", c)
         for c in done[:10]:
-            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("rtt-predictions", predicted(c, t0))
         await out.flush()
         await errors.wait(lambda v: counted(v) >= 60, 45.0, "60 joined pairs")
         await asyncio.sleep(3 * s.error_period_s)  # any double count would show up by now
@@ -105,16 +115,14 @@ async def life_before_checkpoint(s: Settings, url: str, t0: float) -> list[dict[
     rng = random.Random(2)
     done = tasks(100, 140, t0)
     async with Sender(s) as out, Reader(s, "prediction-errors") as errors:
-        for k in range(8):
-            for n in NODES:
-                await out.send("node-metrics", snapshot(n, t0 - 4.0 + k * 0.5, rng))
+        await send_metrics(out, t0, rng)
         for c in done[:20]:
-            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("rtt-predictions", predicted(c, t0))
             await out.send("task-completions", c)
         await out.flush()
         await errors.wait(lambda v: counted(v) >= 20, 30.0, "the first 20 pairs reported")
         for c in done[20:]:
-            await out.send("rtt-predictions", prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1))
+            await out.send("rtt-predictions", predicted(c, t0))
             await out.send("task-completions", c)
         await out.flush()
         deadline = time.monotonic() + 20.0
