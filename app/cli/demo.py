@@ -21,7 +21,8 @@ from typing import Any
 
 HELP = "run broker, worker, trainer and extender on a live simulated cluster, compare with baselines, write a report"
 LIVE_NAME = "rtt_aware_live"
-OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "rtt_aware", "oracle")
+OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "target_load", "static_best", "rtt_aware",
+                    "clairvoyant")
 READY_TIMEOUT_S = 120.0
 # The extender's scheduling policy in the demo: what the offline rtt_aware policy uses. Tasks here last
 # ~100 ms and arrive 24/s, so the default 10 % penalty per pod assumed over 5 s would compound to a

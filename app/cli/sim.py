@@ -6,23 +6,54 @@ import argparse
 from typing import Any
 
 HELP = "compare placement policies on the simulated heterogeneous cluster (offline) and write CSV/JSON/HTML"
+# flags that describe the cluster and workload; a scenario file replaces them
+SETUP_FLAGS = ("preset", "nodes", "tasks", "rate", "load", "arrivals", "trace", "events", "no_join")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", choices=["small", "large"], default="small", help="cluster preset")
+    p.add_argument("--scenario", default=None,
+                   help="scenario file (YAML, see scenarios/ and docs/simulator.md); replaces the setup flags")
+    p.add_argument("--preset", choices=["small", "large"], default=None, help="cluster preset (default small)")
     p.add_argument("--nodes", type=int, default=None, help="node count of the large preset (default 300)")
-    p.add_argument("--policies", default="all", help="'all' or a comma-separated list of policy names")
-    p.add_argument("--seeds", type=int, default=5, help="number of seeds (runs per policy)")
+    p.add_argument("--policies", default=None, help="'all' (default) or a comma-separated list of policy names")
+    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, or the scenario's)")
     p.add_argument("--first-seed", type=int, default=1)
-    p.add_argument("--tasks", type=int, default=5000, help="tasks per run")
+    p.add_argument("--tasks", type=int, default=None, help="tasks per run (default 5000)")
     p.add_argument("--rate", type=float, default=None, help="arrivals per second (default: 4 per node)")
-    p.add_argument("--arrivals", choices=["poisson", "bursty", "trace"], default="poisson")
+    p.add_argument("--load", type=float, default=None, help="arrival rate as a multiple of the cluster's capacity")
+    p.add_argument("--arrivals", choices=["poisson", "bursty", "trace"], default=None)
     p.add_argument("--trace", default=None, help="trace file (CSV or JSON lines: ts, app, input_size_mb)")
-    p.add_argument("--events", choices=["default", "none"], default="default",
-                   help="non-stationarity: throttling, noisy neighbour, slowdown")
-    p.add_argument("--no-join", action="store_true", help="no GPU node joining mid-run")
+    p.add_argument("--events", choices=["default", "none"], default=None,
+                   help="non-stationarity: throttling, noisy neighbour, slowdown (default: default)")
+    p.add_argument("--no-join", action="store_true", default=None, help="no GPU node joining mid-run")
     p.add_argument("--out", default="reports/sim", help="output directory")
     p.add_argument("--no-html", action="store_true", help="CSV and JSON only")
+
+
+def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str]:
+    """(SimConfig, seeds, policies) from a scenario file or from the flags."""
+    from app.errors import ConfigError
+    from app.sim.runner import SimConfig
+    from app.sim.scenario import load_scenario
+
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError("--seeds", "must be >= 1")
+    if args.scenario:
+        given = [f"--{f.replace('_', '-')}" for f in SETUP_FLAGS if getattr(args, f) is not None]
+        if given:
+            raise ConfigError(given[0], "the scenario file describes the cluster and workload; drop the flag")
+        sc = load_scenario(args.scenario)
+        seeds = sc.seeds if args.seeds is None else list(range(args.first_seed, args.first_seed + args.seeds))
+        return sc.config, seeds, args.policies or sc.policies or "all"
+    try:
+        config = SimConfig(preset=args.preset or "small", n_nodes=args.nodes, n_tasks=args.tasks or 5000,
+                           rate_per_s=args.rate, load=args.load, arrivals=args.arrivals or "poisson",
+                           trace_path=args.trace, events=args.events or "default", join_node=not args.no_join,
+                           scrape_interval_s=settings.scrape_interval_s)
+    except ValueError as exc:
+        raise ConfigError("rttsched sim", str(exc)) from None
+    n = 5 if args.seeds is None else args.seeds
+    return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
@@ -32,15 +63,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from app.sim.policies import parse_policies
     from app.sim.report import format_goals, format_table, goal_rows, summarise, write_report
-    from app.sim.runner import SimConfig, describe, run_offline
+    from app.sim.runner import describe, run_offline
 
-    if args.seeds < 1:
-        raise SystemExit("rttsched sim: --seeds must be >= 1")
-    config = SimConfig(preset=args.preset, n_nodes=args.nodes, n_tasks=args.tasks, rate_per_s=args.rate,
-                       arrivals=args.arrivals, trace_path=args.trace, events=args.events,
-                       join_node=not args.no_join, scrape_interval_s=settings.scrape_interval_s)
-    policies = parse_policies(args.policies)
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    config, seeds, spec = _setup(args, settings)
+    policies = parse_policies(spec)
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim") as bar:
         for seed in seeds:
@@ -50,7 +76,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 bar.update(1)
     agg = summarise(runs)
     print(format_table(agg))
-    goals = goal_rows(agg)
+    goals = goal_rows(agg, closed_loop=config.arrivals == "closed")
     if goals:
         print()
         print(format_goals(goals))

@@ -1,20 +1,34 @@
-"""Service-time models of the three cryo-EM apps, and which metrics truly drive each one's RTT.
+"""Service-time models of the three cryo-EM apps, their requests, and which metrics truly drive their RTT.
 
-The expected service time of a task on a node is
+An app's pod requests the same resources wherever it lands (``Placement``: CPU cores, host memory, and for
+a GPU app one ``nvidia.com/gpu`` share plus its GPU memory). A GPU app (``gCTF``, ``Motioncor2``) is
+feasible on GPU nodes only; ``upload`` requests no GPU and runs on any node.
 
-``t = (overhead_ms + input_mb * ms_per_mb(node)) * (1 + sum_r weight[r] * load[r]) * throttle * slowdown``
+The uncontended service time of a task (its *work*) on a node is ``overhead_ms + input_mb * ms_per_mb(node)``,
+where ``ms_per_mb`` follows the hardware (GPU: FP32 throughput, memory bandwidth and the PCIe link; disk
+bandwidth; CPU node: a fixed per-MB cost). While the task runs, the node serves it at rate
+``1 / factor`` with
 
-where ``ms_per_mb`` follows the hardware (GPU: FP32 throughput, memory bandwidth and the PCIe link;
-CPU node: a fixed per-MB cost, 10-30x a mid GPU), and ``load[r]`` is what the *other* tasks (plus any
-noisy neighbour) put on shared resource ``r`` (GPU compute, GPU memory bandwidth, PCIe, disk, CPU).
-The observed time multiplies a log-normal noise whose sigma is 3-5x larger on GPU nodes (the seed).
+``factor = (1 + sum_r weight[r] * load[r] + sum_b pair(app, b)) * throttle * slowdown``
+
+re-evaluated whenever a task starts or ends on the node (:mod:`app.sim.state`): processor sharing per
+resource, in its mean-field form - ``weight[r]`` is the fraction of the app's time bound by resource
+``r``, ``load[r]`` is the demand the *other* running tasks (and any noisy neighbour) put on ``r`` (GPU
+compute and memory bandwidth of the same GPU; PCIe, disk and CPU of the node), so the ``r``-bound part of
+the work stretches by ``1 + load[r]``. ``pair`` adds the interference of app pairs that hurt each other
+beyond their resource demand on one GPU (:data:`INTERFERENCE`). The observed work multiplies a log-normal
+noise whose sigma is 4x larger on GPU nodes (the seed's 3-5x).
 
 >>> from app.sim.hardware import small_preset
 >>> k20c, m40, rtx, cpu = small_preset()[:4]
->>> [round(ideal_ms(APPS["gCTF"], n, 80.0)) for n in (rtx, m40, k20c, cpu)]
-[32, 100, 144, 1442]
+>>> [round(ideal_ms(APPS["gCTF"], n, 80.0)) for n in (rtx, m40, k20c)]
+[32, 100, 144]
+>>> APPS["gCTF"].fits(cpu, 80.0), APPS["upload"].fits(cpu, 80.0)
+(False, True)
 >>> APPS["Motioncor2"].fits(k20c, 400.0), APPS["Motioncor2"].fits(rtx, 400.0)
 (False, True)
+>>> interference("Motioncor2", "gCTF"), interference("gCTF", "gCTF")
+(0.25, 0.0)
 >>> sorted(true_drivers("upload"))
 ['cpu_iowait', 'disk_read_bytes', 'pcie_rx_bytes', 'pcie_tx_bytes']
 """
@@ -44,23 +58,36 @@ NOISE_SIGMA = {"gpu": 0.04, "cpu": 0.01}  # log-normal sigma of the service time
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """How an app runs on one node class: cost, requests, what it puts on shared resources."""
+    """How an app runs: its pod's requests, its cost, and what it puts on shared resources."""
 
     overhead_ms: float
     cpu_cores: float  # requested and used
     mem_gb: float  # requested host memory
-    gpu_share: int  # time-sliced GPU shares requested (0 on CPU nodes)
-    weights: Mapping[str, float]  # contention sensitivity per resource
+    gpu_share: int  # nvidia.com/gpu requested: time-sliced shares of one GPU (0: no GPU)
+    weights: Mapping[str, float]  # fraction of the app's time bound by each resource
     demand: Mapping[str, float]  # load this task puts on each resource (fraction of one unit)
     cpu_ms_per_mb: float = 0.0  # CPU nodes only
     throttle_sensitive: bool = False
 
+    def __post_init__(self) -> None:
+        for r in (*self.weights, *self.demand):
+            if r not in RESOURCES:
+                raise ValueError(f"Placement: unknown resource {r!r} (known: {', '.join(RESOURCES)})")
+        # dense vectors in RESOURCES order, for the re-rating hot path
+        object.__setattr__(self, "w", tuple(float(self.weights.get(r, 0.0)) for r in RESOURCES))
+        object.__setattr__(self, "d", tuple(float(self.demand.get(r, 0.0)) for r in RESOURCES))
+
+    w: tuple[float, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    d: tuple[float, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
 
 @dataclasses.dataclass(frozen=True)
 class AppProfile:
+    """An app: exactly one of ``on_gpu`` (a GPU app: GPU nodes only) and ``on_cpu`` (any node) is set."""
+
     name: str
-    on_gpu: Placement | None  # None: the app never uses a GPU
-    on_cpu: Placement
+    on_gpu: Placement | None  # requests nvidia.com/gpu: runs on GPU nodes only
+    on_cpu: Placement | None  # requests no GPU: runs on any node
     tflops_ms: float = 0.0  # ms per MB * TFLOPS (compute part)
     bw_ms: float = 0.0  # ms per MB * GB/s (memory-bandwidth part)
     pcie_ms: float = 0.0  # ms per MB * GB/s of the link (transfer part)
@@ -68,40 +95,52 @@ class AppProfile:
     gpu_mem_base_gb: float = 0.0
     gpu_mem_per_mb: float = 0.0  # GB of GPU memory per MB of input
 
+    place: Placement = dataclasses.field(init=False, repr=False, compare=False)  # the one that is set
+
+    def __post_init__(self) -> None:
+        if (self.on_gpu is None) == (self.on_cpu is None):
+            raise ValueError(f"AppProfile {self.name}: exactly one of on_gpu and on_cpu must be set")
+        object.__setattr__(self, "place", self.on_gpu or self.on_cpu)
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.on_gpu is not None
+
     def placement(self, node: NodeSpec) -> Placement:
-        return self.on_gpu if (node.node_class == "gpu" and self.on_gpu is not None) else self.on_cpu
+        return self.place
 
     def gpu_mem_gb(self, input_mb: float) -> float:
-        return self.gpu_mem_base_gb + self.gpu_mem_per_mb * input_mb
+        return self.gpu_mem_base_gb + self.gpu_mem_per_mb * input_mb if self.on_gpu is not None else 0.0
 
     def fits(self, node: NodeSpec, input_mb: float) -> bool:
-        """False when the node can never run this task (its GPU memory is too small for the input)."""
-        if node.node_class == "gpu" and self.on_gpu is not None and node.gpu is not None:
-            return self.gpu_mem_gb(input_mb) <= node.gpu.mem_gb
-        return True
+        """Whether ``node`` can ever run this task: a GPU app needs a GPU node whose GPU holds its input."""
+        if self.on_gpu is None:
+            return True
+        return node.gpu is not None and self.gpu_mem_gb(input_mb) <= node.gpu.mem_gb
 
 
 def ms_per_mb(app: AppProfile, node: NodeSpec) -> float:
-    """Uncontended cost of one MB of input on ``node``."""
+    """Uncontended cost of one MB of input on ``node`` (which must be able to run ``app``)."""
     per_mb = app.disk_ms / node.disk_mb_s if app.disk_ms else 0.0
-    if node.node_class == "gpu" and node.gpu is not None:
+    if node.gpu is not None:
         if app.on_gpu is not None:
             per_mb += app.tflops_ms / node.gpu.fp32_tflops + app.bw_ms / node.gpu.mem_bw_gbs
         return per_mb + app.pcie_ms / node.pcie_gbs
-    return per_mb + app.on_cpu.cpu_ms_per_mb
+    return per_mb + app.place.cpu_ms_per_mb
 
 
 def ideal_ms(app: AppProfile, node: NodeSpec, input_mb: float) -> float:
     """Service time on an idle, healthy node (no contention, no noise)."""
-    return app.placement(node).overhead_ms + input_mb * ms_per_mb(app, node)
+    return app.place.overhead_ms + input_mb * ms_per_mb(app, node)
 
 
-def contention_factor(place: Placement, loads: Mapping[str, float]) -> float:
-    """``1 + sum_r weight[r] * load[r]`` (loads from the other tasks and background)."""
-    f = 1.0
-    for r, w in place.weights.items():
-        f += w * loads.get(r, 0.0)
-    return f
+# app pairs that slow each other on one GPU beyond their resource demand (the seed's anti-affinity case:
+# two FFT pipelines thrash the GPU's caches), per co-running task of the other app
+INTERFERENCE: dict[frozenset[str], float] = {frozenset({"gCTF", "Motioncor2"}): 0.25}
+
+
+def interference(a: str, b: str) -> float:
+    return INTERFERENCE.get(frozenset({a, b}), 0.0) if a != b else INTERFERENCE.get(frozenset({a}), 0.0)
 
 
 APPS: dict[str, AppProfile] = {
@@ -115,16 +154,14 @@ APPS: dict[str, AppProfile] = {
         "gCTF",
         on_gpu=Placement(5.0, 1.0, 2.0, 1, weights={"gpu": 0.8, "membw": 0.3, "pcie": 0.1},
                          demand={"gpu": 0.5, "membw": 0.3, "pcie": 0.1, "cpu": 1.0}, throttle_sensitive=True),
-        on_cpu=Placement(10.0, 4.0, 4.0, 0, weights={"cpu": 1.2, "disk": 0.1},
-                         demand={"cpu": 4.0, "disk": 0.05}, cpu_ms_per_mb=17.9),
+        on_cpu=None,
         tflops_ms=0.6, bw_ms=300.0, pcie_ms=1.0, gpu_mem_base_gb=0.5, gpu_mem_per_mb=0.01,
     ),
     "Motioncor2": AppProfile(
         "Motioncor2",
         on_gpu=Placement(8.0, 2.0, 4.0, 1, weights={"membw": 1.2, "gpu": 0.4, "pcie": 0.2},
                          demand={"gpu": 0.4, "membw": 0.6, "pcie": 0.2, "cpu": 2.0}, throttle_sensitive=True),
-        on_cpu=Placement(20.0, 8.0, 8.0, 0, weights={"cpu": 1.0, "disk": 0.2},
-                         demand={"cpu": 8.0, "disk": 0.1}, cpu_ms_per_mb=24.0),
+        on_cpu=None,
         tflops_ms=0.3, bw_ms=500.0, pcie_ms=1.0, gpu_mem_base_gb=1.0, gpu_mem_per_mb=0.012,
     ),
 }

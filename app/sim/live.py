@@ -85,8 +85,7 @@ def scaled_worker_env(settings: Settings, speed: float) -> dict[str, str]:
 def _progress(sim: Simulation, policy: ExtenderPolicy, watcher: FeedbackWatcher, bar: Any,
               on_tick: Callable[[], None] | None, tick_s: float) -> Generator[simpy.Event, Any, None]:
     cluster, env = sim.cluster, sim.env
-    total = len(cluster.workload)
-    while cluster.done + cluster.failed < total:
+    while cluster.running():
         yield env.timeout(tick_s)
         if on_tick is not None:
             on_tick()
@@ -102,7 +101,7 @@ def _fill_trace(metrics_policy: Policy, sim: Simulation, watcher: FeedbackWatche
     """Copy the watcher's findings into the policy's trace (times in simulated seconds); returns joins."""
     tr = metrics_policy.trace
     names = [n.name for n in sim.cluster.nodes]
-    node_idx = sim.cluster.node_idx
+    node_idx = sim.cluster.log.node_idx
     joined = 0
     for (task_id, node), pred in list(watcher.predictions.items()):
         if len(task_id) != 8 or not task_id.startswith("t") or not task_id[1:].isdigit():
@@ -162,14 +161,14 @@ def run_live(config: SimConfig, settings: Settings, extender_url: str, seed: int
         sim = build_simulation(cfg, factory, seed, sink=sink,
                                env=simpy.rt.RealtimeEnvironment(factor=1.0 / speed, strict=False))
         policy = holder[0]
-        bar = tqdm(total=len(sim.cluster.workload), file=sys.stderr, unit="task", desc="live", disable=not progress)
+        bar = tqdm(total=sim.cluster.total_tasks, file=sys.stderr, unit="task", desc="live", disable=not progress)
         sim.env.process(_progress(sim, policy, watcher, bar, on_tick, tick_s))
         assert isinstance(sim.env, simpy.rt.RealtimeEnvironment)
         sim.env.sync()
         t0 = time.perf_counter()
         sim.run()
         wall_s = time.perf_counter() - t0
-        bar.update(len(sim.cluster.workload) - bar.n)
+        bar.update(len(sim.cluster.log) - bar.n)
         sink.close()
         time.sleep(settle_s)
         watcher.close()
@@ -182,7 +181,7 @@ def run_live(config: SimConfig, settings: Settings, extender_url: str, seed: int
         watcher.close()
         for p in holder:
             p.close()
-    log.info("live run: %d tasks in %.1f s wall, sink %s, extender %s", len(sim.cluster.workload), wall_s,
+    log.info("live run: %d tasks in %.1f s wall, sink %s, extender %s", len(sim.cluster.log), wall_s,
              sink.stats(), policy.stats)
     return LiveResult(metrics, sink.stats(), dict(policy.stats), joined, len(watcher.retrains),
                       len(watcher.models), wall_s, start_ts, speed)

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import simpy
 
+from app.sim.capacity import capacity_per_s
+from app.sim.closed_loop import ClosedLoop
 from app.sim.cluster import Cluster
-from app.sim.events import NodeEvent, default_events
+from app.sim.events import EventSpec, NodeEvent, default_events, resolve
 from app.sim.hardware import NodeSpec, gpu_node, preset
 from app.sim.policies import Policy, make_policy
 from app.sim.results import DEFAULT_SLA_MS, RunMetrics
@@ -28,34 +30,57 @@ from app.sim.sinks import Sink
 from app.sim.workload import Workload, bursty_workload, poisson_workload, trace_workload
 
 RATE_PER_NODE_S = 4.0  # default arrival rate per node of the preset (moderate load)
+ARRIVALS = ("poisson", "bursty", "trace", "closed")
 
 
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
+    """A run's setup. Nodes: ``nodes`` if given, else the preset. Open loop (``arrivals`` poisson, bursty,
+    trace): ``n_tasks`` at ``rate_per_s``, or ``load`` x the cluster's capacity
+    (:func:`app.sim.capacity.capacity_per_s`), or ``RATE_PER_NODE_S`` per node. Closed loop (``closed``):
+    ``clients`` with mean think time ``think_s`` submitting for ``duration_s``. ``events``: ``default``
+    (throttle, noisy neighbour, slowdown), ``none``, or scripted :class:`EventSpec` s; ``join_node`` adds an
+    M40 24GB node half-way (only with ``default``)."""
+
     preset: str = "small"
     n_nodes: int | None = None  # large preset only
+    nodes: tuple[NodeSpec, ...] = ()
     n_tasks: int = 5000
-    rate_per_s: float | None = None  # None: RATE_PER_NODE_S x nodes
-    arrivals: str = "poisson"  # poisson | bursty | trace
+    rate_per_s: float | None = None
+    load: float | None = None
+    arrivals: str = "poisson"
     trace_path: str | None = None
+    burst_factor: float = 4.0
+    burst_fraction: float = 0.2
+    mean_burst_s: float = 5.0
+    clients: int = 0
+    think_s: float = 0.0
+    duration_s: float = 0.0
     mix: Mapping[str, float] | None = None
-    events: str = "default"  # default | none
-    join_node: bool = True  # a GPU node joins halfway through
+    events: str | tuple[EventSpec, ...] = "default"
+    join_node: bool = True
     scrape_interval_s: float = 1.0
     start_ts: float = 1_700_000_000.0
     sla_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SLA_MS))
 
     def __post_init__(self) -> None:
-        if self.arrivals not in ("poisson", "bursty", "trace"):
-            raise ValueError(f"SimConfig.arrivals: must be poisson, bursty or trace (got {self.arrivals!r})")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"SimConfig.arrivals: must be one of {', '.join(ARRIVALS)} (got {self.arrivals!r})")
         if self.arrivals == "trace" and not self.trace_path:
             raise ValueError("SimConfig.trace_path: required when arrivals is 'trace'")
-        if self.events not in ("default", "none"):
-            raise ValueError(f"SimConfig.events: must be default or none (got {self.events!r})")
+        if self.arrivals == "closed" and (self.clients < 1 or self.duration_s <= 0):
+            raise ValueError("SimConfig.clients, duration_s: a closed loop needs clients >= 1 and duration_s > 0")
+        if isinstance(self.events, str) and self.events not in ("default", "none"):
+            raise ValueError(f"SimConfig.events: must be default, none or a list of events (got {self.events!r})")
         if self.n_tasks <= 0:
             raise ValueError(f"SimConfig.n_tasks: must be > 0 (got {self.n_tasks})")
-        if self.rate_per_s is not None and self.rate_per_s <= 0:
-            raise ValueError(f"SimConfig.rate_per_s: must be > 0 (got {self.rate_per_s})")
+        for name in ("rate_per_s", "load"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"SimConfig.{name}: must be > 0 (got {v})")
+
+    def base_nodes(self) -> list[NodeSpec]:
+        return list(self.nodes) if self.nodes else preset(self.preset, self.n_nodes)
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
@@ -65,20 +90,44 @@ def _streams(seed: int) -> dict[str, np.random.Generator]:
 
 
 def build_nodes(config: SimConfig, duration_s: float) -> list[NodeSpec]:
-    nodes = preset(config.preset, config.n_nodes)
-    if config.join_node:
+    """The base nodes plus the default joining node (scripted joins come from :func:`build_events`)."""
+    nodes = config.base_nodes()
+    if config.join_node and config.events == "default":
         nodes.append(gpu_node("worker-join", "Tesla M40 24GB", cores=12, disk_mb_s=450.0,
                               join_at_s=round(0.5 * duration_s, 3)))
     return nodes
 
 
-def build_workload(config: SimConfig, rng: np.random.Generator) -> Workload:
-    n_base = len(preset(config.preset, config.n_nodes))
-    rate = config.rate_per_s or RATE_PER_NODE_S * n_base
+def build_events(config: SimConfig, nodes: list[NodeSpec], span_s: float) -> tuple[list[NodeSpec], list[NodeEvent]]:
+    """(all nodes, node events) for a run of ``span_s`` seconds."""
+    if config.events == "default":
+        return nodes, default_events(nodes, span_s)
+    if config.events == "none":
+        return nodes, []
+    assert not isinstance(config.events, str)
+    joins, events = resolve(config.events, nodes, span_s)
+    return nodes + joins, events
+
+
+def offered_rate(config: SimConfig) -> float:
+    """The open-loop arrival rate (tasks/s) of ``config``."""
+    if config.rate_per_s:
+        return config.rate_per_s
+    base = config.base_nodes()
+    if config.load:
+        return config.load * capacity_per_s(base, config.mix)
+    return RATE_PER_NODE_S * len(base)
+
+
+def build_workload(config: SimConfig, rng: np.random.Generator) -> Workload | ClosedLoop:
+    if config.arrivals == "closed":
+        return ClosedLoop(rng, config.clients, config.think_s, config.duration_s, config.mix)
     if config.arrivals == "trace":
         return trace_workload(config.trace_path or "", rng, limit=config.n_tasks)
+    rate = offered_rate(config)
     if config.arrivals == "bursty":
-        return bursty_workload(rng, config.n_tasks, rate, config.mix)
+        return bursty_workload(rng, config.n_tasks, rate, config.mix, burst_factor=config.burst_factor,
+                               burst_fraction=config.burst_fraction, mean_burst_s=config.mean_burst_s)
     return poisson_workload(rng, config.n_tasks, rate, config.mix)
 
 
@@ -99,30 +148,34 @@ class Simulation:
     def metrics(self, wall_s: float = 0.0) -> RunMetrics:
         c = self.cluster
         c.finish()
-        w = c.workload
         end = float(self.env.now)
-        gpu_util = np.full(len(c.nodes), np.nan)
-        util = np.full(len(c.nodes), np.nan)
-        for i, n in enumerate(c.nodes):
-            rt = c.rt[n.name]
-            span = end - n.join_at_s
+        n = len(c.nodes)
+        gpu_busy, util, demand = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        for i, node in enumerate(c.nodes):
+            rt = c.rt[node.name]
+            stop = end if rt.left_s is None else max(rt.left_s, rt.last_t)
+            span = stop - node.join_at_s
             if not rt.joined or span <= 0:
                 continue
-            g, u = rt.gpu_area / span, rt.cpu_area / span
-            if n.node_class == "gpu":
-                gpu_util[i] = g
-                util[i] = g
+            if node.gpu_count:
+                gpu_busy[i] = util[i] = rt.gpu_busy_area / node.gpu_count / span
+                demand[i] = rt.gpu_demand_area / span
             else:
-                util[i] = u
-        pred = np.full(len(w), np.nan)
+                util[i] = rt.busy_area / span
+        cols = c.log.arrays()
+        pred = np.full(len(c.log), np.nan)
         for idx, p in self.policy.trace.predicted_ms.items():
-            pred[idx] = p
+            if idx < len(pred):
+                pred[idx] = p
+        w = c.workload
         return RunMetrics(
-            policy=self.policy.name, seed=self.seed, node_names=tuple(n.name for n in c.nodes),
-            node_classes=tuple(n.node_class for n in c.nodes), apps=w.apps, input_mb=w.input_mb,
-            submit_s=w.arrival_s, start_s=c.start_s, finish_s=c.finish_s, node_idx=c.node_idx,
-            expected_ms=c.expected_ms, predicted_ms=pred, node_gpu_util=gpu_util, node_util=util,
-            makespan_s=end, wall_s=wall_s, failed=c.failed, trace=self.policy.trace, sla_ms=dict(self.config.sla_ms),
+            policy=self.policy.name, seed=self.seed, node_names=tuple(x.name for x in c.nodes),
+            node_classes=tuple(x.node_class for x in c.nodes), apps=tuple(c.log.apps), input_mb=cols["input_mb"],
+            submit_s=cols["submit_s"], start_s=cols["start_s"], finish_s=cols["finish_s"],
+            node_idx=cols["node_idx"], expected_ms=cols["expected_ms"], predicted_ms=pred, node_gpu_util=gpu_busy,
+            node_util=util, makespan_s=end, wall_s=wall_s, failed=c.failed, trace=self.policy.trace,
+            sla_ms=dict(self.config.sla_ms), work_ms=cols["work_ms"], served_ms=cols["served_ms"],
+            node_gpu_demand=demand, window_s=w.duration_s if isinstance(w, ClosedLoop) else None,
         )
 
 
@@ -131,8 +184,7 @@ def build_simulation(config: SimConfig, policy: str | Callable[[np.random.Genera
     """Everything of a run, wired: nodes, workload, events, policy, cluster on ``env`` (default: a fresh one)."""
     rngs = _streams(seed)
     workload = build_workload(config, rngs["workload"])
-    nodes = build_nodes(config, workload.duration_s)
-    events = default_events(nodes, workload.duration_s) if config.events == "default" else []
+    nodes, events = build_events(config, build_nodes(config, workload.duration_s), workload.duration_s)
     pol = make_policy(policy, rngs["policy"]) if isinstance(policy, str) else policy(rngs["policy"])
     env = env or simpy.Environment()
     cluster = Cluster(env, nodes, workload, pol, rngs["metrics"], sink=sink, events=events,
@@ -154,4 +206,8 @@ def describe(config: SimConfig) -> dict[str, Any]:
     d = dataclasses.asdict(config)
     d["sla_ms"] = dict(config.sla_ms)
     d["mix"] = dict(config.mix) if config.mix else None
+    d["nodes"] = [n.name for n in config.nodes]
+    if not isinstance(config.events, str):
+        d["events"] = [{"kind": e.kind, "node": e.node, "at": e.at, "until": e.until, "relative": e.relative,
+                        "factor": e.factor, "loads": dict(e.loads)} for e in config.events]
     return d

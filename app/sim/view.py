@@ -1,8 +1,9 @@
 """What a placement policy may see: the task, and a read-only view of the cluster.
 
 Policies see what a real scheduler could know - node hardware, requested resources (the scheduler's own
-bookkeeping), pods it just placed, and the scraped metrics - plus :meth:`ClusterView.expected_ms`, the
-simulator's ground truth, which only the oracle policy uses.
+bookkeeping), the pods it placed that still run, pods it just placed, and the scraped metrics. The
+simulator's ground truth (:meth:`ClusterView.clairvoyant_cost`, :meth:`ClusterView.expected_ms`) is for the
+clairvoyant reference only.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class ClusterView:
     # -- nodes
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
-        return tuple(rt.spec for rt in self._rt.values() if rt.joined)
+        return tuple(rt.spec for rt in self._rt.values() if rt.joined and not rt.cordoned)
 
     def node(self, name: str) -> NodeSpec:
         return self._rt[name].spec
@@ -69,8 +70,18 @@ class ClusterView:
         rt = self._rt[name]
         return rt.cpu_used, rt.mem_used, rt.gpu_shares_used
 
+    def requested_many(self, names: Sequence[str]) -> tuple[list[float], list[float]]:
+        """(CPU cores, host memory GB) requested on each of ``names``, for scoring many nodes at once."""
+        rts = [self._rt[n] for n in names]
+        return [rt.cpu_used for rt in rts], [rt.mem_used for rt in rts]
+
+    def running_many(self, names: Sequence[str]) -> list[int]:
+        """:meth:`running` of each of ``names``."""
+        return [len(self._rt[n].running) for n in names]
+
     def running(self, name: str) -> int:
-        return self._rt[name].running
+        """Tasks running on ``name`` (bound pods the scheduler placed there that have not finished)."""
+        return len(self._rt[name].running)
 
     def placed_since_scrape(self, name: str) -> int:
         """Tasks placed on ``name`` since its last scrape (metrics do not show them yet)."""
@@ -89,7 +100,19 @@ class ClusterView:
         self._latest[name] = metrics
         self._history[name].append(metrics)
 
-    # -- ground truth (oracle only)
+    # -- ground truth (clairvoyant only)
     def expected_ms(self, task: Task, name: str) -> float:
-        """The true expected service time of ``task`` if it started on ``name`` now."""
+        """The true service time of ``task`` (without its noise) if it started on ``name`` now and nothing
+        else changed while it ran."""
         return self._rt[name].expected_ms(task.profile, task.input_mb)
+
+    def true_work_ms(self, task: Task, name: str) -> float:
+        """``task``'s work on ``name`` (ms at full speed, its noise draw included): a lower bound of its time."""
+        return self._rt[name].work_ms(task.profile, task.input_mb, task.noise_z)
+
+    def clairvoyant_cost(self, task: Task, name: str) -> tuple[float, float]:
+        """(true service ms of ``task`` - its noise draw included - if started on ``name`` now, ms it would add
+        to the remaining times of the tasks running there), assuming nothing else changes."""
+        rt = self._rt[name]
+        return rt.cost_if_started(task.profile, task.input_mb, rt.work_ms(task.profile, task.input_mb,
+                                                                          task.noise_z), self._now())

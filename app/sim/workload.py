@@ -62,14 +62,28 @@ def _sizes(rng: np.random.Generator, apps: list[str]) -> np.ndarray:
     return out
 
 
-def _build(rng: np.random.Generator, arrival: np.ndarray, mix: Mapping[str, float]) -> Workload:
+def check_mix(mix: Mapping[str, float]) -> None:
+    """Raise ``ValueError`` naming ``workload.mix`` unless it maps known apps to weights >= 0, not all 0."""
+    unknown = sorted(set(mix) - set(INPUT_MB))
+    if unknown:
+        raise ValueError(f"workload.mix: unknown app {unknown[0]!r} (known: {', '.join(sorted(INPUT_MB))})")
+    if any(not (v >= 0) for v in mix.values()) or sum(mix.values()) <= 0:
+        raise ValueError(f"workload.mix: weights must be >= 0 and not all 0 (got {dict(mix)})")
+
+
+def draw_tasks(rng: np.random.Generator, n: int, mix: Mapping[str, float]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``n`` tasks' apps (drawn from ``mix``), input sizes (MB) and standard-normal noise draws."""
+    check_mix(mix)
     names = sorted(mix)
     p = np.array([mix[n] for n in names], dtype=float)
-    if np.any(p < 0) or p.sum() <= 0:
-        raise ValueError(f"workload.mix: weights must be >= 0 and not all 0 (got {dict(mix)})")
-    idx = rng.choice(len(names), size=len(arrival), p=p / p.sum())
+    idx = rng.choice(len(names), size=n, p=p / p.sum())
     apps = [names[i] for i in idx]
-    return Workload(arrival, tuple(apps), _sizes(rng, apps), rng.standard_normal(len(arrival)))
+    return apps, _sizes(rng, apps), rng.standard_normal(n)
+
+
+def _build(rng: np.random.Generator, arrival: np.ndarray, mix: Mapping[str, float]) -> Workload:
+    apps, sizes, z = draw_tasks(rng, len(arrival), mix)
+    return Workload(arrival, tuple(apps), sizes, z)
 
 
 def poisson_workload(rng: np.random.Generator, n_tasks: int, rate_per_s: float,

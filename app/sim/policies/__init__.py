@@ -1,7 +1,7 @@
 """Placement policies, one file each, all behind :class:`app.sim.policies.base.Policy`.
 
 :func:`make_policy` builds one by name with its own seeded generator; :data:`POLICY_NAMES` lists them
-in report order (baselines first, the oracle last).
+in report order (baselines first, then rtt_aware, the clairvoyant reference last).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from collections.abc import Callable
 import numpy as np
 
 from app.sim.policies.base import BasePolicy, Policy, PolicyError, PolicyTrace
+from app.sim.policies.clairvoyant import Clairvoyant
 from app.sim.policies.kube_default import KubeDefault
 from app.sim.policies.load_aware import LoadAware
-from app.sim.policies.oracle import Oracle
 from app.sim.policies.simple import RandomChoice, RoundRobin
+from app.sim.policies.static_best import StaticBest
+from app.sim.policies.target_load import TargetLoad
 
 PolicyFactory = Callable[[np.random.Generator], Policy]
 
@@ -30,10 +32,14 @@ FACTORIES: dict[str, PolicyFactory] = {
     "round_robin": lambda rng: RoundRobin(),
     "random": RandomChoice,
     "load_aware": LoadAware,
+    "target_load": TargetLoad,
+    "static_best": StaticBest,
     "rtt_aware": _rtt_aware,
-    "oracle": lambda rng: Oracle(),
+    "clairvoyant": lambda rng: Clairvoyant(),
 }
 POLICY_NAMES = tuple(FACTORIES)
+REFERENCE = "clairvoyant"  # not a baseline: it reads the simulator's ground truth
+BASELINES = tuple(p for p in POLICY_NAMES if p not in ("rtt_aware", REFERENCE))
 
 
 def make_policy(name: str, rng: np.random.Generator) -> Policy:
@@ -47,8 +53,8 @@ def make_policy(name: str, rng: np.random.Generator) -> Policy:
 def parse_policies(spec: str) -> list[str]:
     """``"all"`` or a comma-separated list of policy names, validated.
 
-    >>> parse_policies("oracle,random")
-    ['oracle', 'random']
+    >>> parse_policies("clairvoyant,random")
+    ['clairvoyant', 'random']
     """
     if spec.strip() == "all":
         return list(POLICY_NAMES)
@@ -59,4 +65,5 @@ def parse_policies(spec: str) -> list[str]:
     return names
 
 
-__all__ = ["POLICY_NAMES", "BasePolicy", "Policy", "PolicyError", "PolicyTrace", "make_policy", "parse_policies"]
+__all__ = ["BASELINES", "POLICY_NAMES", "REFERENCE", "BasePolicy", "Policy", "PolicyError", "PolicyTrace",
+           "make_policy", "parse_policies"]

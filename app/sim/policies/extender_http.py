@@ -144,9 +144,9 @@ class ExtenderPolicy(BasePolicy):
 
     def prioritize(self, task: Task, candidates: Sequence[NodeSpec]) -> Any:
         """The extender's raw HostPriorityList for ``task`` over ``candidates``."""
-        place = task.profile.on_gpu or task.profile.on_cpu
+        place = task.profile.place
         pod = pod_json(task.task_id, task.app, task.input_mb, namespace=self.namespace, cpu=place.cpu_cores,
-                       mem_gb=place.mem_gb, gpus=1 if task.profile.on_gpu is not None else 0)
+                       mem_gb=place.mem_gb, gpus=place.gpu_share)
         if self.node_cache_capable:
             args: dict[str, Any] = {"Pod": pod, "Nodes": None, "NodeNames": [n.name for n in candidates]}
         else:

@@ -1,15 +1,31 @@
-"""Kubernetes' default scoring: NodeResourcesFit LeastAllocated + NodeResourcesBalancedAllocation.
+"""Kubernetes' default scoring of a pod's feasible nodes, as kube-scheduler computes it.
 
-Both look only at *requested* resources (CPU, memory, and GPU shares where the node has GPUs and the task
-asks for one), never at live load or hardware speed. Per resource ``r`` after placing the pod:
-``least = 100 * (allocatable - requested) / allocatable`` averaged over resources, and
-``balanced = 100 * (1 - std(requested / allocatable))``; the node score is their sum, and ties are broken
-at random as kube-scheduler's ``selectHost`` does.
+The default profile (``pkg/scheduler/apis/config/v1/default_plugins.go``) scores with NodeResourcesFit
+(weight 1, scoring strategy LeastAllocated) and NodeResourcesBalancedAllocation (weight 1), both on
+``cpu`` and ``memory`` with weight 1 each (``resource_allocation.go``: ``defaultRequestedRatioResources``),
+from *requested* resources - the node's pods plus this pod - never live load or hardware speed:
 
->>> kube_score([(0.0, 32.0), (0.0, 128.0)])
-200.0
->>> kube_score([(16.0, 32.0), (0.0, 128.0)]) < kube_score([(8.0, 32.0), (32.0, 128.0)])
-True
+- LeastAllocated (``least_allocated.go``): per resource ``((capacity - requested) * 100) / capacity`` in
+  int64 (0 when requested > capacity), CPU in millicores and memory in bytes; node score
+  ``sum(score * weight) / sum(weight)``, integer division.
+- BalancedAllocation (``balanced_allocation.go``): ``fraction = min(1, requested / allocatable)`` per
+  resource; with two resources ``std = |f_cpu - f_mem| / 2``; score ``int64((1 - std) * 100)``.
+
+The node's total is their weighted sum (0..200). The other default score plugins (TaintToleration,
+NodeAffinity, PodTopologySpread, InterPodAffinity, ImageLocality) score every node alike here - no taints,
+affinities, spread constraints on Job pods, images everywhere - and are left out. ``selectHost`` picks
+uniformly among the nodes with the top score (reservoir sampling). Extended resources
+(``nvidia.com/gpu``) are filtered on, not scored, in the default profile.
+
+Scores are computed for all candidates at once (rows = nodes), with int64 and float64 arithmetic as the
+Go code has it.
+
+>>> least_allocated([[16_000, 8 << 30]], [[32_000, 128 << 30]])  # (50 + 93) // 2
+array([71])
+>>> balanced_allocation([[16_000, 8 << 30]], [[32_000, 128 << 30]])  # std = (0.5 - 0.0625) / 2
+array([78])
+>>> kube_score([[16_000, 8 << 30], [2_000, 2 << 30]], [[32_000, 128 << 30], [8_000, 32 << 30]])
+array([149, 174])
 """
 
 from __future__ import annotations
@@ -18,24 +34,81 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.view import ClusterView, Task
 
+MAX_NODE_SCORE = 100
+GIB = 1 << 30
+WEIGHT_FIT = 1  # NodeResourcesFit in default_plugins.go
+WEIGHT_BALANCED = 1  # NodeResourcesBalancedAllocation in default_plugins.go
 
-def kube_score(used_over_alloc: Sequence[tuple[float, float]]) -> float:
-    """LeastAllocated + BalancedAllocation for ``(requested_after, allocatable)`` per resource (0..200)."""
-    fracs = [min(1.0, u / a) for u, a in used_over_alloc if a > 0]
-    if not fracs:
-        return 0.0
-    least = 100.0 * sum(1.0 - f for f in fracs) / len(fracs)
-    mean = sum(fracs) / len(fracs)
-    std = math.sqrt(sum((f - mean) ** 2 for f in fracs) / len(fracs))
-    return least + 100.0 * (1.0 - std)
+
+def _arrays(requested: ArrayLike, allocatable: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    return np.atleast_2d(np.asarray(requested, dtype=np.int64)), np.atleast_2d(np.asarray(allocatable, dtype=np.int64))
+
+
+def least_allocated(requested: ArrayLike, allocatable: ArrayLike, weights: Sequence[int] = (1, 1)) -> np.ndarray:
+    """``leastResourceScorer`` per node: per resource ``leastRequestedScore`` (0 when requested > capacity or
+    capacity is 0, else ``((capacity - requested) * 100) // capacity``), weighted mean by integer division."""
+    req, cap = _arrays(requested, allocatable)
+    ok = (cap > 0) & (req <= cap)
+    per = np.where(ok, ((cap - req) * MAX_NODE_SCORE) // np.where(cap > 0, cap, 1), 0)
+    w = np.asarray(weights, dtype=np.int64)
+    total = int(w.sum())
+    return (per * w).sum(axis=1) // total if total else np.zeros(len(req), dtype=np.int64)
+
+
+def balanced_allocation(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
+    """``balancedResourceScorer`` per node: ``int64((1 - std) * 100)`` of ``min(1, requested / allocatable)``;
+    with two resources ``std = |f1 - f2| / 2``, else the population standard deviation (resources with
+    allocatable 0 are skipped)."""
+    req, cap = _arrays(requested, allocatable)
+    if req.shape[1] == 2 and (cap != 0).all():  # the default profile's case, in one go
+        f = np.minimum(1.0, req.astype(np.float64) / cap.astype(np.float64))
+        return ((1 - np.abs((f[:, 0] - f[:, 1]) / 2)) * MAX_NODE_SCORE).astype(np.int64)
+    out = np.empty(len(req), dtype=np.int64)
+    for i in range(len(req)):
+        fr = [min(1.0, float(r) / float(a)) for r, a in zip(req[i], cap[i], strict=True) if a != 0]
+        std = 0.0
+        if len(fr) == 2:
+            std = abs((fr[0] - fr[1]) / 2)
+        elif len(fr) > 2:
+            mean = sum(fr) / len(fr)
+            std = math.sqrt(sum((x - mean) * (x - mean) for x in fr) / len(fr))
+        out[i] = int((1 - std) * MAX_NODE_SCORE)
+    return out
+
+
+def kube_score(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
+    """Default-profile score per node (0..200); ``requested`` = the node's pods + this pod (cpu m, bytes)."""
+    return WEIGHT_FIT * least_allocated(requested, allocatable) + WEIGHT_BALANCED * balanced_allocation(
+        requested, allocatable)
+
+
+def default_scores(task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
+    """The default profile's score of every node in ``nodes`` for ``task``."""
+    place = task.profile.place
+    cpu, mem = view.requested_many([n.name for n in nodes])
+    requested = np.empty((len(nodes), 2), dtype=np.int64)
+    requested[:, 0] = np.rint((np.asarray(cpu) + place.cpu_cores) * 1000)
+    requested[:, 1] = np.rint((np.asarray(mem) + place.mem_gb) * GIB)
+    allocatable = np.array([(n.cpu_cores * 1000, round(n.mem_gb * GIB)) for n in nodes], dtype=np.int64)
+    return kube_score(requested, allocatable)
+
+
+def select_host(nodes: Sequence[NodeSpec], scores: ArrayLike, rng: np.random.Generator) -> NodeSpec:
+    """kube-scheduler's ``selectHost``: a uniformly random node among those with the top score."""
+    s = np.asarray(scores)
+    top = np.flatnonzero(s == s.max())
+    return nodes[int(top[0])] if len(top) == 1 else nodes[int(top[int(rng.integers(len(top)))])]
 
 
 class KubeDefault(BasePolicy):
+    """The default profile's scoring (see the module docstring): the "before" of the seed's table."""
+
     name = "kube_default"
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -43,17 +116,4 @@ class KubeDefault(BasePolicy):
         self._rng = rng
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
-        best: list[NodeSpec] = []
-        best_score = -1.0
-        for node in candidates:
-            cpu, mem, gpu = view.requested(node.name)
-            p = task.profile.placement(node)
-            res = [(cpu + p.cpu_cores, float(node.cpu_cores)), (mem + p.mem_gb, node.mem_gb)]
-            if p.gpu_share:
-                res.append((float(gpu + p.gpu_share), float(node.gpu_shares)))
-            s = kube_score(res)
-            if s > best_score + 1e-9:
-                best, best_score = [node], s
-            elif abs(s - best_score) <= 1e-9:
-                best.append(node)
-        return best[0] if len(best) == 1 else best[int(self._rng.integers(len(best)))]
+        return select_host(candidates, default_scores(task, candidates, view), self._rng)

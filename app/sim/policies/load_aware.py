@@ -1,71 +1,107 @@
-"""A load-aware peer: Trimaran's LoadVariationRiskBalancing on live CPU and GPU utilisation.
+"""A load-aware peer: Trimaran's LoadVariationRiskBalancing (kubernetes-sigs/scheduler-plugins).
 
-From the node's recent scrapes, per resource: ``mu`` = mean utilisation plus what this pod and the pods
-placed since the last scrape request (as a fraction of the node), ``sigma`` = standard deviation of the
-utilisation; ``risk = (mu + sigma) / 2`` and the node scores ``100 * (1 - risk)`` on its worst resource.
-A node without metrics scores 0 (Trimaran's behaviour on missing data). It sees load, not hardware speed.
+Per resource (CPU, memory), from the load-watcher's average and standard deviation of the node's
+utilisation (:mod:`app.sim.policies.loadwatcher`), as ``pkg/trimaran/resourcestats.go`` (``GetMuSigma``)
+and ``pkg/trimaran/loadvariationriskbalancing/analysis.go`` (``computeScore``) compute it:
 
->>> lvrb_score([(0.2, 0.0)]), lvrb_score([(0.2, 0.0), (0.9, 0.1)])
-(90.0, 50.0)
+``mu = clamp((avg_used + pod_request) / capacity)``, ``sigma = clamp(std_used / capacity)``,
+``sigma = clamp(margin * sigma ** (1 / sensitivity))``, ``risk = (mu + sigma) / 2``,
+``score = (1 - risk) * 100``
+
+and the node takes the lower of its CPU and memory scores, rounded (``loadvariationriskbalancing.go``);
+a node without metrics scores 0 (``MinNodeScore``). Defaults as upstream: margin 1, sensitivity 1.
+
+The plugin is enabled *in addition to* the default profile (the README's KubeSchedulerConfiguration
+enables it without disabling anything), so a node's total is NodeResourcesFit + BalancedAllocation
+(:mod:`~app.sim.policies.kube_default`) + LoadVariationRiskBalancing, all weight 1, random tie-break.
+
+>>> float(lvrb_score(0.5, 0.1, 0.0))  # mu 0.5, sigma 0.1 -> risk 0.3
+70.0
+>>> float(lvrb_score(0.2, 0.04, 0.25, margin=1.0, sensitivity=2.0))  # sigma = sqrt(0.04) = 0.2
+67.5
+>>> lvrb_score(np.array([0.9, 0.1]), np.array([0.0, 0.0]), np.array([0.2, 0.2])).tolist()  # mu clamped to 1
+[50.0, 85.0]
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
+from app.sim.policies.kube_default import GIB, default_scores, select_host
+from app.sim.policies.loadwatcher import FETCH_S, REFRESH_S, WINDOW_S, LoadWatcher
 from app.sim.view import ClusterView, Task
 
-WINDOW_SCRAPES = 5
+
+def lvrb_score(used_avg: ArrayLike, used_std: ArrayLike, request: ArrayLike, *, margin: float = 1.0,
+               sensitivity: float = 1.0) -> np.ndarray:
+    """``computeScore`` for one resource (elementwise over nodes), inputs as fractions of capacity (0..100)."""
+    mu = np.clip(np.clip(used_avg, 0.0, 1.0) + np.maximum(request, 0.0), 0.0, 1.0)
+    sigma = np.clip(used_std, 0.0, 1.0)
+    if sensitivity > 0:
+        sigma = sigma ** (1.0 / sensitivity)
+    elif sensitivity == 0:  # Go: math.Pow(sigma, +Inf)
+        sigma = np.where(sigma >= 1.0, 1.0, 0.0)
+    sigma = np.clip(sigma * margin, 0.0, 1.0)
+    return (1.0 - (mu + sigma) / 2.0) * 100.0
 
 
-def lvrb_score(mu_sigma: Sequence[tuple[float, float]]) -> float:
-    """0..100: ``100 * (1 - (mu + sigma) / 2)`` on the riskiest resource; inputs are clamped to [0, 1]."""
-    worst = 0.0
-    for mu, sigma in mu_sigma:
-        risk = (min(1.0, max(0.0, mu)) + min(1.0, max(0.0, sigma))) / 2.0
-        worst = max(worst, risk)
-    return 100.0 * (1.0 - worst)
+def go_round(x: float) -> int:
+    """Go's ``math.Round`` (half away from zero)."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
-def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+def scrape_utilisation(node: NodeSpec, metrics: Mapping[str, float]) -> tuple[float, float]:
+    """(CPU, memory) utilisation of one scrape, as the Prometheus rules the load-watcher queries define them."""
+    return 1.0 - metrics.get("cpu_idle", 1.0), metrics.get("memory_used_bytes", 0.0) / (node.mem_gb * GIB)
 
 
 class LoadAware(BasePolicy):
+    """LoadVariationRiskBalancing plus the default profile; see the module docstring."""
+
     name = "load_aware"
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(self, rng: np.random.Generator, *, margin: float = 1.0, sensitivity: float = 1.0,
+                 fetch_s: float = FETCH_S, refresh_s: float = REFRESH_S, window_s: float = WINDOW_S,
+                 with_defaults: bool = True) -> None:
         super().__init__()
+        if margin < 0:
+            raise ValueError(f"LoadAware.margin: must be >= 0 (got {margin})")
         self._rng = rng
+        self.margin = margin
+        self.sensitivity = sensitivity
+        self.with_defaults = with_defaults
+        self.watcher = LoadWatcher(fetch_s, refresh_s, window_s)
 
-    def _score(self, task: Task, node: NodeSpec, view: ClusterView) -> float:
-        hist = list(view.metric_history(node.name))[-WINDOW_SCRAPES:]
-        if not hist:
-            return 0.0
-        p = task.profile.placement(node)
-        placed = view.placed_since_scrape(node.name) + 1
-        cpu = [1.0 - m.get("cpu_idle", 1.0) for m in hist]
-        mu, sd = _mean_std(cpu)
-        parts = [(mu + placed * p.cpu_cores / node.cpu_cores, sd)]
-        if p.gpu_share and node.gpu_shares:
-            gpu = [m.get("nvidia_smi_utilization_gpu", 0.0) for m in hist]
-            mu, sd = _mean_std(gpu)
-            parts.append((mu + placed * p.gpu_share / node.gpu_shares, sd))
-        return lvrb_score(parts)
+    def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
+        cpu, mem = scrape_utilisation(view.node(node), metrics)
+        self.watcher.observe(node, view.now, cpu, mem)
+
+    def lvrb(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
+        """The plugin's score of each node: min of the CPU and memory scores, rounded; 0 without metrics."""
+        now = view.now
+        stats = [self.watcher.stats(n.name, now) for n in nodes]
+        have = [i for i, st in enumerate(stats) if st is not None]
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if not have:
+            return out
+        p = task.profile.place
+        rows = np.array([(st.cpu_avg, st.cpu_std, st.mem_avg, st.mem_std, nodes[i].cpu_cores, nodes[i].mem_gb)
+                         for i in have for st in (stats[i],) if st is not None])
+        cpu = lvrb_score(rows[:, 0], rows[:, 1], p.cpu_cores / rows[:, 4], margin=self.margin,
+                         sensitivity=self.sensitivity)
+        mem = lvrb_score(rows[:, 2], rows[:, 3], p.mem_gb / rows[:, 5], margin=self.margin,
+                         sensitivity=self.sensitivity)
+        out[have] = np.floor(np.minimum(cpu, mem) + 0.5)  # Go's math.Round, scores are >= 0
+        return out
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
-        best: list[NodeSpec] = []
-        best_score = -1.0
-        for node in candidates:
-            s = self._score(task, node, view)
-            if s > best_score + 1e-9:
-                best, best_score = [node], s
-            elif abs(s - best_score) <= 1e-9:
-                best.append(node)
-        return best[0] if len(best) == 1 else best[int(self._rng.integers(len(best)))]
+        scores = self.lvrb(task, candidates, view)
+        if self.with_defaults:
+            scores += default_scores(task, candidates, view)
+        return select_host(candidates, scores, self._rng)

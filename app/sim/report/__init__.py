@@ -2,7 +2,7 @@
 
 Entry point for every caller (CLI, bench, a live run)::
 
-    paths = write_report({"oracle": [run_seed1, run_seed2, ...], ...}, "reports/sim", config)
+    paths = write_report({"clairvoyant": [run_seed1, run_seed2, ...], ...}, "reports/sim", config)
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def render(agg: Agg, first_seed: Mapping[str, RunMetrics], config: Mapping[str, 
     parts.append("<h2>Plots (first seed)</h2>")
     parts.append(_img(plots.rtt_distributions(first_seed), "RTT distribution per policy"))
     for name, run in first_seed.items():
-        if not run.trace.predicted_ms or name == "oracle":
+        if not run.trace.predicted_ms or name == "clairvoyant":
             continue
         parts.append(f"<h3>{html.escape(name)}</h3>")
         parts.append(_img(plots.predicted_vs_actual(run), f"{name}: predicted vs observed RTT"))

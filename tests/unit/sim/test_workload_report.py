@@ -22,7 +22,7 @@ def test_trace_round_trip_and_jsonl(tmp_path):
     jl.write_text('{"ts": 5, "app": "gCTF", "input_size_mb": 50}\n{"ts": 2, "app": "upload", "input_size_mb": 9}\n')
     t = trace_workload(jl, np.random.default_rng(0))
     assert t.apps == ("upload", "gCTF") and t.arrival_s.tolist() == [0.0, 3.0]
-    m = run_offline(SimConfig(n_tasks=200, arrivals="trace", trace_path=str(path)), "oracle", 1)
+    m = run_offline(SimConfig(n_tasks=200, arrivals="trace", trace_path=str(path)), "clairvoyant", 1)
     assert int(m.summary()["tasks"]) == 200
 
 
@@ -43,12 +43,12 @@ def test_bursty_keeps_the_long_run_rate():
 
 def test_report_files(tmp_path):
     cfg = SimConfig(n_tasks=300)
-    runs = {p: [run_offline(cfg, p, s) for s in (1, 2)] for p in ("kube_default", "oracle")}
+    runs = {p: [run_offline(cfg, p, s) for s in (1, 2)] for p in ("kube_default", "clairvoyant")}
     paths = write_report(runs, tmp_path, {"n_tasks": 300})
     rows = list(csv.DictReader(paths.csv.read_text().splitlines()))
-    assert {r["policy"] for r in rows} == {"kube_default", "oracle"}
+    assert {r["policy"] for r in rows} == {"kube_default", "clairvoyant"}
     doc = orjson.loads(paths.json.read_bytes())
-    assert doc["seeds"] == [1, 2] and "mean_rtt_ms" in doc["policies"]["oracle"]
-    assert doc["policies"]["oracle"]["mean_rtt_ms"]["n"] == 2
+    assert doc["seeds"] == [1, 2] and "mean_rtt_ms" in doc["policies"]["clairvoyant"]
+    assert doc["policies"]["clairvoyant"]["mean_rtt_ms"]["n"] == 2
     html = paths.html.read_text()
-    assert "data:image/png;base64," in html and "oracle" in html
+    assert "data:image/png;base64," in html and "clairvoyant" in html

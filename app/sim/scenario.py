@@ -1,0 +1,188 @@
+"""Scenario files: a cluster, an app mix, a workload, scripted events and seeds, in YAML.
+
+The schema is ``app/sim/scenario.schema.json`` (docs/simulator.md shows it by example); a file is checked
+against it and then for what a schema cannot say (a node an event names exists, a GPU model is known,
+``at`` and ``until`` in the same unit). Any problem raises :class:`ScenarioError`: one line naming the
+file and the field.
+
+>>> s = parse_scenario({"name": "x", "workload": {"kind": "poisson", "tasks": 100, "load": 0.5},
+...                     "events": [{"kind": "slowdown", "node": "@fastest-gpu", "at": "40%", "factor": 3}]})
+>>> s.config.arrivals, s.config.load, s.seeds, s.config.events[0].relative
+('poisson', 0.5, [1, 2, 3, 4, 5], True)
+>>> parse_scenario({"name": "x", "workload": {"kind": "closed"}}, "bad.yaml")
+Traceback (most recent call last):
+...
+app.sim.scenario.ScenarioError: bad.yaml: workload.clients: a closed loop needs clients and duration_s
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema
+import yaml
+
+from app.errors import ConfigError
+from app.sim.events import SELECTORS, EventSpec
+from app.sim.hardware import NodeSpec, cpu_node, gpu_node, preset
+from app.sim.runner import SimConfig
+
+SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
+DEFAULT_SEEDS = 5
+
+
+class ScenarioError(ConfigError):
+    """A scenario file is unreadable or invalid; the message names the file and the field."""
+
+    def __init__(self, where: str, field: str, message: str) -> None:
+        super().__init__(f"{where}: {field}" if field else where, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    config: SimConfig
+    seeds: list[int]
+    policies: str | None = None  # "all" or a comma-separated list; None: the caller's choice
+
+
+@functools.cache
+def _validator() -> Any:
+    return fastjsonschema.compile(json.loads(SCHEMA_PATH.read_text()))
+
+
+def _node(d: Mapping[str, Any], name: str, field: str, where: str) -> NodeSpec:
+    try:
+        if d["class"] == "gpu":
+            if "gpu" not in d:
+                raise ValueError("a gpu node needs its GPU model (gpu)")
+            spec = gpu_node(name, d["gpu"], count=d.get("gpus", 1), cores=d.get("cores", 16),
+                            mem_gb=d.get("mem_gb", 64.0), disk_mb_s=d.get("disk_mb_s", 500.0))
+            return dataclasses.replace(spec, gpu_slots=d.get("slots", spec.gpu_slots))
+        if "gpu" in d or "gpus" in d or "slots" in d:
+            raise ValueError("a cpu node has no gpu, gpus or slots")
+        return cpu_node(name, cores=d.get("cores", 32), mem_gb=d.get("mem_gb", 128.0),
+                        disk_mb_s=d.get("disk_mb_s", 400.0))
+    except ValueError as exc:
+        raise ScenarioError(where, field, str(exc)) from None
+
+
+def _nodes(cluster: Mapping[str, Any], where: str) -> tuple[str, int | None, tuple[NodeSpec, ...]]:
+    name = cluster.get("preset", "small")
+    nodes = cluster.get("nodes")
+    if isinstance(nodes, int):
+        if name != "large":
+            raise ScenarioError(where, "cluster.nodes", "a node count applies to the large preset only")
+        return name, nodes, ()
+    if nodes is None:
+        return name, None, ()
+    out: list[NodeSpec] = []
+    for i, d in enumerate(nodes):
+        for j in range(d.get("count", 1)):
+            base = d.get("name", f"{d['class']}-{i + 1}")
+            out.append(_node(d, base if d.get("count", 1) == 1 else f"{base}-{j + 1}", f"cluster.nodes[{i}]",
+                             where))
+    if len({n.name for n in out}) != len(out):
+        raise ScenarioError(where, "cluster.nodes", "node names must be unique")
+    return name, None, tuple(out)
+
+
+def _time(v: float | str) -> tuple[float, bool]:
+    return (float(v[:-1]) / 100.0, True) if isinstance(v, str) else (float(v), False)
+
+
+def _events(raw: list[Mapping[str, Any]], names: set[str], where: str) -> tuple[EventSpec, ...]:
+    out = []
+    for i, e in enumerate(raw):
+        field = f"events[{i}]"
+        at, rel = _time(e["at"])
+        until, rel_until = _time(e["until"]) if "until" in e else (float("inf"), rel)
+        if rel_until != rel:
+            raise ScenarioError(where, f"{field}.until", "use the same unit as at (seconds or %)")
+        if until <= at:
+            raise ScenarioError(where, f"{field}.until", "must be later than at")
+        spec = None
+        if e["kind"] == "join":
+            if "spec" not in e:
+                raise ScenarioError(where, f"{field}.spec", "a join needs the joining node's description")
+            if e["node"] in names:
+                raise ScenarioError(where, f"{field}.node", f"{e['node']!r} is already a node")
+            spec = _node(e["spec"], e["node"], f"{field}.spec", where)
+            names.add(e["node"])
+        elif e["node"] not in names and e["node"] not in SELECTORS:
+            raise ScenarioError(where, f"{field}.node", f"unknown node {e['node']!r} (a node name or one of "
+                                f"{', '.join(SELECTORS)})")
+        if e["kind"] == "neighbour" and not e.get("loads"):
+            raise ScenarioError(where, f"{field}.loads", "a neighbour needs the loads it adds")
+        out.append(EventSpec(e["kind"], e["node"], at, until, rel, float(e.get("factor", 1.0)),
+                             dict(e.get("loads", {})), spec))
+    return tuple(out)
+
+
+def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """A validated :class:`Scenario` from a parsed YAML document."""
+    try:
+        _validator()(doc)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        msg = exc.message
+        msg = msg[5:] if msg.startswith("data.") else msg[5:] if msg.startswith("data ") else msg
+        raise ScenarioError(where, "", msg) from None
+    preset_name, n_nodes, explicit = _nodes(doc.get("cluster", {}), where)
+    names = {n.name for n in (explicit or preset(preset_name, n_nodes))}
+    w = doc["workload"]
+    kind = w["kind"]
+    if kind == "closed" and not ("clients" in w and "duration_s" in w):
+        raise ScenarioError(where, "workload.clients", "a closed loop needs clients and duration_s")
+    if kind != "closed" and {"clients", "think_s", "duration_s"} & set(w):
+        raise ScenarioError(where, "workload.clients", "clients, think_s and duration_s are for a closed loop")
+    if "load" in w and "rate_per_s" in w:
+        raise ScenarioError(where, "workload.load", "give load or rate_per_s, not both")
+    if kind == "trace" and "trace" not in w:
+        raise ScenarioError(where, "workload.trace", "a trace workload needs the trace file")
+    trace = str((base_dir or Path(".")) / w["trace"]) if "trace" in w else None
+    seeds = doc.get("seeds", DEFAULT_SEEDS)
+    extra: dict[str, Any] = {"sla_ms": dict(doc["sla_ms"])} if "sla_ms" in doc else {}
+    events = _events(doc.get("events", []), names, where)
+    try:
+        config = SimConfig(
+            preset=preset_name, n_nodes=n_nodes, nodes=explicit, n_tasks=w.get("tasks", 5000),
+            rate_per_s=w.get("rate_per_s"), load=w.get("load"), arrivals=kind, trace_path=trace,
+            burst_factor=w.get("burst_factor", 4.0), burst_fraction=w.get("burst_fraction", 0.2),
+            mean_burst_s=w.get("mean_burst_s", 5.0), clients=w.get("clients", 0), think_s=w.get("think_s", 0.0),
+            duration_s=w.get("duration_s", 0.0), mix=dict(doc["apps"]) if "apps" in doc else None,
+            events=events, join_node=False,
+            scrape_interval_s=doc.get("scrape_interval_s", 1.0), **extra)
+    except ValueError as exc:
+        raise ScenarioError(where, "", str(exc)) from None
+    policies = doc.get("policies")
+    if policies is not None:
+        from app.sim.policies import PolicyError, parse_policies
+
+        try:
+            parse_policies(policies)
+        except PolicyError as exc:
+            raise ScenarioError(where, "policies", str(exc)) from None
+    return Scenario(doc["name"], doc.get("description", "").strip(), config,
+                    list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds), policies)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file (YAML)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError(str(p), "", exc.strerror or str(exc)) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}" if mark is not None else "YAML"
+        raise ScenarioError(str(p), at, str(getattr(exc, "problem", None) or exc)) from None
+    return parse_scenario(doc, str(p), p.parent)

@@ -1,0 +1,100 @@
+"""Scenario files: the shipped ones load and run; a bad one stops with one line naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli.main import main
+from app.sim.runner import run_offline
+from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
+
+SCENARIOS = sorted((Path(__file__).parents[3] / "scenarios").glob("*.yaml"))
+SHIPPED = {"default", "bursty", "saturated", "closed-loop", "degrade", "join", "large"}
+
+
+def _short(config):
+    if config.arrivals == "closed":
+        return dataclasses.replace(config, duration_s=15.0)
+    return dataclasses.replace(config, n_tasks=400 if config.preset == "small" else 1500)
+
+
+def test_every_promised_scenario_is_shipped():
+    assert {load_scenario(p).name for p in SCENARIOS} >= SHIPPED
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_shipped_scenario_runs(path):
+    sc = load_scenario(path)
+    assert sc.description and len(sc.seeds) >= 5
+    m = run_offline(_short(sc.config), "kube_default", sc.seeds[0])
+    s = m.summary()
+    assert s["tasks"] > 0 and np.isfinite(s["mean_rtt_ms"]) and s["throughput"] > 0
+
+
+@pytest.mark.parametrize("text, field", [
+    ("name: x\n", "workload"),
+    ("name: x\nworkload: {kind: poisson, load: -1}\n", "workload.load"),
+    ("name: x\nworkload: {kind: fast}\n", "workload.kind"),
+    ("name: x\nworkload: {kind: closed, clients: 3}\n", "workload.clients"),
+    ("name: x\nworkload: {kind: poisson, load: 1, rate_per_s: 3}\n", "workload.load"),
+    ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: 300}\n", "cluster.nodes"),
+    ("name: x\nworkload: {kind: poisson}\napps: {gCTF: 1, ctffind: 1}\n", "apps"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: nope, at: 1}]\n", "events[0].node"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: throttle, node: cpu-1, at: 1, factor: 0.5}]\n",
+     "events[0].factor"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 10%, until: 20}]\n",
+     "events[0].until"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: join, node: n9, at: 10}]\n", "events[0].spec"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: join, node: n9, at: 1, spec: {class: gpu, gpu: H900}}]\n",
+     "events[0].spec"),
+    ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: [{class: cpu, gpu: RTX 4090}]}\n", "cluster.nodes[0]"),
+    ("name: x\nworkload: {kind: poisson}\npolicies: kube_default,nope\n", "policies"),
+    ("name: x\nworkload: [1\n", "line 3"),
+])
+def test_bad_scenario_names_the_field_in_one_line(tmp_path, capsys, text, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    msg = str(err.value)
+    assert field in msg and str(path) in msg and "\n" not in msg
+    assert main(["sim", "--scenario", str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and field in out.err and "Traceback" not in out.err
+
+
+def test_scenario_and_setup_flags_do_not_mix(capsys):
+    assert main(["sim", "--scenario", str(SCENARIOS[0]), "--tasks", "10"]) == 2
+    assert "--tasks" in capsys.readouterr().err
+
+
+def test_scripted_join_and_leave():
+    doc = {"name": "x", "workload": {"kind": "poisson", "tasks": 1500, "rate_per_s": 30.0},
+           "cluster": {"nodes": [{"class": "gpu", "gpu": "Tesla M40", "name": "m40"},
+                                 {"class": "cpu", "name": "cpu", "count": 2}]},
+           "events": [{"kind": "join", "node": "fast", "at": "30%",
+                       "spec": {"class": "gpu", "gpu": "RTX 4090", "cores": 16}},
+                      {"kind": "leave", "node": "cpu-1", "at": 20}]}
+    sc = parse_scenario(doc)
+    m = run_offline(sc.config, "static_best", 1)
+    names = m.node_names
+    span = float(np.nanmax(m.submit_s))
+    on_fast = m.node_idx == names.index("fast")
+    assert on_fast.any() and m.start_s[on_fast].min() >= 0.3 * span - 1e-6
+    assert not np.any((m.node_idx == names.index("cpu-1")) & (m.start_s > 20.0))
+
+
+def test_closed_loop_clients_have_one_task_in_flight():
+    doc = {"name": "x", "workload": {"kind": "closed", "clients": 5, "think_s": 0.1, "duration_s": 30}}
+    m = run_offline(parse_scenario(doc).config, "kube_default", 1)
+    order = np.argsort(m.submit_s)
+    t = np.concatenate([m.submit_s[order], m.finish_s[order]])
+    step = np.concatenate([np.ones(len(order)), -np.ones(len(order))])
+    in_flight = np.cumsum(step[np.lexsort((step, t))])  # ends before starts at equal times
+    assert in_flight.max() <= 5
+    assert np.nanmax(m.submit_s) < 30.0
+    assert m.summary()["throughput"] == pytest.approx(np.sum(m.finish_s <= 30.0) / 30.0)
