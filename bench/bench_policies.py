@@ -1,105 +1,201 @@
-"""Policy comparison over seeds, offline throughput, and DWA against a fixed 30 s window.
+"""Every policy on every scenario: the figures with 95 % CIs, rtt_aware's ratios, and the simulator's speed.
 
-    python3 bench/bench_policies.py            # small preset, 5 seeds x 5000 tasks
-    python3 bench/bench_policies.py --quick    # a few seconds: 2 seeds x 1500 tasks, small models
+    python3 bench/bench_policies.py                       # scenarios/*.yaml, each with its seeds (5)
+    python3 bench/bench_policies.py --quick               # 2 seeds, short runs, small rtt_aware models
+    python3 bench/bench_policies.py --scenarios default,closed-loop --seeds 5 --json out.json
+    python3 bench/bench_policies.py --learning            # also DWA vs fixed window, running-pod features
 
-Prints (1) mean ± 95 % CI per policy of the seed's figures, (2) the goals as measured ratios,
-(3) simulated tasks per second of wall time per policy against the 10,000 tasks/s goal,
-(4) prediction RMSE of gCTF and Motioncor2 on GPU nodes with DWA and with a fixed 30 s window, and
-(5) what the running-pod features give: rtt_aware against its scrape-only variant (``running=False``).
+Per scenario it prints (1) mean ± 95 % CI over seeds of every policy's figures, (2) rtt_aware against
+kube_default, against the best other baseline of each figure (static_best included, named) and against
+the clairvoyant reference - per-seed ratios (the seeds share their workload), mean ± 95 % CI - and how
+much room the scenario leaves: the clairvoyant's gain over the best baseline and the share of it
+rtt_aware captures. At the end: a summary row per scenario, and every policy's simulated tasks per
+second of wall time per scenario against the 10,000 tasks/s goal for baselines on the small preset.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import orjson
 from tqdm import tqdm
 
-from app.sim.policies import POLICY_NAMES
+from app.sim.policies import BASELINES, POLICY_NAMES, REFERENCE
 from app.sim.policies.rtt_aware import RttAware
-from app.sim.report import format_goals, format_table, goal_rows, summarise
+from app.sim.report import format_table, summarise
+from app.sim.report.stats import mean_ci
 from app.sim.runner import SimConfig, run_offline
+from app.sim.scenario import Scenario, load_scenario
 
-THROUGHPUT_GOAL = 10_000.0
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+ORDER = ("default", "bursty", "saturated", "closed-loop", "degrade", "join", "large")
+FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "throughput", "gpu_util",
+           "load_diff", "tasks_per_wall_s")
+RATIO_FIGURES = ("mean_rtt_ms", "p99_rtt_ms", "throughput", "gpu_util", "rtt_std_ms", "load_diff")
+HIGHER = ("throughput", "gpu_util")
+SPEED_GOAL = 10_000.0
+QUICK_PARAMS = {"n_estimators": 30, "learning_rate": 0.25}
 
 
-def rmse_on_gpu(m, app: str) -> float:
-    apps = np.array(m.apps)
-    ok = np.isfinite(m.predicted_ms) & m.ok & (apps == app) & (m.task_node_class() == "gpu")
-    ok &= np.arange(len(apps)) >= len(apps) // 5
-    if not ok.any():
-        return float("nan")
-    return float(np.sqrt(np.mean((m.predicted_ms[ok] - m.rtt_ms[ok]) ** 2)))
+def shorten(config: SimConfig) -> SimConfig:
+    """A --quick version of a scenario's run: a quarter of the tasks or the duration (at least 1,000 tasks)."""
+    if config.arrivals == "closed":
+        return dataclasses.replace(config, duration_s=max(30.0, config.duration_s / 4))
+    return dataclasses.replace(config, n_tasks=max(1000, config.n_tasks // 4))
+
+
+def describe(sc: Scenario, config: SimConfig) -> str:
+    nodes = f"{len(config.nodes)} nodes" if config.nodes else f"{config.preset} preset" + (
+        f" ({config.n_nodes} nodes)" if config.n_nodes else "")
+    if config.arrivals == "closed":
+        load = f"closed loop, {config.clients} clients, think {config.think_s:g} s, {config.duration_s:g} s"
+    else:
+        rate = f"load {config.load:g}" if config.load else f"{config.rate_per_s or 'default'} /s"
+        load = f"{config.arrivals}, {rate}, {config.n_tasks} tasks"
+    events = "no events" if not config.events else f"{len(config.events)} events"
+    return f"{sc.name}: {nodes}, {load}, {events}"
+
+
+def paired(runs: dict[str, list], policy: str, base: str, fig: str) -> tuple[float, float]:
+    """Mean ± 95 % CI over seeds of ``policy / base - 1`` for ``fig``, seed by seed."""
+    r = [a.summary()[fig] / b.summary()[fig] - 1.0 for a, b in zip(runs[policy], runs[base], strict=True)
+         if b.summary()[fig]]
+    return mean_ci(r)
+
+
+def best(agg: dict, fig: str) -> str:
+    have = [p for p in BASELINES if p in agg and np.isfinite(agg[p][fig]["mean"])]
+    pick = max if fig in HIGHER else min
+    return pick(have, key=lambda p: agg[p][fig]["mean"])
+
+
+def ratio_rows(runs: dict[str, list], agg: dict, closed: bool) -> list[dict]:
+    rows = []
+    for fig in RATIO_FIGURES:
+        if fig == "throughput" and not closed:
+            continue
+        b = best(agg, fig)
+        row: dict = {"figure": fig, "best_name": b}
+        for name, base in (("kube_default", "kube_default"), ("best", b), ("clairvoyant", REFERENCE)):
+            row[name] = paired(runs, "rtt_aware", base, fig)
+        row["room"] = paired(runs, REFERENCE, b, fig)
+        # share of the clairvoyant's gain over the best baseline that rtt_aware gets (undefined without a gain)
+        gain_ref = agg[b][fig]["mean"] - agg[REFERENCE][fig]["mean"]
+        ahead = gain_ref < 0 if fig in HIGHER else gain_ref > 0
+        row["captured"] = (agg[b][fig]["mean"] - agg["rtt_aware"][fig]["mean"]) / gain_ref if ahead else float("nan")
+        rows.append(row)
+    return rows
+
+
+def pct(x: float) -> str:
+    return f"{x:.0%}" if np.isfinite(x) else "-"
+
+
+def print_ratios(rows: list[dict]) -> None:
+    def cell(m_ci: tuple[float, float]) -> str:
+        m, ci = m_ci
+        return f"{m:+.1%} ± {ci:.1%}" if np.isfinite(m) else "-"
+
+    print(f"{'rtt_aware vs':<14}{'kube_default':>18}{'best other baseline':>34}{'clairvoyant':>18}"
+          f"{'room (clairv. vs best)':>24}{'captured':>10}")
+    for r in rows:
+        print(f"{r['figure']:<14}{cell(r['kube_default']):>18}{cell(r['best']) + ' (' + r['best_name'] + ')':>34}"
+              f"{cell(r['clairvoyant']):>18}{cell(r['room']):>24}{pct(r['captured']):>10}")
+
+
+def factory(quick: bool):
+    if not quick:
+        return "rtt_aware"
+    return lambda rng: RttAware(rng, select=False, train_params=QUICK_PARAMS)
+
+
+def learning_extras(config: SimConfig, seeds: list[int], quick: bool) -> None:
+    """rtt_aware with DWA against a fixed 30 s window, and with against without running-pod features."""
+    params = QUICK_PARAMS if quick else None
+    variants = {"rtt_aware": {}, "fixed 30 s window": {"dwa": False}, "scrape-only": {"running": False}}
+    runs = {name: [run_offline(config, lambda rng, kw=kw: RttAware(rng, select=not quick, train_params=params,
+                                                                    **kw), s) for s in seeds]
+            for name, kw in tqdm(variants.items(), file=sys.stderr, desc="learning variants")}
+    agg = summarise(runs)
+    acc = sorted({k for v in agg.values() for k in v if k.startswith("acc:")})
+    print("\n== rtt_aware variants on the first scenario (mean ± 95 % CI) ==")
+    print(format_table(agg, ("mean_rtt_ms", "p99_rtt_ms", *acc)))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seeds", type=int, default=None)
-    ap.add_argument("--tasks", type=int, default=None)
-    ap.add_argument("--preset", default="small")
+    ap.add_argument("--quick", action="store_true", help="2 seeds, a quarter of each run, small rtt_aware models")
+    ap.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: all)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per scenario (default: the scenario's)")
+    ap.add_argument("--policies", default=None, help="comma-separated subset (rtt_aware, clairvoyant always in)")
+    ap.add_argument("--json", default=None, help="write every aggregate and ratio to this file")
+    ap.add_argument("--learning", action="store_true", help="also rtt_aware's DWA and running-pod variants")
     args = ap.parse_args()
-    seeds = list(range(1, 1 + (args.seeds or (2 if args.quick else 5))))
-    n_tasks = args.tasks or (1500 if args.quick else 5000)
-    params = {"n_estimators": 30, "learning_rate": 0.25} if args.quick else None
-    cfg = SimConfig(preset=args.preset, n_tasks=n_tasks)
-
-    def factory(dwa: bool, running: bool = True):
-        return lambda rng: RttAware(rng, dwa=dwa, running=running, select=not args.quick, train_params=params)
-
-    runs: dict[str, list] = {p: [] for p in POLICY_NAMES}
-    fixed: list = []
-    scrape_only: list = []
-    with tqdm(total=len(seeds) * (len(POLICY_NAMES) + 2), file=sys.stderr, unit="run") as bar:
-        for seed in seeds:
-            for p in POLICY_NAMES:
-                bar.set_postfix_str(f"{p} seed {seed}")
-                runs[p].append(run_offline(cfg, factory(True) if p == "rtt_aware" else p, seed))
-                bar.update(1)
-            bar.set_postfix_str(f"rtt_aware fixed 30 s seed {seed}")
-            fixed.append(run_offline(cfg, factory(False), seed))
-            bar.update(1)
-            bar.set_postfix_str(f"rtt_aware scrape-only seed {seed}")
-            scrape_only.append(run_offline(cfg, factory(True, running=False), seed))
-            bar.update(1)
-
-    agg = summarise(runs)
-    print(f"\n== policies: preset {args.preset}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
-    print(format_table(agg))
-    print("\n== goals (relative change on seed means) ==")
-    print(format_goals(goal_rows(agg)))
-    acc = sorted({k for v in agg.values() for k in v if k.startswith("acc:")})
-    if acc:
-        print("\n== prediction accuracy 1 - MAPE after warm-up ==")
-        print(format_table({p: agg[p] for p in ("rtt_aware", "oracle")}, acc))
-
-    print("\n== offline throughput (simulated tasks per second of wall time) ==")
-    print(f"{'policy':<14}{'tasks/s':>12}{'vs goal 10k':>13}")
-    for p in POLICY_NAMES:
-        rate = float(np.mean([r.summary()["tasks_per_wall_s"] for r in runs[p]]))
-        print(f"{p:<14}{rate:>12.0f}{rate / THROUGHPUT_GOAL:>12.2f}x")
-
-    print("\n== DWA vs fixed 30 s window: prediction RMSE on GPU nodes (ms, mean over seeds) ==")
-    print(f"{'app':<12}{'DWA':>10}{'fixed 30 s':>12}{'change':>9}")
-    for app in ("gCTF", "Motioncor2"):
-        d = float(np.nanmean([rmse_on_gpu(m, app) for m in runs["rtt_aware"]]))
-        f = float(np.nanmean([rmse_on_gpu(m, app) for m in fixed]))
-        print(f"{app:<12}{d:>10.1f}{f:>12.1f}{d / f - 1:>+9.1%}")
-    print("\n== running-pod features: rtt_aware vs its scrape-only variant (mean over seeds) ==")
-    print(f"{'figure':<22}{'rtt_aware':>11}{'scrape-only':>13}{'change':>9}")
-    with_pods, without = summarise({"a": runs["rtt_aware"], "b": scrape_only}).values()
-    nan = {"mean": float("nan")}
-    for k in ("mean_rtt_ms", "rtt_std_ms", *acc):
-        a, b = with_pods.get(k, nan)["mean"], without.get(k, nan)["mean"]
-        print(f"{k:<22}{a:>11.3f}{b:>13.3f}{a / b - 1:>+9.1%}")
-    t0 = time.perf_counter()
-    run_offline(SimConfig(preset=args.preset, n_tasks=20000), "round_robin", 99)
-    dt = time.perf_counter() - t0
-    print(f"\nround_robin, 20000 tasks: {dt:.2f} s wall = {20000 / dt:.0f} tasks/s "
-          f"({20000 / dt / THROUGHPUT_GOAL:.2f}x the goal)")
+    paths = {p.stem: p for p in SCENARIO_DIR.glob("*.yaml")}
+    names = args.scenarios.split(",") if args.scenarios else sorted(paths, key=lambda n: (
+        ORDER.index(n) if n in ORDER else len(ORDER), n))
+    unknown = [n for n in names if n not in paths]
+    if unknown:
+        print(f"bench_policies: unknown scenario {unknown[0]!r} (have: {', '.join(sorted(paths))})", file=sys.stderr)
+        return 2
+    policies = list(POLICY_NAMES) if not args.policies else [p for p in POLICY_NAMES if p in args.policies.split(",")
+                                                             or p in ("rtt_aware", REFERENCE, "kube_default")]
+    scenarios = [load_scenario(paths[n]) for n in names]
+    plan = []
+    for sc in scenarios:
+        n_seeds = args.seeds or (2 if args.quick else len(sc.seeds))
+        plan.append((sc, shorten(sc.config) if args.quick else sc.config, sc.seeds[:n_seeds] if not args.seeds
+                     else list(range(1, n_seeds + 1))))
+    out: dict[str, dict] = {}
+    speed: dict[str, dict[str, float]] = {}
+    summary = []
+    t_start = time.perf_counter()
+    with tqdm(total=sum(len(s) for _, _, s in plan) * len(policies), file=sys.stderr, unit="run") as bar:
+        for sc, config, seeds in plan:
+            runs: dict[str, list] = {p: [] for p in policies}
+            for seed in seeds:
+                for p in policies:
+                    bar.set_postfix_str(f"{sc.name} {p} seed {seed}")
+                    runs[p].append(run_offline(config, factory(args.quick) if p == "rtt_aware" else p, seed))
+                    bar.update(1)
+            agg = summarise(runs)
+            closed = config.arrivals == "closed"
+            rows = ratio_rows(runs, agg, closed)
+            tqdm.write(f"\n== {describe(sc, config)}; seeds {seeds[0]}..{seeds[-1]} ==", file=sys.stdout)
+            print(format_table(agg, FIGURES))
+            print()
+            print_ratios(rows)
+            speed[sc.name] = {p: agg[p]["tasks_per_wall_s"]["mean"] for p in policies}
+            mean_row = next(r for r in rows if r["figure"] == "mean_rtt_ms")
+            p99_row = next(r for r in rows if r["figure"] == "p99_rtt_ms")
+            thr_row = next((r for r in rows if r["figure"] == "throughput"), None)
+            summary.append((sc.name, mean_row, p99_row, thr_row))
+            out[sc.name] = {"config": describe(sc, config), "seeds": seeds, "policies": agg,
+                            "ratios": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
+                                       for r in rows]}
+            sys.stdout.flush()
+    print(f"\n== summary: rtt_aware, per-seed ratios (mean), {time.perf_counter() - t_start:.0f} s ==")
+    print(f"{'scenario':<13}{'vs kube':>9}{'vs best mean':>27}{'vs best p99':>26}{'throughput':>12}"
+          f"{'room':>8}{'captured':>10}")
+    for name, m, p, t in summary:
+        thr = f"{t['best'][0]:+.1%}" if t else "-"
+        print(f"{name:<13}{m['kube_default'][0]:>+9.1%}{m['best'][0]:>+11.1%} ({m['best_name']:<13})"
+              f"{p['best'][0]:>+11.1%} ({p['best_name']:<12}){thr:>12}{m['room'][0]:>+8.1%}{pct(m['captured']):>10}")
+    print(f"\n== simulated tasks per second of wall time (mean over seeds; goal {SPEED_GOAL:,.0f} for baselines "
+          "on the small preset) ==")
+    print(f"{'policy':<14}" + "".join(f"{n:>13}" for n in speed))
+    for p in policies:
+        print(f"{p:<14}" + "".join(f"{speed[n][p]:>13,.0f}" for n in speed))
+    if args.learning:
+        learning_extras(plan[0][1], plan[0][2], args.quick)
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps({"scenarios": out, "speed": speed},
+                                                 option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return 0
 
 

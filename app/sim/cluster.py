@@ -129,6 +129,7 @@ class Cluster:
         return submitting or busy or (len(self.pending) > 0 and self._future_joins > 0)
 
     def _scraper(self) -> Any:
+        self.scrape_all()  # the exporters ran before the workload started: the idle cluster at t = 0
         while self.running():
             yield self.env.timeout(self.scrape_interval_s)
             self.scrape_all()

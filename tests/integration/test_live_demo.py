@@ -23,7 +23,8 @@ from app.config import Settings
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICIES = ("rtt_aware_live", "kube_default", "round_robin", "random", "load_aware", "rtt_aware", "oracle")
+POLICIES = ("rtt_aware_live", "kube_default", "round_robin", "random", "load_aware", "target_load", "static_best",
+            "rtt_aware", "clairvoyant")
 
 
 def _env() -> dict[str, str]:

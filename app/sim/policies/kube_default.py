@@ -50,24 +50,18 @@ def _arrays(requested: ArrayLike, allocatable: ArrayLike) -> tuple[np.ndarray, n
     return np.atleast_2d(np.asarray(requested, dtype=np.int64)), np.atleast_2d(np.asarray(allocatable, dtype=np.int64))
 
 
-def least_allocated(requested: ArrayLike, allocatable: ArrayLike, weights: Sequence[int] = (1, 1)) -> np.ndarray:
-    """``leastResourceScorer`` per node: per resource ``leastRequestedScore`` (0 when requested > capacity or
-    capacity is 0, else ``((capacity - requested) * 100) // capacity``), weighted mean by integer division."""
-    req, cap = _arrays(requested, allocatable)
+def _least(req: np.ndarray, cap: np.ndarray, weights: Sequence[int]) -> np.ndarray:
     ok = (cap > 0) & (req <= cap)
-    per = np.where(ok, ((cap - req) * MAX_NODE_SCORE) // np.where(cap > 0, cap, 1), 0)
-    w = np.asarray(weights, dtype=np.int64)
-    total = int(w.sum())
-    return (per * w).sum(axis=1) // total if total else np.zeros(len(req), dtype=np.int64)
+    per = np.where(ok, ((cap - req) * MAX_NODE_SCORE) // np.maximum(cap, 1), 0)
+    total = sum(weights)
+    if not total:
+        return np.zeros(len(req), dtype=np.int64)
+    return (per @ np.asarray(weights, dtype=np.int64)) // total
 
 
-def balanced_allocation(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
-    """``balancedResourceScorer`` per node: ``int64((1 - std) * 100)`` of ``min(1, requested / allocatable)``;
-    with two resources ``std = |f1 - f2| / 2``, else the population standard deviation (resources with
-    allocatable 0 are skipped)."""
-    req, cap = _arrays(requested, allocatable)
+def _balanced(req: np.ndarray, cap: np.ndarray) -> np.ndarray:
     if req.shape[1] == 2 and (cap != 0).all():  # the default profile's case, in one go
-        f = np.minimum(1.0, req.astype(np.float64) / cap.astype(np.float64))
+        f = np.minimum(1.0, req / cap)  # float64, as Go's float64(requested) / float64(allocatable)
         return ((1 - np.abs((f[:, 0] - f[:, 1]) / 2)) * MAX_NODE_SCORE).astype(np.int64)
     out = np.empty(len(req), dtype=np.int64)
     for i in range(len(req)):
@@ -82,21 +76,49 @@ def balanced_allocation(requested: ArrayLike, allocatable: ArrayLike) -> np.ndar
     return out
 
 
+def least_allocated(requested: ArrayLike, allocatable: ArrayLike, weights: Sequence[int] = (1, 1)) -> np.ndarray:
+    """``leastResourceScorer`` per node: per resource ``leastRequestedScore`` (0 when requested > capacity or
+    capacity is 0, else ``((capacity - requested) * 100) // capacity``), weighted mean by integer division."""
+    return _least(*_arrays(requested, allocatable), weights)
+
+
+def balanced_allocation(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
+    """``balancedResourceScorer`` per node: ``int64((1 - std) * 100)`` of ``min(1, requested / allocatable)``;
+    with two resources ``std = |f1 - f2| / 2``, else the population standard deviation (resources with
+    allocatable 0 are skipped)."""
+    return _balanced(*_arrays(requested, allocatable))
+
+
 def kube_score(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
     """Default-profile score per node (0..200); ``requested`` = the node's pods + this pod (cpu m, bytes)."""
-    return WEIGHT_FIT * least_allocated(requested, allocatable) + WEIGHT_BALANCED * balanced_allocation(
-        requested, allocatable)
+    req, cap = _arrays(requested, allocatable)
+    return WEIGHT_FIT * _least(req, cap, (1, 1)) + WEIGHT_BALANCED * _balanced(req, cap)
 
 
-def default_scores(task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
-    """The default profile's score of every node in ``nodes`` for ``task``."""
-    place = task.profile.place
-    cpu, mem = view.requested_many([n.name for n in nodes])
-    requested = np.empty((len(nodes), 2), dtype=np.int64)
-    requested[:, 0] = np.rint((np.asarray(cpu) + place.cpu_cores) * 1000)
-    requested[:, 1] = np.rint((np.asarray(mem) + place.mem_gb) * GIB)
-    allocatable = np.array([(n.cpu_cores * 1000, round(n.mem_gb * GIB)) for n in nodes], dtype=np.int64)
-    return kube_score(requested, allocatable)
+class DefaultScorer:
+    """The default profile's scores of a pod's candidates, with each node's allocatable kept per run."""
+
+    def __init__(self) -> None:
+        self._allocatable: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _cap(self, nodes: Sequence[NodeSpec]) -> np.ndarray:
+        key = tuple(n.name for n in nodes)  # names are unique within a cluster
+        cap = self._allocatable.get(key)
+        if cap is None:
+            if len(self._allocatable) > 1024:
+                self._allocatable.clear()
+            cap = self._allocatable[key] = np.array([(n.cpu_cores * 1000, round(n.mem_gb * GIB)) for n in nodes],
+                                                    dtype=np.int64)
+        return cap
+
+    def scores(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
+        """Score of every node in ``nodes`` for ``task``: requested = the node's pods + this pod."""
+        place = task.profile.place
+        cpu, mem = view.requested_many([n.name for n in nodes])
+        requested = np.empty((len(nodes), 2), dtype=np.int64)
+        requested[:, 0] = np.rint((np.asarray(cpu) + place.cpu_cores) * 1000)
+        requested[:, 1] = np.rint((np.asarray(mem) + place.mem_gb) * GIB)
+        return kube_score(requested, self._cap(nodes))
 
 
 def select_host(nodes: Sequence[NodeSpec], scores: ArrayLike, rng: np.random.Generator) -> NodeSpec:
@@ -114,6 +136,7 @@ class KubeDefault(BasePolicy):
     def __init__(self, rng: np.random.Generator) -> None:
         super().__init__()
         self._rng = rng
+        self._scorer = DefaultScorer()
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
-        return select_host(candidates, default_scores(task, candidates, view), self._rng)
+        return select_host(candidates, self._scorer.scores(task, candidates, view), self._rng)

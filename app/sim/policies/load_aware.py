@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.kube_default import GIB, default_scores, select_host
+from app.sim.policies.kube_default import GIB, DefaultScorer, select_host
 from app.sim.policies.loadwatcher import FETCH_S, REFRESH_S, WINDOW_S, LoadWatcher
 from app.sim.view import ClusterView, Task
 
@@ -77,6 +77,7 @@ class LoadAware(BasePolicy):
         self.sensitivity = sensitivity
         self.with_defaults = with_defaults
         self.watcher = LoadWatcher(fetch_s, refresh_s, window_s)
+        self._defaults = DefaultScorer()
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
         cpu, mem = scrape_utilisation(view.node(node), metrics)
@@ -103,5 +104,5 @@ class LoadAware(BasePolicy):
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         scores = self.lvrb(task, candidates, view)
         if self.with_defaults:
-            scores += default_scores(task, candidates, view)
+            scores += self._defaults.scores(task, candidates, view)
         return select_host(candidates, scores, self._rng)

@@ -43,7 +43,7 @@ def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
     paths = ReportPaths(out / "policies.csv", out / "policies.json", out / "report.html")
     paths.csv.write_text(to_csv(agg))
     doc = {
-        "config": dict(config or {}), "seeds": seeds, "policies": agg, "goals": goal_rows(agg),
+        "config": dict(config or {}), "seeds": seeds, "policies": agg, "goals": goal_rows(agg, closed_loop=dict(config or {}).get("arrivals") == "closed"),
         "runs": {p: [{"seed": r.seed, **r.summary(), "fingerprint": r.fingerprint(),
                       "selections": r.trace.notes.get("selections", {})} for r in rs] for p, rs in runs.items()},
     }

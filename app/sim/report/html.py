@@ -43,7 +43,7 @@ def render(agg: Agg, first_seed: Mapping[str, RunMetrics], config: Mapping[str, 
         f"<pre>{html.escape(repr(dict(config)))}</pre>",
         "<h2>Policies</h2>", _table(agg, TABLE_FIGURES),
     ]
-    goals = goal_rows(agg)
+    goals = goal_rows(agg, closed_loop=config.get("arrivals") == "closed")
     if goals:
         rows = "".join(f"<tr><td>{g['figure']}</td><td>{g['policy']} vs {g['baseline']}</td>"
                        f"<td>{g['change']:+.1%}</td><td>{g['goal']:+.0%}</td>"

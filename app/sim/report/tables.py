@@ -77,7 +77,7 @@ def best_baseline(agg: Agg, figure: str) -> str | None:
     return pick(have, key=lambda p: agg[p][figure]["mean"])
 
 
-def goal_rows(agg: Agg, *, closed_loop: bool = True) -> list[dict[str, Any]]:
+def goal_rows(agg: Agg, *, closed_loop: bool = False) -> list[dict[str, Any]]:
     """The goals, measured: relative change of ``policy`` vs ``baseline`` on the seed means (throughput goals
     only for a closed loop, where throughput follows the placement)."""
     rows = []
