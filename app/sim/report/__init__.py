@@ -42,8 +42,9 @@ def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
     seeds = sorted({r.seed for rs in runs.values() for r in rs})
     paths = ReportPaths(out / "policies.csv", out / "policies.json", out / "report.html")
     paths.csv.write_text(to_csv(agg))
+    closed = dict(config or {}).get("arrivals") == "closed"
     doc = {
-        "config": dict(config or {}), "seeds": seeds, "policies": agg, "goals": goal_rows(agg, closed_loop=dict(config or {}).get("arrivals") == "closed"),
+        "config": dict(config or {}), "seeds": seeds, "policies": agg, "goals": goal_rows(agg, closed_loop=closed),
         "runs": {p: [{"seed": r.seed, **r.summary(), "fingerprint": r.fingerprint(),
                       "selections": r.trace.notes.get("selections", {})} for r in rs] for p, rs in runs.items()},
     }
