@@ -51,6 +51,9 @@ def _arrays(requested: ArrayLike, allocatable: ArrayLike) -> tuple[np.ndarray, n
 
 
 def _least(req: np.ndarray, cap: np.ndarray, weights: Sequence[int]) -> np.ndarray:
+    if tuple(weights) == (1, 1) and req.shape[1] == 2 and cap.min() > 0:  # the default profile, in one go
+        per = np.maximum(((cap - req) * MAX_NODE_SCORE) // cap, 0)  # negative exactly when requested > capacity
+        return (per[:, 0] + per[:, 1]) // 2
     ok = (cap > 0) & (req <= cap)
     per = np.where(ok, ((cap - req) * MAX_NODE_SCORE) // np.maximum(cap, 1), 0)
     total = sum(weights)
