@@ -4,6 +4,7 @@
     python3 bench/bench_policies.py --quick               # 2 seeds, short runs, small rtt_aware models
     python3 bench/bench_policies.py --scenarios default,closed-loop --seeds 5 --json out.json
     python3 bench/bench_policies.py --learning            # also DWA vs fixed window, running-pod features
+    python3 bench/bench_policies.py --markdown out.json   # markdown tables of a --json file (no runs)
 
 Per scenario it prints (1) mean ± 95 % CI over seeds of every policy's figures, (2) rtt_aware against
 kube_default, against the best other baseline of each figure (static_best included, named) and against
@@ -83,10 +84,11 @@ def ratio_rows(runs: dict[str, list], agg: dict, closed: bool) -> list[dict]:
         row: dict = {"figure": fig, "best_name": b}
         for name, base in (("kube_default", "kube_default"), ("best", b), ("clairvoyant", REFERENCE)):
             row[name] = paired(runs, "rtt_aware", base, fig)
-        row["room"] = paired(runs, REFERENCE, b, fig)
-        # share of the clairvoyant's gain over the best baseline that rtt_aware gets (undefined without a gain)
+        row["room"] = room = paired(runs, REFERENCE, b, fig)
+        # share of the clairvoyant's gain over the best baseline that rtt_aware gets: only where the
+        # clairvoyant is ahead beyond the seeds' spread (its paired 95 % CI excludes 0)
         gain_ref = agg[b][fig]["mean"] - agg[REFERENCE][fig]["mean"]
-        ahead = gain_ref < 0 if fig in HIGHER else gain_ref > 0
+        ahead = (room[0] - room[1] > 0) if fig in HIGHER else (room[0] + room[1] < 0)
         row["captured"] = (agg[b][fig]["mean"] - agg["rtt_aware"][fig]["mean"]) / gain_ref if ahead else float("nan")
         rows.append(row)
     return rows
@@ -106,6 +108,51 @@ def print_ratios(rows: list[dict]) -> None:
     for r in rows:
         print(f"{r['figure']:<14}{cell(r['kube_default']):>18}{cell(r['best']) + ' (' + r['best_name'] + ')':>34}"
               f"{cell(r['clairvoyant']):>18}{cell(r['room']):>24}{pct(r['captured']):>10}")
+
+
+def markdown(doc: dict) -> str:
+    """Compact markdown tables of a ``--json`` file: mean and p99 RTT per scenario and policy, closed-loop
+    throughput, rtt_aware's ratios, simulator speed."""
+    scen = doc["scenarios"]
+    names = list(scen)
+    policies = list(next(iter(scen.values()))["policies"])
+
+    def cell(sc: str, p: str, fig: str, fmt: str) -> str:
+        d = scen[sc]["policies"].get(p, {}).get(fig)
+        return "-" if not d or not np.isfinite(d["mean"]) else f"{d['mean']:{fmt}} ± {d['ci95']:{fmt}}"
+
+    out = []
+    for fig, title, fmt in (("mean_rtt_ms", "mean RTT (ms)", ".0f"), ("p99_rtt_ms", "p99 RTT (ms)", ".0f")):
+        out += [f"{title}, mean ± 95 % CI over seeds:", "", "| policy | " + " | ".join(names) + " |",
+                "|---" * (len(names) + 1) + "|"]
+        out += [f"| {p} | " + " | ".join(cell(n, p, fig, fmt) for n in names) + " |" for p in policies]
+        out.append("")
+    closed = [n for n in names if any(r["figure"] == "throughput" for r in scen[n]["ratios"])]
+    if closed:
+        out += ["Closed loop: " + ", ".join(closed), "", "| policy | tasks/s | GPU busy | load diff pp | RTT std ms |",
+                "|---|---|---|---|---|"]
+        n = closed[0]
+        out += [f"| {p} | {cell(n, p, 'throughput', '.1f')} | {cell(n, p, 'gpu_util', '.3f')} | "
+                f"{cell(n, p, 'load_diff', '.1f')} | {cell(n, p, 'rtt_std_ms', '.0f')} |" for p in policies]
+        out.append("")
+    out += ["rtt_aware, per-seed ratios (mean ± 95 % CI); room = clairvoyant vs the best baseline:", "",
+            "| scenario | mean vs kube_default | mean vs best baseline | p99 vs best baseline | throughput vs best "
+            "| vs clairvoyant (mean) | room (mean) | captured |", "|---|---|---|---|---|---|---|---|"]
+
+    def r(x: list[float | None]) -> str:  # JSON keeps NaN as null
+        return f"{x[0]:+.1%} ± {x[1] or 0.0:.1%}" if x[0] is not None and np.isfinite(x[0]) else "-"
+
+    for n in names:
+        rows = {row["figure"]: row for row in scen[n]["ratios"]}
+        m, p99, thr = rows["mean_rtt_ms"], rows["p99_rtt_ms"], rows.get("throughput")
+        captured = np.nan if m["captured"] is None else m["captured"]
+        out.append(f"| {n} | {r(m['kube_default'])} | {r(m['best'])} ({m['best_name']}) | {r(p99['best'])} "
+                   f"({p99['best_name']}) | {r(thr['best']) + ' (' + thr['best_name'] + ')' if thr else '-'} | "
+                   f"{r(m['clairvoyant'])} | {r(m['room'])} | {pct(captured)} |")
+    out += ["", "Simulated tasks per second of wall time (mean over seeds):", "",
+            "| policy | " + " | ".join(doc["speed"]) + " |", "|---" * (len(doc["speed"]) + 1) + "|"]
+    out += [f"| {p} | " + " | ".join(f"{doc['speed'][n][p]:,.0f}" for n in doc["speed"]) + " |" for p in policies]
+    return "\n".join(out)
 
 
 def factory(quick: bool):
@@ -135,7 +182,11 @@ def main() -> int:
     ap.add_argument("--policies", default=None, help="comma-separated subset (rtt_aware, clairvoyant always in)")
     ap.add_argument("--json", default=None, help="write every aggregate and ratio to this file")
     ap.add_argument("--learning", action="store_true", help="also rtt_aware's DWA and running-pod variants")
+    ap.add_argument("--markdown", default=None, metavar="JSON", help="print markdown tables of a --json file and stop")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(orjson.loads(Path(args.markdown).read_bytes())))
+        return 0
     paths = {p.stem: p for p in SCENARIO_DIR.glob("*.yaml")}
     names = args.scenarios.split(",") if args.scenarios else sorted(paths, key=lambda n: (
         ORDER.index(n) if n in ORDER else len(ORDER), n))

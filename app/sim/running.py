@@ -7,9 +7,7 @@ is taken out of the node's totals. GPU compute and memory bandwidth count on the
 >>> from app.sim.apps import APPS
 >>> p = APPS["gCTF"].place
 >>> r = Running(0, "gCTF", p, 0, 1.3, work_ms=100.0, now=0.0)
->>> from app.sim.events import NodeCondition
->>> alone = factor_of(r, list(p.d), (p.d[0], p.d[1], 0.0, 0.0), {}, 16, {"gCTF": 1}, NodeCondition())
->>> alone
+>>> factor_of(r, list(p.d), p.d[:2], (0.0,) * 5, 16, {"gCTF": 1}, slowdown=1.0, throttle=1.0)  # alone
 1.0
 >>> r.factor = 2.0; r.advance(0.1); r.left_ms, r.served_ms
 (50.0, 50.0)
@@ -20,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from app.sim.apps import Placement, interference
-from app.sim.events import NodeCondition
 
 
 class Running:
@@ -59,23 +56,22 @@ class Running:
         return max(0.0, self.left_ms - max(0.0, now - self.t) * 1000.0 / self.factor)
 
 
-def factor_of(run: Running, node_demand: Sequence[float], gpu_load: tuple[float, float, float, float],
-              background: Mapping[str, float], cpu_cores: float, gpu_apps: Mapping[str, int],
-              cond: NodeCondition) -> float:
-    """Slowdown of ``run`` given the node's summed demand (``run`` included) and its GPU's
-    ``(compute, membw, background compute, background membw)``."""
+def factor_of(run: Running, node_demand: Sequence[float], gpu_demand: Sequence[float],
+              background: Sequence[float], cpu_cores: float, gpu_apps: Mapping[str, int], slowdown: float,
+              throttle: float) -> float:
+    """Slowdown of ``run`` given the node's summed task demand per resource (``run`` included), its GPU's
+    ``(compute, membw)`` demand and the background load per resource (GPU terms per GPU)."""
     w, d = run.place.w, run.place.d
     f = 1.0
     if run.gpu >= 0:
-        f += w[0] * (gpu_load[0] - d[0] + gpu_load[2]) + w[1] * (gpu_load[1] - d[1] + gpu_load[3])
+        f += w[0] * (gpu_demand[0] - d[0] + background[0]) + w[1] * (gpu_demand[1] - d[1] + background[1])
         for other, n in gpu_apps.items():
             k = n - 1 if other == run.app else n
             if k > 0:
                 f += k * interference(run.app, other)
-    f += w[2] * (node_demand[2] - d[2] + background.get("pcie", 0.0))
-    f += w[3] * (node_demand[3] - d[3] + background.get("disk", 0.0))
-    f += w[4] * (node_demand[4] - d[4] + background.get("cpu", 0.0)) / cpu_cores
-    f *= cond.slowdown
+    f += w[2] * (node_demand[2] - d[2] + background[2]) + w[3] * (node_demand[3] - d[3] + background[3])
+    f += w[4] * (node_demand[4] - d[4] + background[4]) / cpu_cores
+    f *= slowdown
     if run.place.throttle_sensitive:
-        f *= cond.throttle
+        f *= throttle
     return max(f, 1e-9)

@@ -29,6 +29,7 @@ from app.sim.running import Running, factor_of
 
 EPS = 1e-9
 GPU, MEMBW, PCIE, DISK, CPU = range(5)  # indices into RESOURCES
+_NO_GPU = (0.0, 0.0)
 
 
 class NodeRuntime:
@@ -51,6 +52,7 @@ class NodeRuntime:
         self.node_demand = [0.0] * 5  # summed task demand per resource (RESOURCES order)
         self.running: dict[int, Running] = {}
         self.cond = NodeCondition()
+        self._bg: tuple[float, ...] = (0.0,) * 5  # background load per resource (GPU terms per GPU), at last rerate
         self.joined = spec.join_at_s <= 0
         self.cordoned = False
         self.left_s: float | None = None
@@ -137,19 +139,16 @@ class NodeRuntime:
         return self.ideal_ms(app, input_mb) * math.exp(sigma * noise_z - 0.5 * sigma * sigma)
 
     def _factor(self, run: Running) -> float:
-        bg = self.cond.background
-        g = self.spec.gpu_count
-        if run.gpu >= 0:
-            gd = self.gpu_demand[run.gpu]
-            gpu_load = (gd[0], gd[1], bg.get("gpu", 0.0) / g, bg.get("membw", 0.0) / g)
-            apps = self.gpu_apps[run.gpu]
-        else:
-            gpu_load, apps = (0.0, 0.0, 0.0, 0.0), {}
-        return factor_of(run, self.node_demand, gpu_load, bg, self.spec.cpu_cores, apps, self.cond)
+        g = run.gpu
+        return factor_of(run, self.node_demand, self.gpu_demand[g] if g >= 0 else _NO_GPU, self._bg,
+                         self.spec.cpu_cores, self.gpu_apps[g] if g >= 0 else {}, self.cond.slowdown,
+                         self.cond.throttle)
 
     def rerate(self, now: float) -> None:
         """Bring every running task's remaining work to ``now`` and give it its new rate and finish time."""
         self.version += 1
+        bg, g = self.cond.background, max(self.spec.gpu_count, 1)
+        self._bg = tuple(bg.get(r, 0.0) / (g if r in ("gpu", "membw") else 1) for r in RESOURCES)
         for run in self.running.values():
             run.advance(now)
             run.factor = self._factor(run)

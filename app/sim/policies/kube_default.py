@@ -99,36 +99,35 @@ def kube_score(requested: ArrayLike, allocatable: ArrayLike) -> np.ndarray:
 
 
 class DefaultScorer:
-    """The default profile's scores of a pod's candidates, with each node's allocatable kept per run."""
+    """The default profile's scores of a pod's candidates. A node's score depends only on what is requested
+    there and by the pod, so scores are memoised on that (exactly the same numbers, computed once)."""
 
     def __init__(self) -> None:
-        self._allocatable: dict[tuple[str, ...], np.ndarray] = {}
+        self._memo: dict[tuple[str, float, float, float, float], int] = {}
 
-    def _cap(self, nodes: Sequence[NodeSpec]) -> np.ndarray:
-        key = tuple(n.name for n in nodes)  # names are unique within a cluster
-        cap = self._allocatable.get(key)
-        if cap is None:
-            if len(self._allocatable) > 1024:
-                self._allocatable.clear()
-            cap = self._allocatable[key] = np.array([(n.cpu_cores * 1000, round(n.mem_gb * GIB)) for n in nodes],
-                                                    dtype=np.int64)
-        return cap
-
-    def scores(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
+    def scores(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> list[int]:
         """Score of every node in ``nodes`` for ``task``: requested = the node's pods + this pod."""
         place = task.profile.place
         cpu, mem = view.requested_many([n.name for n in nodes])
-        requested = np.empty((len(nodes), 2), dtype=np.int64)
-        requested[:, 0] = np.rint((np.asarray(cpu) + place.cpu_cores) * 1000)
-        requested[:, 1] = np.rint((np.asarray(mem) + place.mem_gb) * GIB)
-        return kube_score(requested, self._cap(nodes))
+        keys = [(n.name, c, m, place.cpu_cores, place.mem_gb) for n, c, m in zip(nodes, cpu, mem, strict=True)]
+        memo = self._memo
+        missing = [i for i, k in enumerate(keys) if k not in memo]
+        if missing:
+            if len(memo) > 100_000:
+                memo.clear()
+            requested = [(round((cpu[i] + place.cpu_cores) * 1000), round((mem[i] + place.mem_gb) * GIB))
+                         for i in missing]
+            allocatable = [(nodes[i].cpu_cores * 1000, round(nodes[i].mem_gb * GIB)) for i in missing]
+            for i, score in zip(missing, kube_score(requested, allocatable).tolist(), strict=True):
+                memo[keys[i]] = score
+        return [memo[k] for k in keys]
 
 
-def select_host(nodes: Sequence[NodeSpec], scores: ArrayLike, rng: np.random.Generator) -> NodeSpec:
+def select_host(nodes: Sequence[NodeSpec], scores: Sequence[float], rng: np.random.Generator) -> NodeSpec:
     """kube-scheduler's ``selectHost``: a uniformly random node among those with the top score."""
-    s = np.asarray(scores)
-    top = np.flatnonzero(s == s.max())
-    return nodes[int(top[0])] if len(top) == 1 else nodes[int(top[int(rng.integers(len(top)))])]
+    best = max(scores)
+    top = [i for i, s in enumerate(scores) if s == best]
+    return nodes[top[0]] if len(top) == 1 else nodes[top[int(rng.integers(len(top)))]]
 
 
 class KubeDefault(BasePolicy):

@@ -78,14 +78,29 @@ class LoadAware(BasePolicy):
         self.with_defaults = with_defaults
         self.watcher = LoadWatcher(fetch_s, refresh_s, window_s)
         self._defaults = DefaultScorer()
+        self._cached_for: float | None = None
+        self._cache: dict[tuple[str, str], int] = {}  # (app, node) -> score, for the snapshot held
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
         cpu, mem = scrape_utilisation(view.node(node), metrics)
         self.watcher.observe(node, view.now, cpu, mem)
 
-    def lvrb(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> np.ndarray:
-        """The plugin's score of each node: min of the CPU and memory scores, rounded; 0 without metrics."""
+    def lvrb(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> list[int]:
+        """The plugin's score of each node: min of the CPU and memory scores, rounded; 0 without metrics.
+
+        It depends only on the polled snapshot and the pod's requests, so it is kept per snapshot and app."""
         now = view.now
+        snapshot = self.watcher.snapshot_at(now)
+        if snapshot != self._cached_for:
+            self._cached_for, self._cache = snapshot, {}
+        cache, app = self._cache, task.app
+        missing = [n for n in nodes if (app, n.name) not in cache]
+        if missing:
+            for n, score in zip(missing, self._lvrb(task, missing, now).tolist(), strict=True):
+                cache[(app, n.name)] = score
+        return [cache[(app, n.name)] for n in nodes]
+
+    def _lvrb(self, task: Task, nodes: Sequence[NodeSpec], now: float) -> np.ndarray:
         stats = [self.watcher.stats(n.name, now) for n in nodes]
         have = [i for i, st in enumerate(stats) if st is not None]
         out = np.zeros(len(nodes), dtype=np.int64)
@@ -104,5 +119,5 @@ class LoadAware(BasePolicy):
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         scores = self.lvrb(task, candidates, view)
         if self.with_defaults:
-            scores += self._defaults.scores(task, candidates, view)
+            scores = [a + b for a, b in zip(scores, self._defaults.scores(task, candidates, view), strict=True)]
         return select_host(candidates, scores, self._rng)

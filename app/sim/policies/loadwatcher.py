@@ -73,10 +73,14 @@ class LoadWatcher:
         self._snapshot = snap
         self._fetched_at = at
 
+    def snapshot_at(self, now: float) -> float:
+        """When the watcher fetched the snapshot the plugin holds at ``now`` (it changes at most once a fetch)."""
+        polled = math.floor(now / self.refresh_s) * self.refresh_s
+        return math.floor(polled / self.fetch_s) * self.fetch_s
+
     def stats(self, node: str, now: float) -> NodeStats | None:
         """What the plugin reads for ``node`` at ``now`` (None: no metrics for it)."""
-        polled = math.floor(now / self.refresh_s) * self.refresh_s
-        fetch = math.floor(polled / self.fetch_s) * self.fetch_s
+        fetch = self.snapshot_at(now)
         if self._fetched_at != fetch:
             self._fetch(fetch)
         return self._snapshot.get(node)
