@@ -101,7 +101,7 @@ class Decision:
     @functools.cached_property
     def verdicts(self) -> tuple[NodeVerdict, ...]:
         if self.neutral is not None:
-            return tuple(NodeVerdict(n) for n in self.nodes)
+            return tuple(NodeVerdict(n, stale=self.stale) for n in self.nodes)
         return tuple(
             NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                         self.model_version[i],
