@@ -348,7 +348,8 @@ def main() -> int:
     ap.add_argument("--warm-up", type=int, default=14, help="periods with pairs before the drift (default 14)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds after t0 to wait for a recovery")
     ap.add_argument("--retrain-only", action="store_true", help="time one retrain of the history, no broker")
-    ap.add_argument("--debounce", type=float, default=None, help="the worker's RTT_RETRAIN_DEBOUNCE_S (default: 60)")
+    ap.add_argument("--debounce", type=float, default=None,
+                    help=f"the worker's RTT_RETRAIN_DEBOUNCE_S (default: {Settings.from_env({}).retrain_debounce_s:g})")
     ap.add_argument("--seed", type=int, default=1, help="seeds where in an error period each drift begins")
     args = ap.parse_args()
     args.samples = args.samples or (5_000 if args.quick else 50_000)
