@@ -48,9 +48,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-
-from feedbackkit import Node, Reader, Sender, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402
@@ -58,6 +55,7 @@ from app.features.window import NodeWindow  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 from app.model.train import default_nthread  # noqa: E402
+from app.sim.scripted import Node, Reader, Sender, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 from app.trainer.history import SampleHistory  # noqa: E402
 from app.trainer.pipeline import train_challenger  # noqa: E402
 from app.trainer.service import TrainerService  # noqa: E402
