@@ -18,6 +18,7 @@ from app.features.selection import (
     DEFAULT_THRESHOLDS,
     SelectionRule,
     gaussian_rho,
+    mic_null_level,
     render_shares,
     render_table,
     select_features,
@@ -236,3 +237,35 @@ def test_cli_missing_and_malformed_files(tmp_path: Path, capsys) -> None:
     bad.write_text('{"app": "x"}\n')
     assert main(["select", "--input", str(bad)]) == 2
     assert "bad.jsonl:1: not a training-samples message" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6, 0.9, 1.0])
+def test_dcor_of_a_normal_pair_matches_a_simulated_one(rho: float) -> None:
+    """The closed form (Szekely, Rizzo & Bakirov 2007, Theorem 7) against 20,000 simulated pairs."""
+    from app.features.dcor_fast import distance_correlation
+    from app.features.selection import _dcor_of_gaussian
+
+    rng = np.random.default_rng(int(rho * 10))
+    x = rng.normal(size=20_000)
+    y = rho * x + np.sqrt(1 - rho**2) * rng.normal(size=20_000)
+    closed = float(_dcor_of_gaussian(np.array([rho]))[0])
+    assert closed == pytest.approx(distance_correlation(x, y), abs=0.02)
+    assert gaussian_rho("dcor", closed) == pytest.approx(rho, abs=1e-3)
+
+
+def test_mic_scale_inverts_the_documented_model() -> None:
+    """MIC of a normal pair: m0 + (1 - m0) (1 - sqrt(1 - rho^2)), m0 the null level (0.944 n^-0.288)."""
+    assert mic_null_level(100) == pytest.approx(0.2506, abs=1e-4)
+    assert mic_null_level(1000) == pytest.approx(0.1291, abs=1e-4)
+    assert mic_null_level(0) == mic_null_level(1) == 0.944 and mic_null_level(10**9) < 0.003
+    for n in (100, 1000):
+        m0 = mic_null_level(n)
+        for rho in (0.2, 0.5, 0.8, 1.0):
+            assert gaussian_rho("mic", m0 + (1 - m0) * (1 - np.sqrt(1 - rho**2)), n) == pytest.approx(rho, abs=1e-9)
+        assert gaussian_rho("mic", m0 / 2, n) == 0.0
+    assert gaussian_rho("mic", 0.5) == gaussian_rho("mic", 0.5, 1000) != gaussian_rho("mic", 0.5, 999)
+
+
+def test_strengths_outside_the_unit_interval_are_clamped() -> None:
+    for m in MEASURES:
+        assert gaussian_rho(m, 1.7) == gaussian_rho(m, 1.0) and gaussian_rho(m, -0.2) == gaussian_rho(m, 0.0)
