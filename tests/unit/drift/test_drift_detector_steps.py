@@ -121,3 +121,13 @@ def test_limit_settings_are_accepted() -> None:
     PageHinkley(jump_sigmas=0.5)
     Cusum(k=0.0, min_instances=1)
     assert SampleGrowth(cold_start=1, growth=0.0).due("k", 1, has_model=False) == COLD_START
+
+
+@pytest.mark.parametrize("make", [lambda: Cusum(min_instances=1, threshold=0.25),
+                                  lambda: PageHinkley(min_instances=1, jump=0.25)])
+def test_an_alarm_survives_a_restart_and_the_next_update_starts_afresh(make) -> None:
+    a = make().update(0.0).update(1.0)
+    assert a.drift_detected
+    b = make().load(json.loads(json.dumps(a.to_dict())))
+    assert b.drift_detected is True and b.cumulative == a.cumulative
+    assert b.update(0.0).n == 1 and not b.drift_detected

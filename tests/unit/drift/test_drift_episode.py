@@ -94,3 +94,33 @@ def test_state_survives_to_dict_and_load() -> None:
 def test_bad_settings_name_the_field(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         DriftEpisode(**kwargs)  # type: ignore[arg-type]
+
+
+def test_defaults_and_limit_settings() -> None:
+    ep = DriftEpisode(delta=0.0, calm=1)  # both limits are allowed
+    ep.update(0.25, detected=False).update(1.0, detected=True)
+    assert ep.update(0.25, detected=False).open is False  # one calm period closes it
+    d = DriftEpisode()  # documented defaults: delta 0.02, threshold 0.5, calm 3
+    assert (d.delta, d.threshold, d.calm) == (0.02, 0.5, 3)
+
+
+def test_calm_count_starts_at_zero_and_an_exact_reference_is_calm() -> None:
+    ep = opened(calm=2)
+    ep.update(0.375, detected=False)  # exactly reference + delta
+    assert ep.open and ep.to_dict()["calm"] == 1 and ep.excess == 0.0
+
+
+def test_an_episode_opened_before_any_reference_measures_from_zero() -> None:
+    ep = DriftEpisode(delta=0.125, threshold=1.0)
+    ep.update(0.75, detected=True)  # the first period is already a detection
+    assert ep.open and ep.reference is None
+    ep.update(0.625, detected=False)
+    assert ep.excess == 0.5
+
+
+def test_a_pending_resignal_survives_a_restart() -> None:
+    a = opened(threshold=0.25)
+    assert a.update(0.875, detected=False).resignal
+    b = DriftEpisode(delta=0.125, threshold=0.25).load(a.to_dict())
+    assert b.resignal and b.excess == a.excess == 0.5
+    assert not b.update(0.25, detected=False).resignal

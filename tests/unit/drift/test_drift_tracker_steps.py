@@ -98,3 +98,22 @@ def test_changes_follow_every_arrival_and_departure() -> None:
     jb.add_prediction(("a", "n"), {"predicted_rtt_ms": 2.0})  # back after it left: changed, not removed
     upserts, removed = jb.take_changes()
     assert set(upserts) == {("a", "n")} and removed == set()
+
+
+def test_restored_tracker_keeps_a_moved_window() -> None:
+    t = NodeTracker()
+    for error in (10.0, 20.0):
+        pairs(t, "gCTF", error)
+        t.close(1.0)
+    assert t.window("gCTF") == 45.0
+    r = NodeTracker().load(json.loads(json.dumps(t.to_dict())))
+    assert r.window("gCTF") == 45.0 and r.to_dict() == t.to_dict()
+
+
+def test_a_match_is_a_change_even_after_the_arrival_was_taken() -> None:
+    jb = JoinBuffer(ttl_s=10.0, clock=ManualClock(0.0))
+    jb.add_completion(("a", "n"), {"rtt_ms": 1.0})
+    jb.take_changes()
+    jb.add_prediction(("a", "n"), {"predicted_rtt_ms": 1.0})
+    upserts, removed = jb.take_changes()
+    assert upserts == {("a", "n"): {"since": 0.0, "c": None, "p": None, "done": True}} and removed == set()

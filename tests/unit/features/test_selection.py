@@ -99,7 +99,7 @@ def hand_table(monkeypatch):
 def test_hand_computed_votes_and_choices(hand_table, rule: SelectionRule, votes: dict[str, int],
                                          chosen: tuple[str, ...]) -> None:
     res = hand_table(rule)
-    assert dict(res.votes) == votes
+    assert dict(res.votes) == votes and res.n_samples == 100
     assert res.chosen == chosen
     assert res.degenerate == ("e",) and "e" not in res.ranking and len(res.ranking) == 5
 
@@ -176,7 +176,7 @@ def test_rule_rejects_bad_settings_naming_the_field(kwargs, field) -> None:
 
 
 def test_duplicate_names_are_rejected() -> None:
-    with pytest.raises(ValueError, match="names"):
+    with pytest.raises(ValueError, match="^names: must be distinct$"):
         select_features(np.zeros((10, 2)), np.arange(10.0), ["a", "a"])
 
 
@@ -269,3 +269,29 @@ def test_mic_scale_inverts_the_documented_model() -> None:
 def test_strengths_outside_the_unit_interval_are_clamped() -> None:
     for m in MEASURES:
         assert gaussian_rho(m, 1.7) == gaussian_rho(m, 1.0) and gaussian_rho(m, -0.2) == gaussian_rho(m, 0.0)
+
+
+def test_hand_computed_report(hand_table) -> None:
+    res = hand_table(SelectionRule(top_k=2))
+    assert render_table(res) == "\n".join([
+        "feature  pearson spearman  kendall     dcor      mic votes  strongest",
+        "a          0.900    0.900    0.800    0.850    0.700     5  kendall",
+        "d          0.500    0.600    0.400    0.100    0.200     3  spearman",
+        "degenerate (constant or < 4 samples, scored 0): e",
+    ])
+    none = hand_table(SelectionRule(thresholds=dict.fromkeys(MEASURES, 1.0)))
+    assert render_table(none, title="== x").splitlines()[:3] == [
+        "== x", "feature  pearson spearman  kendall     dcor      mic votes  strongest", "(no feature has 3 votes)"]
+    assert strongest_share({"x": none}) == {"x": dict.fromkeys(MEASURES, 0.0)}  # nothing chosen: no shares
+    assert render_shares({"gCTF": {"mic": 75.0, "dcor": 25.0}, "upload": {"dcor": 100.0}}) == "\n".join([
+        "app         mic     dcor", "gCTF      75.0%    25.0%", "upload     0.0%   100.0%"])
+
+
+def test_strongest_measure_reads_mic_at_the_sample_size_used(monkeypatch) -> None:
+    """MIC 0.5 is |rho| 0.75 at 100 samples (null level 0.25) but 0.82 at 1,000 (0.13): Pearson's 0.78 wins
+    only at 100. The vote uses the rows each column kept, not a fixed size."""
+    strength = np.array([[0.78, 0.1, 0.05, 0.1, 0.5]])
+    for n_used, winner in ((100, "pearson"), (1000, "mic")):
+        table = MeasureTable(("g",), MEASURES, strength, strength, np.array([n_used]), (), dict.fromkeys(MEASURES, 0.0))
+        monkeypatch.setattr(selection, "measure_table", lambda X, y, names, measures, t=table: t)
+        assert select_features(np.zeros((n_used, 1)), np.zeros(n_used), ["g"]).strongest["g"] == winner
