@@ -117,3 +117,14 @@ def test_a_match_is_a_change_even_after_the_arrival_was_taken() -> None:
     jb.add_prediction(("a", "n"), {"predicted_rtt_ms": 1.0})
     upserts, removed = jb.take_changes()
     assert upserts == {("a", "n"): {"since": 0.0, "c": None, "p": None, "done": True}} and removed == set()
+
+
+def test_drop_forgets_keys_without_outcomes_or_changes() -> None:
+    jb = JoinBuffer(ttl_s=10.0, clock=ManualClock(0.0))
+    for task in ("a", "b", "c"):
+        jb.add_prediction((task, "n1" if task != "b" else "n2"), {"predicted_rtt_ms": 1.0})
+    gone = jb.drop(lambda key: key[1] == "n1")  # partition of n2 lost: its keys go, silently
+    assert gone == 1 and list(jb.keys()) == [("a", "n1"), ("c", "n1")]
+    upserts, removed = jb.take_changes()
+    assert set(upserts) == {("a", "n1"), ("c", "n1")} and removed == set()
+    assert jb.add_completion(("b", "n2"), {"rtt_ms": 1.0}).outcome == "waiting"
