@@ -77,8 +77,10 @@ class RunningPods:
             return None
         return self._view.get(node, 0)
 
-    async def run(self) -> None:
-        """Refresh forever (cancel to stop)."""
+    async def run(self, delay: bool = False) -> None:
+        """Refresh forever, every ``refresh_s`` (first after one period when ``delay``); cancel to stop."""
         while True:
+            if delay:
+                await asyncio.sleep(self.refresh_s)
             await self.refresh()
-            await asyncio.sleep(self.refresh_s)
+            delay = True

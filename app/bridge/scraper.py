@@ -157,7 +157,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
 
     ``scrapes``: rounds to run (None = until cancelled). ``producer``: a started ``AIOKafkaProducer`` to use
     (else one is started and stopped here); ``publish=False`` produces nothing (``on_round`` still sees every
-    round). Returns counts of what was done.
+    round). With ``REDIS_URL`` set, the running-pods view is read in the background for the GPU hang check
+    (:mod:`app.bridge.running`). Returns counts of what was done.
     """
     from app.bridge.producer import publish_node_metrics, start_producer
 
@@ -179,7 +180,9 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
         apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
         running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
                               refresh_s=settings.bridge_running_refresh_s)
-        refresher = asyncio.get_running_loop().create_task(running.run(), name="bridge-running-pods")
+        with contextlib.suppress(TimeoutError):  # a first view before the first round, never a long wait
+            await asyncio.wait_for(running.refresh(), timeout=settings.scrape_timeout_s)
+        refresher = asyncio.get_running_loop().create_task(running.run(delay=True), name="bridge-running-pods")
     try:
         async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics,
                           running=running) as bridge:
