@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, parse_rfc3339
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values, parse_rfc3339
 from app.errors import ContractError
 
 _DURATION = re.compile(r"^(-)?(\d+)(?:\.(\d{1,9}))?s$")
@@ -66,11 +66,7 @@ def _tag_value(tag: Mapping[str, Any]) -> Any:
 
 def tags(raw: Any) -> dict[str, Any]:
     """Jaeger tags as a plain dict (later duplicates win)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in raw):
-        raise ContractError("bad_span", "tags must be a list of {key, v...}")
-    return {t["key"]: _tag_value(t) for t in raw}
+    return key_values(raw, _tag_value, "tags", "{key, v...}")
 
 
 def _span_id_hex(raw: Any) -> str:

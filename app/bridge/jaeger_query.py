@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.bridge.jaeger import is_error
-from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values
 from app.errors import ContractError
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{1,16}$")
@@ -43,11 +43,7 @@ def _value(tag: Mapping[str, Any]) -> Any:
 
 def tags(raw: Any) -> dict[str, Any]:
     """Query-API tags as a plain dict (later duplicates win)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in raw):
-        raise ContractError("bad_span", "tags must be a list of {key, type, value}")
-    return {t["key"]: _value(t) for t in raw}
+    return key_values(raw, _value, "tags", "{key, type, value}")
 
 
 def _micros(span: Mapping[str, Any], key: str) -> float:

@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values
 from app.errors import ContractError
 
 STATUS_ERROR = 2
@@ -76,11 +76,7 @@ def _any_value(key: str, v: Any) -> Any:
 
 def attributes(raw: Any) -> dict[str, Any]:
     """OTLP ``attributes`` as a plain dict."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, list) or not all(isinstance(a, dict) and isinstance(a.get("key"), str) for a in raw):
-        raise ContractError("bad_span", "attributes must be a list of {key, value}")
-    return {a["key"]: _any_value(a["key"], a.get("value")) for a in raw}
+    return key_values(raw, lambda a: _any_value(a["key"], a.get("value")), "attributes", "{key, value}")
 
 
 def _nanos(span: Mapping[str, Any], key: str) -> float:

@@ -109,6 +109,15 @@ def check_attribution(node: str, via: str, known: Collection[str] | None) -> Non
                                             f"{len(known)} nodes known")
 
 
+def key_values(raw: Any, value_of: Callable[[Mapping[str, Any]], Any], what: str, shape: str) -> dict[str, Any]:
+    """A list of ``{key, ...}`` objects (Jaeger tags, OTLP attributes) as a plain dict; later duplicates win."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in raw):
+        raise ContractError("bad_span", f"{what} must be a list of {shape}")
+    return {t["key"]: value_of(t) for t in raw}
+
+
 def parse_rfc3339(text: Any) -> float:
     """Unix seconds of an RFC 3339 timestamp (nanosecond fractions allowed).
 
