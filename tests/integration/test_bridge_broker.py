@@ -163,3 +163,19 @@ def test_publish_cli_sends_valid_lines_and_dead_letters_the_rest(kafka_settings,
     assert (dl["topic"], dl["partition"], dl["offset"], dl["reason"]) == (
         kafka_settings.topic("task-completions"), -1, 2, "schema")
     assert base64.b64decode(dl["raw"]).decode() == bad
+
+
+def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason(kafka_settings, tmp_path,
+                                                                                  monkeypatch, capsys):
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("nodes:\n  - {node: worker-1, targets: ['http://10.0.0.11:9100/metrics']}\n")
+    spans = FIXTURES / "spans" / "otlp-export-base64.json"  # its node is only a pod name in host.name
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
+    assert main(["publish", "task-completions", str(spans), "--from", "otlp", "--targets", str(targets),
+                 "--dead-letters"]) == 1
+    assert "unknown_node" in capsys.readouterr().err
+    [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
+    dl = decode("dead-letters", letter.value)
+    assert dl["reason"] == "unknown_node" and "gctf-runner-5d4c7b9f8-q8w3e" in dl["error"]
+    assert json.loads(base64.b64decode(dl["raw"])) == json.loads(spans.read_text())
