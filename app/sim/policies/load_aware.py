@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.kube_default import GIB, DefaultScorer, select_host
+from app.sim.policies.kube_default import DefaultScorer, select_host
 from app.sim.policies.loadwatcher import FETCH_S, REFRESH_S, WINDOW_S, LoadWatcher
 from app.sim.view import ClusterView, Task
 
@@ -56,9 +56,9 @@ def go_round(x: float) -> int:
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
-def scrape_utilisation(node: NodeSpec, metrics: Mapping[str, float]) -> tuple[float, float]:
+def scrape_utilisation(metrics: Mapping[str, float]) -> tuple[float, float]:
     """(CPU, memory) utilisation of one scrape, as the Prometheus rules the load-watcher queries define them."""
-    return 1.0 - metrics.get("cpu_idle", 1.0), metrics.get("memory_used_bytes", 0.0) / (node.mem_gb * GIB)
+    return 1.0 - metrics.get("cpu_idle", 1.0), metrics.get("memory_used_fraction", 0.0)
 
 
 class LoadAware(BasePolicy):
@@ -82,7 +82,7 @@ class LoadAware(BasePolicy):
         self._cache: dict[tuple[str, str], int] = {}  # (app, node) -> score, for the snapshot held
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
-        cpu, mem = scrape_utilisation(view.node(node), metrics)
+        cpu, mem = scrape_utilisation(metrics)
         self.watcher.observe(node, view.now, cpu, mem)
 
     def lvrb(self, task: Task, nodes: Sequence[NodeSpec], view: ClusterView) -> list[int]:

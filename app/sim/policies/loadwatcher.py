@@ -8,7 +8,7 @@ and Trimaran's collector polls the watcher every 30 s (``pkg/trimaran/collector.
 (no data yet, e.g. just joined) gets no metrics.
 
 Here the samples are the simulator's scrapes (CPU utilisation ``1 - cpu_idle``, memory
-``memory_used_bytes`` over the node's memory); the snapshot at time ``t`` is the watcher's fetch at
+``memory_used_fraction``); the snapshot at time ``t`` is the watcher's fetch at
 ``floor(floor(t / refresh_s) * refresh_s / fetch_s) * fetch_s`` over the preceding ``window_s``.
 
 >>> w = LoadWatcher(fetch_s=60.0, refresh_s=30.0, window_s=900.0)

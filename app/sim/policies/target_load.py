@@ -58,7 +58,7 @@ class TargetLoad(BasePolicy):
         self._cleaned = 0.0
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
-        cpu, mem = scrape_utilisation(view.node(node), metrics)
+        cpu, mem = scrape_utilisation(metrics)
         self.watcher.observe(node, view.now, cpu, mem)
 
     def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
