@@ -164,7 +164,7 @@ def factory(quick: bool):
 def learning_extras(config: SimConfig, seeds: list[int], quick: bool) -> None:
     """rtt_aware with DWA against a fixed 30 s window, and with against without running-pod features."""
     params = QUICK_PARAMS if quick else None
-    variants = {"rtt_aware": {}, "fixed 30 s window": {"dwa": False}, "scrape-only": {"running": False}}
+    variants = {"rtt_aware": {}, "fixed_30s": {"dwa": False}, "scrape_only": {"running": False}}
     runs = {name: [run_offline(config, lambda rng, kw=kw: RttAware(rng, select=not quick, train_params=params,
                                                                     **kw), s) for s in seeds]
             for name, kw in tqdm(variants.items(), file=sys.stderr, desc="learning variants")}
