@@ -13,7 +13,7 @@ from app.contracts.codec import decode
 from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
-from app.extender.protocol import ProtocolError, filter_result, parse_args, priority_list
+from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -21,21 +21,25 @@ from app.scheduler.podinfo import PodInfo
 
 def test_parse_both_modes_and_go_style_case_insensitive_keys() -> None:
     nodes = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
-    assert nodes.node_names == ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"] and nodes.node_items is not None
-    names = parse_args(b'{"pod": {}, "nodenames": ["a"]}')
-    assert names.node_names == ["a"] and names.node_items is None
+    assert nodes.node_names == ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"] and nodes.node_list
+    names = parse_args(b'{"pod": {"metadata": {"labels": {"rttsched.io/app": "gCTF"}}}, "nodenames": ["a"]}')
+    assert names.node_names == ["a"] and not names.node_list and names.pod.app == "gCTF"
     empty = parse_args(b'{"Pod": {}, "Nodes": null, "NodeNames": null}')
-    assert empty.node_names == [] and filter_result(empty, {})["NodeNames"] == []
+    assert empty.node_names == [] and orjson.loads(filter_body(empty, {}))["NodeNames"] == []
     with pytest.raises(ProtocolError, match="Nodes.metadata"):
         parse_args(b'{"Pod": {}, "Nodes": {"metadata": "x", "items": []}}')
 
 
-def test_filter_result_keeps_order_and_mode() -> None:
-    args = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
-    out = filter_result(args, {"gpu-m40-1": "why"})
-    assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-4090-1", "gpu-k20-1", "cpu-1"]
+def test_filter_result_keeps_order_mode_and_node_objects() -> None:
+    sent = fixture("args_nodes_gctf.json")
+    args = parse_args(orjson.dumps(sent), keep_nodes=True)
+    out = orjson.loads(filter_body(args, {"gpu-m40-1": "why"}))
+    assert out["Nodes"]["items"] == [it for it in sent["Nodes"]["items"] if it["metadata"]["name"] != "gpu-m40-1"]
     assert out["Nodes"]["metadata"] == {"resourceVersion": "47211"}
     assert (out["NodeNames"], out["FailedNodes"], out["Error"]) == (None, {"gpu-m40-1": "why"}, "")
+    assert orjson.loads(filter_body(args, {}))["Nodes"] == sent["Nodes"]  # nothing failed: echoed as received
+    with pytest.raises(ValueError, match="keep_nodes"):
+        filter_body(parse_args(orjson.dumps(sent)), {})
     assert priority_list([("a", 3)]) == [{"Host": "a", "Score": 3}]
 
 
@@ -84,7 +88,7 @@ async def test_publisher_drops_and_counts_when_full() -> None:
 
 async def test_publisher_survives_a_failing_sink() -> None:
     class Broken(ListSink):
-        async def send(self, key: bytes, value: bytes) -> None:
+        async def send_many(self, records: object) -> None:
             raise OSError("broker gone")
 
     metrics = ExtenderMetrics()
