@@ -34,16 +34,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return 1
     import asyncio
 
-    from app.extender.server import serve, tune_gc
-    from app.extender.service import ExtenderService
-
-    async def main() -> None:
-        service = ExtenderService(settings, options, publish=not args.no_publish, redis=not args.no_redis)
-        tune_gc(service)  # fewer young collections per request; what is alive once ready is frozen
-        await serve(service, announce=lambda line: print(line, flush=True), sock=sock)
+    from app.extender.boot import boot
 
     try:
-        asyncio.run(main())
+        asyncio.run(boot(settings, options, sock, publish=not args.no_publish, redis=not args.no_redis,
+                         announce=lambda line: print(line, flush=True)))
     finally:
         sock.close()
     return 0

@@ -25,9 +25,14 @@ import asyncio
 import dataclasses
 import email.utils
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,12 @@ class HttpLimits:
     body_timeout_s: float = 5.0  # end of the header block -> end of the body
     idle_timeout_s: float = 75.0  # kept-alive connection without a request in progress
     max_connections: int = 1024
+
+    @classmethod
+    def from_options(cls, o: Any) -> HttpLimits:
+        """The limits an :class:`~app.extender.options.ExtenderOptions` sets."""
+        return cls(max_body_bytes=o.max_body_bytes, header_timeout_s=o.header_timeout_s,
+                   body_timeout_s=o.read_timeout_s, idle_timeout_s=o.idle_timeout_s, max_connections=o.max_connections)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -309,7 +320,7 @@ class HttpProtocol(asyncio.Protocol):
         """Move complete chunks from the buffer into the body; True once the last chunk and trailers are in."""
         buf = self._buf
         while True:
-            if self._need < 0:  # expecting a chunk-size line
+            if self._need == -1:  # expecting a chunk-size line
                 end = buf.find(b"\r\n")
                 if end < 0:
                     if len(buf) > 1024:
@@ -391,3 +402,19 @@ class HttpProtocol(asyncio.Protocol):
         if transport.can_write_eof():
             transport.write_eof()
         self._arm(LINGER_S)
+
+
+def tls_context(options: Any) -> ssl.SSLContext | None:
+    """The server's TLS context when ``options.tls_cert`` and ``tls_key`` are set; ConfigError naming a bad file."""
+    if not options.tls_cert and not options.tls_key:
+        return None
+    for var, path in (("RTT_EXTENDER_TLS_CERT", options.tls_cert), ("RTT_EXTENDER_TLS_KEY", options.tls_key)):
+        if not path or not Path(path).is_file():
+            raise ConfigError(var, f"no such file: {path!r}" if path else "must be set for HTTPS")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(options.tls_cert, options.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError("RTT_EXTENDER_TLS_CERT", f"cannot load certificate {options.tls_cert} with key "
+                                                   f"{options.tls_key}: {exc}") from None
+    return ctx

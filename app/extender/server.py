@@ -33,17 +33,14 @@ from pathlib import Path
 
 import orjson
 
-from app.errors import ConfigError
-from app.extender.http import HttpLimits, HttpServerState, Request, Response
+from app.extender.http import HttpLimits, HttpServerState, Request, Response, tls_context
 from app.extender.metrics import CONTENT_TYPE
-from app.extender.options import ExtenderOptions
 from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
 
 log = logging.getLogger(__name__)
 
 GC_GEN0_THRESHOLD = 20_000  # net container allocations between young collections (CPython default: 700)
-MAX_HEADER_BYTES = 16 * 1024
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 Handler = Callable[[Request], Response]
 
@@ -55,18 +52,18 @@ def json_response(body: object, status: int = 200) -> Response:
 class ExtenderServer:
     """Routes requests to the service and counts them; :meth:`listen` binds a port with :mod:`app.extender.http`."""
 
-    def __init__(self, service: ExtenderService) -> None:
+    def __init__(self, service: ExtenderService, http: HttpServerState | None = None) -> None:
+        """``http``: the state of a listener already serving (:mod:`app.extender.boot`); it is taken over."""
         self.service = service
-        o = service.options
-        self.limits = HttpLimits(max_header_bytes=MAX_HEADER_BYTES, max_body_bytes=o.max_body_bytes,
-                                 header_timeout_s=o.header_timeout_s, body_timeout_s=o.read_timeout_s,
-                                 idle_timeout_s=o.idle_timeout_s, max_connections=o.max_connections)
+        self.limits = HttpLimits.from_options(service.options)
         self._routes: dict[tuple[str, str], tuple[str, Handler]] = {}
         self._methods: dict[str, list[str]] = {}
         self._openapi = OPENAPI_PATH.read_bytes()
         metrics = service.metrics
-        self.http = HttpServerState(self.handle, self.limits, error_body, on_error=self._protocol_error,
-                                    on_reject=metrics.connections_rejected.inc)
+        if http is None:
+            http = HttpServerState(self.handle, self.limits, error_body)
+        http.handle, http.on_error, http.on_reject = self.handle, self._protocol_error, metrics.connections_rejected.inc
+        self.http = http
         metrics.connections.set_function(lambda: len(self.http.connections))
         self._server: asyncio.Server | None = None
         self.port = 0
@@ -151,6 +148,12 @@ class ExtenderServer:
         self.url = f"{'https' if ssl_context is not None else 'http'}://{shown}:{self.port}"
         return self.port
 
+    def adopt(self, server: asyncio.Server, url: str) -> None:
+        """Take over a listener started elsewhere (with :attr:`http`'s protocol) for :meth:`close`."""
+        self._server = server
+        self.port = int(server.sockets[0].getsockname()[1])
+        self.url = url
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -158,22 +161,6 @@ class ExtenderServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5.0)
             self._server = None
-
-
-def tls_context(options: ExtenderOptions) -> ssl.SSLContext | None:
-    """The server's TLS context when ``tls_cert`` and ``tls_key`` are set; ConfigError naming a bad file."""
-    if not options.tls_cert and not options.tls_key:
-        return None
-    for var, path in (("RTT_EXTENDER_TLS_CERT", options.tls_cert), ("RTT_EXTENDER_TLS_KEY", options.tls_key)):
-        if not path or not Path(path).is_file():
-            raise ConfigError(var, f"no such file: {path!r}" if path else "must be set for HTTPS")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        ctx.load_cert_chain(options.tls_cert, options.tls_key)
-    except (ssl.SSLError, OSError) as exc:
-        raise ConfigError("RTT_EXTENDER_TLS_CERT", f"cannot load certificate {options.tls_cert} with key "
-                                                   f"{options.tls_key}: {exc}") from None
-    return ctx
 
 
 def tune_gc(service: ExtenderService, gen0: int = GC_GEN0_THRESHOLD) -> None:
