@@ -399,8 +399,12 @@ class HttpProtocol(asyncio.Protocol):
         self._send(exc.status, self._shared.error_body(exc.message), close=True)
         self._buf.clear()
         self._state = _DRAIN
-        if transport.can_write_eof():
-            transport.write_eof()
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+        except OSError:  # the client is gone already
+            transport.close()
+            return
         self._arm(LINGER_S)
 
 

@@ -14,19 +14,19 @@ import contextlib
 import logging
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-
-from app.config import Settings
+from app.extender.kafka_sink import KafkaSink
 from app.extender.metrics import ExtenderMetrics
 from app.extender.pacing import Slicer
+from app.extender.predictions import Record, encode_decision, prediction_values
 from app.scheduler.decide import Decision
 
+__all__ = ["KafkaSink", "PredictionPublisher", "Sink", "prediction_values"]
+
 log = logging.getLogger(__name__)
-TOPIC = "rtt-predictions"
-Record = tuple[bytes, bytes]  # key, value
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
+HANDOVER = 128  # records handed to the sink at a time (a few microseconds each there)
 
 
 class Sink(Protocol):
@@ -39,27 +39,6 @@ class Sink(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def prediction_values(decision: Decision, ts: float) -> list[dict[str, Any]]:
-    """The rtt-predictions values of one request: one per candidate with a prediction, in candidate order.
-
-    ``predicted_rtt_ms`` is the model's, before the contention penalty; a candidate's task features that
-    node-features cannot supply (``running_pods_<app>``) go in ``features``.
-    """
-    task_id, app = decision.pod.task_id, decision.pod.app or ""
-    rtts = decision.model_rtt_ms or decision.rtt_ms
-    out = []
-    for i, node in enumerate(decision.nodes):
-        rtt = rtts[i]
-        if not math.isfinite(rtt):
-            continue
-        value: dict[str, Any] = {"task_id": task_id, "app": app, "node": node, "ts": ts, "predicted_rtt_ms": rtt,
-                                 "model_version": decision.model_version[i], "model_key": decision.model_key[i]}
-        if decision.features and decision.features[i]:
-            value["features"] = dict(decision.features[i])
-        out.append(value)
-    return out
 
 
 def _predicted(decision: Decision) -> int:
@@ -130,32 +109,37 @@ class PredictionPublisher:
     async def _run(self) -> None:
         await self._connect()
         slicer = Slicer()
+        records: list[Record] = []
         while True:
-            item = await self._queue.get()
+            decision, ts = await self._queue.get()
             slicer.restart()
-            records: list[Record] = []
-            taken = 0
             while True:
-                decision, ts = item
-                for value in prediction_values(decision, ts):
-                    records.append((value["node"].encode(), orjson.dumps(value)))
-                taken += 1
-                if slicer.due() or self._queue.empty() or len(records) >= 10_000:
+                for record in encode_decision(decision, ts):
+                    records.append(record)
+                    if len(records) >= HANDOVER or (len(records) % 32 == 0 and slicer.due()):
+                        await self._hand_over(records)
+                        records = []
+                        if slicer.due():
+                            await slicer.pause()
+                self._queue.task_done()
+                if self._queue.empty():
                     break
-                item = self._queue.get_nowait()
-            try:
-                await self._sink.send_many(records)
-                self._metrics.published.inc(len(records))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._metrics.dropped.inc(len(records))
-                log.warning("rtt-predictions publish failed: %s", exc)
-            finally:
-                for _ in range(taken):
-                    self._queue.task_done()
+                decision, ts = self._queue.get_nowait()
+            if records:
+                await self._hand_over(records)
+                records = []
             if slicer.due():
                 await slicer.pause()
+
+    async def _hand_over(self, records: list[Record]) -> None:
+        try:
+            await self._sink.send_many(records)
+            self._metrics.published.inc(len(records))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._metrics.dropped.inc(len(records))
+            log.warning("rtt-predictions publish failed: %s", exc)
 
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Wait until everything queued so far was handed to the sink (bounded)."""
@@ -172,73 +156,3 @@ class PredictionPublisher:
             self._task = None
         self.connected = False
         await self._sink.close()
-
-
-class KafkaSink:
-    """rtt-predictions on Kafka: records batched per partition on one aiokafka producer (acks=1, 5 ms linger).
-
-    The partition of a key is the default partitioner's (:func:`app.kafka.batches.partition_for`), so the
-    worker's join sees a node's predictions where any producer would have put them. A failed delivery counts
-    its batch's records as dropped. :meth:`start` fails (and the publisher retries) while the broker or the
-    topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
-    """
-
-    def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None) -> None:
-        self.topic = settings.topic(TOPIC)
-        self._settings = settings
-        self._metrics = metrics
-        self._producer: Any = None
-        self._partitions = 0
-
-    async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(bootstrap_servers=self._settings.bootstrap_servers, acks=1, linger_ms=5)
-        try:
-            await producer.start()
-            cluster = await producer.client.fetch_all_metadata()
-            partitions = cluster.partitions_for_topic(self.topic)
-            if not partitions:
-                raise LookupError(f"topic {self.topic} does not exist (create it with `rttsched topics`)")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producer, self._partitions = producer, len(partitions)
-
-    async def send_many(self, records: Sequence[Record]) -> None:
-        from app.kafka.batches import partition_for
-
-        if self._producer is None:
-            raise RuntimeError("the rtt-predictions producer is not connected")
-        by_partition: dict[int, list[Record]] = {}
-        for key, value in records:
-            by_partition.setdefault(partition_for(key, self._partitions), []).append((key, value))
-        for partition, part in by_partition.items():
-            batch = self._producer.create_batch()
-            for key, value in part:
-                while batch.append(key=key, value=value, timestamp=None) is None:
-                    if not batch.record_count():
-                        raise ValueError(f"an rtt-predictions record of {len(value)} bytes does not fit in a batch")
-                    await self._ship(batch, partition)
-                    batch = self._producer.create_batch()
-            await self._ship(batch, partition)
-
-    async def _ship(self, batch: Any, partition: int) -> None:
-        if not batch.record_count():
-            return
-        n = batch.record_count()
-        fut = await self._producer.send_batch(batch, self.topic, partition=partition)
-        fut.add_done_callback(lambda f: self._delivered(f, n))
-
-    def _delivered(self, fut: asyncio.Future[Any], n: int) -> None:
-        if fut.cancelled() or fut.exception() is None:
-            return
-        if self._metrics is not None:
-            self._metrics.dropped.inc(n)
-        log.warning("rtt-predictions delivery of %d records failed: %s", n, fut.exception())
-
-    async def close(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.stop()

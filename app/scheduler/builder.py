@@ -51,6 +51,7 @@ class _Model:
     feature_names: tuple[str, ...]
 
 
+ROWS_PER_STEP = 64  # feature rows converted between two yields of a build in steps (~10 us each)
 CPU_CORES = "cpu_count__last"  # the bridge's ``cpu_count`` gauge (distinct ``cpu`` labels of node_exporter)
 
 
@@ -64,7 +65,11 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
     (16.0, False)
     """
     stale = set(value.get("stale") or ())
-    features = {k: float(v) for k, v in value["features"].items() if split_feature_name(k)[0] not in stale}
+    raw = value["features"]
+    if stale:
+        features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in stale}
+    else:
+        features = {k: float(v) for k, v in raw.items()}
     cores = features.get(CPU_CORES)
     cores = cores if cores is not None and math.isfinite(cores) and cores > 0 else None
     for k, v in hardware_features(value["node_class"], value.get("gpu_model"), cores).items():
@@ -188,12 +193,16 @@ class SnapshotBuilder:
         else:
             matrix = np.empty((len(scope), len(m.feature_names)), dtype=np.float32)
         changed = not same_scope
+        converted = 0
         for start in range(0, len(scope), CHUNK):
             for i in range(start, min(start + CHUNK, len(scope))):
                 n = scope[i]
                 hit = rows.get(n.name)
                 if hit is None or hit[0] != n.version:
                     hit = rows[n.name] = (n.version, row(n.features, m.feature_names))
+                    converted += 1
+                    if converted % ROWS_PER_STEP == 0:
+                        yield
                 elif same_scope:
                     continue
                 if not changed:  # first changed row of an unchanged scope: copy the old (read-only) matrix

@@ -14,6 +14,7 @@ from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
+from app.extender.predictions import decision_values, encode_decision
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -99,3 +100,16 @@ async def test_publisher_survives_a_failing_sink() -> None:
     await asyncio.wait_for(pub.drain(), 5)
     assert metrics.dropped._value.get() == 3
     await pub.stop()
+
+
+def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
+    idle = {"running_pods_gCTF": 0.0}
+    busy = {"running_pods_gCTF": 2.0, "running_pods_upload": 1.0}
+    d = Decision(PodInfo("p", "ns", 'uid-"1"', "gCTF", 1.0), ("n0", "n1", "n2", "n3"), [10, 5, 5, 1],
+                 [100.0, float("nan"), 250.5, 1e6], ["gCTF:gpu", None, None, "gCTF:gpu:n3"], [4, None, None, 1],
+                 [1.0] * 4, [None] * 4, [True] * 4, [120.0, float("nan"), 250.5, 9e5], [idle, idle, {}, busy])
+    records = list(encode_decision(d, 1_700_000_000.25))
+    expected = list(decision_values(d, 1_700_000_000.25))
+    assert [k for k, _ in records] == [b"n0", b"n2", b"n3"] == [v["node"].encode() for v in expected]
+    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert expected[0]["predicted_rtt_ms"] == 120.0 and "features" not in expected[1]
