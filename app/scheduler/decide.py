@@ -252,18 +252,22 @@ def _predict(
     keys: list[str | None], versions: list[int | None],
 ) -> None:
     """One ``predict`` per model over the candidates it covers; fills ``rtt``, ``keys`` and ``versions``."""
-    for m in np.unique(model[model >= 0]).tolist():
+    covered = model[model >= 0]
+    if not covered.size:
+        return
+    first = int(covered[0])
+    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
         entry = routes.entries[m]
         sel = np.flatnonzero(model == m)
         X = entry.matrix[rows[sel]]
         for name, col in entry.task_columns.items():
             X[:, col] = task.get(name, math.nan)
         picked = sel.tolist()
-        for j, col in _running_columns(entry.feature_names):
-            X[:, j] = idle.get(col, math.nan)
+        for j, running in _running_columns(entry.feature_names):
+            X[:, j] = idle.get(running, math.nan)
             for k, i in enumerate(picked):
                 if features[i] is not idle:
-                    X[k, j] = features[i].get(col, math.nan)
+                    X[k, j] = features[i].get(running, math.nan)
         rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         for i in picked:
             keys[i], versions[i] = entry.key, entry.version

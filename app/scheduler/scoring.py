@@ -50,5 +50,19 @@ def blended_scores(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[f
 
 
 def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Integer extender scores (0..10) for candidates with predicted RTTs and credibilities."""
-    return np.rint(blended_scores(rtt_ms, credibility)).astype(np.int64)
+    """Integer extender scores (0..10) for candidates with predicted RTTs and credibilities.
+
+    The same numbers as ``rint(blended_scores(...))``, with fewer array passes (it runs on every request).
+    """
+    rtt = np.asarray(rtt_ms, dtype=np.float64)
+    out = np.full(rtt.shape, NEUTRAL_SCORE, dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(rtt) & (rtt > 0)
+    if not ok.any():
+        return out
+    r = rtt[ok]
+    c = np.asarray(credibility, dtype=np.float64)[ok]
+    c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
+    blended = c * (MAX_SCORE * r.min() / r) + (1.0 - c) * NEUTRAL_SCORE
+    out[ok] = np.clip(np.rint(blended), MIN_SCORE, MAX_SCORE)
+    return out
