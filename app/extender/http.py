@@ -69,8 +69,7 @@ class HttpProtocol(asyncio.Protocol):
 
     # -- connection
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # a stream transport (asyncio's or uvloop's)
         if len(self._shared.connections) >= self._limits.max_connections:
             self._shared.on_reject()
             self._send(503, self._shared.error_body(

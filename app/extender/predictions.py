@@ -9,7 +9,7 @@ node with nothing running), and only the node and its prediction per record. It 
 >>> from app.scheduler.podinfo import PodInfo
 >>> d = Decision(PodInfo("p", "ns", "uid-1", "gCTF", 1.0), ("n1", "n2"), [10, 5], [100.0, float("nan")],
 ...              ["gCTF:gpu", None], [3, None], [1.0, 1.0], [None, None], [True, True])
->>> [(k, orjson.loads(v)["predicted_rtt_ms"]) for k, v in encode_decision(d, 1.0)]
+>>> [(k, orjson.loads(v)["predicted_rtt_ms"]) for part in encode_decision(d, 1.0) for k, v in part]
 [(b'n1', 100.0)]
 """
 
@@ -58,28 +58,32 @@ def decision_values(decision: Decision, ts: float) -> Iterator[dict[str, Any]]:
                                    features[i] if features else None)
 
 
-def encode_decision(decision: Decision, ts: float) -> Iterator[Record]:
-    """:func:`decision_values` as (key, JSON value) records, built from fragments (see the module docstring)."""
+def encode_decision(decision: Decision, ts: float, chunk: int = 128) -> Iterator[list[Record]]:
+    """:func:`decision_values` as (key, JSON value) records, built from fragments (see the module docstring),
+    in lists covering at most ``chunk`` candidates each (so that a caller can pace thousands of them)."""
     head = b'{"task_id":%s,"app":%s,"ts":%s,"node":' % (
         _dumps(decision.pod.task_id), _dumps(decision.pod.app or ""), _dumps(ts))
     rtts = decision.model_rtt_ms or decision.rtt_ms
     features = decision.features
+    keys, versions, nodes = decision.model_key, decision.model_version, decision.nodes
     models: dict[tuple[str | None, int | None], bytes] = {}
-    maps: dict[int, bytes] = {}
-    for i, node in enumerate(decision.nodes):
-        rtt = rtts[i]
-        if not math.isfinite(rtt):
-            continue
-        key, version = decision.model_key[i], decision.model_version[i]
-        model = models.get((key, version))
-        if model is None:
-            model = models[(key, version)] = b',"model_version":%s,"model_key":%s' % (_dumps(version), _dumps(key))
-        feat = b""
-        if features:
-            fmap = features[i]
-            if fmap:
-                feat = maps.get(id(fmap), b"")
-                if not feat:
-                    feat = maps[id(fmap)] = b',"features":' + _dumps(dict(fmap))
-        name = node.encode()
-        yield name, b'%s%s,"predicted_rtt_ms":%s%s%s}' % (head, _dumps(node), _dumps(rtt), model, feat)
+    maps: dict[int, bytes] = {id(None): b""}
+    isfinite = math.isfinite
+    for start in range(0, len(nodes), chunk):
+        out: list[Record] = []
+        for i in range(start, min(start + chunk, len(nodes))):
+            rtt = rtts[i]
+            if not isfinite(rtt):
+                continue
+            model = models.get((keys[i], versions[i]))
+            if model is None:
+                model = models[(keys[i], versions[i])] = b',"model_version":%s,"model_key":%s' % (
+                    _dumps(versions[i]), _dumps(keys[i]))
+            fmap = features[i] if features else None
+            feat = maps.get(id(fmap))
+            if feat is None:
+                feat = maps[id(fmap)] = b',"features":' + _dumps(dict(fmap)) if fmap else b""
+            node = nodes[i]
+            out.append((node.encode(), b'%s%s,"predicted_rtt_ms":%s%s%s}' % (
+                head, _dumps(node), _dumps(rtt), model, feat)))
+        yield out

@@ -114,9 +114,9 @@ class PredictionPublisher:
             decision, ts = await self._queue.get()
             slicer.restart()
             while True:
-                for record in encode_decision(decision, ts):
-                    records.append(record)
-                    if len(records) >= HANDOVER or (len(records) % 32 == 0 and slicer.due()):
+                for part in encode_decision(decision, ts):
+                    records += part
+                    if len(records) >= HANDOVER or slicer.due():
                         await self._hand_over(records)
                         records = []
                         if slicer.due():

@@ -13,8 +13,8 @@ from app.contracts.codec import decode
 from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
-from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
 from app.extender.predictions import decision_values, encode_decision
+from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -108,7 +108,9 @@ def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
     d = Decision(PodInfo("p", "ns", 'uid-"1"', "gCTF", 1.0), ("n0", "n1", "n2", "n3"), [10, 5, 5, 1],
                  [100.0, float("nan"), 250.5, 1e6], ["gCTF:gpu", None, None, "gCTF:gpu:n3"], [4, None, None, 1],
                  [1.0] * 4, [None] * 4, [True] * 4, [120.0, float("nan"), 250.5, 9e5], [idle, idle, {}, busy])
-    records = list(encode_decision(d, 1_700_000_000.25))
+    parts = list(encode_decision(d, 1_700_000_000.25, chunk=3))
+    records = [r for part in parts for r in part]
+    assert [len(p) for p in parts] == [2, 1]  # candidates 0-2 (one without a prediction), then 3
     expected = list(decision_values(d, 1_700_000_000.25))
     assert [k for k, _ in records] == [b"n0", b"n2", b"n3"] == [v["node"].encode() for v in expected]
     assert [decode("rtt-predictions", v) for _, v in records] == expected
