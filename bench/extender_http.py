@@ -126,8 +126,8 @@ async def _serve(cfg: dict[str, Any]) -> None:
 
         def samples(request: Request) -> Response:
             cpu = time.process_time()
-            body = orjson.dumps({"loop": type(loop).__module__, "handler_s": handler_s, "lag_s": lag_s, "step_s": step_s,
-                                 "cpu_s": cpu - since[0], "requests": since[1]})
+            body = orjson.dumps({"loop": type(loop).__module__, "handler_s": handler_s, "lag_s": lag_s,
+                                 "step_s": step_s, "cpu_s": cpu - since[0], "requests": since[1]})
             handler_s.clear()
             lag_s.clear()
             step_s.clear()
