@@ -121,9 +121,10 @@ def wait_ready(port: int, timeout_s: float = 180.0) -> None:
 
 
 def idle_line(idle: dict[str, Any]) -> str:
+    gc_max = max(idle["gc_s"], default=0.0) * 1000
     return (f"idle (feed only, no requests): background CPU {1000 * idle['cpu_per_s']:.1f} ms/s, loop lag p99 "
             f"{pct(idle['lag_s'], 99):.3f} ms, longest loop step {pct(idle['step_s'], 100):.3f} ms (p99.9 "
-            f"{pct(idle['step_s'], 99.9):.3f})")
+            f"{pct(idle['step_s'], 99.9):.3f}), {len(idle['gc_s'])} full collections (longest {gc_max:.1f} ms)")
 
 
 def cpu_ms(r: dict[str, Any]) -> float:
@@ -185,7 +186,7 @@ def goals_line(inproc: dict[str, float], http: dict[str, float]) -> None:
         lines.append(f"CPU/request <= 0.5 ms NodeNames: {mark(http['names/max/cpu'] <= 0.5)} "
                      f"({http['names/max/cpu']:.3f}); <= 1.5 ms NodeList: {mark(http['nodes/max/cpu'] <= 1.5)} "
                      f"({http['nodes/max/cpu']:.3f}) (closed loop, 64 nodes)")
-        step = max(http[k] for k in http if k.endswith("/step"))
+        step = max(http[k] for k in http if k.endswith("/step") and not k.startswith("idle"))
         lines.append(f"no loop step over 2 ms while serving 64 nodes (requests + background): {mark(step <= 2)} "
                      f"({step:.2f} ms longest)")
         lines.append(f"no background loop step over 2 ms at 5,000 nodes (idle): {mark(http['idle5000/step'] <= 2)} "

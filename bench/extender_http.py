@@ -109,6 +109,7 @@ async def _serve(cfg: dict[str, Any]) -> None:
     handler_s: list[float] = []
     lag_s: list[float] = []
     step_s: list[float] = []
+    gc_s: list[float] = []  # durations of full (generation 2) collections
     since = [time.process_time(), 0.0]  # CPU seconds at the last fetch, requests since
 
     async with running(service) as server:
@@ -127,10 +128,9 @@ async def _serve(cfg: dict[str, Any]) -> None:
         def samples(request: Request) -> Response:
             cpu = time.process_time()
             body = orjson.dumps({"loop": type(loop).__module__, "handler_s": handler_s, "lag_s": lag_s,
-                                 "step_s": step_s, "cpu_s": cpu - since[0], "requests": since[1]})
-            handler_s.clear()
-            lag_s.clear()
-            step_s.clear()
+                                 "step_s": step_s, "gc_s": gc_s, "cpu_s": cpu - since[0], "requests": since[1]})
+            for samples_ in (handler_s, lag_s, step_s, gc_s):
+                samples_.clear()
             since[:] = [cpu, 0.0]
             return Response(200, body)
 
@@ -143,6 +143,7 @@ async def _serve(cfg: dict[str, Any]) -> None:
 
         loop.call_later(0.002, tick, time.perf_counter() + 0.002)
         watch_steps(loop, step_s)
+        watch_gc(gc_s)
         await stop.wait()
 
 
@@ -167,6 +168,22 @@ def watch_steps(loop: asyncio.AbstractEventLoop, out: list[float]) -> None:
             mark[0] = time.thread_time()
 
     selector.select = timed
+
+
+def watch_gc(out: list[float]) -> None:
+    """Record how long every full collection takes (it runs inside whatever callback allocated)."""
+    import gc
+
+    started = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") == 2:
+            if phase == "start":
+                started[0] = time.thread_time()
+            else:
+                out.append(time.thread_time() - started[0])
+
+    gc.callbacks.append(callback)
 
 
 # ---------------------------------------------------------------- client process
@@ -270,4 +287,4 @@ async def idle(session: Any, url: str, seconds: float) -> dict[str, Any]:
     await samples(session, url)
     await asyncio.sleep(seconds)
     got = await samples(session, url)
-    return {"cpu_per_s": got["cpu_s"] / seconds, "lag_s": got["lag_s"], "step_s": got["step_s"]}
+    return {"cpu_per_s": got["cpu_s"] / seconds, "lag_s": got["lag_s"], "step_s": got["step_s"], "gc_s": got["gc_s"]}

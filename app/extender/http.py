@@ -39,13 +39,14 @@ __all__ = ["HttpError", "HttpLimits", "HttpProtocol", "HttpServerState", "Reques
 log = logging.getLogger(__name__)
 
 LINGER_S = 2.0  # after an error answer: how long unread input is drained before the socket closes
+LARGE_BODY = 256 * 1024  # a Content-Length body above this is received in place, into its own buffer
 
 
 _IDLE, _HEAD, _BODY, _CHUNKED, _DRAIN = range(5)
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
-class HttpProtocol(asyncio.Protocol):
+class HttpProtocol(asyncio.BufferedProtocol):
     """One client connection (see the module docstring)."""
 
     def __init__(self, shared: HttpServerState) -> None:
@@ -63,6 +64,8 @@ class HttpProtocol(asyncio.Protocol):
         self._method = self._path = ""
         self._headers: dict[str, str] = {}
         self._need = 0  # Content-Length still to come, or the size of the current chunk
+        self._body: bytearray | None = None  # a large body being received in place (see get_buffer)
+        self._have = 0
         self._chunks = bytearray()
         self._keep_alive = True
         self._head_only = False
@@ -89,6 +92,7 @@ class HttpProtocol(asyncio.Protocol):
             self._timer = None
         self._transport = None
         self._buf.clear()
+        self._body = None
 
     def close(self) -> None:
         if self._transport is not None:
@@ -126,7 +130,23 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.close()
 
     # -- reading
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next bytes go: straight into a large body's own buffer, else a scratch buffer."""
+        if self._body is not None:
+            return memoryview(self._body)[self._have:]  # exactly what is missing: nothing of a next request
+        return self._shared.scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is None:
+            self.data_received(self._shared.scratch[:nbytes])
+            return
+        self._have += nbytes
+        if self._have < self._need:
+            return
+        body, self._body = self._body, None
+        self._dispatch(body)
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self._state == _DRAIN:
             return
         self._buf += data
@@ -234,6 +254,11 @@ class HttpProtocol(asyncio.Protocol):
         if self._need and headers.get("expect", "").lower() == "100-continue" and len(self._buf) < max(self._need, 1):
             assert self._transport is not None
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if self._state == _BODY and self._need > LARGE_BODY and len(self._buf) < self._need:
+            self._body = bytearray(self._need)  # the rest is received into it directly (get_buffer)
+            self._body[:len(self._buf)] = self._buf
+            self._have = len(self._buf)
+            self._buf.clear()
         self._arm(self._limits.body_timeout_s)
 
     def _read_chunks(self) -> bool:
@@ -279,7 +304,7 @@ class HttpProtocol(asyncio.Protocol):
             self._need = -1
 
     # -- answering
-    def _dispatch(self, body: bytes) -> None:
+    def _dispatch(self, body: bytes | bytearray) -> None:
         request = Request(self._method, self._path, self._headers, body)
         self._state = _HEAD if self._buf else _IDLE
         try:
@@ -316,6 +341,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._shared.on_error(exc.status)
         self._head_only = False
+        self._body = None
         self._send(exc.status, self._shared.error_body(exc.message), close=True)
         self._buf.clear()
         self._state = _DRAIN

@@ -46,7 +46,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]  # lower-case names
-    body: bytes
+    body: bytes | bytearray  # a large body is the buffer it was received into
 
 
 @dataclasses.dataclass(slots=True)
@@ -85,6 +85,7 @@ class HttpServerState:
         self.on_error = on_error or (lambda status: None)
         self.on_reject = on_reject or (lambda: None)
         self.connections: set[HttpProtocol] = set()
+        self.scratch = memoryview(bytearray(256 * 1024))  # every connection reads into it (one at a time)
         self._date = (0, "")
 
     def date(self) -> str:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Generator
 from typing import TypeVar
 
-SLICE_S = 0.0008  # longest stretch of background work between two yields to the event loop
+SLICE_S = 0.0005  # longest stretch of background work between two yields to the event loop
 
 T = TypeVar("T")
 

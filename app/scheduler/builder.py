@@ -185,9 +185,11 @@ class SnapshotBuilder:
             return cached[1]
         scope = yield from self._scope_steps(m, nodes, states)
         names = tuple(n.name for n in scope)
+        yield
         rows = self._rows.setdefault(m.key, {})
         prev = cached[1] if cached is not None and cached[1].version == m.version else None
         same_scope = prev is not None and tuple(prev.row_index) == names
+        yield
         if prev is not None and same_scope:
             matrix = prev.matrix
         else:
@@ -215,6 +217,7 @@ class SnapshotBuilder:
         if not same_scope:
             for gone in set(rows).difference(names):
                 del rows[gone]
+            yield
         matrix.setflags(write=False)
         entry = ModelEntry(
             key=m.key, version=m.version, predictor=m.predictor, feature_names=m.feature_names,
@@ -235,6 +238,7 @@ class SnapshotBuilder:
         self.dirty = False
         nodes = dict(self._nodes)
         states = list(nodes.values())
+        yield
         models: dict[str, ModelEntry] = {}
         for key, m in list(self._models.items()):
             models[key] = yield from self._entry_steps(m, nodes, states)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from app.scheduler.snapshot import ModelEntry, NodeState
 
 T = TypeVar("T")
-CHUNK = 512  # nodes handled between two yields of a build in steps
+CHUNK = 256  # nodes handled between two yields of a build in steps
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,9 +74,10 @@ def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, No
             stale.append(st.weights_stale)
             busy.append(bool(st.running))
         yield
+    pos = MappingProxyType(dict(zip(nodes, range(len(states)), strict=True)))
+    yield
     return NodeTable(
-        pos=MappingProxyType(dict(zip(nodes, range(len(states)), strict=True))),
-        features_ts=np.array(ts, dtype=np.float64), weight=np.array(weight, dtype=np.float64),
+        pos=pos, features_ts=np.array(ts, dtype=np.float64), weight=np.array(weight, dtype=np.float64),
         weights_stale=np.array(stale, dtype=bool), busy=np.array(busy, dtype=bool),
     )
 

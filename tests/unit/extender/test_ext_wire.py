@@ -12,7 +12,7 @@ from extkit import fixture, http_client, make_service
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.extender.http import LINGER_S
+from app.extender.http import LARGE_BODY, LINGER_S
 
 BODY = orjson.dumps(fixture("args_names_gctf.json"))
 EXPECTED = [{"Host": "gpu-4090-1", "Score": 10}, {"Host": "gpu-m40-1", "Score": 7},
@@ -147,3 +147,20 @@ async def test_any_bytes_get_an_answer_or_a_close_and_the_server_keeps_serving(j
             data = await asyncio.wait_for(reader.read(65536), 5)
             assert data == b"" or data.startswith(b"HTTP/1.1 ")
         assert (await client.get("/healthz")).status == 200
+
+
+async def test_large_body_received_in_place_then_a_pipelined_request() -> None:
+    args = fixture("args_nodes_gctf.json")
+    template = args["Nodes"]["items"][0]
+    items = [{**template, "metadata": {**template["metadata"], "name": f"n{i:04d}"}} for i in range(400)]
+    big = orjson.dumps({**args, "Nodes": {**args["Nodes"], "items": items}})
+    assert len(big) > LARGE_BODY
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (reader, writer):
+        data = post(big, path="/filter") + post(BODY)
+        for i in range(0, len(data), 70_000):  # the body arrives in pieces; the next request right behind it
+            writer.write(data[i:i + 70_000])
+            await writer.drain()
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]  # unknown nodes pass
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body) == EXPECTED
