@@ -14,8 +14,9 @@ handler here is synchronous. Failures never leak a traceback: a malformed body i
 413, a header or body that does not arrive in time a 408, an unknown path a 404 — each with ``Error`` set —
 and anything unexpected a 500 with ``Error`` set, logged and counted (``rtt_extender_errors_total``).
 
-:func:`serve` is ``rttsched extender``: it binds the port first, says "listening", and only then starts the
-service's background work (Kafka feed, Redis warm start, publisher), none of which it waits for.
+``rttsched extender`` takes over a listener it already serves (:mod:`app.extender.boot`); :func:`running`
+serves a service on a port of its own (tests, benchmarks): the port is bound first, then the service's
+background work starts (Kafka feed, Redis warm start, publisher), none of which it waits for.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import signal
 import socket
 import ssl
 import time
@@ -197,28 +197,4 @@ async def running(service: ExtenderService, host: str | None = None, port: int |
     finally:
         await server.close()
         if start:
-            await service.stop()
-
-
-async def serve(service: ExtenderService, announce: Callable[[str], object] = print,
-                stop: asyncio.Event | None = None, sock: socket.socket | None = None) -> None:
-    """Run the extender until SIGINT/SIGTERM (or ``stop``): bind, announce, then start the background work.
-
-    ``sock``: a listening socket bound before the heavier imports (``rttsched extender`` does that, so that
-    connections are accepted by the kernel within a fraction of a second of the start).
-    """
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    settings = service.settings
-    async with running(service, start=False, sock=sock) as server:
-        scheme = server.url.split(":", 1)[0]
-        announce(f"rttsched extender: listening on {scheme}://{service.options.host}:{server.port} "
-                 f"(kafka {settings.bootstrap_servers}, redis {'on' if settings.redis_url else 'off'})")
-        await service.start()
-        try:
-            await stop.wait()
-        finally:
             await service.stop()
