@@ -102,7 +102,7 @@ class Decision:
     @functools.cached_property
     def verdicts(self) -> tuple[NodeVerdict, ...]:
         if self.neutral is not None:
-            return tuple(NodeVerdict(n) for n in self.nodes)
+            return tuple(NodeVerdict(n, stale=self.stale) for n in self.nodes)
         return tuple(
             NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                         self.model_version[i],
@@ -196,7 +196,7 @@ def decide(
     if not len(table):
         return neutral(pod, nodes, STALE_NODES)
     ts = table.features_ts[at]
-    fresh = known & ~table.weights_stale[at] & (ts > 0) & (ts >= now - params.stale_after_s)
+    fresh = known & ~table.weights_stale[at] & (ts > 0) & (now - ts <= params.stale_after_s)  # not is_stale
     if not fresh.any():
         return neutral(pod, nodes, STALE_NODES)
     weight = table.weight[at]
