@@ -206,11 +206,12 @@ async def _client(cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+            await asyncio.sleep(1.0)  # the feeder's first round
+            out["idle"] = await idle(session, url, cfg["idle_s"])  # before any request: nothing left to publish
             for mode in ("nodes", "names"):
                 body = payload(n, mode)
                 for phase in cfg["phases"]:
                     out[f"{mode}/{phase['name']}"] = await run_phase(session, url, body, phase)
-            out["idle"] = await idle(session, url, cfg["idle_s"])
     finally:
         feeder.cancel()
     return out
