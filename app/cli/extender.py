@@ -22,10 +22,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import socket
 
     from app.extender.options import ExtenderOptions
+    from app.scheduler.policy import load_policy
 
     options = ExtenderOptions.from_settings(settings)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy_file", args.policy)) if v}
     options = dataclasses.replace(options, **overrides)
+    policy = load_policy(options.policy_file)  # a bad policy fails here, naming the field, before the port opens
     try:  # bound before the heavy imports: the kernel accepts connections while the rest loads
         sock = socket.create_server((options.host, options.port), backlog=1024)
     except OSError as exc:  # the port is taken, the address does not exist, ...
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     try:
         asyncio.run(boot(settings, options, sock, publish=not args.no_publish, redis=not args.no_redis,
-                         announce=lambda line: print(line, flush=True)))
+                         announce=lambda line: print(line, flush=True), policy=policy))
     finally:
         sock.close()
     return 0

@@ -54,8 +54,12 @@ def starting_handler(request: Request) -> Response:
 async def boot(
     settings: Any, options: ExtenderOptions, sock: socket.socket, *, publish: bool = True, redis: bool = True,
     announce: Callable[[str], object] = print, stop: asyncio.Event | None = None, tune_gc: bool = True,
+    policy: Any = None,
 ) -> None:
-    """Serve ``sock`` until SIGINT/SIGTERM (or ``stop``), as described in the module docstring."""
+    """Serve ``sock`` until SIGINT/SIGTERM (or ``stop``), as described in the module docstring.
+
+    ``policy``: the policy, already loaded and checked (None: read from ``options.policy_file``).
+    """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -71,7 +75,7 @@ async def boot(
              f"(kafka {settings.bootstrap_servers}, redis {'on' if settings.redis_url else 'off'})")
     try:
         server_mod = await asyncio.to_thread(importlib.import_module, "app.extender.server")
-        service = server_mod.ExtenderService(settings, options, publish=publish, redis=redis)
+        service = server_mod.ExtenderService(settings, options, policy=policy, publish=publish, redis=redis)
         if tune_gc:  # fewer young collections per request; what is alive once ready is frozen
             server_mod.tune_gc(service)
         server = server_mod.ExtenderServer(service, state)  # takes over the listener's handler
