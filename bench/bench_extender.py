@@ -218,6 +218,11 @@ def main() -> int:
 
         sys.stdout.write(orjson.dumps(client(json.loads(a.client))).decode())
         return 0
+    if a.uvloop:
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            p.error("--uvloop needs uvloop (pip install uvloop); the extender itself does not use it")
     load = os.getloadavg()
     inproc = {} if a.http_only else in_process_table(a.quick)
     http = {} if a.in_process_only else http_tables(a.quick, a.uvloop)
