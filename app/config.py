@@ -111,6 +111,13 @@ class Settings:
     extender_rebuild_interval_s: float = _f(0.2, _positive, doc="at most one snapshot rebuild per this")
     extender_warm_timeout_s: float = _f(2.0, _positive, doc="bound on the Redis warm start")
     extender_running_refresh_s: float = _f(2.0, _positive, doc="running-apps refresh period from Redis")
+    # -- extender: connection bounds, HTTPS, start-up reports
+    extender_header_timeout_s: float = _f(5.0, _positive, doc="bound on receiving one request's header block (408)")
+    extender_idle_timeout_s: float = _f(75.0, _positive, doc="idle keep-alive connections are closed after this")
+    extender_max_connections: int = _f(1024, _positive, doc="open connections beyond this are answered 503")
+    extender_tls_cert: str = _f("", doc="PEM certificate (chain) file: serve HTTPS; needs RTT_EXTENDER_TLS_KEY")
+    extender_tls_key: str = _f("", doc="PEM private key file of RTT_EXTENDER_TLS_CERT")
+    extender_report_s: float = _f(10.0, _positive, doc="while Kafka or its topics are missing, say so every this")
     # -- model registry
     model_keep: int = _f(5, _positive, doc="model versions kept per key (plus the current one)")
 
@@ -123,6 +130,9 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+        if bool(self.extender_tls_cert) != bool(self.extender_tls_key):
+            missing = "RTT_EXTENDER_TLS_KEY" if self.extender_tls_cert else "RTT_EXTENDER_TLS_CERT"
+            raise ConfigError(missing, "HTTPS needs both RTT_EXTENDER_TLS_CERT and RTT_EXTENDER_TLS_KEY")
 
     @property
     def bootstrap_servers(self) -> str:

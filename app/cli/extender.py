@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 HELP = "run the kube-scheduler extender (filter/prioritize by predicted RTT; /healthz /readyz /metrics)"
@@ -18,20 +19,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import dataclasses
-
-    from aiohttp import web
+    import socket
 
     from app.extender.options import ExtenderOptions
-    from app.extender.server import build_app, tune_gc
-    from app.extender.service import ExtenderService
+    from app.scheduler.policy import load_policy
 
     options = ExtenderOptions.from_settings(settings)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy_file", args.policy)) if v}
     options = dataclasses.replace(options, **overrides)
-    service = ExtenderService(settings, options, publish=not args.no_publish, redis=not args.no_redis)
-    print(f"rttsched extender: listening on http://{options.host}:{options.port} "
-          f"(kafka {settings.bootstrap_servers}, redis {settings.redis_url or 'off'})", flush=True)
-    app = build_app(service)
-    tune_gc(app)  # fewer young collections per request; everything alive after start is frozen
-    web.run_app(app, host=options.host, port=options.port, access_log=None, print=None)
+    policy = load_policy(options.policy_file)  # a bad policy fails here, naming the field, before the port opens
+    try:  # bound before the heavy imports: the kernel accepts connections while the rest loads
+        sock = socket.create_server((options.host, options.port), backlog=1024)
+    except OSError as exc:  # the port is taken, the address does not exist, ...
+        print(f"rttsched extender: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    import asyncio
+
+    from app.extender.boot import boot
+
+    try:
+        asyncio.run(boot(settings, options, sock, publish=not args.no_publish, redis=not args.no_redis,
+                         announce=lambda line: print(line, flush=True), policy=policy))
+    finally:
+        sock.close()
     return 0

@@ -1,10 +1,17 @@
-"""Keep the global view current: read node-features, node-weights and model-updates, rebuild, swap.
+"""Keep the global view current: read node-features, node-weights and model-updates into the builder.
 
 Every extender replica reads every partition of the three compacted topics from the beginning (no consumer
-group: each needs the whole view). Messages go into the :class:`~app.scheduler.builder.SnapshotBuilder`;
-at most every ``rebuild_interval_s`` a new snapshot is built and swapped in. Model blobs load in worker
-threads. The feed is *caught up* once every partition's position reached the end offset it had at start
-and every model announced so far has loaded (or failed): that is when a cold extender becomes ready.
+group: each needs the whole view). The feed runs in the background from the moment the port is bound and
+never gives up: without a broker it retries, and while a topic is missing it waits for it — reporting
+either every ``report_s`` (topics are listed from the cluster's metadata, which never creates them; asking
+for one topic's metadata would make Tansu or an auto-creating Kafka create it with the wrong partition
+count). :attr:`ViewFeed.status` says where it stands, for ``/readyz``.
+
+Messages are applied in slices (:mod:`app.extender.pacing`), so a large backlog never holds the event
+loop; after each batch the feed asks for a rebuild (the service builds at most every
+``rebuild_interval_s``). Model blobs load in worker threads. The feed is *caught up* once every partition's
+position reached the end offset it had when the feed was assigned and every model announced so far has
+loaded (or failed): that is when a cold extender becomes ready.
 """
 
 from __future__ import annotations
@@ -17,27 +24,58 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from app.config import Settings
-from app.contracts import contract, decode
+from app.contracts import decode
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
+from app.extender.pacing import Slicer
 from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
+MAX_RECORDS = 250  # per fetch: aiokafka builds a fetch's records in one go (a few us each)
+RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
+
+
+class _EveryFew(logging.Filter):
+    """Let a recurring library error through at most once per ``period_s`` (the same broker, down, each retry)."""
+
+    def __init__(self, period_s: float, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.period_s = period_s
+        self._prefixes = prefixes
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        prefix = next((p for p in self._prefixes if msg.startswith(p)), None)
+        if prefix is None:
+            return True
+        now = time.monotonic()
+        if now - self._last.get(prefix, -1e9) < self.period_s:
+            return False
+        self._last[prefix] = now
+        return True
+
+
+def quiet_client_errors(period_s: float) -> None:
+    """aiokafka logs an error on every failed connection attempt: keep one per ``period_s`` (installed once)."""
+    logger = logging.getLogger("aiokafka")
+    if not any(isinstance(f, _EveryFew) for f in logger.filters):
+        logger.addFilter(_EveryFew(period_s, ("Unable connect to", "Unable to update metadata")))
 
 
 class ViewFeed:
     """The background consumer of the view's topics.
 
-    ``on_model`` is called (awaited) after a model from a message was installed, e.g. to cache it in Redis.
-    ``rebuild`` builds and swaps a snapshot; the feed calls it when the builder is dirty.
+    ``rebuild(force)`` asks the owner for a new snapshot (``force``: the view may now be served);
+    ``on_model`` is awaited after a model from a message was installed, e.g. to cache it in Redis.
     """
 
     def __init__(
         self, settings: Settings, builder: SnapshotBuilder, loader: ModelLoader, metrics: ExtenderMetrics,
-        rebuild: Callable[[], object], rebuild_interval_s: float = 0.2,
-        on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None,
+        rebuild: Callable[[bool], object], rebuild_interval_s: float = 0.2,
+        on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, report_s: float = 10.0,
     ) -> None:
         self._settings = settings
         self._builder = builder
@@ -46,30 +84,20 @@ class ViewFeed:
         self._rebuild = rebuild
         self._interval = rebuild_interval_s
         self._on_model = on_model
+        self._report_s = report_s
         self._topic_of = {settings.topic(t): t for t in TOPICS}
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[bool]] = set()
-        self._behind: dict[Any, int] = {}  # partitions not yet read to their start-time end offset
-        self._last_build = -1e9
+        self._behind: dict[Any, int] = {}  # partitions not yet read to their end offset at assignment
+        self._said = ("", 0.0)
+        self.status = "not started"
         self.caught_up = asyncio.Event()
 
-    async def start(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._settings.bootstrap_servers, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        await consumer.start()
-        self._consumer = consumer
-        tps = [TopicPartition(self._settings.topic(t), p) for t in TOPICS for p in range(contract(t).partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        self._behind = {tp: end for tp, end in ends.items() if end > 0}
-        log.info("view feed: %d partitions, %d messages to catch up on", len(tps), sum(self._behind.values()))
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="extender-view-feed")
+    def start(self) -> None:
+        """Start the background task (returns at once; the task connects, waits for topics, reads)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="extender-view-feed")
 
     async def stop(self) -> None:
         tasks = [t for t in (self._task, *self._loads) if t is not None]
@@ -79,44 +107,108 @@ class ViewFeed:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        await self._close()
+
+    # -- connection
+    def _report(self, status: str, level: int = logging.WARNING) -> None:
+        """Set :attr:`status`; log it when it changes, and again every ``report_s`` while it lasts."""
+        self.status = status
+        now = time.monotonic()
+        if status != self._said[0] or now - self._said[1] >= self._report_s:
+            log.log(level, "view feed: %s", status)
+            self._said = (status, now)
+
+    async def _close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
 
     async def _run(self) -> None:
+        quiet_client_errors(self._report_s)
+        attempt = 0
         while True:
             try:
-                batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000), max_records=10_000)
-                for tp, messages in batches.items():
-                    topic = self._topic_of.get(tp.topic, tp.topic)
-                    for msg in messages:
-                        self.apply(topic, msg.key, msg.value)
-                await self._check_caught_up()
-                self._maybe_rebuild()
+                await self._connect()
+                await self._wait_for_topics()
+                attempt = 0
+                await self._consume()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("view feed iteration failed; retrying")
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # no broker, broker gone during set-up, ...: retry, never die
+                self._report(f"Kafka at {self._settings.bootstrap_servers} not usable ({exc}); retrying")
+                await self._close()
+                await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+                attempt += 1
+
+    async def _connect(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        if not self.status.startswith("Kafka at"):  # not retrying: say so (retries are reported by _run)
+            self._report(f"connecting to Kafka at {self._settings.bootstrap_servers}", logging.INFO)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._settings.bootstrap_servers, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024, request_timeout_ms=10_000,
+        )
+        try:
+            await consumer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+            raise
+        self._consumer = consumer
+
+    async def _wait_for_topics(self) -> None:
+        """Assign every partition of the view's topics once all three exist; report the missing ones."""
+        from aiokafka import TopicPartition
+
+        names = list(self._topic_of)
+        while True:
+            cluster = await self._consumer._client.fetch_all_metadata()
+            missing = [t for t in names if not cluster.partitions_for_topic(t)]
+            if not missing:
+                break
+            self._report(f"waiting for topics {', '.join(missing)} on Kafka at {self._settings.bootstrap_servers} "
+                         "(create them with `rttsched topics`)")
+            await asyncio.sleep(min(1.0, self._report_s))
+        tps = [TopicPartition(t, p) for t in names for p in sorted(cluster.partitions_for_topic(t))]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        ends = await self._consumer.end_offsets(tps)
+        self._behind = {tp: end for tp, end in ends.items() if end > 0}
+        self._report(f"catching up: {sum(self._behind.values())} messages on {len(tps)} partitions", logging.INFO)
+
+    # -- reading
+    async def _consume(self) -> None:
+        slicer = Slicer()
+        last_build = -1e9
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000), max_records=MAX_RECORDS)
+            slicer.restart()
+            for tp, messages in batches.items():
+                topic = self._topic_of.get(tp.topic, tp.topic)
+                for msg in messages:
+                    self.apply(topic, msg.key, msg.value)
+                    if slicer.due():
+                        await slicer.pause()
+            if not self.caught_up.is_set():
+                await self._check_caught_up()
+            elif self._builder.dirty and time.monotonic() - last_build >= self._interval:
+                self._rebuild(False)
+                last_build = time.monotonic()
 
     async def _check_caught_up(self) -> None:
-        if self.caught_up.is_set():
-            return
         for tp, end in list(self._behind.items()):
             if await self._consumer.position(tp) >= end:
                 del self._behind[tp]
-        if not self._behind and not self._loads:
-            self._rebuild()
-            self._last_build = time.monotonic()
+        if self._behind:
+            self._report(f"catching up: {len(self._behind)} partitions behind", logging.DEBUG)
+        elif self._loads:
+            self._report(f"loading {len(self._loads)} models", logging.INFO)
+        else:
+            self._rebuild(True)
             self.caught_up.set()
-            log.info("view feed caught up: %d nodes", self._builder.node_count)
-
-    def _maybe_rebuild(self) -> None:
-        if not self.caught_up.is_set() or not self._builder.dirty:
-            return
-        if time.monotonic() - self._last_build >= self._interval:
-            self._rebuild()
-            self._last_build = time.monotonic()
+            self._report(f"caught up: {self._builder.node_count} nodes", logging.INFO)
 
     def apply(self, topic: str, key: bytes | None, raw: bytes | None) -> str:
         """Apply one message of ``topic`` (contract name); returns the result label it was counted under."""

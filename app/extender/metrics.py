@@ -15,13 +15,19 @@ rtt_extender_model_loads_total{result}         model blobs loaded / failed
 rtt_extender_snapshot_age_seconds              age of the newest node-features in the view
 rtt_extender_snapshot_nodes, _models           size of the current view
 rtt_extender_errors_total                      unexpected errors answered with 500
+rtt_extender_connections                       open client connections
+rtt_extender_connections_rejected_total        connections refused (503) beyond the connection cap
 =============================================  ====================================================
+
+Label values are bounded: ``verb`` is a route name (or ``other``), ``code`` an HTTP status, and ``app`` one of
+the apps the extender knows (:class:`AppLabels`: apps in the policy or with a model; every other label value a
+pod may carry is counted as ``other``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -58,6 +64,9 @@ class ExtenderMetrics:
                                   registry=r)
         self.snapshot_nodes = Gauge("rtt_extender_snapshot_nodes", "Nodes in the current view", registry=r)
         self.snapshot_models = Gauge("rtt_extender_snapshot_models", "Models in the current view", registry=r)
+        self.connections = Gauge("rtt_extender_connections", "Open client connections", registry=r)
+        self.connections_rejected = Counter("rtt_extender_connections_rejected_total",
+                                            "Connections refused beyond the connection cap", registry=r)
 
     def track_snapshot_age(self, age: Callable[[], float]) -> None:
         """Report ``age()`` at scrape time (-1 while there is no data)."""
@@ -65,3 +74,31 @@ class ExtenderMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class AppLabels:
+    """The ``app`` label value of a pod's app: itself when known, else ``other`` (pod labels are unbounded).
+
+    >>> labels = AppLabels(["gCTF"])
+    >>> labels.of("gCTF"), labels.of("my-app-4711")
+    ('gCTF', 'other')
+    >>> labels.update(["upload"]); labels.of("upload")
+    'upload'
+    """
+
+    OTHER = "other"
+
+    def __init__(self, known: Iterable[str] = (), limit: int = 256) -> None:
+        self._limit = limit
+        self._known: set[str] = set()
+        self.update(known)
+
+    def update(self, apps: Iterable[str]) -> None:
+        """Also know ``apps`` (up to ``limit`` apps in all)."""
+        for app in apps:
+            if len(self._known) >= self._limit:
+                break
+            self._known.add(app)
+
+    def of(self, app: str) -> str:
+        return app if app in self._known else self.OTHER

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -30,16 +31,21 @@ def registry_loader(settings: Settings) -> ModelLoader:
     """A loader reading blobs from the registry :func:`app.model.registry.open_store` opens for ``settings``.
 
     The registry verifies the blob's sha256 against its record; the loader also checks that record against
-    the announcement, so a message and a blob that disagree never become a model.
+    the announcement, so a message and a blob that disagree never become a model. The registry and the model
+    code (XGBoost, numba) are imported in the worker thread of the first load, never on the event loop.
     """
-    from app.model.registry import load_predictor, open_store
-
-    store = open_store(settings)
+    opened: list[Any] = []
+    lock = threading.Lock()
 
     def load_sync(update: Mapping[str, Any]) -> Predictor:
+        from app.model.registry import load_predictor, open_store
+
+        with lock:
+            if not opened:
+                opened.append(open_store(settings))
         key, version, sha = update["model_key"], int(update["version"]), update["sha256"]
         try:
-            predictor, record = load_predictor(store, key, version)
+            predictor, record = load_predictor(opened[0], key, version)
         except RttError as exc:
             raise ModelLoadError(f"{key} v{version}: {exc}") from exc
         if record.sha256 != sha:

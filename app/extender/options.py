@@ -26,6 +26,12 @@ _OWN: dict[str, str] = {
     "rebuild_interval_s": "extender_rebuild_interval_s",
     "warm_timeout_s": "extender_warm_timeout_s",
     "running_refresh_s": "extender_running_refresh_s",
+    "header_timeout_s": "extender_header_timeout_s",
+    "idle_timeout_s": "extender_idle_timeout_s",
+    "max_connections": "extender_max_connections",
+    "tls_cert": "extender_tls_cert",
+    "tls_key": "extender_tls_key",
+    "report_s": "extender_report_s",
 }
 
 
@@ -42,6 +48,12 @@ class ExtenderOptions:
     rebuild_interval_s: float = 0.2  # at most one snapshot rebuild per this while messages stream in
     warm_timeout_s: float = 2.0  # bound on the warm start from Redis
     running_refresh_s: float = 2.0  # period of the running-apps refresh from Redis
+    header_timeout_s: float = 5.0  # first byte of a request -> end of its header block (408)
+    idle_timeout_s: float = 75.0  # kept-alive connection without a request
+    max_connections: int = 1024  # beyond this a new connection is answered 503
+    tls_cert: str = ""  # PEM files: HTTPS when both are set
+    tls_key: str = ""
+    report_s: float = 10.0  # while Kafka or a topic is missing, log it every this
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExtenderOptions:

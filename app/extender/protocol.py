@@ -11,9 +11,14 @@ kube-scheduler sends ``Nodes`` (full objects) when the extender is not ``nodeCac
 ``Nodes`` back; it sends ``NodeNames`` when it is and expects ``NodeNames`` back. Go's decoder matches keys
 case-insensitively, and so does :func:`parse_args` for the top-level keys.
 
+A typed decoder (msgspec) reads only what a decision needs — the pod's name, namespace, uid, labels and
+annotations, and the candidates' names — and skips everything else while checking that it is valid JSON.
+The filter verb also keeps the NodeList as received (``msgspec.Raw``): it is echoed back unchanged when every
+node passes, and only split into items when some fail.
+
 >>> a = parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": ["n1", "n2"]}')
->>> a.node_names, a.node_items is None
-(['n1', 'n2'], True)
+>>> a.node_names, a.node_list, a.pod.name
+(['n1', 'n2'], False, 'p')
 >>> parse_args(b'{"Pod": {}, "NodeNames": [1]}')
 Traceback (most recent call last):
 ...
@@ -24,91 +29,175 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from app.errors import RttError
+from app.scheduler.podinfo import PodInfo, pod_from_metadata
 
 
 class ProtocolError(RttError, ValueError):
     """The request body is not an ExtenderArgs (HTTP 400 with ``Error`` set)."""
 
 
+# -- what is decoded: the rest of a Pod / Node is skipped
+class _Metadata(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class _Pod(msgspec.Struct):
+    metadata: _Metadata | None = None
+
+
+class _NodeMetadata(msgspec.Struct):
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _Node(msgspec.Struct):
+    metadata: _NodeMetadata
+
+
+class _NodeList(msgspec.Struct):
+    metadata: dict[str, msgspec.Raw] | None = None
+    items: list[_Node] | None = None
+
+
+_Unset = msgspec.UnsetType
+
+
+class _Args(msgspec.Struct):
+    Pod: _Pod | None | _Unset = msgspec.UNSET
+    Nodes: _NodeList | None | _Unset = msgspec.UNSET
+    NodeNames: list[str] | None | _Unset = msgspec.UNSET
+
+
+class _ArgsKeepNodes(msgspec.Struct):
+    Pod: _Pod | None | _Unset = msgspec.UNSET
+    Nodes: msgspec.Raw | _Unset = msgspec.UNSET
+    NodeNames: list[str] | None | _Unset = msgspec.UNSET
+
+
+_DECODE_ARGS = msgspec.json.Decoder(_Args)
+_DECODE_ARGS_KEEP = msgspec.json.Decoder(_ArgsKeepNodes)
+_DECODE_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_DECODE_POD = msgspec.json.Decoder(_Pod | None)
+_DECODE_NODES = msgspec.json.Decoder(_NodeList | None)
+_DECODE_NAMES = msgspec.json.Decoder(list[str] | None)
+_DECODE_NODELIST_RAW = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_DECODE_ITEMS_RAW = msgspec.json.Decoder(list[msgspec.Raw] | None)
+_ENCODE = msgspec.json.Encoder()
+
+_KINDS = {"object": "an object", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",
+          "bool": "a boolean", "null": "null"}
+_TOP = {"Pod": "an object", "Nodes": "a NodeList object or null", "NodeNames": "an array of strings or null"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ExtenderArgs:
-    pod: dict[str, Any]
+    pod: PodInfo
     node_names: list[str]  # candidates, in the order received
-    node_items: list[dict[str, Any]] | None  # full Node objects when sent as a NodeList, else None
-    node_list: dict[str, Any] | None  # the NodeList itself (its metadata is echoed back)
+    node_list: bool  # sent as a NodeList (nodeCacheCapable: false): the filter answers with Node objects
+    nodes_raw: msgspec.Raw | None = None  # the NodeList as received (only when decoded with keep_nodes)
 
 
-def _field(doc: Mapping[str, Any], name: str) -> Any:
+def _kind(expected: str) -> str:
+    return " or ".join(_KINDS.get(k.strip(), k.strip()) for k in expected.split("|"))
+
+
+def _problem(exc: msgspec.ValidationError, prefix: str) -> ProtocolError:
+    """A ProtocolError naming the field the way the API does (``Nodes.items[0].metadata.name``)."""
+    text, _, at = str(exc).rpartition(" - at `$")
+    if not text:
+        text, at = str(exc), "`"
+    path = (prefix + at[:-1]).lstrip(".") or "body"
+    if text.startswith("Expected `") and "`, got `" in text:
+        expected, got = text[len("Expected `"):].split("`, got `", 1)
+        got = got.rstrip("`")
+        if path == "body":
+            return ProtocolError(f"body must be a JSON object (ExtenderArgs), got {got}")
+        return ProtocolError(f"{path} must be {_TOP.get(path) or _kind(expected)} (got {got})")
+    if text.startswith("Object missing required field `"):
+        return ProtocolError(f"{path}.{text.split('`')[1]} is required")
+    if text.startswith("Expected `str` of length >= 1"):
+        return ProtocolError(f"{path} must be a non-empty string")
+    return ProtocolError(f"{path}: {text}")
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | msgspec.Raw, prefix: str) -> Any:
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _problem(exc, prefix) from None
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"body is not valid JSON: {exc}") from None
+
+
+def _field(doc: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw | None:
+    """Go's rule: the exact key, else the first key equal to it ignoring case."""
     if name in doc:
         return doc[name]
     low = name.lower()
-    for k, v in doc.items():
-        if k.lower() == low:
-            return v
-    return None
+    return next((v for k, v in doc.items() if k.lower() == low), None)
 
 
-def _node_name(item: Any, i: int) -> str:
-    if not isinstance(item, dict):
-        raise ProtocolError(f"Nodes.items[{i}] must be an object (got {type(item).__name__})")
-    meta = item.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise ProtocolError(f"Nodes.items[{i}].metadata.name must be a non-empty string")
-    return str(meta["name"])
+def parse_args(body: bytes | bytearray, keep_nodes: bool = False) -> ExtenderArgs:
+    """Decode and check an ExtenderArgs body; :class:`ProtocolError` says what is wrong.
+
+    ``keep_nodes`` keeps the NodeList as received, for :func:`filter_body`.
+    """
+    args = _decode(_DECODE_ARGS_KEEP if keep_nodes else _DECODE_ARGS, body, "")
+    pod, nodes, names = args.Pod, args.Nodes, args.NodeNames
+    if pod is msgspec.UNSET or nodes is msgspec.UNSET or names is msgspec.UNSET:  # keys in another case?
+        doc = _decode(_DECODE_TOP, body, "")
+        raw_pod, raw_nodes, raw_names = _field(doc, "Pod"), _field(doc, "Nodes"), _field(doc, "NodeNames")
+        pod = None if raw_pod is None else _decode(_DECODE_POD, raw_pod, "Pod")
+        nodes = raw_nodes if keep_nodes else None if raw_nodes is None else _decode(_DECODE_NODES, raw_nodes, "Nodes")
+        names = None if raw_names is None else _decode(_DECODE_NAMES, raw_names, "NodeNames")
+    if pod is None:
+        raise ProtocolError("Pod is required and must be an object")
+    nodes_raw = None
+    if keep_nodes and nodes is not None:
+        nodes_raw = nodes
+        nodes = _decode(_DECODE_NODES, nodes, "Nodes")
+    if nodes is not None:
+        return ExtenderArgs(_pod_info(pod), [it.metadata.name for it in nodes.items or ()], True, nodes_raw)
+    return ExtenderArgs(_pod_info(pod), names or [], False)
 
 
-def parse_args(body: bytes) -> ExtenderArgs:
-    """Decode and check an ExtenderArgs body; :class:`ProtocolError` says what is wrong."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"body must be a JSON object (ExtenderArgs), got {type(doc).__name__}")
-    pod = _field(doc, "Pod")
-    if not isinstance(pod, dict):
-        raise ProtocolError("Pod is required and must be an object" if pod is None else
-                            f"Pod must be an object (got {type(pod).__name__})")
-    node_list = _field(doc, "Nodes")
-    names_raw = _field(doc, "NodeNames")
-    if node_list is not None:
-        if not isinstance(node_list, dict):
-            raise ProtocolError(f"Nodes must be a NodeList object or null (got {type(node_list).__name__})")
-        meta = node_list.get("metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise ProtocolError(f"Nodes.metadata must be an object (got {type(meta).__name__})")
-        items = node_list.get("items")
-        if items is None:
-            items = []
-        if not isinstance(items, list):
-            raise ProtocolError(f"Nodes.items must be an array (got {type(items).__name__})")
-        return ExtenderArgs(pod, [_node_name(it, i) for i, it in enumerate(items)], items, node_list)
-    if names_raw is None:
-        return ExtenderArgs(pod, [], None, None)
-    if not isinstance(names_raw, list):
-        raise ProtocolError(f"NodeNames must be an array of strings or null (got {type(names_raw).__name__})")
-    for i, n in enumerate(names_raw):
-        if not isinstance(n, str):
-            raise ProtocolError(f"NodeNames[{i}] must be a string (got {type(n).__name__})")
-    return ExtenderArgs(pod, names_raw, None, None)
+def _pod_info(pod: _Pod) -> PodInfo:
+    m = pod.metadata
+    if m is None:
+        return pod_from_metadata("", "", "", {}, {})
+    return pod_from_metadata(m.name or "", m.namespace or "", m.uid or "", m.labels or {}, m.annotations or {})
 
 
-def filter_result(args: ExtenderArgs, failed: Mapping[str, str], error: str = "") -> dict[str, Any]:
-    """ExtenderFilterResult in the request's mode: the candidates not in ``failed``, in their order."""
-    nodes: dict[str, Any] | None = None
+def filter_body(args: ExtenderArgs, failed: Mapping[str, str], error: str = "") -> bytes:
+    """ExtenderFilterResult in the request's mode: the candidates not in ``failed``, in their order.
+
+    In NodeList mode the Node objects go back as received (decode with ``keep_nodes``); when none failed,
+    the NodeList itself is echoed without being split into items.
+    """
+    nodes: Any = None
     names: list[str] | None = None
-    if args.node_items is not None:
-        kept = [it for it, n in zip(args.node_items, args.node_names, strict=True) if n not in failed]
-        nodes = {**(args.node_list or {}), "items": kept}
+    if args.node_list:
+        if args.nodes_raw is None:
+            raise ValueError("filter_body needs the NodeList: decode the request with keep_nodes=True")
+        nodes = args.nodes_raw
+        if failed:
+            doc = _DECODE_NODELIST_RAW.decode(args.nodes_raw)
+            items = _DECODE_ITEMS_RAW.decode(doc["items"]) if "items" in doc else None
+            kept = [it for it, n in zip(items or (), args.node_names, strict=True) if n not in failed]
+            nodes = {**doc, "items": kept}
     else:
         names = [n for n in args.node_names if n not in failed]
-    return {"Nodes": nodes, "NodeNames": names, "FailedNodes": dict(failed),
-            "FailedAndUnresolvableNodes": {}, "Error": error}
+    return _ENCODE.encode({"Nodes": nodes, "NodeNames": names, "FailedNodes": dict(failed),
+                           "FailedAndUnresolvableNodes": {}, "Error": error})
 
 
 def error_result(message: str) -> dict[str, Any]:
@@ -116,6 +205,14 @@ def error_result(message: str) -> dict[str, Any]:
     return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
 
 
+def error_body(message: str) -> bytes:
+    return orjson.dumps(error_result(message))
+
+
 def priority_list(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
     """HostPriorityList: ``[{"Host": name, "Score": int}]``."""
     return [{"Host": host, "Score": int(score)} for host, score in scores]
+
+
+def priority_body(scores: Sequence[tuple[str, int]]) -> bytes:
+    return orjson.dumps(priority_list(scores))

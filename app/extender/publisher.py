@@ -1,10 +1,10 @@
 """Publish rtt-predictions off the request's critical path: a bounded queue and one background task.
 
-A handler calls :meth:`PredictionPublisher.offer` with its decision (no await, no encoding, no per-node
-objects: one queue item per request). The
-background task turns each request into one message per scored candidate (key = node) and hands them to a
-:class:`Sink`. When the queue is full the request's messages are dropped and counted — scheduling never
-waits for Kafka.
+A handler calls :meth:`PredictionPublisher.offer` with its decision (no await, no encoding: one queue item per
+request). The background task turns each request into one message per candidate with a prediction
+(key = node), in slices (:mod:`app.extender.pacing`), and hands them to a :class:`Sink` in batches. When the
+queue is full, or the sink is not connected, the request's messages are dropped and counted — scheduling
+never waits for Kafka, and nothing piles up while Kafka is away.
 """
 
 from __future__ import annotations
@@ -12,45 +12,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-
-from app.config import Settings
+from app.extender.kafka_sink import KafkaSink
 from app.extender.metrics import ExtenderMetrics
-from app.scheduler.decide import Decision, NodeVerdict
+from app.extender.pacing import Slicer
+from app.extender.predictions import Record, encode_decision, prediction_values
+from app.scheduler.decide import Decision
+
+__all__ = ["KafkaSink", "PredictionPublisher", "Sink", "prediction_values"]
 
 log = logging.getLogger(__name__)
-TOPIC = "rtt-predictions"
+RETRY_S = (0.5, 1.0, 2.0, 5.0)
+HANDOVER = 128  # records handed to the sink at a time (a few microseconds each there)
 
 
 class Sink(Protocol):
-    async def send(self, key: bytes, value: bytes) -> None:
-        """Enqueue one message (may wait for buffer space, never for the broker's acknowledgement)."""
+    async def start(self) -> None:
+        """Connect (raises when it cannot; the publisher retries)."""
+        ...
+
+    async def send_many(self, records: Sequence[Record]) -> None:
+        """Hand records over (may wait for buffer space, never for the broker's acknowledgement)."""
         ...
 
     async def close(self) -> None: ...
 
 
-def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict]) -> list[dict[str, Any]]:
-    """The rtt-predictions values of one request (one per candidate with a prediction).
-
-    A candidate's task features that node-features cannot supply (``running_pods_<app>``) go in ``features``.
-    """
-    out = []
-    for v in verdicts:
-        value: dict[str, Any] = {
-            "task_id": task_id, "app": app, "node": v.node, "ts": ts, "predicted_rtt_ms": v.predicted_rtt_ms,
-            "model_version": v.model_version, "model_key": v.model_key}
-        if v.features:
-            value["features"] = dict(v.features)
-        out.append(value)
-    return out
+def _predicted(decision: Decision) -> int:
+    return sum(1 for r in (decision.model_rtt_ms or decision.rtt_ms) if math.isfinite(r))
 
 
 class PredictionPublisher:
-    """Bounded queue of pending requests and the task that drains it into ``sink``."""
+    """Bounded queue of pending requests and the task that connects the sink and drains the queue into it."""
 
     def __init__(self, sink: Sink, metrics: ExtenderMetrics, max_pending: int = 10_000) -> None:
         if max_pending < 1:
@@ -59,17 +55,28 @@ class PredictionPublisher:
         self._metrics = metrics
         self._queue: asyncio.Queue[tuple[Decision, float]] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
+        self.connected = False
+        self.down = False  # a connection attempt failed and none succeeded since: offers are dropped
 
     def offer(self, decision: Decision, ts: float) -> bool:
-        """Queue one scored request; False (its candidates counted as dropped) when the queue is full."""
+        """Queue one scored request; False (its predictions counted as dropped) when full or the sink is down."""
         if decision.neutral is not None or decision.pod.app is None:
             return True
-        try:
-            self._queue.put_nowait((decision, ts))
-        except asyncio.QueueFull:
-            self._metrics.dropped.inc(sum(1 for r in decision.rtt_ms if r == r))  # NaN != NaN
-            return False
-        return True
+        if not self.down:
+            try:
+                self._queue.put_nowait((decision, ts))
+                return True
+            except asyncio.QueueFull:
+                pass
+        self._metrics.dropped.inc(_predicted(decision))
+        return False
+
+    def _discard(self) -> None:
+        """Drop (and count) what was queued while the first connection attempt ran."""
+        while not self._queue.empty():
+            decision, _ = self._queue.get_nowait()
+            self._metrics.dropped.inc(_predicted(decision))
+            self._queue.task_done()
 
     @property
     def pending(self) -> int:
@@ -79,21 +86,60 @@ class PredictionPublisher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="rtt-predictions-publisher")
 
-    async def _run(self) -> None:
+    async def _connect(self) -> None:
+        attempt = 0
         while True:
-            decision, ts = await self._queue.get()
-            verdicts = decision.predicted()
             try:
-                for value in prediction_values(decision.pod.task_id, decision.pod.app or "", ts, verdicts):
-                    await self._sink.send(value["node"].encode(), orjson.dumps(value))
-                self._metrics.published.inc(len(verdicts))
+                await self._sink.start()
+                break
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._metrics.dropped.inc(len(verdicts))
-                log.warning("rtt-predictions publish failed: %s", exc)
-            finally:
+                if attempt == 0:
+                    log.warning("rtt-predictions: sink not available (%s); retrying, predictions dropped meanwhile",
+                                exc)
+                self.down = True
+                self._discard()
+                await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+                attempt += 1
+        self.connected, self.down = True, False
+        if attempt:
+            log.info("rtt-predictions: sink connected")
+
+    async def _run(self) -> None:
+        await self._connect()
+        slicer = Slicer()
+        records: list[Record] = []
+        while True:
+            decision, ts = await self._queue.get()
+            slicer.restart()
+            while True:
+                for part in encode_decision(decision, ts):
+                    records += part
+                    if len(records) >= HANDOVER or slicer.due():
+                        await self._hand_over(records)
+                        records = []
+                        if slicer.due():
+                            await slicer.pause()
                 self._queue.task_done()
+                if self._queue.empty():
+                    break
+                decision, ts = self._queue.get_nowait()
+            if records:
+                await self._hand_over(records)
+                records = []
+            if slicer.due():
+                await slicer.pause()
+
+    async def _hand_over(self, records: list[Record]) -> None:
+        try:
+            await self._sink.send_many(records)
+            self._metrics.published.inc(len(records))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._metrics.dropped.inc(len(records))
+            log.warning("rtt-predictions publish failed: %s", exc)
 
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Wait until everything queued so far was handed to the sink (bounded)."""
@@ -102,41 +148,11 @@ class PredictionPublisher:
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         if self._task is not None:
-            await self.drain(timeout_s)
+            if self.connected:
+                await self.drain(timeout_s)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.connected = False
         await self._sink.close()
-
-
-class KafkaSink:
-    """rtt-predictions on Kafka through one aiokafka producer (acks=1, 5 ms linger); failed deliveries count."""
-
-    def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        self.topic = settings.topic(TOPIC)
-        self._metrics = metrics
-        self._producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks=1, linger_ms=5)
-        self._started = False
-
-    async def start(self) -> None:
-        await self._producer.start()
-        self._started = True
-
-    async def send(self, key: bytes, value: bytes) -> None:
-        fut = await self._producer.send(self.topic, value=value, key=key)
-        fut.add_done_callback(self._delivered)
-
-    def _delivered(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is None:
-            return
-        if self._metrics is not None:
-            self._metrics.dropped.inc()
-        log.warning("rtt-predictions delivery failed: %s", fut.exception())
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._producer.stop()

@@ -1,194 +1,200 @@
-"""The HTTP face of the extender (aiohttp): verbs, health, metrics, OpenAPI; errors always as JSON.
+"""The HTTP face of the extender: verbs, health, metrics, OpenAPI; errors always as JSON.
 
 Routes (kube-scheduler calls ``urlPrefix + "/" + verb``)::
 
     POST /filter        ExtenderArgs -> ExtenderFilterResult
     POST /prioritize    ExtenderArgs -> HostPriorityList
     GET  /healthz       200 while the process serves
-    GET  /readyz        200 once the first snapshot is installed, else 503
+    GET  /readyz        200 once the first snapshot is installed, else 503 with the reason
     GET  /metrics       Prometheus text format
     GET  /openapi.json  OpenAPI 3 description of all of the above
 
-Failures never leak a traceback: a malformed body is a 400, an oversized one a 413, a body that does not
-arrive within ``read_timeout_s`` a 408, an unknown path a 404 — each with ``Error`` set — and anything
-unexpected a 500 with ``Error`` set, logged and counted (``rtt_extender_errors_total``).
+Requests are read and answered by :mod:`app.extender.http` inside the event loop's read callback; every
+handler here is synchronous. Failures never leak a traceback: a malformed body is a 400, an oversized one a
+413, a header or body that does not arrive in time a 408, an unknown path a 404 — each with ``Error`` set —
+and anything unexpected a 500 with ``Error`` set, logged and counted (``rtt_extender_errors_total``).
+
+``rttsched extender`` takes over a listener it already serves (:mod:`app.extender.boot`); :func:`running`
+serves a service on a port of its own (tests, benchmarks): the port is bound first, then the service's
+background work starts (Kafka feed, Redis warm start, publisher), none of which it waits for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
+import socket
+import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
-from aiohttp import web
 
+from app.extender.http import HttpLimits, HttpServerState, Request, Response, tls_context
 from app.extender.metrics import CONTENT_TYPE
-from app.extender.protocol import ProtocolError, error_result, parse_args
+from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
 
 log = logging.getLogger(__name__)
 
 GC_GEN0_THRESHOLD = 20_000  # net container allocations between young collections (CPython default: 700)
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
-SERVICE_KEY: web.AppKey[ExtenderService] = web.AppKey("service", ExtenderService)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request], Response]
 
 
-class HttpError(Exception):
-    """An answer other than 200, with the message that goes into ``Error``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+def json_response(body: object, status: int = 200) -> Response:
+    return Response(status, orjson.dumps(body))
 
 
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+class ExtenderServer:
+    """Routes requests to the service and counts them; :meth:`listen` binds a port with :mod:`app.extender.http`."""
+
+    def __init__(self, service: ExtenderService, http: HttpServerState | None = None) -> None:
+        """``http``: the state of a listener already serving (:mod:`app.extender.boot`); it is taken over."""
+        self.service = service
+        self.limits = HttpLimits.from_options(service.options)
+        self._routes: dict[tuple[str, str], tuple[str, Handler]] = {}
+        self._methods: dict[str, list[str]] = {}
+        self._openapi = OPENAPI_PATH.read_bytes()
+        metrics = service.metrics
+        if http is None:
+            http = HttpServerState(self.handle, self.limits, error_body)
+        http.handle, http.on_error, http.on_reject = self.handle, self._protocol_error, metrics.connections_rejected.inc
+        self.http = http
+        metrics.connections.set_function(lambda: len(self.http.connections))
+        self._server: asyncio.Server | None = None
+        self.port = 0
+        self.url = ""  # after listen(): how this machine reaches the server
+        self.route("POST", "/filter", "filter", self._filter)
+        self.route("POST", "/prioritize", "prioritize", self._prioritize)
+        self.route("GET", "/healthz", "healthz", lambda r: json_response({"status": "ok"}))
+        self.route("GET", "/readyz", "readyz", self._readyz)
+        self.route("GET", "/metrics", "metrics", lambda r: Response(200, metrics.render(), CONTENT_TYPE))
+        self.route("GET", "/openapi.json", "openapi", lambda r: Response(200, self._openapi))
+
+    def route(self, method: str, path: str, verb: str, handler: Handler) -> None:
+        """Answer ``method path`` with ``handler`` (counted and timed under ``verb``); replaces an earlier one."""
+        self._routes[(method, path)] = (verb, handler)
+        methods = self._methods.setdefault(path, [])
+        if method not in methods:
+            methods.append(method)
+
+    def handler(self, method: str, path: str) -> Handler:
+        return self._routes[(method, path)][1]
+
+    # -- handlers
+    def _filter(self, request: Request) -> Response:
+        return Response(200, self.service.filter(parse_args(request.body, keep_nodes=True)))
+
+    def _prioritize(self, request: Request) -> Response:
+        return Response(200, self.service.prioritize(parse_args(request.body)))
+
+    def _readyz(self, request: Request) -> Response:
+        service = self.service
+        ready, reason = service.readiness()
+        snap = service.holder.current
+        if not ready or snap is None:
+            return json_response({"ready": False, "Error": reason}, status=503)
+        return json_response({"ready": True, "generation": snap.generation, "nodes": len(snap.nodes),
+                              "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3)})
+
+    def handle(self, request: Request) -> Response:
+        """Answer one request; never raises."""
+        t0 = time.perf_counter()
+        route = self._routes.get((request.method, request.path))
+        if route is None:
+            verb = "other"
+            allowed = self._methods.get(request.path)
+            if allowed:
+                response = Response(405, error_body(f"method {request.method} not allowed on {request.path}"),
+                                    headers=(("Allow", ", ".join(allowed)),))
+            else:
+                response = Response(404, error_body(f"no such path: {request.path[:200]}"))
+        else:
+            verb, handler = route
+            try:
+                response = handler(request)
+            except ProtocolError as exc:
+                response = Response(400, error_body(str(exc)))
+            except Exception:
+                log.exception("unexpected error answering %s %s", request.method, request.path)
+                self.service.metrics.errors.inc()
+                response = Response(500, error_body("internal error (logged by the extender)"))
+        metrics = self.service.metrics
+        metrics.request_seconds.labels(verb).observe(time.perf_counter() - t0)
+        metrics.requests.labels(verb, str(response.status)).inc()
+        return response
+
+    def _protocol_error(self, status: int) -> None:
+        self.service.metrics.requests.labels("other", str(status)).inc()
+
+    # -- sockets
+    async def listen(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
+                     sock: socket.socket | None = None) -> int:
+        """Bind (or take the already bound ``sock``) and start serving; returns the port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        timeout = self.limits.header_timeout_s if ssl_context is not None else None
+        if sock is not None:
+            self._server = await loop.create_server(self.http.protocol, sock=sock, ssl=ssl_context,
+                                                    backlog=1024, ssl_handshake_timeout=timeout)
+        else:
+            self._server = await loop.create_server(self.http.protocol, host, port, ssl=ssl_context,
+                                                    reuse_address=True, backlog=1024, ssl_handshake_timeout=timeout)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        shown = "127.0.0.1" if host in ("", "0.0.0.0") else f"[{host}]" if ":" in host else host  # noqa: S104
+        self.url = f"{'https' if ssl_context is not None else 'http'}://{shown}:{self.port}"
+        return self.port
+
+    def adopt(self, server: asyncio.Server, url: str) -> None:
+        """Take over a listener started elsewhere (with :attr:`http`'s protocol) for :meth:`close`."""
+        self._server = server
+        self.port = int(server.sockets[0].getsockname()[1])
+        self.url = url
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self.http.close_all()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+            self._server = None
 
 
-def _error(status: int, message: str) -> web.Response:
-    return json_response(error_result(message), status=status)
-
-
-@web.middleware
-async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Time every request per verb and turn every failure into a JSON answer with ``Error`` set."""
-    service = request.app[SERVICE_KEY]
-    route = request.match_info.route
-    verb = (route.name if route is not None else None) or "other"
-    t0 = time.perf_counter()
-    try:
-        response = await handler(request)
-    except HttpError as exc:
-        response = _error(exc.status, exc.message)
-    except web.HTTPException as exc:  # routing: 404, 405
-        response = _error(exc.status, exc.reason)
-        if exc.status == 405 and "Allow" in exc.headers:
-            response.headers["Allow"] = exc.headers["Allow"]
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("unexpected error answering %s %s", request.method, request.path)
-        service.metrics.errors.inc()
-        response = _error(500, "internal error (logged by the extender)")
-    service.metrics.request_seconds.labels(verb).observe(time.perf_counter() - t0)
-    service.metrics.requests.labels(verb, str(response.status)).inc()
-    return response
-
-
-async def _body(request: web.Request) -> bytes:
-    """The whole body, bounded by ``max_body_bytes`` and ``read_timeout_s``.
-
-    ``asyncio.timeout`` rather than ``wait_for``: no extra task per request, so a body that has already
-    arrived is read in the handler's own step instead of waiting a loop turn behind other requests.
-    """
-    service = request.app[SERVICE_KEY]
-    limit = service.options.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {limit}")
-    try:
-        async with asyncio.timeout(service.options.read_timeout_s):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise HttpError(413, f"request body exceeds the limit of {limit} bytes") from None
-    except TimeoutError:
-        raise HttpError(408, f"request body not received within {service.options.read_timeout_s} s") from None
-
-
-def _release(*_: object) -> None:
-    """Drops the references it was scheduled with (see :func:`_verb`)."""
-
-
-async def _verb(request: web.Request, run: Callable[[Any], Any]) -> web.Response:
-    body = await _body(request)
-    try:
-        args = parse_args(body)
-        response = json_response(run(args))
-    except ProtocolError as exc:
-        raise HttpError(400, str(exc)) from None
-    # A NodeList request is thousands of objects; freeing them is ~0.2 ms. Hold them until the next loop turn,
-    # so the answer is written first (the handler's step sends it without suspending).
-    asyncio.get_running_loop().call_soon(_release, args, body)
-    return response
-
-
-async def filter_handler(request: web.Request) -> web.Response:
-    return await _verb(request, request.app[SERVICE_KEY].filter)
-
-
-async def prioritize_handler(request: web.Request) -> web.Response:
-    return await _verb(request, request.app[SERVICE_KEY].prioritize)
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok"})
-
-
-async def readyz(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    snap = service.holder.current
-    if snap is None:
-        return json_response({"ready": False, "Error": "no snapshot yet (warm start or feed catch-up pending)"},
-                             status=503)
-    return json_response({"ready": True, "generation": snap.generation, "nodes": len(snap.nodes),
-                          "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3)})
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    body = request.app[SERVICE_KEY].metrics.render()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-
-async def openapi_handler(request: web.Request) -> web.Response:
-    return web.Response(body=OPENAPI_PATH.read_bytes(), content_type="application/json")
-
-
-def build_app(service: ExtenderService, *, manage_service: bool = True) -> web.Application:
-    """The aiohttp application; with ``manage_service`` it starts and stops the service's background work."""
-    app = web.Application(client_max_size=service.options.max_body_bytes, middlewares=[guard])
-    app[SERVICE_KEY] = service
-    app.router.add_post("/filter", filter_handler, name="filter")
-    app.router.add_post("/prioritize", prioritize_handler, name="prioritize")
-    app.router.add_get("/healthz", healthz, name="healthz", allow_head=False)
-    app.router.add_get("/readyz", readyz, name="readyz", allow_head=False)
-    app.router.add_get("/metrics", metrics_handler, name="metrics", allow_head=False)
-    app.router.add_get("/openapi.json", openapi_handler, name="openapi", allow_head=False)
-    if manage_service:
-        app.cleanup_ctx.append(_lifecycle)
-    return app
-
-
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    service = app[SERVICE_KEY]
-    await service.start()
-    try:
-        yield
-    finally:
-        await service.stop()
-
-
-def tune_gc(app: web.Application, gen0: int = GC_GEN0_THRESHOLD) -> None:
+def tune_gc(service: ExtenderService, gen0: int = GC_GEN0_THRESHOLD) -> None:
     """Latency tuning for a serving process: fewer, cheaper collections on the request path.
 
-    A NodeList request parses ~2,000 dicts and lists that reference counting frees when the answer is sent;
-    with CPython's default gen0 threshold (700) each one still triggers two or three young collections
-    that walk the half-built document. Raising ``gen0`` lets refcounting do that work, and once the service
-    has started (models loaded, first snapshot built) everything alive is frozen out of the collector's
-    working set, so old-generation passes stay short.
+    A NodeList request decodes thousands of short-lived objects; with CPython's default gen0 threshold (700)
+    they trigger young collections that walk them. Raising ``gen0`` lets reference counting do that work, and
+    once the first snapshot is installed (models loaded, view built) everything alive is frozen out of the
+    collector's working set, so old-generation passes stay short.
     """
     if gen0 < 1:
         raise ValueError(f"gen0 must be >= 1 (got {gen0})")
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0, gen1, gen2)
+    service.on_ready.append(gc.freeze)
 
-    async def freeze(_: web.Application) -> None:
-        gc.collect()
-        gc.freeze()
 
-    app.on_startup.append(freeze)  # runs after the cleanup context has started the service
+@contextlib.asynccontextmanager
+async def running(service: ExtenderService, host: str | None = None, port: int | None = None,
+                  start: bool = True, sock: socket.socket | None = None) -> AsyncIterator[ExtenderServer]:
+    """Serve ``service`` (port 0: any free port, see :attr:`ExtenderServer.url`) until the block ends.
+
+    The port is bound first (or ``sock``, bound already, is used); then, with ``start``, the service's
+    background work starts (not awaited).
+    """
+    options = service.options
+    server = ExtenderServer(service)
+    await server.listen(options.host if host is None else host, options.port if port is None else port,
+                        tls_context(options), sock=sock)
+    try:
+        if start:
+            await service.start()
+        yield server
+    finally:
+        await server.close()
+        if start:
+            await service.stop()

@@ -1,8 +1,11 @@
 """The extender's state and verbs, independent of HTTP: view, assumed pods, policy, publisher, feeds.
 
 Handlers call :meth:`ExtenderService.filter` and :meth:`ExtenderService.prioritize`: plain functions that
-read the current snapshot once and never await anything. Everything that talks to Kafka or Redis runs in
-background tasks started by :meth:`ExtenderService.start`.
+read the current snapshot once, never await anything and return the answer's JSON. Everything that talks
+to Kafka or Redis runs in background tasks that :meth:`ExtenderService.start` starts and returns at once —
+so the port can serve (neutral answers, ``/readyz`` 503 with the reason) before, and whatever happens to,
+Kafka and Redis. Snapshots are rebuilt by one task, in slices (:mod:`app.extender.pacing`), at most every
+``rebuild_interval_s``.
 """
 
 from __future__ import annotations
@@ -10,24 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.feed import ViewFeed
-from app.extender.metrics import ExtenderMetrics
+from app.extender.metrics import AppLabels, ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
 from app.extender.options import ExtenderOptions
-from app.extender.protocol import ExtenderArgs, ProtocolError, filter_result, priority_list
+from app.extender.pacing import run_sliced
+from app.extender.protocol import ExtenderArgs, filter_body, priority_body
 from app.extender.publisher import KafkaSink, PredictionPublisher, Sink
 from app.extender.warm import RunningRefresher, warm_start
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, store_model_update
 from app.scheduler.decide import DecideParams, Decision, decide
-from app.scheduler.podinfo import PodError, PodInfo, pod_info
 from app.scheduler.policy import Policy, load_policy
-from app.scheduler.snapshot import SnapshotHolder
+from app.scheduler.snapshot import Snapshot, SnapshotHolder
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class ExtenderService:
         self.assumed = AssumedPods(self.policy.assumed_ttl_s, self.policy.scrape_delay_s)
         self.params = DecideParams(self.policy, self.options.credibility_prior, self.options.stale_after_s)
         self.keys = CacheKeys(settings.topic_prefix)
+        self.app_labels = AppLabels([*self.policy.sla_ms, *(a for pair in self.policy.anti_affinity for a in pair)])
         self._loader = loader
         self._sink = sink
         self._publish, self._kafka, self._redis_on = publish, kafka, redis and bool(settings.redis_url)
@@ -73,6 +78,10 @@ class ExtenderService:
         self._tasks: list[asyncio.Task[Any]] = []
         self._serving = False
         self._stale_reason: str | None = None
+        self._wanted = asyncio.Event()
+        self._warming = False
+        self.warmed = asyncio.Event()  # set once the Redis warm start is over (or was not attempted)
+        self.on_ready: list[Callable[[], object]] = []  # called once, when the first snapshot is installed
         self.metrics.track_snapshot_age(self._age)
 
     # -- view
@@ -84,29 +93,63 @@ class ExtenderService:
     def ready(self) -> bool:
         return self.holder.ready
 
+    def readiness(self) -> tuple[bool, str]:
+        """Whether the view may be served, and if not, why (what ``/readyz`` says)."""
+        if self.holder.ready:
+            return True, "ready"
+        if self._warming:
+            return False, "warm start from Redis in progress"
+        if self.feed is not None:
+            return False, f"view not caught up: {self.feed.status}"
+        return False, "no snapshot yet"
+
     def rebuild(self, force: bool = False) -> bool:
-        """Build and swap a snapshot if the view may be served (warm or caught up) and changed."""
-        if force:
-            self._serving = True
-        if not self._serving or not (self.builder.dirty or not self.holder.ready or force):
+        """Build and swap a snapshot in one go if the view may be served (warm or caught up) and changed.
+
+        For tests and tools that own the service; a running service rebuilds in the background
+        (:meth:`request_rebuild`).
+        """
+        if not self._should_build(force):
             return False
-        snap = self.holder.swap(self.builder.build(self.clock.now()))
-        self.metrics.snapshot_nodes.set(len(snap.nodes))
-        self.metrics.snapshot_models.set(len(snap.models))
+        self._install(self.builder.build(self.clock.now()))
         return True
 
+    def request_rebuild(self, force: bool = False) -> None:
+        """Ask the background rebuilder for a new snapshot (``force``: the view may be served from now on)."""
+        if force:
+            self._serving = True
+        self._wanted.set()
+
+    def _should_build(self, force: bool) -> bool:
+        if force:
+            self._serving = True
+        return self._serving and (self.builder.dirty or not self.holder.ready or force)
+
+    def _install(self, snap: Snapshot) -> None:
+        first = not self.holder.ready
+        snap = self.holder.swap(snap)
+        self.metrics.snapshot_nodes.set(len(snap.nodes))
+        self.metrics.snapshot_models.set(len(snap.models))
+        self.app_labels.update(key.split(":", 1)[0] for key in snap.models)
+        if first:
+            for callback in self.on_ready:
+                callback()
+
+    async def _rebuilder(self) -> None:
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            if self._should_build(False):
+                self._install(await run_sliced(self.builder.build_steps(self.clock.now())))
+            await asyncio.sleep(self.options.rebuild_interval_s)
+
     # -- verbs
-    def _decide(self, verb: str, pod_raw: dict[str, Any], nodes: list[str]) -> tuple[PodInfo, Decision]:
-        try:
-            pod = pod_info(pod_raw)
-        except PodError as exc:
-            raise ProtocolError(str(exc)) from None
-        now = self.clock.now()
-        d = decide(self.holder.current, pod, nodes, self.assumed, self.params, now)
+    def _decide(self, verb: str, args: ExtenderArgs) -> Decision:
+        d = decide(self.holder.current, args.pod, args.node_names, self.assumed, self.params, self.clock.now())
         if d.neutral is not None and not d.stale:
             self.metrics.unlabeled_pods.labels(verb).inc()
         self._note_staleness(d)
-        return pod, d
+        return d
 
     def _note_staleness(self, d: Decision) -> None:
         reason = d.neutral if d.stale else None
@@ -121,50 +164,47 @@ class ExtenderService:
                 log.info("fresh data again: scoring with predictions")
             self._stale_reason = reason
 
-    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
-        """ExtenderFilterResult for one request."""
-        _, d = self._decide("filter", args.pod, args.node_names)
+    def filter(self, args: ExtenderArgs) -> bytes:
+        """ExtenderFilterResult for one request (decode it with ``keep_nodes=True`` in NodeList mode)."""
+        d = self._decide("filter", args)
         failed = d.failed_nodes()
         for reason in failed.values():
             self.metrics.failed_nodes.labels("anti_affinity" if reason.startswith("anti-affinity") else "sla").inc()
         if d.sla_relaxed and d.pod.app:
-            self.metrics.sla_relaxed.labels(d.pod.app).inc()
-        return filter_result(args, failed)
+            self.metrics.sla_relaxed.labels(self.app_labels.of(d.pod.app)).inc()
+        return filter_body(args, failed)
 
-    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+    def prioritize(self, args: ExtenderArgs) -> bytes:
         """HostPriorityList for one request; assumes the top node and queues the predictions."""
-        pod, d = self._decide("prioritize", args.pod, args.node_names)
-        if d.neutral is None and pod.app is not None:
+        d = self._decide("prioritize", args)
+        app = args.pod.app
+        if d.neutral is None and app is not None:
             now = self.clock.now()
-            self.metrics.scored_pods.labels(pod.app).inc()
+            self.metrics.scored_pods.labels(self.app_labels.of(app)).inc()
             best = d.best()
             if best is not None:
-                self.assumed.assume(pod.task_id, pod.app, best, now)
+                self.assumed.assume(args.pod.task_id, app, best, now)
             if self.publisher is not None:
                 self.publisher.offer(d, now)
-        return priority_list(d.scores())
+        return priority_body(d.scores())
 
     # -- lifecycle
     async def start(self) -> None:
+        """Start the background work and return at once: nothing here waits on Kafka or Redis."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._rebuilder(), name="extender-rebuilder"))
         if self._redis_on:
-            import redis.asyncio as aioredis
-
-            self._redis = aioredis.from_url(self.settings.redis_url)
-            await self._warm_start()
-            refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
-                                         on_change=self.rebuild)
-            self._tasks.append(asyncio.get_running_loop().create_task(refresher.run(), name="running-refresh"))
+            self._warming = True
+            self._tasks.append(loop.create_task(self._redis_work(), name="extender-redis"))
+        else:
+            self.warmed.set()
         if self._kafka:
             self.feed = ViewFeed(self.settings, self.builder, self._model_loader(), self.metrics,
-                                 rebuild=lambda: self.rebuild(force=True),
-                                 rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model)
-            await self.feed.start()
+                                 rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
+                                 on_model=self._cache_model, report_s=self.options.report_s)
+            self.feed.start()
         if self._publish:
-            sink = self._sink
-            if sink is None:
-                kafka_sink = KafkaSink(self.settings, self.metrics)
-                await kafka_sink.start()
-                sink = kafka_sink
+            sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)
             self.publisher = PredictionPublisher(sink, self.metrics, self.options.publish_queue)
             self.publisher.start()
 
@@ -174,6 +214,19 @@ class ExtenderService:
 
             self._loader = registry_loader(self.settings)
         return self._loader
+
+    async def _redis_work(self) -> None:
+        import redis.asyncio as aioredis
+
+        self._redis = aioredis.from_url(self.settings.redis_url)
+        try:
+            await self._warm_start()
+        finally:
+            self._warming = False
+            self.warmed.set()
+        refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
+                                     on_change=self.request_rebuild)
+        await refresher.run()
 
     async def _warm_start(self) -> None:
         loader = self._model_loader()
@@ -188,7 +241,7 @@ class ExtenderService:
             log.warning("warm start from redis skipped: %s", exc)
             return
         if result.usable:
-            self.rebuild(force=True)
+            self.request_rebuild(force=True)
 
     async def _cache_model(self, update: Any) -> None:
         if self._redis is not None:

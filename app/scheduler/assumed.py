@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
 
 EMPTY: tuple[AssumedPod, ...] = ()
 MAX_APPS = 64
@@ -86,6 +86,11 @@ class AssumedPods:
 
     def __len__(self) -> int:
         return len(self._by_task)
+
+    @property
+    def nodes(self) -> KeysView[str]:
+        """Nodes with at least one remembered placement (a live, read-only view)."""
+        return self._by_node.keys()
 
     @property
     def apps(self) -> tuple[str, ...]:

@@ -4,8 +4,11 @@ The builder is the only mutable part of the view and is owned by one background 
 twice or out of order (a warm start from Redis, then the compacted topics from their beginning): a node's
 features or weights only move forward in ``ts``, a model only forward in ``version``.
 
-Rows are cached per (model, node) and recomputed only for nodes whose features changed, so rebuilding a
-snapshot after one message costs O(nodes) pointer copies, not O(nodes × features) conversions.
+Rows are cached per (model, node) and recomputed only for nodes whose features changed: a model whose node
+class saw no change keeps its entry, and one whose nodes are the same gets a copy of its matrix with the
+changed rows replaced. :meth:`SnapshotBuilder.build_steps` builds in steps (a generator that yields every
+few hundred nodes), so the extender can interleave a rebuild of thousands of nodes with requests;
+:meth:`SnapshotBuilder.build` runs the steps in one go.
 
 >>> from app.scheduler.snapshot import SnapshotHolder
 >>> b = SnapshotBuilder()
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -34,6 +37,7 @@ from app.features.hardware import hardware_features
 from app.features.vector import TASK_FEATURES, row, split_feature_name
 from app.model.base import Predictor
 from app.scheduler.snapshot import ModelEntry, NodeState, Snapshot
+from app.scheduler.table import CHUNK, AppRoutes, NodeTable, app_routes_steps, node_table_steps, run_steps
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,10 +45,13 @@ class _Model:
     key: str
     version: int
     predictor: Predictor
+    app: str
     node_class: str
     node: str | None
+    feature_names: tuple[str, ...]
 
 
+ROWS_PER_STEP = 64  # feature rows converted between two yields of a build in steps (~10 us each)
 CPU_CORES = "cpu_count__last"  # the bridge's ``cpu_count`` gauge (distinct ``cpu`` labels of node_exporter)
 
 
@@ -58,7 +65,11 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
     (16.0, False)
     """
     stale = set(value.get("stale") or ())
-    features = {k: float(v) for k, v in value["features"].items() if split_feature_name(k)[0] not in stale}
+    raw = value["features"]
+    if stale:
+        features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in stale}
+    else:
+        features = {k: float(v) for k, v in raw.items()}
     cores = features.get(CPU_CORES)
     cores = cores if cores is not None and math.isfinite(cores) and cores > 0 else None
     for k, v in hardware_features(value["node_class"], value.get("gpu_model"), cores).items():
@@ -74,7 +85,8 @@ class SnapshotBuilder:
         self._nodes: dict[str, NodeState] = {}
         self._models: dict[str, _Model] = {}
         self._rows: dict[str, dict[str, tuple[int, np.ndarray]]] = {}  # model key -> node -> (version, row)
-        self._entries: dict[str, tuple[tuple[tuple[str, int], ...], ModelEntry]] = {}
+        self._entries: dict[str, tuple[tuple[int, int], ModelEntry]] = {}  # model key -> (signature, entry)
+        self._epochs: dict[str, int] = {}  # node class -> bumps whenever a node of the class changes features
         self.dirty = False
 
     # -- inputs
@@ -85,6 +97,7 @@ class SnapshotBuilder:
         ts = float(value["ts"])
         if ts < old.features_ts:
             return False
+        self._touch(old.node_class, value["node_class"])
         self._nodes[name] = dataclasses.replace(
             old, node_class=value["node_class"], gpu_model=value.get("gpu_model"),
             features=MappingProxyType(node_features_map(value)), features_ts=ts,
@@ -120,16 +133,24 @@ class SnapshotBuilder:
 
     def remove_node(self, node: str) -> None:
         """Forget a node (a tombstone on a compacted topic)."""
-        if self._nodes.pop(node, None) is not None:
+        old = self._nodes.pop(node, None)
+        if old is not None:
+            self._touch(old.node_class)
             self.dirty = True
+
+    def _touch(self, *node_classes: str | None) -> None:
+        """Model matrices of these classes must be looked at again by the next build."""
+        for c in node_classes:
+            if c is not None:
+                self._epochs[c] = self._epochs.get(c, 0) + 1
 
     def set_model(self, key: str, version: int, predictor: Predictor) -> bool:
         """Install a model; False (ignored) when the view already has this or a newer version."""
         current = self._models.get(key)
         if current is not None and current.version >= version:
             return False
-        _, node_class, node = parse_model_key(key)
-        self._models[key] = _Model(key, int(version), predictor, node_class, node)
+        app, node_class, node = parse_model_key(key)
+        self._models[key] = _Model(key, int(version), predictor, app, node_class, node, tuple(predictor.feature_names))
         self._rows.pop(key, None)
         self._entries.pop(key, None)
         self.dirty = True
@@ -144,46 +165,91 @@ class SnapshotBuilder:
         return len(self._nodes)
 
     # -- output
-    def _scope(self, m: _Model) -> list[NodeState]:
+    def _scope_steps(self, m: _Model, nodes: Mapping[str, NodeState],
+                     states: list[NodeState]) -> Generator[None, None, list[NodeState]]:
         if m.node is not None:
-            n = self._nodes.get(m.node)
+            n = nodes.get(m.node)
             return [n] if n is not None and n.features_ts > 0 and n.node_class == m.node_class else []
-        return [n for n in self._nodes.values() if n.features_ts > 0 and n.node_class == m.node_class]
+        scope: list[NodeState] = []
+        for start in range(0, len(states), CHUNK):
+            scope.extend(n for n in states[start:start + CHUNK] if n.features_ts > 0 and n.node_class == m.node_class)
+            yield
+        return scope
 
-    def _entry(self, m: _Model) -> ModelEntry:
-        scope = self._scope(m)
-        signature = tuple((n.name, n.version) for n in scope)
+    def _entry_steps(self, m: _Model, nodes: Mapping[str, NodeState],
+                     states: list[NodeState]) -> Generator[None, None, ModelEntry]:
+        """The model's entry: reused while no node of its class changed, else only changed rows converted."""
+        signature = (m.version, self._epochs.get(m.node_class, 0))
         cached = self._entries.get(m.key)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        names = tuple(m.predictor.feature_names)
+        scope = yield from self._scope_steps(m, nodes, states)
+        names = tuple(n.name for n in scope)
+        yield
         rows = self._rows.setdefault(m.key, {})
-        for gone in set(rows) - {n.name for n in scope}:
-            del rows[gone]
-        stacked = []
-        for n in scope:
-            hit = rows.get(n.name)
-            if hit is None or hit[0] != n.version:
-                hit = (n.version, row(n.features, names))
-                rows[n.name] = hit
-            stacked.append(hit[1])
-        matrix = np.stack(stacked) if stacked else np.empty((0, len(names)), dtype=np.float32)
+        prev = cached[1] if cached is not None and cached[1].version == m.version else None
+        same_scope = prev is not None and tuple(prev.row_index) == names
+        yield
+        if prev is not None and same_scope:
+            matrix = prev.matrix
+        else:
+            matrix = np.empty((len(scope), len(m.feature_names)), dtype=np.float32)
+        changed = not same_scope
+        converted = 0
+        for start in range(0, len(scope), CHUNK):
+            for i in range(start, min(start + CHUNK, len(scope))):
+                n = scope[i]
+                hit = rows.get(n.name)
+                if hit is None or hit[0] != n.version:
+                    hit = rows[n.name] = (n.version, row(n.features, m.feature_names))
+                    converted += 1
+                    if converted % ROWS_PER_STEP == 0:
+                        yield
+                elif same_scope:
+                    continue
+                if not changed:  # first changed row of an unchanged scope: copy the old (read-only) matrix
+                    matrix, changed = matrix.copy(), True
+                matrix[i] = hit[1]
+            yield
+        if prev is not None and not changed:
+            self._entries[m.key] = (signature, prev)
+            return prev
+        if not same_scope:
+            for gone in set(rows).difference(names):
+                del rows[gone]
+            yield
         matrix.setflags(write=False)
         entry = ModelEntry(
-            key=m.key, version=m.version, predictor=m.predictor, feature_names=names,
-            task_columns=MappingProxyType({t: names.index(t) for t in TASK_FEATURES if t in names}),
-            row_index=MappingProxyType({n.name: i for i, n in enumerate(scope)}), matrix=matrix,
+            key=m.key, version=m.version, predictor=m.predictor, feature_names=m.feature_names,
+            task_columns=MappingProxyType({t: m.feature_names.index(t) for t in TASK_FEATURES if t in m.feature_names}),
+            row_index=prev.row_index if same_scope and prev is not None else MappingProxyType(
+                dict(zip(names, range(len(names)), strict=True))),
+            matrix=matrix,
         )
         self._entries[m.key] = (signature, entry)
         return entry
 
-    def build(self, now: float) -> Snapshot:
-        """A new immutable snapshot of everything applied so far; clears :attr:`dirty`."""
-        nodes = MappingProxyType(dict(self._nodes))
-        models = MappingProxyType({k: self._entry(m) for k, m in self._models.items()})
-        data_ts = max((n.features_ts for n in self._nodes.values()), default=0.0)
+    def build_steps(self, now: float) -> Generator[None, None, Snapshot]:
+        """Build a new immutable snapshot in steps, yielding every few hundred nodes (the snapshot is returned).
+
+        Clears :attr:`dirty` when it starts: what is applied while the steps run marks the builder dirty again
+        and goes into the next build. Only one build may run at a time.
+        """
         self.dirty = False
-        snap = Snapshot(nodes=nodes, models=models, built_at=now, data_ts=data_ts)
-        for app in {m.key.split(":", 1)[0] for m in self._models.values()}:
-            snap.routes(app)  # warm the per-app routing while still off the request path
-        return snap
+        nodes = dict(self._nodes)
+        states = list(nodes.values())
+        yield
+        models: dict[str, ModelEntry] = {}
+        for key, m in list(self._models.items()):
+            models[key] = yield from self._entry_steps(m, nodes, states)
+        table = yield from node_table_steps(nodes)
+        columns: dict[str, NodeTable | AppRoutes | None] = {"": table}
+        for app in sorted({m.app for m in self._models.values()}):
+            columns[app] = yield from app_routes_steps(app, table, models)
+        data_ts = float(table.features_ts.max()) if len(table) else 0.0
+        snap = Snapshot(nodes=MappingProxyType(nodes), models=MappingProxyType(models), built_at=now, data_ts=data_ts)
+        return snap.with_columns(columns)
+
+    def build(self, now: float) -> Snapshot:
+        """A new immutable snapshot of everything applied so far (:meth:`build_steps` in one go)."""
+        return run_steps(self.build_steps(now))

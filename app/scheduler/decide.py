@@ -37,7 +37,8 @@ from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import NEUTRAL_SCORE, score_nodes
-from app.scheduler.snapshot import ModelEntry, Snapshot
+from app.scheduler.snapshot import Snapshot
+from app.scheduler.table import AppRoutes
 
 NO_APP = "no_app_label"
 NOT_READY = "not_ready"
@@ -131,10 +132,11 @@ class Decision:
         """The top-scored passing node with a prediction (lowest RTT breaks ties); None when neutral."""
         if self.neutral is not None:
             return None
-        ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
-        if not ok:
-            return None
-        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i]))]
+        best, top = None, (1, 0.0)
+        for node, failed, score, rtt in zip(self.nodes, self.failed, self.score, self.rtt_ms, strict=True):
+            if failed is None and math.isfinite(rtt) and (-score, rtt) < top:
+                best, top = node, (-score, rtt)
+        return best
 
 
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
@@ -173,7 +175,11 @@ def decide(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods,
     params: DecideParams, now: float,
 ) -> Decision:
-    """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule."""
+    """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
+
+    Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`); Python loops
+    run only over candidates with something on them (running or assumed pods) and over model groups.
+    """
     app = pod.app
     if app is None:
         return neutral(pod, nodes, NO_APP)
@@ -182,73 +188,102 @@ def decide(
     if snapshot.age(now) > params.stale_after_s:
         return neutral(pod, nodes, STALE_SNAPSHOT)
     n = len(nodes)
-    rtt = np.full(n, np.nan)
-    cred = np.full(n, params.credibility_prior)
-    fresh = np.zeros(n, dtype=bool)
-    keys: list[str | None] = [None] * n
-    versions: list[int | None] = [None] * n
-    groups: dict[str, tuple[ModelEntry, list[int], list[str]]] = {}
-    states, routes = snapshot.nodes, snapshot.routes(app)
-    for i, name in enumerate(nodes):
-        st = states.get(name)
-        if st is None:
-            continue
-        if st.weight is not None:
-            cred[i] = st.weight
-        if st.is_stale(now, params.stale_after_s):
-            continue
-        fresh[i] = True
-        entry = routes.get(name)
-        if entry is not None:
-            g = groups.get(entry.key)
-            if g is None:
-                g = groups[entry.key] = (entry, [], [])
-            g[1].append(i)
-            g[2].append(name)
-        else:
-            rtt[i] = st.predicted_rtt_ms.get(app, math.nan)
+    table = snapshot.table
+    get = table.pos.get
+    at = np.array([get(name, -1) for name in nodes], dtype=np.int64).reshape(n)
+    known = at >= 0
+    at[~known] = 0  # any valid position; everything gathered for unknown nodes is masked below
+    if not len(table):
+        return neutral(pod, nodes, STALE_NODES)
+    ts = table.features_ts[at]
+    fresh = known & ~table.weights_stale[at] & (ts > 0) & (now - ts <= params.stale_after_s)  # not is_stale
     if not fresh.any():
         return neutral(pod, nodes, STALE_NODES)
-    task = pod.task_features()
+    weight = table.weight[at]
+    cred = np.where(known & ~np.isnan(weight), weight, params.credibility_prior)
+    states = snapshot.nodes
+    routes = snapshot.app_routes(app)
+    model = np.where(fresh, routes.model[at], -1) if routes is not None else np.full(n, -1, dtype=np.int64)
+    rtt = np.full(n, np.nan)
+    for i in np.flatnonzero(fresh & (model < 0)).tolist():  # no model covers the node: node-weights' own
+        rtt[i] = states[nodes[i]].predicted_rtt_ms.get(app, math.nan)
+    by_node = assumed.nodes
+    placed = np.array([name in by_node for name in nodes], dtype=bool) if by_node else np.zeros(n, dtype=bool)
+    busy = (known & table.busy[at]) | placed
     apps = known_apps(snapshot, assumed, app)
-    features: list[Mapping[str, float]] = [_NO_FEATURES] * n
     idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
-    for i, name in enumerate(nodes):
-        if fresh[i]:
-            running, on_node = states[name].running, assumed.counts(name, now, pod.task_id)
-            features[i] = running_features(apps, running, on_node) if running or on_node else idle
-    for entry, idx, names in groups.values():
-        X = entry.rows(names, task)
-        for j, col in _running_columns(entry.feature_names):
-            X[:, j] = [features[i].get(col, math.nan) for i in idx]
-        rtt[idx] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
-        for i in idx:
-            keys[i], versions[i] = entry.key, entry.version
-    policy = params.policy
+    features: list[Mapping[str, float]] = [idle if f else _NO_FEATURES for f in fresh.tolist()]
+    task_id = pod.task_id
+    for i in np.flatnonzero(fresh & busy).tolist():
+        running, on_node = states[nodes[i]].running, assumed.counts(nodes[i], now, task_id)
+        if running or on_node:
+            features[i] = running_features(apps, running, on_node)
+    keys: list[str | None] = [None] * n
+    versions: list[int | None] = [None] * n
+    if routes is not None:
+        _predict(routes, model, routes.row[at], pod.task_features(), features, idle, rtt, keys, versions)
     model_rtt = rtt.copy()
+    policy = params.policy
     failed: list[str | None] = [None] * n
-    if len(assumed) or policy.anti_affinity:
-        for i, name in enumerate(nodes):
+    if policy.anti_affinity or by_node:
+        for i in np.flatnonzero(busy).tolist():  # a node with nothing on it neither interferes nor is penalised
+            name = nodes[i]
             st = states.get(name)
             if fresh[i] and st is not None:
-                pending = assumed.pending(name, st.features_ts, now, exclude=pod.task_id)
+                pending = assumed.pending(name, st.features_ts, now, exclude=task_id)
                 if pending:
                     rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
-            placed = assumed.on_node(name, now, exclude=pod.task_id)
-            failed[i] = anti_affinity_reason(app, st.running if st else {}, (p.app for p in placed), policy)
-    relaxed = False
-    if policy.sla(app) is not None:
-        sla = [sla_reason(app, float(rtt[i]), policy) if failed[i] is None and fresh[i] else None for i in range(n)]
-        remaining = [i for i in range(n) if failed[i] is None]
-        if remaining and all(sla[i] is not None for i in remaining) and policy.sla_when_all_fail == "pass":
-            relaxed = True
-        else:
-            failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
+            on = assumed.on_node(name, now, exclude=task_id)
+            failed[i] = anti_affinity_reason(app, st.running if st else _NO_COUNTS, (p.app for p in on), policy)
+    relaxed = _apply_sla(app, policy, rtt, fresh, failed)
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
     rtt_list = rtt.tolist()
-    assumed.expect(pod.task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
+    assumed.expect(task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
     return Decision(
         pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt_list, keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,
     )
+
+
+def _predict(
+    routes: AppRoutes, model: np.ndarray, rows: np.ndarray, task: Mapping[str, float],
+    features: list[Mapping[str, float]], idle: Mapping[str, float], rtt: np.ndarray,
+    keys: list[str | None], versions: list[int | None],
+) -> None:
+    """One ``predict`` per model over the candidates it covers; fills ``rtt``, ``keys`` and ``versions``."""
+    covered = model[model >= 0]
+    if not covered.size:
+        return
+    first = int(covered[0])
+    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
+        entry = routes.entries[m]
+        sel = np.flatnonzero(model == m)
+        X = entry.matrix[rows[sel]]
+        for name, col in entry.task_columns.items():
+            X[:, col] = task.get(name, math.nan)
+        picked = sel.tolist()
+        for j, running in _running_columns(entry.feature_names):
+            X[:, j] = idle.get(running, math.nan)
+            for k, i in enumerate(picked):
+                if features[i] is not idle:
+                    X[k, j] = features[i].get(running, math.nan)
+        rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
+        for i in picked:
+            keys[i], versions[i] = entry.key, entry.version
+
+
+def _apply_sla(app: str, policy: Policy, rtt: np.ndarray, fresh: np.ndarray, failed: list[str | None]) -> bool:
+    """Fail fresh candidates over the app's SLA (in place); True when the policy let them all pass instead."""
+    sla = policy.sla(app)
+    if sla is None:
+        return False
+    with np.errstate(invalid="ignore"):
+        over = fresh & np.isfinite(rtt) & (rtt > sla)
+    missing = [i for i in np.flatnonzero(over).tolist() if failed[i] is None]
+    remaining = len(failed) - sum(f is not None for f in failed)
+    if remaining and len(missing) == remaining and policy.sla_when_all_fail == "pass":
+        return True
+    for i in missing:
+        failed[i] = sla_reason(app, float(rtt[i]), policy)
+    return False

@@ -97,12 +97,20 @@ def pod_info(pod: Any) -> PodInfo:
         meta = {}
     elif not isinstance(meta, dict):
         raise PodError(f"Pod.metadata must be an object (got {type(meta).__name__})")
-    labels = _string_map(meta, "labels")
-    annotations = _string_map(meta, "annotations")
+    return pod_from_metadata(_str(meta, "name"), _str(meta, "namespace"), _str(meta, "uid"),
+                             _string_map(meta, "labels"), _string_map(meta, "annotations"))
+
+
+def pod_from_metadata(
+    name: str, namespace: str, uid: str, labels: Mapping[str, Any], annotations: Mapping[str, Any],
+) -> PodInfo:
+    """A :class:`PodInfo` from already type-checked metadata fields (what a typed decoder hands over).
+
+    >>> pod_from_metadata("p", "ns", "", {APP_LABEL: "x" * 65}, {INPUT_SIZE_ANNOTATION: "-1"})
+    PodInfo(name='p', namespace='ns', uid='', app=None, input_size_mb=nan)
+    """
     app = labels.get(APP_LABEL)
     if not isinstance(app, str) or not app or len(app) > MAX_APP_LEN:
         app = None
-    return PodInfo(
-        name=_str(meta, "name"), namespace=_str(meta, "namespace"), uid=_str(meta, "uid"),
-        app=app, input_size_mb=_size(annotations.get(INPUT_SIZE_ANNOTATION)),
-    )
+    return PodInfo(name=name, namespace=namespace, uid=uid, app=app,
+                   input_size_mb=_size(annotations.get(INPUT_SIZE_ANNOTATION)))

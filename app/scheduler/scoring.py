@@ -35,21 +35,36 @@ def raw_scores(rtt_ms: np.ndarray) -> np.ndarray:
     """Float scores in [0, 10] before credibility; NaN where the prediction is unusable."""
     rtt = np.asarray(rtt_ms, dtype=np.float64)
     ok = np.isfinite(rtt) & (rtt > 0)
-    out = np.full(rtt.shape, np.nan)
-    if ok.any():
-        best = rtt[ok].min()
-        out[ok] = MAX_SCORE * best / rtt[ok]
-    return out
+    if not ok.any():
+        return np.full(rtt.shape, np.nan)
+    best = rtt[ok].min()
+    return np.where(ok, MAX_SCORE * best / np.where(ok, rtt, 1.0), np.nan)
 
 
 def blended_scores(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
     """Float scores in [0, 10] after the credibility pull toward neutral (no rounding)."""
     raw = raw_scores(np.asarray(rtt_ms, dtype=np.float64))
-    c = np.clip(np.nan_to_num(np.asarray(credibility, dtype=np.float64), nan=0.0), 0.0, 1.0)
-    blended = np.where(np.isnan(raw), NEUTRAL_SCORE, c * np.nan_to_num(raw) + (1.0 - c) * NEUTRAL_SCORE)
+    c = np.asarray(credibility, dtype=np.float64)
+    c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
+    ok = ~np.isnan(raw)
+    blended = np.where(ok, c * np.where(ok, raw, 0.0) + (1.0 - c) * NEUTRAL_SCORE, NEUTRAL_SCORE)
     return np.clip(blended, MIN_SCORE, MAX_SCORE)
 
 
 def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Integer extender scores (0..10) for candidates with predicted RTTs and credibilities."""
-    return np.rint(blended_scores(rtt_ms, credibility)).astype(np.int64)
+    """Integer extender scores (0..10) for candidates with predicted RTTs and credibilities.
+
+    The same numbers as ``rint(blended_scores(...))``, with fewer array passes (it runs on every request).
+    """
+    rtt = np.asarray(rtt_ms, dtype=np.float64)
+    out = np.full(rtt.shape, NEUTRAL_SCORE, dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(rtt) & (rtt > 0)
+    if not ok.any():
+        return out
+    r = rtt[ok]
+    c = np.asarray(credibility, dtype=np.float64)[ok]
+    c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
+    blended = c * (MAX_SCORE * r.min() / r) + (1.0 - c) * NEUTRAL_SCORE
+    out[ok] = np.clip(np.rint(blended), MIN_SCORE, MAX_SCORE)
+    return out

@@ -27,6 +27,7 @@ import numpy as np
 
 from app.contracts.keys import model_key
 from app.model.base import Predictor
+from app.scheduler.table import AppRoutes, NodeTable, build_app_routes, build_node_table
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _NONE: Mapping[str, int] = MappingProxyType({})
@@ -86,6 +87,9 @@ class Snapshot:
     generation: int = 0
     _routes: dict[str, Mapping[str, ModelEntry]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
+    # column views (app.scheduler.table): "" -> NodeTable, app -> AppRoutes | None; filled by the builder
+    _columns: dict[str, NodeTable | AppRoutes | None] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def empty(cls, now: float) -> Snapshot:
@@ -106,6 +110,28 @@ class Snapshot:
         if shared is not None and node.name in shared.row_index:
             return shared
         return None
+
+    @property
+    def table(self) -> NodeTable:
+        """Per-node columns (positions, timestamps, credibility, flags); the builder computes it in advance."""
+        table = self._columns.get("")
+        if table is None:
+            table = self._columns[""] = build_node_table(self.nodes)
+        return table  # type: ignore[return-value]
+
+    def app_routes(self, app: str) -> AppRoutes | None:
+        """Model and row per node position for ``app``; None when no model exists for it (not cached then)."""
+        if app in self._columns:
+            return self._columns[app]  # type: ignore[return-value]
+        if not app or not any(key.startswith(f"{app}:") for key in self.models):
+            return None  # app labels are unbounded input: only modelled apps are cached
+        routes = self._columns[app] = build_app_routes(app, self.table, self.models)
+        return routes
+
+    def with_columns(self, columns: Mapping[str, NodeTable | AppRoutes | None]) -> Snapshot:
+        """This snapshot with precomputed column views (see :attr:`table`, :meth:`app_routes`)."""
+        self._columns.update(columns)
+        return self
 
     def routes(self, app: str) -> Mapping[str, ModelEntry]:
         """node -> the model :meth:`model_for` picks for ``app``; computed once per snapshot and app."""
@@ -142,5 +168,6 @@ class SnapshotHolder:
         self._generation += 1
         stamped = dataclasses.replace(snapshot, generation=self._generation)
         stamped._routes.update(snapshot._routes)
+        stamped._columns.update(snapshot._columns)
         self._current = stamped
         return stamped

@@ -14,17 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.config import Settings
 from app.contracts.codec import decode, encode
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import parse_args
-from app.extender.server import build_app
+from app.extender.server import running
 from app.extender.service import ExtenderService
 from app.model.registry import open_store
 from app.model.train import booster_to_bytes, train_model
@@ -79,11 +79,11 @@ async def publish(settings: Settings, messages: list[tuple[str, str, dict[str, A
         await producer.stop()
 
 
-async def wait_ready(client: TestClient, models: int, timeout_s: float = 30.0) -> dict[str, Any]:
+async def wait_ready(client: aiohttp.ClientSession, models: int, timeout_s: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         resp = await client.get("/readyz")
-        body = await resp.json()
+        body = await resp.json(content_type=None)
         if resp.status == 200 and body["models"] >= models:
             return body
         assert time.monotonic() < deadline, f"extender not ready: {body}"
@@ -118,7 +118,7 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
     options = dataclasses.replace(ExtenderOptions.from_settings(settings), rebuild_interval_s=0.05)
 
     service = ExtenderService(settings, options)
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with running(service, "127.0.0.1", 0) as server, aiohttp.ClientSession(base_url=server.url) as client:
         ready = await wait_ready(client, models=1)
         assert ready["nodes"] == 2
         resp = await client.post("/prioritize", data=orjson.dumps(args(["gpu-slow", "gpu-fast"])))
@@ -161,14 +161,18 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
     finally:
         await client_redis.aclose()
 
-    # a restarted extender is ready from Redis as soon as start() returns, before any Kafka catch-up
-    restarted = ExtenderService(settings, options, publish=False)
+    # a restarted extender is ready from Redis once its warm start is over, before any Kafka catch-up
+    restarted = ExtenderService(settings, options, publish=False, kafka=False)
     await restarted.start()
     try:
-        assert restarted.ready
+        await asyncio.wait_for(restarted.warmed.wait(), 5)
+        deadline = time.monotonic() + 5
+        while not restarted.ready:
+            assert time.monotonic() < deadline, restarted.readiness()
+            await asyncio.sleep(0.01)
         snap = restarted.holder.current
         assert snap is not None and set(snap.nodes) == {"gpu-slow", "gpu-fast"} and set(snap.models) == {"gCTF:gpu"}
-        result = restarted.prioritize(parse_args(orjson.dumps(args(["gpu-slow", "gpu-fast"]))))
+        result = orjson.loads(restarted.prioritize(parse_args(orjson.dumps(args(["gpu-slow", "gpu-fast"])))))
         assert {r["Host"]: r["Score"] for r in result}["gpu-fast"] == 10
     finally:
         await restarted.stop()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 
 from app.clock import ManualClock
 from app.config import Settings
 from app.extender.options import ExtenderOptions
+from app.extender.server import ExtenderServer, running
 from app.extender.service import ExtenderService
 from app.scheduler.policy import Policy
 
@@ -48,11 +52,41 @@ class ListSink:
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, bytes]] = []
 
-    async def send(self, key: bytes, value: bytes) -> None:
-        self.sent.append((key, value))
+    async def start(self) -> None:
+        return None
+
+    async def send_many(self, records: Sequence[tuple[bytes, bytes]]) -> None:
+        self.sent.extend(records)
 
     async def close(self) -> None:
         return None
+
+
+@contextlib.asynccontextmanager
+async def http_client(service: ExtenderService, start: bool = True) -> AsyncIterator[Client]:
+    """The service served on a free port (background work started), and an HTTP client for it."""
+    async with running(service, "127.0.0.1", 0, start=start) as server:
+        async with aiohttp.ClientSession(base_url=server.url) as session:
+            yield Client(session, server)
+
+
+class Client:
+    """An aiohttp session on the served extender; ``port`` for raw-socket tests."""
+
+    def __init__(self, session: aiohttp.ClientSession, server: ExtenderServer) -> None:
+        self.session = session
+        self.server = server
+        self.port = server.port
+
+    async def get(self, path: str) -> aiohttp.ClientResponse:
+        resp = await self.session.get(path)
+        await resp.read()
+        return resp
+
+    async def post(self, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        resp = await self.session.post(path, **kwargs)
+        await resp.read()
+        return resp
 
 
 def make_service(policy: Policy | None = None, populate: bool = True, **options: Any) -> ExtenderService:

@@ -29,7 +29,7 @@ def features(node: str, ts: float) -> bytes:
 
 def make_feed(loader: Any) -> tuple[ViewFeed, SnapshotBuilder, ExtenderMetrics]:
     builder, metrics = SnapshotBuilder(), ExtenderMetrics()
-    return ViewFeed(Settings.from_env({}), builder, loader, metrics, rebuild=lambda: None), builder, metrics
+    return ViewFeed(Settings.from_env({}), builder, loader, metrics, rebuild=lambda force: None), builder, metrics
 
 
 async def test_messages_applied_ignored_rejected_deleted() -> None:

@@ -8,11 +8,9 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from extkit import NOW, LinearPredictor, fixture, make_service
+from extkit import NOW, Client, LinearPredictor, fixture, http_client, make_service
 
 from app.contracts.codec import decode
-from app.extender.server import build_app
 from app.extender.service import ExtenderService
 from app.scheduler.policy import policy_from_dict
 
@@ -27,19 +25,19 @@ def service() -> ExtenderService:
 
 
 @pytest.fixture
-async def client(service: ExtenderService) -> AsyncIterator[TestClient]:
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as c:
+async def client(service: ExtenderService) -> AsyncIterator[Client]:
+    async with http_client(service) as c:
         yield c
 
 
-async def post(client: TestClient, verb: str, body: object) -> tuple[int, object]:
+async def post(client: Client, verb: str, body: object) -> tuple[int, object]:
     data = body if isinstance(body, bytes) else orjson.dumps(body)
     resp = await client.post(f"/{verb}", data=data, headers={"Content-Type": "application/json"})
     assert resp.content_type == "application/json"
     return resp.status, orjson.loads(await resp.read())
 
 
-async def test_filter_nodelist_mode_echoes_full_node_objects(client: TestClient) -> None:
+async def test_filter_nodelist_mode_echoes_full_node_objects(client: Client) -> None:
     args = fixture("args_nodes_gctf.json")
     status, result = await post(client, "filter", args)
     assert status == 200
@@ -48,13 +46,13 @@ async def test_filter_nodelist_mode_echoes_full_node_objects(client: TestClient)
     assert result["Nodes"] == args["Nodes"]  # every node passes, objects untouched, NodeList metadata kept
 
 
-async def test_filter_names_mode(client: TestClient) -> None:
+async def test_filter_names_mode(client: Client) -> None:
     status, result = await post(client, "filter", fixture("args_names_gctf.json"))
     assert status == 200 and result["Nodes"] is None and result["NodeNames"] == NAMES
 
 
 @pytest.mark.parametrize("name", ["args_nodes_gctf.json", "args_names_gctf.json"])
-async def test_prioritize_both_modes_rank_fast_node_first(client: TestClient, service: ExtenderService,
+async def test_prioritize_both_modes_rank_fast_node_first(client: Client, service: ExtenderService,
                                                           name: str) -> None:
     status, result = await post(client, "prioritize", fixture(name))
     assert status == 200 and result == EXPECTED
@@ -71,7 +69,7 @@ async def test_prioritize_both_modes_rank_fast_node_first(client: TestClient, se
     assert (by["cpu-1"]["model_key"], by["cpu-1"]["predicted_rtt_ms"]) == (None, 5000.0)
 
 
-async def test_pod_without_app_label_is_neutral(client: TestClient, service: ExtenderService) -> None:
+async def test_pod_without_app_label_is_neutral(client: Client, service: ExtenderService) -> None:
     args = {"Pod": fixture("pod_unlabeled.json"), "Nodes": None, "NodeNames": NAMES}
     assert await post(client, "prioritize", args) == (200, [{"Host": n, "Score": 5} for n in NAMES])
     status, result = await post(client, "filter", args)
@@ -92,14 +90,14 @@ async def test_pod_without_app_label_is_neutral(client: TestClient, service: Ext
     (b'{"Pod": {"metadata": {"labels": ["a"]}}, "NodeNames": []}', "Pod.metadata.labels"),
 ])
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
-async def test_malformed_body_is_400_with_error(client: TestClient, verb: str, body: bytes, needle: str) -> None:
+async def test_malformed_body_is_400_with_error(client: Client, verb: str, body: bytes, needle: str) -> None:
     status, result = await post(client, verb, body)
     assert status == 400 and needle in result["Error"] and "Traceback" not in result["Error"]
 
 
 async def test_oversized_body_is_413_with_error() -> None:
     service = make_service(max_body_bytes=4096)
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with http_client(service) as client:
         big = orjson.dumps(fixture("args_nodes_gctf.json"))
         assert len(big) > 4096
         status, result = await post(client, "filter", big)
@@ -115,8 +113,8 @@ async def test_oversized_body_is_413_with_error() -> None:
 
 async def test_slow_body_times_out_with_408() -> None:
     service = make_service(read_timeout_s=0.2)
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
-        reader, writer = await asyncio.open_connection(client.host, client.port)
+    async with http_client(service) as client:
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
         writer.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"Pod\":")
         await writer.drain()
@@ -128,7 +126,7 @@ async def test_slow_body_times_out_with_408() -> None:
 async def test_stale_snapshot_answers_neutral_counts_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
     service = make_service(policy=policy_from_dict({"sla_ms": {"gCTF": 1.0}}))
     service.clock.advance(31.0)  # type: ignore[attr-defined]
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with http_client(service) as client:
         with caplog.at_level(logging.WARNING, logger="app.extender.service"):
             for _ in range(3):
                 status, result = await post(client, "filter", fixture("args_names_gctf.json"))
@@ -146,7 +144,7 @@ async def test_sla_and_anti_affinity_filter_with_reasons() -> None:
     service = make_service(policy=policy)
     service.builder.apply_running("gpu-m40-1", {"Motioncor2": 1})
     service.rebuild()
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with http_client(service) as client:
         args = fixture("args_nodes_gctf.json")
         status, result = await post(client, "filter", args)
         assert status == 200
@@ -163,7 +161,7 @@ async def test_sla_and_anti_affinity_filter_with_reasons() -> None:
 
 async def test_health_readiness_metrics_openapi() -> None:
     service = make_service(populate=False)
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with http_client(service) as client:
         assert (await client.get("/healthz")).status == 200
         resp = await client.get("/readyz")
         assert resp.status == 503 and (await resp.json())["ready"] is False
@@ -182,7 +180,7 @@ async def test_health_readiness_metrics_openapi() -> None:
 
 
 async def test_unknown_path_and_method_answer_json() -> None:
-    async with TestClient(TestServer(build_app(make_service()), host="127.0.0.1")) as client:
+    async with http_client(make_service()) as client:
         resp = await client.get("/nope")
         assert resp.status == 404 and (await resp.json())["Error"]
         resp = await client.get("/filter")
@@ -193,7 +191,7 @@ async def test_unexpected_error_is_500_with_error_and_logged(caplog: pytest.LogC
     service = make_service()
     service.builder.set_model("gCTF:gpu", 99, LinearPredictor({"load__mean": 1.0}, fail=True))
     service.rebuild()
-    async with TestClient(TestServer(build_app(service), host="127.0.0.1")) as client:
+    async with http_client(service) as client:
         with caplog.at_level(logging.ERROR, logger="app.extender.server"):
             status, result = await post(client, "prioritize", fixture("args_names_gctf.json"))
         assert status == 500 and result["Error"] == "internal error (logged by the extender)"

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from aiohttp import web
 from extkit import make_service
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
@@ -19,8 +18,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.extender.server import OPENAPI_PATH, build_app
-from app.kafka.embedded import free_port
+from app.extender.server import OPENAPI_PATH, ExtenderServer
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 EXAMPLES = 25
@@ -29,15 +27,19 @@ EXAMPLES = 25
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     """The extender on a free port, served by its own event loop in a thread; stopped afterwards."""
-    port = free_port()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(build_app(make_service(max_body_bytes=64 * 1024)))
+    service = make_service(max_body_bytes=64 * 1024)
     started = threading.Event()
+    server: list[ExtenderServer] = []
+
+    async def start() -> None:
+        server.append(ExtenderServer(service))
+        await server[0].listen("127.0.0.1", 0)
+        await service.start()
 
     def serve() -> None:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_until_complete(start())
         started.set()
         loop.run_forever()
 
@@ -45,9 +47,10 @@ def base_url() -> Iterator[str]:
     thread.start()
     assert started.wait(10)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server[0].url
     finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(server[0].close(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(service.stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()

@@ -13,7 +13,8 @@ from app.contracts.codec import decode
 from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
-from app.extender.protocol import ProtocolError, filter_result, parse_args, priority_list
+from app.extender.predictions import decision_values, encode_decision
+from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -21,21 +22,25 @@ from app.scheduler.podinfo import PodInfo
 
 def test_parse_both_modes_and_go_style_case_insensitive_keys() -> None:
     nodes = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
-    assert nodes.node_names == ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"] and nodes.node_items is not None
-    names = parse_args(b'{"pod": {}, "nodenames": ["a"]}')
-    assert names.node_names == ["a"] and names.node_items is None
+    assert nodes.node_names == ["gpu-4090-1", "gpu-m40-1", "gpu-k20-1", "cpu-1"] and nodes.node_list
+    names = parse_args(b'{"pod": {"metadata": {"labels": {"rttsched.io/app": "gCTF"}}}, "nodenames": ["a"]}')
+    assert names.node_names == ["a"] and not names.node_list and names.pod.app == "gCTF"
     empty = parse_args(b'{"Pod": {}, "Nodes": null, "NodeNames": null}')
-    assert empty.node_names == [] and filter_result(empty, {})["NodeNames"] == []
+    assert empty.node_names == [] and orjson.loads(filter_body(empty, {}))["NodeNames"] == []
     with pytest.raises(ProtocolError, match="Nodes.metadata"):
         parse_args(b'{"Pod": {}, "Nodes": {"metadata": "x", "items": []}}')
 
 
-def test_filter_result_keeps_order_and_mode() -> None:
-    args = parse_args(orjson.dumps(fixture("args_nodes_gctf.json")))
-    out = filter_result(args, {"gpu-m40-1": "why"})
-    assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-4090-1", "gpu-k20-1", "cpu-1"]
+def test_filter_result_keeps_order_mode_and_node_objects() -> None:
+    sent = fixture("args_nodes_gctf.json")
+    args = parse_args(orjson.dumps(sent), keep_nodes=True)
+    out = orjson.loads(filter_body(args, {"gpu-m40-1": "why"}))
+    assert out["Nodes"]["items"] == [it for it in sent["Nodes"]["items"] if it["metadata"]["name"] != "gpu-m40-1"]
     assert out["Nodes"]["metadata"] == {"resourceVersion": "47211"}
     assert (out["NodeNames"], out["FailedNodes"], out["Error"]) == (None, {"gpu-m40-1": "why"}, "")
+    assert orjson.loads(filter_body(args, {}))["Nodes"] == sent["Nodes"]  # nothing failed: echoed as received
+    with pytest.raises(ValueError, match="keep_nodes"):
+        filter_body(parse_args(orjson.dumps(sent)), {})
     assert priority_list([("a", 3)]) == [{"Host": "a", "Score": 3}]
 
 
@@ -84,7 +89,7 @@ async def test_publisher_drops_and_counts_when_full() -> None:
 
 async def test_publisher_survives_a_failing_sink() -> None:
     class Broken(ListSink):
-        async def send(self, key: bytes, value: bytes) -> None:
+        async def send_many(self, records: object) -> None:
             raise OSError("broker gone")
 
     metrics = ExtenderMetrics()
@@ -95,3 +100,18 @@ async def test_publisher_survives_a_failing_sink() -> None:
     await asyncio.wait_for(pub.drain(), 5)
     assert metrics.dropped._value.get() == 3
     await pub.stop()
+
+
+def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
+    idle = {"running_pods_gCTF": 0.0}
+    busy = {"running_pods_gCTF": 2.0, "running_pods_upload": 1.0}
+    d = Decision(PodInfo("p", "ns", 'uid-"1"', "gCTF", 1.0), ("n0", "n1", "n2", "n3"), [10, 5, 5, 1],
+                 [100.0, float("nan"), 250.5, 1e6], ["gCTF:gpu", None, None, "gCTF:gpu:n3"], [4, None, None, 1],
+                 [1.0] * 4, [None] * 4, [True] * 4, [120.0, float("nan"), 250.5, 9e5], [idle, idle, {}, busy])
+    parts = list(encode_decision(d, 1_700_000_000.25, chunk=3))
+    records = [r for part in parts for r in part]
+    assert [len(p) for p in parts] == [2, 1]  # candidates 0-2 (one without a prediction), then 3
+    expected = list(decision_values(d, 1_700_000_000.25))
+    assert [k for k, _ in records] == [b"n0", b"n2", b"n3"] == [v["node"].encode() for v in expected]
+    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert expected[0]["predicted_rtt_ms"] == 120.0 and "features" not in expected[1]

@@ -72,3 +72,16 @@ def test_properties(case: tuple[list[float], list[float]]) -> None:
     assert score_nodes(rtt * 8.0, cred).tolist() == score.tolist()
     perm = np.random.default_rng(0).permutation(rtt.size)
     assert score_nodes(rtt[perm], cred[perm]).tolist() == score[perm].tolist()
+
+
+floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@given(st.lists(st.tuples(floats, floats), max_size=12))
+def test_integer_scores_are_the_rounded_blended_scores(pairs: list[tuple[float, float]]) -> None:
+    """score_nodes takes fewer array passes than rint(blended_scores(...)) and gives the same integers."""
+    rtt = np.array([p[0] for p in pairs], dtype=np.float64)
+    cred = np.array([p[1] for p in pairs], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        expected = np.rint(blended_scores(rtt, cred)).astype(np.int64)
+    assert score_nodes(rtt, cred).tolist() == expected.tolist()

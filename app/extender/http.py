@@ -1,0 +1,354 @@
+"""A small HTTP/1.1 server for the extender's few routes: requests answered inside the read callback.
+
+Every route of the extender answers from memory without awaiting anything, so a request needs no task, no
+stream reader and no response object: :class:`HttpProtocol` parses a request from the bytes it received,
+calls the synchronous handler and writes the answer, all in one ``data_received`` call. What it accepts:
+``Content-Length`` or ``chunked`` bodies, ``Expect: 100-continue``, keep-alive (HTTP/1.1 default, HTTP/1.0 on
+request) and pipelined requests, in order.
+
+Bounds, each answered with a JSON ``Error`` (see :class:`HttpLimits`):
+
+* the header block must arrive within ``header_timeout_s`` of the request's first byte (408), and be at
+  most ``max_header_bytes`` (431) — a client sending one byte every few seconds is cut off;
+* the body must arrive within ``body_timeout_s`` of the header block (408) and be at most
+  ``max_body_bytes`` (413, from ``Content-Length`` before reading, or while reading a chunked body);
+* a connection idle between requests for ``idle_timeout_s`` is closed;
+* beyond ``max_connections`` open connections a new one is answered 503 and closed.
+
+After an error answer the connection is half-closed and what the client still sends is read and dropped
+for a moment, so that it sees the answer instead of a reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+
+from app.extender.http_types import (
+    HttpError,
+    HttpLimits,
+    HttpServerState,
+    Request,
+    Response,
+    tls_context,
+)
+
+__all__ = ["HttpError", "HttpLimits", "HttpProtocol", "HttpServerState", "Request", "Response", "tls_context"]
+
+log = logging.getLogger(__name__)
+
+LINGER_S = 2.0  # after an error answer: how long unread input is drained before the socket closes
+LARGE_BODY = 256 * 1024  # a Content-Length body above this is received in place, into its own buffer
+
+
+_IDLE, _HEAD, _BODY, _CHUNKED, _DRAIN = range(5)
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+class HttpProtocol(asyncio.BufferedProtocol):
+    """One client connection (see the module docstring)."""
+
+    def __init__(self, shared: HttpServerState) -> None:
+        self._shared = shared
+        self._limits = shared.limits
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._state = _IDLE
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._counted = False
+        # the request being read
+        self._method = self._path = ""
+        self._headers: dict[str, str] = {}
+        self._need = 0  # Content-Length still to come, or the size of the current chunk
+        self._body: bytearray | None = None  # a large body being received in place (see get_buffer)
+        self._have = 0
+        self._chunks = bytearray()
+        self._keep_alive = True
+        self._head_only = False
+
+    # -- connection
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # a stream transport (asyncio's or uvloop's)
+        if len(self._shared.connections) >= self._limits.max_connections:
+            self._shared.on_reject()
+            self._send(503, self._shared.error_body(
+                f"too many connections (limit {self._limits.max_connections}); retry later"), close=True)
+            transport.close()
+            return
+        self._shared.connections.add(self)
+        self._counted = True
+        self._arm(self._limits.idle_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            self._shared.connections.discard(self)
+            self._counted = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport = None
+        self._buf.clear()
+        self._body = None
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def pause_writing(self) -> None:  # the client does not read its answers: stop reading its requests
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    # -- timers: one handle, re-armed lazily (a request that arrives whole never touches it)
+    def _arm(self, seconds: float) -> None:
+        self._deadline = deadline = self._loop.time() + seconds
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = self._loop.call_at(deadline, self._on_timer), deadline
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._transport is None:
+            return
+        if self._loop.time() < self._deadline:
+            self._timer, self._timer_at = self._loop.call_at(self._deadline, self._on_timer), self._deadline
+            return
+        state = self._state
+        if state == _HEAD:
+            self._fail(HttpError(408, f"request header not received within {self._limits.header_timeout_s:g} s"))
+        elif state in (_BODY, _CHUNKED):
+            self._fail(HttpError(408, f"request body not received within {self._limits.body_timeout_s:g} s"))
+        else:  # idle keep-alive, or the drain after an error answer
+            self._transport.close()
+
+    # -- reading
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next bytes go: straight into a large body's own buffer, else a scratch buffer."""
+        if self._body is not None:
+            return memoryview(self._body)[self._have:]  # exactly what is missing: nothing of a next request
+        return self._shared.scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is None:
+            self.data_received(self._shared.scratch[:nbytes])
+            return
+        self._have += nbytes
+        if self._have < self._need:
+            return
+        body, self._body = self._body, None
+        self._dispatch(body)
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self._state == _DRAIN:
+            return
+        self._buf += data
+        if self._state == _IDLE:
+            self._state = _HEAD
+            self._arm(self._limits.header_timeout_s)
+        try:
+            self._process()
+        except HttpError as exc:
+            self._fail(exc)
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself; a half-read request is abandoned
+
+    def _process(self) -> None:
+        buf = self._buf
+        while self._transport is not None and not self._transport.is_closing():
+            state = self._state
+            if state == _HEAD:
+                while buf[:2] == b"\r\n":  # stray empty lines before a request line are allowed
+                    del buf[:2]
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buf) > self._limits.max_header_bytes:
+                        raise HttpError(431, f"request header larger than {self._limits.max_header_bytes} bytes")
+                    if not buf:
+                        self._state = _IDLE
+                        self._arm(self._limits.idle_timeout_s)
+                    return
+                if end > self._limits.max_header_bytes:
+                    raise HttpError(431, f"request header larger than {self._limits.max_header_bytes} bytes")
+                head = bytes(buf[:end])
+                del buf[:end + 4]
+                self._start_request(head)
+            elif state == _BODY:
+                if len(buf) < self._need:
+                    return
+                body = bytes(buf[:self._need])
+                del buf[:self._need]
+                self._dispatch(body)
+            elif state == _CHUNKED:
+                if not self._read_chunks():
+                    return
+                body, self._chunks = bytes(self._chunks), bytearray()
+                self._dispatch(body)
+            else:
+                return
+
+    def _start_request(self, head: bytes) -> None:
+        try:
+            text = head.decode("latin-1")
+        except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes any byte
+            raise HttpError(400, "malformed request header") from None
+        lines = text.split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[0] or not parts[1]:
+            raise HttpError(400, "malformed request line")
+        method, target, version = parts
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            raise HttpError(505, f"HTTP version {version[:16]!r} not supported")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep or not name or name[-1] in " \t" or name[0] in " \t":
+                raise HttpError(400, "malformed header line")
+            key = name.lower()
+            value = value.strip(" \t")
+            if key in headers:
+                if key == "content-length" and headers[key] != value:
+                    raise HttpError(400, "conflicting Content-Length headers")
+                if key != "content-length":
+                    headers[key] = f"{headers[key]}, {value}"
+                continue
+            headers[key] = value
+        if target.startswith("/"):
+            path = target.split("?", 1)[0]
+        elif target.startswith(("http://", "https://")):
+            rest = target.split("://", 1)[1]
+            path = "/" + rest.split("/", 1)[1].split("?", 1)[0] if "/" in rest else "/"
+        else:
+            path = target
+        connection = headers.get("connection", "").lower()
+        self._keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+        self._method, self._path, self._headers = method, path, headers
+        self._head_only = method == "HEAD"
+        te = headers.get("transfer-encoding")
+        cl = headers.get("content-length")
+        if te is not None:
+            if cl is not None:
+                raise HttpError(400, "both Transfer-Encoding and Content-Length")
+            if te.lower() != "chunked":
+                raise HttpError(501, f"transfer coding {te[:32]!r} not supported (only chunked)")
+            self._state, self._need = _CHUNKED, -1
+            self._chunks = bytearray()
+        elif cl is not None:
+            if not cl.isdigit() or len(cl) > 18:
+                raise HttpError(400, "Content-Length must be a number")
+            self._need = int(cl)
+            if self._need > self._limits.max_body_bytes:
+                raise HttpError(413, f"request body of {self._need} bytes exceeds the limit of "
+                                     f"{self._limits.max_body_bytes}")
+            self._state = _BODY
+        else:
+            self._need, self._state = 0, _BODY
+        if self._need and headers.get("expect", "").lower() == "100-continue" and len(self._buf) < max(self._need, 1):
+            assert self._transport is not None
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if self._state == _BODY and self._need > LARGE_BODY and len(self._buf) < self._need:
+            self._body = bytearray(self._need)  # the rest is received into it directly (get_buffer)
+            self._body[:len(self._buf)] = self._buf
+            self._have = len(self._buf)
+            self._buf.clear()
+        self._arm(self._limits.body_timeout_s)
+
+    def _read_chunks(self) -> bool:
+        """Move complete chunks from the buffer into the body; True once the last chunk and trailers are in."""
+        buf = self._buf
+        while True:
+            if self._need == -1:  # expecting a chunk-size line
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > 1024:
+                        raise HttpError(400, "malformed chunk size line")
+                    return False
+                size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise HttpError(400, "malformed chunk size line") from None
+                if size < 0:
+                    raise HttpError(400, "malformed chunk size line")
+                del buf[:end + 2]
+                if size == 0:
+                    self._need = -2
+                else:
+                    if len(self._chunks) + size > self._limits.max_body_bytes:
+                        raise HttpError(413, f"request body exceeds the limit of {self._limits.max_body_bytes} bytes")
+                    self._need = size
+            if self._need == -2:  # trailers up to an empty line
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > self._limits.max_header_bytes:
+                        raise HttpError(431, "chunked trailers too large")
+                    return False
+                del buf[:end + 2]
+                if end == 0:
+                    return True
+                continue
+            if len(buf) < self._need + 2:
+                return False
+            if buf[self._need:self._need + 2] != b"\r\n":
+                raise HttpError(400, "malformed chunk")
+            self._chunks += buf[:self._need]
+            del buf[:self._need + 2]
+            self._need = -1
+
+    # -- answering
+    def _dispatch(self, body: bytes | bytearray) -> None:
+        request = Request(self._method, self._path, self._headers, body)
+        self._state = _HEAD if self._buf else _IDLE
+        try:
+            response = self._shared.handle(request)
+        except Exception:  # the application promises not to raise; never let it kill the connection silently
+            log.exception("unhandled error answering %s %s", self._method, self._path)
+            response = Response(500, self._shared.error_body("internal error (logged by the extender)"))
+        close = not self._keep_alive
+        self._send(response.status, response.body, response.content_type, response.headers, close=close)
+        if close:
+            assert self._transport is not None
+            self._transport.close()
+            return
+        self._arm(self._limits.header_timeout_s if self._buf else self._limits.idle_timeout_s)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: tuple[tuple[str, str], ...] = (), close: bool = False) -> None:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nDate: {self._shared.date()}\r\n{extra}"
+                f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n").encode("latin-1")
+        assert self._transport is not None
+        if self._head_only:
+            self._transport.write(head)
+        elif len(body) < 65536:
+            self._transport.write(head + body)
+        else:
+            self._transport.writelines((head, body))
+
+    def _fail(self, exc: HttpError) -> None:
+        """Answer a protocol-level error, half-close, and drain what the client still sends for a moment."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self._shared.on_error(exc.status)
+        self._head_only = False
+        self._body = None
+        self._send(exc.status, self._shared.error_body(exc.message), close=True)
+        self._buf.clear()
+        self._state = _DRAIN
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+        except OSError:  # the client is gone already
+            transport.close()
+            return
+        self._arm(LINGER_S)

@@ -1,0 +1,120 @@
+"""The values of the extender's HTTP layer: limits, requests, answers, protocol errors, the shared server state.
+
+:mod:`app.extender.http` reads requests with them; :func:`tls_context` makes the HTTPS context from the
+``RTT_EXTENDER_TLS_CERT`` / ``RTT_EXTENDER_TLS_KEY`` files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.errors import ConfigError
+
+if TYPE_CHECKING:
+    from app.extender.http import HttpProtocol
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpLimits:
+    max_header_bytes: int = 16 * 1024
+    max_body_bytes: int = 8 * 1024 * 1024
+    header_timeout_s: float = 5.0  # first byte of a request -> end of its header block
+    body_timeout_s: float = 5.0  # end of the header block -> end of the body
+    idle_timeout_s: float = 75.0  # kept-alive connection without a request in progress
+    max_connections: int = 1024
+
+    @classmethod
+    def from_options(cls, o: Any) -> HttpLimits:
+        """The limits an :class:`~app.extender.options.ExtenderOptions` sets."""
+        return cls(max_body_bytes=o.max_body_bytes, header_timeout_s=o.header_timeout_s,
+                   body_timeout_s=o.read_timeout_s, idle_timeout_s=o.idle_timeout_s, max_connections=o.max_connections)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if not getattr(self, f.name) > 0:
+                raise ValueError(f"{f.name} must be > 0 (got {getattr(self, f.name)})")
+
+
+@dataclasses.dataclass(slots=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes | bytearray  # a large body is the buffer it was received into
+
+
+@dataclasses.dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class HttpError(Exception):
+    """A request the protocol layer refuses: answered with ``status`` and the connection closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpServerState:
+    """What all connections of one listening server share: the handler, limits, the connection count.
+
+    ``handle`` never raises (the application turns its failures into answers). ``error_body`` makes the
+    JSON body of a protocol-level error; ``on_error`` is told its status (for metrics), ``on_reject`` each
+    connection refused by the cap.
+    """
+
+    def __init__(
+        self, handle: Callable[[Request], Response], limits: HttpLimits,
+        error_body: Callable[[str], bytes], on_error: Callable[[int], None] | None = None,
+        on_reject: Callable[[], None] | None = None,
+    ) -> None:
+        self.handle = handle
+        self.limits = limits
+        self.error_body = error_body
+        self.on_error = on_error or (lambda status: None)
+        self.on_reject = on_reject or (lambda: None)
+        self.connections: set[HttpProtocol] = set()
+        self.scratch = memoryview(bytearray(256 * 1024))  # every connection reads into it (one at a time)
+        self._date = (0, "")
+
+    def date(self) -> str:
+        now = int(time.time())
+        if now != self._date[0]:
+            self._date = (now, email.utils.formatdate(now, usegmt=True))
+        return self._date[1]
+
+    def protocol(self) -> HttpProtocol:
+        from app.extender.http import HttpProtocol
+
+        return HttpProtocol(self)
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+
+
+def tls_context(options: Any) -> ssl.SSLContext | None:
+    """The server's TLS context when ``options.tls_cert`` and ``tls_key`` are set; ConfigError naming a bad file."""
+    if not options.tls_cert and not options.tls_key:
+        return None
+    for var, path in (("RTT_EXTENDER_TLS_CERT", options.tls_cert), ("RTT_EXTENDER_TLS_KEY", options.tls_key)):
+        if not path or not Path(path).is_file():
+            raise ConfigError(var, f"no such file: {path!r}" if path else "must be set for HTTPS")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(options.tls_cert, options.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError("RTT_EXTENDER_TLS_CERT", f"cannot load certificate {options.tls_cert} with key "
+                                                   f"{options.tls_key}: {exc}") from None
+    return ctx

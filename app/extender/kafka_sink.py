@@ -1,0 +1,117 @@
+"""rtt-predictions on Kafka: the publisher's sink (see :class:`KafkaSink`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from app.config import Settings
+from app.extender.metrics import ExtenderMetrics
+from app.extender.predictions import Record
+
+log = logging.getLogger(__name__)
+TOPIC = "rtt-predictions"
+BATCH_BYTES = 512 * 1024  # record batch size: building and shipping a batch costs ~0.1 ms whatever its size
+
+
+class KafkaSink:
+    """rtt-predictions on Kafka: records collected into one open batch per partition, shipped when full or
+    ``linger_s`` after the first record (one aiokafka producer, acks=1). Requests share batches: shipping
+    costs per batch, appending a record about a microsecond.
+
+    The partition of a key is the default partitioner's (:func:`app.kafka.batches.partition_for`), so the
+    worker's join sees a node's predictions where any producer would have put them. A failed delivery counts
+    its batch's records as dropped. :meth:`start` fails (and the publisher retries) while the broker or the
+    topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
+    """
+
+    def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = 0.05) -> None:
+        self.topic = settings.topic(TOPIC)
+        self._settings = settings
+        self._metrics = metrics
+        self._linger_s = linger_s
+        self._producer: Any = None
+        self._partitions = 0
+        self._open: dict[int, Any] = {}  # partition -> batch being filled
+        self._timer: asyncio.TimerHandle | None = None
+        self._shipping: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=self._settings.bootstrap_servers, acks=1,
+                                    max_batch_size=BATCH_BYTES)
+        try:
+            await producer.start()
+            cluster = await producer.client.fetch_all_metadata()
+            partitions = cluster.partitions_for_topic(self.topic)
+            if not partitions:
+                raise LookupError(f"topic {self.topic} does not exist (create it with `rttsched topics`)")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self._producer, self._partitions = producer, len(partitions)
+
+    async def send_many(self, records: Sequence[Record]) -> None:
+        from app.kafka.batches import partition_for
+
+        if self._producer is None:
+            raise RuntimeError("the rtt-predictions producer is not connected")
+        for key, value in records:
+            partition = partition_for(key, self._partitions)
+            batch = self._open.get(partition)
+            if batch is None:
+                batch = self._open[partition] = self._producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None) is None:  # full: ship it, start another
+                await self._ship(batch, partition)
+                batch = self._open[partition] = self._producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    raise ValueError(f"an rtt-predictions record of {len(value)} bytes does not fit in a batch")
+        if self._open and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._linger_s, self._linger)
+
+    def _linger(self) -> None:
+        self._timer = None
+        task = asyncio.get_running_loop().create_task(self._ship_open())
+        self._shipping.add(task)
+        task.add_done_callback(self._shipping.discard)
+
+    async def _ship_open(self) -> None:
+        batches, self._open = self._open, {}
+        for partition, batch in batches.items():
+            try:
+                await self._ship(batch, partition)
+            except Exception as exc:
+                self._failed(batch.record_count(), exc)
+
+    async def _ship(self, batch: Any, partition: int) -> None:
+        n = batch.record_count()
+        if n:
+            fut = await self._producer.send_batch(batch, self.topic, partition=partition)
+            fut.add_done_callback(lambda f: self._delivered(f, n))
+
+    def _delivered(self, fut: asyncio.Future[Any], n: int) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            self._failed(n, fut.exception())
+
+    def _failed(self, n: int, exc: BaseException | None) -> None:
+        if self._metrics is not None:
+            self._metrics.dropped.inc(n)
+        log.warning("rtt-predictions delivery of %d records failed: %s", n, exc)
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        producer = self._producer
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await self._ship_open()
+                if self._shipping:
+                    await asyncio.gather(*self._shipping, return_exceptions=True)
+            self._producer = None
+            await producer.stop()

@@ -1,0 +1,128 @@
+"""Column views of a snapshot, so that a decision over N candidates is a few array gathers, not N loops.
+
+:class:`NodeTable` gives every node of the view a position and keeps, per position, what a decision reads
+of every candidate: the features timestamp, the credibility (NaN: never evaluated), the node-weights stale
+flag, and whether the running-apps view shows anything on the node. :class:`AppRoutes` gives, per position,
+the model that predicts an app there — the node's own model when it covers the node, else the app × node
+class model, as :meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the node's row in that
+model's matrix. A request turns its candidate names into positions (one dict lookup each) and gathers.
+
+Both are built off the request path by :class:`~app.scheduler.builder.SnapshotBuilder`, in steps
+(:func:`node_table_steps`) so that a view of thousands of nodes never holds the event loop for long.
+
+>>> from app.scheduler.snapshot import NodeState
+>>> t = build_node_table({"a": NodeState("a", features_ts=5.0, weight=0.5), "b": NodeState("b", running={"x": 1})})
+>>> dict(t.pos), t.features_ts.tolist(), t.busy.tolist()
+({'a': 0, 'b': 1}, [5.0, 0.0], [False, True])
+>>> t.weight.tolist()
+[0.5, nan]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Generator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+
+from app.contracts.keys import parse_model_key
+
+if TYPE_CHECKING:
+    from app.scheduler.snapshot import ModelEntry, NodeState
+
+T = TypeVar("T")
+CHUNK = 256  # nodes handled between two yields of a build in steps
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeTable:
+    """Per-node columns of a snapshot, indexed by the positions in :attr:`pos`."""
+
+    pos: Mapping[str, int]  # node -> position
+    features_ts: np.ndarray  # float64, 0 until node-features arrived
+    weight: np.ndarray  # float64 credibility, NaN when never evaluated
+    weights_stale: np.ndarray  # bool
+    busy: np.ndarray  # bool: the running-apps view shows pods on the node
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppRoutes:
+    """Which model predicts one app on each node position, and at which row of its matrix."""
+
+    entries: tuple[ModelEntry, ...]
+    model: np.ndarray  # int64 index into ``entries`` per position; -1 when no model covers the node
+    row: np.ndarray  # int64 row of the node in ``entries[model].matrix``
+
+
+def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, NodeTable]:
+    """Build the table of ``nodes``, yielding every :data:`CHUNK` nodes; the table is the return value."""
+    states = list(nodes.values())
+    ts: list[float] = []
+    weight: list[float] = []
+    stale: list[bool] = []
+    busy: list[bool] = []
+    for start in range(0, len(states), CHUNK):
+        for st in states[start:start + CHUNK]:
+            ts.append(st.features_ts)
+            weight.append(math.nan if st.weight is None else st.weight)
+            stale.append(st.weights_stale)
+            busy.append(bool(st.running))
+        yield
+    pos = MappingProxyType(dict(zip(nodes, range(len(states)), strict=True)))
+    yield
+    return NodeTable(
+        pos=pos, features_ts=np.array(ts, dtype=np.float64), weight=np.array(weight, dtype=np.float64),
+        weights_stale=np.array(stale, dtype=bool), busy=np.array(busy, dtype=bool),
+    )
+
+
+def build_node_table(nodes: Mapping[str, NodeState]) -> NodeTable:
+    """:func:`node_table_steps` run to the end."""
+    return run_steps(node_table_steps(nodes))
+
+
+def app_routes_steps(
+    app: str, table: NodeTable, models: Mapping[str, ModelEntry],
+) -> Generator[None, None, AppRoutes | None]:
+    """The routes of ``app`` (None when it has no model), yielding every :data:`CHUNK` positions written."""
+    shared: list[ModelEntry] = []
+    own: list[ModelEntry] = []
+    for key, entry in models.items():
+        model_app, _, node = parse_model_key(key)
+        if model_app == app and entry.row_index:
+            (own if node is not None else shared).append(entry)
+    if not shared and not own:
+        return None
+    n = len(table)
+    model = np.full(n, -1, dtype=np.int64)
+    row = np.zeros(n, dtype=np.int64)
+    pos = table.pos
+    for m, entry in enumerate((*shared, *own)):  # a node's own model overrides the class model
+        names = list(entry.row_index)
+        for start in range(0, len(names), CHUNK):
+            chunk = names[start:start + CHUNK]
+            at = [pos[name] for name in chunk]
+            model[at] = m
+            row[at] = [entry.row_index[name] for name in chunk]
+            yield
+    return AppRoutes(entries=(*shared, *own), model=model, row=row)
+
+
+def build_app_routes(app: str, table: NodeTable, models: Mapping[str, ModelEntry]) -> AppRoutes | None:
+    """:func:`app_routes_steps` run to the end."""
+    return run_steps(app_routes_steps(app, table, models))
+
+
+def run_steps(steps: Generator[None, None, T]) -> T:
+    """Run a build in steps to its end and return its result (for callers that need no slicing)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]

@@ -1,0 +1,36 @@
+"""``rttsched extender`` refuses bad input at start with one line naming it, before it says "listening"."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from app.cli.main import main
+
+
+def test_bad_policy_fails_naming_the_field_before_listening(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("sla_ms: {gCTF: -5}\n")
+    assert main(["extender", "--host", "127.0.0.1", "--port", "0", "--policy", str(policy)]) == 2
+    out = capsys.readouterr()
+    assert "policy.yaml.sla_ms.gCTF: must be a number > 0" in out.err
+    assert "listening" not in out.out and "Traceback" not in out.err
+
+
+def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["extender", "--host", "127.0.0.1", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_missing_tls_files_fail_naming_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RTT_EXTENDER_TLS_CERT", str(tmp_path / "tls.crt"))
+    monkeypatch.setenv("RTT_EXTENDER_TLS_KEY", str(tmp_path / "tls.key"))
+    assert main(["extender", "--host", "127.0.0.1", "--port", "0"]) == 2
+    out = capsys.readouterr()
+    assert "RTT_EXTENDER_TLS_CERT" in out.err and "no such file" in out.err and "listening" not in out.out

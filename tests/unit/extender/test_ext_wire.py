@@ -1,0 +1,166 @@
+"""The extender's HTTP/1.1 layer on a real socket: framing, keep-alive, bounds, timeouts, connection cap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from extkit import fixture, http_client, make_service
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.extender.http import LARGE_BODY, LINGER_S
+
+BODY = orjson.dumps(fixture("args_names_gctf.json"))
+EXPECTED = [{"Host": "gpu-4090-1", "Score": 10}, {"Host": "gpu-m40-1", "Score": 7},
+            {"Host": "gpu-k20-1", "Score": 4}, {"Host": "cpu-1", "Score": 0}]
+
+
+def post(body: bytes, extra: str = "", path: str = "/prioritize") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer from the stream: status, headers (lower-case), body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 5)
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+@contextlib.asynccontextmanager
+async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def test_keep_alive_pipelining_and_byte_by_byte_requests() -> None:
+    async with http_client(make_service()) as client, connection(client.port) as (reader, writer):
+        writer.write(post(BODY) + post(b"", path="/healthz").replace(b"POST", b"GET", 1) + post(BODY))
+        answers = [await read_answer(reader) for _ in range(3)]
+        assert [a[0] for a in answers] == [200, 200, 200]
+        assert orjson.loads(answers[0][2]) == EXPECTED == orjson.loads(answers[2][2])
+        assert orjson.loads(answers[1][2]) == {"status": "ok"} and "date" in answers[1][1]
+        for byte in post(BODY):  # one byte per segment, on the same connection
+            writer.write(bytes([byte]))
+            await writer.drain()
+        assert orjson.loads((await read_answer(reader))[2]) == EXPECTED
+
+
+async def test_chunked_body_expect_continue_http10_and_head() -> None:
+    async with http_client(make_service()) as client:
+        async with connection(client.port) as (reader, writer):
+            chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(BODY[i:i + 100]), BODY[i:i + 100])
+                              for i in range(0, len(BODY), 100))
+            writer.write(b"POST /prioritize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                         b"Expect: 100-continue\r\n\r\n")
+            assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(chunks + b"0\r\nX-Trailer: t\r\n\r\n")
+            status, _, body = await read_answer(reader)
+            assert status == 200 and orjson.loads(body) == EXPECTED
+        async with connection(client.port) as (reader, writer):
+            writer.write(post(BODY).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+            status, headers, body = await read_answer(reader)
+            assert status == 200 and headers["connection"] == "close" and await reader.read() == b""
+        async with connection(client.port) as (reader, writer):
+            writer.write(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 405") and b"Allow: GET" in head
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /healthz HTTP/2.0\r\n\r\n", 505),
+    (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    (b"POST /filter HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", 400),
+    (b"POST /filter HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
+    (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+    (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400),
+    (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+])
+async def test_malformed_requests_get_an_error_with_a_message_and_close(raw: bytes, status: int) -> None:
+    service = make_service()
+    async with http_client(service) as client, connection(client.port) as (reader, writer):
+        writer.write(raw)
+        got, headers, body = await read_answer(reader)
+        assert got == status and headers["connection"] == "close"
+        assert orjson.loads(body)["Error"] and "Traceback" not in body.decode()
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed after the answer
+        assert (await client.get("/healthz")).status == 200  # the server goes on serving
+    assert f'rtt_extender_requests_total{{code="{status}",verb="other"}} 1.0' in service.metrics.render().decode()
+
+
+async def test_slow_header_client_is_cut_off() -> None:
+    service = make_service(header_timeout_s=0.3)
+    async with http_client(service) as client, connection(client.port) as (reader, writer):
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        answer = asyncio.ensure_future(reader.read())
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n":  # one byte every 50 ms: never a whole header
+            if answer.done():
+                break
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+        data = await asyncio.wait_for(answer, 5)
+        assert data.startswith(b"HTTP/1.1 408") and b"request header not received within 0.3 s" in data
+        assert 0.25 <= loop.time() - t0 < 1.5
+        deadline = loop.time() + LINGER_S + 2  # the socket is released even though the client never closes it
+        while client.server.http.connections:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.05)
+
+
+async def test_idle_connection_closed_and_connection_cap_answers_503() -> None:
+    service = make_service(idle_timeout_s=0.3, max_connections=2)
+    async with http_client(service, start=False) as client:
+        async with connection(client.port) as (r1, _), connection(client.port) as (_, _):
+            await asyncio.sleep(0.05)
+            async with connection(client.port) as (r3, _):
+                status, headers, body = await read_answer(r3)
+                assert status == 503 and "too many connections (limit 2)" in orjson.loads(body)["Error"]
+            assert await asyncio.wait_for(r1.read(), 5) == b""  # idle for 0.3 s: closed
+        metrics = service.metrics.render().decode()
+        assert "rtt_extender_connections_rejected_total 1.0" in metrics
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(junk=st.binary(max_size=300), cut=st.integers(min_value=1, max_value=400))
+async def test_any_bytes_get_an_answer_or_a_close_and_the_server_keeps_serving(junk: bytes, cut: int) -> None:
+    service = make_service(header_timeout_s=0.2)
+    async with http_client(service, start=False) as client:
+        async with connection(client.port) as (reader, writer):
+            request = junk + post(BODY)
+            writer.write(request[:cut])
+            await writer.drain()
+            writer.write(request[cut:])
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            assert data == b"" or data.startswith(b"HTTP/1.1 ")
+        assert (await client.get("/healthz")).status == 200
+
+
+async def test_large_body_received_in_place_then_a_pipelined_request() -> None:
+    args = fixture("args_nodes_gctf.json")
+    template = args["Nodes"]["items"][0]
+    items = [{**template, "metadata": {**template["metadata"], "name": f"n{i:04d}"}} for i in range(400)]
+    big = orjson.dumps({**args, "Nodes": {**args["Nodes"], "items": items}})
+    assert len(big) > LARGE_BODY
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (reader, writer):
+        data = post(big, path="/filter") + post(BODY)
+        for i in range(0, len(data), 70_000):  # the body arrives in pieces; the next request right behind it
+            writer.write(data[i:i + 70_000])
+            await writer.drain()
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]  # unknown nodes pass
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body) == EXPECTED
