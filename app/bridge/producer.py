@@ -21,16 +21,14 @@ from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
+from app.kafka.client import client_options
 
 KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
 
 
 async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridge") -> AIOKafkaProducer:
     """A started producer on the configured broker; the caller stops it."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, client_id=client_id, linger_ms=5,
-        request_timeout_ms=10_000,
-    )
+    producer = AIOKafkaProducer(**client_options(settings, client_id=client_id, linger_ms=5, request_timeout_ms=10_000))
     try:
         await producer.start()
     except KafkaError as exc:

@@ -24,13 +24,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.extender.options import ExtenderOptions
     from app.extender.server import build_app, tune_gc
     from app.extender.service import ExtenderService
+    from app.masking import mask_url
 
     options = ExtenderOptions.from_settings(settings)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy_file", args.policy)) if v}
     options = dataclasses.replace(options, **overrides)
     service = ExtenderService(settings, options, publish=not args.no_publish, redis=not args.no_redis)
     print(f"rttsched extender: listening on http://{options.host}:{options.port} "
-          f"(kafka {settings.bootstrap_servers}, redis {settings.redis_url or 'off'})", flush=True)
+          f"(kafka {settings.bootstrap_servers}, redis {mask_url(settings.redis_url) or 'off'})", flush=True)
     app = build_app(service)
     tune_gc(app)  # fewer young collections per request; everything alive after start is frozen
     web.run_app(app, host=options.host, port=options.port, access_log=None, print=None)

@@ -16,11 +16,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+
 from app.config import Settings
 from app.contracts import contract, decode
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
+from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
 from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ class ViewFeed:
         self._on_model = on_model
         self._topic_of = {settings.topic(t): t for t in TOPICS}
         self._consumer: Any = None
+        self._guard: PositionGuard | None = None
         self._task: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[bool]] = set()
         self._behind: dict[Any, int] = {}  # partitions not yet read to their start-time end offset
@@ -57,12 +62,14 @@ class ViewFeed:
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._settings.bootstrap_servers, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
+        consumer = AIOKafkaConsumer(**client_options(
+            self._settings, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        ))
         await consumer.start()
         self._consumer = consumer
+        self._guard = PositionGuard(consumer, "extender-view", registry=self._metrics.registry,
+                                    topic_label=lambda t: self._topic_of.get(t, t))
         tps = [TopicPartition(self._settings.topic(t), p) for t in TOPICS for p in range(contract(t).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -83,18 +90,34 @@ class ViewFeed:
             await self._consumer.stop()
             self._consumer = None
 
+    def release_current_load(self) -> None:
+        """The calling model load waits for the registry: readiness no longer waits for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._loads.discard(task)  # type: ignore[arg-type]
+
     async def _run(self) -> None:
+        assert self._guard is not None
         while True:
             try:
-                batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000), max_records=10_000)
+                try:
+                    batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000), max_records=10_000)
+                except OffsetOutOfRangeError as exc:
+                    await self._guard.out_of_range(exc.args[0])
+                    continue
+                self._guard.note(batches)
                 for tp, messages in batches.items():
                     topic = self._topic_of.get(tp.topic, tp.topic)
                     for msg in messages:
                         self.apply(topic, msg.key, msg.value)
                 await self._check_caught_up()
                 self._maybe_rebuild()
+                await self._guard.after_fetch()
             except asyncio.CancelledError:
                 raise
+            except KafkaError as exc:
+                log.warning("view feed: %r; retrying", exc)
+                await asyncio.sleep(1.0)
             except Exception:
                 log.exception("view feed iteration failed; retrying")
                 await asyncio.sleep(1.0)

@@ -23,7 +23,12 @@ ModelLoader = Callable[[Mapping[str, Any]], Awaitable[Predictor]]
 
 
 class ModelLoadError(RttError):
-    """A announced model could not be fetched, verified or parsed."""
+    """An announced model could not be fetched, verified or parsed; ``transient`` when the registry was
+    unreachable (try again later) rather than the model wrong."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 def registry_loader(settings: Settings) -> ModelLoader:
@@ -32,6 +37,7 @@ def registry_loader(settings: Settings) -> ModelLoader:
     The registry verifies the blob's sha256 against its record; the loader also checks that record against
     the announcement, so a message and a blob that disagree never become a model.
     """
+    from app.model.errors import RegistryUnavailableError
     from app.model.registry import load_predictor, open_store
 
     store = open_store(settings)
@@ -41,7 +47,7 @@ def registry_loader(settings: Settings) -> ModelLoader:
         try:
             predictor, record = load_predictor(store, key, version)
         except RttError as exc:
-            raise ModelLoadError(f"{key} v{version}: {exc}") from exc
+            raise ModelLoadError(f"{key} v{version}: {exc}", isinstance(exc, RegistryUnavailableError)) from exc
         if record.sha256 != sha:
             raise ModelLoadError(f"{key} v{version}: registry sha256 {record.sha256} is not the announced {sha}")
         announced = tuple(update.get("features") or ())

@@ -19,6 +19,7 @@ import orjson
 
 from app.config import Settings
 from app.extender.metrics import ExtenderMetrics
+from app.kafka.client import client_options
 from app.scheduler.decide import Decision, NodeVerdict
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class KafkaSink:
 
         self.topic = settings.topic(TOPIC)
         self._metrics = metrics
-        self._producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks=1, linger_ms=5)
+        self._producer = AIOKafkaProducer(**client_options(settings, acks=1, linger_ms=5))
         self._started = False
 
     async def start(self) -> None:

@@ -137,7 +137,8 @@ async def readyz(request: web.Request) -> web.Response:
         return json_response({"ready": False, "Error": "no snapshot yet (warm start or feed catch-up pending)"},
                              status=503)
     return json_response({"ready": True, "generation": snap.generation, "nodes": len(snap.nodes),
-                          "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3)})
+                          "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3),
+                          "degraded": service.degraded.reasons})
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

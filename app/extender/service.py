@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.feed import ViewFeed
 from app.extender.metrics import ExtenderMetrics
+from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import ExtenderArgs, ProtocolError, filter_result, priority_list
@@ -74,6 +76,7 @@ class ExtenderService:
         self._serving = False
         self._stale_reason: str | None = None
         self.metrics.track_snapshot_age(self._age)
+        self.degraded = Degraded(self.metrics.registry)
 
     # -- view
     def _age(self) -> float:
@@ -149,13 +152,13 @@ class ExtenderService:
         if self._redis_on:
             import redis.asyncio as aioredis
 
-            self._redis = aioredis.from_url(self.settings.redis_url)
+            self._redis = aioredis.from_url(self.settings.redis_client_url)
             await self._warm_start()
             refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
                                          on_change=self.rebuild)
             self._tasks.append(asyncio.get_running_loop().create_task(refresher.run(), name="running-refresh"))
         if self._kafka:
-            self.feed = ViewFeed(self.settings, self.builder, self._model_loader(), self.metrics,
+            self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=lambda: self.rebuild(force=True),
                                  rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model)
             await self.feed.start()
@@ -174,6 +177,20 @@ class ExtenderService:
 
             self._loader = registry_loader(self.settings)
         return self._loader
+
+    def _feed_loader(self) -> ModelLoader:
+        """The model loader of the Kafka feed: registry unavailability retried (:mod:`app.extender.model_retry`)."""
+
+        def superseded(update: Mapping[str, Any]) -> bool:
+            have = self.builder.model_version(str(update["model_key"]))
+            return have is not None and have >= int(update["version"])
+
+        def waiting(_update: Mapping[str, Any]) -> None:
+            if self.feed is not None:
+                self.feed.release_current_load()
+
+        return retrying_loader(self._model_loader(), self.degraded, max_backoff_s=self.settings.retry_max_backoff_s,
+                               superseded=superseded, on_wait=waiting)
 
     async def _warm_start(self) -> None:
         loader = self._model_loader()

@@ -10,6 +10,7 @@ from aiokafka.errors import KafkaError
 from app.config import Settings
 from app.contracts import load_contracts
 from app.errors import RttError
+from app.kafka.client import client_options
 
 TOPIC_ALREADY_EXISTS = 36
 
@@ -29,7 +30,7 @@ class TopicResult:
 async def ensure_topics(settings: Settings) -> list[TopicResult]:
     """Create each contract's topic (prefixed) if missing; verify partitions of those that exist."""
     contracts = load_contracts()
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(**client_options(settings, request_timeout_ms=10_000))
     try:
         await admin.start()
     except KafkaError as exc:

@@ -16,8 +16,10 @@ import faust
 from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
+from app.kafka.client import faust_credentials
 from app.streams.context import attach
 from app.streams.feedback_loop import register_feedback
+from app.streams.health import register_health_page
 from app.streams.metrics import register_metrics_page
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
@@ -74,11 +76,13 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_enabled=settings.metrics_port > 0,
         web_port=settings.metrics_port or 6066,
         web_host="127.0.0.1",
-        web_bind="0.0.0.0",
+        web_bind=settings.metrics_host,
+        broker_credentials=faust_credentials(settings),
     )
     ctx = attach(app, settings, opts, clock)
     ctx.ownership_topic = register_ownership(app)
     register_metrics_page(app)
+    register_health_page(app)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)
     return app
