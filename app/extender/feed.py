@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
+from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode
+from app.contracts.admission import check_key, check_time
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
@@ -29,6 +32,7 @@ from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
+REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
 
 
 class ViewFeed:
@@ -41,9 +45,10 @@ class ViewFeed:
     def __init__(
         self, settings: Settings, builder: SnapshotBuilder, loader: ModelLoader, metrics: ExtenderMetrics,
         rebuild: Callable[[], object], rebuild_interval_s: float = 0.2,
-        on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None,
+        on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, clock: Clock | None = None,
     ) -> None:
         self._settings = settings
+        self._clock = clock or SystemClock()
         self._builder = builder
         self._loader = loader
         self._metrics = metrics
@@ -155,9 +160,14 @@ class ViewFeed:
             return "ignored"
         try:
             value = decode(topic, raw)
+            check_key(topic, key, value)
+            # a view value from the future would pin its node (newer values only replace older ones);
+            # an old one is merely stale, which the snapshot already handles
+            check_time(topic, value, now=self._clock.now(), max_skew_s=self._settings.max_clock_skew_s,
+                       max_age_s=math.inf)
         except ContractError as exc:
             log.debug("%s message rejected: %s", topic, exc)
-            return "rejected"
+            return "rejected" if exc.reason not in REASONS else exc.reason
         if topic == "node-features":
             return "applied" if self._builder.apply_node_features(value) else "ignored"
         if topic == "node-weights":

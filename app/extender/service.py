@@ -160,7 +160,8 @@ class ExtenderService:
         if self._kafka:
             self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=lambda: self.rebuild(force=True),
-                                 rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model)
+                                 rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model,
+                                 clock=self.clock)
             await self.feed.start()
         if self._publish:
             sink = self._sink

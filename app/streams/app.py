@@ -18,6 +18,7 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.client import faust_credentials
 from app.streams.context import attach
+from app.streams.eviction import register_eviction
 from app.streams.feedback_loop import register_feedback
 from app.streams.health import register_health_page
 from app.streams.metrics import register_metrics_page
@@ -27,7 +28,7 @@ from app.streams.ownership import register_ownership
 
 Component = Callable[[faust.App, Settings], object]
 
-DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features, register_feedback)
+DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features, register_feedback, register_eviction)
 
 
 def broker_urls(bootstrap: str) -> list[str]:

@@ -4,8 +4,8 @@ The period timer (``settings.error_period_s``) closes the open period of every n
 (:meth:`~app.drift.tracker.NodeTracker.close`) and stages one prediction-errors message per node that had
 pairs in the outbox (:mod:`~app.streams.feedback_outbox`); the checkpoint that follows makes the closed
 state and the messages durable together, then sends them and waits for their acknowledgement (a kill at
-any moment neither loses nor repeats a pair). A message has an ``apps`` map (``n, rmse_ms, mae_ms, mape, bias_ms`` of the period, ``cumulative``: the node × app
-Page-Hinkley statistic over per-period MAPE, ``model_key``).
+any moment neither loses nor repeats a pair). A message has an ``apps`` map (``n, rmse_ms, mae_ms, mape,
+bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic over per-period MAPE, ``model_key``).
 
 * DWA: each evaluated app's window is set on the node's state (``NodeState.set_window(s, app)``), so it
   travels in node-features ``windows`` and is persisted with the node's window.

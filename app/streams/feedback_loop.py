@@ -87,6 +87,7 @@ class FeedbackLoop:
     intake: PartitionIntake | None = None
     outbox: ErrorsOutbox | None = None
     _background: set[asyncio.Task[Any]] = dataclasses.field(default_factory=set)
+    _deleted_rows: list[tuple[bytes, bytes | None]] = dataclasses.field(default_factory=list)
 
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
@@ -138,6 +139,8 @@ class FeedbackLoop:
                     rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
             outbox_rows = self.outbox.take_rows() if self.outbox is not None else []
             rows += outbox_rows
+            deleted, self._deleted_rows = self._deleted_rows, []
+            rows += deleted
             intake = self.intake
             if intake is None:
                 n = await self.table.write(rows)
@@ -182,6 +185,19 @@ class FeedbackLoop:
             task.add_done_callback(self._background.discard)
         log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s", sorted(active),
                  len(entries), len(self.trackers), {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())})
+
+    def forget_nodes(self, nodes: set[str]) -> None:
+        """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
+
+        Their join entries are older than the join's TTL by then and expire on their own.
+        """
+        for node in nodes:
+            self.trackers.pop(node, None)
+            self.node_class.pop(node, None)
+            self.dirty_nodes.discard(node)
+            partition = self.partitions.pop(node, None)
+            if partition is not None:
+                self._deleted_rows.append((node_row_key(partition, node), None))
 
     async def _reconcile(self, partitions: set[int]) -> None:
         """Restored outbox entries: clear those already in the topic, send the others."""

@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from app.config import Settings
 from app.contracts import contract, decode
+from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError, RttError
 from app.kafka.client import client_options
@@ -197,6 +198,7 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 for rec in records:
                     try:
                         update = decode("model-updates", rec.value)
+                        check_key("model-updates", rec.key, update)
                     except ContractError as exc:
                         MODEL_REJECTED.labels(exc.reason).inc()
                         continue

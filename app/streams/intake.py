@@ -35,7 +35,9 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
+from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.contracts.admission import check_key, check_time
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
 from app.kafka.client import client_options
@@ -72,8 +74,9 @@ class PartitionIntake:
     """
 
     def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
-                 name: str = "intake") -> None:
+                 name: str = "intake", clock: Clock | None = None) -> None:
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.name = name
         self.handlers = handlers
         self.dead = dead
@@ -238,14 +241,17 @@ class PartitionIntake:
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
 
-        A message that fails its contract (or whose handling fails) goes to dead letters; the read positions
-        move past a batch only once its dead letters are handed to the producer.
+        A message that fails its contract, whose key is not its node or whose time is out of range
+        (:mod:`app.contracts.admission`), that its handler refuses (a cap) or whose handling fails goes to
+        dead letters with the reason; the read positions move past a batch only once its dead letters are
+        handed to the producer.
         """
         owned, topics = self.owned, self.topics
         bad: list[tuple[Any, str, ContractError]] = []
         done: dict[TopicPartition, int] = {}
         n = 0
         t0 = time.perf_counter()
+        now, skew, age = self.clock.now(), self.settings.max_clock_skew_s, self.settings.max_event_age_s
         for tp, records in batch.items():
             if tp.partition not in owned:
                 continue  # released while this batch was in flight: the new owner reads it
@@ -254,11 +260,15 @@ class PartitionIntake:
             for rec in records:
                 try:
                     value = decode(rec.value)
+                    check_key(name, rec.key, value)
+                    check_time(name, value, now=now, max_skew_s=skew, max_age_s=age)
                 except ContractError as exc:
                     bad.append((rec, name, exc))
                     continue
                 try:
                     handle(value, p)
+                except ContractError as exc:  # a handler's own refusal (a cap), with its reason
+                    bad.append((rec, name, exc))
                 except Exception as exc:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
                     bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))

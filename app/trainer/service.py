@@ -49,6 +49,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode, encode
+from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
 from app.kafka.client import client_options
@@ -221,7 +222,9 @@ class TrainerService:
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
-                        if not self.history.add(decode("training-samples", rec.value)):
+                        sample = decode("training-samples", rec.value)
+                        check_key("training-samples", rec.key, sample)
+                        if not self.history.add(sample):
                             self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
@@ -236,6 +239,7 @@ class TrainerService:
                 for rec in records:
                     try:
                         event = decode("retrain-events", rec.value)
+                        check_key("retrain-events", rec.key, event)
                         parse_model_key(event["model_key"])
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
