@@ -15,9 +15,10 @@ go through an outbox:
 A restarted worker restores the outbox rows with the trackers. A row may be there because its message
 was never sent, or because it was acknowledged but not yet cleared. The worker tells them apart by
 reading its prediction-errors partition from the offset recorded with the row (the partition's end
-before that message was sent: only this worker writes its nodes' partition) and looking for
-``(node, ts)``: found → cleared without sending; not found → sent. So every pair is in exactly one
-message, whenever the kill came.
+before that message was sent: only this worker writes its nodes' partition; from the start when the
+partition now ends before that offset — the topic was recreated) and looking for ``(node, ts)``: found
+→ cleared without sending; not found → sent. So every pair is in exactly one message, whenever the kill
+came.
 
 The outbox rows are few (one per node per period not yet acknowledged; none in steady state).
 """
@@ -164,9 +165,10 @@ class ErrorsOutbox:
     # -- after a restart
     def restore(self, partition: int, key: bytes, raw: bytes) -> None:
         """Load one outbox row of a recovered partition (durable by definition)."""
+        if key in self._cleared or key in self.entries:
+            return  # delivered (or being delivered) by this very process: its tombstone is on the way
         doc = orjson.loads(raw)
-        entry = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False)
-        self.entries.setdefault(key, entry)
+        self.entries[key] = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False)
 
     def drop(self, partitions: set[int]) -> None:
         """Forget the entries of revoked partitions (their new owner restores and reconciles them)."""
@@ -205,7 +207,7 @@ class ErrorsOutbox:
             consumer.assign(list(tps))
             for tp, off in tps.items():
                 consumer.seek(tp, off)
-            pending = set(tps)
+            pending, rewound = set(tps), set()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
             while pending and loop.time() < deadline:
@@ -219,7 +221,13 @@ class ErrorsOutbox:
                             continue
                 for tp in list(pending):
                     high = consumer.highwater(tp)
-                    if high is not None and await consumer.position(tp) >= high and not batch.get(tp):
+                    if high is None:
+                        continue
+                    position = await consumer.position(tp)
+                    if position > high and tp not in rewound:  # the topic was recreated: all of it is new
+                        rewound.add(tp)
+                        await consumer.seek_to_beginning(tp)
+                    elif position >= high and not batch.get(tp):
                         pending.discard(tp)
             if pending:
                 raise TimeoutError(f"prediction-errors partitions {sorted(tp.partition for tp in pending)} "
