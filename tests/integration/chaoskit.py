@@ -107,6 +107,7 @@ class Stack:
     s: Settings | None = None
     worker_url: str = ""
     extender_url: str = ""
+    extender_name: str = "extender"
 
     def start(self, *, trainer: bool = True, extender: bool = True) -> Stack:
         self.broker = EmbeddedBroker().start()
@@ -131,13 +132,13 @@ class Stack:
         assert self.group is not None
         self.group.start("trainer", ["trainer", "--margin", "0"], env={**self.env(), "RTT_METRICS_PORT": "0"})
 
-    def start_extender(self) -> None:
+    def start_extender(self, name: str = "extender") -> None:
         assert self.group is not None
         port = free_port()
-        self.group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(port), "--no-publish"],
+        self.group.start(name, ["extender", "--host", "127.0.0.1", "--port", str(port), "--no-publish"],
                          env=self.env())
-        self.extender_url = f"http://127.0.0.1:{port}"
-        self.group.wait_http("extender", f"{self.extender_url}/healthz", 40)
+        self.extender_url, self.extender_name = f"http://127.0.0.1:{port}", name
+        self.group.wait_http(name, f"{self.extender_url}/healthz", 40)
 
     @property
     def settings(self) -> Settings:
@@ -254,7 +255,7 @@ def served_version(stack: Stack) -> tuple[int, int]:
     text = scrape(stack.worker_url)
     worker = int(metric(text, "rtt_worker_model_version", model_key=KEY))
     assert stack.group is not None
-    log = (stack.group.log_dir / "extender.log").read_text(errors="replace")
+    log = (stack.group.log_dir / f"{stack.extender_name}.log").read_text(errors="replace")
     versions = [int(line.split(f"model {KEY} v")[1].split()[0]) for line in log.splitlines()
                 if f"model {KEY} v" in line and "installed" in line]
     return worker, max(versions, default=0)
@@ -344,3 +345,84 @@ async def _seen_first(samples: Reader, tasks: set[str], since: float) -> float:
     """The time (monotonic) the first training sample of ``tasks`` was seen."""
     await wait_for(lambda: tasks & set(sample_ids(samples.values)), 60, "a first sample after the wipe", every_s=0.05)
     return time.monotonic()
+
+
+def register_copy(s: Settings) -> dict[str, Any]:
+    """Save the current model of :data:`KEY` again as a new version, make it current; its model-updates value."""
+    from app.model.registry import open_store
+    from app.trainer.registry import update_message
+
+    store = open_store(s)
+    blob, record = store.load(KEY)
+    saved = store.save(KEY, blob, fmt=record.format, features=list(record.features), params=dict(record.params),
+                       metrics=dict(record.metrics), n_samples=record.n_samples)
+    promoted = store.promote(KEY, saved.version)
+    return {**update_message(promoted), "ts": time.time(), "onset_ts": None}
+
+
+def worker_degraded(stack: Stack) -> dict[str, str]:
+    return dict(get_json(stack.worker_url.replace("/metrics", "/readyz"))["degraded"])
+
+
+async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: float = 10.0) -> Outcome:
+    """Redis stops under the running processes (SIGKILL) and comes back ``outage_s`` later.
+
+    During the outage: a model-updates message arrives (v2, registered before), a retrain is asked for
+    (the RTT of every node doubled), the worker is SIGKILLed and started again, the extender restarted.
+    Whole again = the worker and the extender serve the retrain's model (v3 or later) and nobody reports
+    degraded. Lost = models the worker or the extender never served, plus pairs never counted; twice =
+    pairs counted more than once (the worker was killed in the middle).
+    """
+    s = stack.settings
+    assert stack.group is not None
+    async with readers(s, "prediction-errors") as (errors,):
+        await load.run(6)
+        await wait_for(lambda: served_version(stack) >= (1, 1), 90, "v1 served by the worker and the extender")
+        v2 = register_copy(s)
+        await asyncio.sleep(1.5)  # appendfsync everysec: v2 is on disk before the outage
+        server.stop()
+        await produce(s, [("model-updates", v2)])
+        degraded_running = await _degraded_within(stack, 10.0)
+        load.rtt_scale = 2.0
+        onset = time.time()
+        await load.run(4)
+        await produce(s, [("retrain-events", {"model_key": KEY, "reason": "drift", "cumulative_error": 1.0,
+                                              "threshold": 0.5, "ts": time.time(), "onset_ts": onset})])
+        worker = stack.group.children.pop("worker")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        stack.worker_url = start_worker(stack.group, s, "worker-2")
+        degraded_started = await _degraded_within(stack, 15.0)
+        stack.group.children.pop("extender").send_signal(signal.SIGTERM)
+        stack.start_extender("extender-2")
+        await wait_for(lambda: _ready(stack), 30, "the restarted extender ready without Redis")
+        server.start()
+        up = time.monotonic()
+        await load.run(2)
+        await wait_for(lambda: served_version(stack) >= (3, 3), 120, "v3 served by the worker and the extender")
+        recover = time.monotonic() - up
+        await wait_for(lambda: not worker_degraded(stack), 30, "the worker no longer degraded")
+        await wait_for(lambda: counted(errors.values) >= len(load.tasks), 60, "every pair counted")
+        await asyncio.sleep(3.0)  # a double count would show by now
+        pairs = counted(errors.values)
+    ext = get_json(f"{stack.extender_url}/readyz")
+    worker_v, ext_v = served_version(stack)
+    return Outcome("Redis stopped and started under the processes", len(stack.dead()),
+                   int(worker_v < 3) + int(ext_v < 3) + max(0, len(load.tasks) - pairs),
+                   max(0, pairs - len(load.tasks)), recover,
+                   f"degraded while down: running worker {sorted(degraded_running)}, restarted worker "
+                   f"{sorted(degraded_started)}; after: extender degraded {ext.get('degraded')}, "
+                   f"serving v{worker_v} (worker) v{ext_v} (extender)")
+
+
+async def _degraded_within(stack: Stack, timeout_s: float) -> dict[str, str]:
+    with contextlib.suppress(AssertionError):
+        await wait_for(lambda: "model_store" in worker_degraded(stack), timeout_s, "the worker degraded")
+    return worker_degraded(stack)
+
+
+def _ready(stack: Stack) -> bool:
+    try:
+        return bool(get_json(f"{stack.extender_url}/readyz").get("ready"))
+    except OSError:
+        return False
