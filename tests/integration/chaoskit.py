@@ -221,8 +221,9 @@ class Load:
         now = time.time()
         items: list[tuple[str, dict[str, Any]]] = []
         for n in self.nodes:
+            util = self.util[n] + self.rng.uniform(-2, 2)
             items.append(("node-metrics", {"node": n, "ts": now, "node_class": "gpu", "gpu_model": "Tesla M40",
-                                           "metrics": {"nvidia_smi_utilization_gpu": self.util[n] + self.rng.uniform(-2, 2),
+                                           "metrics": {"nvidia_smi_utilization_gpu": util,
                                                        "cpu_iowait": self.rng.uniform(0, 1)}}))
             self.snapshots += 1
             for _ in range(tasks_per_node):
@@ -292,7 +293,8 @@ def sample_ids(values: list[dict[str, Any]]) -> list[str]:
 async def drained(stack: Stack, produced_snapshots: int) -> None:
     """Wait until the worker processed every snapshot produced so far (and its join caught up)."""
     def done() -> bool:
-        return metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics") >= produced_snapshots
+        text = scrape(stack.worker_url)
+        return metric(text, "rtt_worker_messages_in_total", topic="node-metrics") >= produced_snapshots
 
     await wait_for(done, 60, "the worker reading every snapshot")
 
@@ -322,7 +324,7 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
         await retrain_event(s)
         seen = await _seen_first(samples, after, t_load)
         with contextlib.suppress(AssertionError):
-            await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "a sample of every task after the wipe")
+            await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "every task's sample after the wipe")
         with contextlib.suppress(AssertionError):
             await wait_for(lambda: counted(errors.values) >= len(after), 30, "every pair after the wipe counted")
         await wait_for(lambda: served_version(stack) >= (2, 2), 120, "v2 served by the worker and the extender")
