@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import random
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from feedbackkit import Reader, prediction, produce, start_worker
+from chaoskit import APP, KILL_NODES, period_kill
+from feedbackkit import Reader
 
-from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.kafka.batches import partition_for
 from app.kafka.client import client_options
@@ -32,69 +28,17 @@ from app.streams.feedback_outbox import ErrorsOutbox
 
 pytestmark = pytest.mark.integration
 
-APP = "gCTF"
-NODES = [f"gpu-k{i:03d}" for i in range(300)]
-WAVES = 12
-
-
-def wave(k: int, t0: float) -> list[tuple[str, dict[str, Any]]]:
-    """One pair per node: its prediction, then its completion."""
-    rng = random.Random(k)
-    items: list[tuple[str, dict[str, Any]]] = []
-    for n in NODES:
-        tid = f"w{k}-{n}"
-        rtt = rng.uniform(100.0, 300.0)
-        items.append(("rtt-predictions", prediction(tid, APP, n, t0, rtt * 1.1)))
-        items.append(("task-completions", {"task_id": tid, "app": APP, "node": n, "submitted_ts": t0 - 0.01,
-                                           "started_ts": t0, "finished_ts": t0 + rtt / 1000, "rtt_ms": rtt,
-                                           "status": "ok"}))
-    return items
-
-
-def counted(values: list[dict[str, Any]]) -> int:
-    return sum(v["apps"][APP]["n"] for v in values if APP in v["apps"])
-
-
-async def one_life(s: Settings, group: ProcessGroup, name: str, waves: range, t0: float,
-                   errors: Reader, kill: bool) -> None:
-    start_worker(group, s, name)
-    pid = group.children[name].pid
-    for k in waves:
-        await produce(s, wave(k, t0))
-        await asyncio.sleep(0.3)
-    if not kill:
-        return
-    before = len(errors.values)
-    # the first message of the next period: kill the worker while that period is being delivered
-    while len(errors.values) == before:
-        await asyncio.sleep(0.005)
-    os.kill(pid, signal.SIGKILL)
-    group.children.pop(name).wait(10)
 
 
 def test_sigkill_at_period_close_loses_and_repeats_nothing(kafka_settings: Settings, tmp_path: Path) -> None:
     s = dataclasses.replace(kafka_settings, error_period_s=1.0)
-    t0 = time.time()
-
-    async def run() -> list[dict[str, Any]]:
-        async with Reader(s, "prediction-errors") as errors:
-            errors.poll_ms = 20
-            with ProcessGroup(tmp_path) as group:
-                await one_life(s, group, "first", range(0, 4), t0, errors, kill=True)
-                await one_life(s, group, "second", range(4, 8), t0, errors, kill=True)
-                await one_life(s, group, "third", range(8, WAVES), t0, errors, kill=False)
-                await errors.wait(lambda v: counted(v) >= WAVES * len(NODES), 60.0, "every pair reported")
-                await asyncio.sleep(3 * s.error_period_s)  # a repeat would show up by now
-            return list(errors.values)
-
-    values = asyncio.run(run())
-    idents = [(v["node"], v["ts"]) for v in values]
-    assert len(idents) == len(set(idents)), "a prediction-errors message was sent twice"
-    assert counted(values) == WAVES * len(NODES)
-    per_node = {n: 0 for n in NODES}
+    outcome, values = asyncio.run(period_kill(s, tmp_path))
+    assert outcome.dead == 0
+    assert (outcome.lost, outcome.twice) == (0, 0), outcome
+    per_node = {n: 0 for n in KILL_NODES}
     for v in values:
         per_node[v["node"]] += v["apps"][APP]["n"]
-    assert set(per_node.values()) == {WAVES}
+    assert set(per_node.values()) == {12}
 
 
 async def _stage_and_write(outbox: ErrorsOutbox, node: str, ts: float) -> tuple[bytes, bytes]:
