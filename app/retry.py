@@ -36,6 +36,15 @@ class Backoff:
         self.rng = rng or random.Random()
         self.failures = 0
 
+    @classmethod
+    def upto(cls, max_s: float) -> Backoff:
+        """Doubling from 0.5 s (or ``max_s`` when smaller) up to ``max_s`` (``RTT_RETRY_MAX_BACKOFF_S``).
+
+        >>> Backoff.upto(0.1).first_s
+        0.1
+        """
+        return cls(first_s=min(0.5, max_s), max_s=max_s)
+
     def next(self) -> float:
         """The wait before the next try (and count a failure)."""
         base = min(self.max_s, self.first_s * self.factor ** self.failures)

@@ -61,7 +61,7 @@ def retrying_loader(loader: ModelLoader, degraded: Degraded, *, max_backoff_s: f
 
     async def load(update: Mapping[str, Any]) -> Predictor:
         key, version = str(update["model_key"]), int(update["version"])
-        backoff = Backoff(max_s=max_backoff_s)
+        backoff = Backoff.upto(max_backoff_s)
         token = f"{key}@{version}"
         try:
             while True:

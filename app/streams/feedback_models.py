@@ -62,7 +62,7 @@ class ModelCache:
         self.updates_seen = 0
         self.on_swap: list[Callable[[str, int], None]] = []
         self.pending: dict[str, dict[str, Any]] = {}  # key -> newest update that could not be loaded yet
-        self.backoff = Backoff(max_s=settings.retry_max_backoff_s)
+        self.backoff = Backoff.upto(settings.retry_max_backoff_s)
         self._retry: asyncio.Task[None] | None = None
 
     @property

@@ -286,7 +286,7 @@ class TrainerService:
     async def retrain(self, event: dict[str, Any]) -> Outcome:
         """Train, judge, and (if better) register and announce a model for ``event["model_key"]``."""
         key = event["model_key"]
-        backoff = Backoff(max_s=self.settings.retry_max_backoff_s)
+        backoff = Backoff.upto(self.settings.retry_max_backoff_s)
         while True:
             event = self._latest.pop(key, event)
             reason = event["reason"]
@@ -343,7 +343,7 @@ class TrainerService:
         now = self.clock.now()
         onset = event.get("onset_ts")
         value = {**record, "ts": now, "onset_ts": onset}
-        backoff = Backoff(max_s=self.settings.retry_max_backoff_s)
+        backoff = Backoff.upto(self.settings.retry_max_backoff_s)
         while True:
             try:
                 await self._producer.send_and_wait(self.settings.topic("model-updates"),
