@@ -163,7 +163,7 @@ class Settings:
                                " dead letter (node_cap)")
     worker_max_apps: int = _f(64, _positive, doc="apps one worker tracks at most; a new one beyond is a dead"
                               " letter (app_cap)")
-    retry_max_backoff_s: float = _f(30.0, _positive, doc="longest wait between two tries of a model load or"
+    retry_max_backoff_s: float = _f(5.0, _positive, doc="longest wait between two tries of a model load or"
                                     " retrain that failed because Redis was away")
 
     def __post_init__(self) -> None:

@@ -293,10 +293,9 @@ class TrainerService:
             try:
                 outcome = await self._retrain(key, reason, event)
             except RegistryUnavailableError as exc:
-                wait = backoff.next()
                 self.metrics.retries.labels(step="registry").inc()
-                log.warning("retrain of %s: %s; trying again in %.1f s", key, exc, wait)
-                await asyncio.sleep(wait)
+                log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
+                await self._registry_back(key, backoff)
                 continue
             except Exception as exc:
                 log.exception("retrain of %s failed", key)
@@ -329,6 +328,17 @@ class TrainerService:
         await self._announce(record, event)
         return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
                        metrics=challenger.metrics)
+
+    async def _registry_back(self, key: str, backoff: Backoff) -> None:
+        """Wait (with backoff) until the registry answers again: no training is spent while it cannot."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(backoff.next())
+            try:
+                await loop.run_in_executor(self._executor, self.registry.store.current, key)
+                return
+            except RegistryUnavailableError:
+                continue
 
     def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
                          key: str, onset_ts: float | None = None) -> tuple[Challenger, Verdict]:
