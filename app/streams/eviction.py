@@ -8,7 +8,8 @@ Every ``min(RTT_NODE_EVICT_AFTER_S / 4, 30 s)`` the worker looks for nodes no me
   restarted worker does not bring them back and the compacted changelogs stay the size of the live nodes;
 * removes its ``rtt_worker_node_weight{node}`` series;
 * sends a tombstone (key = node, no value) on node-features and node-weights, so the extenders and any
-  compacted reader forget the node as well.
+  compacted reader forget the node as well — each on the producer that sends that topic's values, so
+  the tombstone is the last word of its partition.
 
 An app no completion or prediction named for as long leaves the app cap and its
 ``rtt_worker_prediction_rmse_ms`` / ``rtt_worker_prediction_mape`` series go. Nodes a rebalance moved to
@@ -29,11 +30,11 @@ from app.streams.context import context_of
 from app.streams.feedback_metrics import NODE_WEIGHT, PREDICTION_MAPE, PREDICTION_RMSE
 from app.streams.metrics import EVICTED, NODES
 from app.streams.node_features import node_features_of
+from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
 
 NODE_CLASSES = ("cpu", "gpu")
-COMPACTED_BY_NODE = ("node-features", "node-weights")
 
 
 def _remove(metric: object, *labels: str) -> None:
@@ -49,9 +50,10 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     clock, bounds, after = ctx.clock, ctx.bounds, settings.node_evict_after_s
     nodes = node_features_of(app)
     loop = ctx.handles.get("feedback")
-    tombstone_topics = [(settings.topic(t), contract(t).partitions) for t in COMPACTED_BY_NODE]
+    features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
+    weights_topic = contract_topic(app, settings, "node-weights")
 
-    def evict_now() -> tuple[int, int]:
+    def evict_now() -> tuple[set[str], list[str]]:
         now = clock.monotonic()
         store = nodes.store
         held = set(store.states) | (set(loop.partitions) if loop is not None else set())
@@ -63,10 +65,9 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             for n in silent:
                 store.states.pop(n, None)
                 _remove(NODE_WEIGHT, n)
-                if sender is not None:
+                if sender is not None:  # node-features go out on the intake's producer
                     key = n.encode()
-                    for topic, partitions in tombstone_topics:
-                        sender.add(topic, partition_for(key, partitions), key, None)
+                    sender.add(features_topic, partition_for(key, features_partitions), key, None)
             NODES.set(len(store.states))
             if loop is not None:
                 loop.forget_nodes(silent)
@@ -82,12 +83,14 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             bounds.forget_apps(apps)
             EVICTED.labels("app").inc(len(apps))
             log.info("evicted %d app(s) silent for %.0f s: %s", len(apps), after, sorted(apps)[:10])
-        return len(silent), len(apps)
+        return silent, apps
 
     @app.timer(max(0.5, min(after / 4, 30.0)), name="evict-silent")
     async def evict() -> None:
         if nodes.intake.running:
-            evict_now()
+            silent, _ = evict_now()
             await nodes.intake.sender.ship()  # type: ignore[union-attr]
+            for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
+                await weights_topic.send(key=n.encode(), value=None)
 
     ctx.handles["evict"] = evict_now

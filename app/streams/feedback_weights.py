@@ -132,7 +132,10 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     async def node_weights() -> None:
         now = loop.clock.now()
         values = weights_values(loop, now)
+        states = loop.nodes.store.states
         for v in values:
+            if v["node"] not in states:
+                continue  # evicted while this period was being sent: its tombstone must stay the last word
             NODE_WEIGHT.labels(v["node"]).set(v["weight"])
             await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
             out.inc()
@@ -140,7 +143,7 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
             if not writer:
                 timeout_s = loop.options.feedback_redis_timeout_s
                 writer.append(RedisWriter(settings.redis_client_url, settings.topic_prefix, timeout_s))
-            states = loop.nodes.store.states
+            values = [v for v in values if v["node"] in states]
             features = [states[v["node"]].features_value() for v in values]
             writer[0].submit(features, values)
 

@@ -574,7 +574,8 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
         pid = group.children["worker"].pid
 
         async def scenario() -> dict[str, Any]:
-            async with Reader(s, "dead-letters") as dead, RawReader(s, "node-features") as feats:
+            async with Reader(s, "dead-letters") as dead, RawReader(s, "node-features") as feats, \
+                    RawReader(s, "node-weights") as weights:
                 now = time.time()
                 # keys that lie
                 await send_raw(s, "node-metrics", [(b"gpu-liar-2", snap("gpu-liar-1", now))])
@@ -615,6 +616,8 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
                 await _until(lambda: metric(scrape(url), "rtt_worker_nodes") == 0, 40, "every node evicted")
                 await asyncio.sleep(1.0)
                 text = scrape(url)
+                last = {k: v for k, v in feats.records} | {f"w:{k}": v for k, v in weights.records}
+                out["alive_after"] = sorted(k for k, v in last.items() if v is not None)
                 out.update(weight_series_after=text.count("rtt_worker_node_weight{"),
                            evicted=metric(text, "rtt_worker_evicted_total", kind="node"),
                            tombstones={k for k, v in feats.records if v is None})
@@ -625,7 +628,7 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
         r = await scenario()
         r["dead_processes"] = [n for n, p in group.children.items() if p.poll() is not None]
     dead_letters = {"key_mismatch", "ts_in_future", "ts_too_old"} - {reason for reason, _ in r["dead"]}
-    lost = len(dead_letters) + int(r["clock_resets"] != 1) + int(r["weight_series_after"] != 0)
+    lost = len(dead_letters) + int(r["clock_resets"] != 1) + int(r["weight_series_after"] != 0) + len(r["alive_after"])
     return Outcome("hostile input: lying keys, ts 9.9e10 / 2 days old, clock jump, 10k node names",
                    len(r["dead_processes"]), lost, 0, r["future_recover_s"],
                    f"held {r['nodes']:.0f} of 10,000 names (cap {CAP_NODES}), RSS +{r['rss_growth_kb'] / 1024:.0f}"

@@ -42,3 +42,4 @@ def test_hostile_input_goes_to_dead_letters_and_nothing_grows_without_bound(kafk
     assert r["rss_growth_kb"] < 150 * 1024, r["rss_growth_kb"]  # 10k unbounded nodes cost ~660 MB before
     assert r["weight_series_after"] == 0 and r["evicted"] >= CAP_NODES - 10
     assert {"gpu-future", "gpu-jump"} <= r["tombstones"] and len(r["tombstones"]) >= r["nodes"]
+    assert r["alive_after"] == []  # the tombstones are the last word on node-features and node-weights
