@@ -22,6 +22,7 @@ from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
 from app.kafka.client import client_options
+from app.kafka.quiet import handled_connect
 
 KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
 
@@ -30,7 +31,8 @@ async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridg
     """A started producer on the configured broker; the caller stops it."""
     producer = AIOKafkaProducer(**client_options(settings, client_id=client_id, linger_ms=5, request_timeout_ms=10_000))
     try:
-        await producer.start()
+        with handled_connect():
+            await producer.start()
     except KafkaError as exc:
         await producer.stop()
         raise BridgeError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None

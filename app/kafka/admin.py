@@ -12,6 +12,7 @@ from app.config import Settings
 from app.contracts import load_contracts
 from app.errors import RttError
 from app.kafka.client import client_options
+from app.kafka.quiet import handled_connect
 
 TOPIC_ALREADY_EXISTS = 36
 
@@ -46,7 +47,8 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
     contracts = load_contracts()
     admin = AIOKafkaAdminClient(**client_options(settings, request_timeout_ms=10_000))
     try:
-        await admin.start()
+        with handled_connect():
+            await admin.start()
     except KafkaError as exc:
         await admin.close()
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
