@@ -3,8 +3,8 @@
     python3 bench/bench_chaos.py [--only broker,redis,kill,input]
 
 Each scenario runs the processes it needs (embedded broker, ``rttsched worker``, ``trainer``, ``extender``,
-a redis-server of its own) under ``tests/integration/chaoskit.py`` — the same scenarios the fault tests
-run — and reports:
+a redis-server of its own) from ``tests/integration/chaos_outages.py`` and ``chaos_worker.py`` — the
+same scenarios the fault tests run — and reports:
 
 * **dead**: rttsched processes that exited (0 wanted);
 * **lost**: messages produced after the fault that were never processed, pairs never counted, models
@@ -33,16 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from chaoskit import (  # noqa: E402
-    Load,
-    Outcome,
-    RedisServer,
-    Stack,
-    broker_wipe,
-    hostile_input,
-    period_kill,
-    redis_outage,
-)
+from chaos_outages import broker_wipe, redis_outage  # noqa: E402
+from chaos_worker import hostile_input, period_kill  # noqa: E402
+from chaoskit import Load, Outcome, RedisServer, Stack  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402

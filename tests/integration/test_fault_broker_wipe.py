@@ -12,7 +12,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from chaoskit import Load, Stack, broker_wipe
+from chaos_outages import broker_wipe
+from chaoskit import Load, Stack
 
 pytestmark = pytest.mark.integration
 

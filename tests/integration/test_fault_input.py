@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from chaoskit import CAP_APPS, CAP_NODES, hostile_input
+from chaos_worker import CAP_APPS, CAP_NODES, hostile_input
 
 from app.config import Settings
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from chaoskit import APP, KILL_NODES, period_kill
+from chaos_worker import KILL_NODES, period_kill
+from chaoskit import APP
 from feedbackkit import Reader
 
 from app.config import Settings

@@ -13,7 +13,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from chaoskit import Load, RedisServer, Stack, redis_outage
+from chaos_outages import redis_outage
+from chaoskit import Load, RedisServer, Stack
 
 pytestmark = pytest.mark.integration
 
