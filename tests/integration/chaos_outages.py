@@ -53,11 +53,11 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
     first = len(load.tasks)
     snaps_before = load.snapshots
     async with readers(s, "training-samples", "prediction-errors") as (samples, errors):
-        t_load = time.monotonic()
+        first_seen = asyncio.ensure_future(_seen_first(samples, load, first))
         await load.run(8)
         after = set(load.tasks[first:])
         await retrain_event(s)
-        seen = await _seen_first(samples, after, t_load)
+        seen = await first_seen
         with contextlib.suppress(AssertionError):
             await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "every task's sample after the wipe")
         with contextlib.suppress(AssertionError):
@@ -78,9 +78,10 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
                    f"{pause_s:g} s after the broker")
 
 
-async def _seen_first(samples: Reader, tasks: set[str], since: float) -> float:
-    """The time (monotonic) the first training sample of ``tasks`` was seen."""
-    await wait_for(lambda: tasks & set(sample_ids(samples.values)), 60, "a first sample after the wipe", every_s=0.05)
+async def _seen_first(samples: Reader, load: Load, first: int) -> float:
+    """The time (monotonic) the first training sample of a task produced after the wipe was seen."""
+    await wait_for(lambda: set(load.tasks[first:]) & set(sample_ids(samples.values)), 60,
+                   "a first sample after the wipe", every_s=0.05)
     return time.monotonic()
 
 
