@@ -116,7 +116,10 @@ class Stack:
                                    models_dir=str(self.root / "models"), redis_url=self.redis_url,
                                    error_period_s=1.0, retrain_debounce_s=2.0, join_ttl_s=600.0)
         self.create_topics()
-        self.group = ProcessGroup(self.root / "logs", {"RTT_COLD_START_SAMPLES": "60", "RTT_RETRY_MAX_BACKOFF_S": "2"})
+        # growth retrains off: the versions a scenario announces are the only ones besides v1 (cold start) and
+        # the retrains it asks for, so "v2" is newer than whatever the processes serve when it is announced
+        self.group = ProcessGroup(self.root / "logs", {"RTT_COLD_START_SAMPLES": "60", "RTT_RETRY_MAX_BACKOFF_S": "2",
+                                                       "RTT_RETRAIN_GROWTH": "0"})
         self.worker_url = start_worker(self.group, self.s, "worker", **self.worker_env)
         if trainer:
             self.start_trainer()
