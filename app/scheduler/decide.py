@@ -101,7 +101,7 @@ class Decision:
     @functools.cached_property
     def verdicts(self) -> tuple[NodeVerdict, ...]:
         if self.neutral is not None:
-            return tuple(NodeVerdict(n) for n in self.nodes)
+            return tuple(NodeVerdict(n, stale=self.stale) for n in self.nodes)
         return tuple(
             NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                         self.model_version[i],
@@ -189,14 +189,13 @@ def decide(
     versions: list[int | None] = [None] * n
     groups: dict[str, tuple[ModelEntry, list[int], list[str]]] = {}
     states, routes = snapshot.nodes, snapshot.routes(app)
-    oldest_fresh = now - params.stale_after_s
     for i, name in enumerate(nodes):
         st = states.get(name)
         if st is None:
             continue
         if st.weight is not None:
             cred[i] = st.weight
-        if st.weights_stale or st.features_ts <= 0 or st.features_ts < oldest_fresh:  # NodeState.is_stale
+        if st.is_stale(now, params.stale_after_s):
             continue
         fresh[i] = True
         entry = routes.get(name)

@@ -15,7 +15,9 @@ Run off the event loop (the service uses a one-thread executor). Steps, for a ke
    values). Hardware descriptors and task features (``hw_*``, ``task_input_size_mb``) that have any
    value are always kept: they are what lets a class model predict for a node it has never seen.
    When the selection keeps no candidate, every varying column is used (XGBoost ignores the useless
-   ones at little cost).
+   ones at little cost). When the GPU models of the key's nodes do not report the same metrics, each
+   model's rows vote on the metrics they have and the model takes the union
+   (:func:`app.features.classes.select_by_class`).
 3. **Train** (:func:`app.model.train.train_model`) on the fit rows and the kept columns, with the
    holdout excluded (``holdout_fraction=0``: the split is ours, so both models see the same holdout).
    After a drift, each fit row since the onset weighs :data:`AFTER_ONSET_COPIES` rows
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from app.features.classes import CLASS_FEATURES, class_labels, select_by_class
 from app.features.hardware import HARDWARE_FEATURES
 from app.features.vector import TASK_FEATURES
 from app.model.base import Predictor
@@ -153,7 +156,8 @@ def choose_features(fit: Dataset, selector: Selector | None, max_rows: int = SEL
     chosen = candidates
     if selector is not None and candidates:
         recent = fit.rows(max(0, len(fit) - max_rows))
-        picked = set(selector(recent.columns(candidates), recent.y, candidates))
+        labels = class_labels(recent.columns(CLASS_FEATURES))
+        picked = set(select_by_class(selector, recent.columns(candidates), recent.y, candidates, labels).chosen)
         chosen = [n for n in candidates if n in picked] or candidates
     names = tuple(chosen + kept)
     return names if names else fit.names
