@@ -29,9 +29,9 @@ from chaoskit import (
     served_version,
     wait_for,
 )
-from feedbackkit import Reader, produce, start_worker
 
 from app.config import Settings
+from app.sim.scripted import Reader, produce, start_worker
 
 
 async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome:

@@ -25,12 +25,12 @@ from chaoskit import (
     scrape,
     wait_for,
 )
-from feedbackkit import Reader, prediction, produce, start_worker
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.client import client_options
+from app.sim.scripted import Reader, prediction, produce, start_worker
 
 # -- SIGKILL right at period close ------------------------------------------------------------------------
 KILL_NODES = [f"gpu-k{i:03d}" for i in range(300)]

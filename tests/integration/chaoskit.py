@@ -29,7 +29,6 @@ from typing import Any
 
 import orjson
 import redis
-from feedbackkit import Reader, prediction, produce, start_worker
 from twokit import nodes_per_partition
 
 from app.cli.processes import ProcessGroup
@@ -37,6 +36,7 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import ensure_topics
 from app.kafka.embedded import EmbeddedBroker, free_port
+from app.sim.scripted import Reader, prediction, produce, start_worker
 from app.streams.app import worker_topics
 
 APP = "gCTF"

@@ -20,11 +20,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from chaos_worker import KILL_NODES, period_kill
 from chaoskit import APP
-from feedbackkit import Reader
 
 from app.config import Settings
 from app.kafka.batches import partition_for
 from app.kafka.client import client_options
+from app.sim.scripted import Reader
 from app.streams.feedback_outbox import ErrorsOutbox
 
 pytestmark = pytest.mark.integration

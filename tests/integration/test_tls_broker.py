@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from feedbackkit import Reader, Sender, start_worker
 from tlskit import TlsFront, make_certificates
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.kafka.admin import ensure_topics
 from app.kafka.client import client_options
+from app.sim.scripted import Reader, Sender, start_worker
 
 pytestmark = pytest.mark.integration
 
