@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
+from app.masking import mask_url
 
 EMBEDDED_BROKER_PORT = 9092
 
@@ -47,12 +47,41 @@ def _fraction(v: float) -> str | None:
     return None if 0.0 <= v <= 1.0 else f"must be between 0 and 1 (got {v})"
 
 
+def _one_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(v: str) -> str | None:
+        return None if v in allowed else f"must be one of {', '.join(repr(a) for a in allowed)} (got {v!r})"
+    return check
+
+
+def _readable_file(v: str) -> str | None:
+    if not v:
+        return None
+    path = Path(v)
+    if not path.is_file():
+        return f"no such file: {v}"
+    if not os.access(path, os.R_OK):
+        return f"file not readable: {v}"
+    return None
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 def _f(default: Any, check: Callable[[Any], str | None] | None = None, env: str | None = None,
        doc: str = "") -> Any:
     meta: dict[str, Any] = {"check": check, "doc": doc}
     if env:
         meta["env"] = env
     return dataclasses.field(default=default, metadata=meta)
+
+
+def read_secret(path: str, field: str = "") -> str:
+    """The content of a secret file (a mounted Kubernetes Secret), without the trailing newline."""
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(field or path, f"cannot read the secret file {path}: {exc.strerror}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +149,33 @@ class Settings:
     extender_report_s: float = _f(10.0, _positive, doc="while Kafka or its topics are missing, say so every this")
     # -- model registry
     model_keep: int = _f(5, _positive, doc="model versions kept per key (plus the current one)")
+    # -- faults, bounds and secure transport (docs/runbook.md, docs/deploy.md)
+    kafka_security_protocol: str = _f("PLAINTEXT", _one_of(*SECURITY_PROTOCOLS),
+                                      doc="PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (every Kafka client and Faust)")
+    kafka_sasl_mechanism: str = _f("", _one_of(*SASL_MECHANISMS), doc="PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512"
+                                   " (required with SASL_*)")
+    kafka_sasl_username: str = _f("", doc="SASL user name")
+    kafka_sasl_password_file: str = _f("", _readable_file, doc="file holding the SASL password (a mounted Secret)")
+    kafka_ssl_cafile: str = _f("", _readable_file, doc="CA bundle (PEM) the broker's certificate is checked"
+                               " against; empty = the system's")
+    kafka_ssl_certfile: str = _f("", _readable_file, doc="client certificate (PEM) for mutual TLS")
+    kafka_ssl_keyfile: str = _f("", _readable_file, doc="client private key (PEM) for mutual TLS")
+    redis_password_file: str = _f("", _readable_file, doc="file holding the Redis password (a mounted Secret);"
+                                  " added to REDIS_URL when connecting")
+    metrics_host: str = _f("0.0.0.0", doc="address the /metrics server of the worker, trainer, bridge and pods"
+                           " binds (127.0.0.1: this machine only)")
+    max_clock_skew_s: float = _f(300.0, _positive, doc="a message ts further than this in the future is a"
+                                 " dead letter (ts_in_future)")
+    max_event_age_s: float = _f(86_400.0, _positive, doc="a message ts older than this is a dead letter"
+                                " (ts_too_old)")
+    node_evict_after_s: float = _f(600.0, _positive, doc="a node silent this long leaves the worker's state,"
+                                   " metrics and the compacted topics")
+    worker_max_nodes: int = _f(5_000, _positive, doc="nodes one worker holds at most; a new one beyond is a"
+                               " dead letter (node_cap)")
+    worker_max_apps: int = _f(64, _positive, doc="apps one worker tracks at most; a new one beyond is a dead"
+                              " letter (app_cap)")
+    retry_max_backoff_s: float = _f(5.0, _positive, doc="longest wait between two tries of a model load or"
+                                    " retrain that failed because Redis was away")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -133,6 +189,22 @@ class Settings:
         if bool(self.extender_tls_cert) != bool(self.extender_tls_key):
             missing = "RTT_EXTENDER_TLS_KEY" if self.extender_tls_cert else "RTT_EXTENDER_TLS_CERT"
             raise ConfigError(missing, "HTTPS needs both RTT_EXTENDER_TLS_CERT and RTT_EXTENDER_TLS_KEY")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        if sasl and not self.kafka_sasl_mechanism:
+            raise ConfigError("RTT_KAFKA_SASL_MECHANISM", f"required with {self.kafka_security_protocol}")
+        if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password_file):
+            missing = "RTT_KAFKA_SASL_USERNAME" if not self.kafka_sasl_username else "RTT_KAFKA_SASL_PASSWORD_FILE"
+            raise ConfigError(missing, f"required with {self.kafka_security_protocol}")
+        if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
+            missing = "RTT_KAFKA_SSL_KEYFILE" if self.kafka_ssl_certfile else "RTT_KAFKA_SSL_CERTFILE"
+            raise ConfigError(missing, "a client certificate needs its key, and the other way round")
+        tls_files = self.kafka_ssl_cafile or self.kafka_ssl_certfile
+        if tls_files and not self.kafka_security_protocol.endswith("SSL"):
+            raise ConfigError("RTT_KAFKA_SECURITY_PROTOCOL",
+                              f"TLS files are set but the protocol is {self.kafka_security_protocol}")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -141,6 +213,25 @@ class Settings:
     @property
     def models_path(self) -> Path:
         return Path(self.models_dir)
+
+    @property
+    def redis_client_url(self) -> str:
+        """``redis_url`` with the password of ``RTT_REDIS_PASSWORD_FILE`` in it (never log this; see app.masking)."""
+        if not self.redis_url or not self.redis_password_file:
+            return self.redis_url
+        from app.masking import with_password
+
+        return with_password(self.redis_url, read_secret(self.redis_password_file, "RTT_REDIS_PASSWORD_FILE"))
+
+    def secrets(self) -> list[str]:
+        """Every secret value these settings hold or point at (masked in logs by :mod:`app.masking`)."""
+        from app.masking import url_password
+
+        out = [url_password(self.redis_url)]
+        for path in (self.redis_password_file, self.kafka_sasl_password_file):
+            if path:
+                out.append(read_secret(path))
+        return [s for s in out if s]
 
     def topic(self, name: str) -> str:
         """The real topic name of a contract (with the configured prefix)."""
@@ -199,10 +290,5 @@ def display_value(value: Any) -> str:
     ('redis://user:***@host:6379/0', '2.5', "''")
     """
     if isinstance(value, str):
-        if not value:
-            return "''"
-        return _URL_PASSWORD.sub(r"\1***@", value)
+        return mask_url(value) if value else "''"
     return str(value)
-
-
-_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]+@")

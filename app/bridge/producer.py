@@ -21,6 +21,7 @@ from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
+from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
 KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
@@ -28,10 +29,7 @@ KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
 
 async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridge") -> AIOKafkaProducer:
     """A started producer on the configured broker; the caller stops it."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, client_id=client_id, linger_ms=5,
-        request_timeout_ms=10_000,
-    )
+    producer = AIOKafkaProducer(**client_options(settings, client_id=client_id, linger_ms=5, request_timeout_ms=10_000))
     try:
         with handled_connect():
             await producer.start()

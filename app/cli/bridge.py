@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             print(orjson.dumps(snap.message).decode())
         return 0
 
-    serve_metrics(settings.metrics_port)
+    serve_metrics(settings.metrics_port, settings.metrics_host)
     print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
           f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
     stats = asyncio.run(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping))

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from app import masking
 from app.config import Settings
 from app.errors import RttError
 
@@ -59,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = Settings.from_env()
+        masking.install(settings.secrets())
         return int(args._module.run(args, settings) or 0)
     except RttError as exc:
         print(f"rttsched {args.command}: error: {exc}", file=sys.stderr)

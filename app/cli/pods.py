@@ -74,6 +74,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.extender.podwatch import PodWatcher, PodWatchMetrics
     from app.extender.podwatch_api import PodsApi
+    from app.masking import mask_url
     from app.scheduler.cache import CacheKeys
 
     log = logging.getLogger("app.cli.pods")
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     async def main() -> int:
         async with aiohttp.ClientSession() as session:
-            client = aioredis.from_url(settings.redis_url)
+            client = aioredis.from_url(settings.redis_client_url)
             watcher = PodWatcher(PodsApi(session, access), client, CacheKeys(settings.topic_prefix), options, metrics)
             try:
                 if args.once:
@@ -103,10 +104,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port, registry=metrics.registry)
-            log.info("metrics on :%d/metrics", settings.metrics_port)
+            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
+            log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
         mode = "list only" if not options.watch else "list + watch"
-        print(f"rttsched pods: {access.base_url} -> {settings.redis_url} (prefix {settings.topic_prefix!r}), "
+        print(f"rttsched pods: {access.base_url} -> {mask_url(settings.redis_url)} (prefix {settings.topic_prefix!r}), "
               f"{mode}, resync {options.resync_s:g}s", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -10,6 +10,9 @@ HELP = "create every topic from topics/ on the configured broker (idempotent), o
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["create", "list"], nargs="?", default="create")
+    p.add_argument("--worker-id", action="append", default=None, metavar="ID",
+                   help="also create the internal topics of this worker group (default: the default group,"
+                        " {RTT_TOPIC_PREFIX}rttsched-worker; repeat for several)")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
@@ -24,9 +27,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
 
     from app.kafka.admin import ensure_topics
+    from app.streams.app import worker_topics
 
-    results = asyncio.run(ensure_topics(settings))
-    print(f"{'topic':<22} {'parts':>5} {'cleanup':<8} status")
+    internal = [t for wid in (args.worker_id or [None]) for t in worker_topics(settings, wid)]
+    results = asyncio.run(ensure_topics(settings, internal))
+    width = max(22, *(len(r.topic) for r in results))
+    print(f"{'topic':<{width}} {'parts':>5} {'cleanup':<8} status")
     for r in results:
-        print(f"{r.topic:<22} {r.partitions:>5} {r.cleanup_policy:<8} {'created' if r.created else 'exists'}")
+        print(f"{r.topic:<{width}} {r.partitions:>5} {r.cleanup_policy:<8} {'created' if r.created else 'exists'}")
     return 0

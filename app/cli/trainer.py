@@ -50,8 +50,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port, registry=service.metrics.registry)
-            log.info("metrics on :%d/metrics", settings.metrics_port)
+            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=service.metrics.registry)
+            log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -19,22 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from aiokafka.errors import OffsetOutOfRangeError
+
+from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import decode
+from app.contracts.admission import check_key, check_time
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
 from app.extender.pacing import Slicer
+from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
 from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
 MAX_RECORDS = 250  # per fetch: aiokafka builds a fetch's records in one go (a few us each)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
+REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
 
 
 class _EveryFew(logging.Filter):
@@ -76,8 +84,10 @@ class ViewFeed:
         self, settings: Settings, builder: SnapshotBuilder, loader: ModelLoader, metrics: ExtenderMetrics,
         rebuild: Callable[[bool], object], rebuild_interval_s: float = 0.2,
         on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, report_s: float = 10.0,
+        clock: Clock | None = None,
     ) -> None:
         self._settings = settings
+        self._clock = clock or SystemClock()
         self._builder = builder
         self._loader = loader
         self._metrics = metrics
@@ -87,6 +97,7 @@ class ViewFeed:
         self._report_s = report_s
         self._topic_of = {settings.topic(t): t for t in TOPICS}
         self._consumer: Any = None
+        self._guard: PositionGuard | None = None
         self._task: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[bool]] = set()
         self._behind: dict[Any, int] = {}  # partitions not yet read to their end offset at assignment
@@ -118,6 +129,12 @@ class ViewFeed:
             log.log(level, "view feed: %s", status)
             self._said = (status, now)
 
+    def release_current_load(self) -> None:
+        """The calling model load waits for the registry: readiness no longer waits for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._loads.discard(task)  # type: ignore[arg-type]
+
     async def _close(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
@@ -146,10 +163,10 @@ class ViewFeed:
 
         if not self.status.startswith("Kafka at"):  # not retrying: say so (retries are reported by _run)
             self._report(f"connecting to Kafka at {self._settings.bootstrap_servers}", logging.INFO)
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._settings.bootstrap_servers, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024, request_timeout_ms=10_000,
-        )
+        consumer = AIOKafkaConsumer(**client_options(
+            self._settings, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+            max_partition_fetch_bytes=4 * 1024 * 1024, request_timeout_ms=10_000,
+        ))
         try:
             await consumer.start()
         except BaseException:
@@ -157,6 +174,8 @@ class ViewFeed:
                 await consumer.stop()
             raise
         self._consumer = consumer
+        self._guard = PositionGuard(consumer, "extender-view", registry=self._metrics.registry,
+                                    topic_label=lambda t: self._topic_of.get(t, t))
 
     async def _wait_for_topics(self) -> None:
         """Assign every partition of the view's topics once all three exist; report the missing ones."""
@@ -182,8 +201,16 @@ class ViewFeed:
     async def _consume(self) -> None:
         slicer = Slicer()
         last_build = -1e9
+        guard = self._guard
+        assert guard is not None
         while True:
-            batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000), max_records=MAX_RECORDS)
+            try:
+                batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000),
+                                                       max_records=MAX_RECORDS)
+            except OffsetOutOfRangeError as exc:  # retention deleted what the position points at
+                await guard.out_of_range(exc.args[0])
+                continue
+            guard.note(batches)
             slicer.restart()
             for tp, messages in batches.items():
                 topic = self._topic_of.get(tp.topic, tp.topic)
@@ -196,6 +223,7 @@ class ViewFeed:
             elif self._builder.dirty and time.monotonic() - last_build >= self._interval:
                 self._rebuild(False)
                 last_build = time.monotonic()
+            await guard.after_fetch()  # a position beyond its partition's end: the topic was wiped
 
     async def _check_caught_up(self) -> None:
         for tp, end in list(self._behind.items()):
@@ -224,9 +252,14 @@ class ViewFeed:
             return "ignored"
         try:
             value = decode(topic, raw)
+            check_key(topic, key, value)
+            # a view value from the future would pin its node (newer values only replace older ones);
+            # an old one is merely stale, which the snapshot already handles
+            check_time(topic, value, now=self._clock.now(), max_skew_s=self._settings.max_clock_skew_s,
+                       max_age_s=math.inf)
         except ContractError as exc:
             log.debug("%s message rejected: %s", topic, exc)
-            return "rejected"
+            return "rejected" if exc.reason not in REASONS else exc.reason
         if topic == "node-features":
             return "applied" if self._builder.apply_node_features(value) else "ignored"
         if topic == "node-weights":

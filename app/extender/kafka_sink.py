@@ -11,6 +11,7 @@ from typing import Any
 from app.config import Settings
 from app.extender.metrics import ExtenderMetrics
 from app.extender.predictions import Record
+from app.kafka.client import client_options
 
 log = logging.getLogger(__name__)
 TOPIC = "rtt-predictions"
@@ -42,8 +43,7 @@ class KafkaSink:
     async def start(self) -> None:
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self._settings.bootstrap_servers, acks=1,
-                                    max_batch_size=BATCH_BYTES)
+        producer = AIOKafkaProducer(**client_options(self._settings, acks=1, max_batch_size=BATCH_BYTES))
         try:
             await producer.start()
             cluster = await producer.client.fetch_all_metadata()

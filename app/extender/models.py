@@ -24,7 +24,12 @@ ModelLoader = Callable[[Mapping[str, Any]], Awaitable[Predictor]]
 
 
 class ModelLoadError(RttError):
-    """A announced model could not be fetched, verified or parsed."""
+    """An announced model could not be fetched, verified or parsed; ``transient`` when the registry was
+    unreachable (try again later) rather than the model wrong."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 def registry_loader(settings: Settings) -> ModelLoader:
@@ -38,6 +43,7 @@ def registry_loader(settings: Settings) -> ModelLoader:
     lock = threading.Lock()
 
     def load_sync(update: Mapping[str, Any]) -> Predictor:
+        from app.model.errors import RegistryUnavailableError
         from app.model.registry import load_predictor, open_store
 
         with lock:
@@ -47,7 +53,7 @@ def registry_loader(settings: Settings) -> ModelLoader:
         try:
             predictor, record = load_predictor(opened[0], key, version)
         except RttError as exc:
-            raise ModelLoadError(f"{key} v{version}: {exc}") from exc
+            raise ModelLoadError(f"{key} v{version}: {exc}", isinstance(exc, RegistryUnavailableError)) from exc
         if record.sha256 != sha:
             raise ModelLoadError(f"{key} v{version}: registry sha256 {record.sha256} is not the announced {sha}")
         announced = tuple(update.get("features") or ())

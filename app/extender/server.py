@@ -99,7 +99,8 @@ class ExtenderServer:
         if not ready or snap is None:
             return json_response({"ready": False, "Error": reason}, status=503)
         return json_response({"ready": True, "generation": snap.generation, "nodes": len(snap.nodes),
-                              "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3)})
+                              "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3),
+                              "degraded": service.degraded.reasons})
 
     def handle(self, request: Request) -> Response:
         """Answer one request; never raises."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.feed import ViewFeed
 from app.extender.metrics import AppLabels, ExtenderMetrics
+from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import run_sliced
@@ -83,6 +84,7 @@ class ExtenderService:
         self.warmed = asyncio.Event()  # set once the Redis warm start is over (or was not attempted)
         self.on_ready: list[Callable[[], object]] = []  # called once, when the first snapshot is installed
         self.metrics.track_snapshot_age(self._age)
+        self.degraded = Degraded(self.metrics.registry)
 
     # -- view
     def _age(self) -> float:
@@ -199,9 +201,9 @@ class ExtenderService:
         else:
             self.warmed.set()
         if self._kafka:
-            self.feed = ViewFeed(self.settings, self.builder, self._model_loader(), self.metrics,
+            self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
-                                 on_model=self._cache_model, report_s=self.options.report_s)
+                                 on_model=self._cache_model, report_s=self.options.report_s, clock=self.clock)
             self.feed.start()
         if self._publish:
             sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)
@@ -215,10 +217,24 @@ class ExtenderService:
             self._loader = registry_loader(self.settings)
         return self._loader
 
+    def _feed_loader(self) -> ModelLoader:
+        """The model loader of the Kafka feed: registry unavailability retried (:mod:`app.extender.model_retry`)."""
+
+        def superseded(update: Mapping[str, Any]) -> bool:
+            have = self.builder.model_version(str(update["model_key"]))
+            return have is not None and have >= int(update["version"])
+
+        def waiting(_update: Mapping[str, Any]) -> None:
+            if self.feed is not None:
+                self.feed.release_current_load()
+
+        return retrying_loader(self._model_loader(), self.degraded, max_backoff_s=self.settings.retry_max_backoff_s,
+                               superseded=superseded, on_wait=waiting)
+
     async def _redis_work(self) -> None:
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.from_url(self.settings.redis_url)
+        self._redis = aioredis.from_url(self.settings.redis_client_url)
         try:
             await self._warm_start()
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -10,6 +11,7 @@ from aiokafka.errors import KafkaError
 from app.config import Settings
 from app.contracts import load_contracts
 from app.errors import RttError
+from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
 TOPIC_ALREADY_EXISTS = 36
@@ -20,6 +22,18 @@ class TopicError(RttError):
 
 
 @dataclasses.dataclass(frozen=True)
+class InternalTopic:
+    """A topic a process needs that is not a contract (a worker group's changelogs and ownership topic)."""
+
+    name: str
+    partitions: int
+    compacted: bool = False
+
+    def configs(self) -> dict[str, str]:
+        return {"cleanup.policy": "compact" if self.compacted else "delete"}
+
+
+@dataclasses.dataclass(frozen=True)
 class TopicResult:
     topic: str
     partitions: int
@@ -27,10 +41,11 @@ class TopicResult:
     created: bool
 
 
-async def ensure_topics(settings: Settings) -> list[TopicResult]:
-    """Create each contract's topic (prefixed) if missing; verify partitions of those that exist."""
+async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = ()) -> list[TopicResult]:
+    """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify partitions of those
+    that exist."""
     contracts = load_contracts()
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(**client_options(settings, request_timeout_ms=10_000))
     try:
         with handled_connect():
             await admin.start()
@@ -38,11 +53,15 @@ async def ensure_topics(settings: Settings) -> list[TopicResult]:
         await admin.close()
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     try:
-        wanted = {settings.topic(c.name): c for c in contracts.values()}
-        resp = await admin.create_topics([
-            NewTopic(name, c.partitions, c.replication_factor, topic_configs=c.topic_configs())
-            for name, c in wanted.items()
-        ])
+        wanted: dict[str, tuple[int, str, NewTopic]] = {}
+        for c in contracts.values():
+            name = settings.topic(c.name)
+            wanted[name] = (c.partitions, c.cleanup_policy,
+                            NewTopic(name, c.partitions, c.replication_factor, topic_configs=c.topic_configs()))
+        for t in internal:
+            wanted[t.name] = (t.partitions, t.configs()["cleanup.policy"],
+                              NewTopic(t.name, t.partitions, 1, topic_configs=t.configs()))
+        resp = await admin.create_topics([new for _, _, new in wanted.values()])
         created: dict[str, bool] = {}
         for topic, code, message in (e[:3] for e in resp.topic_errors):
             if code not in (0, TOPIC_ALREADY_EXISTS):
@@ -51,14 +70,13 @@ async def ensure_topics(settings: Settings) -> list[TopicResult]:
         described = await admin.describe_topics(list(wanted))
         results = []
         for d in described:
-            name, c = d["topic"], wanted[d["topic"]]
+            name = d["topic"]
+            partitions, cleanup, _ = wanted[name]
             have = len(d["partitions"])
-            if have != c.partitions:
-                raise TopicError(
-                    f"topic {name} has {have} partitions, its contract says {c.partitions}; "
-                    "delete it or fix topics/{c.name}.json"
-                )
-            results.append(TopicResult(name, have, c.cleanup_policy, created.get(name, False)))
+            if have != partitions:
+                raise TopicError(f"topic {name} has {have} partitions, {partitions} expected (topics/ or the"
+                                 " worker's partition count); delete it and create it again")
+            results.append(TopicResult(name, have, cleanup, created.get(name, False)))
         return sorted(results, key=lambda r: r.topic)
     finally:
         await admin.close()

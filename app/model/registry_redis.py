@@ -11,18 +11,23 @@ Keys, under ``<namespace>`` (model keys contain ``:`` themselves; the suffixes k
 A blob and its metadata are set (and deleted) in one transaction, so a reader never sees one without
 the other; readers fetch both in one transaction too. Moving ``current`` and trimming old versions
 ``WATCH`` the keys they depend on and retry when another writer got there first.
+
+Redis being away (connection refused or lost, a timeout, still loading its data) surfaces as
+:class:`~app.model.errors.RegistryUnavailableError` from every method, so a caller can tell "try again
+later" from a model that is missing or corrupt.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import redis
 
 from app.clock import Clock, SystemClock
-from app.model.errors import ModelNotFoundError
+from app.model.errors import ModelNotFoundError, RegistryUnavailableError
 from app.model.registry_base import (
     ModelRecord,
     check_keep,
@@ -34,6 +39,24 @@ from app.model.registry_base import (
 )
 
 log = logging.getLogger(__name__)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def _available(method: F) -> F:
+    """Turn Redis being away into :class:`RegistryUnavailableError` (with where and why)."""
+
+    @functools.wraps(method)
+    def wrapper(self: RedisModelStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except UNAVAILABLE as exc:
+            raise RegistryUnavailableError(f"model registry at {self._where} unavailable: "
+                                           f"{type(exc).__name__}: {exc}") from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _ints(values: Any) -> list[int]:
@@ -102,6 +125,7 @@ class RedisModelStore:
                     continue
 
     # -- ModelStore
+    @_available
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
@@ -124,6 +148,7 @@ class RedisModelStore:
         log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
         return record
 
+    @_available
     def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]:
         if version is None:
             version = self._current_version(model_key)
@@ -138,6 +163,7 @@ class RedisModelStore:
         record = ModelRecord.from_json(meta)
         return verify(model_key, version, bytes(blob), record.sha256), record
 
+    @_available
     def current(self, model_key: str) -> ModelRecord | None:
         version = self._current_version(model_key)
         if version is None:
@@ -147,6 +173,7 @@ class RedisModelStore:
         except ModelNotFoundError:
             return None
 
+    @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
         kept = self._kept(model_key)
         if not kept:
@@ -154,6 +181,7 @@ class RedisModelStore:
         raws = self._redis.mget([self._k(model_key, "meta", v) for v in kept])
         return [ModelRecord.from_json(r) for r in raws if r is not None]
 
+    @_available
     def promote(self, model_key: str, version: int) -> ModelRecord:
         meta_key = self._k(model_key, "meta", version)
         with self._redis.pipeline() as pipe:
@@ -174,11 +202,13 @@ class RedisModelStore:
         log.info("model %s: version %d is current", model_key, version)
         return ModelRecord.from_json(raw)
 
+    @_available
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
         if to_version is None:
             to_version = previous_version(model_key, self._kept(model_key), self._current_version(model_key))
         return self.promote(model_key, to_version)
 
+    @_available
     def keys(self) -> list[str]:
         return sorted(k.decode() if isinstance(k, bytes) else str(k)
                       for k in self._redis.smembers(f"{self.namespace}:models"))

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from app.config import Settings
 from app.contracts import encode
 from app.errors import ContractError, RttError
+from app.kafka.client import client_options
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class KafkaSink:
         from aiokafka import AIOKafkaProducer
 
         self._queue = asyncio.Queue(self.max_pending)
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, acks=1, linger_ms=5)
+        self._producer = AIOKafkaProducer(**client_options(self.settings, acks=1, linger_ms=5))
         await self._producer.start()
         self._task = asyncio.get_running_loop().create_task(self._drain(), name="kafka-sink-drain")
 

@@ -77,7 +77,8 @@ def scaled_worker_env(settings: Settings, speed: float) -> dict[str, str]:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED:g}] (got {speed})")
     if speed == 1.0:
         return {}
-    return {"RTT_ERROR_PERIOD_S": repr(settings.error_period_s / speed),
+    return {"RTT_MAX_CLOCK_SKEW_S": repr(max(settings.max_clock_skew_s, 86_400.0)),  # ts run ahead on purpose
+            "RTT_ERROR_PERIOD_S": repr(settings.error_period_s / speed),
             "RTT_FEATURE_EMIT_INTERVAL_S": repr(settings.feature_emit_interval_s / speed),
             "RTT_RETRAIN_DEBOUNCE_S": repr(settings.retrain_debounce_s / speed)}
 

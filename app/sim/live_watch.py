@@ -17,6 +17,7 @@ from typing import Any
 from app.config import Settings
 from app.contracts import contract, decode
 from app.errors import ContractError
+from app.kafka.client import client_options
 from app.sim.kafka_sink import LoopThread, SinkError
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,8 @@ class FeedbackWatcher:
     async def _start(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
+                                                     auto_offset_reset="earliest"))
         await consumer.start()
         self._consumer = consumer
         tps = [TopicPartition(self.settings.topic(t), p) for t in self.topics for p in range(contract(t).partitions)]

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.config import Settings
 from app.contracts import contract, encode
+from app.kafka.client import client_options
 from app.kafka.embedded import free_port
 
 
@@ -57,11 +58,12 @@ class Reader:
         self.s, self.topic = s, topic
         self.values: list[dict[str, Any]] = []
         self.on_value = on_value
+        self.poll_ms = 200
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Reader:
-        c = AIOKafkaConsumer(bootstrap_servers=self.s.bootstrap_servers, auto_offset_reset="earliest",
-                             enable_auto_commit=False, group_id=None)
+        c = AIOKafkaConsumer(**client_options(self.s, auto_offset_reset="earliest", enable_auto_commit=False,
+                                              group_id=None, fetch_max_wait_ms=100))
         await c.start()
         name = self.s.topic(self.topic)
         c.assign([TopicPartition(name, p) for p in range(contract(self.topic).partitions)])
@@ -71,7 +73,7 @@ class Reader:
     async def _run(self, c: AIOKafkaConsumer) -> None:
         try:
             while True:
-                batch = await c.getmany(timeout_ms=200)
+                batch = await c.getmany(timeout_ms=self.poll_ms)
                 for msgs in batch.values():
                     for m in msgs:
                         v = orjson.loads(m.value)
@@ -104,7 +106,7 @@ def key_of(topic: str, value: dict[str, Any]) -> bytes:
 
 async def produce(s: Settings, items: list[tuple[str, dict[str, Any]]]) -> float:
     """Produce many ``(topic, value)`` items fast (large batches, no contract check); seconds taken."""
-    p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=20, max_batch_size=256 * 1024)
+    p = AIOKafkaProducer(**client_options(s, linger_ms=20, max_batch_size=256 * 1024))
     await p.start()
     t0 = time.perf_counter()
     try:
@@ -121,7 +123,7 @@ async def produce(s: Settings, items: list[tuple[str, dict[str, Any]]]) -> float
 class Sender:
     def __init__(self, s: Settings) -> None:
         self.s = s
-        self.p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=5)
+        self.p = AIOKafkaProducer(**client_options(s, linger_ms=5))
 
     async def __aenter__(self) -> Sender:
         await self.p.start()

@@ -16,16 +16,22 @@ import faust
 from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
+from app.kafka.admin import InternalTopic
+from app.kafka.client import faust_credentials
 from app.streams.context import attach
+from app.streams.eviction import register_eviction
+from app.streams.feedback_loop import TABLE_NAME as FEEDBACK_TABLE
 from app.streams.feedback_loop import register_feedback
+from app.streams.health import register_health_page
 from app.streams.metrics import register_metrics_page
+from app.streams.node_features import TABLE_NAME as NODE_TABLE
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
-from app.streams.ownership import register_ownership
+from app.streams.ownership import ownership_topic_name, register_ownership
 
 Component = Callable[[faust.App, Settings], object]
 
-DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features, register_feedback)
+DEFAULT_COMPONENTS: tuple[Component, ...] = (register_node_features, register_feedback, register_eviction)
 
 
 def broker_urls(bootstrap: str) -> list[str]:
@@ -35,6 +41,22 @@ def broker_urls(bootstrap: str) -> list[str]:
     ['kafka://a:9092', 'kafka://b:9093']
     """
     return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+
+
+def default_id(settings: Settings) -> str:
+    """The worker group id (Faust app id) when ``--id`` is not given: ``{RTT_TOPIC_PREFIX}rttsched-worker``."""
+    return f"{settings.topic_prefix}rttsched-worker"
+
+
+def worker_topics(settings: Settings, id: str | None = None) -> list[InternalTopic]:
+    """The topics a worker group creates for itself: its tables' changelogs (compacted) and its ownership
+    topic, all with the source topics' partition count. ``rttsched topics create`` creates them too, so that
+    they exist where topic creation is restricted, and again after a broker lost its data."""
+    app_id = id or default_id(settings)
+    partitions = contract("node-metrics").partitions
+    tables = [InternalTopic(f"{app_id}-{table}-changelog", partitions, compacted=True)
+              for table in (NODE_TABLE, FEEDBACK_TABLE)]
+    return [*tables, InternalTopic(ownership_topic_name(app_id), partitions)]
 
 
 def create_app(settings: Settings, *, id: str | None = None, components: Sequence[Component] | None = None,
@@ -57,7 +79,7 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
     Path(opts.datadir).mkdir(parents=True, exist_ok=True)
     partitions = contract("node-metrics").partitions
     app = faust.App(
-        id or f"{settings.topic_prefix}rttsched-worker",
+        id or default_id(settings),
         broker=broker_urls(settings.bootstrap_servers),
         store="memory://",
         autodiscover=False,
@@ -74,11 +96,13 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_enabled=settings.metrics_port > 0,
         web_port=settings.metrics_port or 6066,
         web_host="127.0.0.1",
-        web_bind="0.0.0.0",
+        web_bind=settings.metrics_host,
+        broker_credentials=faust_credentials(settings),
     )
     ctx = attach(app, settings, opts, clock)
     ctx.ownership_topic = register_ownership(app)
     register_metrics_page(app)
+    register_health_page(app)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)
     return app

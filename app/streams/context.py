@@ -16,6 +16,7 @@ import faust
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.errors import ConfigError
+from app.streams.bounds import Bounds
 from app.streams.deadletter import DeadLetters
 from app.streams.options import WorkerOptions
 
@@ -29,13 +30,16 @@ class WorkerContext:
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     ownership_topic: str = ""
     """The topic whose assigned partitions are this worker's (:mod:`app.streams.ownership`)."""
+    bounds: Bounds = dataclasses.field(default_factory=lambda: Bounds(5_000, 64))
+    """Caps on nodes and apps, and when each was last heard of (:mod:`app.streams.bounds`)."""
 
 
 _CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()
 
 
 def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Clock | None = None) -> WorkerContext:
-    ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock), clock or SystemClock())
+    ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock), clock or SystemClock(),
+                        bounds=Bounds(settings.worker_max_nodes, settings.worker_max_apps))
     _CONTEXTS[app] = ctx
     return ctx
 

@@ -1,10 +1,11 @@
 """Every error period: prediction-errors per node, DWA windows, and retrain-events (drift, cold start, growth).
 
 The period timer (``settings.error_period_s``) closes the open period of every node this worker holds
-(:meth:`~app.drift.tracker.NodeTracker.close`), checkpoints the feedback state (so what it is about to
-report is recorded as counted), then sends one prediction-errors message per node that had pairs,
-with an ``apps`` map (``n, rmse_ms, mae_ms, mape, bias_ms`` of the period, ``cumulative``: the node × app
-Page-Hinkley statistic over per-period MAPE, ``model_key``).
+(:meth:`~app.drift.tracker.NodeTracker.close`) and stages one prediction-errors message per node that had
+pairs in the outbox (:mod:`~app.streams.feedback_outbox`); the checkpoint that follows makes the closed
+state and the messages durable together, then sends them and waits for their acknowledgement (a kill at
+any moment neither loses nor repeats a pair). A message has an ``apps`` map (``n, rmse_ms, mae_ms, mape,
+bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic over per-period MAPE, ``model_key``).
 
 * DWA: each evaluated app's window is set on the node's state (``NodeState.set_window(s, app)``), so it
   travels in node-features ``windows`` and is persisted with the node's window.
@@ -35,6 +36,7 @@ from app.drift.growth import SampleGrowth
 from app.drift.tracker import AppReport
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
+from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.topics import contract_topic
 
@@ -96,21 +98,24 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         log.info("retrain-event %s (%s): cumulative %.3f > %.3f", key, reason, cumulative, threshold)
         return True
 
+    outbox = loop.outbox = ErrorsOutbox(settings, lambda key, value: errors_topic.send(key=key, value=value))
+
     async def close_period() -> int:
+        due = [n for n, t in loop.trackers.items() if n in loop.partitions and t.pending()]
+        await outbox.prepare({loop.partitions[n] for n in due})
         now = clock.now()
         closed: dict[str, dict[str, AppReport]] = {}
-        for node, tracker in list(loop.trackers.items()):
+        by_class: dict[tuple[str, str], ErrorStats] = collections.defaultdict(ErrorStats)
+        drifts: list[tuple[str, AppReport]] = []
+        states = loop.nodes.store.states
+        for node, tracker in list(loop.trackers.items()):  # from here to the checkpoint: no await
             if node not in loop.partitions or not tracker.pending():
                 continue
             reports = tracker.close(now)
-            if reports:
-                closed[node] = reports
-                loop.dirty_nodes.add(node)
-        await loop.checkpoint()  # what is reported below is now recorded as counted
-
-        by_class: dict[tuple[str, str], ErrorStats] = collections.defaultdict(ErrorStats)
-        states = loop.nodes.store.states
-        for node, reports in closed.items():
+            if not reports:
+                continue
+            closed[node] = reports
+            loop.dirty_nodes.add(node)
             node_class = loop.node_class.get(node) or (states[node].node_class if node in states else None)
             state = states.get(node)
             for app_name, r in reports.items():
@@ -119,11 +124,12 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
                 if node_class:
                     by_class[(app_name, node_class)] = by_class[(app_name, node_class)] + r.errors
                     if r.drift:
-                        await retrain(model_key(app_name, node_class), "drift", r.cumulative, r.threshold,
-                                      r.onset_ts)
-            value = errors_value(node, node_class, now, period, reports)
-            await errors_topic.send(key=node.encode(), value=encode("prediction-errors", value, check=False))
-            MESSAGES_OUT.labels("prediction-errors").inc()
+                        drifts.append((model_key(app_name, node_class), r))
+            outbox.stage(loop.partitions[node], errors_value(node, node_class, now, period, reports))
+        # the closed trackers and their messages become durable together, then the messages are sent
+        await loop.checkpoint()
+        for key, r in drifts:
+            await retrain(key, "drift", r.cumulative, r.threshold, r.onset_ts)
         for (app_name, node_class), stats in by_class.items():
             PREDICTION_RMSE.labels(app_name, node_class).set(stats.rmse_ms)
             PREDICTION_MAPE.labels(app_name, node_class).set(stats.mape)

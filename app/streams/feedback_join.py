@@ -86,6 +86,8 @@ def sample_value(completion: dict[str, Any], node_class: str, state: NodeState |
 def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     """Create the join's :class:`~app.streams.intake.PartitionIntake` on ``app`` (run as an app task)."""
     settings = loop.settings
+    ctx = context_of(app)
+    clock, bounds = ctx.clock, ctx.bounds
     samples_name = settings.topic("training-samples")
     samples_partitions = contract("training-samples").partitions
     buffer, store, get_row = loop.buffer, loop.nodes.store, loop.nodes.table.data.get
@@ -121,8 +123,14 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
                           encode("training-samples", value, check=False))
 
+    def admit(node: str, app_name: str) -> None:
+        now = clock.monotonic()
+        bounds.admit_app(app_name, now)  # app_cap / node_cap: the message goes to dead-letters
+        bounds.admit_node(node, now)
+
     def on_completion(c: dict[str, Any], partition: int) -> None:
         node = c["node"]
+        admit(node, c["app"])
         loop.partitions[node] = partition
         r = buffer.add_completion((c["task_id"], node), _completion_payload(c))
         if r.outcome == DUPLICATE:
@@ -134,6 +142,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     def on_prediction(p: dict[str, Any], partition: int) -> None:
         node = p["node"]
+        admit(node, p["app"])
         loop.partitions[node] = partition
         r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p))
         if r.outcome == DUPLICATE:
@@ -142,7 +151,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             pair(node, r.completion, r.prediction)
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
-                             context_of(app).dead, name="feedback-join")
+                             ctx.dead, name="feedback-join", clock=clock)
 
     @app.task
     async def feedback_join() -> None:

@@ -45,8 +45,10 @@ from app.streams.context import context_of
 from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_table import JOIN as JOIN_ROW
 from app.streams.feedback_table import OFFSETS as OFFSETS_ROW
+from app.streams.feedback_table import OUTBOX as OUTBOX_ROW
 from app.streams.feedback_table import (
     FeedbackTable,
     feedback_table,
@@ -83,6 +85,9 @@ class FeedbackLoop:
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     intake: PartitionIntake | None = None
+    outbox: ErrorsOutbox | None = None
+    _background: set[asyncio.Task[Any]] = dataclasses.field(default_factory=set)
+    _deleted_rows: list[tuple[bytes, bytes | None]] = dataclasses.field(default_factory=list)
 
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
@@ -132,10 +137,21 @@ class FeedbackLoop:
                 t = self.trackers.get(node)
                 if t is not None and node in self.partitions:
                     rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
+            outbox_rows = self.outbox.take_rows() if self.outbox is not None else []
+            rows += outbox_rows
+            deleted, self._deleted_rows = self._deleted_rows, []
+            rows += deleted
             intake = self.intake
             if intake is None:
-                return await self.table.write(rows)
-            return await self.table.write(rows, last=intake.position_rows(offsets_row_key), sender=intake.live_sender)
+                n = await self.table.write(rows)
+            else:
+                n = await self.table.write(rows, last=intake.position_rows(offsets_row_key),
+                                           sender=intake.live_sender)
+            if self.outbox is not None:
+                self.outbox.written(outbox_rows)
+                if self.outbox.send is not None:
+                    await self.outbox.deliver()  # what this checkpoint made durable
+            return n
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
         """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
@@ -149,6 +165,10 @@ class FeedbackLoop:
             if kind == OFFSETS_ROW:
                 offsets.update(decode_positions(value, partition))
                 continue
+            if kind == OUTBOX_ROW:
+                if self.outbox is not None:
+                    self.outbox.restore(partition, key, value)
+                continue
             self.partitions.setdefault(node, partition)
             if kind == JOIN_ROW:
                 if (task_id, node) not in self.buffer:
@@ -159,8 +179,34 @@ class FeedbackLoop:
         JOIN_ENTRIES.set(len(self.buffer))
         if self.intake is not None:
             self.intake.assign(active, offsets)
+        if self.outbox is not None and len(self.outbox):
+            task = asyncio.get_running_loop().create_task(self._reconcile(active), name="outbox-reconcile")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s", sorted(active),
                  len(entries), len(self.trackers), {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())})
+
+    def forget_nodes(self, nodes: set[str]) -> None:
+        """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
+
+        Their join entries are older than the join's TTL by then and expire on their own.
+        """
+        for node in nodes:
+            self.trackers.pop(node, None)
+            self.node_class.pop(node, None)
+            self.dirty_nodes.discard(node)
+            partition = self.partitions.pop(node, None)
+            if partition is not None:
+                self._deleted_rows.append((node_row_key(partition, node), None))
+
+    async def _reconcile(self, partitions: set[int]) -> None:
+        """Restored outbox entries: clear those already in the topic, send the others."""
+        assert self.outbox is not None
+        try:
+            await self.outbox.reconcile(partitions)
+            await self.checkpoint()
+        except Exception as exc:  # broker away: the next checkpoints deliver what is left (never lost)
+            log.warning("prediction-errors outbox of partitions %s not reconciled yet: %r", sorted(partitions), exc)
 
     async def revoke(self, lost: set[int]) -> None:
         """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""
@@ -172,6 +218,8 @@ class FeedbackLoop:
         for n in gone:
             self.trackers.pop(n, None)
             self.partitions.pop(n, None)
+        if self.outbox is not None:
+            self.outbox.drop(lost)
         if self.intake is not None:
             self.intake.forget(lost)
         log.info("partitions %s revoked: dropped the feedback state of %d nodes", sorted(lost), len(gone))

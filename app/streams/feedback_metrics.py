@@ -26,3 +26,5 @@ SAMPLES_DROPPED = Counter("rtt_worker_training_samples_dropped_total", "Completi
                           ["reason"])
 JOIN_ENTRIES = Gauge("rtt_worker_join_entries", "Keys held by this worker's join buffer")
 REDIS_WRITES = Counter("rtt_worker_redis_writes_total", "Batched Redis cache writes, by outcome", ["outcome"])
+MODEL_RETRIES = Counter("rtt_worker_model_load_retries_total",
+                        "model-updates whose model could not be loaded because the registry was unavailable (retried)")

@@ -6,6 +6,11 @@ the current version of every key). A message whose version is newer than the one
 from the registry (:func:`app.model.registry.load_predictor`: the blob's sha256 is checked against its
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
 that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
+
+When the registry cannot be reached (Redis away: :class:`~app.model.errors.RegistryUnavailableError`),
+the update is kept and tried again with backoff (up to ``RTT_RETRY_MAX_BACKOFF_S`` between tries) until
+it loads or a newer version of the key supersedes it; meanwhile the worker serves with what it has and
+reports itself degraded (``rtt_worker_degraded{reason="model_store"}`` = 1, and ``/readyz``).
 """
 
 from __future__ import annotations
@@ -17,16 +22,24 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from app.config import Settings
 from app.contracts import contract, decode
+from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError, RttError
+from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
+from app.model.errors import RegistryUnavailableError
 from app.model.fast import FastPredictor
 from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
-from app.streams.feedback_metrics import MODEL_REJECTED, MODEL_VERSION
+from app.retry import Backoff
+from app.streams.feedback_metrics import MODEL_REJECTED, MODEL_RETRIES, MODEL_VERSION
+from app.streams.health import degraded, recovered
 
 log = logging.getLogger(__name__)
+DEGRADED_REASON = "model_store"
 
 
 class ModelCache:
@@ -48,6 +61,9 @@ class ModelCache:
         self.models: dict[str, tuple[FastPredictor, ModelRecord]] = {}
         self.updates_seen = 0
         self.on_swap: list[Callable[[str, int], None]] = []
+        self.pending: dict[str, dict[str, Any]] = {}  # key -> newest update that could not be loaded yet
+        self.backoff = Backoff.upto(settings.retry_max_backoff_s)
+        self._retry: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> ModelStore:
@@ -82,20 +98,40 @@ class ModelCache:
         return predictor, record
 
     async def apply(self, update: dict[str, Any]) -> bool:
-        """Swap in the update's model if it is newer than the one in use; False if skipped or rejected."""
-        key, version = update["model_key"], int(update["version"])
+        """Swap in the update's model if it is newer than the one in use; False if skipped, rejected or deferred.
+
+        Deferred: the registry is unavailable; the update is retried in the background (:meth:`retry_pending`).
+        """
         self.updates_seen += 1
+        key, version = update["model_key"], int(update["version"])
+        waiting = self.pending.get(key)
+        if waiting is not None and int(waiting["version"]) >= version:
+            return False
+        return await self._try(update)
+
+    async def _try(self, update: dict[str, Any]) -> bool:
+        key, version = update["model_key"], int(update["version"])
         current = self.version(key)
         if current is not None and current >= version:
+            self.pending.pop(key, None)
             return False
         loop = asyncio.get_running_loop()
         try:
             loaded = await loop.run_in_executor(None, self._load, key, version, update["sha256"])
+        except RegistryUnavailableError as exc:
+            self._defer(update, exc)
+            return False
         except (RttError, ValueError, OSError) as exc:
+            self.pending.pop(key, None)
+            if not self.pending:
+                recovered(DEGRADED_REASON)
             reason = getattr(exc, "reason", type(exc).__name__)
             MODEL_REJECTED.labels(reason).inc()
             log.warning("model %s v%d not loaded (%s): keeping v%s", key, version, exc, current)
             return False
+        self.pending.pop(key, None)
+        if not self.pending:
+            recovered(DEGRADED_REASON)
         if (self.version(key) or 0) >= version:  # a newer one landed while this loaded
             return False
         self.models[key] = loaded
@@ -106,26 +142,68 @@ class ModelCache:
         return True
 
 
+    def _defer(self, update: dict[str, Any], exc: Exception) -> None:
+        key = update["model_key"]
+        first = key not in self.pending
+        self.pending[key] = update
+        MODEL_RETRIES.inc()
+        degraded(DEGRADED_REASON, str(exc))
+        if first:
+            log.warning("model %s v%d not loaded yet (%s): keeping v%s, retrying with backoff", key,
+                        int(update["version"]), exc, self.version(key))
+        if self._retry is None or self._retry.done():
+            self._retry = asyncio.get_running_loop().create_task(self.retry_pending(), name="model-retry")
+
+    async def retry_pending(self) -> None:
+        """Try the deferred updates again, with backoff, until each loaded or was superseded."""
+        while self.pending:
+            await asyncio.sleep(self.backoff.next())
+            for update in list(self.pending.values()):
+                await self._try(update)
+        self.backoff.reset()
+
+    async def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._retry
+
+
 async def follow_model_updates(settings: Settings, cache: ModelCache, started: asyncio.Event | None = None) -> None:
     """Apply every model-updates message, from the beginning of every partition, until cancelled."""
     topic = settings.topic("model-updates")
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(**client_options(settings, group_id=None, enable_auto_commit=False,
+                                                 auto_offset_reset="none"))
     await consumer.start()
+    guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates")
     try:
-        consumer.assign([TopicPartition(topic, p) for p in range(contract("model-updates").partitions)])
+        tps = [TopicPartition(topic, p) for p in range(contract("model-updates").partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
         if started is not None:
             started.set()
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
+            try:
+                batches = await consumer.getmany(timeout_ms=500)
+                guard.note(batches)
+                await guard.after_fetch()
+            except OffsetOutOfRangeError as exc:
+                await guard.out_of_range(exc.args[0])
+                continue
+            except KafkaError as exc:  # broker away: try again, never end the task
+                log.warning("model-updates: %r; retrying", exc)
+                await asyncio.sleep(1.0)
+                continue
             for records in batches.values():
                 for rec in records:
                     try:
                         update = decode("model-updates", rec.value)
+                        check_key("model-updates", rec.key, update)
                     except ContractError as exc:
                         MODEL_REJECTED.labels(exc.reason).inc()
                         continue
                     await cache.apply(update)
     finally:
+        await cache.close()
         with contextlib.suppress(Exception):
             await consumer.stop()

@@ -6,6 +6,8 @@ Row keys carry the source partition they belong to, so rows can be written outsi
     b"{partition}|j|{node}|{task_id}"   one join entry (JoinBuffer.export, orjson)
     b"{partition}|n|{node}"             one node's tracker (NodeTracker.to_dict, orjson)
     b"{partition}|o|"                   the join's read positions in that partition (orjson, by topic)
+    b"{partition}|e|{node}|{ts}"        a prediction-errors message not yet acknowledged (the outbox,
+                                        app.streams.feedback_outbox)
 
 A checkpoint writes the changed rows (a deletion is a tombstone) and waits for them, then the positions
 row, then the markers (:func:`app.streams.changelog.write_rows`): recorded positions never run ahead of
@@ -37,7 +39,7 @@ from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
 
-JOIN, NODE, OFFSETS = "j", "n", "o"
+JOIN, NODE, OFFSETS, OUTBOX = "j", "n", "o", "e"
 RowKey = tuple[int, str, str, str]
 
 
@@ -57,7 +59,7 @@ def parse_row_key(key: bytes | str) -> RowKey | None:
     """``(partition, kind, node, task_id)`` of a row key ('' task for a node row); None for other keys."""
     k = key.decode() if isinstance(key, bytes) else key
     parts = k.split("|", 3)
-    if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE, OFFSETS):
+    if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE, OFFSETS, OUTBOX):
         return None
     return int(parts[0]), parts[1], parts[2], parts[3] if len(parts) == 4 else ""
 

@@ -30,6 +30,7 @@ from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import NODE_WEIGHT, REDIS_WRITES
+from app.streams.health import degraded, recovered
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState
 from app.streams.topics import contract_topic
@@ -108,9 +109,10 @@ class RedisWriter:
                 pipe.set(key, value)
             await asyncio.wait_for(pipe.execute(), self.timeout_s)
             REDIS_WRITES.labels("ok").inc()
+            recovered("redis_cache")
         except Exception as exc:  # best effort: the next period writes the latest values again
             REDIS_WRITES.labels("failed").inc()
-            log.warning("redis cache write failed: %r", exc)
+            degraded("redis_cache", f"redis cache write failed: {exc!r}")
 
     async def close(self) -> None:
         if self._task is not None:
@@ -130,15 +132,18 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     async def node_weights() -> None:
         now = loop.clock.now()
         values = weights_values(loop, now)
+        states = loop.nodes.store.states
         for v in values:
+            if v["node"] not in states:
+                continue  # evicted while this period was being sent: its tombstone must stay the last word
             NODE_WEIGHT.labels(v["node"]).set(v["weight"])
             await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
             out.inc()
         if settings.redis_url:
             if not writer:
                 timeout_s = loop.options.feedback_redis_timeout_s
-                writer.append(RedisWriter(settings.redis_url, settings.topic_prefix, timeout_s))
-            states = loop.nodes.store.states
+                writer.append(RedisWriter(settings.redis_client_url, settings.topic_prefix, timeout_s))
+            values = [v for v in values if v["node"] in states]
             features = [states[v["node"]].features_value() for v in values]
             writer[0].submit(features, values)
 

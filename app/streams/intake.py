@@ -33,10 +33,15 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
+from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.contracts.admission import check_key, check_time
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
+from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
 from app.streams.changelog import Row
 from app.streams.deadletter import DeadLetters
 from app.streams.edge import EdgeDecoder
@@ -46,6 +51,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], int], None]
 MAX_RECORDS = 10_000
+RETRY_S = 1.0
 
 
 def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
@@ -68,8 +74,9 @@ class PartitionIntake:
     """
 
     def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
-                 name: str = "intake") -> None:
+                 name: str = "intake", clock: Clock | None = None) -> None:
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.name = name
         self.handlers = handlers
         self.dead = dead
@@ -81,6 +88,7 @@ class PartitionIntake:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self.sender: BatchSender | None = None
+        self.guard: PositionGuard | None = None
         self.started = asyncio.Event()
 
     # -- ownership (called by the feedback table's recovery and rebalance hooks) --------------------
@@ -130,14 +138,16 @@ class PartitionIntake:
     # -- running -----------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, linger_ms=5, acks="all",
-                                          max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
+        self._producer = AIOKafkaProducer(**client_options(s, linger_ms=5, acks="all", max_batch_size=512 * 1024,
+                                                           max_request_size=4 * 1024 * 1024))
         await self._producer.start()
         self.sender = BatchSender(self._producer)
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
-                                          enable_auto_commit=False, auto_offset_reset="earliest",
-                                          max_partition_fetch_bytes=4 << 20, fetch_max_wait_ms=100)
+        # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
+        self._consumer = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
+                                                           auto_offset_reset="none", max_partition_fetch_bytes=4 << 20,
+                                                           fetch_max_wait_ms=100))
         await self._consumer.start()
+        self.guard = PositionGuard(self._consumer, self.name, topic_label=lambda t: self.topics.get(t, t))
         self.started.set()
 
     @property
@@ -174,27 +184,56 @@ class PartitionIntake:
         assert self._consumer is not None and self.sender is not None
         try:
             while True:
-                if self._assignment_changed:
-                    await self._apply_assignment()
-                if not self.owned:
-                    await asyncio.sleep(0.05)
-                    continue
-                batch = await self._consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)
-                if batch:
-                    await self.process(batch)
-                    await self.sender.ship()
-                    self._report_lag(batch)
+                try:
+                    await self._step()
+                except KafkaError as exc:  # broker away: keep what we have, try again (never die)
+                    log.warning("%s: %r; retrying in %.0f s", self.name, exc, RETRY_S)
+                    await asyncio.sleep(RETRY_S)
         finally:
             await self.stop()
 
+    async def _step(self) -> None:
+        assert self._consumer is not None and self.sender is not None
+        if self._assignment_changed:
+            await self._apply_assignment()
+        if not self.owned:
+            await asyncio.sleep(0.05)
+            return
+        try:
+            batch = await self._consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)
+        except OffsetOutOfRangeError as exc:
+            self._reset(await self._guard().out_of_range(exc.args[0]))
+            return
+        if batch:
+            await self.process(batch)
+            await self.sender.ship()
+            self._report_lag(batch)
+        self._reset(await self._guard().after_fetch(self._owned_positions()))
+
+    def _guard(self) -> PositionGuard:
+        assert self.guard is not None
+        return self.guard
+
+    def _owned_positions(self) -> dict[TopicPartition, int]:
+        return {tp: off for tp, off in self.positions.items() if tp.partition in self.owned}
+
+    def _reset(self, new: dict[TopicPartition, int]) -> None:
+        """Positions the guard moved: read on from there (and record them with the next checkpoint)."""
+        for tp, off in new.items():
+            if tp.partition in self.owned:
+                self.positions[tp] = off
+
     async def _apply_assignment(self) -> None:
         assert self._consumer is not None
-        self._assignment_changed = False
         tps = [TopicPartition(t, p) for t in self.topics for p in sorted(self.owned)]
         self._consumer.assign(tps)
+        self._guard().forget([tp for tp in list(self._guard().next_offsets) if tp not in tps])
+        stored = await self._guard().on_assigned({tp: self.positions[tp] for tp in tps if tp in self.positions})
+        self._assignment_changed = False
         for tp in tps:
-            if tp in self.positions:
-                self._consumer.seek(tp, self.positions[tp])
+            if tp in stored:
+                self.positions[tp] = stored[tp]
+                self._consumer.seek(tp, stored[tp])
             else:
                 await self._consumer.seek_to_beginning(tp)
         log.info("%s reads partitions %s", self.name, sorted(self.owned))
@@ -202,14 +241,17 @@ class PartitionIntake:
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
 
-        A message that fails its contract (or whose handling fails) goes to dead letters; the read positions
-        move past a batch only once its dead letters are handed to the producer.
+        A message that fails its contract, whose key is not its node or whose time is out of range
+        (:mod:`app.contracts.admission`), that its handler refuses (a cap) or whose handling fails goes to
+        dead letters with the reason; the read positions move past a batch only once its dead letters are
+        handed to the producer.
         """
         owned, topics = self.owned, self.topics
         bad: list[tuple[Any, str, ContractError]] = []
         done: dict[TopicPartition, int] = {}
         n = 0
         t0 = time.perf_counter()
+        now, skew, age = self.clock.now(), self.settings.max_clock_skew_s, self.settings.max_event_age_s
         for tp, records in batch.items():
             if tp.partition not in owned:
                 continue  # released while this batch was in flight: the new owner reads it
@@ -218,11 +260,15 @@ class PartitionIntake:
             for rec in records:
                 try:
                     value = decode(rec.value)
+                    check_key(name, rec.key, value)
+                    check_time(name, value, now=now, max_skew_s=skew, max_age_s=age)
                 except ContractError as exc:
                     bad.append((rec, name, exc))
                     continue
                 try:
                     handle(value, p)
+                except ContractError as exc:  # a handler's own refusal (a cap), with its reason
+                    bad.append((rec, name, exc))
                 except Exception as exc:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
                     bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))

@@ -28,6 +28,10 @@ INTAKE_LAG = Gauge("rtt_worker_intake_lag_messages",
                    ["topic", "partition"])
 NODES = Gauge("rtt_worker_nodes", "Nodes whose window this worker holds")
 FEATURES_EMITTED = Counter("rtt_worker_node_features_emitted_total", "node-features messages emitted")
+CLOCK_RESETS = Counter("rtt_worker_clock_resets_total",
+                       "Node windows started afresh because the node's clock went back (docs/worker.md)")
+EVICTED = Counter("rtt_worker_evicted_total", "Nodes and apps dropped after RTT_NODE_EVICT_AFTER_S of silence",
+                  ["kind"])
 
 
 def register_metrics_page(app: faust.App, path: str = "/metrics") -> None:

@@ -22,7 +22,7 @@ from app.contracts import contract, encode
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.intake import PartitionIntake
-from app.streams.metrics import EVENT_AGE, FEATURES_EMITTED, LATE_EVENTS, MESSAGES_OUT
+from app.streams.metrics import CLOCK_RESETS, EVENT_AGE, FEATURES_EMITTED, LATE_EVENTS, MESSAGES_OUT
 from app.streams.node_state import NodeState
 from app.streams.node_table import NodeStateTable, NodeStore, node_state_table
 
@@ -30,6 +30,23 @@ log = logging.getLogger(__name__)
 
 HANDLE = "node_features"
 TABLE_NAME = "node-window"
+
+
+def clock_went_back(state: NodeState, ts: float, now: float) -> bool:
+    """Whether a snapshot the node's window drops as late means the node's clock went back.
+
+    The window keeps ``history_s`` before its newest snapshot. A snapshot older than that is late — unless
+    this worker's clock sides with the snapshot: the snapshot is nearer to now than the window's newest
+    is. Then the newest was ahead (the node's clock ran fast, within ``RTT_MAX_CLOCK_SKEW_S``) and has come
+    back, and the window starts afresh from the snapshot; a message that merely arrives late leaves it.
+
+    >>> s = NodeState.new("n", 0, window_s=10.0, history_s=60.0)
+    >>> s.update({"node": "n", "ts": 1200.0, "node_class": "cpu", "metrics": {}}, 0)
+    True
+    >>> clock_went_back(s, 1000.0, now=1001.0), clock_went_back(s, 1000.0, now=1199.0)
+    (True, False)
+    """
+    return abs(now - ts) < abs(state.newest_ts - now)
 
 
 @dataclasses.dataclass
@@ -45,7 +62,7 @@ class NodeFeatures:
 def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     """Add the node-metrics intake, its emit timer and its table to ``app``; returns the handle."""
     ctx = context_of(app)
-    clock = ctx.clock
+    clock, bounds = ctx.clock, ctx.bounds
     sink_name = settings.topic("node-features")
     sink_partitions = contract("node-features").partitions
     interval = settings.feature_emit_interval_s
@@ -67,15 +84,25 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
         intake.sender.add(sink_name, partition_for(key, sink_partitions), key, value)  # type: ignore[union-attr]
 
     def on_snapshot(snap: dict[str, Any], partition: int) -> None:
-        state = store.state(snap["node"], partition, get_row)
+        node = snap["node"]
+        bounds.admit_node(node, clock.monotonic())  # node_cap beyond RTT_WORKER_MAX_NODES
+        state = store.state(node, partition, get_row)
         if not state.update(snap, partition):
-            late.inc()
-            return
+            if not clock_went_back(state, snap["ts"], clock.now()):
+                late.inc()
+                return
+            log.warning("node %s: its clock went back (snapshot ts %.1f, window newest %.1f, this clock %.1f):"
+                        " its window starts afresh", node, snap["ts"], state.newest_ts, clock.now())
+            CLOCK_RESETS.inc()
+            table.tombstone_nodes({node: state.partition})
+            store.states.pop(node, None)
+            state = store.state(node, partition, get_row)
+            state.update(snap, partition)
         if clock.monotonic() - state.last_emit >= interval:
             emit(state)
         age.observe(clock.now() - snap["ts"])
 
-    intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features")
+    intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features", clock=clock)
     table.intake = intake
 
     @app.task

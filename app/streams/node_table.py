@@ -22,7 +22,7 @@ import faust
 from app.streams.changelog import Row, write_rows
 from app.streams.intake import PartitionIntake, decode_positions
 from app.streams.metrics import NODES
-from app.streams.node_state import NodeState, node_of_key
+from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.options import WorkerOptions
 from app.streams.ownership import lost_partitions
 
@@ -57,6 +57,12 @@ class NodeStore:
     def partition_of(self, node: str) -> int | None:
         s = self.states.get(node)
         return s.partition if s is not None else None
+
+    def slots(self) -> int:
+        """Ring slots of a node's window (its changelog rows are ``{node}#0`` .. ``#{slots - 1}`` and meta)."""
+        o = self.options
+        return NodeState.new("-", 0, window_s=min(self.window_s, o.history_s), history_s=o.history_s,
+                             bucket_s=o.bucket_s, max_metrics=1).window.n_buckets
 
     def drop_partitions(self, partitions: set[int]) -> int:
         gone = [n for n, s in self.states.items() if s.partition in partitions]
@@ -96,6 +102,26 @@ class NodeStateTable(faust.Table):
             return await write_rows(self, rows)
         return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
                                 sender=intake.live_sender)
+
+    def tombstone_nodes(self, nodes: dict[str, int]) -> int:
+        """Delete every changelog row of ``nodes`` (``{node: partition}``) now; rows deleted.
+
+        Synchronous: the tombstones go out with the intake's next batch (or through Faust's producer).
+        """
+        slots = self.store.slots()
+        sender = self.intake.live_sender if self.intake is not None else None
+        topic = self.changelog_topic.get_topic_name()
+        n = 0
+        for node, partition in nodes.items():
+            for key in [row_key(node, slot) for slot in range(slots)] + [row_key(node, META)]:
+                if self.data.pop(key, None) is None:
+                    continue
+                n += 1
+                if sender is not None:
+                    sender.add(topic, partition, key, None)
+                else:
+                    self.send_changelog(partition, key, None)
+        return n
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)

@@ -45,3 +45,5 @@ class TrainerMetrics:
         self.samples = Gauge("rtt_trainer_samples", "Training samples held in memory", registry=self.registry)
         self.duplicates = Counter("rtt_trainer_duplicate_samples", "Training samples of a task already held",
                                   registry=self.registry)
+        self.retries = Counter("rtt_trainer_retrain_retries", "Retrain steps tried again because Redis or Kafka"
+                               " was unavailable", ["step"], registry=self.registry)

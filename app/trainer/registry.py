@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from app.config import Settings
-from app.model.errors import ModelError, ModelNotFoundError
+from app.model.errors import ModelError, ModelNotFoundError, RegistryUnavailableError
 from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
 from app.model.train import booster_to_bytes
 from app.trainer.history import Dataset
@@ -65,6 +65,8 @@ class ModelRegistry:
             predictor, record = load_predictor(self.store, model_key)
         except ModelNotFoundError:
             return None
+        except RegistryUnavailableError:
+            raise  # Redis away says nothing about the champion: the retrain is tried again later
         except (ModelError, ValueError) as exc:
             log.warning("champion of %s cannot be loaded (%s): treating it as unusable", model_key, exc)
             return {"rmse_ms": math.nan}

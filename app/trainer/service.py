@@ -20,6 +20,14 @@ decides; a promoted challenger is saved, promoted and announced on model-updates
 While a key is training, further events for it are coalesced (dropped and counted): the running
 retrain already uses every sample up to its start, and a drift that persists is signalled again by
 the worker once the new model serves.
+
+Redis or Kafka away does not lose a retrain: a retrain whose registry step fails with
+:class:`~app.model.errors.RegistryUnavailableError` is tried again with backoff (at most
+``RTT_RETRY_MAX_BACKOFF_S`` between tries) until it is done, the newest event that arrived for the key
+in the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
+again the same way (``rtt_trainer_retrain_retries_total{step}``). Both consumers check their read
+positions (:class:`~app.kafka.positions.PositionGuard`), so a wiped or recreated samples topic is read
+again from its start.
 """
 
 from __future__ import annotations
@@ -36,14 +44,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode, encode
+from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
-from app.model.errors import NotEnoughSamplesError
+from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
+from app.model.errors import NotEnoughSamplesError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
+from app.retry import Backoff
 from app.trainer.champion import MARGIN, Verdict, judge
 from app.trainer.cpus import pin_cpus
 from app.trainer.history import SampleHistory, build_dataset
@@ -92,6 +105,9 @@ class TrainerService:
         Feature selection (``None``: every varying column).
     """
 
+    _sample_guard: PositionGuard
+    _event_guard: PositionGuard
+
     def __init__(self, settings: Settings, *, registry: ModelRegistry | None = None,
                  max_samples_per_key: int = 50_000, cpus: Iterable[int] | None = None, margin: float = MARGIN,
                  holdout_fraction: float = HOLDOUT_FRACTION, max_event_age_s: float = 3600.0,
@@ -116,6 +132,7 @@ class TrainerService:
         self.train_params = train_params
         self.outcomes: list[Outcome] = []
         self._training: set[str] = set()
+        self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
         self._tasks: set[asyncio.Task[Any]] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer")
         self._samples: AIOKafkaConsumer | None = None
@@ -130,18 +147,23 @@ class TrainerService:
             pin_cpus(self.cpus)
         s = self.settings
         self.crashed = asyncio.Event()
-        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, acks="all")
-        self._samples = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
-                                         enable_auto_commit=False, auto_offset_reset="earliest")
-        self._events = AIOKafkaConsumer(s.topic("retrain-events"), bootstrap_servers=s.bootstrap_servers,
-                                        group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest",
-                                        session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+        self._producer = AIOKafkaProducer(**client_options(s, acks="all"))
+        self._samples = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
+                                                          auto_offset_reset="none"))
+        self._events = AIOKafkaConsumer(s.topic("retrain-events"), **client_options(
+            s, group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest", session_timeout_ms=10_000,
+            heartbeat_interval_ms=1_000))
         topic = s.topic("training-samples")
         self._sample_tps = [TopicPartition(topic, p) for p in range(contract("training-samples").partitions)]
         await self._producer.start()
         await self._samples.start()
         self._samples.assign(self._sample_tps)
+        await self._samples.seek_to_beginning(*self._sample_tps)
         await self._events.start()
+        self._sample_guard = PositionGuard(self._samples, "trainer-samples", registry=self.metrics.registry,
+                                           topic_label=lambda _t: "training-samples")
+        self._event_guard = PositionGuard(self._events, "trainer-events", registry=self.metrics.registry,
+                                          topic_label=lambda _t: "retrain-events")
         for coro, name in ((self._consume_samples(), "samples"), (self._consume_events(), "events")):
             self._spawn(coro, name).add_done_callback(self._watch)
         log.info("trainer started: samples from %s, events from %s", topic, s.topic("retrain-events"))
@@ -179,14 +201,30 @@ class TrainerService:
             self.crashed.set()
 
     # -- consuming
+    async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard, **kw: Any) -> dict[Any, list[Any]]:
+        """One ``getmany`` with its read positions checked; an empty batch while the broker is away."""
+        try:
+            batches = await consumer.getmany(**kw)
+            guard.note(batches)
+            await guard.after_fetch()
+            return batches  # type: ignore[no-any-return]
+        except OffsetOutOfRangeError as exc:
+            await guard.out_of_range(exc.args[0])
+        except KafkaError as exc:
+            log.warning("%s: %r; retrying", guard.client, exc)
+            await asyncio.sleep(1.0)
+        return {}
+
     async def _consume_samples(self) -> None:
         assert self._samples is not None
         while True:
-            batches = await self._samples.getmany(timeout_ms=500, max_records=5_000)
+            batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
-                        if not self.history.add(decode("training-samples", rec.value)):
+                        sample = decode("training-samples", rec.value)
+                        check_key("training-samples", rec.key, sample)
+                        if not self.history.add(sample):
                             self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
@@ -196,11 +234,12 @@ class TrainerService:
     async def _consume_events(self) -> None:
         assert self._events is not None
         while True:
-            batches = await self._events.getmany(timeout_ms=500)
+            batches = await self._fetch(self._events, self._event_guard, timeout_ms=500)
             for records in batches.values():
                 for rec in records:
                     try:
                         event = decode("retrain-events", rec.value)
+                        check_key("retrain-events", rec.key, event)
                         parse_model_key(event["model_key"])
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
@@ -215,6 +254,7 @@ class TrainerService:
         """Start a retrain for the event's key, or coalesce it if that key is training (returns None)."""
         key = event["model_key"]
         if key in self._training:
+            self._latest[key] = event  # a retrain waiting to try again uses the newest event
             self.metrics.coalesced.inc()
             self.outcomes.append(Outcome(key, event["reason"], "coalesced"))
             log.info("retrain of %s already running: event coalesced", key)
@@ -227,7 +267,11 @@ class TrainerService:
     async def catch_up(self) -> bool:
         """Wait until the samples consumer reached the end offsets of now; False on timeout."""
         assert self._samples is not None
-        end = await self._samples.end_offsets(self._sample_tps)
+        try:
+            end = await self._samples.end_offsets(self._sample_tps)
+        except KafkaError as exc:
+            log.warning("samples end offsets unknown (%r); training on what the history has", exc)
+            return False
         deadline = time.monotonic() + self.catch_up_timeout_s
         while time.monotonic() < deadline:
             positions = [await self._samples.position(tp) for tp in self._sample_tps]
@@ -241,12 +285,22 @@ class TrainerService:
     # -- one retrain
     async def retrain(self, event: dict[str, Any]) -> Outcome:
         """Train, judge, and (if better) register and announce a model for ``event["model_key"]``."""
-        key, reason = event["model_key"], event["reason"]
-        try:
-            outcome = await self._retrain(key, reason, event)
-        except Exception as exc:
-            log.exception("retrain of %s failed", key)
-            outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
+        key = event["model_key"]
+        backoff = Backoff.upto(self.settings.retry_max_backoff_s)
+        while True:
+            event = self._latest.pop(key, event)
+            reason = event["reason"]
+            try:
+                outcome = await self._retrain(key, reason, event)
+            except RegistryUnavailableError as exc:
+                self.metrics.retries.labels(step="registry").inc()
+                log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
+                await self._registry_back(key, backoff)
+                continue
+            except Exception as exc:
+                log.exception("retrain of %s failed", key)
+                outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
+            break
         self.metrics.retrains.labels(reason=reason, outcome=outcome.outcome).inc()
         self.outcomes.append(outcome)
         return outcome
@@ -275,6 +329,17 @@ class TrainerService:
         return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
                        metrics=challenger.metrics)
 
+    async def _registry_back(self, key: str, backoff: Backoff) -> None:
+        """Wait (with backoff) until the registry answers again: no training is spent while it cannot."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(backoff.next())
+            try:
+                await loop.run_in_executor(self._executor, self.registry.store.current, key)
+                return
+            except RegistryUnavailableError:
+                continue
+
     def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
                          key: str, onset_ts: float | None = None) -> tuple[Challenger, Verdict]:
         ds = build_dataset(names, rows)
@@ -288,8 +353,18 @@ class TrainerService:
         now = self.clock.now()
         onset = event.get("onset_ts")
         value = {**record, "ts": now, "onset_ts": onset}
-        await self._producer.send_and_wait(self.settings.topic("model-updates"), encode("model-updates", value),
-                                           key=record["model_key"].encode())
+        backoff = Backoff.upto(self.settings.retry_max_backoff_s)
+        while True:
+            try:
+                await self._producer.send_and_wait(self.settings.topic("model-updates"),
+                                                   encode("model-updates", value), key=record["model_key"].encode())
+                break
+            except KafkaError as exc:  # registered and current already: only the announcement is missing
+                wait = backoff.next()
+                self.metrics.retries.labels(step="announce").inc()
+                log.warning("announcing %s v%d: %r; trying again in %.1f s", record["model_key"], record["version"],
+                            exc, wait)
+                await asyncio.sleep(wait)
         self.metrics.model_version.labels(model_key=record["model_key"]).set(record["version"])
         start = onset if onset is not None else event["ts"]
         self.metrics.drift_to_promotion.observe(max(0.0, now - float(start)))

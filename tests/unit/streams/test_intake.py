@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
+from app.clock import ManualClock
 from app.config import Settings
 from app.errors import ContractError
 from app.streams.intake import PartitionIntake
@@ -47,7 +48,7 @@ def intake(handled: list[tuple[str, int]], dead: Dead, fail_on: str = "") -> Par
         handled.append((c["task_id"], partition))
 
     return PartitionIntake(S, {"task-completions": on_completion, "rtt-predictions": lambda p, n: None},
-                           dead)  # type: ignore[arg-type]
+                           dead, clock=ManualClock(3.0))  # type: ignore[arg-type]
 
 
 def test_assign_release_forget() -> None:
@@ -90,3 +91,35 @@ def test_a_partition_released_during_a_batch_keeps_its_position() -> None:
     it.release({0})
     asyncio.run(it.process({TopicPartition(C, 0): [Record(10, completion("t-1"))]}))  # type: ignore[dict-item]
     assert handled == [] and it.positions_of() == {0: {"task-completions": 10}}
+
+
+def test_key_and_time_checks_send_messages_to_dead_letters_with_their_reason() -> None:
+    handled: list[tuple[str, int]] = []
+    dead = Dead()
+    it = intake(handled, dead)
+    it.assign({0}, {})
+    future = orjson.dumps({**orjson.loads(completion("t-future")), "finished_ts": 9.9e10})
+    old = orjson.loads(completion("t-old"))
+    batch = {TopicPartition(C, 0): [
+        Record(1, completion("t-ok")), Record(2, completion("t-other"), key=b"n2"), Record(3, future),
+        Record(4, completion("t-nokey"), key=None),
+    ]}
+    asyncio.run(it.process(batch))  # type: ignore[arg-type]
+    assert handled == [("t-ok", 0)]
+    assert dead.sent == [(2, "task-completions", "key_mismatch"), (3, "task-completions", "ts_in_future"),
+                         (4, "task-completions", "key_mismatch")]
+    it.clock = ManualClock(old["finished_ts"] + S.max_event_age_s + 1)
+    asyncio.run(it.process({TopicPartition(C, 0): [Record(5, completion("t-old"))]}))  # type: ignore[dict-item]
+    assert dead.sent[-1] == (5, "task-completions", "ts_too_old")
+
+
+def test_a_handler_refusal_keeps_its_reason() -> None:
+    dead = Dead()
+
+    def refuse(c: dict[str, Any], partition: int) -> None:
+        raise ContractError("node_cap", "full")
+
+    it = PartitionIntake(S, {"task-completions": refuse}, dead, clock=ManualClock(3.0))  # type: ignore[arg-type]
+    it.assign({0}, {})
+    asyncio.run(it.process({TopicPartition(C, 0): [Record(1, completion("t-1"))]}))  # type: ignore[dict-item]
+    assert dead.sent == [(1, "task-completions", "node_cap")]

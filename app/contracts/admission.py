@@ -1,0 +1,60 @@
+"""What a valid message must also satisfy at the edge, beyond its schema: its key and its time.
+
+* **Key**: a topic keyed by node carries the node's name as its key (the partition follows the key, so a
+  message whose key names another node is read by the wrong worker), one keyed by model key its
+  ``model_key``; a mismatch (or no key) is ``key_mismatch``.
+* **Time**: a message's event time (``ts``; ``finished_ts`` of a completion) later than now plus
+  ``max_skew_s`` is ``ts_in_future`` (it would freeze the node's window: every later snapshot would look
+  late), earlier than now minus ``max_age_s`` is ``ts_too_old``. Both go to dead-letters with the reason.
+
+Pure functions: the caller passes "now" (its clock).
+
+>>> check_key("node-metrics", b"gpu-1", {"node": "gpu-1"})
+>>> check_key("node-metrics", b"gpu-2", {"node": "gpu-1"})
+Traceback (most recent call last):
+...
+app.errors.ContractError: key_mismatch: key 'gpu-2', payload node 'gpu-1'
+>>> check_time("node-metrics", {"ts": 9.9e10}, now=1.7e9, max_skew_s=300, max_age_s=86400)
+Traceback (most recent call last):
+...
+app.errors.ContractError: ts_in_future: ts 99000000000.0 is 97300000000 s ahead of this clock (limit 300 s)
+>>> check_time("task-completions", {"finished_ts": 1.7e9 - 10}, now=1.7e9, max_skew_s=300, max_age_s=86400)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import ContractError
+
+NODE_KEYED = frozenset({"node-metrics", "task-completions", "rtt-predictions", "node-features", "node-weights",
+                        "prediction-errors"})
+MODEL_KEYED = frozenset({"training-samples", "retrain-events", "model-updates"})
+TIME_FIELD = {"node-metrics": "ts", "task-completions": "finished_ts", "rtt-predictions": "ts",
+              "node-features": "ts", "node-weights": "ts"}
+
+
+def check_key(topic: str, key: bytes | None, value: dict[str, Any]) -> None:
+    """Raise ``key_mismatch`` when ``topic``'s key is not the payload's node (or model key)."""
+    field = "node" if topic in NODE_KEYED else "model_key" if topic in MODEL_KEYED else None
+    if field is None:
+        return
+    expected = value.get(field)
+    if key is None or key.decode("utf-8", "replace") != expected:
+        shown = None if key is None else key.decode("utf-8", "replace")[:253]
+        raise ContractError("key_mismatch", f"key {shown!r}, payload {field.replace('_', ' ')} {expected!r}")
+
+
+def check_time(topic: str, value: dict[str, Any], *, now: float, max_skew_s: float, max_age_s: float) -> None:
+    """Raise ``ts_in_future`` / ``ts_too_old`` when the message's event time is outside the accepted range."""
+    field = TIME_FIELD.get(topic)
+    if field is None:
+        return
+    ts = value.get(field)
+    if not isinstance(ts, int | float):
+        return
+    if ts > now + max_skew_s:
+        raise ContractError("ts_in_future", f"{field} {ts} is {ts - now:.0f} s ahead of this clock"
+                            f" (limit {max_skew_s:g} s)")
+    if ts < now - max_age_s:
+        raise ContractError("ts_too_old", f"{field} {ts} is {now - ts:.0f} s old (limit {max_age_s:g} s)")

@@ -1,0 +1,166 @@
+"""Read positions checked against their partitions: a wiped or recreated topic is read from its start.
+
+A consumer that keeps its own read positions (the worker's intakes, restored from checkpoints) or
+simply keeps reading (every consumer) can hold a position its partition no longer has: after the
+broker lost its data (the embedded broker is memory-only) or a topic was deleted and recreated, a
+partition starts again at offset 0, and a consumer at offset 500 would silently skip the first 500
+new messages. :class:`PositionGuard` catches both sides of the range:
+
+* **below the log start** (retention deleted what the position points at): checked on every
+  assignment against the partition's earliest offset (:meth:`PositionGuard.on_assigned`), and by the
+  broker on fetch (``OffsetOutOfRange``; :meth:`PositionGuard.out_of_range`);
+* **beyond the log end** (the partition was wiped): after every fetch, a position above the
+  partition's high watermark in the fetch response (:meth:`PositionGuard.after_fetch`). A watermark can
+  dip for a moment when leadership moves between Kafka brokers, so the position is reset only when it
+  is still above the end ``confirm_s`` later and the broker's end offset says so too.
+
+Either way the position goes to the partition's **start** (its earliest offset): the documented reset,
+which reads everything the partition holds again (duplicates are recognised downstream: the join
+counts a pair once, the trainer keeps one row per task, compacted views only move forward). Each reset
+logs one WARNING naming the consumer, topic, partition, old and new position, and counts
+``rtt_kafka_position_resets_total{client, topic, reason}`` (``before_start`` | ``beyond_end``).
+
+What it cannot see: if a wiped partition receives more new messages than the old position before the
+consumer's first fetch after the wipe, the old position looks valid and those first messages are
+skipped (docs/runbook.md, "Broker lost its data").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from aiokafka import TopicPartition
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+log = logging.getLogger(__name__)
+
+BEFORE_START, BEYOND_END = "before_start", "beyond_end"
+_COUNTERS: dict[int, Counter] = {}
+
+
+def resets_counter(registry: CollectorRegistry | None = None) -> Counter:
+    """``rtt_kafka_position_resets_total`` in ``registry`` (the default one when None), created once."""
+    reg = registry if registry is not None else REGISTRY
+    counter = _COUNTERS.get(id(reg))
+    if counter is None:
+        counter = _COUNTERS[id(reg)] = Counter(
+            "rtt_kafka_position_resets_total",
+            "Read positions found outside their partition (before its start or beyond its end) and reset to its start",
+            ["client", "topic", "reason"], registry=reg)
+    return counter
+
+
+class PositionGuard:
+    """Checks one consumer's read positions; resets an invalid one to the partition's start.
+
+    Parameters
+    ----------
+    consumer
+        A started ``AIOKafkaConsumer``.
+    client
+        The consumer's name in logs and in the counter's ``client`` label.
+    topic_label
+        Topic name -> ``topic`` label (the contract name, so the label stays bounded); identity by default.
+    confirm_s
+        How long a position must stay above the fetch high watermark before it is reset.
+    """
+
+    def __init__(self, consumer: Any, client: str, *, topic_label: Callable[[str], str] | None = None,
+                 registry: CollectorRegistry | None = None, confirm_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.consumer = consumer
+        self.client = client
+        self.topic_label = topic_label or (lambda t: t)
+        self.counter = resets_counter(registry)
+        self.confirm_s = confirm_s
+        self.clock = clock
+        self.next_offsets: dict[TopicPartition, int] = {}
+        self._suspect: dict[TopicPartition, float] = {}
+        self.resets = 0
+
+    # -- positions the guard knows
+    def note(self, batch: Mapping[TopicPartition, list[Any]]) -> None:
+        """Record the next offset of every partition in a ``getmany`` result."""
+        for tp, records in batch.items():
+            if records:
+                self.next_offsets[tp] = records[-1].offset + 1
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.next_offsets.pop(tp, None)
+            self._suspect.pop(tp, None)
+
+    # -- checks
+    async def on_assigned(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The positions to seek to: ``positions`` with those before their partition's start moved to it."""
+        if not positions:
+            return {}
+        starts = await self.consumer.beginning_offsets(list(positions))
+        out = dict(positions)
+        for tp, pos in positions.items():
+            start = int(starts.get(tp, 0))
+            if pos < start:
+                out[tp] = start
+                self._report(tp, pos, start, BEFORE_START)
+        self.next_offsets.update(out)
+        return out
+
+    async def out_of_range(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Reset the partitions of an ``OffsetOutOfRangeError`` (``{tp: fetch offset}``); their new positions."""
+        starts = await self.consumer.beginning_offsets(list(offsets))
+        out = {}
+        for tp, pos in offsets.items():
+            start = int(starts.get(tp, 0))
+            out[tp] = start
+            self.consumer.seek(tp, start)
+            self.next_offsets[tp] = start
+            self._report(tp, pos, start, BEFORE_START if pos < start else BEYOND_END)
+        return out
+
+    async def after_fetch(self, positions: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Reset every partition whose position stayed beyond its end for ``confirm_s``; their new positions.
+
+        ``positions`` are the caller's next offsets (default: what :meth:`note` recorded).
+        """
+        known = self.next_offsets if positions is None else positions
+        now = self.clock()
+        confirm: list[TopicPartition] = []
+        assigned = self.consumer.assignment()
+        for tp, pos in known.items():
+            if tp not in assigned:
+                continue
+            high = self.consumer.highwater(tp)
+            if high is None or pos <= high:
+                self._suspect.pop(tp, None)
+                continue
+            first = self._suspect.setdefault(tp, now)
+            if now - first >= self.confirm_s:
+                confirm.append(tp)
+        if not confirm:
+            return {}
+        ends = await self.consumer.end_offsets(confirm)
+        beyond = [tp for tp in confirm if known[tp] > int(ends.get(tp, 0))]
+        for tp in confirm:
+            self._suspect.pop(tp, None)
+        if not beyond:
+            return {}
+        starts = await self.consumer.beginning_offsets(beyond)
+        out = {}
+        for tp in beyond:
+            start = int(starts.get(tp, 0))
+            old = known[tp]
+            self.consumer.seek(tp, start)
+            self.next_offsets[tp] = start
+            out[tp] = start
+            self._report(tp, old, start, BEYOND_END)
+        return out
+
+    def _report(self, tp: TopicPartition, old: int, new: int, reason: str) -> None:
+        self.resets += 1
+        self.counter.labels(self.client, self.topic_label(tp.topic), reason).inc()
+        where = "before the partition's start" if reason == BEFORE_START else "beyond the partition's end"
+        log.warning("%s: read position of %s[%d] was %d, %s: reset to its start %d (the partition is read again"
+                    " from there)", self.client, tp.topic, tp.partition, old, where, new)

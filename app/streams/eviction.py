@@ -1,0 +1,96 @@
+"""Nodes and apps that went silent leave the worker: state, changelog rows, metric series, compacted views.
+
+Every ``min(RTT_NODE_EVICT_AFTER_S / 4, 30 s)`` the worker looks for nodes no message named for
+``RTT_NODE_EVICT_AFTER_S`` (default 10 min, by arrival on this worker's clock:
+:class:`~app.streams.bounds.Bounds`). For each it
+
+* drops the node's window and tracker from memory, and deletes their changelog rows (tombstones), so a
+  restarted worker does not bring them back and the compacted changelogs stay the size of the live nodes;
+* removes its ``rtt_worker_node_weight{node}`` series;
+* sends a tombstone (key = node, no value) on node-features and node-weights, so the extenders and any
+  compacted reader forget the node as well — each on the producer that sends that topic's values, so
+  the tombstone is the last word of its partition.
+
+An app no completion or prediction named for as long leaves the app cap and its
+``rtt_worker_prediction_rmse_ms`` / ``rtt_worker_prediction_mape`` series go. Nodes a rebalance moved to
+another worker leave the caps' count here without tombstones (their new owner holds them).
+Evictions are counted in ``rtt_worker_evicted_total{kind}``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from app.config import Settings
+from app.contracts import contract
+from app.kafka.batches import partition_for
+from app.streams.context import context_of
+from app.streams.feedback_metrics import NODE_WEIGHT, PREDICTION_MAPE, PREDICTION_RMSE
+from app.streams.metrics import EVICTED, NODES
+from app.streams.node_features import node_features_of
+from app.streams.topics import contract_topic
+
+log = logging.getLogger(__name__)
+
+NODE_CLASSES = ("cpu", "gpu")
+
+
+def _remove(metric: object, *labels: str) -> None:
+    try:
+        metric.remove(*labels)  # type: ignore[attr-defined]
+    except KeyError:
+        pass
+
+
+def register_eviction(app: faust.App, settings: Settings) -> None:
+    """Add the eviction timer to ``app`` (after the node-features and feedback components)."""
+    ctx = context_of(app)
+    clock, bounds, after = ctx.clock, ctx.bounds, settings.node_evict_after_s
+    nodes = node_features_of(app)
+    loop = ctx.handles.get("feedback")
+    features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
+    weights_topic = contract_topic(app, settings, "node-weights")
+
+    def evict_now() -> tuple[set[str], list[str]]:
+        now = clock.monotonic()
+        store = nodes.store
+        held = set(store.states) | (set(loop.partitions) if loop is not None else set())
+        bounds.forget_nodes([n for n in bounds.nodes if n not in held and now - bounds.nodes[n] < after])
+        silent = set(bounds.silent_nodes(now, after))
+        sender = nodes.intake.live_sender
+        if silent:
+            nodes.table.tombstone_nodes({n: store.states[n].partition for n in silent if n in store.states})
+            for n in silent:
+                store.states.pop(n, None)
+                _remove(NODE_WEIGHT, n)
+                if sender is not None:  # node-features go out on the intake's producer
+                    key = n.encode()
+                    sender.add(features_topic, partition_for(key, features_partitions), key, None)
+            NODES.set(len(store.states))
+            if loop is not None:
+                loop.forget_nodes(silent)
+            bounds.forget_nodes(silent)
+            EVICTED.labels("node").inc(len(silent))
+            log.info("evicted %d node(s) silent for %.0f s: %s", len(silent), after, sorted(silent)[:10])
+        apps = bounds.silent_apps(now, after)
+        if apps:
+            for a in apps:
+                for cls in NODE_CLASSES:
+                    _remove(PREDICTION_RMSE, a, cls)
+                    _remove(PREDICTION_MAPE, a, cls)
+            bounds.forget_apps(apps)
+            EVICTED.labels("app").inc(len(apps))
+            log.info("evicted %d app(s) silent for %.0f s: %s", len(apps), after, sorted(apps)[:10])
+        return silent, apps
+
+    @app.timer(max(0.5, min(after / 4, 30.0)), name="evict-silent")
+    async def evict() -> None:
+        if nodes.intake.running:
+            silent, _ = evict_now()
+            await nodes.intake.sender.ship()  # type: ignore[union-attr]
+            for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
+                await weights_topic.send(key=n.encode(), value=None)
+
+    ctx.handles["evict"] = evict_now

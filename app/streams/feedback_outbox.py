@@ -1,0 +1,237 @@
+"""prediction-errors delivered exactly once across a crash at any moment: an outbox in the feedback table.
+
+Closing an error period changes two things that must agree: the node trackers (the period's pairs leave
+the open period) and the prediction-errors topic (one message per node reports them). A worker killed
+between the two either loses the period's pairs (state closed, message never sent) or counts them twice
+(message sent, state not closed: the restarted worker reports them again). So a closed period's messages
+go through an outbox:
+
+1. **stage** — the messages are kept as rows ``b"{partition}|e|{node}|{ts}"`` of the feedback table,
+   written by the same checkpoint as the trackers they come from (one record batch per partition): the
+   closed state and the messages to send become durable together;
+2. **deliver** — once durable, each message is sent and its acknowledgement awaited;
+3. **clear** — acknowledged messages leave the outbox (tombstones in the next checkpoint).
+
+A restarted worker restores the outbox rows with the trackers. A row may be there because its message
+was never sent, or because it was acknowledged but not yet cleared. The worker tells them apart by
+reading its prediction-errors partition from the offset recorded with the row (the partition's end
+before that message was sent: only this worker writes its nodes' partition; from the start when the
+partition now ends before that offset — the topic was recreated) and looking for ``(node, ts)``: found
+→ cleared without sending; not found → sent. So every pair is in exactly one message, whenever the kill
+came.
+
+The outbox rows are few (one per node per period not yet acknowledged; none in steady state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.config import Settings
+from app.contracts import contract, encode
+from app.kafka.client import client_options
+from app.streams.metrics import MESSAGES_OUT
+
+log = logging.getLogger(__name__)
+
+OUTBOX = "e"
+
+
+def outbox_row_key(partition: int, node: str, ts: float) -> bytes:
+    """``b"{partition}|e|{node}|{ts!r}"``.
+
+    >>> outbox_row_key(3, "gpu-1", 1700000000.25)
+    b'3|e|gpu-1|1700000000.25'
+    """
+    return f"{partition}|{OUTBOX}|{node}|{ts!r}".encode()
+
+
+@dataclasses.dataclass
+class Entry:
+    partition: int
+    value: dict[str, Any]
+    floor: int | None  # the partition's end offset before this message can have been sent
+    durable: bool = False
+    delivered: bool = False
+    checked: bool = True  # False for a restored entry until reconcile looked for it in the topic
+
+    @property
+    def ident(self) -> tuple[str, float]:
+        return str(self.value["node"]), float(self.value["ts"])
+
+    @property
+    def key(self) -> bytes:
+        return outbox_row_key(self.partition, *self.ident)
+
+    def row(self) -> bytes:
+        return orjson.dumps({"value": self.value, "floor": self.floor})
+
+
+class ErrorsOutbox:
+    """The prediction-errors messages of closed periods not yet known to be acknowledged."""
+
+    def __init__(self, settings: Settings, send: Any = None) -> None:
+        self.settings = settings
+        self.topic = settings.topic("prediction-errors")
+        self.partitions = contract("prediction-errors").partitions
+        self.send = send  # async (key: bytes, value: bytes) -> RecordMetadata, set by the errors component
+        self.entries: dict[bytes, Entry] = {}
+        self._cleared: set[bytes] = set()
+        self._floor: dict[int, int] = {}  # next offset after the last acknowledged message, per partition
+        self._lock = asyncio.Lock()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # -- 1. stage (synchronous: between closing the trackers and their checkpoint, nothing else runs)
+    async def prepare(self, partitions: set[int]) -> None:
+        """Before staging into ``partitions``: know where each one ends (once per partition and life)."""
+        await self._ensure_floors({p for p in partitions if p not in self._floor})
+
+    def stage(self, partition: int, value: dict[str, Any]) -> None:
+        entry = Entry(partition, value, self._floor.get(partition))
+        self.entries[entry.key] = entry
+
+    def take_rows(self) -> list[tuple[bytes, bytes | None]]:
+        """Rows for the next checkpoint: entries not durable yet, tombstones of cleared ones."""
+        rows: list[tuple[bytes, bytes | None]] = [(e.key, e.row()) for e in self.entries.values() if not e.durable]
+        rows += [(key, None) for key in self._cleared]
+        return rows
+
+    def written(self, rows: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """The checkpoint holding ``rows`` is stored: their entries may be delivered, their tombstones are done."""
+        for key, value in rows:
+            if value is None:
+                self._cleared.discard(key)
+            elif key in self.entries:
+                self.entries[key].durable = True
+
+    # -- 2. deliver, 3. clear
+    async def deliver(self) -> int:
+        """Send every durable entry, wait for the acknowledgements, clear them; messages sent."""
+        assert self.send is not None, "ErrorsOutbox.send is set by register_errors"
+        async with self._lock:
+            ready = [e for e in self.entries.values() if e.durable and e.checked and not e.delivered]
+            if not ready:
+                return 0
+            futures = [await self.send(e.ident[0].encode(), encode("prediction-errors", e.value, check=False))
+                       for e in ready]
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            sent, failed = 0, None
+            for entry, meta in zip(ready, done, strict=True):
+                if isinstance(meta, BaseException):
+                    failed = meta  # kept: sent again after the next checkpoint
+                    continue
+                entry.delivered = True
+                self._clear(entry)
+                offset = getattr(meta, "offset", None)
+                if offset is not None:
+                    self._floor[entry.partition] = max(self._floor.get(entry.partition, 0), int(offset) + 1)
+                MESSAGES_OUT.labels("prediction-errors").inc()
+                sent += 1
+            if failed is not None:
+                log.warning("prediction-errors: %d of %d messages not acknowledged (%r); sent again later",
+                            len(ready) - sent, len(ready), failed)
+            return sent
+
+    def _clear(self, entry: Entry) -> None:
+        self.entries.pop(entry.key, None)
+        self._cleared.add(entry.key)
+
+    async def _ensure_floors(self, partitions: set[int]) -> None:
+        """Record a lower bound of each partition's end before anything of it is sent (first send only)."""
+        if not partitions:
+            return
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False))
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+        for tp in tps:
+            self._floor.setdefault(tp.partition, int(ends.get(tp, 0)))
+        for e in self.entries.values():
+            if e.floor is None:
+                e.floor = self._floor.get(e.partition)
+
+    # -- after a restart
+    def restore(self, partition: int, key: bytes, raw: bytes) -> None:
+        """Load one outbox row of a recovered partition (durable by definition)."""
+        if key in self._cleared or key in self.entries:
+            return  # delivered (or being delivered) by this very process: its tombstone is on the way
+        doc = orjson.loads(raw)
+        self.entries[key] = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False)
+
+    def drop(self, partitions: set[int]) -> None:
+        """Forget the entries of revoked partitions (their new owner restores and reconciles them)."""
+        for key in [k for k, e in self.entries.items() if e.partition in partitions]:
+            del self.entries[key]
+
+    async def reconcile(self, partitions: set[int], timeout_s: float = 30.0) -> int:
+        """Clear the restored entries of ``partitions`` whose message is already in the topic; how many."""
+        restored = [e for e in self.entries.values() if e.partition in partitions and not e.checked]
+        if not restored:
+            return 0
+        starts: dict[int, int] = {}
+        for e in restored:
+            floor = e.floor if e.floor is not None else 0
+            starts[e.partition] = min(starts.get(e.partition, floor), floor)
+        found = await self._sent_since(starts, timeout_s)
+        cleared = 0
+        for e in restored:
+            if e.ident in found:
+                self._clear(e)
+                cleared += 1
+            else:
+                e.checked = True
+        log.info("prediction-errors outbox of partitions %s: %d restored, %d already delivered, %d to send",
+                 sorted(partitions), len(restored), cleared, len(restored) - cleared)
+        return cleared
+
+    async def _sent_since(self, starts: dict[int, int], timeout_s: float) -> set[tuple[str, float]]:
+        """``(node, ts)`` of the prediction-errors messages from ``starts[partition]`` to each partition's end."""
+        tps = {TopicPartition(self.topic, p): off for p, off in starts.items()}
+        consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
+                                                     auto_offset_reset="earliest"))
+        await consumer.start()
+        found: set[tuple[str, float]] = set()
+        try:
+            consumer.assign(list(tps))
+            for tp, off in tps.items():
+                consumer.seek(tp, off)
+            pending, rewound = set(tps), set()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while pending and loop.time() < deadline:
+                batch = await consumer.getmany(timeout_ms=300)
+                for records in batch.values():
+                    for rec in records:
+                        try:
+                            v = orjson.loads(rec.value)
+                            found.add((str(v["node"]), float(v["ts"])))
+                        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                            continue
+                for tp in list(pending):
+                    high = consumer.highwater(tp)
+                    if high is None:
+                        continue
+                    position = await consumer.position(tp)
+                    if position > high and tp not in rewound:  # the topic was recreated: all of it is new
+                        rewound.add(tp)
+                        await consumer.seek_to_beginning(tp)
+                    elif position >= high and not batch.get(tp):
+                        pending.discard(tp)
+            if pending:
+                raise TimeoutError(f"prediction-errors partitions {sorted(tp.partition for tp in pending)} "
+                                   f"not read to their end within {timeout_s:.0f} s")
+        finally:
+            await consumer.stop()
+        return found

@@ -1,0 +1,112 @@
+"""The chaos table: each fault against the real processes -> processes dead, messages lost, counted twice, recovery.
+
+    python3 bench/bench_chaos.py [--only broker,redis,kill,input]
+
+Each scenario runs the processes it needs (embedded broker, ``rttsched worker``, ``trainer``, ``extender``,
+a redis-server of its own) from ``tests/integration/chaos_outages.py`` and ``chaos_worker.py`` — the
+same scenarios the fault tests run — and reports:
+
+* **dead**: rttsched processes that exited (0 wanted);
+* **lost**: messages produced after the fault that were never processed, pairs never counted, models
+  announced or retrains asked for that never reached the worker and the extender (0 wanted);
+* **twice**: pairs counted, or messages emitted, more than once (0 wanted);
+* **recover s**: broker wipe — broker back to the first post-wipe sample (the load resumes 2 s after the
+  broker); Redis outage — Redis back to the retrain's model served by the worker and the extender;
+  SIGKILL at period close — second kill to every pair reported (a worker start included); hostile input —
+  valid snapshots after a ts = 9.9e10 one to the node's next node-features.
+
+Load average and the table go to stdout; progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from chaos_outages import broker_wipe, redis_outage  # noqa: E402
+from chaos_worker import hostile_input, period_kill  # noqa: E402
+from chaoskit import Load, Outcome, RedisServer, Stack  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.kafka.admin import ensure_topics  # noqa: E402
+from app.kafka.embedded import EmbeddedBroker  # noqa: E402
+
+SCENARIOS = ("broker", "redis", "kill", "input")
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_broker(root: Path) -> Outcome:
+    stack = Stack(root).start()
+    try:
+        return asyncio.run(broker_wipe(stack, Load(stack.settings)))
+    finally:
+        stack.stop()
+
+
+def run_redis(root: Path) -> Outcome:
+    (root / "redis").mkdir(parents=True)
+    server = RedisServer(root / "redis").start()
+    stack = Stack(root, redis_url=server.url).start()
+    try:
+        return asyncio.run(redis_outage(stack, Load(stack.settings), server))
+    finally:
+        stack.stop()
+        server.stop()
+
+
+def _on_own_broker(root: Path, scenario: str) -> Outcome:
+    with EmbeddedBroker() as broker:
+        s = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"{scenario}-",
+                              models_dir=str(root / "models"), error_period_s=1.0)
+        asyncio.run(ensure_topics(s))
+        s = dataclasses.replace(s, error_period_s=1.0)
+        if scenario == "kill":
+            return asyncio.run(period_kill(s, root))[0]
+        return asyncio.run(hostile_input(s, root))[0]
+
+
+def table(rows: list[Outcome]) -> str:
+    head = ["fault", "processes dead", "messages lost", "counted twice", "recover s", "notes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r.row()) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}")
+    args = p.parse_args(argv)
+    chosen = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios {sorted(unknown)} (choose from {', '.join(SCENARIOS)})")
+    runners = {"broker": run_broker, "redis": run_redis,
+               "kill": lambda r: _on_own_broker(r, "kill"), "input": lambda r: _on_own_broker(r, "input")}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rtt-chaos-") as tmp:
+        for i, name in enumerate(chosen, 1):
+            say(f"scenario {i}/{len(chosen)}: {name}")
+            t0 = time.monotonic()
+            rows.append(runners[name](Path(tmp) / name))
+            say(f"  done in {time.monotonic() - t0:.0f} s: {rows[-1]}")
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
+          f"on {os.cpu_count()} CPUs")
+    print(table(rows))
+    return 0 if all(r.dead == r.lost == r.twice == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The outage scenarios of the chaos kit: the broker loses its data, Redis stops under the processes.
+
+Each runs on a :class:`chaoskit.Stack` and returns a :class:`chaoskit.Outcome` (tests and
+``bench/bench_chaos.py`` share them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from typing import Any
+
+from chaoskit import (
+    KEY,
+    Load,
+    Outcome,
+    RedisServer,
+    Stack,
+    counted,
+    drained,
+    get_json,
+    metric,
+    readers,
+    retrain_event,
+    sample_ids,
+    scrape,
+    served_version,
+    wait_for,
+)
+
+from app.config import Settings
+from app.sim.scripted import Reader, produce, start_worker
+
+
+async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome:
+    """The broker loses everything mid-stream and comes back empty; topics recreated from topics/.
+
+    Before: v1 of :data:`KEY` served everywhere. After: the load goes on (after ``pause_s``), a retrain is
+    asked for. Lost = tasks completed after the wipe without a training sample or a counted pair, and
+    snapshots after the wipe the worker never read; twice = pairs counted beyond the tasks.
+    """
+    s = stack.settings
+    async with readers(s, "prediction-errors") as (before,):
+        await load.run(8)
+        await wait_for(lambda: served_version(stack) >= (1, 1), 90, "v1 served by the worker and the extender")
+        await drained(stack, load.snapshots)
+        await wait_for(lambda: counted(before.values) >= len(load.tasks), 30, "every pair before the wipe counted")
+    read_before = metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics")
+    back = await stack.wipe_broker()
+    await asyncio.sleep(pause_s)
+    first = len(load.tasks)
+    snaps_before = load.snapshots
+    async with readers(s, "training-samples", "prediction-errors") as (samples, errors):
+        first_seen = asyncio.ensure_future(_seen_first(samples, load, first))
+        await load.run(8)
+        after = set(load.tasks[first:])
+        await retrain_event(s)
+        seen = await first_seen
+        with contextlib.suppress(AssertionError):
+            await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "every task's sample after the wipe")
+        with contextlib.suppress(AssertionError):
+            await wait_for(lambda: counted(errors.values) >= len(after), 30, "every pair after the wipe counted")
+        await wait_for(lambda: served_version(stack) >= (2, 2), 120, "v2 served by the worker and the extender")
+        await asyncio.sleep(3.0)  # a double count would show by now
+        got = sample_ids(samples.values)
+        read_after = metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics")
+        resets = metric(scrape(stack.worker_url), "rtt_kafka_position_resets_total")
+        pairs = counted(errors.values)
+    lost_tasks = len(after - set(got))
+    lost_pairs = max(0, len(after) - pairs)
+    lost_snaps = max(0, (load.snapshots - snaps_before) - int(read_after - read_before))
+    twice = max(0, pairs - len(after)) + (len(got) - len(set(got)))
+    return Outcome("broker wiped and restarted (memory-only), topics recreated", len(stack.dead()),
+                   lost_tasks + lost_pairs + lost_snaps, twice, seen - back,
+                   f"worker position resets {resets:.0f}; v2 served in worker and extender; load resumed "
+                   f"{pause_s:g} s after the broker")
+
+
+async def _seen_first(samples: Reader, load: Load, first: int) -> float:
+    """The time (monotonic) the first training sample of a task produced after the wipe was seen."""
+    await wait_for(lambda: set(load.tasks[first:]) & set(sample_ids(samples.values)), 60,
+                   "a first sample after the wipe", every_s=0.05)
+    return time.monotonic()
+
+
+def register_copy(s: Settings) -> dict[str, Any]:
+    """Save the current model of :data:`KEY` again as a new version, make it current; its model-updates value."""
+    from app.model.registry import open_store
+    from app.trainer.registry import update_message
+
+    store = open_store(s)
+    blob, record = store.load(KEY)
+    saved = store.save(KEY, blob, fmt=record.format, features=list(record.features), params=dict(record.params),
+                       metrics=dict(record.metrics), n_samples=record.n_samples)
+    promoted = store.promote(KEY, saved.version)
+    return {**update_message(promoted), "ts": time.time(), "onset_ts": None}
+
+
+def worker_degraded(stack: Stack) -> dict[str, str]:
+    return dict(get_json(stack.worker_url.replace("/metrics", "/readyz"))["degraded"])
+
+
+async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: float = 10.0) -> Outcome:
+    """Redis stops under the running processes (SIGKILL) and comes back ``outage_s`` later.
+
+    During the outage: a model-updates message arrives (v2, registered before), a retrain is asked for
+    (the RTT of every node doubled), the worker is SIGKILLed and started again, the extender restarted.
+    Whole again = the worker and the extender serve the retrain's model (v3 or later) and nobody reports
+    degraded. Lost = models the worker or the extender never served, plus pairs never counted; twice =
+    pairs counted more than once (the worker was killed in the middle).
+    """
+    s = stack.settings
+    assert stack.group is not None
+    async with readers(s, "prediction-errors") as (errors,):
+        await load.run(6)
+        await wait_for(lambda: served_version(stack) >= (1, 1), 90, "v1 served by the worker and the extender")
+        v2 = register_copy(s)
+        await asyncio.sleep(1.5)  # appendfsync everysec: v2 is on disk before the outage
+        server.stop()
+        await produce(s, [("model-updates", v2)])
+        degraded_running = await _degraded_within(stack, 10.0)
+        load.rtt_scale = 2.0
+        onset = time.time()
+        await load.run(4)
+        await produce(s, [("retrain-events", {"model_key": KEY, "reason": "drift", "cumulative_error": 1.0,
+                                              "threshold": 0.5, "ts": time.time(), "onset_ts": onset})])
+        worker = stack.group.children.pop("worker")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        stack.worker_url = start_worker(stack.group, s, "worker-2")
+        degraded_started = await _degraded_within(stack, 15.0)
+        stack.group.children.pop("extender").send_signal(signal.SIGTERM)
+        stack.start_extender("extender-2")
+        await wait_for(lambda: _ready(stack), 30, "the restarted extender ready without Redis")
+        server.start()
+        up = time.monotonic()
+        await load.run(2)
+        await wait_for(lambda: served_version(stack) >= (3, 3), 120, "v3 served by the worker and the extender")
+        recover = time.monotonic() - up
+        await wait_for(lambda: not worker_degraded(stack), 30, "the worker no longer degraded")
+        await wait_for(lambda: counted(errors.values) >= len(load.tasks), 60, "every pair counted")
+        await asyncio.sleep(3.0)  # a double count would show by now
+        pairs = counted(errors.values)
+    ext = get_json(f"{stack.extender_url}/readyz")
+    worker_v, ext_v = served_version(stack)
+    return Outcome("Redis stopped and started under the processes", len(stack.dead()),
+                   int(worker_v < 3) + int(ext_v < 3) + max(0, len(load.tasks) - pairs),
+                   max(0, pairs - len(load.tasks)), recover,
+                   f"degraded while down: running worker {sorted(degraded_running)}, restarted worker "
+                   f"{sorted(degraded_started)}; after: extender degraded {ext.get('degraded')}, "
+                   f"serving v{worker_v} (worker) v{ext_v} (extender)")
+
+
+async def _degraded_within(stack: Stack, timeout_s: float) -> dict[str, str]:
+    with contextlib.suppress(AssertionError):
+        await wait_for(lambda: "model_store" in worker_degraded(stack), timeout_s, "the worker degraded")
+    return worker_degraded(stack)
+
+
+def _ready(stack: Stack) -> bool:
+    try:
+        return bool(get_json(f"{stack.extender_url}/readyz").get("ready"))
+    except OSError:
+        return False

@@ -1,0 +1,29 @@
+"""The broker loses its data mid-stream (memory-only Tansu SIGKILLed, restarted empty, topics recreated).
+
+Every consumer held read positions beyond the new partitions' ends; without the position checks they
+skipped the first messages of every partition and model v2, announced on the recreated model-updates,
+never reached the worker or the extender. Here: no process dies, nothing produced after the restart is
+skipped or counted twice, and v2 is served by the worker and the extender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from chaos_outages import broker_wipe
+from chaoskit import Load, Stack
+
+pytestmark = pytest.mark.integration
+
+
+def test_broker_wiped_and_restarted_mid_stream(tmp_path: Path) -> None:
+    stack = Stack(tmp_path).start()
+    try:
+        outcome = asyncio.run(broker_wipe(stack, Load(stack.settings)))
+    finally:
+        stack.stop()
+    assert outcome.dead == 0, stack.dead()
+    assert (outcome.lost, outcome.twice) == (0, 0), outcome
+    assert "position resets 0" not in outcome.detail

@@ -1,0 +1,94 @@
+"""prediction-errors across SIGKILLs right at period close: every pair in exactly one message.
+
+A worker subprocess joins a steady stream of pairs on 300 nodes (one error period closes 300 messages).
+Twice, the moment the first prediction-errors message of a period reaches the test, the worker is killed
+with SIGKILL — while the rest of that period is being sent — and a new one started; the third runs until
+every pair is reported. The sum of ``n`` over all messages must equal the pairs produced, and no
+``(node, ts)`` may appear twice. The outbox's two restart cases are also checked one by one against the
+broker (:class:`~app.streams.feedback_outbox.ErrorsOutbox`): a staged message never sent is sent; one
+acknowledged but not cleared is found in the topic and not sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from chaos_worker import KILL_NODES, period_kill
+from chaoskit import APP
+
+from app.config import Settings
+from app.kafka.batches import partition_for
+from app.kafka.client import client_options
+from app.sim.scripted import Reader
+from app.streams.feedback_outbox import ErrorsOutbox
+
+pytestmark = pytest.mark.integration
+
+
+
+def test_sigkill_at_period_close_loses_and_repeats_nothing(kafka_settings: Settings, tmp_path: Path) -> None:
+    s = dataclasses.replace(kafka_settings, error_period_s=1.0)
+    outcome, values = asyncio.run(period_kill(s, tmp_path))
+    assert outcome.dead == 0
+    assert (outcome.lost, outcome.twice) == (0, 0), outcome
+    per_node = {n: 0 for n in KILL_NODES}
+    for v in values:
+        per_node[v["node"]] += v["apps"][APP]["n"]
+    assert set(per_node.values()) == {12}
+
+
+async def _stage_and_write(outbox: ErrorsOutbox, node: str, ts: float) -> tuple[bytes, bytes]:
+    partition = partition_for(node.encode(), outbox.partitions)
+    await outbox.prepare({partition})
+    outbox.stage(partition, {"node": node, "ts": ts, "period_s": 1.0, "apps": {APP: {"n": 3}}})
+    rows = outbox.take_rows()
+    outbox.written(rows)  # as after a checkpoint that stored them
+    key, raw = rows[0]
+    assert raw is not None
+    return key, raw
+
+
+def test_outbox_restart_cases_against_the_broker(kafka_settings: Settings) -> None:
+    s = kafka_settings
+
+    async def run() -> tuple[int, int, list[dict[str, Any]]]:
+        producer = AIOKafkaProducer(**client_options(s))
+        await producer.start()
+
+        async def send(key: bytes, value: bytes) -> Any:
+            return await producer.send(s.topic("prediction-errors"), value, key=key)
+
+        try:
+            async with Reader(s, "prediction-errors") as errors:
+                # case 1: staged and durable, killed before sending
+                first = ErrorsOutbox(s, send)
+                key1, raw1 = await _stage_and_write(first, "gpu-x1", 1000.0)
+                # case 2: sent and acknowledged, killed before the tombstone
+                second = ErrorsOutbox(s, send)
+                key2, raw2 = await _stage_and_write(second, "gpu-x2", 2000.0)
+                assert await second.deliver() == 1
+                await errors.wait(lambda v: len(v) >= 1, 10.0, "the delivered message")
+
+                restarted = ErrorsOutbox(s, send)
+                for key, raw in ((key1, raw1), (key2, raw2)):
+                    restarted.restore(int(key.split(b"|")[0]), key, raw)
+                assert await restarted.deliver() == 0  # nothing goes out before the topic was checked
+                partitions = {int(k.split(b"|")[0]) for k in (key1, key2)}
+                cleared = await restarted.reconcile(partitions)
+                sent = await restarted.deliver()
+                await errors.wait(lambda v: len(v) >= 2, 10.0, "the restored message")
+                await asyncio.sleep(1.0)
+                tombstones = [k for k, v in restarted.take_rows() if v is None]
+                assert sorted(tombstones) == sorted([key1, key2])
+                return cleared, sent, list(errors.values)
+        finally:
+            await producer.stop()
+
+    cleared, sent, values = asyncio.run(run())
+    assert (cleared, sent) == (1, 1)
+    assert sorted((v["node"], v["ts"]) for v in values) == [("gpu-x1", 1000.0), ("gpu-x2", 2000.0)]

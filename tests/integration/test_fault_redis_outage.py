@@ -1,0 +1,36 @@
+"""Redis stopped and started under the processes: nobody dies, nothing announced or asked for is lost.
+
+While Redis is away a model-updates message arrives (the worker used to die on it), a retrain is asked
+for (it used to fail for good), the worker is restarted (it used to exit after 9 s) and the extender is
+restarted (it used to stay without models for a minute after Redis came back). Here the worker and the
+extender run degraded — reported by ``/readyz`` and ``rtt_worker_degraded`` — and once Redis is back the
+deferred model loads and the retrain are retried until done: both serve the retrain's model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from chaos_outages import redis_outage
+from chaoskit import Load, RedisServer, Stack
+
+pytestmark = pytest.mark.integration
+
+
+def test_redis_stopped_and_started_under_the_processes(tmp_path: Path) -> None:
+    (tmp_path / "redis").mkdir()
+    server = RedisServer(tmp_path / "redis").start()
+    stack = Stack(tmp_path, redis_url=server.url).start()
+    try:
+        outcome = asyncio.run(redis_outage(stack, Load(stack.settings), server))
+    finally:
+        stack.stop()
+        server.stop()
+    assert outcome.dead == 0, stack.dead()
+    assert (outcome.lost, outcome.twice) == (0, 0), outcome
+    # reasons are listed sorted: model_store first, redis_cache (the cache write) possibly after it
+    assert "running worker ['model_store'" in outcome.detail, outcome.detail
+    assert "restarted worker ['model_store'" in outcome.detail, outcome.detail
+    assert "extender degraded {}" in outcome.detail, outcome.detail

@@ -1,0 +1,100 @@
+"""PositionGuard against a scripted consumer: when a position is reset, to what, and when it is left alone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from app.kafka.positions import PositionGuard
+
+TP = TopicPartition("t-node-metrics", 3)
+
+
+class Consumer:
+    """What the guard asks of an aiokafka consumer: offsets, high watermarks, seeks."""
+
+    def __init__(self, start: int = 0, end: int = 100, high: int | None = 100) -> None:
+        self.start, self.end, self.high = start, end, high
+        self.seeks: list[tuple[TopicPartition, int]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TP}
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.high
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.start for tp in tps}
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.end for tp in tps}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def guard(consumer: Consumer, clock: Clock | None = None) -> tuple[PositionGuard, CollectorRegistry]:
+    reg = CollectorRegistry()
+    return PositionGuard(consumer, "test", registry=reg, topic_label=lambda _t: "node-metrics",
+                         clock=clock or Clock()), reg
+
+
+def resets(reg: CollectorRegistry, reason: str) -> float:
+    v = reg.get_sample_value("rtt_kafka_position_resets_total",
+                             {"client": "test", "topic": "node-metrics", "reason": reason})
+    return v or 0.0
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_stored_position_before_the_log_start_moves_to_it() -> None:
+    g, reg = guard(Consumer(start=40))
+    assert run(g.on_assigned({TP: 10})) == {TP: 40}
+    assert run(g.on_assigned({TP: 55})) == {TP: 55}
+    assert resets(reg, "before_start") == 1
+
+
+def test_a_wiped_partition_is_read_again_from_its_start_once_confirmed(caplog: Any) -> None:
+    consumer, clock = Consumer(end=0, high=0), Clock()
+    g, reg = guard(consumer, clock)
+    assert run(g.after_fetch({TP: 500})) == {}  # seen once: may be a leader change
+    clock.t = 0.5
+    assert run(g.after_fetch({TP: 500})) == {}
+    clock.t = 1.2
+    assert run(g.after_fetch({TP: 500})) == {TP: 0}
+    assert consumer.seeks == [(TP, 0)] and resets(reg, "beyond_end") == 1
+    assert "t-node-metrics[3] was 500" in caplog.text and "reset to its start 0" in caplog.text
+
+
+def test_a_watermark_dip_that_recovers_resets_nothing() -> None:
+    consumer, clock = Consumer(end=600, high=450), Clock()
+    g, reg = guard(consumer, clock)
+    run(g.after_fetch({TP: 500}))
+    consumer.high = 520  # the new leader caught up
+    clock.t = 2.0
+    assert run(g.after_fetch({TP: 500})) == {}
+    consumer.high, clock.t = 450, 4.0
+    run(g.after_fetch({TP: 500}))
+    clock.t = 5.5  # still below, but the broker's end offset says the position is fine
+    assert run(g.after_fetch({TP: 500})) == {} and consumer.seeks == []
+    assert resets(reg, "beyond_end") == 0
+
+
+def test_the_broker_s_out_of_range_resets_to_the_start() -> None:
+    consumer = Consumer(start=7)
+    g, reg = guard(consumer)
+    assert run(g.out_of_range({TP: 3})) == {TP: 7}
+    assert consumer.seeks == [(TP, 7)] and g.next_offsets[TP] == 7 and resets(reg, "before_start") == 1
