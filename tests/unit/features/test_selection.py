@@ -17,6 +17,8 @@ from app.features.selection import (
     DEFAULT_THRESHOLDS,
     SelectionRule,
     gaussian_rho,
+    mic_null_level,
+    mic_threshold,
     render_shares,
     render_table,
     select_features,
@@ -62,7 +64,7 @@ def test_votes_respect_min_votes_thresholds_and_top_k(seed: int, min_votes: int,
     res = select_features(X, y, names, rule)
     assert set(res.chosen) == {n for n in names if res.votes[n] >= min_votes}
     for n in names:
-        passing = sum(res.scores[n][m] >= rule.thresholds[m] for m in MEASURES)
+        passing = sum(res.scores[n][m] >= rule.threshold(m, 120) for m in MEASURES)
         assert res.votes[n] <= passing
         if top_k is None:
             assert res.votes[n] == (0 if n in res.degenerate else passing)
@@ -103,7 +105,7 @@ def test_json_and_text_reports(result) -> None:
     doc = json.loads(result.to_json())
     assert doc["chosen"] == list(result.chosen) and doc["degenerate"] == ["flat"]
     assert doc["features"]["lin"]["votes"] == result.votes["lin"]
-    assert doc["rule"]["thresholds"] == dict(DEFAULT_THRESHOLDS)
+    assert doc["rule"]["thresholds"] == {**DEFAULT_THRESHOLDS, "mic": "mic_threshold(n)"}
     text = render_table(result, title="== app")
     assert text.splitlines()[0] == "== app"
     assert all(n in text for n in result.chosen) and "degenerate" in text and "flat" in text
@@ -118,6 +120,34 @@ def test_json_and_text_reports(result) -> None:
 def test_rule_rejects_bad_settings_naming_the_field(kwargs, field) -> None:
     with pytest.raises(ValueError, match=field):
         SelectionRule(**kwargs)
+
+
+def test_mic_threshold_follows_the_null_level_at_the_sample_size() -> None:
+    """MIC votes at the value a |rho| = 0.3 normal pair reads at n: above the null level, falling with n."""
+    sizes = [50, 100, 300, 1000, 3000]
+    levels = [mic_threshold(n) for n in sizes]
+    assert levels == sorted(levels, reverse=True)
+    assert all(t > mic_null_level(n) for t, n in zip(levels, sizes, strict=True))
+    assert all(gaussian_rho("mic", t, n) == pytest.approx(0.3, abs=1e-9) for t, n in zip(levels, sizes, strict=True))
+    assert SelectionRule().threshold("mic", 100) == pytest.approx(mic_threshold(100))
+    assert SelectionRule(thresholds={**DEFAULT_THRESHOLDS, "mic": 0.4}).threshold("mic", 100) == 0.4
+
+
+def test_mic_rarely_votes_for_independent_noise() -> None:
+    """Pure-noise columns at n = 100 (3 seeds x 40 columns): a fixed 0.25 gave MIC's vote to 35 of 120
+    (measured), the null-based threshold to 9; at n = 400 to 2 of 120."""
+    def votes(n: int, rule: SelectionRule) -> int:
+        total = 0
+        for seed in range(3):
+            rng = np.random.default_rng(11 + seed)
+            X, y = rng.normal(size=(n, 40)), rng.normal(size=n)
+            total += len(select_features(X, y, [f"x{j}" for j in range(40)], rule).chosen)
+        return total
+
+    auto = SelectionRule(min_votes=1, measures=("mic",))
+    fixed = SelectionRule(thresholds={"mic": 0.25}, min_votes=1, measures=("mic",))
+    assert votes(100, auto) <= 0.1 * 120 and votes(400, auto) <= 0.05 * 120
+    assert votes(100, fixed) > 3 * votes(100, auto)
 
 
 def test_duplicate_names_are_rejected() -> None:
