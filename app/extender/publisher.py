@@ -36,7 +36,8 @@ class Sink(Protocol):
 def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict]) -> list[dict[str, Any]]:
     """The rtt-predictions values of one request (one per candidate with a prediction).
 
-    A candidate's task features that node-features cannot supply (``running_pods_<app>``) go in ``features``.
+    A candidate's task features that node-features cannot supply (``running_pods_<app>``) go in ``features``;
+    ``predicted_rtt_ms`` includes the node's residual correction, and ``correction`` says which (when not 1).
     """
     out = []
     for v in verdicts:
@@ -45,6 +46,8 @@ def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[Node
             "model_version": v.model_version, "model_key": v.model_key}
         if v.features:
             value["features"] = dict(v.features)
+        if v.correction != 1.0:
+            value["correction"] = v.correction
         out.append(value)
     return out
 

@@ -85,10 +85,14 @@ class SnapshotBuilder:
         ts = float(value["ts"])
         if ts < old.features_ts:
             return False
+        stale = set(value.get("stale") or ())
+        app_features = {str(a): MappingProxyType({k: float(v) for k, v in f.items()
+                                                  if split_feature_name(k)[0] not in stale})
+                        for a, f in (value.get("app_features") or {}).items()}
         self._nodes[name] = dataclasses.replace(
             old, node_class=value["node_class"], gpu_model=value.get("gpu_model"),
             features=MappingProxyType(node_features_map(value)), features_ts=ts,
-            stale_metrics=frozenset(value.get("stale") or ()), version=old.version + 1,
+            stale_metrics=frozenset(stale), version=old.version + 1, app_features=MappingProxyType(app_features),
         )
         self.dirty = True
         return True
@@ -106,6 +110,8 @@ class SnapshotBuilder:
             old, weight=float(value["weight"]), weights_ts=ts, weights_stale=bool(value["stale"]),
             predicted_rtt_ms=MappingProxyType({k: float(v) for k, v in value["predicted_rtt_ms"].items()}),
             node_class=node_class, gpu_model=gpu_model,
+            correction=MappingProxyType({k: float(v) for k, v in (value.get("correction") or {}).items()}),
+            samples=MappingProxyType({k: int(v) for k, v in (value.get("samples") or {}).items()}),
         )
         self.dirty = True
         return True
@@ -157,6 +163,7 @@ class SnapshotBuilder:
         if cached is not None and cached[0] == signature:
             return cached[1]
         names = tuple(m.predictor.feature_names)
+        app = m.key.split(":", 1)[0]
         rows = self._rows.setdefault(m.key, {})
         for gone in set(rows) - {n.name for n in scope}:
             del rows[gone]
@@ -164,7 +171,7 @@ class SnapshotBuilder:
         for n in scope:
             hit = rows.get(n.name)
             if hit is None or hit[0] != n.version:
-                hit = (n.version, row(n.features, names))
+                hit = (n.version, row(n.features_for(app), names))
                 rows[n.name] = hit
             stacked.append(hit[1])
         matrix = np.stack(stacked) if stacked else np.empty((0, len(names)), dtype=np.float32)

@@ -14,10 +14,15 @@ Per request (one pod, N candidate nodes):
    finished. A model whose ``feature_names`` hold such a column gets the node's value; other columns of
    these names do not exist for it (old models are unaffected). The values go out with the predictions,
    so the training samples carry what the model saw.
-3. The prediction is inflated for assumed pods the node's metrics cannot show yet (contention penalty).
+3. Each prediction is multiplied by the node's residual correction for the app (node-weights
+   ``correction``, :mod:`app.drift.residual`): what rtt-predictions carries, with the factor itself.
+   It is then inflated for assumed pods the node's metrics cannot show yet (contention penalty).
 4. Filter: anti-affinity, then SLA. When SLA alone would reject every remaining candidate and the policy
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
 5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
+6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
+   passing candidate is not yet learnt for the app, that node gets the top score and every other node
+   at most one less (``Decision.explored``); :meth:`Decision.best` is then that node.
 
 The one side effect: the candidates' predicted RTTs are noted in the assumed pods
 (:meth:`AssumedPods.expect`), so that placing the pod afterwards knows how long it is expected to run.
@@ -32,11 +37,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPods
+from app.scheduler.explore import explored
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
-from app.scheduler.scoring import NEUTRAL_SCORE, score_nodes
+from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import ModelEntry, Snapshot
 
 NO_APP = "no_app_label"
@@ -45,7 +52,6 @@ STALE_SNAPSHOT = "stale_snapshot"
 STALE_NODES = "stale_nodes"
 NEUTRAL_REASONS = (NO_APP, NOT_READY, STALE_SNAPSHOT, STALE_NODES)
 STALE_REASONS = frozenset((NOT_READY, STALE_SNAPSHOT, STALE_NODES))
-RUNNING_PREFIX = "running_pods_"  # task feature per app: its pods on the candidate node (scheduler's view)
 _NO_FEATURES: Mapping[str, float] = {}
 _NO_COUNTS: Mapping[str, int] = {}
 
@@ -71,6 +77,7 @@ class NodeVerdict:
     failed: str | None = None
     stale: bool = False
     features: Mapping[str, float] = dataclasses.field(default_factory=dict)  # per-candidate task features
+    correction: float = 1.0  # residual factor included in predicted_rtt_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +100,8 @@ class Decision:
     features: list[Mapping[str, float]] = dataclasses.field(default_factory=list)  # running pods per candidate
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
+    correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
+    explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
 
     @property
     def stale(self) -> bool:
@@ -106,7 +115,8 @@ class Decision:
             NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                         self.model_version[i],
                         self.credibility[i], self.failed[i], not self.fresh[i],
-                        self.features[i] if self.features else _NO_FEATURES)
+                        self.features[i] if self.features else _NO_FEATURES,
+                        self.correction[i] if self.correction else 1.0)
             for i, n in enumerate(self.nodes)
         )
 
@@ -128,9 +138,12 @@ class Decision:
         return [v for v in self.verdicts if math.isfinite(v.predicted_rtt_ms)]
 
     def best(self) -> str | None:
-        """The top-scored passing node with a prediction (lowest RTT breaks ties); None when neutral."""
+        """The explored node, else the top-scored passing node with a prediction (lowest RTT breaks ties);
+        None when neutral."""
         if self.neutral is not None:
             return None
+        if self.explored is not None:
+            return self.explored
         ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
         if not ok:
             return None
@@ -225,6 +238,13 @@ def decide(
         rtt[idx] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         for i in idx:
             keys[i], versions[i] = entry.key, entry.version
+    corr = np.ones(n)
+    for i, name in enumerate(nodes):
+        if fresh[i]:
+            c = states[name].correction.get(app)
+            if c is not None and c > 0:
+                corr[i] = c
+    rtt *= corr
     policy = params.policy
     model_rtt = rtt.copy()
     failed: list[str | None] = [None] * n
@@ -249,7 +269,17 @@ def decide(
     rtt = np.where(usable, rtt, np.nan)
     rtt_list = rtt.tolist()
     assumed.expect(pod.task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
+    scores = score_nodes(rtt, cred)
+    eligible = [bool(fresh[i]) and failed[i] is None for i in range(n)]
+    running_col = RUNNING_PREFIX + app
+    e = explored(pod.task_id, app, nodes, eligible, states, routes,
+                 lambda i: int(features[i].get(running_col, 0)),
+                 share=policy.explore_share, min_samples=policy.explore_min_samples)
+    if e is not None:
+        scores = np.minimum(scores, MAX_SCORE - 1)
+        scores[e] = MAX_SCORE
     return Decision(
-        pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt_list, keys, versions, cred.tolist(), failed,
+        pod, tuple(nodes), scores.tolist(), rtt_list, keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,
+        correction=corr.tolist(), explored=nodes[e] if e is not None else None,
     )

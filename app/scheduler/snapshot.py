@@ -31,6 +31,7 @@ from app.model.base import Predictor
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _NONE: Mapping[str, int] = MappingProxyType({})
 _NO_ROUTES: Mapping[str, ModelEntry] = MappingProxyType({})
+_NO_APP_FEATURES: Mapping[str, Mapping[str, float]] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +50,15 @@ class NodeState:
     predicted_rtt_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # per app
     running: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> running pods
     version: int = 0  # bumps whenever ``features`` change
+    app_features: Mapping[str, Mapping[str, float]] = dataclasses.field(  # app -> features over its DWA window
+        default_factory=lambda: _NO_APP_FEATURES)
+    correction: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # app -> residual factor
+    samples: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> completed tasks seen
+
+    def features_for(self, app: str) -> Mapping[str, float]:
+        """The features a model of ``app`` reads: ``app_features[app]`` over the node's ``features``."""
+        own = self.app_features.get(app)
+        return {**self.features, **own} if own else self.features
 
     def is_stale(self, now: float, stale_after_s: float) -> bool:
         """No features yet, features older than ``stale_after_s``, or node-weights flagged the node stale."""

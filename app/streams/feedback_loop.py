@@ -16,10 +16,12 @@ whatever an emitted period counted is already recorded as done — a redelivered
 duplicate, and no pair is counted twice. A worker only holds the nodes of the partitions it owns
 (rows are restored per active partition, dropped on revocation), so timers never count a node twice.
 
-When a new model version starts serving a key, the drift detectors of that key's app on that class's
-nodes start afresh: their reference becomes the new model's error, and the old model's errors cannot
-mask or fake a drift. A drift the new model does not fix is signalled again by the node × app drift
-episode (:class:`~app.drift.episode.DriftEpisode`), which compares the error with its pre-drift level.
+When a new model version starts serving a key, the drift detectors and residual corrections of that
+key's app on that class's nodes start afresh: their reference becomes the new model's error, and the
+old model's errors cannot mask or fake a drift; the node-features of the nodes carry, from then on, the
+features the app's models read over the app's DWA window (``app_features``). A drift the new model does
+not fix is signalled again by the node × app drift episode (:class:`~app.drift.episode.DriftEpisode`),
+which compares the error with its pre-drift level.
 """
 
 from __future__ import annotations
@@ -99,11 +101,13 @@ class FeedbackLoop:
                            jump=o.drift_jump or None)
 
     def model_swapped(self, key: str, version: int) -> None:
-        """A new model serves ``key``: the drift detectors of its app on its class's nodes start afresh."""
+        """A new model serves ``key``: the drift detectors and residuals of its app on its class's nodes start
+        afresh, and node-features carry what the app's models read over its DWA window."""
         app, node_class, node = parse_model_key(key)
         for n, tracker in self.trackers.items():
             if (node is None or node == n) and self.node_class.get(n) == node_class:
-                tracker.reset_detector(app)
+                tracker.new_model(app)
+        self.nodes.store.app_names[app] = self.models.feature_names(app)
 
     def _episode(self) -> DriftEpisode:
         return DriftEpisode(delta=self.options.drift_delta, threshold=self.options.drift_threshold)
