@@ -1,4 +1,5 @@
-"""When a model key's sample count calls for a retrain: a cold start, or enough new samples since the last.
+"""When a model key's sample count calls for a retrain (a cold start, or enough new samples since the last),
+and how often one key may ask at all (:class:`Debounce`).
 
 Two rules, on the samples of a key seen by one worker (``count``):
 
@@ -56,3 +57,23 @@ class SampleGrowth:
     def asked(self, key: str, count: int) -> None:
         """Record that a retrain of ``key`` was asked at ``count`` samples."""
         self._asked[key] = int(count)
+
+
+class Debounce:
+    """At most one event per key per ``interval_s`` (monotonic seconds).
+
+    >>> d = Debounce(60.0)
+    >>> d.allow("k", 0.0), d.allow("k", 59.0), d.allow("k", 60.0)
+    (True, False, True)
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+
+    def allow(self, key: str, now: float) -> bool:
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last[key] = now
+        return True

@@ -1,4 +1,6 @@
-"""The node-features value of one node: its window's aggregates, and each modelled app's over its DWA window.
+"""What a node's window says in messages: its node-features value, and the training sample of a task it ran.
+
+**node-features**: the window's aggregates, and each modelled app's over its DWA window.
 
 Training samples are the node's features over the node × app DWA window before the task started
 (``app/streams/feedback_join.py``), so a model of an app must be asked with the features over that
@@ -8,7 +10,14 @@ models read), ``app_features[app]``: those features aggregated over the app's wi
 snapshot builder (:mod:`app.scheduler.builder`) gives a model of ``app`` the node's ``app_features[app]``
 over its ``features``. Only the names models read travel, so the message stays small.
 
->>> from app.features.window import NodeWindow
+**training-samples** (:func:`sample_value`): the node's features over the node × app DWA window ending
+when the task started, the task features the scheduler computed at decision time (the prediction's
+``features``: ``running_pods_<app>``), and the task's time on the node
+(:func:`app.contracts.completions.service_ms`). The worker's join and the simulator build them here.
+
+>>> from app.contracts.completions import service_ms
+from app.contracts.keys import model_key
+from app.features.window import NodeWindow
 >>> w = NodeWindow(30.0, history_s=120.0)
 >>> for t in range(100):
 ...     _ = w.update(1000.0 + t, {"cpu_iowait": float(t)})
@@ -23,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from app.contracts.completions import service_ms
+from app.contracts.keys import model_key
 from app.features.window import NodeWindow
 
 
@@ -57,3 +68,24 @@ def features_value(node: str, ts: float, node_class: str | None, gpu_model: str 
         if extra:
             value["app_features"] = extra
     return value
+
+
+def sample_value(completion: Mapping[str, Any], node_class: str, window: NodeWindow | None, gpu_model: str | None,
+                 window_s: float, prediction: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The training-samples value of one completion (contract ``topics/training-samples.json``).
+
+    ``window``: the node's window (None when the node has no metrics: no metric features).
+    """
+    features: dict[str, float] = {}
+    if window is not None:
+        features = window.aggregate(until_ts=completion["started_ts"], window_s=window_s).features()
+    if prediction and prediction.get("features"):
+        features.update(prediction["features"])  # what the scheduler knew at decision time (running pods)
+    return {
+        "model_key": model_key(completion["app"], node_class), "task_id": completion["task_id"],
+        "app": completion["app"], "node": completion["node"], "node_class": node_class, "gpu_model": gpu_model,
+        "started_ts": completion["started_ts"], "rtt_ms": service_ms(completion),
+        "input_size_mb": completion.get("input_size_mb"), "window_s": window_s, "features": features,
+        "predicted_rtt_ms": prediction["predicted_rtt_ms"] if prediction else None,
+        "model_version": prediction["model_version"] if prediction else None,
+    }

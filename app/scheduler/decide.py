@@ -21,8 +21,10 @@ Per request (one pod, N candidate nodes):
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
 5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
 6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
-   passing candidate is not yet learnt for the app, that node gets the top score and every other node
-   at most one less (``Decision.explored``); :meth:`Decision.best` is then that node.
+   passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``);
+   otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
+   The winner keeps its score (at least 1) and every other node gets at most one less, so kube-scheduler
+   places the pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
 
 The one side effect: the candidates' predicted RTTs are noted in the assumed pods
 (:meth:`AssumedPods.expect`), so that placing the pod afterwards knows how long it is expected to run.
@@ -43,7 +45,7 @@ from app.scheduler.explore import explored
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
-from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
+from app.scheduler.scoring import MIN_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import ModelEntry, Snapshot
 
 NO_APP = "no_app_label"
@@ -275,9 +277,14 @@ def decide(
     e = explored(pod.task_id, app, nodes, eligible, states, routes,
                  lambda i: int(features[i].get(running_col, 0)),
                  share=policy.explore_share, min_samples=policy.explore_min_samples)
-    if e is not None:
-        scores = np.minimum(scores, MAX_SCORE - 1)
-        scores[e] = MAX_SCORE
+    winner = e
+    if winner is None:
+        ok = [i for i in range(n) if failed[i] is None and usable[i]]
+        winner = min(ok, key=lambda i: (-scores[i], rtt[i])) if ok else None
+    if winner is not None:
+        top = max(int(scores[winner]), MIN_SCORE + 1)
+        scores = np.minimum(scores, top - 1)
+        scores[winner] = top
     return Decision(
         pod, tuple(nodes), scores.tolist(), rtt_list, keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,

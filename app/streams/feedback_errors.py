@@ -31,7 +31,7 @@ import faust
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
-from app.drift.growth import SampleGrowth
+from app.drift.growth import Debounce, SampleGrowth
 from app.drift.tracker import AppReport
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
@@ -39,26 +39,6 @@ from app.streams.metrics import MESSAGES_OUT
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
-
-
-class Debounce:
-    """At most one event per key per ``interval_s`` (monotonic seconds).
-
-    >>> d = Debounce(60.0)
-    >>> d.allow("k", 0.0), d.allow("k", 59.0), d.allow("k", 60.0)
-    (True, False, True)
-    """
-
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self._last: dict[str, float] = {}
-
-    def allow(self, key: str, now: float) -> bool:
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval_s:
-            return False
-        self._last[key] = now
-        return True
 
 
 def errors_value(node: str, node_class: str | None, ts: float, period_s: float,

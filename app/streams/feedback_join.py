@@ -32,10 +32,11 @@ import faust
 
 from app.contracts import contract, encode
 from app.contracts.completions import service_ms
-from app.contracts.keys import model_key, parse_model_key
+from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import DUPLICATE, MATCHED
 from app.drift.residual import model_prediction
 from app.errors import ContractError
+from app.features.node_value import sample_value as node_sample_value
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.feedback_loop import FeedbackLoop
@@ -81,23 +82,10 @@ def class_of(state: NodeState | None, prediction: dict[str, Any] | None) -> str 
 
 def sample_value(completion: dict[str, Any], node_class: str, state: NodeState | None, window_s: float,
                  prediction: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The training-samples value of one completion (contract ``topics/training-samples.json``)."""
-    features: dict[str, float] = {}
-    gpu_model = None
-    if state is not None and state.newest_ts > 0:
-        agg = state.window.aggregate(until_ts=completion["started_ts"], window_s=window_s)
-        features = agg.features()
-        gpu_model = state.gpu_model
-    if prediction and prediction.get("features"):
-        features.update(prediction["features"])  # what the extender knew at decision time (running pods)
-    return {
-        "model_key": model_key(completion["app"], node_class), "task_id": completion["task_id"],
-        "app": completion["app"], "node": completion["node"], "node_class": node_class, "gpu_model": gpu_model,
-        "started_ts": completion["started_ts"], "rtt_ms": service_ms(completion),
-        "input_size_mb": completion.get("input_size_mb"), "window_s": window_s, "features": features,
-        "predicted_rtt_ms": prediction["predicted_rtt_ms"] if prediction else None,
-        "model_version": prediction["model_version"] if prediction else None,
-    }
+    """The training-samples value of one completion (:func:`app.features.node_value.sample_value`)."""
+    if state is None or state.newest_ts <= 0:
+        return node_sample_value(completion, node_class, None, None, window_s, prediction)
+    return node_sample_value(completion, node_class, state.window, state.gpu_model, window_s, prediction)
 
 
 def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:

@@ -33,6 +33,7 @@ def view(linear: LinearPredictor) -> SnapshotBuilder:
 
 def run(view: SnapshotBuilder, pod: PodInfo = GCTF, nodes: list[str] = NODES, assumed: AssumedPods | None = None,
         now: float = NOW, **policy: object):
+    policy.setdefault("exploration", {"share": 0.0})  # scoring alone (exploration: test_sched_learning.py)
     params = DecideParams(policy_from_dict(policy), credibility_prior=0.5, stale_after_s=30.0)
     return decide(view.build(now=now), pod, nodes, assumed or AssumedPods(), params, now)
 
