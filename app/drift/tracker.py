@@ -108,6 +108,23 @@ class NodeTracker:
         self.credibility = Credibility(prior=prior)
         self.apps: dict[str, _AppState] = {}
 
+    @classmethod
+    def configured(cls, *, window_s: float, min_window_s: float, max_window_s: float, prior: float,
+                   drift_delta: float, drift_threshold: float, drift_min_instances: int,
+                   drift_jump: float) -> NodeTracker:
+        """A tracker with the feedback loop's settings (``RTT_FEATURE_WINDOW_S``, ``RTT_DWA_*``,
+        ``RTT_CREDIBILITY_PRIOR``, ``RTT_DRIFT_*``): what the worker and the simulator both build."""
+
+        def detector() -> PageHinkley:
+            return PageHinkley(delta=drift_delta, threshold=drift_threshold, min_instances=drift_min_instances,
+                               jump=drift_jump or None)
+
+        def episode() -> DriftEpisode:
+            return DriftEpisode(delta=drift_delta, threshold=drift_threshold)
+
+        return cls(window_s, min_window_s=min_window_s, max_window_s=max_window_s, prior=prior, detector=detector,
+                   episode=episode)
+
     def _app(self, app: str, window_s: float | None = None) -> _AppState:
         s = self.apps.get(app)
         if s is None:

@@ -1,7 +1,10 @@
 """Keep the global view current: read node-features, node-weights and model-updates, rebuild, swap.
 
 Every extender replica reads every partition of the three compacted topics from the beginning (no consumer
-group: each needs the whole view). Messages go into the :class:`~app.scheduler.builder.SnapshotBuilder`;
+group: each needs the whole view). With ``on_completion``, it also reads task-completions from their end:
+each completion's ``task_id`` is handed to it (the service forgets the pod it assumed, so the pods it
+counts as running on a node are the ones still running, not the ones expected to).
+Messages go into the :class:`~app.scheduler.builder.SnapshotBuilder`;
 at most every ``rebuild_interval_s`` a new snapshot is built and swapped in. Model blobs load in worker
 threads. The feed is *caught up* once every partition's position reached the end offset it had at start
 and every model announced so far has loaded (or failed): that is when a cold extender becomes ready.
@@ -25,6 +28,7 @@ from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
+COMPLETIONS = "task-completions"
 
 
 class ViewFeed:
@@ -38,6 +42,7 @@ class ViewFeed:
         self, settings: Settings, builder: SnapshotBuilder, loader: ModelLoader, metrics: ExtenderMetrics,
         rebuild: Callable[[], object], rebuild_interval_s: float = 0.2,
         on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None,
+        on_completion: Callable[[str], object] | None = None,
     ) -> None:
         self._settings = settings
         self._builder = builder
@@ -46,7 +51,8 @@ class ViewFeed:
         self._rebuild = rebuild
         self._interval = rebuild_interval_s
         self._on_model = on_model
-        self._topic_of = {settings.topic(t): t for t in TOPICS}
+        self._on_completion = on_completion
+        self._topic_of = {settings.topic(t): t for t in (*TOPICS, COMPLETIONS)}
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[bool]] = set()
@@ -64,8 +70,11 @@ class ViewFeed:
         await consumer.start()
         self._consumer = consumer
         tps = [TopicPartition(self._settings.topic(t), p) for t in TOPICS for p in range(contract(t).partitions)]
-        consumer.assign(tps)
+        done = [TopicPartition(self._settings.topic(COMPLETIONS), p) for p in range(contract(COMPLETIONS).partitions)]
+        consumer.assign(tps + (done if self._on_completion is not None else []))
         await consumer.seek_to_beginning(*tps)
+        if self._on_completion is not None:
+            await consumer.seek_to_end(*done)
         ends = await consumer.end_offsets(tps)
         self._behind = {tp: end for tp, end in ends.items() if end > 0}
         log.info("view feed: %d partitions, %d messages to catch up on", len(tps), sum(self._behind.values()))
@@ -139,6 +148,11 @@ class ViewFeed:
             return "applied" if self._builder.apply_node_features(value) else "ignored"
         if topic == "node-weights":
             return "applied" if self._builder.apply_node_weights(value) else "ignored"
+        if topic == COMPLETIONS:
+            if self._on_completion is None:
+                return "ignored"
+            self._on_completion(value["task_id"])
+            return "applied"
         version = self._builder.model_version(value["model_key"])
         if version is not None and version >= value["version"]:
             return "ignored"

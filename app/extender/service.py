@@ -152,12 +152,13 @@ class ExtenderService:
             self._redis = aioredis.from_url(self.settings.redis_url)
             await self._warm_start()
             refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
-                                         on_change=self.rebuild)
+                                         on_change=self.rebuild, now=self.clock.now)
             self._tasks.append(asyncio.get_running_loop().create_task(refresher.run(), name="running-refresh"))
         if self._kafka:
             self.feed = ViewFeed(self.settings, self.builder, self._model_loader(), self.metrics,
                                  rebuild=lambda: self.rebuild(force=True),
-                                 rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model)
+                                 rebuild_interval_s=self.options.rebuild_interval_s, on_model=self._cache_model,
+                                 on_completion=self.assumed.forget)
             await self.feed.start()
         if self._publish:
             sink = self._sink

@@ -145,18 +145,21 @@ class AssumedPods:
             dropped += 1
         return dropped
 
-    def on_node(self, node: str, now: float, exclude: str = "") -> tuple[AssumedPod, ...]:
-        """Placements on ``node`` not expected to have finished by ``now``, without ``exclude``."""
+    def on_node(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> tuple[AssumedPod, ...]:
+        """Placements on ``node`` after ``since`` not expected to have finished by ``now``, without ``exclude``."""
         pods = self._by_node.get(node)
         if not pods:
             return EMPTY
-        cutoff = now - self.ttl_s
+        cutoff = max(now - self.ttl_s, since)
         return tuple(p for p in pods.values() if p.placed_at > cutoff and p.until > now and p.task_id != exclude)
 
-    def counts(self, node: str, now: float, exclude: str = "") -> dict[str, int]:
-        """Pods per app on ``node`` (:meth:`on_node`): the scheduler's view of what still runs there."""
+    def counts(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> dict[str, int]:
+        """Pods per app on ``node`` (:meth:`on_node`): the scheduler's view of what still runs there.
+
+        ``since``: only placements after it (a running-apps view read then already shows the older ones).
+        """
         out: dict[str, int] = {}
-        for p in self.on_node(node, now, exclude):
+        for p in self.on_node(node, now, exclude, since):
             out[p.app] = out.get(p.app, 0) + 1
         return out
 

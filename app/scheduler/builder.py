@@ -116,12 +116,13 @@ class SnapshotBuilder:
         self.dirty = True
         return True
 
-    def apply_running(self, node: str, apps: Mapping[str, int]) -> None:
-        """Replace the running-apps view of ``node`` (app -> running pods)."""
+    def apply_running(self, node: str, apps: Mapping[str, int], ts: float | None = None) -> None:
+        """Replace the running-apps view of ``node`` (app -> running pods), read at ``ts`` when known."""
         old = self._nodes.get(node) or NodeState(node)
         clean = {str(a): int(c) for a, c in apps.items() if int(c) > 0}
-        if dict(old.running) != clean:
-            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean))
+        if dict(old.running) != clean or (ts is not None and ts > old.running_ts):
+            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean),
+                                                    running_ts=max(old.running_ts, ts or 0.0))
             self.dirty = True
 
     def remove_node(self, node: str) -> None:

@@ -11,8 +11,9 @@ Per request (one pod, N candidate nodes):
    Each fresh candidate also gets the task's *running-pods* features, one per known app
    (``running_pods_<app>``, :func:`running_features`): the pods of that app the scheduler believes run on the
    node — per app the larger of the running-apps view and the node's assumed pods not yet expected to have
-   finished. A model whose ``feature_names`` hold such a column gets the node's value; other columns of
-   these names do not exist for it (old models are unaffected). The values go out with the predictions,
+   finished (placed after the view was read, less the scrape delay, when the view says when it was read).
+   A model whose ``feature_names`` hold such a column gets the node's value; other columns of these names
+   do not exist for it (old models are unaffected). The values go out with the predictions,
    so the training samples carry what the model saw.
 3. Each prediction is multiplied by the node's residual correction for the app (node-weights
    ``correction``, :mod:`app.drift.residual`): what rtt-predictions carries, with the factor itself.
@@ -21,7 +22,8 @@ Per request (one pod, N candidate nodes):
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
 5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
 6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
-   passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``);
+   passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
+   without a prediction there, it is expected to run as long as the slowest candidate's prediction);
    otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
    The winner keeps its score (at least 1) and every other node gets at most one less, so kube-scheduler
    places the pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
@@ -231,7 +233,9 @@ def decide(
     idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
     for i, name in enumerate(nodes):
         if fresh[i]:
-            running, on_node = states[name].running, assumed.counts(name, now, pod.task_id)
+            st = states[name]
+            since = st.running_ts - params.policy.scrape_delay_s if st.running_ts > 0 else -math.inf
+            running, on_node = st.running, assumed.counts(name, now, pod.task_id, since)
             features[i] = running_features(apps, running, on_node) if running or on_node else idle
     for entry, idx, names in groups.values():
         X = entry.rows(names, task)
@@ -270,13 +274,17 @@ def decide(
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
     rtt_list = rtt.tolist()
-    assumed.expect(pod.task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
     scores = score_nodes(rtt, cred)
     eligible = [bool(fresh[i]) and failed[i] is None for i in range(n)]
     running_col = RUNNING_PREFIX + app
     e = explored(pod.task_id, app, nodes, eligible, states, routes,
                  lambda i: int(features[i].get(running_col, 0)),
                  share=policy.explore_share, min_samples=policy.explore_min_samples)
+    expected = rtt_list
+    if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
+        expected = list(rtt_list)
+        expected[e] = float(np.nanmax(rtt))
+    assumed.expect(pod.task_id, nodes, expected)  # how long a placement is expected to run (AssumedPods.assume)
     winner = e
     if winner is None:
         ok = [i for i in range(n) if failed[i] is None and usable[i]]

@@ -39,9 +39,7 @@ from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
 from app.contracts.keys import parse_model_key
-from app.drift.episode import DriftEpisode
 from app.drift.joinbuffer import JoinBuffer
-from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
 from app.streams.context import context_of
 from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
@@ -89,16 +87,12 @@ class FeedbackLoop:
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
         if t is None:
-            s = self.settings
-            t = self.trackers[node] = NodeTracker(
-                s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
-                prior=s.credibility_prior, detector=self._detector, episode=self._episode)
+            s, o = self.settings, self.options
+            t = self.trackers[node] = NodeTracker.configured(
+                window_s=s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
+                prior=s.credibility_prior, drift_delta=o.drift_delta, drift_threshold=o.drift_threshold,
+                drift_min_instances=o.drift_min_instances, drift_jump=o.drift_jump)
         return t
-
-    def _detector(self) -> PageHinkley:
-        o = self.options
-        return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances,
-                           jump=o.drift_jump or None)
 
     def model_swapped(self, key: str, version: int) -> None:
         """A new model serves ``key``: the drift detectors and residuals of its app on its class's nodes start
@@ -108,9 +102,6 @@ class FeedbackLoop:
             if (node is None or node == n) and self.node_class.get(n) == node_class:
                 tracker.new_model(app)
         self.nodes.store.app_names[app] = self.models.feature_names(app)
-
-    def _episode(self) -> DriftEpisode:
-        return DriftEpisode(delta=self.options.drift_delta, threshold=self.options.drift_threshold)
 
     def expire(self) -> None:
         for e in self.buffer.expire():
