@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -37,12 +38,14 @@ def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[Node
     """The rtt-predictions values of one request (one per candidate with a prediction).
 
     A candidate's task features that node-features cannot supply (``running_pods_<app>``) go in ``features``;
-    ``predicted_rtt_ms`` includes the node's residual correction, and ``correction`` says which (when not 1).
+    ``predicted_rtt_ms`` includes the node's residual correction, and ``correction`` says which (when not 1);
+    it is null for a candidate no model covers yet (:meth:`~app.scheduler.decide.Decision.published`).
     """
     out = []
     for v in verdicts:
+        predicted = v.predicted_rtt_ms if math.isfinite(v.predicted_rtt_ms) else None
         value: dict[str, Any] = {
-            "task_id": task_id, "app": app, "node": v.node, "ts": ts, "predicted_rtt_ms": v.predicted_rtt_ms,
+            "task_id": task_id, "app": app, "node": v.node, "ts": ts, "predicted_rtt_ms": predicted,
             "model_version": v.model_version, "model_key": v.model_key}
         if v.features:
             value["features"] = dict(v.features)
@@ -70,7 +73,7 @@ class PredictionPublisher:
         try:
             self._queue.put_nowait((decision, ts))
         except asyncio.QueueFull:
-            self._metrics.dropped.inc(sum(1 for r in decision.rtt_ms if r == r))  # NaN != NaN
+            self._metrics.dropped.inc(len(decision.published()))
             return False
         return True
 
@@ -85,7 +88,7 @@ class PredictionPublisher:
     async def _run(self) -> None:
         while True:
             decision, ts = await self._queue.get()
-            verdicts = decision.predicted()
+            verdicts = decision.published()
             try:
                 for value in prediction_values(decision.pod.task_id, decision.pod.app or "", ts, verdicts):
                     await self._sink.send(value["node"].encode(), orjson.dumps(value))

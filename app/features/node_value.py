@@ -15,9 +15,7 @@ when the task started, the task features the scheduler computed at decision time
 ``features``: ``running_pods_<app>``), and the task's time on the node
 (:func:`app.contracts.completions.service_ms`). The worker's join and the simulator build them here.
 
->>> from app.contracts.completions import service_ms
-from app.contracts.keys import model_key
-from app.features.window import NodeWindow
+>>> from app.features.window import NodeWindow
 >>> w = NodeWindow(30.0, history_s=120.0)
 >>> for t in range(100):
 ...     _ = w.update(1000.0 + t, {"cpu_iowait": float(t)})

@@ -138,8 +138,13 @@ class Decision:
         return list(zip(self.nodes, self.score, strict=True))
 
     def predicted(self) -> list[NodeVerdict]:
-        """Candidates with a usable prediction (what gets published)."""
+        """Candidates with a usable prediction."""
         return [v for v in self.verdicts if math.isfinite(v.predicted_rtt_ms)]
+
+    def published(self) -> list[NodeVerdict]:
+        """What rtt-predictions carries: every fresh candidate of a scored answer, with its task features and
+        its prediction (NaN: no model covers it yet — the features still make its training sample complete)."""
+        return [v for v in self.verdicts if not v.stale] if self.neutral is None else []
 
     def best(self) -> str | None:
         """The explored node, else the top-scored passing node with a prediction (lowest RTT breaks ties);

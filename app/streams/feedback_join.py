@@ -100,7 +100,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
-        if completion["status"] == "ok":
+        if completion["status"] == "ok" and prediction["predicted_rtt_ms"] is not None:
             predicted = float(prediction["predicted_rtt_ms"])
             loop.tracker(node).add(completion["app"], predicted, float(completion["rtt_ms"]),
                                    model_ms=model_prediction(predicted, prediction.get("correction")),

@@ -55,7 +55,8 @@ SELECTION_MAX_ROWS = 2_000
 MIN_AFTER_ONSET = 10  # rows after a drift's onset needed to share them between fit and holdout
 AFTER_ONSET_COPIES = 10  # weight of a fit row from after a drift's onset (as repeated rows)
 FALLBACKS = ("all", "none")
-FALLBACK = "all"  # the selection kept nothing: every varying column (docs/feedback.md: measured against "none")
+FALLBACK = "none"  # the selection kept nothing: no metric column (docs/feedback.md: measured against "all")
+SELECTION_TOP_K = 12  # each measure votes for its 12 strongest features at most (docs/feedback.md)
 
 Selector = Callable[[np.ndarray, np.ndarray, Sequence[str]], Sequence[str]]
 
@@ -74,10 +75,11 @@ class Challenger:
 
 
 def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
-    """The project's feature selection (five correlation measures, 3-of-5 vote)."""
-    from app.features.selection import select_features
+    """The project's feature selection: five correlation measures, 3-of-5 vote, each measure voting for its
+    :data:`SELECTION_TOP_K` strongest features at most."""
+    from app.features.selection import SelectionRule, select_features
 
-    return tuple(select_features(X, y, list(names)).chosen)
+    return tuple(select_features(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K)).chosen)
 
 
 def split(ds: Dataset, holdout_fraction: float = HOLDOUT_FRACTION,

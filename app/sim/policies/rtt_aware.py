@@ -229,15 +229,17 @@ class RttAware(BasePolicy):
         if best is not None:
             self.assumed.assume(task.task_id, task.app, best, ts)
             chosen = by_name[best]
-            v = d.verdicts[d.nodes.index(best)]
-            if math.isfinite(v.predicted_rtt_ms):
-                prediction = {"predicted_rtt_ms": v.predicted_rtt_ms, "model_version": v.model_version,
-                              "model_key": v.model_key, "features": dict(v.features), "correction": v.correction}
         else:
             hosts = top_hosts([{"Host": n, "Score": s} for n, s in d.scores()], by_name)
             chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
+        if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
+            v = d.verdicts[d.nodes.index(chosen.name)]
+            if not v.stale:
+                rtt = v.predicted_rtt_ms if math.isfinite(v.predicted_rtt_ms) else None
+                prediction = {"predicted_rtt_ms": rtt, "model_version": v.model_version, "model_key": v.model_key,
+                              "features": dict(v.features), "correction": v.correction}
         wait_ms = max(0.0, (view.now - task.submit_s) * 1000.0)
-        if prediction is not None:
+        if prediction is not None and prediction["predicted_rtt_ms"] is not None:
             self.trace.predicted_ms[task.idx] = wait_ms + prediction["predicted_rtt_ms"]
         self._inflight[task.idx] = (wait_ms, ts, prediction)
         self._pods_changed(chosen.name, task.app, +1, ts)
@@ -260,7 +262,7 @@ class RttAware(BasePolicy):
                       "started_ts": started_ts, "finished_ts": ts, "rtt_ms": rtt_ms, "status": "ok",
                       "input_size_mb": task.input_mb}
         tracker = self._tracker(node)
-        if prediction is not None:
+        if prediction is not None and prediction["predicted_rtt_ms"] is not None:
             predicted = prediction["predicted_rtt_ms"]
             key, version = prediction["model_key"], prediction["model_version"]
             serving = key not in self.models or version is None or version >= self.models[key][0]

@@ -23,9 +23,8 @@ from typing import Any
 from app.contracts.keys import parse_model_key
 from app.errors import RttError
 from app.model.base import Predictor
-from app.trainer.champion import Verdict
 from app.trainer.history import Dataset
-from app.trainer.pipeline import Challenger, Selector, default_selector, retrain, score_champion
+from app.trainer.pipeline import Challenger, Selector, Verdict, default_selector, retrain, score_champion
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ def test_options_from_settings_env_and_errors() -> None:
 
 
 def decision(task_id: str, n: int) -> Decision:
-    """n scored candidates, the last one without a prediction (not published)."""
+    """n scored candidates, then one without a prediction (published with a null one), all fresh."""
     rtt = [100.0 + i for i in range(n)] + [float("nan")]
     return Decision(PodInfo(task_id, "ns", task_id, "gCTF", 1.0), tuple(f"n{i}" for i in range(n + 1)),
                     [10] * (n + 1), rtt, ["gCTF:gpu"] * (n + 1), [4] * (n + 1), [1.0] * (n + 1),
@@ -62,10 +62,11 @@ async def test_publisher_sends_one_valid_message_per_candidate() -> None:
     pub.start()
     assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
     await pub.drain()
-    assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2"]
+    assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2", b"n3"]
     v = decode("rtt-predictions", sink.sent[2][1])
     assert (v["task_id"], v["predicted_rtt_ms"], v["model_version"], v["model_key"]) == ("uid-1", 102.0, 4, "gCTF:gpu")
-    assert metrics.published._value.get() == 3
+    assert decode("rtt-predictions", sink.sent[3][1])["predicted_rtt_ms"] is None  # its features still travel
+    assert metrics.published._value.get() == 4
     await pub.stop()
 
 
@@ -74,10 +75,10 @@ async def test_publisher_drops_and_counts_when_full() -> None:
     pub = PredictionPublisher(sink, metrics, max_pending=2)  # not started: nothing drains
     assert pub.offer(decision("a", 4), 1.0) and pub.offer(decision("b", 4), 1.0)
     assert not pub.offer(decision("c", 5), 1.0)
-    assert metrics.dropped._value.get() == 5 and pub.pending == 2
+    assert metrics.dropped._value.get() == 6 and pub.pending == 2
     pub.start()
     await pub.drain()
-    assert len(sink.sent) == 8
+    assert len(sink.sent) == 10
     await pub.stop()
     assert pub.pending == 0
 
@@ -93,5 +94,5 @@ async def test_publisher_survives_a_failing_sink() -> None:
     pub.offer(decision("a", 2), 1.0)
     pub.offer(decision("b", 1), 1.0)
     await asyncio.wait_for(pub.drain(), 5)
-    assert metrics.dropped._value.get() == 3
+    assert metrics.dropped._value.get() == 5
     await pub.stop()
