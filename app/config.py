@@ -96,6 +96,8 @@ class Settings:
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
     trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
+    trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "
+                                                      "never get slower on a faster GPU (monotone constraints)")
     # -- extender
     extender_host: str = _f("0.0.0.0")
     extender_port: int = _f(8888, _port)
@@ -123,6 +125,15 @@ class Settings:
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka_bootstrap or f"127.0.0.1:{EMBEDDED_BROKER_PORT}"
+
+    @property
+    def gpu_apps(self) -> frozenset[str]:
+        """``trainer_gpu_apps`` as a set.
+
+        >>> sorted(Settings(trainer_gpu_apps=" gCTF, ,Motioncor2").gpu_apps)
+        ['Motioncor2', 'gCTF']
+        """
+        return frozenset(a.strip() for a in self.trainer_gpu_apps.split(",") if a.strip())
 
     @property
     def models_path(self) -> Path:

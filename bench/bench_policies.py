@@ -5,8 +5,8 @@
 
 Prints (1) mean ± 95 % CI per policy of the seed's figures, (2) the goals as measured ratios,
 (3) simulated tasks per second of wall time per policy against the 10,000 tasks/s goal,
-(4) prediction RMSE of gCTF and Motioncor2 on GPU nodes with DWA and with a fixed 30 s window, and
-(5) what the running-pod features give: rtt_aware against its scrape-only variant (``running=False``).
+(4) prediction RMSE of gCTF and Motioncor2 on GPU nodes with DWA and with a fixed 30 s window
+(bench/bench_learning.py compares the learning path's options).
 """
 
 from __future__ import annotations
@@ -47,13 +47,12 @@ def main() -> int:
     params = {"n_estimators": 30, "learning_rate": 0.25} if args.quick else None
     cfg = SimConfig(preset=args.preset, n_tasks=n_tasks)
 
-    def factory(dwa: bool, running: bool = True):
-        return lambda rng: RttAware(rng, dwa=dwa, running=running, select=not args.quick, train_params=params)
+    def factory(dwa: bool):
+        return lambda rng: RttAware(rng, dwa=dwa, select=not args.quick, train_params=params)
 
     runs: dict[str, list] = {p: [] for p in POLICY_NAMES}
     fixed: list = []
-    scrape_only: list = []
-    with tqdm(total=len(seeds) * (len(POLICY_NAMES) + 2), file=sys.stderr, unit="run") as bar:
+    with tqdm(total=len(seeds) * (len(POLICY_NAMES) + 1), file=sys.stderr, unit="run") as bar:
         for seed in seeds:
             for p in POLICY_NAMES:
                 bar.set_postfix_str(f"{p} seed {seed}")
@@ -61,9 +60,6 @@ def main() -> int:
                 bar.update(1)
             bar.set_postfix_str(f"rtt_aware fixed 30 s seed {seed}")
             fixed.append(run_offline(cfg, factory(False), seed))
-            bar.update(1)
-            bar.set_postfix_str(f"rtt_aware scrape-only seed {seed}")
-            scrape_only.append(run_offline(cfg, factory(True, running=False), seed))
             bar.update(1)
 
     agg = summarise(runs)
@@ -88,13 +84,6 @@ def main() -> int:
         d = float(np.nanmean([rmse_on_gpu(m, app) for m in runs["rtt_aware"]]))
         f = float(np.nanmean([rmse_on_gpu(m, app) for m in fixed]))
         print(f"{app:<12}{d:>10.1f}{f:>12.1f}{d / f - 1:>+9.1%}")
-    print("\n== running-pod features: rtt_aware vs its scrape-only variant (mean over seeds) ==")
-    print(f"{'figure':<22}{'rtt_aware':>11}{'scrape-only':>13}{'change':>9}")
-    with_pods, without = summarise({"a": runs["rtt_aware"], "b": scrape_only}).values()
-    nan = {"mean": float("nan")}
-    for k in ("mean_rtt_ms", "rtt_std_ms", *acc):
-        a, b = with_pods.get(k, nan)["mean"], without.get(k, nan)["mean"]
-        print(f"{k:<22}{a:>11.3f}{b:>13.3f}{a / b - 1:>+9.1%}")
     t0 = time.perf_counter()
     run_offline(SimConfig(preset=args.preset, n_tasks=20000), "round_robin", 99)
     dt = time.perf_counter() - t0

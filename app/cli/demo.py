@@ -23,10 +23,6 @@ HELP = "run broker, worker, trainer and extender on a live simulated cluster, co
 LIVE_NAME = "rtt_aware_live"
 OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "rtt_aware", "oracle")
 READY_TIMEOUT_S = 120.0
-# The extender's scheduling policy in the demo: what the offline rtt_aware policy uses. Tasks here last
-# ~100 ms and arrive 24/s, so the default 10 % penalty per pod assumed over 5 s would compound to a
-# factor of thousands on the top node (and the published predictions carry it; see docs/demo.md).
-DEMO_POLICY = {"contention": {"interfering": 0.5, "other": 0.0}, "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,6 +100,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, free_port
     from app.sim.live import run_live, scaled_worker_env
+    from app.sim.policies.rtt_aware import SIM_POLICY
 
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     old_int = signal.getsignal(signal.SIGINT)
@@ -135,7 +132,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
                     env={"RTT_METRICS_PORT": str(worker_port)})
         group.start("trainer", ["trainer"], env={"RTT_METRICS_PORT": str(trainer_port)})
         policy_file = Path(tmp.name) / "extender-policy.json"
-        policy_file.write_bytes(orjson.dumps(DEMO_POLICY))
+        policy_file.write_bytes(orjson.dumps(SIM_POLICY))  # the extender policy the offline rtt_aware uses
         group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(ext_port),
                                  "--policy", str(policy_file)])
         pids.update({name: proc.pid for name, proc in group.children.items()})

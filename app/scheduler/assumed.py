@@ -145,6 +145,10 @@ class AssumedPods:
             dropped += 1
         return dropped
 
+    def nodes(self) -> list[str]:
+        """Nodes with at least one remembered placement (the only ones :meth:`on_node` may find pods on)."""
+        return list(self._by_node)
+
     def on_node(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> tuple[AssumedPod, ...]:
         """Placements on ``node`` after ``since`` not expected to have finished by ``now``, without ``exclude``."""
         pods = self._by_node.get(node)

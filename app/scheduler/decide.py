@@ -43,12 +43,13 @@ import numpy as np
 
 from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPods
-from app.scheduler.explore import explored
+from app.scheduler.explore import explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MIN_SCORE, NEUTRAL_SCORE, score_nodes
-from app.scheduler.snapshot import ModelEntry, Snapshot
+from app.scheduler.snapshot import Snapshot
+from app.scheduler.table import table_of
 
 NO_APP = "no_app_label"
 NOT_READY = "not_ready"
@@ -101,11 +102,21 @@ class Decision:
     failed: list[str | None] = dataclasses.field(default_factory=list)
     fresh: list[bool] = dataclasses.field(default_factory=list)
     model_rtt_ms: list[float] = dataclasses.field(default_factory=list)  # before the contention penalty
-    features: list[Mapping[str, float]] = dataclasses.field(default_factory=list)  # running pods per candidate
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
     correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
     explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
+    running: np.ndarray | None = dataclasses.field(default=None, repr=False)  # running pods per candidate x app
+    running_apps: tuple[str, ...] = ()  # the apps of ``running``'s columns
+
+    @functools.cached_property
+    def features(self) -> list[Mapping[str, float]]:
+        """Per candidate, its task features (``running_pods_<app>``; empty for a node without fresh data)."""
+        if self.running is None:
+            return [_NO_FEATURES] * len(self.nodes)
+        names = [RUNNING_PREFIX + a for a in self.running_apps]
+        return [dict(zip(names, row, strict=True)) if fresh else _NO_FEATURES
+                for row, fresh in zip(self.running.tolist(), self.fresh, strict=True)]
 
     @property
     def stale(self) -> bool:
@@ -113,16 +124,21 @@ class Decision:
 
     @functools.cached_property
     def verdicts(self) -> tuple[NodeVerdict, ...]:
+        return tuple(self.verdict(i) for i in range(len(self.nodes)))
+
+    def verdict(self, i: int) -> NodeVerdict:
+        """The outcome of candidate ``i``."""
+        n = self.nodes[i]
         if self.neutral is not None:
-            return tuple(NodeVerdict(n) for n in self.nodes)
-        return tuple(
-            NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
-                        self.model_version[i],
-                        self.credibility[i], self.failed[i], not self.fresh[i],
-                        self.features[i] if self.features else _NO_FEATURES,
-                        self.correction[i] if self.correction else 1.0)
-            for i, n in enumerate(self.nodes)
-        )
+            return NodeVerdict(n)
+        features: Mapping[str, float] = _NO_FEATURES
+        if "features" in self.__dict__:
+            features = self.features[i]
+        elif self.running is not None and self.fresh[i]:
+            features = dict(zip([RUNNING_PREFIX + a for a in self.running_apps], self.running[i].tolist(), strict=True))
+        return NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
+                           self.model_version[i], self.credibility[i], self.failed[i], not self.fresh[i],
+                           features, self.correction[i] if self.correction else 1.0)
 
     def failed_nodes(self) -> dict[str, str]:
         if self.neutral is not None:
@@ -204,70 +220,69 @@ def decide(
     if snapshot.age(now) > params.stale_after_s:
         return neutral(pod, nodes, STALE_SNAPSHOT)
     n = len(nodes)
-    rtt = np.full(n, np.nan)
-    cred = np.full(n, params.credibility_prior)
-    fresh = np.zeros(n, dtype=bool)
-    keys: list[str | None] = [None] * n
-    versions: list[int | None] = [None] * n
-    groups: dict[str, tuple[ModelEntry, list[int], list[str]]] = {}
-    states, routes = snapshot.nodes, snapshot.routes(app)
-    oldest_fresh = now - params.stale_after_s
-    for i, name in enumerate(nodes):
-        st = states.get(name)
-        if st is None:
-            continue
-        if st.weight is not None:
-            cred[i] = st.weight
-        if st.weights_stale or st.features_ts <= 0 or st.features_ts < oldest_fresh:  # NodeState.is_stale
-            continue
-        fresh[i] = True
-        entry = routes.get(name)
-        if entry is not None:
-            g = groups.get(entry.key)
-            if g is None:
-                g = groups[entry.key] = (entry, [], [])
-            g[1].append(i)
-            g[2].append(name)
-        else:
-            rtt[i] = st.predicted_rtt_ms.get(app, math.nan)
+    policy = params.policy
+    tab = table_of(snapshot, app)
+    pos = tab.positions(nodes)
+    known = pos >= 0
+    p = np.where(known, pos, 0)
+    weight = tab.weight[p]
+    cred = np.where(known & ~np.isnan(weight), weight, params.credibility_prior)
+    features_ts = tab.features_ts[p]
+    fresh = known & ~tab.weights_stale[p] & (features_ts > 0) & (features_ts >= now - params.stale_after_s)
     if not fresh.any():
         return neutral(pod, nodes, STALE_NODES)
-    task = pod.task_features()
     apps = known_apps(snapshot, assumed, app)
-    features: list[Mapping[str, float]] = [_NO_FEATURES] * n
-    idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
-    for i, name in enumerate(nodes):
-        if fresh[i]:
-            st = states[name]
-            since = st.running_ts - params.policy.scrape_delay_s if st.running_ts > 0 else -math.inf
-            running, on_node = st.running, assumed.counts(name, now, pod.task_id, since)
-            features[i] = running_features(apps, running, on_node) if running or on_node else idle
-    for entry, idx, names in groups.values():
-        X = entry.rows(names, task)
-        for j, col in _running_columns(entry.feature_names):
-            X[:, j] = [features[i].get(col, math.nan) for i in idx]
+    running = np.zeros((n, len(apps)))  # running_pods_<app> per candidate, columns in ``apps`` order
+    for j, a in enumerate(apps):
+        if a in tab.running_apps:
+            running[:, j] = tab.running_of(a)[p]
+    at = {name: i for i, name in enumerate(nodes)} if len(assumed) else {}
+    pending_on: dict[int, tuple[str, ...]] = {}
+    col = {a: j for j, a in enumerate(apps)}
+    for name in assumed.nodes():
+        i = at.get(name)
+        if i is None or not fresh[i]:
+            continue
+        since = tab.running_ts[p[i]] - policy.scrape_delay_s if tab.running_ts[p[i]] > 0 else -math.inf
+        for a, c in assumed.counts(name, now, pod.task_id, since).items():
+            ja = col.get(a)
+            if ja is not None and c > running[i, ja]:
+                running[i, ja] = c
+        pending = assumed.pending(name, features_ts[i], now, exclude=pod.task_id)
+        if pending:
+            pending_on[i] = tuple(pp.app for pp in pending)
+    running[~fresh] = 0.0
+    rtt = np.full(n, np.nan)
+    keys: list[str | None] = [None] * n
+    versions: list[int | None] = [None] * n
+    entry_of = np.where(fresh, tab.entry_of[p], -1)
+    task = pod.task_features()
+    for k in np.unique(entry_of[entry_of >= 0]).tolist():
+        idx = np.flatnonzero(entry_of == k)
+        entry = tab.entries[k]
+        X = entry.matrix[tab.row_of[p[idx]]]
+        for task_feature, c in entry.task_columns.items():
+            X[:, c] = task.get(task_feature, math.nan)
+        for j, feature in _running_columns(entry.feature_names):
+            source = col.get(feature[len(RUNNING_PREFIX):])
+            X[:, j] = running[idx, source] if source is not None else math.nan
         rtt[idx] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
-        for i in idx:
+        for i in idx.tolist():
             keys[i], versions[i] = entry.key, entry.version
-    corr = np.ones(n)
-    for i, name in enumerate(nodes):
-        if fresh[i]:
-            c = states[name].correction.get(app)
-            if c is not None and c > 0:
-                corr[i] = c
+    own = fresh & (entry_of < 0)
+    rtt[own] = tab.predicted[p[own]]
+    corr = np.where(fresh, tab.correction[p], 1.0)
     rtt *= corr
-    policy = params.policy
     model_rtt = rtt.copy()
+    for i, apps_pending in pending_on.items():
+        rtt[i] *= contention_factor(app, apps_pending, policy)
     failed: list[str | None] = [None] * n
-    if len(assumed) or policy.anti_affinity:
+    if policy.anti_affinity:
+        states = snapshot.nodes
         for i, name in enumerate(nodes):
             st = states.get(name)
-            if fresh[i] and st is not None:
-                pending = assumed.pending(name, st.features_ts, now, exclude=pod.task_id)
-                if pending:
-                    rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
             placed = assumed.on_node(name, now, exclude=pod.task_id)
-            failed[i] = anti_affinity_reason(app, st.running if st else {}, (p.app for p in placed), policy)
+            failed[i] = anti_affinity_reason(app, st.running if st else {}, (pp.app for pp in placed), policy)
     relaxed = False
     if policy.sla(app) is not None:
         sla = [sla_reason(app, float(rtt[i]), policy) if failed[i] is None and fresh[i] else None for i in range(n)]
@@ -278,28 +293,30 @@ def decide(
             failed = [f if f is not None else s for f, s in zip(failed, sla, strict=True)]
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
-    rtt_list = rtt.tolist()
     scores = score_nodes(rtt, cred)
-    eligible = [bool(fresh[i]) and failed[i] is None for i in range(n)]
-    running_col = RUNNING_PREFIX + app
-    e = explored(pod.task_id, app, nodes, eligible, states, routes,
-                 lambda i: int(features[i].get(running_col, 0)),
-                 share=policy.explore_share, min_samples=policy.explore_min_samples)
-    expected = rtt_list
+    passing = np.array([f is None for f in failed]) if policy.anti_affinity or policy.sla(app) is not None \
+        else np.ones(n, dtype=bool)
+    samples = tab.samples[p]
+    unlearnt = not_learnt(fresh & passing, entry_of >= 0, samples, running[:, col[app]], policy.explore_min_samples)
+    e = explored(pod.task_id, nodes, unlearnt, samples, share=policy.explore_share)
+    expected = rtt
     if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
-        expected = list(rtt_list)
-        expected[e] = float(np.nanmax(rtt))
-    assumed.expect(pod.task_id, nodes, expected)  # how long a placement is expected to run (AssumedPods.assume)
+        expected = rtt.copy()
+        expected[e] = np.nanmax(rtt)
+    rtt_list = rtt.tolist()
+    assumed.expect(pod.task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
     winner = e
     if winner is None:
-        ok = [i for i in range(n) if failed[i] is None and usable[i]]
-        winner = min(ok, key=lambda i: (-scores[i], rtt[i])) if ok else None
+        ok = np.flatnonzero(passing & usable)
+        if ok.size:
+            top = ok[scores[ok] == scores[ok].max()]
+            winner = int(top[np.argmin(rtt[top])])
     if winner is not None:
-        top = max(int(scores[winner]), MIN_SCORE + 1)
-        scores = np.minimum(scores, top - 1)
-        scores[winner] = top
+        top_score = max(int(scores[winner]), MIN_SCORE + 1)
+        scores = np.minimum(scores, top_score - 1)
+        scores[winner] = top_score
     return Decision(
         pod, tuple(nodes), scores.tolist(), rtt_list, keys, versions, cred.tolist(), failed,
-        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,
-        correction=corr.tolist(), explored=nodes[e] if e is not None else None,
+        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed,
+        correction=corr.tolist(), explored=nodes[e] if e is not None else None, running=running, running_apps=apps,
     )

@@ -15,23 +15,21 @@ time (a candidate with an assumed, not yet finished pod of ``app`` is skipped). 
 fewest samples wins (ties by the hash of uid and node). Its cost is measured by the simulator
 (``bench/bench_learning.py``: exploration off against on).
 
->>> from types import MappingProxyType as M
->>> from app.scheduler.snapshot import NodeState
->>> states = {"g": NodeState("g", samples=M({"upload": 50})), "c": NodeState("c", samples=M({"upload": 1}))}
->>> explored("uid-7", "upload", ["g", "c"], [True, True], states, {"g"}, lambda i: 0, share=1.0, min_samples=3)
-1
->>> explored("uid-7", "upload", ["g", "c"], [True, True], states, {"g"}, lambda i: 1, share=1.0, min_samples=3) is None
-True
->>> explored("uid-7", "upload", ["g", "c"], [True, True], states, {"g"}, lambda i: 0, share=0.0, min_samples=3) is None
+>>> import numpy as np
+>>> unlearnt = not_learnt(np.array([True, True]), covered=np.array([True, False]), samples=np.array([50, 1]),
+...                       in_flight=np.array([0, 0]), min_samples=3)
+>>> unlearnt.tolist(), explored("uid-7", ["g", "c"], unlearnt, np.array([50, 1]), share=1.0)
+([False, True], 1)
+>>> explored("uid-7", ["g", "c"], unlearnt, np.array([50, 1]), share=0.0) is None
 True
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Sequence
 
-from app.scheduler.snapshot import NodeState
+import numpy as np
 
 _SCALE = float(2**32)
 
@@ -47,34 +45,30 @@ def chosen_to_explore(task_id: str, share: float) -> bool:
     return share >= 1.0 or zlib.crc32(task_id.encode()) / _SCALE < share
 
 
-def explored(task_id: str, app: str, nodes: Sequence[str], eligible: Sequence[bool], states: Mapping[str, NodeState],
-             covered: Collection[str], in_flight: Callable[[int], int], *, share: float,
-             min_samples: int) -> int | None:
-    """Index in ``nodes`` of the candidate this pod explores, or None to place it by the models.
+def not_learnt(eligible: np.ndarray, covered: np.ndarray, samples: np.ndarray, in_flight: np.ndarray,
+               min_samples: int) -> np.ndarray:
+    """Per candidate: may run the pod, is not yet learnt for the app, and runs no pod of it now.
 
     Parameters
     ----------
     eligible
-        Per candidate: it may run the pod (fresh data, not filtered out).
+        Fresh data and not filtered out.
     covered
-        Candidates some model of ``app`` covers.
+        Some model of the app covers the node.
+    samples
+        Completed tasks of the app on the node (node-weights ``samples``).
     in_flight
-        ``i ->`` pods of ``app`` the scheduler placed on ``nodes[i]`` that are not expected to have finished.
+        Pods of the app the scheduler counts as running there.
     """
-    if not chosen_to_explore(task_id, share):
+    return eligible & (~covered | (samples < min_samples)) & (in_flight == 0)
+
+
+def explored(task_id: str, nodes: Sequence[str], unlearnt: np.ndarray, samples: np.ndarray, *,
+             share: float) -> int | None:
+    """Index in ``nodes`` of the candidate this pod explores (fewest samples, ties by the hash of uid and
+    node), or None to place it by the models."""
+    if not unlearnt.any() or not chosen_to_explore(task_id, share):
         return None
-    best: tuple[int, int] | None = None
-    best_i: int | None = None
-    for i, name in enumerate(nodes):
-        if not eligible[i]:
-            continue
-        st = states.get(name)
-        seen = st.samples.get(app, 0) if st is not None else 0
-        if name in covered and seen >= min_samples:
-            continue
-        if in_flight(i):
-            continue
-        rank = (seen, zlib.crc32(f"{task_id}|{name}".encode()))
-        if best is None or rank < best:
-            best, best_i = rank, i
-    return best_i
+    idx = np.flatnonzero(unlearnt)
+    fewest = idx[samples[idx] == samples[idx].min()]
+    return int(min(fewest, key=lambda i: zlib.crc32(f"{task_id}|{nodes[i]}".encode())))

@@ -97,6 +97,8 @@ class Snapshot:
     generation: int = 0
     _routes: dict[str, Mapping[str, ModelEntry]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
+    _tables: dict[str, object] = dataclasses.field(  # app -> app.scheduler.table.NodeTable
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def empty(cls, now: float) -> Snapshot:
@@ -153,5 +155,6 @@ class SnapshotHolder:
         self._generation += 1
         stamped = dataclasses.replace(snapshot, generation=self._generation)
         stamped._routes.update(snapshot._routes)
+        stamped._tables.update(snapshot._tables)
         self._current = stamped
         return stamped

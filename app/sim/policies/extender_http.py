@@ -155,6 +155,8 @@ class ExtenderPolicy(BasePolicy):
         return self._post(orjson.dumps(args))
 
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+        if task.profile.on_gpu is not None:  # the pod requests nvidia.com/gpu: kube-scheduler filters the others
+            candidates = [c for c in candidates if c.node_class == "gpu"] or candidates
         self.stats["requests"] += 1
         t0 = time.perf_counter()
         try:

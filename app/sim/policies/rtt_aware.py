@@ -53,7 +53,6 @@ from app.scheduler.decide import DecideParams, decide
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
-from app.sim.apps import APPS
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.extender_http import top_hosts
@@ -106,7 +105,7 @@ class RttAware(BasePolicy):
         self.trainer = SimulatedTrainer(
             delay_s=train_delay_s, seed=int(rng.integers(2**31)), params={**SIM_TRAIN_PARAMS, **(train_params or {})},
             selector=default_selector if select else None, background=background, options=train_options,
-            gpu_apps=[a for a, p in APPS.items() if p.on_gpu is not None])
+            gpu_apps=s.gpu_apps)
         self.kube = KubeDefault(rng)
         self.windows: dict[str, NodeWindow] = {}
         self.trackers: dict[str, NodeTracker] = {}
@@ -233,7 +232,7 @@ class RttAware(BasePolicy):
             hosts = top_hosts([{"Host": n, "Score": s} for n, s in d.scores()], by_name)
             chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
         if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
-            v = d.verdicts[d.nodes.index(chosen.name)]
+            v = d.verdict(d.nodes.index(chosen.name))
             if not v.stale:
                 rtt = v.predicted_rtt_ms if math.isfinite(v.predicted_rtt_ms) else None
                 prediction = {"predicted_rtt_ms": rtt, "model_version": v.model_version, "model_key": v.model_key,
