@@ -115,6 +115,7 @@ class RttAware(BasePolicy):
         self.pods: dict[str, collections.Counter[str]] = {}  # node -> app -> running (the podwatch's truth)
         self._scraped: set[str] = set()
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
+        self._explored: set[int] = set()
         self._next_period: float | None = None
         self._next_running: float | None = None
         self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
@@ -241,6 +242,8 @@ class RttAware(BasePolicy):
         if prediction is not None and prediction["predicted_rtt_ms"] is not None:
             self.trace.predicted_ms[task.idx] = wait_ms + prediction["predicted_rtt_ms"]
         self._inflight[task.idx] = (wait_ms, ts, prediction)
+        if d.explored is not None:  # what exploration costs: its placements and their time (trace notes)
+            self._explored.add(task.idx)
         self._pods_changed(chosen.name, task.app, +1, ts)
         return chosen
 
@@ -261,6 +264,11 @@ class RttAware(BasePolicy):
                       "started_ts": started_ts, "finished_ts": ts, "rtt_ms": rtt_ms, "status": "ok",
                       "input_size_mb": task.input_mb}
         tracker = self._tracker(node)
+        if task.idx in self._explored:
+            self._explored.discard(task.idx)
+            notes = self.trace.notes
+            notes["explored"] = notes.get("explored", 0) + 1
+            notes["explored_service_ms"] = notes.get("explored_service_ms", 0.0) + service_ms(completion)
         if prediction is not None and prediction["predicted_rtt_ms"] is not None:
             predicted = prediction["predicted_rtt_ms"]
             key, version = prediction["model_key"], prediction["model_version"]
