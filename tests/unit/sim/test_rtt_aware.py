@@ -121,3 +121,37 @@ def test_beats_request_based_default(runs):
 def test_rejects_bad_options():
     with pytest.raises(ValueError, match="running_refresh_s"):
         RttAware(np.random.default_rng(0), running_refresh_s=-1.0)
+
+
+def _degraded(policy: str, seed: int = 1, n_tasks: int = 2500):
+    """The fastest GPU (worker-3) drops to 30 % of its speed at 40 % of the run; no metric shows it."""
+    import simpy
+
+    from app.sim.cluster import Cluster
+    from app.sim.events import NodeEvent
+    from app.sim.policies import make_policy
+    from app.sim.runner import Simulation, _streams, build_nodes, build_workload
+
+    cfg = SimConfig(n_tasks=n_tasks, events="none", join_node=False)
+    rngs = _streams(seed)
+    workload = build_workload(cfg, rngs["workload"])
+    onset = 0.4 * workload.duration_s
+    events = [NodeEvent("slowdown", "worker-3", onset, factor=1 / 0.3)]
+    pol = _factory(rngs["policy"]) if policy == "rtt_aware" else make_policy(policy, rngs["policy"])
+    env = simpy.Environment()
+    cluster = Cluster(env, build_nodes(cfg, workload.duration_s), workload, pol, rngs["metrics"], events=events)
+    sim = Simulation(cfg, seed, env, cluster, pol, events)
+    sim.run()
+    return sim.metrics(), onset
+
+
+def test_an_unannounced_slowdown_changes_the_ranking_within_a_few_error_periods():
+    m, onset = _degraded("rtt_aware")
+    kube, _ = _degraded("kube_default")
+    gpu_task = np.array(m.apps) != "upload"
+    on_slowed = np.array(m.node_names)[m.node_idx] == "worker-3"
+    before, after = m.submit_s < onset, m.submit_s >= onset + 2 * SETTINGS.error_period_s
+    assert on_slowed[gpu_task & before].mean() > 0.7
+    assert on_slowed[gpu_task & after].mean() < 0.5  # the residual and the drift retrain moved the work away
+    late = m.submit_s >= onset
+    assert m.rtt_ms[late].mean() < 0.75 * kube.rtt_ms[late].mean()
