@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,12 +66,12 @@ class Settings:
     metrics_port: int = _f(0, _port, doc="Prometheus /metrics port of this process; 0 = none")
     # -- bridge
     scrape_interval_s: float = _f(1.0, _positive, doc="exporter scrape interval")
-    scrape_timeout_s: float = _f(2.0, _positive)
+    scrape_timeout_s: float = _f(2.0, _positive, doc="bound on one exporter scrape (a slower one counts as failed)")
     # -- worker
     feature_window_s: float = _f(30.0, _positive, doc="initial per-node feature window (DWA tunes it)")
     feature_emit_interval_s: float = _f(1.0, _non_negative, doc="at most one node-features per node per this")
-    dwa_min_window_s: float = _f(5.0, _positive)
-    dwa_max_window_s: float = _f(60.0, _positive)
+    dwa_min_window_s: float = _f(5.0, _positive, doc="smallest feature window DWA may shrink to")
+    dwa_max_window_s: float = _f(60.0, _positive, doc="largest feature window DWA may grow to")
     error_period_s: float = _f(5.0, _positive, doc="prediction-errors / node-weights period")
     join_ttl_s: float = _f(600.0, _positive, doc="how long an unmatched completion or prediction waits")
     retrain_debounce_s: float = _f(15.0, _non_negative, doc="at most one retrain event per key per this")
@@ -99,10 +100,10 @@ class Settings:
     trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "
                                                       "never get slower on a faster GPU (monotone constraints)")
     # -- extender
-    extender_host: str = _f("0.0.0.0")
-    extender_port: int = _f(8888, _port)
-    extender_max_body_bytes: int = _f(8 * 1024 * 1024, _positive)
-    extender_stale_after_s: float = _f(30.0, _positive)
+    extender_host: str = _f("0.0.0.0", doc="address the extender's HTTP server binds")
+    extender_port: int = _f(8888, _port, doc="port of the extender's HTTP server (and its /metrics)")
+    extender_max_body_bytes: int = _f(8 * 1024 * 1024, _positive, doc="largest request body accepted (413 above)")
+    extender_stale_after_s: float = _f(30.0, _positive, doc="node data older than this is stale: neutral score")
     extender_policy_file: str = _f("", doc="YAML/JSON policy: SLA per app, anti-affinity pairs, assumed pods")
     extender_publish_queue: int = _f(10_000, _positive, doc="pending rtt-predictions requests before dropping")
     extender_read_timeout_s: float = _f(5.0, _positive, doc="bound on reading one request body (408)")
@@ -164,3 +165,42 @@ class Settings:
     def describe(cls) -> list[tuple[str, str, str]]:
         """(env var, default, description) for every setting, for docs and ``--help``."""
         return [(_env_name(f), repr(f.default), str(f.metadata.get("doc", ""))) for f in dataclasses.fields(cls)]
+
+    def listing(self, environ: Mapping[str, str] | None = None) -> list[SettingRow]:
+        """Every setting with its value in force, where it came from and its description; secrets masked.
+
+        >>> rows = Settings.from_env({"REDIS_URL": "redis://:hunter2@db:6379/0"}).listing({"REDIS_URL": "x"})
+        >>> [(r.variable, r.value, r.source) for r in rows if r.variable == "REDIS_URL"]
+        [('REDIS_URL', 'redis://:***@db:6379/0', 'environment')]
+        """
+        env = os.environ if environ is None else environ
+        rows = []
+        for f in dataclasses.fields(self):
+            name = _env_name(f)
+            source = "environment" if name in env else "default"
+            rows.append(SettingRow(name, display_value(getattr(self, f.name)), source, str(f.metadata.get("doc", ""))))
+        return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingRow:
+    variable: str
+    value: str
+    source: str  # environment | default
+    doc: str
+
+
+def display_value(value: Any) -> str:
+    """A setting's value as printed: a password inside a URL is masked.
+
+    >>> display_value("redis://user:secret@host:6379/0"), display_value(2.5), display_value("")
+    ('redis://user:***@host:6379/0', '2.5', "''")
+    """
+    if isinstance(value, str):
+        if not value:
+            return "''"
+        return _URL_PASSWORD.sub(r"\1***@", value)
+    return str(value)
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]+@")

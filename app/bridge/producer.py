@@ -21,6 +21,7 @@ from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
+from app.kafka.quiet import handled_connect
 
 KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
 
@@ -32,7 +33,8 @@ async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridg
         request_timeout_ms=10_000,
     )
     try:
-        await producer.start()
+        with handled_connect():
+            await producer.start()
     except KafkaError as exc:
         await producer.stop()
         raise BridgeError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None

@@ -15,7 +15,11 @@ from app.errors import RttError
 # subcommand -> module under app.cli; order is the order of --help
 COMMANDS = (
     "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "pods", "select", "sim", "demo",
+    "settings",
 )
+# commands a person runs and reads: a progress bar and the result, warnings and errors only (``-v``: debug);
+# the long-running services log at INFO
+INTERACTIVE = frozenset({"topics", "publish", "select", "sim", "demo", "settings", "explain"})
 
 
 def _available() -> dict[str, Any]:
@@ -35,11 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="RTT-aware scheduling for heterogeneous GPU/CPU clusters. Settings come from RTT_* "
         "environment variables (see `rttsched <command> --help` and the README).",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (also after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, mod in _available().items():
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)  # type: ignore[attr-defined]
         mod.add_arguments(p)  # type: ignore[attr-defined]
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
         p.set_defaults(_module=mod)
     return parser
 
@@ -47,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet = logging.WARNING if args.command in INTERACTIVE else logging.INFO
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else quiet,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

@@ -10,6 +10,7 @@ from aiokafka.errors import KafkaError
 from app.config import Settings
 from app.contracts import load_contracts
 from app.errors import RttError
+from app.kafka.quiet import handled_connect
 
 TOPIC_ALREADY_EXISTS = 36
 
@@ -31,7 +32,8 @@ async def ensure_topics(settings: Settings) -> list[TopicResult]:
     contracts = load_contracts()
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000)
     try:
-        await admin.start()
+        with handled_connect():
+            await admin.start()
     except KafkaError as exc:
         await admin.close()
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None

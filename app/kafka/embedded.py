@@ -16,6 +16,7 @@ import time
 from types import TracebackType
 
 from app.errors import RttError
+from app.kafka.quiet import handled_connect
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ async def wait_for_kafka(bootstrap: str, timeout_s: float = 20.0) -> float:
     while time.monotonic() - t0 < timeout_s:
         client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
         try:
-            await client.start()
+            with handled_connect():
+                await client.start()
             await client.list_topics()
             return time.monotonic() - t0
         except Exception as exc:  # broker not up yet

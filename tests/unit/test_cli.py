@@ -49,3 +49,92 @@ def test_unexpected_errors_become_one_line(monkeypatch, capsys):
     assert main(["topics", "list"]) == 1
     err = capsys.readouterr().err
     assert "OSError: disk on fire" in err and "Traceback" not in err
+
+
+def test_verbose_is_accepted_before_and_after_the_command():
+    parser = build_parser()
+    assert parser.parse_args(["-v", "settings"]).verbose is True
+    assert parser.parse_args(["settings", "-v"]).verbose is True
+    assert parser.parse_args(["settings"]).verbose is False
+
+
+def test_interactive_commands_log_warnings_only_by_default(monkeypatch, capsys):
+    import logging
+
+    import app.cli.settings as settings_cmd
+
+    def speak(args, settings):
+        logging.getLogger("app.some.module").info("an info line")
+        logging.getLogger("app.some.module").warning("a warning line")
+        return 0
+
+    monkeypatch.setattr(settings_cmd, "run", speak)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    assert main(["settings"]) == 0
+    err = capsys.readouterr().err
+    assert "a warning line" in err and "an info line" not in err
+    monkeypatch.setattr(root, "handlers", [])
+    assert main(["settings", "-v"]) == 0
+    assert "an info line" in capsys.readouterr().err
+
+
+def test_settings_lists_every_setting_within_100_columns_with_source(monkeypatch, capsys):
+    from app.config import Settings
+
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.setenv("RTT_ERROR_PERIOD_S", "7")
+    monkeypatch.setenv("REDIS_URL", "redis://:topsecret@db:6379/0")
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "topsecret" not in out and "redis://:***@db:6379/0" in out
+    names = [name for name, _default, _doc in Settings.describe()]
+    starts = {line.split()[0] for line in lines[1:] if line[:1].strip()}
+    assert starts == set(names)
+    period = next(line for line in lines if line.startswith("RTT_ERROR_PERIOD_S "))
+    assert period.split()[1:3] == ["7.0", "environment"]
+    assert next(line for line in lines if line.startswith("RTT_SCRAPE_INTERVAL_S ")).split()[2] == "default"
+
+
+def test_every_setting_is_described():
+    from app.config import Settings
+
+    assert [name for name, _default, doc in Settings.describe() if not doc.strip()] == []
+
+
+@pytest.mark.integration
+def test_broker_start_prints_no_error_or_warning_line():
+    import os
+    import signal
+    import time
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "broker", "--port", str(port), "--no-topics"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            seen.append(line)
+            if "listening on" in line or not line:
+                break
+        assert any("listening on" in s for s in seen), seen
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+    text = "".join(seen) + rest
+    assert " ERROR " not in text and " WARNING " not in text, text
+
+
+@pytest.mark.integration
+def test_publish_without_broker_is_one_line():
+    port = free_port()
+    out = run_cli("publish", "task-completions", "-", env={"RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"})
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert "cannot reach Kafka" in out.stderr

@@ -1,0 +1,58 @@
+"""The XGBoost build a CPU machine installs (``xgboost-cpu``) against the full wheel (``xgboost``, CUDA inside).
+
+Trains both presets (cpu, gpu node class) on the same seeded data with :func:`app.model.train.train_model`
+and prints, per preset, the training time, a sha256 of the saved model and of its predictions. Run it
+once in an environment with each build; equal hashes mean the two builds learn the same model:
+
+    python3 bench/bench_xgboost_build.py            # in a venv with xgboost-cpu (pip install -e .)
+    python3 bench/bench_xgboost_build.py            # in a venv with xgboost (pip install xgboost)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import time
+
+import numpy as np
+import xgboost
+
+from app.model.train import booster_to_bytes, train_model
+
+
+def data(n: int, d: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[rng.random(X.shape) < 0.05] = np.nan
+    y = 50.0 * np.exp(0.4 * np.nan_to_num(X[:, 0]) + 0.2 * np.nan_to_num(X[:, 1])) * rng.lognormal(0, 0.1, n)
+    return X, y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--features", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    X, y = data(args.rows, args.features)
+    names = [f"f{i}" for i in range(args.features)]
+    info = xgboost.build_info()
+    print(f"xgboost {xgboost.__version__}  USE_CUDA={info.get('USE_CUDA')}  rows={args.rows} "
+          f"features={args.features}")
+    print(f"{'preset':<7} {'train s (median)':>17} {'model sha256':>16} {'predictions sha256':>20}")
+    for node_class in ("cpu", "gpu"):
+        times, result = [], None
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = train_model(X, y, names, node_class=node_class, params={"device": "cpu", "nthread": 1})
+            times.append(time.perf_counter() - t0)
+        assert result is not None
+        model = hashlib.sha256(booster_to_bytes(result.booster, "json")).hexdigest()[:16]
+        pred = result.booster.inplace_predict(X).astype(np.float32).tobytes()
+        print(f"{node_class:<7} {statistics.median(times):>17.2f} {model:>16} "
+              f"{hashlib.sha256(pred).hexdigest()[:16]:>20}")
+
+
+if __name__ == "__main__":
+    main()
