@@ -244,13 +244,13 @@ def decide(
         if i is None or not fresh[i]:
             continue
         since = tab.running_ts[p[i]] - policy.scrape_delay_s if tab.running_ts[p[i]] > 0 else -math.inf
-        for a, c in assumed.counts(name, now, pod.task_id, since).items():
+        counts, pending = assumed.scan(name, now, float(features_ts[i]), pod.task_id, since)
+        for a, c in counts.items():
             ja = col.get(a)
             if ja is not None and c > running[i, ja]:
                 running[i, ja] = c
-        pending = assumed.pending(name, features_ts[i], now, exclude=pod.task_id)
         if pending:
-            pending_on[i] = tuple(pp.app for pp in pending)
+            pending_on[i] = pending
     running[~fresh] = 0.0
     rtt = np.full(n, np.nan)
     keys: list[str | None] = [None] * n

@@ -17,7 +17,8 @@ Page-Hinkley statistic over per-period MAPE, ``model_key``).
 * Growth: a key with a model whose samples grew by ``options.retrain_growth`` (50 %) since the last
   retrain asked gets a retrain-event with reason ``growth`` (:mod:`app.drift.growth`).
 
-Retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per worker.
+Drift retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per
+worker (:class:`~app.drift.growth.Debounce`; cold-start and growth asks are spaced by their own rule).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     period = settings.error_period_s
 
     async def retrain(key: str, reason: str, cumulative: float, threshold: float, onset: float | None) -> bool:
-        if not debounce.allow(key, clock.monotonic()):
+        if not debounce.allow(key, clock.monotonic(), reason):
             RETRAIN_DEBOUNCED.labels(reason).inc()
             return False
         value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),

@@ -193,8 +193,8 @@ class RttAware(BasePolicy):
 
     # -- the trainer's side
     def _ask(self, key: str, reason: str, view: ClusterView, onset_ts: float | None) -> bool:
-        """A retrain-event (debounced per key, as the worker sends them); True when sent."""
-        if not self.debounce.allow(key, view.now):
+        """A retrain-event (drift debounced per key, as the worker sends them); True when sent."""
+        if not self.debounce.allow(key, view.now, reason):
             return False
         current = self.models.get(key)
         self.trainer.submit(key, reason, view.now, self.history.dataset(key), current[1] if current else None, onset_ts)
