@@ -67,6 +67,9 @@ class Settings:
     # -- bridge
     scrape_interval_s: float = _f(1.0, _positive, doc="exporter scrape interval")
     scrape_timeout_s: float = _f(2.0, _positive, doc="bound on one exporter scrape (a slower one counts as failed)")
+    bridge_gpu_apps: str = _f("", doc="comma-separated apps whose running pods mean a node's GPU has work (GPU"
+                              " hang check, from the running-pods view in Redis); empty = every app")
+    bridge_running_refresh_s: float = _f(5.0, _positive, doc="running-pods view refresh period of the bridge")
     # -- worker
     feature_window_s: float = _f(30.0, _positive, doc="initial per-node feature window (DWA tunes it)")
     feature_emit_interval_s: float = _f(1.0, _non_negative, doc="at most one node-features per node per this")

@@ -44,7 +44,7 @@ def main() -> int:
     args = ap.parse_args()
     n = 20 if args.quick else 200
     node = [(SHARED / f"node_exporter-1.5.0.scrape-{x}.prom").read_text() for x in "ab"]
-    dcgm = [(LOCAL / f"dcgm-exporter-3.3.5.scrape-{x}.prom").read_text() for x in "ab"]
+    dcgm = [(LOCAL / f"dcgm-exporter-3.3.5.rtx4090.scrape-{x}.prom").read_text() for x in "ab"]
     mapping = load_mapping()
     urls = ("http://n:9100/metrics", "http://n:9400/metrics")
     asm = NodeAssembler(Target("n", tuple(Endpoint(u) for u in urls)), mapping)

@@ -29,16 +29,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-from feedbackkit import Node, Reader, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.contracts import contract  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
+from app.sim.scripted import Node, Reader, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 APP = "gCTF"
 

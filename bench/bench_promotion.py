@@ -48,9 +48,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-
-from feedbackkit import Node, Reader, Sender, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402
@@ -58,6 +55,7 @@ from app.features.window import NodeWindow  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 from app.model.train import default_nthread  # noqa: E402
+from app.sim.scripted import Node, Reader, Sender, metric_value, prediction, produce, snapshot, start_worker, task  # noqa: E402
 from app.trainer.history import SampleHistory  # noqa: E402
 from app.trainer.pipeline import train_challenger  # noqa: E402
 from app.trainer.service import TrainerService  # noqa: E402
@@ -348,7 +346,8 @@ def main() -> int:
     ap.add_argument("--warm-up", type=int, default=14, help="periods with pairs before the drift (default 14)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds after t0 to wait for a recovery")
     ap.add_argument("--retrain-only", action="store_true", help="time one retrain of the history, no broker")
-    ap.add_argument("--debounce", type=float, default=None, help="the worker's RTT_RETRAIN_DEBOUNCE_S (default: 60)")
+    ap.add_argument("--debounce", type=float, default=None,
+                    help=f"the worker's RTT_RETRAIN_DEBOUNCE_S (default: {Settings.from_env({}).retrain_debounce_s:g})")
     ap.add_argument("--seed", type=int, default=1, help="seeds where in an error period each drift begins")
     args = ap.parse_args()
     args.samples = args.samples or (5_000 if args.quick else 50_000)

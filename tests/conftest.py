@@ -16,11 +16,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from app.config import Settings
 from app.kafka.embedded import EmbeddedBroker, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# Timing belongs in bench/: on a shared or slow machine a per-example deadline only makes tests flaky.
+settings.register_profile("rttsched", deadline=None)
+# For the mutation check (pytest --hypothesis-profile=mutation): the same examples for every mutant.
+settings.register_profile("mutation", deadline=None, derandomize=True, database=None)
+settings.load_profile("rttsched")
 
 
 @pytest.fixture(scope="session")

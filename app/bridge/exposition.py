@@ -1,7 +1,7 @@
 """Prometheus text exposition -> samples, through ``prometheus_client``'s own parser.
 
 Samples keep the name they carry in the text. (``prometheus_client`` renames the samples of a counter whose
-``# TYPE`` line lacks ``_total`` -- ``DCGM_FI_DEV_PCIE_RX_THROUGHPUT`` becomes ``..._total`` -- so the
+``# TYPE`` line lacks ``_total`` -- ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` becomes ``..._total`` -- so the
 declared name is restored here.) Values are kept raw: NaN, infinities and DCGM's blank sentinels are
 dropped later, by the mapping, which knows which exporter wrote them.
 
@@ -10,14 +10,14 @@ Before parsing, lines of metrics nobody asked for can be dropped (``keep``): a n
 
 >>> text = '''# TYPE node_load1 gauge
 ... node_load1 0.27
-... # TYPE DCGM_FI_DEV_PCIE_RX_THROUGHPUT counter
-... DCGM_FI_DEV_PCIE_RX_THROUGHPUT{gpu="0"} 1024
+... # TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter
+... DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0"} 1024
 ... go_goroutines 7
 ... '''
->>> e = parse_exposition(text, keep={"node_load1", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"})
+>>> e = parse_exposition(text, keep={"node_load1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"})
 >>> sorted(e.samples)
-['DCGM_FI_DEV_PCIE_RX_THROUGHPUT', 'node_load1']
->>> e.get("DCGM_FI_DEV_PCIE_RX_THROUGHPUT")[0].labels["gpu"]
+['DCGM_FI_DEV_PCIE_REPLAY_COUNTER', 'node_load1']
+>>> e.get("DCGM_FI_DEV_PCIE_REPLAY_COUNTER")[0].labels["gpu"]
 '0'
 """
 

@@ -1,6 +1,6 @@
 """Exporter trouble: readings that must not reach the model.
 
-Four kinds, each withholding metric groups of the node's message (listed in its ``stale``):
+Five kinds, each withholding metric groups of the node's message (listed in its ``stale``):
 
 ``scrape_failed``
     the endpoint did not answer 200 with a valid exposition in time: every group of that exporter.
@@ -11,27 +11,18 @@ Four kinds, each withholding metric groups of the node's message (listed in its 
 ``no_data``
     a GPU exporter answered, but none of its required metrics has a usable value (all blank, or absent --
     nvidia_gpu_exporter keeps answering 200 with only its failure counters when NVML is gone).
-``watchdog_reset``
-    GPU utilisation and GPU memory are both exactly 0 while the workload reports active CUDA streams: the
-    driver watchdog reset the GPU (or NVML lost it); the zeros are not an idle GPU.
-
->>> from app.bridge.mapping import Watchdog
->>> wd = Watchdog("util", "mem", "streams", ("gpu",))
->>> watchdog_trouble({"util": 0.0, "mem": 0.0, "streams": 3.0}, wd, "dcgm_exporter").kind
-'watchdog_reset'
->>> watchdog_trouble({"util": 0.0, "mem": 0.0, "streams": 0.0}, wd, "dcgm_exporter") is None   # idle
-True
+``watchdog_reset``, ``gpu_hang``
+    the GPU reads as idle while work is on it: see :mod:`app.bridge.gpu_hang`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 from app.bridge.exposition import Exposition
-from app.bridge.mapping import ExporterSpec, Watchdog
+from app.bridge.mapping import ExporterSpec
 
-TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset")
+TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +49,3 @@ def self_reported(spec: ExporterSpec, exposition: Exposition) -> list[Trouble]:
     if spec.required and not any(exposition.get(name) for name in spec.required):
         out.append(Trouble(spec.name, "no_data", spec.groups, f"no usable value of {', '.join(spec.required)}"))
     return out
-
-
-def watchdog_trouble(values: Mapping[str, float], wd: Watchdog, exporter: str) -> Trouble | None:
-    """A watchdog reset, judged on the node's canonical values (all GPUs of the node at exactly zero)."""
-    util, mem, active = values.get(wd.utilization), values.get(wd.memory), values.get(wd.activity)
-    if util == 0.0 and mem == 0.0 and active is not None and active > 0:
-        return Trouble(exporter, "watchdog_reset", wd.groups,
-                       f"{wd.utilization} and {wd.memory} are 0 while {wd.activity} = {active:g}")
-    return None

@@ -3,8 +3,10 @@
 That encoding is the protobuf JSON mapping of ``jaeger.api_v2.Span``: ``traceId``/``spanId`` base64,
 ``startTime`` RFC 3339, ``duration`` a Duration string (``"12.5s"``), ``tags`` as
 ``[{key, vType?, vStr | vBool | vInt64 (a string) | vFloat64 | vBinary}]`` (``vType`` STRING is the
-default and left out), ``process: {serviceName, tags}``. One Kafka message is one span. Attribute
-conventions: :mod:`app.bridge.spans`.
+default and left out), ``references: [{refType?, traceId, spanId}]`` (``refType`` CHILD_OF is the default
+and left out), ``process: {serviceName, tags}``. One Kafka message is one span. The query API's JSON
+(``/api/traces``) has another shape: :mod:`app.bridge.jaeger_query`. Attribute conventions:
+:mod:`app.bridge.spans`.
 
 >>> span = {"spanId": "AAAAAAAAAKs=", "operationName": "gCTF", "startTime": "2026-12-01T10:00:00Z",
 ...         "duration": "12.5s", "tags": [{"key": "rtt.task_id", "vStr": "t-1"}],
@@ -21,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.spans import SpanBatch, completion_from_span, parse_rfc3339
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values, parse_rfc3339
 from app.errors import ContractError
 
 _DURATION = re.compile(r"^(-)?(\d+)(?:\.(\d{1,9}))?s$")
@@ -64,11 +66,7 @@ def _tag_value(tag: Mapping[str, Any]) -> Any:
 
 def tags(raw: Any) -> dict[str, Any]:
     """Jaeger tags as a plain dict (later duplicates win)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str) for t in raw):
-        raise ContractError("bad_span", "tags must be a list of {key, v...}")
-    return {t["key"]: _tag_value(t) for t in raw}
+    return key_values(raw, _tag_value, "tags", "{key, v...}")
 
 
 def _span_id_hex(raw: Any) -> str:
@@ -80,12 +78,24 @@ def _span_id_hex(raw: Any) -> str:
         raise ContractError("bad_span", f"spanId is not base64: {raw!r}") from None
 
 
-def _is_error(attrs: Mapping[str, Any]) -> bool:
+def is_error(attrs: Mapping[str, Any]) -> bool:
+    """A Jaeger span marked as an error (``error=true`` or OTel's ``otel.status_code=ERROR``)."""
     return attrs.get("error") in (True, "true") or attrs.get("otel.status_code") == "ERROR"
 
 
-def jaeger_span_to_completion(span: Any) -> dict[str, Any] | None:
+def _is_root(references: Any, child_of: tuple[Any, ...]) -> bool:
+    if not isinstance(references, list):
+        return not references
+    return not any(isinstance(r, dict) and r.get("refType") in child_of for r in references)
+
+
+def jaeger_span_to_completion(span: Any, options: SpanOptions | None = None) -> dict[str, Any] | None:
     """The task-completion of one Jaeger JSON span; None when it is not a task."""
+    r = _span(span, options)
+    return r[0] if r else None
+
+
+def _span(span: Any, options: SpanOptions | None = None) -> Result | None:
     if not isinstance(span, dict):
         raise ContractError("not_an_object", f"a Jaeger span is a JSON object, got {type(span).__name__}")
     attrs = tags(span.get("tags"))
@@ -98,13 +108,17 @@ def jaeger_span_to_completion(span: Any) -> dict[str, Any] | None:
     return completion_from_span(
         span_id=_span_id_hex(span.get("spanId")), name=str(span.get("operationName") or ""),
         service=process.get("serviceName"), start_s=start, end_s=start + duration, attrs=attrs, resource=resource,
-        error=_is_error(attrs),
+        error=is_error(attrs), root=_is_root(span.get("references"), (None, "CHILD_OF", 0)), options=options,
     )
 
 
-def jaeger_to_completions(doc: Any) -> SpanBatch:
-    """One Jaeger message (a span) or a list of spans -> completions, skipped count and per-span errors."""
-    batch = SpanBatch()
+def jaeger_to_completions(doc: Any, options: SpanOptions | None = None) -> SpanBatch:
+    """One Jaeger message (a span), a list of spans, or a query-API response -> completions, skips, errors."""
+    if isinstance(doc, dict) and "data" in doc:
+        from app.bridge.jaeger_query import query_response_to_completions
+
+        return query_response_to_completions(doc, options)
+    batch = SpanBatch(options or SpanOptions())
     for span in doc if isinstance(doc, list) else [doc]:
-        batch.convert(jaeger_span_to_completion, span)
+        batch.convert(_span, span)
     return batch

@@ -9,6 +9,8 @@ Loaded once and validated at start; every problem is a :class:`MappingError` nam
 ['DCGM_FI_DEV_GPU_UTIL', 'nvidia_smi_utilization_gpu_ratio']
 >>> m.metric("nvidia_smi_memory_used").sources[0].scale   # MiB -> bytes
 1048576.0
+>>> m.metric("gpu_memory_total_bytes").sources[1].plus   # DCGM: used + free, per GPU
+('DCGM_FI_DEV_FB_FREE',)
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from app.bridge.errors import MappingError
 from app.contracts import contract
 
 DEFAULT_PATH = Path(__file__).with_name("mapping.yaml")
-KINDS = ("gauge", "counter", "share", "ratio", "label_count")
+KINDS = ("gauge", "counter", "share", "ratio", "counter_ratio", "sum", "label_count")
+COUNTING_KINDS = ("counter", "share", "counter_ratio")  # kinds that read increases between scrapes
 AGGREGATES = ("sum", "mean", "max", "min")
 # source unit -> factor into the canonical unit (fractions, bytes, MHz, W, celsius, counts, seconds)
 UNITS = {
@@ -63,12 +66,18 @@ class Source:
     scale: float = 1.0
     match: LabelMatch = ()
     exclude: LabelMatch = ()
-    denominator: str | None = None
+    denominator: tuple[str, ...] = ()  # ratio, counter_ratio: summed per series
+    plus: tuple[str, ...] = ()  # sum: metrics added to ``metric`` per series
     complement: bool = False
     label: str | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return _selects(self.match, self.exclude, labels)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every exporter metric this source reads."""
+        return (self.metric, *self.denominator, *self.plus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +87,7 @@ class CanonicalMetric:
     sources: tuple[Source, ...]
     aggregate: str = "sum"
     range: tuple[float, float] | None = None
+    tolerance: float = 0.0  # how far outside ``range`` a reading is clamped rather than rejected
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +125,13 @@ class ExporterSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Watchdog:
+    """The GPU checks of :mod:`app.bridge.gpu_hang`, on canonical metrics of the node."""
+
     utilization: str
     memory: str
-    activity: str
+    memory_activity: str | None
+    activity: tuple[str, ...]  # counts of work on the GPU: CUDA streams, compute processes
+    flat_for_s: float
     groups: tuple[str, ...]
 
 
@@ -137,13 +151,12 @@ class MetricMap:
     @functools.cached_property
     def counter_metrics(self) -> frozenset[str]:
         """Exporter metrics whose per-series increases are tracked between scrapes."""
-        return frozenset(s.metric for m in self.metrics for s in m.sources if s.kind in ("counter", "share"))
+        return frozenset(n for m in self.metrics for s in m.sources if s.kind in COUNTING_KINDS for n in s.reads)
 
     @functools.cached_property
     def wanted(self) -> frozenset[str]:
         """Every exporter metric the mapping reads: the rest of a scrape is dropped before parsing."""
-        names = {s.metric for m in self.metrics for s in m.sources}
-        names |= {s.denominator for m in self.metrics for s in m.sources if s.denominator}
+        names = {n for m in self.metrics for s in m.sources for n in s.reads}
         names |= {metric for metric, _ in self.gpu_model}
         for e in self.exporters.values():
             names |= set(e.detect) | set(e.required) | {h.metric for h in e.health}

@@ -28,6 +28,7 @@ from app.bridge.mapping import (
     Watchdog,
     stale_groups,
 )
+from app.bridge.ranges import default_tolerance
 
 
 class _Path:
@@ -67,6 +68,17 @@ def _groups(p: _Path, where: str, v: Any) -> tuple[str, ...]:
     return out
 
 
+def _names(p: _Path, where: str, v: Any) -> tuple[str, ...]:
+    """One metric name or a list of them."""
+    return (_str(p, where, v),) if isinstance(v, str) else _strs(p, where, v)
+
+
+def _number(p: _Path, where: str, v: Any, low: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < low:
+        raise p.fail(where, f"must be a number >= {low:g} (got {v!r})")
+    return float(v)
+
+
 def _labels(p: _Path, where: str, v: Any) -> LabelMatch:
     if v is None:
         return ()
@@ -90,14 +102,21 @@ def _source(p: _Path, where: str, raw: Any) -> Source:
     scale = d.get("scale", 1.0)
     if not isinstance(scale, int | float) or not math.isfinite(scale) or scale == 0:
         raise p.fail(f"{where}.scale", f"must be a finite non-zero number (got {scale!r})")
+    needs_denominator = kind in ("ratio", "counter_ratio")
+    denominator = _names(p, f"{where}.denominator", d.get("denominator")) if needs_denominator else ()
+    if needs_denominator and not denominator:
+        raise p.fail(f"{where}.denominator", "required")
+    plus = _names(p, f"{where}.plus", d.get("plus")) if kind == "sum" else ()
+    if kind == "sum" and not plus:
+        raise p.fail(f"{where}.plus", "required")
     src = Source(
         kind=kind, metric=_str(p, f"{where}.metric", d.get("metric")), scale=UNITS[unit] * float(scale),
         match=_labels(p, f"{where}.match", d.get("match")), exclude=_labels(p, f"{where}.exclude", d.get("exclude")),
-        denominator=_str(p, f"{where}.denominator", d.get("denominator")) if kind == "ratio" else None,
-        complement=bool(d.get("complement", False)),
+        denominator=denominator, plus=plus, complement=bool(d.get("complement", False)),
         label=_str(p, f"{where}.label", d.get("label")) if kind == "label_count" else None,
     )
-    unknown = set(d) - {"kind", "metric", "unit", "scale", "match", "exclude", "denominator", "complement", "label"}
+    unknown = set(d) - {"kind", "metric", "unit", "scale", "match", "exclude", "denominator", "plus", "complement",
+                        "label"}
     if unknown:
         raise p.fail(where, f"unknown keys {sorted(unknown)}")
     return src
@@ -118,11 +137,21 @@ def _metric(p: _Path, name: str, raw: Any) -> CanonicalMetric:
                 and bounds[0] <= bounds[1]):
             raise p.fail(f"{where}.range", f"must be [low, high] with low <= high (got {bounds!r})")
         rng = (float(bounds[0]), float(bounds[1]))
+    tolerance = 0.0
+    if "tolerance" in d:
+        if rng is None:
+            raise p.fail(f"{where}.tolerance", "needs a range")
+        tolerance = _number(p, f"{where}.tolerance", d["tolerance"])
+    elif rng is not None:
+        tolerance = default_tolerance(rng)
+    unknown = set(d) - {"group", "aggregate", "range", "tolerance", "sources"}
+    if unknown:
+        raise p.fail(where, f"unknown keys {sorted(unknown)}")
     sources = d.get("sources")
     if not isinstance(sources, list) or not sources:
         raise p.fail(f"{where}.sources", "must be a non-empty list")
     return CanonicalMetric(
-        name=name, group=group, aggregate=aggregate, range=rng,
+        name=name, group=group, aggregate=aggregate, range=rng, tolerance=tolerance,
         sources=tuple(_source(p, f"{where}.sources[{i}]", s) for i, s in enumerate(sources)),
     )
 
@@ -168,15 +197,26 @@ def build(doc: Any, file: str) -> MetricMap:
         gd = _obj(p, f"gpu_model[{i}]", g)
         gpu_model.append((_str(p, f"gpu_model[{i}].metric", gd.get("metric")),
                           _str(p, f"gpu_model[{i}].label", gd.get("label"))))
-    watchdog = None
-    if d.get("watchdog") is not None:
-        w = _obj(p, "watchdog", d["watchdog"])
-        names = {m.name for m in metrics}
-        fields = {}
-        for key in ("utilization", "memory", "activity"):
-            v = _str(p, f"watchdog.{key}", w.get(key))
-            if v not in names:
-                raise p.fail(f"watchdog.{key}", f"{v!r} is not a canonical metric of this file")
-            fields[key] = v
-        watchdog = Watchdog(groups=_groups(p, "watchdog.groups", w.get("groups")), **fields)
+    watchdog = _watchdog(p, d["watchdog"], metrics) if d.get("watchdog") is not None else None
     return MetricMap(exporters=exporters, metrics=metrics, gpu_model=tuple(gpu_model), watchdog=watchdog)
+
+
+def _watchdog(p: _Path, raw: Any, metrics: tuple[CanonicalMetric, ...]) -> Watchdog:
+    w = _obj(p, "watchdog", raw)
+    known = {m.name for m in metrics}
+
+    def canonical(key: str, value: Any) -> str:
+        v = _str(p, f"watchdog.{key}", value)
+        if v not in known:
+            raise p.fail(f"watchdog.{key}", f"{v!r} is not a canonical metric of this file")
+        return v
+
+    activity = tuple(canonical(f"activity[{i}]", v) for i, v in enumerate(_names(p, "watchdog.activity",
+                                                                                 w.get("activity"))))
+    flat = _number(p, "watchdog.flat_for_s", w.get("flat_for_s", 30.0))
+    memory_activity = w.get("memory_activity")
+    return Watchdog(
+        utilization=canonical("utilization", w.get("utilization")), memory=canonical("memory", w.get("memory")),
+        memory_activity=canonical("memory_activity", memory_activity) if memory_activity is not None else None,
+        activity=activity, flat_for_s=flat, groups=_groups(p, "watchdog.groups", w.get("groups")),
+    )

@@ -3,10 +3,14 @@
 ``rtt_bridge_scrapes_total{node, url, result}``            scrapes per endpoint, result ``ok`` | ``failed``
 ``rtt_bridge_exporter_trouble_total{node, exporter, kind}`` exporter trouble (see :mod:`app.bridge.health`)
 ``rtt_bridge_samples_dropped_total{exporter}``              blank sentinels and non-finite samples dropped
+``rtt_bridge_values_clamped_total{metric}``                 readings slightly out of range, clamped to it
+``rtt_bridge_values_rejected_total{metric}``                readings far out of range, left out
 ``rtt_bridge_scrape_duration_seconds``                      one endpoint's scrape (HTTP + body), histogram
 ``rtt_bridge_messages_total{topic}``                        messages produced
 ``rtt_bridge_records_skipped_total{source, reason}``        input records not turned into messages
                                                             (spans that are no task, invalid lines ...)
+``rtt_bridge_span_node_fallbacks_total{attribute}``         task spans whose node came from ``host.name``
+                                                            (in Kubernetes the pod's name, not the node's)
 
 Tests pass their own :class:`prometheus_client.CollectorRegistry`; processes use the default one.
 """
@@ -35,6 +39,12 @@ class BridgeMetrics:
                                ["node", "exporter", "kind"], registry=reg)
         self.dropped = Counter("rtt_bridge_samples_dropped", "Blank or non-finite exporter samples dropped",
                                ["exporter"], registry=reg)
+        self.clamped = Counter("rtt_bridge_values_clamped", "Readings slightly out of range, clamped to it",
+                               ["metric"], registry=reg)
+        self.rejected = Counter("rtt_bridge_values_rejected", "Readings far out of range, left out",
+                                ["metric"], registry=reg)
+        self.node_fallbacks = Counter("rtt_bridge_span_node_fallbacks", "Task spans whose node came from a"
+                                      " fallback attribute", ["attribute"], registry=reg)
         self.scrape_seconds = Histogram("rtt_bridge_scrape_duration_seconds", "Duration of one endpoint scrape",
                                         buckets=SCRAPE_BUCKETS_S, registry=reg)
         self.messages = Counter("rtt_bridge_messages", "Messages produced", ["topic"], registry=reg)

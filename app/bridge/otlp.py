@@ -2,7 +2,9 @@
 
 One Kafka message is one ``ExportTraceServiceRequest``:
 ``{"resourceSpans": [{"resource": {"attributes": [...]}, "scopeSpans": [{"spans": [...]}]}]}``; a span has
-hex ``traceId``/``spanId``, ``name``, ``startTimeUnixNano``/``endTimeUnixNano`` (decimal strings),
+``traceId``/``spanId``/``parentSpanId`` -- hex as OTLP/JSON prescribes, or base64 as protobuf's generic
+JSON mapping writes bytes (both are accepted) --, ``name``, ``startTimeUnixNano``/``endTimeUnixNano``
+(decimal strings, or numbers),
 ``attributes: [{key, value: {stringValue | intValue (a string) | doubleValue | boolValue}}]`` and
 ``status: {code}`` (2 = error). The service name is the resource attribute ``service.name``. Attribute
 conventions: :mod:`app.bridge.spans`.
@@ -21,15 +23,38 @@ conventions: :mod:`app.bridge.spans`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.spans import SpanBatch, completion_from_span
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values
 from app.errors import ContractError
 
 STATUS_ERROR = 2
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{16}$")
+_B64_ID = re.compile(r"^[A-Za-z0-9+/_-]{11}=?$")
+
+
+def span_id_hex(key: str, raw: Any, required: bool = True) -> str:
+    """A span id as 16 lower-case hex digits, from hex or from base64 (8 bytes); "" for an absent parent.
+
+    >>> span_id_hex("spanId", "AAAAAAAAAKs="), span_id_hex("spanId", "00000000000000AB")
+    ('00000000000000ab', '00000000000000ab')
+    """
+    if not required and raw in (None, ""):
+        return ""
+    if isinstance(raw, str) and _HEX_ID.match(raw):
+        return raw.lower()
+    if isinstance(raw, str) and _B64_ID.match(raw):
+        try:
+            data = base64.b64decode(raw.replace("-", "+").replace("_", "/").ljust(12, "="), validate=True)
+        except (binascii.Error, ValueError):
+            data = b""
+        if len(data) == 8:
+            return data.hex()
+    raise ContractError("bad_span", f"{key} must be 16 hex digits or the base64 of 8 bytes (got {raw!r})")
 
 
 def _any_value(key: str, v: Any) -> Any:
@@ -51,11 +76,7 @@ def _any_value(key: str, v: Any) -> Any:
 
 def attributes(raw: Any) -> dict[str, Any]:
     """OTLP ``attributes`` as a plain dict."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, list) or not all(isinstance(a, dict) and isinstance(a.get("key"), str) for a in raw):
-        raise ContractError("bad_span", "attributes must be a list of {key, value}")
-    return {a["key"]: _any_value(a["key"], a.get("value")) for a in raw}
+    return key_values(raw, lambda a: _any_value(a["key"], a.get("value")), "attributes", "{key, value}")
 
 
 def _nanos(span: Mapping[str, Any], key: str) -> float:
@@ -75,18 +96,23 @@ def _is_error(span: Mapping[str, Any], attrs: Mapping[str, Any]) -> bool:
     return code in (STATUS_ERROR, "STATUS_CODE_ERROR") or attrs.get("error") is True
 
 
-def otlp_span_to_completion(span: Any, resource: Mapping[str, Any]) -> dict[str, Any] | None:
+def otlp_span_to_completion(span: Any, resource: Mapping[str, Any],
+                            options: SpanOptions | None = None) -> dict[str, Any] | None:
     """The task-completion of one OTLP span under a resource's attributes; None when it is not a task."""
+    r = _span(span, resource, options)
+    return r[0] if r else None
+
+
+def _span(span: Any, resource: Mapping[str, Any], options: SpanOptions | None = None) -> Result | None:
     if not isinstance(span, dict):
         raise ContractError("bad_span", "a span must be an object")
     attrs = attributes(span.get("attributes"))
-    span_id = span.get("spanId")
-    if not isinstance(span_id, str) or not _HEX_ID.match(span_id):
-        raise ContractError("bad_span", f"spanId must be 16 hex digits (got {span_id!r})")
+    span_id = span_id_hex("spanId", span.get("spanId"))
+    parent = span_id_hex("parentSpanId", span.get("parentSpanId"), required=False)
     return completion_from_span(
-        span_id=span_id.lower(), name=str(span.get("name") or ""), service=resource.get("service.name"),
+        span_id=span_id, name=str(span.get("name") or ""), service=resource.get("service.name"),
         start_s=_nanos(span, "startTimeUnixNano"), end_s=_nanos(span, "endTimeUnixNano"), attrs=attrs,
-        resource=resource, error=_is_error(span, attrs),
+        resource=resource, error=_is_error(span, attrs), root=not parent, options=options,
     )
 
 
@@ -97,14 +123,14 @@ def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return v
 
 
-def otlp_to_completions(doc: Any) -> SpanBatch:
+def otlp_to_completions(doc: Any, options: SpanOptions | None = None) -> SpanBatch:
     """One OTLP JSON export -> completions, skipped count and per-span errors.
 
     A document that is not an export at all raises :class:`ContractError` (``bad_export``).
     """
     if not isinstance(doc, dict):
         raise ContractError("not_an_object", f"an OTLP export is a JSON object, got {type(doc).__name__}")
-    batch = SpanBatch()
+    batch = SpanBatch(options or SpanOptions())
     for i, rs in enumerate(_list(doc, "resourceSpans", "")):
         if not isinstance(rs, dict):
             raise ContractError("bad_export", f"resourceSpans[{i}] must be an object")
@@ -115,5 +141,5 @@ def otlp_to_completions(doc: Any) -> SpanBatch:
         scopes = _list(rs, "scopeSpans", f"resourceSpans[{i}]") or _list(rs, "instrumentationLibrarySpans", "")
         for scope in scopes:
             for span in _list(scope, "spans", f"resourceSpans[{i}].scopeSpans") if isinstance(scope, dict) else []:
-                batch.convert(otlp_span_to_completion, span, resource)
+                batch.convert(_span, span, resource)
     return batch

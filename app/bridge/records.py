@@ -5,8 +5,13 @@ the whole file is -- a pretty-printed span export -- the whole file is one recor
 converted according to ``source``:
 
 ``values``   the record is a value of the topic, checked against the topic's contract
-``jaeger``   the record is a Jaeger JSON span (or a list of spans)  -> task-completions
+``jaeger``   the record is a Jaeger JSON span (Kafka encoding), a list of them, or a query-API
+             response (``/api/traces``)                          -> task-completions
 ``otlp``     the record is an OTLP JSON trace export                -> task-completions
+
+With :class:`~app.bridge.spans.SpanOptions` (a node map, the nodes that have metrics) spans find their
+node as :mod:`app.bridge.spans` says, and a completion on a node without metrics is a problem
+(``unknown_node``) -- task-completion values included.
 
 Nothing here raises for bad input: a bad record becomes a :class:`Problem` with its line number and the
 contract's stable ``reason``.
@@ -19,6 +24,7 @@ contract's stable ``reason``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -27,6 +33,7 @@ import orjson
 
 from app.bridge.jaeger import jaeger_to_completions
 from app.bridge.otlp import otlp_to_completions
+from app.bridge.spans import SpanOptions, check_attribution
 from app.contracts.codec import validate
 from app.errors import ContractError
 
@@ -53,6 +60,7 @@ class Converted:
     values: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     skipped: int = 0
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    fallbacks: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
 def _parse(line: int, raw: bytes) -> Record:
@@ -90,7 +98,7 @@ def _lines(data: bytes, start: int) -> Iterator[Record]:
             yield _parse(start + i, raw)
 
 
-def convert(record: Record, topic: str, source: str = "values") -> Converted:
+def convert(record: Record, topic: str, source: str = "values", options: SpanOptions | None = None) -> Converted:
     """Turn one record into values for ``topic`` (see the module doc for ``source``)."""
     out = Converted()
     if record.error is not None:
@@ -98,13 +106,18 @@ def convert(record: Record, topic: str, source: str = "values") -> Converted:
         return out
     try:
         if source == "values":
-            out.values.append(validate(topic, record.doc))
+            value = validate(topic, record.doc)
+            if topic == "task-completions" and options is not None:
+                check_attribution(value["node"], "node", options.known_nodes)
+            out.values.append(value)
             return out
-        batch = jaeger_to_completions(record.doc) if source == "jaeger" else otlp_to_completions(record.doc)
+        convert_spans = jaeger_to_completions if source == "jaeger" else otlp_to_completions
+        batch = convert_spans(record.doc, options)
     except ContractError as exc:
         out.problems.append(Problem(record.line, record.raw, exc))
         return out
     out.values.extend(batch.completions)
     out.skipped = batch.skipped
+    out.fallbacks = batch.fallbacks
     out.problems.extend(Problem(record.line, record.raw, e) for e in batch.errors)
     return out

@@ -15,6 +15,7 @@ it, so the intervals the rates see are exact::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -26,6 +27,7 @@ import aiohttp
 
 from app.bridge.mapping import MetricMap, load_mapping
 from app.bridge.metrics import BridgeMetrics, default_metrics
+from app.bridge.running import RunningPods
 from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
 from app.bridge.targets import Target, check_unique
 from app.clock import Clock, SystemClock
@@ -52,8 +54,10 @@ class Bridge:
     """Scrapes the targets and assembles one :class:`Snapshot` per node per round. Use ``async with``."""
 
     def __init__(self, settings: Settings, targets: Sequence[Target], *, mapping: MetricMap | None = None,
-                 clock: Clock | None = None, metrics: BridgeMetrics | None = None, concurrency: int = 64) -> None:
+                 clock: Clock | None = None, metrics: BridgeMetrics | None = None, concurrency: int = 64,
+                 running: RunningPods | None = None) -> None:
         check_unique(targets)
+        self.running = running
         self.settings = settings
         self.mapping = mapping or load_mapping()
         self.clock = clock or SystemClock()
@@ -105,7 +109,7 @@ class Bridge:
         for r in results:
             self.metrics.scrapes.labels(node=node, url=r.url, result="ok" if r.body is not None else "failed").inc()
             self.metrics.scrape_seconds.observe(r.duration_s)
-        snap = assembler.assemble(results, ts)
+        snap = assembler.assemble(results, ts, self.running.gpu_pods(node) if self.running else None)
         self._account(node, snap)
         return snap
 
@@ -122,6 +126,10 @@ class Bridge:
         self._active = {k for k in self._active if k[0] != node} | now
         for exporter, n in snap.dropped.items():
             self.metrics.dropped.labels(exporter=exporter).inc(n)
+        for metric, n in snap.clamped.items():
+            self.metrics.clamped.labels(metric=metric).inc(n)
+        for metric, n in snap.rejected.items():
+            self.metrics.rejected.labels(metric=metric).inc(n)
 
     async def scrape_all(self) -> list[Snapshot]:
         """One round: every node, concurrently."""
@@ -149,7 +157,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
 
     ``scrapes``: rounds to run (None = until cancelled). ``producer``: a started ``AIOKafkaProducer`` to use
     (else one is started and stopped here); ``publish=False`` produces nothing (``on_round`` still sees every
-    round). Returns counts of what was done.
+    round). With ``REDIS_URL`` set, the running-pods view is read in the background for the GPU hang check
+    (:mod:`app.bridge.running`). Returns counts of what was done.
     """
     from app.bridge.producer import publish_node_metrics, start_producer
 
@@ -161,8 +170,22 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     if own:
         producer = await start_producer(settings)
     interval = settings.scrape_interval_s
+    running, redis_client, refresher = None, None, None
+    if settings.redis_url:
+        import redis.asyncio as aioredis
+
+        from app.scheduler.cache import CacheKeys
+
+        redis_client = aioredis.from_url(settings.redis_url)
+        apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
+        running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
+                              refresh_s=settings.bridge_running_refresh_s)
+        with contextlib.suppress(TimeoutError):  # a first view before the first round, never a long wait
+            await asyncio.wait_for(running.refresh(), timeout=settings.scrape_timeout_s)
+        refresher = asyncio.get_running_loop().create_task(running.run(delay=True), name="bridge-running-pods")
     try:
-        async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics) as bridge:
+        async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics,
+                          running=running) as bridge:
             next_t = clock.monotonic()
             last_progress = next_t
             while scrapes is None or stats.rounds < scrapes:
@@ -189,6 +212,12 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                     next_t += missed * interval
                 await sleep(next_t - now)
     finally:
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+        if redis_client is not None:
+            await redis_client.aclose()
         if own:
             await producer.stop()
     return stats

@@ -5,8 +5,9 @@ endpoint, which exporter answers where, whether an optional endpoint ever answer
 of one round of scrapes (:class:`TargetResult`) into a :class:`Snapshot`: the message for the node-metrics
 topic and the troubles found. Steps, per endpoint: parse (only the metrics the mapping reads), tell which
 exporter it is, drop blank and non-finite samples, check the exporter's own health, update counter
-baselines; then evaluate the canonical metrics over all endpoints, check for a GPU watchdog reset, and
-withhold the groups of every trouble (listed in ``stale``).
+baselines; then evaluate the canonical metrics over all endpoints (counting readings clamped into or
+rejected from their range), check for a hung GPU (:mod:`app.bridge.gpu_hang`), and withhold the groups
+of every trouble (listed in ``stale``).
 
 Rates use the exporter's own clock when it sends one (node_exporter's ``node_time_seconds``), else the
 bridge's monotonic time at the start of the scrape.
@@ -22,8 +23,10 @@ from typing import Any
 from app.bridge.canonical import Part, evaluate, series_key
 from app.bridge.errors import ExpositionError
 from app.bridge.exposition import Exposition, Sample, parse_exposition
-from app.bridge.health import Trouble, scrape_failed, self_reported, watchdog_trouble
+from app.bridge.gpu_hang import GpuHangCheck
+from app.bridge.health import Trouble, scrape_failed, self_reported
 from app.bridge.mapping import ExporterSpec, MetricMap, value_bounds
+from app.bridge.ranges import RangeTally
 from app.bridge.rates import CounterTracker
 from app.bridge.targets import Endpoint, Target
 
@@ -44,6 +47,8 @@ class Snapshot:
     message: dict[str, Any]
     troubles: tuple[Trouble, ...]
     dropped: dict[str, int]  # exporter -> samples dropped as blank / non-finite
+    clamped: dict[str, int] = dataclasses.field(default_factory=dict)  # canonical metric -> readings clamped
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # ... rejected as far out of range
 
 
 @dataclasses.dataclass
@@ -86,6 +91,7 @@ class NodeAssembler:
         self._endpoints = {e.url: e for e in target.endpoints}
         self._gpu_seen = False
         self._bounds = value_bounds()
+        self._gpu_check = GpuHangCheck(mapping.watchdog) if mapping.watchdog is not None else None
 
     def exporter_name(self, endpoint: Endpoint) -> str:
         """Declared, else the last detected, else guessed from the default port, else ``unknown``."""
@@ -96,8 +102,11 @@ class NodeAssembler:
     def _counter_values(self, exposition: Exposition) -> dict[object, float]:
         return {series_key(s): s.value for name in self.mapping.counter_metrics for s in exposition.get(name)}
 
-    def assemble(self, results: Sequence[TargetResult], ts: float) -> Snapshot:
-        """The message of one round of scrapes taken at wall-clock ``ts``."""
+    def assemble(self, results: Sequence[TargetResult], ts: float, gpu_pods: int | None = None) -> Snapshot:
+        """The message of one round of scrapes taken at wall-clock ``ts``.
+
+        ``gpu_pods``: pods of GPU apps running on the node per the running-pods view (None: no view).
+        """
         parts: list[Part] = []
         troubles: list[Trouble] = []
         dropped: dict[str, int] = {}
@@ -128,10 +137,12 @@ class NodeAssembler:
             t, source = (clock[0].value, "exporter") if clock else (r.t, "bridge")
             deltas = st.tracker.observe(self._counter_values(exposition), t, source)
             parts.append(Part(name, exposition, deltas))
-        values = evaluate(self.mapping, parts)
-        wd = self.mapping.watchdog
-        if wd is not None and wd.utilization in values:
-            trouble = watchdog_trouble({k: v.value for k, v in values.items()}, wd, values[wd.utilization].exporter)
+        tally = RangeTally()
+        values = evaluate(self.mapping, parts, tally)
+        if self._gpu_check is not None:
+            util = values.get(self._gpu_check.watchdog.utilization)
+            trouble = self._gpu_check.observe({k: v.value for k, v in values.items()}, ts, gpu_pods,
+                                              util.exporter if util else "")
             if trouble:
                 troubles.append(trouble)
         stale = sorted({g for t in troubles for g in t.groups})
@@ -144,7 +155,7 @@ class NodeAssembler:
             "gpu_model": self._gpu_model(parts) if node_class == "gpu" else None,
             "metrics": metrics, "stale": stale,
         }
-        return Snapshot(message, tuple(troubles), dropped)
+        return Snapshot(message, tuple(troubles), dropped, dict(tally.clamped), dict(tally.rejected))
 
     def _gpu_model(self, parts: Sequence[Part]) -> str | None:
         if self.target.gpu_model:

@@ -3,10 +3,16 @@
     rttsched publish task-completions completions.jsonl
     rttsched publish task-completions - --from jaeger < spans.jsonl
     rttsched publish task-completions export.json --from otlp --dead-letters
+    rttsched publish task-completions spans.json --from jaeger --node-map nodes.yaml --targets targets.yaml
 
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
 are produced. Exit status 0 when every line was valid, 1 when some were not.
+
+A completion must land on a node that has metrics (the nodes of ``--targets``, and those with node-features
+in Redis when ``REDIS_URL`` is set): one on any other node is invalid (``unknown_node``). Spans find their
+node from ``k8s.node.name``, then ``--node-map`` (pod or host name -> node), then ``host.name`` -- counted
+and warned about, since in Kubernetes that is the pod's name (:mod:`app.bridge.attribution`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="source", choices=["values", "jaeger", "otlp"], default="values",
                    help="values: each line is a value of TOPIC; jaeger: Jaeger JSON spans; otlp: OTLP JSON exports")
     p.add_argument("--dead-letters", action="store_true", help="also send invalid lines to the dead-letters topic")
+    p.add_argument("--node-map", metavar="FILE", help="YAML map of pod or host names (k8s.pod.name, host.name) to "
+                                                     "node names, for spans without k8s.node.name")
+    p.add_argument("--targets", metavar="FILE", help="bridge targets file: its nodes have metrics (with REDIS_URL, "
+                                                    "so do the nodes with node-features in Redis)")
     p.add_argument("--dry-run", action="store_true", help="check and convert only; connect to no broker")
 
 
@@ -37,19 +47,33 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     if args.source != "values" and args.topic != "task-completions":
         raise ConfigError("--from", f"span conversion produces task-completions, not {args.topic}")
+    options = None
+    if args.topic == "task-completions":
+        options = asyncio.run(_span_options(args, settings))
     name = "<stdin>" if args.file == "-" else args.file
     try:
         stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(args.file, f"cannot read: {exc.strerror}") from None
     try:
-        return asyncio.run(_publish(args, settings, stream, name))
+        return asyncio.run(_publish(args, settings, stream, name, options))
     finally:
         if stream is not sys.stdin:
             stream.close()
 
 
-async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: str) -> int:
+async def _span_options(args: argparse.Namespace, settings: Any) -> Any:
+    from app.bridge.attribution import known_nodes, load_node_map
+    from app.bridge.spans import SpanOptions
+    from app.bridge.targets import load_targets
+
+    node_map = load_node_map(args.node_map) if args.node_map else {}
+    targets = load_targets(args.targets) if args.targets else []
+    known = await known_nodes(settings.redis_url, settings.topic_prefix, targets)
+    return SpanOptions(node_map, frozenset(known) if known is not None else None)
+
+
+async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: str, options: Any) -> int:
     from app.bridge.metrics import default_metrics
     from app.bridge.producer import dead_letter, publish, publish_dead_letters, start_producer
     from app.bridge.records import convert, read_records
@@ -57,6 +81,7 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
     metrics = default_metrics()
     producer = None if args.dry_run else await start_producer(settings, client_id="rttsched-publish")
     sent = skipped = invalid = 0
+    fallbacks: dict[str, int] = {}
     pending: list[dict[str, Any]] = []
     letters: list[dict[str, Any]] = []
 
@@ -73,9 +98,15 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
 
     try:
         for record in read_records(stream):
-            out = convert(record, args.topic, args.source)
+            out = convert(record, args.topic, args.source, options)
             pending.extend(out.values)
             skipped += out.skipped
+            for attribute, n in out.fallbacks.items():
+                if attribute not in fallbacks:
+                    print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes is the "
+                          "pod's name: set k8s.node.name (span or resource) or give --node-map", file=sys.stderr)
+                fallbacks[attribute] = fallbacks.get(attribute, 0) + n
+                metrics.node_fallbacks.labels(attribute=attribute).inc(n)
             for p in out.problems:
                 invalid += 1
                 metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
@@ -96,6 +127,9 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
         metrics.skipped.labels(source=args.source, reason="not_a_task").inc(skipped)
     verb = "checked" if args.dry_run else f"published to {settings.topic(args.topic)}:"
     extra = f", {skipped} span(s) that are no task skipped" if skipped else ""
+    extra += "".join(f", {n} node(s) from {a}" for a, n in sorted(fallbacks.items()))
     where = " (sent to dead-letters)" if args.dead_letters and invalid and not args.dry_run else ""
+    unchecked = options is not None and options.known_nodes is None
+    where += "; nodes not checked (no --targets, no REDIS_URL)" if unchecked else ""
     print(f"publish: {verb} {sent} message(s){extra}, {invalid} invalid record(s){where}")
     return 1 if invalid else 0

@@ -1,6 +1,10 @@
-"""Hardware descriptors of a node, so a model can predict for a node it has never seen.
+"""Hardware descriptors of a node as model features: GPU memory, memory bandwidth, FP32 throughput, PCIe
+generation (the vendors' data sheets) and CPU cores.
 
-Figures are the vendors' data sheets: memory size, memory bandwidth, FP32 throughput and PCIe generation.
+They let a model of a node class tell its nodes apart, and predict for an unseen node whose GPU is one of
+the models in :data:`GPUS` (Tesla K20c, Tesla M40 12/24 GB, RTX 4090). For any other GPU model, and for
+a CPU node, the four GPU descriptors (PCIe included) are NaN, as are unknown CPU cores: missing to
+XGBoost, so such a node is predicted the way the trees route missing values, not from its hardware.
 
 >>> gpu_spec("NVIDIA GeForce RTX 4090").mem_bw_gbs
 1008.0

@@ -21,12 +21,13 @@ from collections.abc import Sequence
 
 from app.features.vector import RUNNING_PREFIX, TASK_FEATURES, split_feature_name
 
-GPU_SPEED = frozenset({"hw_gpu_fp32_tflops", "hw_gpu_mem_bw_gbs", "hw_pcie_gen", "nvidia_smi_clocks_sm"})
-# load on a shared resource: more of it never makes a task faster; idle time is the opposite
+GPU_SPEED = frozenset({"hw_gpu_fp32_tflops", "hw_gpu_mem_bw_gbs", "hw_pcie_gen", "gpu_sm_clock_mhz"})
+# load on a shared resource (canonical names, app/bridge/canonical.py): more of it never makes a task
+# faster; idle time is the opposite
 LOAD_METRICS = frozenset({
-    "nvidia_smi_utilization_gpu", "nvidia_smi_memory_used", "cuda_stream_active", "nvidia_smi_temperature_gpu",
+    "nvidia_smi_utilization_gpu", "nvidia_smi_memory_used", "cuda_stream_active", "gpu_temperature",
     "pcie_rx_bytes", "pcie_tx_bytes", "cpu_usage_user", "cpu_usage_system", "cpu_iowait", "memory_cache_usage",
-    "memory_used_bytes", "disk_read_bytes", "disk_write_bytes",
+    "memory_used_fraction", "disk_read_bytes_per_s", "disk_written_bytes_per_s",
 })
 IDLE_METRICS = frozenset({"cpu_idle"})
 LEVELS = frozenset({"mean", "min", "max", "last"})  # aggregates that move with the level (not ``std``)

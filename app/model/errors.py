@@ -7,6 +7,8 @@ catch the whole layer at once or one case precisely.
 True
 >>> str(NotEnoughSamplesError(3, 20))
 '3 usable samples, at least 20 needed to train'
+>>> str(NotEnoughSamplesError(2, 10, "samples left after holding out 18"))
+'2 samples left after holding out 18, at least 10 needed to train'
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ class TrainingError(ModelError, ValueError):
 class NotEnoughSamplesError(TrainingError):
     """Too few usable rows to train (and hold some out)."""
 
-    def __init__(self, n: int, needed: int) -> None:
+    def __init__(self, n: int, needed: int, what: str = "usable samples") -> None:
         self.n = n
         self.needed = needed
-        super().__init__(f"{n} usable samples, at least {needed} needed to train")
+        super().__init__(f"{n} {what}, at least {needed} needed to train")
 
 
 class UnsupportedModelError(ModelError, ValueError):

@@ -154,7 +154,8 @@ def train_model(
     Raises
     ------
     NotEnoughSamplesError
-        Fewer than ``MIN_SAMPLES`` usable rows, or fewer than half that left to train on after the holdout.
+        Fewer than ``MIN_SAMPLES`` usable rows (``n``: the usable rows), or fewer than half that left to
+        train on after the holdout (``n``: the rows left).
     TrainingError
         Mismatched shapes, feature names or arguments.
     """
@@ -177,7 +178,7 @@ def train_model(
     n_holdout = int(math.ceil(n * holdout_fraction)) if holdout_fraction > 0 else 0
     n_fit = n - n_holdout
     if n_fit < MIN_SAMPLES // 2:
-        raise NotEnoughSamplesError(n, MIN_SAMPLES)
+        raise NotEnoughSamplesError(n_fit, MIN_SAMPLES // 2, f"samples left after holding out {n_holdout}")
     X_fit, y_fit = X[:n_fit], y[:n_fit]
     if max_samples is not None and n_fit > max_samples:
         idx = stratified_sample(y_fit, max_samples, rng=np.random.default_rng(seed))

@@ -25,8 +25,9 @@ Per request (one pod, N candidate nodes):
    passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
    without a prediction there, it is expected to run as long as the slowest candidate's prediction);
    otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
-   The winner keeps its score (at least 1) and every other node gets at most one less, so kube-scheduler
-   places the pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
+   When another node has the winner's score (or more, for an explored node), the winner gets one more,
+   or, at the top of the range, every other node gets at most one less: kube-scheduler then places the
+   pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
 
 The one side effect: the candidates' predicted RTTs are noted in the assumed pods
 (:meth:`AssumedPods.expect`), so that placing the pod afterwards knows how long it is expected to run.
@@ -47,7 +48,7 @@ from app.scheduler.explore import explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
-from app.scheduler.scoring import MIN_SCORE, NEUTRAL_SCORE, score_nodes
+from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import Snapshot
 from app.scheduler.table import table_of
 
@@ -130,12 +131,13 @@ class Decision:
         """The outcome of candidate ``i``."""
         n = self.nodes[i]
         if self.neutral is not None:
-            return NodeVerdict(n)
+            return NodeVerdict(n, stale=self.stale)
         features: Mapping[str, float] = _NO_FEATURES
         if "features" in self.__dict__:
             features = self.features[i]
         elif self.running is not None and self.fresh[i]:
-            features = dict(zip([RUNNING_PREFIX + a for a in self.running_apps], self.running[i].tolist(), strict=True))
+            names = [RUNNING_PREFIX + a for a in self.running_apps]
+            features = dict(zip(names, self.running[i].tolist(), strict=True))
         return NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
                            self.model_version[i], self.credibility[i], self.failed[i], not self.fresh[i],
                            features, self.correction[i] if self.correction else 1.0)
@@ -311,10 +313,14 @@ def decide(
         if ok.size:
             top = ok[scores[ok] == scores[ok].max()]
             winner = int(top[np.argmin(rtt[top])])
-    if winner is not None:
-        top_score = max(int(scores[winner]), MIN_SCORE + 1)
-        scores = np.minimum(scores, top_score - 1)
-        scores[winner] = top_score
+    if winner is not None and n > 1:
+        rest = int(np.delete(scores, winner).max())
+        if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
+            if rest < MAX_SCORE:
+                scores[winner] = rest + 1
+            else:
+                scores = np.minimum(scores, MAX_SCORE - 1)
+                scores[winner] = MAX_SCORE
     return Decision(
         pod, tuple(nodes), scores.tolist(), rtt_list, keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed,

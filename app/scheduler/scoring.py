@@ -7,6 +7,8 @@ The rule, per request (one pod, N candidates):
    slow 5, ten times as slow 1.
 2. Credibility pulls toward neutral: ``score_i = c_i * raw_i + (1 - c_i) * NEUTRAL_SCORE``, with
    ``c_i`` clamped to [0, 1]. A node whose predictions have never been right (c = 0) scores neutral.
+   Scores stay monotone in the predicted RTT among nodes of equal credibility only: a fast node of low
+   credibility can score below a slower, credible one (that is the point of the pull).
 3. A node without a usable prediction (NaN, inf, <= 0) scores neutral. Scores are rounded to integers
    and clamped to [0, 10]. Nothing here raises on bad numbers.
 

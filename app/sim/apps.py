@@ -16,7 +16,7 @@ The observed time multiplies a log-normal noise whose sigma is 3-5x larger on GP
 >>> APPS["Motioncor2"].fits(k20c, 400.0), APPS["Motioncor2"].fits(rtx, 400.0)
 (False, True)
 >>> sorted(true_drivers("upload"))
-['cpu_iowait', 'disk_read_bytes', 'pcie_rx_bytes', 'pcie_tx_bytes']
+['cpu_iowait', 'disk_read_bytes_per_s', 'pcie_rx_bytes', 'pcie_tx_bytes']
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ RESOURCE_METRICS: dict[str, tuple[str, ...]] = {
     "gpu": ("nvidia_smi_utilization_gpu", "cuda_stream_active"),
     "membw": ("nvidia_smi_memory_used", "cuda_stream_active"),
     "pcie": ("pcie_rx_bytes", "pcie_tx_bytes"),
-    "disk": ("disk_read_bytes", "cpu_iowait"),
+    "disk": ("disk_read_bytes_per_s", "cpu_iowait"),
     "cpu": ("cpu_usage_user", "cpu_usage_system"),
-    "throttle": ("nvidia_smi_clocks_sm", "nvidia_smi_temperature_gpu"),
+    "throttle": ("gpu_sm_clock_mhz", "gpu_temperature"),
 }
 DRIVER_WEIGHT = 0.3  # a resource whose contention weight reaches this drives the app's RTT
 
@@ -150,7 +150,7 @@ def selection_scores(app: str, chosen: set[str] | list[str] | tuple[str, ...]) -
 
     Feature names ``metric__agg`` count as their metric; names that are not metrics are ignored.
 
-    >>> selection_scores("upload", ["disk_read_bytes__mean", "cpu_idle__last", "task_input_size_mb"])
+    >>> selection_scores("upload", ["disk_read_bytes_per_s__mean", "cpu_idle__last", "task_input_size_mb"])
     (0.5, 0.25)
     """
     truth = true_drivers(app)
@@ -162,4 +162,4 @@ def selection_scores(app: str, chosen: set[str] | list[str] | tuple[str, ...]) -
     return hit / len(metrics), hit / len(truth)
 
 
-_OTHER_METRICS = frozenset({"cpu_idle", "memory_cache_usage", "disk_write_bytes", "memory_used_bytes"})
+_OTHER_METRICS = frozenset({"cpu_idle", "memory_cache_usage", "disk_written_bytes_per_s", "memory_used_fraction"})

@@ -1,5 +1,8 @@
 """Exporter-like scrapes of a simulated node: canonical metric names, units as the bridge emits them, noise.
 
+Every name is a canonical metric of ``app/bridge/mapping.yaml`` in its unit there (a test checks the names),
+so a model trained in the simulator reads live node-metrics the same way.
+
 One scrape is one node-metrics message (``topics/node-metrics.json``). Utilisations and rates are means
 over the scrape interval (what counters turned into rates show); gauges (memory used, active CUDA
 streams) read the node at scrape time. Readings carry multiplicative or additive noise like real
@@ -29,15 +32,15 @@ GPU_METRICS = (
     "nvidia_smi_utilization_gpu",  # 0..1
     "nvidia_smi_memory_used",  # bytes
     "cuda_stream_active",  # count
-    "nvidia_smi_temperature_gpu",  # degrees C
-    "nvidia_smi_clocks_sm",  # MHz
+    "gpu_temperature",  # degrees C
+    "gpu_sm_clock_mhz",  # MHz
     "pcie_rx_bytes",  # B/s
     "pcie_tx_bytes",  # B/s
 )
 HOST_METRICS = (
     "cpu_usage_user", "cpu_usage_system", "cpu_iowait", "cpu_idle",  # fractions of all cores
-    "memory_cache_usage", "memory_used_bytes",  # bytes
-    "disk_read_bytes", "disk_write_bytes",  # B/s
+    "memory_cache_usage", "memory_used_fraction",  # fractions of the node's memory
+    "disk_read_bytes_per_s", "disk_written_bytes_per_s",  # B/s
     "cpu_count",  # cores (the bridge's gauge of node_exporter's distinct ``cpu`` labels)
 )
 ALL_METRICS = GPU_METRICS + HOST_METRICS
@@ -64,9 +67,9 @@ def scrape(rt: NodeRuntime, rng: np.random.Generator, now: float) -> dict[str, f
         out["nvidia_smi_memory_used"] = max(0.0, used_gb * GIB * (1.0 + 0.005 * z[2]))
         out["cuda_stream_active"] = float(rt.gpu_tasks + round(2 * bg.get("gpu", 0.0)))
         hot = 10.0 if rt.cond.throttle > 1.0 else 0.0
-        out["nvidia_smi_temperature_gpu"] = 35.0 + 45.0 * util + hot + z[3]
+        out["gpu_temperature"] = 35.0 + 45.0 * util + hot + z[3]
         clock = SM_CLOCK_MHZ.get(spec.gpu_model or "", 1000.0)
-        out["nvidia_smi_clocks_sm"] = max(0.0, clock / rt.cond.throttle + 5.0 * z[4])
+        out["gpu_sm_clock_mhz"] = max(0.0, clock / rt.cond.throttle + 5.0 * z[4])
         out["pcie_rx_bytes"] = max(0.0, pcie)
         out["pcie_tx_bytes"] = max(0.0, 0.3 * pcie)
     cpu = (d["cpu"] + bg.get("cpu", 0.0)) / spec.cpu_cores
@@ -78,11 +81,12 @@ def scrape(rt: NodeRuntime, rng: np.random.Generator, now: float) -> dict[str, f
     out["cpu_usage_system"] = system
     out["cpu_iowait"] = iowait
     out["cpu_idle"] = _clip01(1.0 - user - system - iowait)
-    out["memory_cache_usage"] = max(0.0, (2.0 + 0.5 * rt.mem_used + 4.0 * disk) * GIB * (1.0 + 0.01 * z[8]))
-    out["memory_used_bytes"] = max(0.0, (4.0 + rt.mem_used) * GIB * (1.0 + 0.002 * z[9]))
+    cached_gb = (2.0 + 0.5 * rt.mem_used + 4.0 * disk) * (1.0 + 0.01 * z[8])
+    out["memory_cache_usage"] = _clip01(cached_gb / spec.mem_gb)
+    out["memory_used_fraction"] = _clip01((4.0 + rt.mem_used) * (1.0 + 0.002 * z[9]) / spec.mem_gb)
     read = disk * spec.disk_mb_s * 1e6 * (1.0 + 0.05 * z[10])
-    out["disk_read_bytes"] = max(0.0, read)
-    out["disk_write_bytes"] = max(0.0, 0.2 * read * (1.0 + 0.05 * z[11]))
+    out["disk_read_bytes_per_s"] = max(0.0, read)
+    out["disk_written_bytes_per_s"] = max(0.0, 0.2 * read * (1.0 + 0.05 * z[11]))
     out["cpu_count"] = float(spec.cpu_cores)
     return out
 

@@ -1,34 +1,29 @@
 """Dead letters: a message that fails decoding or its contract is recorded, counted and skipped.
 
-Every agent reads its stream through :func:`validated`, which yields ``(event, value)`` for good
-messages only; a bad one goes to the dead-letters topic (contract ``topics/dead-letters.json``) with
-its source topic, partition, offset, error, stable ``reason``, raw bytes (base64), key and time, and
-``rtt_worker_dead_letters_total{topic, reason}`` counts it. The agent goes on with the next message.
+Every intake (:class:`~app.streams.intake.PartitionIntake`) hands a message it cannot decode to
+:meth:`DeadLetters.send`: the dead-letters topic (contract ``topics/dead-letters.json``) gets its source
+topic, partition, offset, error, stable ``reason``, raw bytes (base64), key and time, and
+``rtt_worker_dead_letters_total{topic, reason}`` counts it. The intake goes on with the next message.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import faust
-from faust.types import EventT, StreamT
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import encode
 from app.errors import ContractError
-from app.streams.edge import EdgeDecoder
-from app.streams.metrics import DEAD_LETTERS, MESSAGES_IN, MESSAGES_OUT
+from app.streams.metrics import DEAD_LETTERS, MESSAGES_OUT
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
 
 MAX_RAW_BYTES = 65_536  # raw payload kept in a dead letter (base64 of the first bytes)
-
-Decoder = Callable[[bytes | None], dict[str, Any]]
 
 
 def _text(b: Any) -> str | None:
@@ -69,26 +64,3 @@ class DeadLetters:
         log.debug("dead letter from %s[%s]@%s: %s", source, record["partition"], record["offset"], exc)
         await self.topic.send(key=record["topic"].encode(), value=encode("dead-letters", record))
         self.sent += 1
-
-
-async def validated(stream: StreamT, contract_name: str, dead: DeadLetters,
-                    decoder: Decoder | None = None) -> AsyncIterator[tuple[EventT, dict[str, Any]]]:
-    """Yield ``(event, value)`` for each message of ``stream`` that satisfies contract ``contract_name``.
-
-    A message that does not is sent to dead-letters and skipped (and acknowledged).
-
-    Example, inside an agent registered on a contract topic::
-
-        async for event, snapshot in validated(stream, "node-metrics", context_of(app).dead):
-            ...
-    """
-    decode_value = decoder or EdgeDecoder(contract_name)
-    counter = MESSAGES_IN.labels(contract_name)
-    async for event in stream.events():
-        counter.inc()
-        try:
-            value = decode_value(event.value)
-        except ContractError as exc:
-            await dead.send(event.message, contract_name, exc)
-            continue
-        yield event, value

@@ -1,7 +1,8 @@
 """Champion/challenger: promote a freshly trained model only when it beats the one in service.
 
-Both models are scored on the same rows — the most recent ``holdout_fraction`` of the key's history,
-which the challenger never trained on — and the challenger wins when
+Both models are scored on the same holdout rows, which the challenger never trained on: the most
+recent ``holdout_fraction`` of the key's history, or, after a drift, every other row since its onset
+plus the newest rows before it (:func:`app.trainer.pipeline.split`). The challenger wins when
 
 ``rmse(challenger) < (1 - margin) · rmse(champion)``
 

@@ -15,8 +15,11 @@ Run off the event loop (the service uses a one-thread executor). Steps, for a ke
    values). Hardware descriptors and task features (``hw_*``, ``task_input_size_mb``, the scheduler's
    ``running_pods_<app>`` counts) that have any value are always kept (:func:`always_kept`): they are
    what lets a class model predict for a node it has never seen, and what the scheduler knows exactly
-   at decision time. When the selection keeps no candidate, :data:`FALLBACK` says what is used:
-   ``"all"`` every varying column, ``"none"`` no metric column (docs/feedback.md has the measurement).
+   at decision time. When the GPU models of the key's nodes do not report the same metrics, each
+   model's rows vote on the metrics they have and the model takes the union
+   (:func:`app.features.classes.select_by_class`). When the selection keeps no candidate,
+   :data:`FALLBACK` says what is used: ``"all"`` every varying column, ``"none"`` no metric column
+   (docs/feedback.md has the measurement).
 3. **Train** (:func:`app.model.train.train_model`) on the fit rows and the kept columns, with the
    holdout excluded (``holdout_fraction=0``: the split is ours, so both models see the same holdout),
    under the monotone constraints of :func:`app.model.constraints.monotone_constraints`. After a drift,
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from app.features.classes import CLASS_FEATURES, class_labels, select_by_class
 from app.features.hardware import HARDWARE_FEATURES
 from app.features.vector import RUNNING_PREFIX, TASK_FEATURES
 from app.model.base import Predictor
@@ -176,7 +180,8 @@ def choose_features(fit: Dataset, selector: Selector | None, max_rows: int = SEL
     chosen = candidates
     if selector is not None and candidates:
         recent = fit.rows(max(0, len(fit) - max_rows))
-        picked = set(selector(recent.columns(candidates), recent.y, candidates))
+        labels = class_labels(recent.columns(CLASS_FEATURES))
+        picked = set(select_by_class(selector, recent.columns(candidates), recent.y, candidates, labels).chosen)
         chosen = [n for n in candidates if n in picked] or (candidates if fallback == "all" else [])
     names = tuple(chosen + kept)
     return names if names else fit.names

@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / "tests" / "fixtures" / "exporters"
 FIXTURES = REPO / "tests" / "fixtures"
 NODE_CAPTURES = [SHARED / "node_exporter-1.5.0.scrape-a.prom", SHARED / "node_exporter-1.5.0.scrape-b.prom"]
-DCGM_CAPTURES = [FIXTURES / "exporters" / "dcgm-exporter-3.3.5.scrape-a.prom",
-                 FIXTURES / "exporters" / "dcgm-exporter-3.3.5.scrape-b.prom"]
+DCGM_CAPTURES = [FIXTURES / "exporters" / "dcgm-exporter-3.3.5.rtx4090.scrape-a.prom",
+                 FIXTURES / "exporters" / "dcgm-exporter-3.3.5.rtx4090.scrape-b.prom"]
 GAP_S = 8.4  # between the captures
 
 
@@ -122,7 +122,9 @@ async def test_bridge_scrapes_exporters_into_node_metrics(kafka_settings):
     assert m["cpu_usage_system"] == pytest.approx(share("system"), abs=1e-9)
     assert m["memory_cache_usage"] == pytest.approx(
         raw(NODE_CAPTURES[1], "node_memory_Cached_bytes") / raw(NODE_CAPTURES[1], "node_memory_MemTotal_bytes"))
-    assert m["pcie_rx_bytes"] == raw(DCGM_CAPTURES[1], "DCGM_FI_PROF_PCIE_RX_BYTES", gpu="0")  # gpu 1 is blank
+    assert m["gpu_power_w"] == raw(DCGM_CAPTURES[1], "DCGM_FI_DEV_POWER_USAGE")  # gpu 1's reading was blank
+    assert m["gpu_memory_total_bytes"] == (raw(DCGM_CAPTURES[1], "DCGM_FI_DEV_FB_USED")
+                                           + raw(DCGM_CAPTURES[1], "DCGM_FI_DEV_FB_FREE")) * 2**20
     assert second["node_class"] == "gpu" and second["gpu_model"] == "NVIDIA GeForce RTX 4090"
     assert second["stale"] == []
     assert metrics.value("rtt_bridge_messages_total", topic=s.topic("node-metrics")) == 2
@@ -161,3 +163,19 @@ def test_publish_cli_sends_valid_lines_and_dead_letters_the_rest(kafka_settings,
     assert (dl["topic"], dl["partition"], dl["offset"], dl["reason"]) == (
         kafka_settings.topic("task-completions"), -1, 2, "schema")
     assert base64.b64decode(dl["raw"]).decode() == bad
+
+
+def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason(kafka_settings, tmp_path,
+                                                                                  monkeypatch, capsys):
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("nodes:\n  - {node: worker-1, targets: ['http://10.0.0.11:9100/metrics']}\n")
+    spans = FIXTURES / "spans" / "otlp-export-base64.json"  # its node is only a pod name in host.name
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
+    assert main(["publish", "task-completions", str(spans), "--from", "otlp", "--targets", str(targets),
+                 "--dead-letters"]) == 1
+    assert "unknown_node" in capsys.readouterr().err
+    [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
+    dl = decode("dead-letters", letter.value)
+    assert dl["reason"] == "unknown_node" and "gctf-runner-5d4c7b9f8-q8w3e" in dl["error"]
+    assert json.loads(base64.b64decode(dl["raw"])) == json.loads(spans.read_text())

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 import redis
-from feedbackkit import Node, Reader, Sender, prediction, snapshot, start_worker, task
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.scheduler.cache import CacheKeys
+from app.sim.scripted import Node, Reader, Sender, prediction, snapshot, start_worker, task
 from app.trainer.service import TrainerService
 
 pytestmark = pytest.mark.integration

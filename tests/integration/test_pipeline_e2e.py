@@ -38,7 +38,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 NODE_A, NODE_B = (REPO / "tests" / "fixtures" / "exporters" / f"node_exporter-1.5.0.scrape-{x}.prom"
                   for x in "ab")
-DCGM_A, DCGM_B = (REPO / "tests" / "fixtures" / "exporters" / f"dcgm-exporter-3.3.5.scrape-{x}.prom" for x in "ab")
+DCGM_A, DCGM_B = (REPO / "tests" / "fixtures" / "exporters" / f"dcgm-exporter-3.3.5.rtx4090.scrape-{x}.prom"
+                  for x in "ab")
 GAP_S = 8.4  # between the captures, and the bridge's interval here
 START_TS = 1_796_208_576.0  # the first capture's node_time_seconds, whole seconds
 NODE = "worker-3"

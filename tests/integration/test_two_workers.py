@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from feedbackkit import Node, Reader, Sender, metric_value, prediction, snapshot, task
 from twokit import Assignment, labelled, nodes_per_partition, scrape, start_workers, wait_settled
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract, encode
+from app.sim.scripted import Node, Reader, Sender, metric_value, prediction, snapshot, task
 
 pytestmark = pytest.mark.integration
 

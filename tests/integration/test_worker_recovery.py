@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from feedbackkit import Node, Reader, Sender, metric_value, prediction, snapshot, start_worker, task
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
+from app.sim.scripted import Node, Reader, Sender, metric_value, prediction, snapshot, start_worker, task
 
 pytestmark = pytest.mark.integration
 

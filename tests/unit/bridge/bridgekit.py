@@ -15,13 +15,19 @@ SPANS = REPO / "tests" / "fixtures" / "spans"
 
 NODE_A = EXPORTERS / "node_exporter-1.5.0.scrape-a.prom"
 NODE_B = EXPORTERS / "node_exporter-1.5.0.scrape-b.prom"
-DCGM_A = EXPORTERS / "dcgm-exporter-3.3.5.scrape-a.prom"
-DCGM_B = EXPORTERS / "dcgm-exporter-3.3.5.scrape-b.prom"
-DCGM_WATCHDOG = EXPORTERS / "dcgm-exporter-3.3.5.watchdog.prom"
-NVIDIA_A = EXPORTERS / "nvidia_gpu_exporter-1.2.1.scrape-a.prom"
-NVIDIA_B = EXPORTERS / "nvidia_gpu_exporter-1.2.1.scrape-b.prom"
-NVIDIA_FAILED = EXPORTERS / "nvidia_gpu_exporter-1.2.1.failed.prom"
+DCGM_A = EXPORTERS / "dcgm-exporter-3.3.5.rtx4090.scrape-a.prom"  # 2x RTX 4090
+DCGM_B = EXPORTERS / "dcgm-exporter-3.3.5.rtx4090.scrape-b.prom"
+DCGM_WATCHDOG = EXPORTERS / "dcgm-exporter-3.3.5.rtx4090.watchdog.prom"
+M40_A = EXPORTERS / "dcgm-exporter-3.3.5.m40.scrape-a.prom"
+M40_B = EXPORTERS / "dcgm-exporter-3.3.5.m40.scrape-b.prom"
+A100_A = EXPORTERS / "dcgm-exporter-3.3.5-dcp.a100.scrape-a.prom"
+A100_B = EXPORTERS / "dcgm-exporter-3.3.5-dcp.a100.scrape-b.prom"
+NVIDIA_A = EXPORTERS / "nvidia_gpu_exporter-1.2.1.k20c.scrape-a.prom"  # 1x Tesla K20c
+NVIDIA_B = EXPORTERS / "nvidia_gpu_exporter-1.2.1.k20c.scrape-b.prom"
+NVIDIA_FAILED = EXPORTERS / "nvidia_gpu_exporter-1.2.1.k20c.failed.prom"
+NVIDIA_HUNG = EXPORTERS / "nvidia_gpu_exporter-1.12.0.rtx4090.hung.prom"
 STREAMS = EXPORTERS / "workload-cuda-streams.prom"
+PROVENANCE = EXPORTERS / "PROVENANCE.yaml"
 
 NODE_URL = "http://10.0.0.13:9100/metrics"
 DCGM_URL = "http://10.0.0.13:9400/metrics"
@@ -47,6 +53,13 @@ def raw_sum(path: Path, name: str, **labels: str) -> float:
     return sum(v for lab, v in raw_samples(path, name) if all(lab.get(k) == x for k, x in labels.items()))
 
 
+def with_value(text: str, series: str, value: float | str) -> str:
+    """``text`` with the sample line of ``series`` (name and labels, as written) set to ``value``."""
+    lines = [f"{series} {value}" if line.startswith(series + " ") else line for line in text.splitlines()]
+    assert lines != text.splitlines(), series
+    return "\n".join(lines) + "\n"
+
+
 def assembler(*urls: str, node: str = "worker-3", node_class: str | None = None,
               optional: tuple[str, ...] = ()) -> NodeAssembler:
     target = Target(node, tuple(Endpoint(u, optional=u in optional) for u in urls), node_class)
@@ -64,6 +77,11 @@ def failed(url: str, t: float, error: str = "ClientConnectorError: connection re
 def two_rounds(a: NodeAssembler, first: list[TargetResult], second: list[TargetResult]) -> Snapshot:
     a.assemble(first, 1000.0)
     return a.assemble(second, 1000.0 + GAP_S)
+
+
+def gpu_node(first: Path, second: Path, url: str = DCGM_URL) -> Snapshot:
+    """The second snapshot of a node scraped only through one GPU exporter, ``GAP_S`` apart."""
+    return two_rounds(assembler(url), [ok(url, first, 0.0)], [ok(url, second, GAP_S)])
 
 
 class ExporterServer:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from bridgekit import DCGM_A, NODE_A, raw_samples
+from bridgekit import M40_A, NODE_A, raw_samples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,11 +22,11 @@ def test_parses_the_real_node_exporter_capture_with_the_names_it_carries():
 
 
 def test_a_counter_declared_without_total_keeps_its_name():
-    e = parse_exposition(DCGM_A.read_text())
-    assert "DCGM_FI_DEV_PCIE_RX_THROUGHPUT" in e
-    assert "DCGM_FI_DEV_PCIE_RX_THROUGHPUT_total" not in e
-    assert [s.value for s in e.get("DCGM_FI_DEV_PCIE_RX_THROUGHPUT")] == [
-        v for _, v in raw_samples(DCGM_A, "DCGM_FI_DEV_PCIE_RX_THROUGHPUT")]
+    e = parse_exposition(M40_A.read_text())
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" in e
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER_total" not in e
+    assert [s.value for s in e.get("DCGM_FI_DEV_PCIE_REPLAY_COUNTER")] == [
+        v for _, v in raw_samples(M40_A, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")]
 
 
 @settings(max_examples=40, deadline=None)

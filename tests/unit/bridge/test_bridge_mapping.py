@@ -12,12 +12,18 @@ def doc():
     return yaml.safe_load(DEFAULT_PATH.read_text())
 
 
-def test_the_shipped_mapping_has_the_seed_names_and_about_thirty_metrics():
+def test_the_shipped_mapping_has_the_seed_names_and_rates_named_as_rates():
     m = load_mapping()
     names = [x.name for x in m.metrics]
     assert {"nvidia_smi_utilization_gpu", "nvidia_smi_memory_used", "cuda_stream_active", "pcie_rx_bytes",
             "cpu_usage_system", "cpu_iowait", "memory_cache_usage"} <= set(names)
-    assert 30 <= len(names) == len(set(names))
+    assert 50 <= len(names) == len(set(names))
+    kept = {"pcie_rx_bytes", "pcie_tx_bytes"}  # the seed's names, bytes/s (documented)
+    for metric in m.metrics:
+        counters = [s for s in metric.sources if s.kind == "counter"]
+        fraction = metric.range == (0.0, 1.0)
+        if counters and not fraction and metric.name not in kept and metric.name != "disk_queue_depth":
+            assert metric.name.endswith("_per_s"), metric.name
     assert {x.group for x in m.metrics} <= set(stale_groups())
     assert m.watchdog is not None and m.watchdog.groups == ("gpu",)
 
@@ -31,8 +37,9 @@ def test_units_convert_into_canonical_units():
     assert scale("nvidia_smi_utilization_gpu", 0) == 0.01  # DCGM percent
     assert scale("nvidia_smi_utilization_gpu", 1) == 1.0  # nvidia_gpu_exporter ratio
     assert scale("nvidia_smi_memory_used", 0) == 1024**2  # MiB
-    assert scale("pcie_rx_bytes", 1) == 1024  # DCGM KB counter
+    assert scale("gpu_memory_total_bytes", 1) == 1024**2  # DCGM used + free, MiB
     assert scale("gpu_sm_clock_mhz", 1) == 1e-6  # Hz
+    assert scale("cpu_frequency_mhz", 0) == 1e-6
 
 
 def test_only_wanted_metrics_are_parsed():
@@ -47,7 +54,13 @@ def test_only_wanted_metrics_are_parsed():
     (("metrics", "cpu_iowait", "group"), "disk", "metrics.cpu_iowait.group"),
     (("metrics", "load1", "aggregate"), "median", "metrics.load1.aggregate"),
     (("metrics", "load1", "range"), [2, 1], "metrics.load1.range"),
-    (("metrics", "disk_read_bytes", "sources", 0, "exclude", "device"), "(", "exclude.device"),
+    (("metrics", "disk_read_bytes_per_s", "sources", 0, "exclude", "device"), "(", "exclude.device"),
+    (("metrics", "gpu_memory_total_bytes", "sources", 1, "plus"), None, "sources[1].plus"),
+    (("metrics", "memory_cache_usage", "sources", 0, "denominator"), [], "sources[0].denominator"),
+    (("metrics", "load1", "tolerance"), 0.1, "metrics.load1.tolerance"),
+    (("metrics", "disk_io_busy", "tolerance"), -1, "metrics.disk_io_busy.tolerance"),
+    (("metrics", "load1", "ranges"), [0, 1], "metrics.load1"),
+    (("watchdog", "flat_for_s"), "soon", "watchdog.flat_for_s"),
     (("metrics", "nvidia_smi_memory_used", "sources", 0, "unit"), "MB", "sources[0].unit"),
     (("exporters", "dcgm_exporter", "port"), 99999, "exporters.dcgm_exporter.port"),
     (("watchdog", "activity"), "no_such_metric", "watchdog.activity"),
@@ -68,3 +81,10 @@ def test_an_unreadable_mapping_file_names_it(tmp_path):
     p.write_text("metrics: [unclosed")
     with pytest.raises(MappingError, match="m.yaml"):
         load_mapping(p)
+
+
+def test_the_simulator_emits_canonical_names_only():
+    from app.sim.metrics import ALL_METRICS
+
+    canonical = {m.name for m in load_mapping().metrics}
+    assert set(ALL_METRICS) <= canonical, set(ALL_METRICS) - canonical

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bridgekit import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_samples, raw_sum
+from bridgekit import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_samples, raw_sum, with_value
 
 MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
 
@@ -37,7 +37,7 @@ def test_the_two_captures_are_8_4_seconds_apart_on_the_node_clock():
 
 @pytest.mark.parametrize(("canonical", "mode"), [("cpu_iowait", "iowait"), ("cpu_usage_system", "system"),
                                                  ("cpu_usage_user", "user"), ("cpu_idle", "idle"),
-                                                 ("cpu_steal", "steal")])
+                                                 ("cpu_steal", "steal"), ("cpu_usage_nice", "nice")])
 def test_cpu_fractions_are_mode_share_of_all_cpu_time_summed_over_cpus(second, canonical, mode):
     _, snap = second
     assert snap.message["metrics"][canonical] == pytest.approx(cpu_share(mode), abs=1e-9)
@@ -47,9 +47,21 @@ def test_cpu_system_is_not_trivially_zero(second):
     _, snap = second
     # cpu0 accrued 8.39 s, cpu1 8.42 s; system time grew 0.04 s on each
     assert snap.message["metrics"]["cpu_usage_system"] == pytest.approx(0.08 / 16.81, rel=1e-6)
-    shares = [snap.message["metrics"][k] for k in ("cpu_idle", "cpu_iowait", "cpu_usage_system", "cpu_usage_user",
-                                                   "cpu_steal", "cpu_irq")]
-    assert sum(shares) == pytest.approx(1.0, abs=1e-9)  # nice is 0 in both captures
+    assert sum(snap.message["metrics"][k] for k in SHARES) == pytest.approx(1.0, abs=1e-9)
+
+
+SHARES = ("cpu_idle", "cpu_iowait", "cpu_usage_system", "cpu_usage_user", "cpu_usage_nice", "cpu_steal", "cpu_irq")
+
+
+def test_the_cpu_shares_sum_to_one_with_nice_time_in_them():
+    # the captures accrued no nice time: give cpu1 0.5 s of it (and its clock as much more time)
+    a = assembler(NODE_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
+    nice1 = 'node_cpu_seconds_total{cpu="1",mode="nice"}'
+    text = with_value(NODE_B.read_text(), nice1, raw_sum(NODE_B, "node_cpu_seconds_total", cpu="1", mode="nice") + 0.5)
+    m = a.assemble([ok(NODE_URL, text, 1.0)], 1.0).message["metrics"]
+    assert m["cpu_usage_nice"] == pytest.approx(0.5 / (16.81 + 0.5), rel=1e-3)
+    assert sum(m[k] for k in SHARES) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_memory_metrics_are_the_second_captures_gauges(second):
@@ -67,42 +79,71 @@ def test_memory_metrics_are_the_second_captures_gauges(second):
 def test_byte_counters_become_rates_over_the_exporters_clock(second):
     _, snap = second
     m = snap.message["metrics"]
-    assert m["disk_read_bytes"] == pytest.approx(delta("node_disk_read_bytes_total", device="vda") / node_dt(),
-                                                 rel=1e-9)
-    assert m["disk_written_bytes"] == pytest.approx(
+    assert m["disk_read_bytes_per_s"] == pytest.approx(
+        delta("node_disk_read_bytes_total", device="vda") / node_dt(), rel=1e-9)
+    assert m["disk_written_bytes_per_s"] == pytest.approx(
         delta("node_disk_written_bytes_total", device="vda") / node_dt(), rel=1e-9)
-    assert m["network_rx_bytes"] == 0.0  # eth0 did not move between the captures; ifb* are excluded
+    assert m["network_rx_bytes_per_s"] == 0.0  # eth0 did not move between the captures; ifb* are excluded
+
+
+def test_disk_iops_latency_queue_and_network_errors_from_the_raw_text(second):
+    _, snap = second
+    m = snap.message["metrics"]
+    reads, writes = delta("node_disk_reads_completed_total", device="vda"), delta(
+        "node_disk_writes_completed_total", device="vda")
+    assert writes > 0  # the captures saw writes on vda
+    assert m["disk_reads_per_s"] == pytest.approx(reads / node_dt(), rel=1e-9)
+    assert m["disk_writes_per_s"] == pytest.approx(writes / node_dt(), rel=1e-9)
+    assert m["disk_write_latency_s"] == pytest.approx(
+        delta("node_disk_write_time_seconds_total", device="vda") / writes, rel=1e-9)
+    assert ("disk_read_latency_s" in m) == (reads > 0)
+    assert m["disk_queue_depth"] == pytest.approx(
+        delta("node_disk_io_time_weighted_seconds_total", device="vda") / node_dt(), rel=1e-9)
+    for canonical, raw in (("network_rx_errors_per_s", "node_network_receive_errs_total"),
+                           ("network_tx_drops_per_s", "node_network_transmit_drop_total")):
+        assert m[canonical] == pytest.approx(delta(raw, device="eth0") / node_dt(), abs=1e-12)
+    retrans, sent = delta("node_netstat_Tcp_RetransSegs"), delta("node_netstat_Tcp_OutSegs")
+    assert m["tcp_retransmits_per_s"] == pytest.approx(retrans / node_dt(), abs=1e-12)
+    assert ("tcp_retransmit_fraction" in m) == (sent > 0)
+    assert m["memory_pressure_stalled"] == pytest.approx(
+        delta("node_pressure_memory_stalled_seconds_total") / node_dt(), abs=1e-12)
+    assert m["io_pressure_stalled"] == pytest.approx(
+        delta("node_pressure_io_stalled_seconds_total") / node_dt(), abs=1e-12)
+    assert "cpu_frequency_mhz" not in m  # this VM's node_exporter has no cpufreq series
+
+
+def test_cpu_frequency_and_its_fraction_of_the_maximum():
+    freq = "".join(f'node_cpu_scaling_frequency_hertz{{cpu="{c}"}} {f}\n'
+                   f'node_cpu_scaling_frequency_max_hertz{{cpu="{c}"}} 3.5e+09\n'
+                   for c, f in (("0", 1.75e9), ("1", 3.5e9)))
+    m = assembler(NODE_URL).assemble([ok(NODE_URL, NODE_A.read_text() + freq, 0.0)], 0.0).message["metrics"]
+    assert m["cpu_frequency_mhz"] == pytest.approx(2625.0)
+    assert m["cpu_frequency_fraction"] == pytest.approx(0.75)
 
 
 def test_the_first_scrape_has_gauges_but_no_rates(second):
     first, _ = second
     m = first.message["metrics"]
     assert "memory_cache_usage" in m and "load1" in m
-    assert not {"cpu_iowait", "cpu_usage_system", "disk_read_bytes"} & set(m)
+    assert not {"cpu_iowait", "cpu_usage_system", "disk_read_bytes_per_s", "disk_write_latency_s"} & set(m)
     assert first.message["node_class"] == "cpu" and first.message["gpu_model"] is None
     assert first.message["stale"] == []
 
 
-def _with_value(text: str, series: str, value: float) -> str:
-    lines = [f"{series} {value}" if line.startswith(series + " ") else line for line in text.splitlines()]
-    assert lines != text.splitlines(), series
-    return "\n".join(lines) + "\n"
-
-
 def _advance_clock(text: str, seconds: float) -> str:
     t = raw_samples(NODE_B, "node_time_seconds")[0][1]
-    return _with_value(text, "node_time_seconds", t + seconds)
+    return with_value(text, "node_time_seconds", t + seconds)
 
 
 def test_a_counter_reset_skips_that_interval_and_recovers_on_the_next():
     user0 = 'node_cpu_seconds_total{cpu="0",mode="user"}'
     a = assembler(NODE_URL)
     a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
-    reset = _with_value(NODE_B.read_text(), user0, 1.0)  # the node restarted: user time starts over
+    reset = with_value(NODE_B.read_text(), user0, 1.0)  # the node restarted: user time starts over
     snap = a.assemble([ok(NODE_URL, reset, 1.0)], 1.0)
     assert not {"cpu_usage_user", "cpu_iowait", "cpu_usage_system"} & set(snap.message["metrics"])
-    assert "disk_read_bytes" in snap.message["metrics"]  # other counters are unaffected
-    after = _advance_clock(_with_value(NODE_B.read_text(), user0, 1.5), 5.0)
+    assert "disk_read_bytes_per_s" in snap.message["metrics"]  # other counters are unaffected
+    after = _advance_clock(with_value(NODE_B.read_text(), user0, 1.5), 5.0)
     snap = a.assemble([ok(NODE_URL, after, 2.0)], 2.0)
     assert snap.message["metrics"]["cpu_usage_user"] == 1.0  # only cpu0's user time moved since the reset
 
@@ -115,5 +156,5 @@ def test_rates_fall_back_to_the_bridge_clock_when_the_exporter_sends_none():
 
     a.assemble([ok(NODE_URL, strip(NODE_A), 100.0)], 0.0)
     snap = a.assemble([ok(NODE_URL, strip(NODE_B), 102.0)], 2.0)
-    assert snap.message["metrics"]["disk_read_bytes"] == pytest.approx(
+    assert snap.message["metrics"]["disk_read_bytes_per_s"] == pytest.approx(
         delta("node_disk_read_bytes_total", device="vda") / 2.0, rel=1e-9)

@@ -72,3 +72,53 @@ def test_an_unreachable_broker_is_one_clear_line(tmp_path, monkeypatch, capsys):
     assert main(["publish", "task-completions", str(p)]) == 2
     err = capsys.readouterr().err
     assert "cannot reach Kafka" in err and "Traceback" not in err
+
+
+def _targets(tmp_path, *nodes):
+    p = tmp_path / "targets.yaml"
+    p.write_text("nodes:\n" + "".join(f"  - {{node: {n}, targets: ['http://10.0.0.1:9100/metrics']}}\n" for n in nodes))
+    return str(p)
+
+
+def test_a_pod_name_as_node_is_warned_about_and_counted(capsys):
+    assert main(["publish", "task-completions", str(SPANS / "otlp-export-base64.json"), "--from", "otlp",
+                 "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: node taken from host.name" in err and "--node-map" in err
+    assert "1 node(s) from host.name" in out and "nodes not checked" in out
+
+
+def test_a_completion_on_a_node_without_metrics_is_invalid(tmp_path, capsys):
+    targets = _targets(tmp_path, "worker-1", "worker-2")
+    assert main(["publish", "task-completions", str(SPANS / "otlp-export-base64.json"), "--from", "otlp",
+                 "--targets", targets, "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert "unknown_node" in err and "gctf-runner-5d4c7b9f8-q8w3e" in err
+    assert "checked 0 message(s)" in out and "not checked" not in out
+
+
+def test_the_node_map_attributes_spans_to_their_node(tmp_path, capsys):
+    node_map = tmp_path / "nodes.yaml"
+    node_map.write_text("gctf-runner-5d4c7b9f8-q8w3e: worker-1\n")
+    assert main(["publish", "task-completions", str(SPANS / "otlp-export-base64.json"), "--from", "otlp",
+                 "--node-map", str(node_map), "--targets", _targets(tmp_path, "worker-1"), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "checked 1 message(s)" in out and "warning" not in err
+
+
+def test_completion_values_are_checked_against_the_known_nodes_too(tmp_path, capsys):
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(GOOD) + "\n" + json.dumps(dict(GOOD, task_id="t-2", node="worker-9")) + "\n")
+    assert main(["publish", "task-completions", str(p), "--targets", _targets(tmp_path, "worker-1"),
+                 "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{p}:2: unknown_node:" in err and "checked 1 message(s), 1 invalid" in out
+
+
+def test_a_bad_node_map_is_one_clear_line(tmp_path, capsys):
+    node_map = tmp_path / "nodes.yaml"
+    node_map.write_text("- worker-1\n")
+    assert main(["publish", "task-completions", str(SPANS / "otlp-export.json"), "--from", "otlp",
+                 "--node-map", str(node_map), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "nodes.yaml" in err and "Traceback" not in err

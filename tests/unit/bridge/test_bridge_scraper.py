@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from bridgekit import DCGM_A, DCGM_B, GAP_S, NODE_A, NODE_B, ExporterServer, raw_sum
 from prometheus_client import CollectorRegistry
 
@@ -39,11 +38,29 @@ async def test_two_rounds_give_rates_and_count_scrapes():
     m = second.message["metrics"]
     assert second.message["ts"] == 1_796_208_576.0 + GAP_S
     assert m["memory_cached_bytes"] == raw_sum(NODE_B, "node_memory_Cached_bytes")
-    assert m["pcie_tx_bytes"] == pytest.approx(raw_sum(DCGM_B, "DCGM_FI_PROF_PCIE_TX_BYTES"))
+    assert m["nvidia_smi_memory_used"] == raw_sum(DCGM_B, "DCGM_FI_DEV_FB_USED") * 2**20
     assert "cpu_iowait" in m and "cpu_iowait" not in rounds[0][0].message["metrics"]
     assert metrics.value("rtt_bridge_scrapes_total", node="worker-3", url=target.urls[0], result="ok") == 2
     assert metrics.value("rtt_bridge_scrape_duration_seconds_count") == 4
-    assert metrics.value("rtt_bridge_samples_dropped_total", exporter="dcgm_exporter") == 1
+    assert metrics.value("rtt_bridge_samples_dropped_total", exporter="dcgm_exporter") == 0
+
+
+async def test_clamped_and_rejected_readings_are_counted_by_metric():
+    from bridgekit import with_value
+
+    metrics = BridgeMetrics(CollectorRegistry())
+    clock, sleep = manual()
+    pressure = "node_pressure_cpu_waiting_seconds_total"
+    dt = raw_sum(NODE_B, "node_time_seconds") - raw_sum(NODE_A, "node_time_seconds")
+    saturated = with_value(NODE_B.read_text(), pressure, raw_sum(NODE_A, pressure) + 1.01 * dt)
+    far = with_value(saturated, "node_time_seconds", raw_sum(NODE_B, "node_time_seconds") + dt)
+    far = with_value(far, pressure, raw_sum(NODE_A, pressure) + 1.01 * dt + 3.0 * dt)
+    async with ExporterServer({"/node": [NODE_A, saturated, far]}) as srv:
+        target = Target("worker-3", (Endpoint(srv.url("/node"), "node_exporter"),))
+        await run_bridge(Settings(scrape_interval_s=GAP_S), [target], scrapes=3, clock=clock, sleep=sleep,
+                         publish=False, metrics=metrics)
+    assert metrics.value("rtt_bridge_values_clamped_total", metric="cpu_pressure_waiting") == 1
+    assert metrics.value("rtt_bridge_values_rejected_total", metric="cpu_pressure_waiting") == 1
 
 
 async def test_timeouts_and_http_errors_are_counted_as_trouble():

@@ -51,9 +51,20 @@ def test_detects_a_doubling_quickly_with_onset_near_the_change(make: Callable[[]
     hit = next((i for i, x in enumerate(values) if d.update(x, ts=1000.0 + 5.0 * i).drift_detected), None)
     assert hit is not None, "doubling not detected"
     assert 100 <= hit <= 100 + MAX_DELAY_WINDOWS
-    # the estimated onset is close to the real change (window 100 starts at ts 1500), within 15 windows
+    # The onset is the last window at which the statistic stood at its minimum: never after the change
+    # (window 100, ts 1500), mostly the window just before it. Seed 2 has a 2-sd window at 91 after which
+    # the statistic never returns to its minimum, so its onset is window 90, by definition.
     assert d.onset_ts is not None
-    assert 1000.0 + 5.0 * 85 <= d.onset_ts <= 1000.0 + 5.0 * hit
+    assert 1000.0 + 5.0 * 90 <= d.onset_ts <= 1000.0 + 5.0 * 99
+
+
+@pytest.mark.parametrize("level", [0.2, 0.5])
+def test_onset_of_a_noiseless_step_is_the_last_window_before_it(make: Callable[[], DriftDetector],
+                                                                level: float) -> None:
+    d = make()
+    hit = next(i for i, x in enumerate([0.1] * 100 + [level] * 30) if d.update(x, ts=1000.0 + 5.0 * i).drift_detected)
+    assert d.onset_ts == 1000.0 + 5.0 * 99
+    assert 100 <= hit <= 107
 
 
 def test_onset_is_recorded_at_detection(make: Callable[[], DriftDetector]) -> None:
@@ -63,7 +74,7 @@ def test_onset_is_recorded_at_detection(make: Callable[[], DriftDetector]) -> No
         d.update(x, ts=1000.0 + 5.0 * i)
         if d.drift_detected:
             assert d.cumulative > d.threshold
-            assert d.onset_ts is not None and 1000.0 + 5 * 50 <= d.onset_ts <= 1000.0 + 5.0 * i
+            assert d.onset_ts == 1000.0 + 5.0 * 59  # the change is at window 60
             return
     pytest.fail("no drift")
 
@@ -83,7 +94,7 @@ def test_index_is_the_onset_without_timestamps(make: Callable[[], DriftDetector]
     d = make()
     for _ in range(30):
         d.update(0.1)
-    assert d.onset_ts is not None and 0.0 <= d.onset_ts <= 29.0
+    assert d.onset_ts == 29.0  # a constant stream never leaves its reference: the onset is the last index
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=80))

@@ -5,15 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import dcor  # test-time reference only (dev extra)
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.features.dcor_fast import DIRECT_MAX_N, distance_correlation, distance_correlation_sqr, warm_up
 from app.features.measures import association
-
-dcor = pytest.importorskip("dcor")  # test-time reference only (dev extra)
 
 TOL = 1e-9
 METHODS = ("auto", "direct", "fast")
@@ -39,11 +38,21 @@ def _reference(x: np.ndarray, y: np.ndarray) -> float:
     return float(dcor.distance_correlation(x, y))
 
 
-def _well_conditioned(v: np.ndarray) -> bool:
-    """False where dcor itself is off: it sums products of the raw values, so a spread lost in the magnitude
-    cancels away and a spread below ~1e-154 underflows when squared (ours centres and scales first)."""
-    spread, top = float(np.ptp(v)), float(np.max(np.abs(v)))
-    return spread == 0.0 or spread > max(1e-3 * top, 1e-100)
+def _conditioned(v: np.ndarray) -> np.ndarray:
+    """``v`` shifted by its minimum and scaled by a power of two to a spread near 1, for dcor's sake.
+
+    dcor sums products of the raw values, so a spread lost in the magnitude cancels away and a spread below
+    ~1e-154 underflows when squared. Distance correlation is invariant to both maps, and both are exact here
+    where it matters: ``v_i - min`` is exact whenever the spread is small against the magnitude (Sterbenz),
+    and a power of two only moves the exponent.
+    """
+    shifted = v - v.min()
+    spread = float(shifted.max())
+    return shifted if spread == 0.0 else np.ldexp(shifted, -int(np.frexp(spread)[1]))
+
+
+def _reference_any(x: np.ndarray, y: np.ndarray) -> float:
+    return _reference(_conditioned(x), _conditioned(y))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,11 +62,12 @@ def _compiled() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(pairs)
-def test_equals_dcor_on_random_inputs_with_ties_and_constants(pair) -> None:
+@example(([1e6, 1e6 + 1e-4, 1e6 + 2e-4, 1e6 + 5e-4, 1e6], [0.0, 1.0, 2.0, 3.0, 1.0]))  # spread 5e-10 of the value
+@example(([5e-324, 0.0, 1e-323, 0.0, 2e-323], [1.0, 2.0, 3.0, 5.0, -1.0]))  # subnormal spread
+@example(([1e-200, -3e-201, 2e-200], [3.0, 1.0, 2.0]))  # squares underflow
+def test_equals_dcor_on_random_inputs_with_ties_constants_and_tiny_spreads(pair) -> None:
     x, y = (np.array(v, dtype=float) for v in pair)
-    if not (_well_conditioned(x) and _well_conditioned(y)):
-        return
-    ref = _reference(x, y)
+    ref = _reference_any(x, y)
     for method in METHODS:
         assert distance_correlation(x, y, method) == pytest.approx(ref, abs=TOL)
     if np.ptp(x) == 0.0 or np.ptp(y) == 0.0:

@@ -42,6 +42,31 @@ def _naive_dcor(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt((a * b).mean() / np.sqrt((a * a).mean() * (b * b).mean())))
 
 
+def _mid_ranks(v: np.ndarray) -> np.ndarray:
+    """1-based ranks, tied values sharing the mean of the ranks they span: (below) + (ties + 1) / 2."""
+    return np.array([np.sum(v < a) + (np.sum(v == a) + 1) / 2 for a in v])
+
+
+def _naive_spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r of the mid-ranks, from its sums (no ties: 1 - 6 sum d^2 / (n (n^2 - 1)))."""
+    rx, ry = _mid_ranks(x) - (x.size + 1) / 2, _mid_ranks(y) - (y.size + 1) / 2
+    return float(np.sum(rx * ry) / np.sqrt(np.sum(rx * rx) * np.sum(ry * ry)))
+
+
+def _naive_kendall_b(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b from its definition: (C - D) / sqrt((pairs - ties in x) (pairs - ties in y))."""
+    concordant = discordant = tied_x = tied_y = 0
+    for i in range(x.size):
+        for j in range(i + 1, x.size):
+            s = np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
+            concordant += s > 0
+            discordant += s < 0
+            tied_x += x[i] == x[j]
+            tied_y += y[i] == y[j]
+    pairs = x.size * (x.size - 1) // 2
+    return float((concordant - discordant) / np.sqrt((pairs - tied_x) * (pairs - tied_y)))
+
+
 @pytest.fixture(scope="module")
 def sample() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(11)
@@ -49,12 +74,36 @@ def sample() -> tuple[np.ndarray, np.ndarray]:
     return x, 0.5 * x + np.exp(x) + rng.normal(size=300)
 
 
-def test_values_agree_with_scipy_and_the_definition(sample) -> None:
+def test_values_agree_with_the_definitions(sample) -> None:
     x, y = sample
     assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-12)
-    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
-    assert kendall(x, y) == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-12)
+    assert spearman(x, y) == pytest.approx(_naive_spearman(x, y), abs=1e-12)
+    assert kendall(x, y) == pytest.approx(_naive_kendall_b(x, y), abs=1e-12)
     assert distance_correlation(x, y) == pytest.approx(_naive_dcor(x, y), abs=1e-9)
+
+
+def test_hand_computed_ranks_with_ties() -> None:
+    """x has a tied pair, y a tied triple: 10 pairs, 1 tied in x, 3 tied in y; C = 5, D = 1."""
+    x = np.array([1.0, 2.0, 2.0, 3.0, 5.0])
+    y = np.array([1.0, 3.0, 1.0, 1.0, 4.0])
+    assert kendall(x, y) == pytest.approx(4 / np.sqrt(9 * 7), abs=1e-12)
+    # mid-ranks 1, 2.5, 2.5, 4, 5 and 2, 4, 2, 2, 5; centred: sum of products 5, of squares 9.5 and 8
+    assert spearman(x, y) == pytest.approx(5 / np.sqrt(9.5 * 8), abs=1e-12)
+    assert _naive_kendall_b(x, y) == pytest.approx(kendall(x, y), abs=1e-15)
+    assert _naive_spearman(x, y) == pytest.approx(spearman(x, y), abs=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(4, 30).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-3, 3).map(float), min_size=n, max_size=n),
+    st.lists(st.integers(-3, 3).map(float), min_size=n, max_size=n))))
+def test_rank_measures_equal_their_definitions_under_heavy_ties(pair) -> None:
+    x, y = (np.array(v) for v in pair)
+    if np.ptp(x) == 0.0 or np.ptp(y) == 0.0:
+        assert spearman(x, y) == 0.0 and kendall(x, y) == 0.0  # degenerate by policy
+        return
+    assert spearman(x, y) == pytest.approx(_naive_spearman(x, y), abs=1e-12)
+    assert kendall(x, y) == pytest.approx(_naive_kendall_b(x, y), abs=1e-12)
 
 
 def test_signed_measures_keep_the_sign_and_strength_drops_it(sample) -> None:

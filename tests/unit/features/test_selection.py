@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from app.cli.main import main
 from app.contracts import encode
-from app.features.measures import MEASURES
+from app.features import selection
+from app.features.measures import MEASURES, MeasureTable
 from app.features.selection import (
     DEFAULT_THRESHOLDS,
     SelectionRule,
@@ -56,20 +57,74 @@ def test_chosen_are_ordered_by_total_strength(result) -> None:
     assert result.ranking[: len(result.chosen)] == result.chosen and "flat" not in result.ranking
 
 
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), min_votes=st.integers(1, 5), top_k=st.one_of(st.none(), st.integers(1, 4)))
-def test_votes_respect_min_votes_thresholds_and_top_k(seed: int, min_votes: int, top_k: int | None) -> None:
+# Hand-made strengths (features x pearson, spearman, kendall, dcor, mic) against the default thresholds
+# 0.3, 0.3, 0.2, 0.27 and MIC's at n = 100, 0.285. "b" sits exactly on three thresholds; "e" is degenerate;
+# "f" passes every threshold but MIC's (0.26 < 0.285).
+HAND = {
+    "a": [0.90, 0.90, 0.80, 0.85, 0.70],  # 5 votes, total 4.15
+    "b": [0.30, 0.29, 0.20, 0.27, 0.10],  # pearson, kendall, dcor: 3 votes, total 1.16
+    "c": [0.10, 0.10, 0.05, 0.50, 0.60],  # dcor, mic: 2 votes, total 1.35
+    "d": [0.50, 0.60, 0.40, 0.10, 0.20],  # pearson, spearman, kendall: 3 votes, total 1.80
+    "e": [0.00, 0.00, 0.00, 0.00, 0.00],  # degenerate
+    "f": [0.31, 0.31, 0.21, 0.28, 0.26],  # 4 votes (not MIC), total 1.37
+}
+
+
+@pytest.fixture
+def hand_table(monkeypatch):
+    """select_features on the strengths above: the measures are replaced, the vote is the real one."""
+    names = list(HAND)
+
+    def table(X, y, names, measures):
+        strength = np.array([[HAND[n][MEASURES.index(m)] for m in measures] for n in names])
+        return MeasureTable(tuple(names), tuple(measures), strength, strength, np.full(len(names), 100), ("e",),
+                            dict.fromkeys(measures, 0.0))
+
+    monkeypatch.setattr(selection, "measure_table", table)
+    return lambda rule: select_features(np.zeros((100, len(names))), np.zeros(100), names, rule)
+
+
+@pytest.mark.parametrize(("rule", "votes", "chosen"), [
+    (SelectionRule(), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a", "d", "f", "b")),
+    (SelectionRule(min_votes=5), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a",)),
+    (SelectionRule(min_votes=1), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a", "d", "f", "c", "b")),
+    # top 2 per measure: pearson, spearman, kendall pick a, d; dcor and mic pick a, c
+    (SelectionRule(top_k=2), {"a": 5, "b": 0, "c": 2, "d": 3, "e": 0, "f": 0}, ("a", "d")),
+    (SelectionRule(top_k=2, min_votes=2), {"a": 5, "b": 0, "c": 2, "d": 3, "e": 0, "f": 0}, ("a", "d", "c")),
+    (SelectionRule(top_k=1, min_votes=1), {"a": 5, "b": 0, "c": 0, "d": 0, "e": 0, "f": 0}, ("a",)),
+    # a threshold of 0 passes every strength, but never the degenerate column
+    (SelectionRule(thresholds=dict.fromkeys(MEASURES, 0.0)), {"a": 5, "b": 5, "c": 5, "d": 5, "e": 0, "f": 5},
+     ("a", "d", "f", "c", "b")),
+    (SelectionRule(measures=("dcor", "mic"), thresholds={"dcor": 0.27, "mic": 0.25}, min_votes=2),
+     {"a": 2, "b": 1, "c": 2, "d": 0, "e": 0, "f": 2}, ("a", "c", "f")),
+])
+def test_hand_computed_votes_and_choices(hand_table, rule: SelectionRule, votes: dict[str, int],
+                                         chosen: tuple[str, ...]) -> None:
+    res = hand_table(rule)
+    assert dict(res.votes) == votes and res.n_samples == 100
+    assert res.chosen == chosen
+    assert res.degenerate == ("e",) and "e" not in res.ranking and len(res.ranking) == 5
+
+
+def test_hand_computed_strongest_measure(hand_table) -> None:
+    """On one scale (the |rho| of a normal pair that gives the value): a reads 0.9 on Pearson, 0.91 on
+    Spearman (2 sin(0.9 pi / 6)), 0.95 on Kendall (sin(0.8 pi / 2)); c is seen by MIC and dcor only."""
+    res = hand_table(SelectionRule())
+    assert res.strongest["a"] == "kendall" and res.strongest["c"] == "mic" and res.strongest["e"] is None
+    assert res.strongest["d"] == "spearman"  # 2 sin(0.6 pi / 6) = 0.618 > 0.5, sin(0.4 pi / 2) = 0.588
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), top_k=st.integers(1, 4))
+def test_a_stricter_rule_chooses_a_subset(seed: int, top_k: int) -> None:
     X, y, names = synthetic(seed, n=120)
-    rule = SelectionRule(min_votes=min_votes, top_k=top_k)
-    res = select_features(X, y, names, rule)
-    assert set(res.chosen) == {n for n in names if res.votes[n] >= min_votes}
-    for n in names:
-        passing = sum(res.scores[n][m] >= rule.threshold(m, 120) for m in MEASURES)
-        assert res.votes[n] <= passing
-        if top_k is None:
-            assert res.votes[n] == (0 if n in res.degenerate else passing)
-    if top_k is not None:
-        assert sum(res.votes.values()) <= top_k * len(MEASURES)
+    loose = select_features(X, y, names, SelectionRule(min_votes=1))
+    for rule in (SelectionRule(min_votes=3), SelectionRule(min_votes=1, top_k=top_k)):
+        strict = select_features(X, y, names, rule)
+        assert set(strict.chosen) <= set(loose.chosen)
+        assert all(strict.votes[n] <= loose.votes[n] for n in names)
+    capped = select_features(X, y, names, SelectionRule(min_votes=1, top_k=top_k))
+    assert sum(capped.votes.values()) <= top_k * len(MEASURES)
 
 
 def test_a_non_monotone_feature_is_found_by_dcor_and_mic_only() -> None:
@@ -151,7 +206,7 @@ def test_mic_rarely_votes_for_independent_noise() -> None:
 
 
 def test_duplicate_names_are_rejected() -> None:
-    with pytest.raises(ValueError, match="names"):
+    with pytest.raises(ValueError, match="^names: must be distinct$"):
         select_features(np.zeros((10, 2)), np.arange(10.0), ["a", "a"])
 
 
@@ -212,3 +267,61 @@ def test_cli_missing_and_malformed_files(tmp_path: Path, capsys) -> None:
     bad.write_text('{"app": "x"}\n')
     assert main(["select", "--input", str(bad)]) == 2
     assert "bad.jsonl:1: not a training-samples message" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6, 0.9, 1.0])
+def test_dcor_of_a_normal_pair_matches_a_simulated_one(rho: float) -> None:
+    """The closed form (Szekely, Rizzo & Bakirov 2007, Theorem 7) against 20,000 simulated pairs."""
+    from app.features.dcor_fast import distance_correlation
+    from app.features.selection import _dcor_of_gaussian
+
+    rng = np.random.default_rng(int(rho * 10))
+    x = rng.normal(size=20_000)
+    y = rho * x + np.sqrt(1 - rho**2) * rng.normal(size=20_000)
+    closed = float(_dcor_of_gaussian(np.array([rho]))[0])
+    assert closed == pytest.approx(distance_correlation(x, y), abs=0.02)
+    assert gaussian_rho("dcor", closed) == pytest.approx(rho, abs=1e-3)
+
+
+def test_mic_scale_inverts_the_documented_model() -> None:
+    """MIC of a normal pair: m0 + (1 - m0) (1 - sqrt(1 - rho^2)), m0 the null level (0.944 n^-0.288)."""
+    assert mic_null_level(100) == pytest.approx(0.2506, abs=1e-4)
+    assert mic_null_level(1000) == pytest.approx(0.1291, abs=1e-4)
+    assert mic_null_level(0) == mic_null_level(1) == 0.944 and mic_null_level(10**9) < 0.003
+    for n in (100, 1000):
+        m0 = mic_null_level(n)
+        for rho in (0.2, 0.5, 0.8, 1.0):
+            assert gaussian_rho("mic", m0 + (1 - m0) * (1 - np.sqrt(1 - rho**2)), n) == pytest.approx(rho, abs=1e-9)
+        assert gaussian_rho("mic", m0 / 2, n) == 0.0
+    assert gaussian_rho("mic", 0.5) == gaussian_rho("mic", 0.5, 1000) != gaussian_rho("mic", 0.5, 999)
+
+
+def test_strengths_outside_the_unit_interval_are_clamped() -> None:
+    for m in MEASURES:
+        assert gaussian_rho(m, 1.7) == gaussian_rho(m, 1.0) and gaussian_rho(m, -0.2) == gaussian_rho(m, 0.0)
+
+
+def test_hand_computed_report(hand_table) -> None:
+    res = hand_table(SelectionRule(top_k=2))
+    assert render_table(res) == "\n".join([
+        "feature  pearson spearman  kendall     dcor      mic votes  strongest",
+        "a          0.900    0.900    0.800    0.850    0.700     5  kendall",
+        "d          0.500    0.600    0.400    0.100    0.200     3  spearman",
+        "degenerate (constant or < 4 samples, scored 0): e",
+    ])
+    none = hand_table(SelectionRule(thresholds=dict.fromkeys(MEASURES, 1.0)))
+    assert render_table(none, title="== x").splitlines()[:3] == [
+        "== x", "feature  pearson spearman  kendall     dcor      mic votes  strongest", "(no feature has 3 votes)"]
+    assert strongest_share({"x": none}) == {"x": dict.fromkeys(MEASURES, 0.0)}  # nothing chosen: no shares
+    assert render_shares({"gCTF": {"mic": 75.0, "dcor": 25.0}, "upload": {"dcor": 100.0}}) == "\n".join([
+        "app         mic     dcor", "gCTF      75.0%    25.0%", "upload     0.0%   100.0%"])
+
+
+def test_strongest_measure_reads_mic_at_the_sample_size_used(monkeypatch) -> None:
+    """MIC 0.5 is |rho| 0.75 at 100 samples (null level 0.25) but 0.82 at 1,000 (0.13): Pearson's 0.78 wins
+    only at 100. The vote uses the rows each column kept, not a fixed size."""
+    strength = np.array([[0.78, 0.1, 0.05, 0.1, 0.5]])
+    for n_used, winner in ((100, "pearson"), (1000, "mic")):
+        table = MeasureTable(("g",), MEASURES, strength, strength, np.array([n_used]), (), dict.fromkeys(MEASURES, 0.0))
+        monkeypatch.setattr(selection, "measure_table", lambda X, y, names, measures, t=table: t)
+        assert select_features(np.zeros((n_used, 1)), np.zeros(n_used), ["g"]).strongest["g"] == winner

@@ -54,6 +54,13 @@ def test_rows_without_rtt_are_dropped_and_too_few_rows_refused():
     assert isinstance(err.value, RttError)
 
 
+def test_too_few_rows_left_after_the_holdout_names_the_rows_left():
+    X, y = synthetic_rtt(MIN_SAMPLES)
+    with pytest.raises(NotEnoughSamplesError, match="2 samples left after holding out 18, at least 10") as err:
+        train_model(X, y, NAMES, "cpu", holdout_fraction=0.9, params=FAST)
+    assert (err.value.n, err.value.needed) == (2, MIN_SAMPLES // 2)
+
+
 @pytest.mark.parametrize(
     ("X", "y", "names", "match"),
     [

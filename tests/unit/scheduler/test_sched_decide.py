@@ -70,6 +70,7 @@ def test_neutral_answers(view: SnapshotBuilder, pod: PodInfo, snapshot: bool, no
     params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": 1.0}}), stale_after_s=30.0)
     d = decide(view.build(now=now) if snapshot else None, pod, NODES, AssumedPods(), params, now)
     assert d.neutral == reason and d.stale == (reason != NO_APP)
+    assert [v.stale for v in d.verdicts] == [reason != NO_APP] * len(NODES)
     assert d.scores() == [(n, 5) for n in NODES] and d.failed_nodes() == {} and d.best() is None
 
 
@@ -140,12 +141,14 @@ def test_credibility_pulls_toward_neutral_and_prior_for_unevaluated(view: Snapsh
     assert by["new"].credibility == 0.5 and by["new"].score == round(0.5 * 10 + 0.5 * 5)
 
 
-loads = st.lists(st.floats(min_value=0.0, max_value=1e4), min_size=1, max_size=12)
+# Few distinct loads and credibilities, so that equal predictions and equal credibilities really occur.
+loads = st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, 40.0]) | st.floats(min_value=0.0, max_value=1e4),
+                 min_size=1, max_size=12)
+creds = st.lists(st.sampled_from([0.0, 0.3, 0.5, 1.0]) | st.floats(0.0, 1.0), min_size=12, max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
-@given(loads=loads, creds=st.lists(st.floats(0.0, 1.0), min_size=12, max_size=12),
-       stale=st.lists(st.booleans(), min_size=12, max_size=12), sla=st.floats(1.0, 1e6))
+@settings(max_examples=80, deadline=None)
+@given(loads=loads, creds=creds, stale=st.lists(st.booleans(), min_size=12, max_size=12), sla=st.floats(1.0, 1e6))
 def test_invariants(loads: list[float], creds: list[float], stale: list[bool], sla: float) -> None:
     b = SnapshotBuilder()
     names = [f"n{i}" for i in range(len(loads))]
@@ -153,15 +156,35 @@ def test_invariants(loads: list[float], creds: list[float], stale: list[bool], s
         b.apply_node_features(features_msg(name, 1000.0, load))
         b.apply_node_weights(weights_msg(name, 1000.0, creds[i], stale=stale[i]))
     b.set_model("gCTF:gpu", 1, LinearPredictor({"load__mean": 100.0}, bias=1.0))
-    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": sla}, "sla_when_all_fail": "fail"}))
+    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": sla}, "sla_when_all_fail": "fail",
+                                            "exploration": {"share": 0.0}}))
     d = decide(b.build(now=NOW), GCTF, names, AssumedPods(), params, NOW)
     assert all(0 <= s <= 10 for _, s in d.scores())
+    assert [v.stale for v in d.verdicts] == stale[: len(names)]  # features are fresh: stale iff weights say so
     fresh = [v for v in d.verdicts if not v.stale]
     if not fresh:
         assert d.neutral == STALE_NODES and d.failed_nodes() == {}
+        assert all(v.stale and v.score == 5 for v in d.verdicts)
+        return
     assert all(v.failed is None for v in d.verdicts if v.stale)  # stale data never filters
-    full = [v for v in fresh if v.credibility == 1.0]
-    for a in full:  # monotone: a lower predicted RTT never scores lower (same credibility)
-        for c in full:
-            if a.predicted_rtt_ms < c.predicted_rtt_ms:
-                assert a.score >= c.score
+    assert all(v.score == 5 for v in d.verdicts if v.stale)
+    assert [v.credibility for v in d.verdicts] == creds[: len(names)]
+    best = min(v.predicted_rtt_ms for v in fresh)
+    winner = d.best()
+    top = dict(d.scores())[winner] if winner is not None else 11
+    assert all(s < top for n, s in d.scores() if n != winner)  # the winner alone has the top score
+    for a in fresh:
+        assert a.predicted_rtt_ms == pytest.approx(1.0 + 100.0 * loads[names.index(a.node)])
+        if a.node == winner:
+            continue  # one more than a tie (at most 10)
+        # a fully credible node is scored on its speed alone: the fastest 10, twice as slow 5 (9 when tied
+        # with a winner at 10)
+        if a.credibility == 1.0:
+            assert abs(a.score - 10 * best / a.predicted_rtt_ms) <= 0.5 or a.score == top - 1 == 9
+        if a.credibility == 0.0:
+            assert a.score == 5
+        for c in fresh:
+            if a.credibility == c.credibility and a.predicted_rtt_ms < c.predicted_rtt_ms:
+                assert a.score >= c.score  # monotone in the prediction at equal credibility
+            if a.predicted_rtt_ms == c.predicted_rtt_ms and a.credibility > c.credibility:
+                assert abs(a.score - 5) >= abs(c.score - 5)  # more credible: farther from neutral

@@ -1,4 +1,11 @@
-"""Helpers of the feedback-loop tests: a worker subprocess, topic readers, a scripted cluster."""
+"""A scripted cluster that drives a running worker from outside, over Kafka (integration tests and benches).
+
+Nodes with a known RTT law (:class:`Node`, :func:`rtt_ms`) and the messages they would cause
+(:func:`snapshot`, :func:`task`, :func:`prediction`); :func:`produce` (many items at once, large batches) and
+:class:`Sender` (one by one, contract-checked) write them keyed as their contracts say; :class:`Reader`
+follows a topic from its beginning; :func:`start_worker` starts ``rttsched worker`` as a child of a
+:class:`~app.cli.processes.ProcessGroup`, and :func:`metric_value` reads one figure of its ``/metrics`` page.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +14,29 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.embedded import free_port
 
 
-def start_worker(group: ProcessGroup, s: Settings, name: str = "worker", **env: str) -> str:
+class Children(Protocol):
+    """What :func:`start_worker` needs of :class:`app.cli.processes.ProcessGroup`."""
+
+    log_dir: Path
+
+    def start(self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> Any: ...
+
+    def wait_http(self, name: str, url: str, timeout_s: float = 60.0) -> None: ...
+
+
+def start_worker(group: Children, s: Settings, name: str = "worker", **env: str) -> str:
     """Start ``rttsched worker`` on ``s``'s broker and prefix; its /metrics URL once it answers."""
     port = free_port()
     group.start(name, ["worker", "--session-timeout-s", "6", "--datadir", str(group.log_dir / "faust")], env={
@@ -65,7 +82,8 @@ class Reader:
             await c.stop()
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
+        if self._task is None:
+            return
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -73,7 +91,8 @@ class Reader:
     async def wait(self, done: Callable[[list[dict[str, Any]]], Any], timeout_s: float, what: str = "") -> Any:
         deadline = time.monotonic() + timeout_s
         while not (result := done(self.values)):
-            assert time.monotonic() < deadline, f"{self.topic}: {what} not seen in {timeout_s}s: {self.values[-3:]}"
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.topic}: {what} not seen in {timeout_s}s: {self.values[-3:]}")
             await asyncio.sleep(0.1)
         return result
 
