@@ -61,6 +61,7 @@ AFTER_ONSET_COPIES = 10  # weight of a fit row from after a drift's onset (as re
 FALLBACKS = ("all", "none")
 FALLBACK = "none"  # the selection kept nothing: no metric column (docs/feedback.md: measured against "all")
 SELECTION_TOP_K = 12  # each measure votes for its 12 strongest features at most (docs/feedback.md)
+METRIC_MIN_ROWS = 500  # fit rows before metric columns may enter a model (docs/feedback.md: measured)
 
 Selector = Callable[[np.ndarray, np.ndarray, Sequence[str]], Sequence[str]]
 
@@ -167,15 +168,23 @@ def always_kept(name: str) -> bool:
 
 
 def choose_features(fit: Dataset, selector: Selector | None, max_rows: int = SELECTION_MAX_ROWS,
-                    fallback: str = FALLBACK) -> tuple[str, ...]:
+                    fallback: str = FALLBACK, metric_min_rows: int = METRIC_MIN_ROWS) -> tuple[str, ...]:
     """The model's columns: the selector's choice among varying columns, plus the :func:`always_kept` ones.
 
     Without a selector every varying column is used; when it keeps nothing, ``fallback`` decides
-    (``"all"``: every varying column, ``"none"``: none of them).
+    (``"all"``: every varying column, ``"none"``: none of them). With fewer than ``metric_min_rows`` fit
+    rows no metric column is a candidate: on a few dozen rows the measures vote for noise (a metric that
+    happens to separate the first nodes' tasks), and a model that reads it ranks nodes by it.
+
+    >>> import numpy as np
+    >>> X = np.column_stack([np.arange(60.0), np.arange(60.0) % 7]).astype(np.float32)
+    >>> ds = Dataset(X, np.arange(60.0) + 1, np.arange(60.0), ("task_input_size_mb", "cpu_iowait__mean"))
+    >>> choose_features(ds, None), choose_features(ds, None, metric_min_rows=50)
+    (('task_input_size_mb',), ('cpu_iowait__mean', 'task_input_size_mb'))
     """
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be one of {FALLBACKS} (got {fallback!r})")
-    candidates = [n for n in varying_columns(fit) if not always_kept(n)]
+    candidates = [n for n in varying_columns(fit) if not always_kept(n)] if len(fit) >= metric_min_rows else []
     kept = [n for j, n in enumerate(fit.names) if always_kept(n) and np.isfinite(fit.X[:, j]).any()]
     chosen = candidates
     if selector is not None and candidates:
@@ -191,7 +200,8 @@ def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = 
                      selector: Selector | None = default_selector, selection_max_rows: int = SELECTION_MAX_ROWS,
                      seed: int = 0, params: Mapping[str, Any] | None = None,
                      onset_ts: float | None = None, after_onset_copies: int = AFTER_ONSET_COPIES,
-                     monotone: bool = True, gpu_app: bool = False, fallback: str = FALLBACK) -> Challenger:
+                     monotone: bool = True, gpu_app: bool = False, fallback: str = FALLBACK,
+                     metric_min_rows: int = METRIC_MIN_ROWS) -> Challenger:
     """Split, select, train and score a challenger (blocking; raises the model layer's errors).
 
     ``onset_ts``: the drift's estimated onset (a retrain-event's ``onset_ts``): see :func:`split`, and
@@ -206,7 +216,8 @@ def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = 
 
         raise NotEnoughSamplesError(len(fit), MIN_SAMPLES)
     train = emphasise_after(fit, onset_ts, after_onset_copies) if onset_ts is not None else fit
-    names = choose_features(train, selector, selection_max_rows, fallback)  # the new regime counts in the vote too
+    names = choose_features(train, selector, selection_max_rows, fallback,  # the new regime counts in the vote too
+                            metric_min_rows)
     merged = dict(params or {})
     if monotone and "monotone_constraints" not in merged:
         merged["monotone_constraints"] = monotone_constraints(names, gpu_app)

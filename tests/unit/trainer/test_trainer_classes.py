@@ -76,7 +76,7 @@ def test_no_class_votes_on_a_metric_it_does_not_have():
         assert not np.isnan(X).all(axis=0).any()  # no all-NaN column ever reaches a vote
         return default_selector(X, y, names)
 
-    names = choose_features(ds, recording)
+    names = choose_features(ds, recording, metric_min_rows=0)
     assert sorted(n for n, _ in calls) == [60, 60, 60]  # one vote per GPU model
     for _, voted in calls:
         assert ("pcie_rx_bytes__mean" in voted) == ("gpu_engine_active__mean" in voted)  # the A100's only
@@ -99,7 +99,7 @@ def test_a_class_too_small_to_vote_cannot_carry_its_metric_alone():
     cands = [n for n in ds.names if n.endswith("__mean")]
     pooled = select_features(ds.columns(cands), ds.y, cands)
     assert "pcie_rx_bytes__mean" in pooled.chosen  # six rows in a line: every measure votes
-    assert "pcie_rx_bytes__mean" not in choose_features(ds, default_selector)
+    assert "pcie_rx_bytes__mean" not in choose_features(ds, default_selector, metric_min_rows=0)
 
 
 def test_one_class_or_the_same_metrics_everywhere_select_as_before():
@@ -117,7 +117,7 @@ def test_a_model_predicts_for_every_class_with_the_metric_missing_where_it_is():
     order = np.random.default_rng(1).permutation(len(ds))  # classes interleaved in time
     ds = ds.take(order)
     ds = type(ds)(ds.X, ds.y, np.arange(len(ds), dtype=np.float64), ds.names)
-    ch = train_challenger(ds, "gpu", seed=0)
+    ch = train_challenger(ds, "gpu", seed=0, metric_min_rows=0)
     assert "pcie_rx_bytes__mean" in ch.selected
     h = ch.holdout
     pred = ch.result.booster.inplace_predict(h.columns(ch.selected), missing=np.nan)

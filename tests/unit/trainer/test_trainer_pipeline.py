@@ -44,7 +44,7 @@ def test_choose_features_keeps_the_selector_choice_and_hardware() -> None:
         assert "hw_gpu_mem_bw_gbs" not in names and X.shape[1] == len(names)
         return ["nvidia_smi_utilization_gpu__mean"]
 
-    fit, _ = split(dataset(200))
+    fit, _ = split(dataset(700))  # 560 fit rows: enough for metric columns (METRIC_MIN_ROWS)
     assert choose_features(fit, pick_util) == ("nvidia_smi_utilization_gpu__mean", "hw_gpu_mem_bw_gbs")
     everything = ("nvidia_smi_utilization_gpu__mean", "nvidia_smi_memory_used__mean", "junk__std",
                   "hw_gpu_mem_bw_gbs")
@@ -53,8 +53,23 @@ def test_choose_features_keeps_the_selector_choice_and_hardware() -> None:
     assert choose_features(fit, None) == everything
 
 
+def test_too_few_rows_for_metrics_train_on_hardware_and_task_columns_only() -> None:
+    """Below ``metric_min_rows`` fit rows no metric column is a candidate, whatever the selector says."""
+    calls = []
+
+    def everything(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
+        calls.append(len(names))
+        return list(names)
+
+    fit, _ = split(dataset(600))  # 480 fit rows
+    assert choose_features(fit, everything, metric_min_rows=481) == ("hw_gpu_mem_bw_gbs",) and not calls
+    assert len(choose_features(fit, everything, metric_min_rows=480)) == 4 and calls == [3]
+    ch = train_challenger(dataset(300), "gpu", params=FAST)  # 240 fit rows: under the default
+    assert ch.selected == ("hw_gpu_mem_bw_gbs",)
+
+
 def test_challenger_learns_the_signal_with_real_selection() -> None:
-    ch = train_challenger(dataset(400), "gpu", params=FAST)
+    ch = train_challenger(dataset(400), "gpu", params=FAST, metric_min_rows=300)
     assert "nvidia_smi_utilization_gpu__mean" in ch.selected
     assert "junk__std" not in ch.selected
     assert ch.n_fit == 320 and len(ch.holdout) == 80
@@ -63,8 +78,8 @@ def test_challenger_learns_the_signal_with_real_selection() -> None:
 
 
 def test_noise_labels_give_a_poor_challenger() -> None:
-    good = train_challenger(dataset(400), "gpu", params=FAST, selector=None)
-    bad = train_challenger(dataset(400, noise=True), "gpu", params=FAST, selector=None)
+    good = train_challenger(dataset(400), "gpu", params=FAST, selector=None, metric_min_rows=0)
+    bad = train_challenger(dataset(400, noise=True), "gpu", params=FAST, selector=None, metric_min_rows=0)
     assert bad.metrics["rmse_ms"] > 3 * good.metrics["rmse_ms"]
 
 
