@@ -185,7 +185,7 @@ class ExtenderService:
             self.metrics.scored_pods.labels(self.app_labels.of(app)).inc()
             best = d.best()
             if best is not None:
-                self.assumed.assume(args.pod.task_id, app, best, now)
+                self.assumed.assume(args.pod.task_id, app, best, now, input_mb=args.pod.input_size_mb)
             if self.publisher is not None:
                 self.publisher.offer(d, now)
         return priority_body(d.scores())

@@ -45,6 +45,14 @@ class AssumedPod:
     node: str
     placed_at: float  # unix seconds
     until: float = math.inf  # unix seconds: expected to have finished (at most placed_at + ttl_s)
+    input_mb: float = math.nan  # the pod's input size (``task_input_size_mb``; NaN: not annotated)
+
+    def remaining(self, now: float) -> float:
+        """The share of its expected run still ahead at ``now`` (0..1; 0.5 when no end is expected)."""
+        span = self.until - self.placed_at
+        if not (math.isfinite(span) and span > 0):
+            return 0.5
+        return min(1.0, max(0.0, (self.until - now) / span))
 
 
 class AssumedPods:
@@ -112,8 +120,10 @@ class AssumedPods:
             return now + min(self.ttl_s, self.rtt_multiple * expected_s)
         return now + self.ttl_s
 
-    def assume(self, task_id: str, app: str, node: str, now: float, expected_s: float | None = None) -> None:
-        """Record that ``task_id`` (of ``app``) was placed on ``node`` at ``now``; replaces an older record.
+    def assume(self, task_id: str, app: str, node: str, now: float, expected_s: float | None = None,
+               input_mb: float = math.nan) -> None:
+        """Record that ``task_id`` (of ``app``, input ``input_mb``) was placed on ``node`` at ``now``; replaces an
+        older record.
 
         ``expected_s``: its expected RTT in seconds; None takes the prediction noted by :meth:`expect`,
         and without one the placement counts for ``ttl_s``.
@@ -124,7 +134,8 @@ class AssumedPods:
             self.forget(next(iter(self._by_task)))
         if app not in self._apps and len(self._apps) < MAX_APPS:
             self._apps[app] = None
-        pod = AssumedPod(task_id, app, node, float(now), self._until(task_id, node, float(now), expected_s))
+        pod = AssumedPod(task_id, app, node, float(now), self._until(task_id, node, float(now), expected_s),
+                         float(input_mb))
         self._by_task[task_id] = pod
         self._by_node.setdefault(node, {})[task_id] = pod
 

@@ -46,6 +46,7 @@ from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.explore import explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
+from app.scheduler.inflict import inflicted_ms
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
@@ -110,6 +111,7 @@ class Decision:
     sla_relaxed: bool = False
     correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
     explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
+    inflicted_ms: list[float] = dataclasses.field(default_factory=list)  # added to running pods (inflict.py)
 
     @property
     def stale(self) -> bool:
@@ -161,7 +163,8 @@ class Decision:
         ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
         if not ok:
             return None
-        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i]))]
+        extra = self.inflicted_ms or [0.0] * len(self.nodes)
+        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i] + extra[i]))]
 
 
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
@@ -281,7 +284,11 @@ def decide(
     relaxed = _apply_sla(app, policy, rtt, fresh, failed)
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
-    scores = score_nodes(rtt, cred)
+    priced = [i for i in np.flatnonzero(busy & usable).tolist() if features[i] is not idle]
+    inflicted = inflicted_ms(snapshot, app, nodes, at, priced, features, assumed, now, task_id,
+                             policy.inflicted_weight) if priced and policy.inflicted_weight > 0 else None
+    cost = rtt if inflicted is None else rtt + inflicted
+    scores = score_nodes(cost, cred)
     passing = np.array([f is None for f in failed], dtype=bool)
     unlearnt = not_learnt(fresh & passing, model >= 0, samples, in_flight, policy.explore_min_samples)
     e = explored(task_id, nodes, unlearnt, samples, share=policy.explore_share)
@@ -295,7 +302,7 @@ def decide(
         ok = np.flatnonzero(passing & usable)
         if ok.size:
             top = ok[scores[ok] == scores[ok].max()]
-            winner = int(top[np.argmin(rtt[top])])
+            winner = int(top[np.argmin(cost[top])])
     if winner is not None and n > 1:
         rest = int(np.delete(scores, winner).max())
         if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
@@ -308,6 +315,7 @@ def decide(
         pod, tuple(nodes), scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), features, sla_relaxed=relaxed,
         correction=corr.tolist(), explored=nodes[e] if e is not None else None,
+        inflicted_ms=inflicted.tolist() if inflicted is not None else [],
     )
 
 

@@ -10,6 +10,8 @@ Read from a YAML or JSON file (``RTT_EXTENDER_POLICY_FILE``); every field is opt
     assumed: {ttl_s: 120, scrape_delay_s: 5}     # how long a placed pod counts before metrics show it
     sla_when_all_fail: pass                      # pass | fail: when SLA would reject every candidate
     exploration: {share: 0.25, min_samples: 3}   # app/scheduler/explore.py (share 0: off)
+    objective: {inflicted: 1.0}                  # app/scheduler/inflict.py: weight of the slowdown a pod
+                                                 # adds to the pods running beside it (0: own RTT only)
 
 Bad values raise :class:`~app.errors.ConfigError` naming the field path.
 
@@ -36,7 +38,7 @@ import yaml
 from app.errors import ConfigError
 
 SLA_WHEN_ALL_FAIL = ("pass", "fail")
-_TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail", "exploration"}
+_TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail", "exploration", "objective"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Policy:
     sla_when_all_fail: str = "pass"
     explore_share: float = 0.25  # fraction of an app's pods that may go to a node not yet learnt (0: never)
     explore_min_samples: int = 3  # a node with fewer completed tasks of the app is not yet learnt
+    inflicted_weight: float = 1.0  # cost = own RTT + this x the time added to the pods running there
 
     def interferes(self, app_a: str, app_b: str) -> bool:
         """Whether two apps must not share a node (symmetric)."""
@@ -114,6 +117,9 @@ def policy_from_dict(doc: Any, source: str = "policy") -> Policy:
     min_samples = explore.get("min_samples", defaults.explore_min_samples)
     if not isinstance(min_samples, int) or isinstance(min_samples, bool) or min_samples < 0:
         raise ConfigError(f"{source}.exploration.min_samples", f"must be an integer >= 0 (got {min_samples!r})")
+    objective = _mapping(doc.get("objective"), f"{source}.objective")
+    inflicted = _number(objective.get("inflicted", defaults.inflicted_weight), f"{source}.objective.inflicted",
+                        strict=False)
     mode = doc.get("sla_when_all_fail", defaults.sla_when_all_fail)
     if mode not in SLA_WHEN_ALL_FAIL:
         raise ConfigError(f"{source}.sla_when_all_fail", f"must be one of {SLA_WHEN_ALL_FAIL} (got {mode!r})")
@@ -127,7 +133,7 @@ def policy_from_dict(doc: Any, source: str = "policy") -> Policy:
         assumed_ttl_s=_number(assumed.get("ttl_s", defaults.assumed_ttl_s), f"{source}.assumed.ttl_s"),
         scrape_delay_s=_number(assumed.get("scrape_delay_s", defaults.scrape_delay_s),
                                f"{source}.assumed.scrape_delay_s", strict=False),
-        sla_when_all_fail=mode, explore_share=share, explore_min_samples=min_samples,
+        sla_when_all_fail=mode, explore_share=share, explore_min_samples=min_samples, inflicted_weight=inflicted,
     )
 
 

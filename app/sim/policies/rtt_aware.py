@@ -227,7 +227,7 @@ class RttAware(BasePolicy):
         best = d.best()
         prediction: dict[str, Any] | None = None
         if best is not None:
-            self.assumed.assume(task.task_id, task.app, best, ts)
+            self.assumed.assume(task.task_id, task.app, best, ts, input_mb=task.input_mb)
             chosen = by_name[best]
         else:
             hosts = top_hosts([{"Host": n, "Score": s} for n, s in d.scores()], by_name)
