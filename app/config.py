@@ -115,7 +115,8 @@ class Settings:
     feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
     worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")
     worker_datadir: str = _f("var/faust", doc="Faust data directory")
-    cold_start_samples: int = _f(50, _positive, doc="samples of a key with no model that trigger a retrain")
+    cold_start_samples: int = _f(25, _positive, doc="samples of a key with no model that trigger a retrain"
+                                 " (25: the fewest that train, 20 fit rows after the holdout)")
     drift_threshold: float = _f(0.5, _positive, doc="Page-Hinkley threshold on per-period MAPE excess")
     drift_delta: float = _f(0.02, _non_negative, doc="Page-Hinkley tolerated MAPE increase")
     drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")

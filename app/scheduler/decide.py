@@ -20,11 +20,14 @@ Per request (one pod, N candidate nodes):
    It is then inflated for assumed pods the node's metrics cannot show yet (contention penalty).
 4. Filter: anti-affinity, then SLA. When SLA alone would reject every remaining candidate and the policy
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
-5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
+5. Cost: the (corrected, inflated) prediction plus, weighted by the policy's ``objective.inflicted``, the
+   time the models predict the pod adds to the pods already running on the node
+   (:func:`app.scheduler.inflict.inflicted_ms`; ``Decision.inflicted_ms``). Scores:
+   :func:`app.scheduler.scoring.score_nodes` of the cost with each node's credibility.
 6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
    passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
    without a prediction there, it is expected to run as long as the slowest candidate's prediction);
-   otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
+   otherwise the winner is the top-scored passing node with a prediction, the lowest cost breaking ties.
    When another node has the winner's score (or more, for an explored node), the winner gets one more,
    or, at the top of the range, every other node gets at most one less: kube-scheduler then places the
    pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
@@ -154,8 +157,8 @@ class Decision:
         return [v for v in self.verdicts if not v.stale] if self.neutral is None else []
 
     def best(self) -> str | None:
-        """The explored node, else the top-scored passing node with a prediction (lowest RTT breaks ties);
-        None when neutral."""
+        """The explored node, else the top-scored passing node with a prediction (lowest cost — RTT plus the
+        inflicted slowdown — breaks ties); None when neutral."""
         if self.neutral is not None:
             return None
         if self.explored is not None:

@@ -63,8 +63,11 @@ from app.trainer.history import SampleHistory
 from app.trainer.pipeline import default_selector
 
 # The extender's scheduling policy here and in the demo (app/cli/demo.py): tasks last ~100 ms and arrive
-# 24/s, so the default 10 % penalty per pod assumed over 5 s would compound to a factor of thousands.
-SIM_POLICY: dict[str, Any] = {"contention": {"interfering": 0.5, "other": 0.0},
+# 24/s, so a pod counts as not yet in the metrics for 1 s (the scrape interval), not the default 5 s; each
+# such pod adds 30 % to a node's predicted RTT: a model trained on a few dozen tasks has rarely seen more
+# than one or two pods beside a task and prices the third like the second, so without it a burst piled
+# onto one node within a second (docs/simulator.md: measured 0, 0.1, 0.3, 0.5).
+SIM_POLICY: dict[str, Any] = {"contention": {"interfering": 0.5, "other": 0.3},
                               "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
 SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine
 HISTORY_S = 120.0
@@ -78,7 +81,8 @@ class RttAware(BasePolicy):
     no residual correction; ``explore_share``: the exploration share (0: off); ``running_refresh_s``: the
     running view's period (None: none); ``train_params``: preset overrides; ``train_delay_s``: simulated
     delay of a retrain's verdict; ``train_options``: other arguments of :func:`app.trainer.pipeline.retrain`;
-    ``settings``: the production settings (defaults when None).
+    ``settings``: the production settings (defaults when None); ``policy``: fields of the extender's policy
+    document over :data:`SIM_POLICY` (e.g. ``{"objective": {"inflicted": 0}}``).
     """
 
     name = "rtt_aware"
@@ -87,13 +91,13 @@ class RttAware(BasePolicy):
                  explore_share: float | None = None, running_refresh_s: float | None = None,
                  train_params: Mapping[str, Any] | None = None, train_delay_s: float = 2.0,
                  train_options: Mapping[str, Any] | None = None, settings: Settings | None = None,
-                 background: bool = True) -> None:
+                 background: bool = True, policy: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         s = self.settings = settings or Settings()
         if running_refresh_s is not None and not running_refresh_s >= 0:
             raise ValueError(f"RttAware: running_refresh_s must be >= 0 or None (got {running_refresh_s})")
         self.dwa, self.correction, self.running_refresh_s = dwa, correction, running_refresh_s
-        doc = {**SIM_POLICY, "exploration": {} if explore_share is None else {"share": explore_share}}
+        doc = {**SIM_POLICY, "exploration": {} if explore_share is None else {"share": explore_share}, **(policy or {})}
         self.params = DecideParams(policy_from_dict(doc), s.credibility_prior, s.extender_stale_after_s)
         policy = self.params.policy
         self.assumed = AssumedPods(policy.assumed_ttl_s, policy.scrape_delay_s)
