@@ -8,7 +8,9 @@ Prints, each with the command's settings:
 
 1. **variants**: the production defaults against one change each - squared error instead of ``reg:gamma``,
    every varying column when the vote keeps nothing (``fallback="all"``), no per-measure top-k, cold start
-   at 200 samples, no residual correction, no exploration, a fixed 30 s window - mean / p99 / second-half
+   at 50 or 200 samples, metric columns from the first model on (no ``metric_min_rows``), ranking by the
+   pod's own predicted RTT (no inflicted slowdown), no penalty for pods the metrics cannot show yet, no
+   residual correction, no exploration, a fixed 30 s window - mean / p99 / second-half
    RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
    defaults as a ratio (mean over seeds, 95 % CI of the mean RTT);
 2. **DWA vs a fixed 30 s window**: prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
@@ -48,7 +50,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "squared error": {"train_params": {"objective": "reg:squarederror"}},
     "fallback: all columns": {"train_options": {"fallback": "all"}},
     "vote without top-k": {"train_options": {"selector": no_top_k}},
+    "cold start 50": {"settings": {"cold_start_samples": 50}},
     "cold start 200": {"settings": {"cold_start_samples": 200}},
+    "metrics from row 1": {"train_options": {"metric_min_rows": 0}},
+    "own RTT only": {"policy": {"objective": {"inflicted": 0.0}}},
+    "no pending penalty": {"policy": {"contention": {"interfering": 0.5, "other": 0.0}}},
     "no residual correction": {"correction": False},
     "no exploration": {"explore_share": 0.0},
     "fixed 30 s window": {"dwa": False},
