@@ -115,7 +115,7 @@ class Settings:
     feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
     worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")
     worker_datadir: str = _f("var/faust", doc="Faust data directory")
-    cold_start_samples: int = _f(200, _positive, doc="samples of a key with no model that trigger a retrain")
+    cold_start_samples: int = _f(50, _positive, doc="samples of a key with no model that trigger a retrain")
     drift_threshold: float = _f(0.5, _positive, doc="Page-Hinkley threshold on per-period MAPE excess")
     drift_delta: float = _f(0.02, _non_negative, doc="Page-Hinkley tolerated MAPE increase")
     drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")
@@ -129,6 +129,8 @@ class Settings:
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
     trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
+    trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "
+                                                      "never get slower on a faster GPU (monotone constraints)")
     # -- extender
     extender_host: str = _f("0.0.0.0", doc="address the extender's HTTP server binds")
     extender_port: int = _f(8888, _port, doc="port of the extender's HTTP server (and its /metrics)")
@@ -209,6 +211,15 @@ class Settings:
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka_bootstrap or f"127.0.0.1:{EMBEDDED_BROKER_PORT}"
+
+    @property
+    def gpu_apps(self) -> frozenset[str]:
+        """``trainer_gpu_apps`` as a set.
+
+        >>> sorted(Settings(trainer_gpu_apps=" gCTF, ,Motioncor2").gpu_apps)
+        ['Motioncor2', 'gCTF']
+        """
+        return frozenset(a.strip() for a in self.trainer_gpu_apps.split(",") if a.strip())
 
     @property
     def models_path(self) -> Path:

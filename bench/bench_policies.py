@@ -3,7 +3,7 @@
     python3 bench/bench_policies.py                       # scenarios/*.yaml, each with its seeds (5)
     python3 bench/bench_policies.py --quick               # 2 seeds, short runs, small rtt_aware models
     python3 bench/bench_policies.py --scenarios default,closed-loop --seeds 5 --json out.json
-    python3 bench/bench_policies.py --learning            # also DWA vs fixed window, running-pod features
+    python3 bench/bench_policies.py --learning            # also DWA vs fixed window
     python3 bench/bench_policies.py --markdown out.json   # markdown tables of a --json file (no runs)
 
 Per scenario it prints (1) mean ± 95 % CI over seeds of every policy's figures, (2) rtt_aware against
@@ -21,6 +21,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -162,9 +163,9 @@ def factory(quick: bool):
 
 
 def learning_extras(config: SimConfig, seeds: list[int], quick: bool) -> None:
-    """rtt_aware with DWA against a fixed 30 s window, and with against without running-pod features."""
+    """rtt_aware with DWA against a fixed 30 s window (bench/bench_learning.py compares the other choices)."""
     params = QUICK_PARAMS if quick else None
-    variants = {"rtt_aware": {}, "fixed_30s": {"dwa": False}, "scrape_only": {"running": False}}
+    variants: dict[str, dict[str, Any]] = {"rtt_aware": {}, "fixed_30s": {"dwa": False}}
     runs = {name: [run_offline(config, lambda rng, kw=kw: RttAware(rng, select=not quick, train_params=params,
                                                                     **kw), s) for s in seeds]
             for name, kw in tqdm(variants.items(), file=sys.stderr, desc="learning variants")}
@@ -181,7 +182,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per scenario (default: the scenario's)")
     ap.add_argument("--policies", default=None, help="comma-separated subset (rtt_aware, clairvoyant always in)")
     ap.add_argument("--json", default=None, help="write every aggregate and ratio to this file")
-    ap.add_argument("--learning", action="store_true", help="also rtt_aware's DWA and running-pod variants")
+    ap.add_argument("--learning", action="store_true", help="also rtt_aware with a fixed 30 s window")
     ap.add_argument("--markdown", default=None, metavar="JSON", help="print markdown tables of a --json file and stop")
     args = ap.parse_args()
     if args.markdown:

@@ -24,10 +24,6 @@ LIVE_NAME = "rtt_aware_live"
 OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "target_load", "static_best", "rtt_aware",
                     "clairvoyant")
 READY_TIMEOUT_S = 120.0
-# The extender's scheduling policy in the demo: what the offline rtt_aware policy uses. Tasks here last
-# ~100 ms and arrive 24/s, so the default 10 % penalty per pod assumed over 5 s would compound to a
-# factor of thousands on the top node (and the published predictions carry it; see docs/demo.md).
-DEMO_POLICY = {"contention": {"interfering": 0.5, "other": 0.0}, "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,6 +75,20 @@ def _half_means(m: Any) -> tuple[float, float, float]:
     return mean(rtt[ok]), mean(rtt[ok & ~late]), mean(rtt[ok & late])
 
 
+def _half_accuracy(m: Any) -> dict[str, float]:
+    """1 - MAPE per ``app:node_class`` over the tasks of the second half that carry a prediction."""
+    import numpy as np
+
+    late = (np.arange(len(m.apps)) >= len(m.apps) // 2) & m.ok & np.isfinite(m.predicted_ms) & (m.rtt_ms > 0)
+    apps, classes = np.array(m.apps), m.task_node_class()
+    out = {}
+    for key in sorted({f"{a}:{c}" for a, c in zip(apps[late], classes[late], strict=True)}):
+        app, cls = key.split(":")
+        sel = late & (apps == app) & (classes == cls)
+        out[key] = max(0.0, 1.0 - float(np.mean(np.abs(m.predicted_ms[sel] - m.rtt_ms[sel]) / m.rtt_ms[sel])))
+    return out
+
+
 def _wait_port(group: Any, name: str, port: int, timeout_s: float) -> None:
     from app.cli.processes import ProcessError
 
@@ -105,6 +115,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, free_port
     from app.sim.live import run_live, scaled_worker_env
+    from app.sim.policies.rtt_aware import SIM_POLICY
 
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     old_int = signal.getsignal(signal.SIGINT)
@@ -136,7 +147,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
                     env={"RTT_METRICS_PORT": str(worker_port)})
         group.start("trainer", ["trainer"], env={"RTT_METRICS_PORT": str(trainer_port)})
         policy_file = Path(tmp.name) / "extender-policy.json"
-        policy_file.write_bytes(orjson.dumps(DEMO_POLICY))
+        policy_file.write_bytes(orjson.dumps(SIM_POLICY))  # the extender policy the offline rtt_aware uses
         group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(ext_port),
                                  "--policy", str(policy_file)])
         pids.update({name: proc.pid for name, proc in group.children.items()})
@@ -217,6 +228,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         for p, (whole, first, second) in halves.items():
             r = ratio(halves[LIVE_NAME][2], second)
             print(f"  {p:<16}{whole:>10.1f}{first:>10.1f}{second:>10.1f}   {'' if p == LIVE_NAME else f'{r:+.1%}'}")
+        accuracy = {p: _half_accuracy(runs[p][0]) for p in (LIVE_NAME, "rtt_aware")}
+        keys = sorted({k for a in accuracy.values() for k in a})
+        print(f"  {'1 - MAPE, 2nd half':<20}" + "".join(f"{k:>17}" for k in keys))
+        for p, acc in accuracy.items():
+            print(f"  {p:<20}" + "".join(f"{acc.get(k, float('nan')):>17.3f}" for k in keys))
+        info["accuracy_second_half"] = accuracy
     paths = write_report(runs, out, info, html=not args.no_html)
     print(f"\nreport: {paths.html if not args.no_html else paths.json} (also {paths.csv}); "
           f"{time.monotonic() - t_start:.0f}s in all")

@@ -126,13 +126,14 @@ def _features(rows: list[dict[str, Any]], exclude: set[str]) -> list[str]:
 
 
 def _rule(args: argparse.Namespace) -> Any:
+    from app.features.measures import MEASURES
     from app.features.selection import DEFAULT_THRESHOLDS, SelectionRule
 
     thresholds = dict(DEFAULT_THRESHOLDS)
     for item in args.threshold:
         measure, sep, value = item.partition("=")
-        if not sep or measure not in thresholds or _number(value) is None:
-            raise SelectInputError(f"--threshold {item!r}: expected MEASURE=VALUE, MEASURE one of {list(thresholds)}")
+        if not sep or measure not in MEASURES or _number(value) is None:
+            raise SelectInputError(f"--threshold {item!r}: expected MEASURE=VALUE, MEASURE one of {list(MEASURES)}")
         thresholds[measure] = float(value)
     try:
         return SelectionRule(thresholds=thresholds, top_k=args.top_k, min_votes=args.min_votes)

@@ -4,16 +4,22 @@ The rule, evaluated once per error period (5 s) with the RMSE of the last and th
 
 ``change = (current - previous) / previous``
 
-* ``change > rise`` (RMSE rose more than 15 %): the window grows, ``min(window * grow, max_s)``;
-* ``change < -fall`` (RMSE fell more than 10 %): the window shrinks, ``max(window * shrink, min_s)``;
+* ``change >= rise`` (RMSE rose by 15 % or more): the window grows, ``min(window * grow, max_s)``;
+* ``change <= -fall`` (RMSE fell by 10 % or more): the window shrinks, ``max(window * shrink, min_s)``;
 * otherwise, or when ``previous <= 0`` or either RMSE is not finite, the window stays as it is.
 
-Defaults are the seed's: ×1.5 / ×0.8, +15 % / −10 %, bounded to 5–60 s.
+Defaults are the seed's: ×1.5 / ×0.8, a rise of 15 % or more / a fall of 10 % or more, bounded to 5–60 s.
+The comparisons allow :data:`TOLERANCE` (relative) of floating-point rounding, so an RMSE computed to be
+exactly 15 % up (``115.0`` after ``100.0``, or ``0.345`` after ``0.3``) counts as a rise of 15 %.
 
 >>> adjust_window(120.0, 100.0, 10.0)
 15.0
->>> adjust_window(85.0, 100.0, 10.0)
+>>> adjust_window(115.0, 100.0, 10.0), adjust_window(0.345, 0.3, 10.0)
+(15.0, 15.0)
+>>> adjust_window(90.0, 100.0, 10.0)
 8.0
+>>> adjust_window(114.9, 100.0, 10.0), adjust_window(90.1, 100.0, 10.0)
+(10.0, 10.0)
 >>> adjust_window(105.0, 100.0, 10.0)
 10.0
 >>> adjust_window(100.0, 0.0, 10.0)
@@ -30,6 +36,7 @@ GROW = 1.5
 SHRINK = 0.8
 RISE = 0.15
 FALL = 0.10
+TOLERANCE = 1e-9  # relative slack on the thresholds: rounding must not move an exact 15 % rise out of the rule
 
 
 def adjust_window(current_rmse: float, prev_rmse: float, window_s: float, *, min_s: float = MIN_WINDOW_S,
@@ -48,7 +55,7 @@ def adjust_window(current_rmse: float, prev_rmse: float, window_s: float, *, min
     grow, shrink
         Factors applied on a rise / a fall.
     rise, fall
-        Relative RMSE change that triggers a grow (``> rise``) or a shrink (``< -fall``).
+        Relative RMSE change that triggers a grow (``>= rise``) or a shrink (``<= -fall``).
 
     Returns
     -------
@@ -58,9 +65,9 @@ def adjust_window(current_rmse: float, prev_rmse: float, window_s: float, *, min
     if not (math.isfinite(current_rmse) and math.isfinite(prev_rmse)) or prev_rmse <= 0:
         return window_s
     change = (current_rmse - prev_rmse) / prev_rmse
-    if change > rise:
+    if change >= rise - TOLERANCE * max(rise, 1.0):
         return min(window_s * grow, max_s)
-    if change < -fall:
+    if change <= -fall + TOLERANCE * max(fall, 1.0):
         return max(window_s * shrink, min_s)
     return window_s
 

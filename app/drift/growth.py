@@ -1,4 +1,5 @@
-"""When a model key's sample count calls for a retrain: a cold start, or enough new samples since the last.
+"""When a model key's sample count calls for a retrain (a cold start, or enough new samples since the last),
+and how often one key may ask at all (:class:`Debounce`).
 
 Two rules, on the samples of a key seen by one worker (``count``):
 
@@ -56,3 +57,31 @@ class SampleGrowth:
     def asked(self, key: str, count: int) -> None:
         """Record that a retrain of ``key`` was asked at ``count`` samples."""
         self._asked[key] = int(count)
+
+
+class Debounce:
+    """At most one event of the debounced ``reasons`` per key per ``interval_s`` (monotonic seconds).
+
+    Drift events are debounced: several nodes of a class may signal the same drift within seconds, and
+    one retrain answers them all. Cold-start and growth asks are not: :class:`SampleGrowth` already
+    spaces them geometrically (50 → 75 → 112 … samples), and on a busy cluster (a thousand tasks a
+    second) a 15 s debounce held every key at its first two models for the whole of a short run.
+
+    >>> d = Debounce(60.0)
+    >>> d.allow("k", 0.0), d.allow("k", 59.0), d.allow("k", 60.0), d.allow("k", 61.0, reason="growth")
+    (True, False, True, True)
+    """
+
+    def __init__(self, interval_s: float, reasons: tuple[str, ...] = ("drift",)) -> None:
+        self.interval_s = interval_s
+        self.reasons = frozenset(reasons)
+        self._last: dict[str, float] = {}
+
+    def allow(self, key: str, now: float, reason: str = "drift") -> bool:
+        if reason not in self.reasons:
+            return True
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last[key] = now
+        return True

@@ -7,6 +7,10 @@ either every ``report_s`` (topics are listed from the cluster's metadata, which 
 for one topic's metadata would make Tansu or an auto-creating Kafka create it with the wrong partition
 count). :attr:`ViewFeed.status` says where it stands, for ``/readyz``.
 
+With ``on_completion``, the feed also reads task-completions from their end: each completion's ``task_id``
+is handed to it (the service forgets the pod it assumed, so the pods it counts as running on a node are
+the ones still running, not the ones expected to be).
+
 Messages are applied in slices (:mod:`app.extender.pacing`), so a large backlog never holds the event
 loop; after each batch the feed asks for a rebuild (the service builds at most every
 ``rebuild_interval_s``). Model blobs load in worker threads. The feed is *caught up* once every partition's
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
 MAX_RECORDS = 250  # per fetch: aiokafka builds a fetch's records in one go (a few us each)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
+COMPLETIONS = "task-completions"
 REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
 
 
@@ -84,7 +89,7 @@ class ViewFeed:
         self, settings: Settings, builder: SnapshotBuilder, loader: ModelLoader, metrics: ExtenderMetrics,
         rebuild: Callable[[bool], object], rebuild_interval_s: float = 0.2,
         on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, report_s: float = 10.0,
-        clock: Clock | None = None,
+        clock: Clock | None = None, on_completion: Callable[[str], object] | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
@@ -95,7 +100,8 @@ class ViewFeed:
         self._interval = rebuild_interval_s
         self._on_model = on_model
         self._report_s = report_s
-        self._topic_of = {settings.topic(t): t for t in TOPICS}
+        self._on_completion = on_completion
+        self._topic_of = {settings.topic(t): t for t in (*TOPICS, *((COMPLETIONS,) if on_completion else ()))}
         self._consumer: Any = None
         self._guard: PositionGuard | None = None
         self._task: asyncio.Task[None] | None = None
@@ -178,7 +184,7 @@ class ViewFeed:
                                     topic_label=lambda t: self._topic_of.get(t, t))
 
     async def _wait_for_topics(self) -> None:
-        """Assign every partition of the view's topics once all three exist; report the missing ones."""
+        """Assign every partition of the view's topics once they all exist; report the missing ones."""
         from aiokafka import TopicPartition
 
         names = list(self._topic_of)
@@ -190,9 +196,13 @@ class ViewFeed:
             self._report(f"waiting for topics {', '.join(missing)} on Kafka at {self._settings.bootstrap_servers} "
                          "(create them with `rttsched topics`)")
             await asyncio.sleep(min(1.0, self._report_s))
-        tps = [TopicPartition(t, p) for t in names for p in sorted(cluster.partitions_for_topic(t))]
-        self._consumer.assign(tps)
+        every = [TopicPartition(t, p) for t in names for p in sorted(cluster.partitions_for_topic(t))]
+        done = [tp for tp in every if self._topic_of[tp.topic] == COMPLETIONS]  # read from their end
+        tps = [tp for tp in every if self._topic_of[tp.topic] != COMPLETIONS]
+        self._consumer.assign(every)
         await self._consumer.seek_to_beginning(*tps)
+        if done:
+            await self._consumer.seek_to_end(*done)
         ends = await self._consumer.end_offsets(tps)
         self._behind = {tp: end for tp, end in ends.items() if end > 0}
         self._report(f"catching up: {sum(self._behind.values())} messages on {len(tps)} partitions", logging.INFO)
@@ -264,6 +274,16 @@ class ViewFeed:
             return "applied" if self._builder.apply_node_features(value) else "ignored"
         if topic == "node-weights":
             return "applied" if self._builder.apply_node_weights(value) else "ignored"
+        if topic == COMPLETIONS:
+            if self._on_completion is None:
+                return "ignored"
+            self._on_completion(value["task_id"])
+            return "applied"
+        if topic == COMPLETIONS:
+            if self._on_completion is None:
+                return "ignored"
+            self._on_completion(value["task_id"])
+            return "applied"
         version = self._builder.model_version(value["model_key"])
         if version is not None and version >= value["version"]:
             return "ignored"

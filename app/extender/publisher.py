@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -42,7 +41,8 @@ class Sink(Protocol):
 
 
 def _predicted(decision: Decision) -> int:
-    return sum(1 for r in (decision.model_rtt_ms or decision.rtt_ms) if math.isfinite(r))
+    """How many rtt-predictions one request makes (:meth:`Decision.published`)."""
+    return 0 if decision.neutral is not None else sum(decision.fresh)
 
 
 class PredictionPublisher:

@@ -203,7 +203,8 @@ class ExtenderService:
         if self._kafka:
             self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
-                                 on_model=self._cache_model, report_s=self.options.report_s, clock=self.clock)
+                                 on_model=self._cache_model, report_s=self.options.report_s, clock=self.clock,
+                                 on_completion=self.assumed.forget)
             self.feed.start()
         if self._publish:
             sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)
@@ -241,7 +242,7 @@ class ExtenderService:
             self._warming = False
             self.warmed.set()
         refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
-                                     on_change=self.request_rebuild)
+                                     on_change=self.request_rebuild, now=self.clock.now)
         await refresher.run()
 
     async def _warm_start(self) -> None:

@@ -54,13 +54,18 @@ async def warm_start(
 
 
 class RunningRefresher:
-    """Re-read the running-apps view from Redis every ``period_s`` and apply changes to the builder."""
+    """Re-read the running-apps view from Redis every ``period_s`` and apply changes to the builder.
+
+    ``now``: the clock the view is stamped with when read (assumed pods placed before it, less the scrape
+    delay, are then left to the view); None leaves the view unstamped.
+    """
 
     def __init__(
         self, client: Any, keys: CacheKeys, builder: SnapshotBuilder, period_s: float,
-        on_change: Callable[[], object] | None = None,
+        on_change: Callable[[], object] | None = None, now: Callable[[], float] | None = None,
     ) -> None:
         self._client = client
+        self._now = now
         self._on_change = on_change
         self._keys = keys
         self._builder = builder
@@ -70,10 +75,11 @@ class RunningRefresher:
     async def refresh(self) -> int:
         """One refresh; returns the number of nodes with a running-apps entry."""
         running = await load_running(self._client, self._keys)
+        ts = self._now() if self._now is not None else None
         for node in self._known - set(running):
-            self._builder.apply_running(node, {})
+            self._builder.apply_running(node, {}, ts)
         for node, apps in running.items():
-            self._builder.apply_running(node, apps)
+            self._builder.apply_running(node, apps, ts)
         self._known = set(running)
         return len(running)
 

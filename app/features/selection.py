@@ -5,11 +5,12 @@ A measure *votes* for a feature when the feature's strength reaches that measure
 (:mod:`app.features.measures`) never get a vote. A feature with at least ``min_votes`` votes is chosen;
 chosen features are ordered by their total strength over the measures.
 
-The default thresholds sit near each measure's value for a moderate association: Pearson and Spearman
-0.3, Kendall's tau 0.2 (``2/pi * arcsin(0.3) = 0.19`` for a bivariate normal with ``rho = 0.3``), distance
-correlation 0.27 (its value at ``rho = 0.3``), MIC 0.25 (linear data reach it only near ``rho = 0.5`` at
-1,000 samples, but MIC is there for the non-monotone relations the others miss; independent data already
-score 0.19 at n = 300 and 0.25 at n = 100, so raise it for small samples). See docs/feature-selection.md.
+The default thresholds sit at each measure's value for a moderate association, a bivariate normal pair
+with ``|rho| = 0.3`` (:data:`MODERATE_RHO`): Pearson and Spearman 0.3, Kendall's tau 0.2 (``2/pi * arcsin(0.3)
+= 0.19``), distance correlation 0.27 (its value at ``rho = 0.3``). MIC has no fixed value there: independent
+data already score 0.25 at n = 100 and 0.13 at n = 1,000 (:func:`mic_null_level`), so its threshold is taken
+at each feature's sample size from that null level (:func:`mic_threshold`: 0.29 at n = 100, 0.21 at 400,
+0.17 at 1,000) unless the rule fixes one. See docs/feature-selection.md.
 
 *Strongest measure* of a feature: the measure that sees the association as strongest once every measure is
 put on one scale, the ``|rho|`` of a bivariate normal pair that would give the same value
@@ -41,9 +42,33 @@ import numpy as np
 
 from app.features.measures import MEASURES, MeasureTable, measure_table
 
+MODERATE_RHO = 0.3  # the association every default threshold stands for (bivariate normal |rho|)
 DEFAULT_THRESHOLDS: Mapping[str, float] = types.MappingProxyType(
-    {"pearson": 0.3, "spearman": 0.3, "kendall": 0.2, "dcor": 0.27, "mic": 0.25}
-)
+    {"pearson": 0.3, "spearman": 0.3, "kendall": 0.2, "dcor": 0.27}
+)  # no "mic": its threshold follows the sample size (mic_threshold)
+
+
+def mic_null_level(n: int) -> float:
+    """Mean MIC of two independent normal samples of size ``n`` (fitted: 0.25 at 100, 0.13 at 1,000).
+
+    >>> round(mic_null_level(1000), 3)
+    0.129
+    """
+    return min(0.944 * max(n, 1) ** -0.288, 0.99)
+
+
+def mic_threshold(n: int, rho: float = MODERATE_RHO) -> float:
+    """MIC of a bivariate normal pair with ``|rho|`` at ``n`` samples: ``m0 + (1 - m0)(1 - sqrt(1 - rho^2))``.
+
+    ``m0`` is :func:`mic_null_level`; the curve is the one :func:`gaussian_rho` inverts. The default vote
+    threshold of MIC, so that MIC, like the other four measures, votes for an association of about
+    ``|rho| = 0.3`` whatever the sample size, and not for noise at small ones.
+
+    >>> [round(mic_threshold(n), 3) for n in (100, 400, 1000, 2000)]
+    [0.285, 0.206, 0.169, 0.147]
+    """
+    m0 = mic_null_level(n)
+    return m0 + (1.0 - m0) * (1.0 - float(np.sqrt(1.0 - rho * rho)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +78,8 @@ class SelectionRule:
     Parameters
     ----------
     thresholds:
-        Minimum strength (0..1) for a measure's vote; every measure of ``measures`` must have one.
+        Minimum strength (0..1) for a measure's vote; every measure of ``measures`` but ``mic`` must have one.
+        Without a ``mic`` entry, MIC's threshold is :func:`mic_threshold` at each feature's sample size.
     top_k:
         When set, a measure votes only for its ``top_k`` strongest features (that also pass the threshold).
     min_votes:
@@ -76,6 +102,8 @@ class SelectionRule:
         for m in self.measures:
             t = self.thresholds.get(m)
             if t is None:
+                if m == "mic":
+                    continue
                 raise ValueError(f"thresholds.{m}: missing")
             if not 0.0 <= float(t) <= 1.0:
                 raise ValueError(f"thresholds.{m}: must be between 0 and 1 (got {t})")
@@ -83,11 +111,24 @@ class SelectionRule:
             raise ValueError(f"top_k: must be >= 1 or None (got {self.top_k})")
         if not 1 <= self.min_votes <= len(self.measures):
             raise ValueError(f"min_votes: must be between 1 and {len(self.measures)} (got {self.min_votes})")
-        frozen = types.MappingProxyType({m: float(self.thresholds[m]) for m in self.measures})
+        frozen = types.MappingProxyType({m: float(self.thresholds[m]) for m in self.measures if m in self.thresholds})
         object.__setattr__(self, "thresholds", frozen)
 
+    def threshold(self, measure: str, n: int) -> float:
+        """The strength ``measure`` must reach to vote for a feature with ``n`` usable samples.
+
+        >>> rule = SelectionRule()
+        >>> rule.threshold("pearson", 100), round(rule.threshold("mic", 100), 3), round(rule.threshold("mic", 1000), 3)
+        (0.3, 0.285, 0.169)
+        """
+        fixed = self.thresholds.get(measure)
+        return fixed if fixed is not None else mic_threshold(n)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"thresholds": dict(self.thresholds), "top_k": self.top_k, "min_votes": self.min_votes,
+        thresholds: dict[str, Any] = dict(self.thresholds)
+        if "mic" in self.measures and "mic" not in thresholds:
+            thresholds["mic"] = "mic_threshold(n)"
+        return {"thresholds": thresholds, "top_k": self.top_k, "min_votes": self.min_votes,
                 "measures": list(self.measures)}
 
 
@@ -127,8 +168,8 @@ class SelectionResult:
 
 def _votes(table: MeasureTable, rule: SelectionRule) -> np.ndarray:
     """Boolean (features × measures): which measure votes for which feature."""
-    thresholds = np.array([rule.thresholds[m] for m in table.measures])
-    ok = table.strength >= thresholds
+    thresholds = np.array([[rule.threshold(m, int(n)) for m in table.measures] for n in table.n_used])
+    ok = table.strength >= thresholds.reshape(len(table.names), len(table.measures))
     ok[[i for i, n in enumerate(table.names) if n in set(table.degenerate)], :] = False
     if rule.top_k is not None:
         for j in range(len(table.measures)):
@@ -147,15 +188,6 @@ def _dcor_of_gaussian(rho: np.ndarray) -> np.ndarray:
 
 
 _DCOR_GRID = _dcor_of_gaussian(_RHO_GRID)
-
-
-def mic_null_level(n: int) -> float:
-    """Mean MIC of two independent normal samples of size ``n`` (fitted: 0.25 at 100, 0.13 at 1,000).
-
-    >>> round(mic_null_level(1000), 3)
-    0.129
-    """
-    return min(0.944 * max(n, 1) ** -0.288, 0.99)
 
 
 def gaussian_rho(measure: str, strength: float, n: int = 1000) -> float:

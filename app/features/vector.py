@@ -19,6 +19,7 @@ import numpy as np
 
 AGGREGATES = ("mean", "min", "max", "last", "std")
 TASK_FEATURES = ("task_input_size_mb",)
+RUNNING_PREFIX = "running_pods_"  # task feature per app: its pods on the candidate node (the scheduler's view)
 SEP = "__"
 
 

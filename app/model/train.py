@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MIN_SAMPLES = 20
 FORMATS = ("ubj", "json")
+POSITIVE_OBJECTIVES = frozenset({"reg:gamma", "reg:tweedie", "count:poisson"})  # log link: label must be > 0
 MAPE_FLOOR_MS = 1e-3  # an RTT of 0 ms must not divide by zero
 
 
@@ -128,7 +129,8 @@ def train_model(
     ----------
     X, y
         Features (rows in time order, NaN = missing) and observed RTT in ms; rows whose RTT is not
-        finite are dropped.
+        finite are dropped, and so are rows whose RTT is not positive under a log-link objective
+        (``reg:gamma``, ``reg:tweedie``, ``count:poisson``).
     feature_names
         One name per column of ``X``; the booster keeps them.
     node_class
@@ -162,6 +164,14 @@ def train_model(
     if max_samples is not None and max_samples < MIN_SAMPLES:
         raise TrainingError(f"max_samples: must be >= {MIN_SAMPLES} or None (got {max_samples})")
     X, y = _check(X, y, feature_names)
+    overrides = dict(params or {})
+    merged: dict[str, Any] = {**xgb_params(node_class, device=overrides.get("device")), "seed": seed,
+                              "nthread": default_nthread(), **overrides}
+    if merged.get("objective") in POSITIVE_OBJECTIVES:
+        keep = y > 0
+        if not keep.all():
+            log.debug("dropping %d rows with RTT <= 0 (objective %s)", int((~keep).sum()), merged["objective"])
+            X, y = X[keep], y[keep]
     n = y.shape[0]
     if n < MIN_SAMPLES:
         raise NotEnoughSamplesError(n, MIN_SAMPLES)
@@ -174,9 +184,6 @@ def train_model(
         idx = stratified_sample(y_fit, max_samples, rng=np.random.default_rng(seed))
         X_fit, y_fit = X_fit[idx], y_fit[idx]
 
-    overrides = dict(params or {})
-    merged: dict[str, Any] = {**xgb_params(node_class, device=overrides.get("device")), "seed": seed,
-                              "nthread": default_nthread(), **overrides}
     booster_params = dict(merged)
     rounds = int(booster_params.pop("n_estimators", 100))
     names = tuple(feature_names)

@@ -150,18 +150,45 @@ class AssumedPods:
             dropped += 1
         return dropped
 
-    def on_node(self, node: str, now: float, exclude: str = "") -> tuple[AssumedPod, ...]:
-        """Placements on ``node`` not expected to have finished by ``now``, without ``exclude``."""
+    def scan(self, node: str, now: float, features_ts: float, exclude: str = "",
+             since: float = -math.inf) -> tuple[dict[str, int], tuple[str, ...]]:
+        """:meth:`counts` (with ``since``) and the apps of :meth:`pending` of ``node``, in one pass.
+
+        >>> a = AssumedPods(ttl_s=60, scrape_delay_s=5)
+        >>> a.assume("p1", "gCTF", "n", now=100.0); a.assume("p2", "upload", "n", now=90.0)
+        >>> a.scan("n", now=101.0, features_ts=99.0)
+        ({'gCTF': 1, 'upload': 1}, ('gCTF',))
+        """
+        pods = self._by_node.get(node)
+        counts: dict[str, int] = {}
+        if not pods:
+            return counts, ()
+        cutoff = now - self.ttl_s
+        pending: list[str] = []
+        for p in pods.values():
+            if p.placed_at <= cutoff or p.task_id == exclude:
+                continue
+            if p.until > now and p.placed_at > since:
+                counts[p.app] = counts.get(p.app, 0) + 1
+            if features_ts <= p.placed_at + self.scrape_delay_s:
+                pending.append(p.app)
+        return counts, tuple(pending)
+
+    def on_node(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> tuple[AssumedPod, ...]:
+        """Placements on ``node`` after ``since`` not expected to have finished by ``now``, without ``exclude``."""
         pods = self._by_node.get(node)
         if not pods:
             return EMPTY
-        cutoff = now - self.ttl_s
+        cutoff = max(now - self.ttl_s, since)
         return tuple(p for p in pods.values() if p.placed_at > cutoff and p.until > now and p.task_id != exclude)
 
-    def counts(self, node: str, now: float, exclude: str = "") -> dict[str, int]:
-        """Pods per app on ``node`` (:meth:`on_node`): the scheduler's view of what still runs there."""
+    def counts(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> dict[str, int]:
+        """Pods per app on ``node`` (:meth:`on_node`): the scheduler's view of what still runs there.
+
+        ``since``: only placements after it (a running-apps view read then already shows the older ones).
+        """
         out: dict[str, int] = {}
-        for p in self.on_node(node, now, exclude):
+        for p in self.on_node(node, now, exclude, since):
             out[p.app] = out.get(p.app, 0) + 1
         return out
 

@@ -37,7 +37,7 @@ from app.features.hardware import hardware_features
 from app.features.vector import TASK_FEATURES, row, split_feature_name
 from app.model.base import Predictor
 from app.scheduler.snapshot import ModelEntry, NodeState, Snapshot
-from app.scheduler.table import CHUNK, AppRoutes, NodeTable, app_routes_steps, node_table_steps, run_steps
+from app.scheduler.table import CHUNK, AppRoutes, NodeTable, app_routes_steps, apps_steps, node_table_steps, run_steps
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,10 +98,14 @@ class SnapshotBuilder:
         if ts < old.features_ts:
             return False
         self._touch(old.node_class, value["node_class"])
+        stale = set(value.get("stale") or ())
+        app_features = {str(a): MappingProxyType({k: float(v) for k, v in f.items()
+                                                  if split_feature_name(k)[0] not in stale})
+                        for a, f in (value.get("app_features") or {}).items()}
         self._nodes[name] = dataclasses.replace(
             old, node_class=value["node_class"], gpu_model=value.get("gpu_model"),
             features=MappingProxyType(node_features_map(value)), features_ts=ts,
-            stale_metrics=frozenset(value.get("stale") or ()), version=old.version + 1,
+            stale_metrics=frozenset(stale), version=old.version + 1, app_features=MappingProxyType(app_features),
         )
         self.dirty = True
         return True
@@ -119,16 +123,19 @@ class SnapshotBuilder:
             old, weight=float(value["weight"]), weights_ts=ts, weights_stale=bool(value["stale"]),
             predicted_rtt_ms=MappingProxyType({k: float(v) for k, v in value["predicted_rtt_ms"].items()}),
             node_class=node_class, gpu_model=gpu_model,
+            correction=MappingProxyType({k: float(v) for k, v in (value.get("correction") or {}).items()}),
+            samples=MappingProxyType({k: int(v) for k, v in (value.get("samples") or {}).items()}),
         )
         self.dirty = True
         return True
 
-    def apply_running(self, node: str, apps: Mapping[str, int]) -> None:
-        """Replace the running-apps view of ``node`` (app -> running pods)."""
+    def apply_running(self, node: str, apps: Mapping[str, int], ts: float | None = None) -> None:
+        """Replace the running-apps view of ``node`` (app -> running pods), read at ``ts`` when known."""
         old = self._nodes.get(node) or NodeState(node)
         clean = {str(a): int(c) for a, c in apps.items() if int(c) > 0}
-        if dict(old.running) != clean:
-            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean))
+        if dict(old.running) != clean or (ts is not None and ts > old.running_ts):
+            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean),
+                                                    running_ts=max(old.running_ts, ts or 0.0))
             self.dirty = True
 
     def remove_node(self, node: str) -> None:
@@ -201,7 +208,7 @@ class SnapshotBuilder:
                 n = scope[i]
                 hit = rows.get(n.name)
                 if hit is None or hit[0] != n.version:
-                    hit = rows[n.name] = (n.version, row(n.features, m.feature_names))
+                    hit = rows[n.name] = (n.version, row(n.features_for(m.app), m.feature_names))
                     converted += 1
                     if converted % ROWS_PER_STEP == 0:
                         yield
@@ -244,10 +251,12 @@ class SnapshotBuilder:
             models[key] = yield from self._entry_steps(m, nodes, states)
         table = yield from node_table_steps(nodes)
         columns: dict[str, NodeTable | AppRoutes | None] = {"": table}
-        for app in sorted({m.app for m in self._models.values()}):
-            columns[app] = yield from app_routes_steps(app, table, models)
+        apps = yield from apps_steps(models, nodes)
+        for app in sorted(apps):
+            columns[app] = yield from app_routes_steps(app, table, models, nodes)
         data_ts = float(table.features_ts.max()) if len(table) else 0.0
         snap = Snapshot(nodes=MappingProxyType(nodes), models=MappingProxyType(models), built_at=now, data_ts=data_ts)
+        snap._apps.append(apps)
         return snap.with_columns(columns)
 
     def build(self, now: float) -> Snapshot:

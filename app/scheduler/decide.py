@@ -11,13 +11,23 @@ Per request (one pod, N candidate nodes):
    Each fresh candidate also gets the task's *running-pods* features, one per known app
    (``running_pods_<app>``, :func:`running_features`): the pods of that app the scheduler believes run on the
    node — per app the larger of the running-apps view and the node's assumed pods not yet expected to have
-   finished. A model whose ``feature_names`` hold such a column gets the node's value; other columns of
-   these names do not exist for it (old models are unaffected). The values go out with the predictions,
+   finished (placed after the view was read, less the scrape delay, when the view says when it was read).
+   A model whose ``feature_names`` hold such a column gets the node's value; other columns of these names
+   do not exist for it (old models are unaffected). The values go out with the predictions,
    so the training samples carry what the model saw.
-3. The prediction is inflated for assumed pods the node's metrics cannot show yet (contention penalty).
+3. Each prediction is multiplied by the node's residual correction for the app (node-weights
+   ``correction``, :mod:`app.drift.residual`): what rtt-predictions carries, with the factor itself.
+   It is then inflated for assumed pods the node's metrics cannot show yet (contention penalty).
 4. Filter: anti-affinity, then SLA. When SLA alone would reject every remaining candidate and the policy
    says ``sla_when_all_fail: pass``, nobody fails on SLA (``sla_relaxed``).
 5. Scores: :func:`app.scheduler.scoring.score_nodes` with each node's credibility.
+6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
+   passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
+   without a prediction there, it is expected to run as long as the slowest candidate's prediction);
+   otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
+   When another node has the winner's score (or more, for an explored node), the winner gets one more,
+   or, at the top of the range, every other node gets at most one less: kube-scheduler then places the
+   pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
 
 The one side effect: the candidates' predicted RTTs are noted in the assumed pods
 (:meth:`AssumedPods.expect`), so that placing the pod afterwards knows how long it is expected to run.
@@ -32,11 +42,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPods
+from app.scheduler.explore import explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
-from app.scheduler.scoring import NEUTRAL_SCORE, score_nodes
+from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import Snapshot
 from app.scheduler.table import AppRoutes
 
@@ -46,7 +58,6 @@ STALE_SNAPSHOT = "stale_snapshot"
 STALE_NODES = "stale_nodes"
 NEUTRAL_REASONS = (NO_APP, NOT_READY, STALE_SNAPSHOT, STALE_NODES)
 STALE_REASONS = frozenset((NOT_READY, STALE_SNAPSHOT, STALE_NODES))
-RUNNING_PREFIX = "running_pods_"  # task feature per app: its pods on the candidate node (scheduler's view)
 _NO_FEATURES: Mapping[str, float] = {}
 _NO_COUNTS: Mapping[str, int] = {}
 
@@ -72,13 +83,16 @@ class NodeVerdict:
     failed: str | None = None
     stale: bool = False
     features: Mapping[str, float] = dataclasses.field(default_factory=dict)  # per-candidate task features
+    correction: float = 1.0  # residual factor included in predicted_rtt_ms
 
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """The outcome for all candidates, column by column (cheap to build on the request path).
 
-    ``rtt_ms`` includes the contention penalty (NaN: no prediction); ``failed`` holds reasons (None: passes).
+    ``rtt_ms`` includes the residual correction and the contention penalty (NaN: no prediction); ``failed``
+    holds reasons (None: passes); ``features`` the task features of each candidate (``running_pods_<app>``;
+    empty for a node without fresh data; candidates with nothing running share one map).
     """
 
     pod: PodInfo
@@ -94,6 +108,8 @@ class Decision:
     features: list[Mapping[str, float]] = dataclasses.field(default_factory=list)  # running pods per candidate
     neutral: str | None = None  # one of NEUTRAL_REASONS, None for a scored answer
     sla_relaxed: bool = False
+    correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
+    explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
 
     @property
     def stale(self) -> bool:
@@ -101,15 +117,17 @@ class Decision:
 
     @functools.cached_property
     def verdicts(self) -> tuple[NodeVerdict, ...]:
+        return tuple(self.verdict(i) for i in range(len(self.nodes)))
+
+    def verdict(self, i: int) -> NodeVerdict:
+        """The outcome of candidate ``i``."""
+        n = self.nodes[i]
         if self.neutral is not None:
-            return tuple(NodeVerdict(n, stale=self.stale) for n in self.nodes)
-        return tuple(
-            NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
-                        self.model_version[i],
-                        self.credibility[i], self.failed[i], not self.fresh[i],
-                        self.features[i] if self.features else _NO_FEATURES)
-            for i, n in enumerate(self.nodes)
-        )
+            return NodeVerdict(n, stale=self.stale)
+        return NodeVerdict(n, self.score[i], (self.model_rtt_ms or self.rtt_ms)[i], self.model_key[i],
+                           self.model_version[i], self.credibility[i], self.failed[i], not self.fresh[i],
+                           self.features[i] if self.features else _NO_FEATURES,
+                           self.correction[i] if self.correction else 1.0)
 
     def failed_nodes(self) -> dict[str, str]:
         if self.neutral is not None:
@@ -125,18 +143,25 @@ class Decision:
         return list(zip(self.nodes, self.score, strict=True))
 
     def predicted(self) -> list[NodeVerdict]:
-        """Candidates with a usable prediction (what gets published)."""
+        """Candidates with a usable prediction."""
         return [v for v in self.verdicts if math.isfinite(v.predicted_rtt_ms)]
 
+    def published(self) -> list[NodeVerdict]:
+        """What rtt-predictions carries: every fresh candidate of a scored answer, with its task features and
+        its prediction (NaN: no model covers it yet — the features still make its training sample complete)."""
+        return [v for v in self.verdicts if not v.stale] if self.neutral is None else []
+
     def best(self) -> str | None:
-        """The top-scored passing node with a prediction (lowest RTT breaks ties); None when neutral."""
+        """The explored node, else the top-scored passing node with a prediction (lowest RTT breaks ties);
+        None when neutral."""
         if self.neutral is not None:
             return None
-        best, top = None, (1, 0.0)
-        for node, failed, score, rtt in zip(self.nodes, self.failed, self.score, self.rtt_ms, strict=True):
-            if failed is None and math.isfinite(rtt) and (-score, rtt) < top:
-                best, top = node, (-score, rtt)
-        return best
+        if self.explored is not None:
+            return self.explored
+        ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
+        if not ok:
+            return None
+        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i]))]
 
 
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
@@ -171,6 +196,7 @@ def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], .
     return tuple((j, n) for j, n in enumerate(feature_names) if n.startswith(RUNNING_PREFIX))
 
 
+
 def decide(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods,
     params: DecideParams, now: float,
@@ -189,12 +215,12 @@ def decide(
         return neutral(pod, nodes, STALE_SNAPSHOT)
     n = len(nodes)
     table = snapshot.table
+    if not len(table):
+        return neutral(pod, nodes, STALE_NODES)
     get = table.pos.get
     at = np.array([get(name, -1) for name in nodes], dtype=np.int64).reshape(n)
     known = at >= 0
     at[~known] = 0  # any valid position; everything gathered for unknown nodes is masked below
-    if not len(table):
-        return neutral(pod, nodes, STALE_NODES)
     ts = table.features_ts[at]
     fresh = known & ~table.weights_stale[at] & (ts > 0) & (now - ts <= params.stale_after_s)  # not is_stale
     if not fresh.any():
@@ -202,47 +228,86 @@ def decide(
     weight = table.weight[at]
     cred = np.where(known & ~np.isnan(weight), weight, params.credibility_prior)
     states = snapshot.nodes
+    policy = params.policy
+    task_id = pod.task_id
     routes = snapshot.app_routes(app)
-    model = np.where(fresh, routes.model[at], -1) if routes is not None else np.full(n, -1, dtype=np.int64)
-    rtt = np.full(n, np.nan)
-    for i in np.flatnonzero(fresh & (model < 0)).tolist():  # no model covers the node: node-weights' own
-        rtt[i] = states[nodes[i]].predicted_rtt_ms.get(app, math.nan)
+    if routes is not None:
+        model = np.where(fresh, routes.model[at], -1)
+        corr = np.where(fresh, routes.correction[at], 1.0)
+        samples = np.where(known, routes.samples[at], 0)
+    else:
+        model = np.full(n, -1, dtype=np.int64)
+        corr = np.ones(n)
+        samples = np.zeros(n, dtype=np.int64)
+    # running pods per candidate: the running-apps view, or the assumed pods placed since it was read
     by_node = assumed.nodes
     placed = np.array([name in by_node for name in nodes], dtype=bool) if by_node else np.zeros(n, dtype=bool)
-    busy = (known & table.busy[at]) | placed
+    busy = fresh & ((known & table.busy[at]) | placed)
     apps = known_apps(snapshot, assumed, app)
     idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
     features: list[Mapping[str, float]] = [idle if f else _NO_FEATURES for f in fresh.tolist()]
-    task_id = pod.task_id
-    for i in np.flatnonzero(fresh & busy).tolist():
-        running, on_node = states[nodes[i]].running, assumed.counts(nodes[i], now, task_id)
-        if running or on_node:
-            features[i] = running_features(apps, running, on_node)
+    in_flight = np.zeros(n)  # pods of ``app`` counted as running on each candidate
+    pending_on: dict[int, tuple[str, ...]] = {}
+    own_key = RUNNING_PREFIX + app
+    for i in np.flatnonzero(busy).tolist():
+        name = nodes[i]
+        running = states[name].running if known[i] else _NO_COUNTS
+        read_at = float(table.running_ts[at[i]]) if known[i] else 0.0
+        since = read_at - policy.scrape_delay_s if read_at > 0 else -math.inf
+        counts, pending = assumed.scan(name, now, float(ts[i]), task_id, since) if placed[i] else ({}, ())
+        if running or counts:
+            features[i] = running_features(apps, running, counts)
+            in_flight[i] = features[i][own_key]
+        if pending:
+            pending_on[i] = pending
+    rtt = np.full(n, np.nan)
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
     if routes is not None:
         _predict(routes, model, routes.row[at], pod.task_features(), features, idle, rtt, keys, versions)
+        own = fresh & (model < 0)
+        rtt[own] = routes.predicted[at[own]]  # no model covers the node: node-weights' own prediction
+    rtt *= corr
     model_rtt = rtt.copy()
-    policy = params.policy
+    for i, apps_pending in pending_on.items():
+        rtt[i] *= contention_factor(app, apps_pending, policy)
     failed: list[str | None] = [None] * n
-    if policy.anti_affinity or by_node:
-        for i in np.flatnonzero(busy).tolist():  # a node with nothing on it neither interferes nor is penalised
+    if policy.anti_affinity:
+        for i in np.flatnonzero((known & table.busy[at]) | placed).tolist():  # an empty node never interferes
             name = nodes[i]
             st = states.get(name)
-            if fresh[i] and st is not None:
-                pending = assumed.pending(name, st.features_ts, now, exclude=task_id)
-                if pending:
-                    rtt[i] *= contention_factor(app, (p.app for p in pending), policy)
             on = assumed.on_node(name, now, exclude=task_id)
             failed[i] = anti_affinity_reason(app, st.running if st else _NO_COUNTS, (p.app for p in on), policy)
     relaxed = _apply_sla(app, policy, rtt, fresh, failed)
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
-    rtt_list = rtt.tolist()
-    assumed.expect(task_id, nodes, rtt_list)  # how long a placement is expected to run (AssumedPods.assume)
+    scores = score_nodes(rtt, cred)
+    passing = np.array([f is None for f in failed], dtype=bool)
+    unlearnt = not_learnt(fresh & passing, model >= 0, samples, in_flight, policy.explore_min_samples)
+    e = explored(task_id, nodes, unlearnt, samples, share=policy.explore_share)
+    expected = rtt
+    if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
+        expected = rtt.copy()
+        expected[e] = np.nanmax(rtt)
+    assumed.expect(task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
+    winner = e
+    if winner is None:
+        ok = np.flatnonzero(passing & usable)
+        if ok.size:
+            top = ok[scores[ok] == scores[ok].max()]
+            winner = int(top[np.argmin(rtt[top])])
+    if winner is not None and n > 1:
+        rest = int(np.delete(scores, winner).max())
+        if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
+            if rest < MAX_SCORE:
+                scores[winner] = rest + 1
+            else:
+                scores = np.minimum(scores, MAX_SCORE - 1)
+                scores[winner] = MAX_SCORE
     return Decision(
-        pod, tuple(nodes), score_nodes(rtt, cred).tolist(), rtt_list, keys, versions, cred.tolist(), failed,
-        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), sla_relaxed=relaxed, features=features,
+        pod, tuple(nodes), scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
+        fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), features, sla_relaxed=relaxed,
+        correction=corr.tolist(), explored=nodes[e] if e is not None else None,
     )
 
 

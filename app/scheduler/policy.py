@@ -9,6 +9,7 @@ Read from a YAML or JSON file (``RTT_EXTENDER_POLICY_FILE``); every field is opt
     contention: {interfering: 0.5, other: 0.1}   # RTT inflation per assumed pod (fraction)
     assumed: {ttl_s: 120, scrape_delay_s: 5}     # how long a placed pod counts before metrics show it
     sla_when_all_fail: pass                      # pass | fail: when SLA would reject every candidate
+    exploration: {share: 0.25, min_samples: 3}   # app/scheduler/explore.py (share 0: off)
 
 Bad values raise :class:`~app.errors.ConfigError` naming the field path.
 
@@ -35,7 +36,7 @@ import yaml
 from app.errors import ConfigError
 
 SLA_WHEN_ALL_FAIL = ("pass", "fail")
-_TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail"}
+_TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail", "exploration"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Policy:
     assumed_ttl_s: float = 120.0  # an assumed placement is forgotten after this long
     scrape_delay_s: float = 5.0  # node-features newer than placement + this already show the pod
     sla_when_all_fail: str = "pass"
+    explore_share: float = 0.25  # fraction of an app's pods that may go to a node not yet learnt (0: never)
+    explore_min_samples: int = 3  # a node with fewer completed tasks of the app is not yet learnt
 
     def interferes(self, app_a: str, app_b: str) -> bool:
         """Whether two apps must not share a node (symmetric)."""
@@ -104,6 +107,13 @@ def policy_from_dict(doc: Any, source: str = "policy") -> Policy:
     contention = _mapping(doc.get("contention"), f"{source}.contention")
     assumed = _mapping(doc.get("assumed"), f"{source}.assumed")
     defaults = Policy()
+    explore = _mapping(doc.get("exploration"), f"{source}.exploration")
+    share = _number(explore.get("share", defaults.explore_share), f"{source}.exploration.share", strict=False)
+    if share > 1.0:
+        raise ConfigError(f"{source}.exploration.share", f"must be a number between 0 and 1 (got {share!r})")
+    min_samples = explore.get("min_samples", defaults.explore_min_samples)
+    if not isinstance(min_samples, int) or isinstance(min_samples, bool) or min_samples < 0:
+        raise ConfigError(f"{source}.exploration.min_samples", f"must be an integer >= 0 (got {min_samples!r})")
     mode = doc.get("sla_when_all_fail", defaults.sla_when_all_fail)
     if mode not in SLA_WHEN_ALL_FAIL:
         raise ConfigError(f"{source}.sla_when_all_fail", f"must be one of {SLA_WHEN_ALL_FAIL} (got {mode!r})")
@@ -117,7 +127,7 @@ def policy_from_dict(doc: Any, source: str = "policy") -> Policy:
         assumed_ttl_s=_number(assumed.get("ttl_s", defaults.assumed_ttl_s), f"{source}.assumed.ttl_s"),
         scrape_delay_s=_number(assumed.get("scrape_delay_s", defaults.scrape_delay_s),
                                f"{source}.assumed.scrape_delay_s", strict=False),
-        sla_when_all_fail=mode,
+        sla_when_all_fail=mode, explore_share=share, explore_min_samples=min_samples,
     )
 
 

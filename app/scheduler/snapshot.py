@@ -27,11 +27,12 @@ import numpy as np
 
 from app.contracts.keys import model_key
 from app.model.base import Predictor
-from app.scheduler.table import AppRoutes, NodeTable, build_app_routes, build_node_table
+from app.scheduler.table import AppRoutes, NodeTable, apps_of, build_app_routes, build_node_table
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _NONE: Mapping[str, int] = MappingProxyType({})
 _NO_ROUTES: Mapping[str, ModelEntry] = MappingProxyType({})
+_NO_APP_FEATURES: Mapping[str, Mapping[str, float]] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,7 +50,17 @@ class NodeState:
     weights_stale: bool = False
     predicted_rtt_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # per app
     running: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> running pods
+    running_ts: float = 0.0  # when ``running`` was read (0: unknown)
     version: int = 0  # bumps whenever ``features`` change
+    app_features: Mapping[str, Mapping[str, float]] = dataclasses.field(  # app -> features over its DWA window
+        default_factory=lambda: _NO_APP_FEATURES)
+    correction: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # app -> residual factor
+    samples: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> completed tasks seen
+
+    def features_for(self, app: str) -> Mapping[str, float]:
+        """The features a model of ``app`` reads: ``app_features[app]`` over the node's ``features``."""
+        own = self.app_features.get(app)
+        return {**self.features, **own} if own else self.features
 
     def is_stale(self, now: float, stale_after_s: float) -> bool:
         """No features yet, features older than ``stale_after_s``, or node-weights flagged the node stale."""
@@ -88,6 +99,8 @@ class Snapshot:
     _routes: dict[str, Mapping[str, ModelEntry]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
     # column views (app.scheduler.table): "" -> NodeTable, app -> AppRoutes | None; filled by the builder
+    _apps: list[frozenset[str]] = dataclasses.field(  # [known_apps()] once computed
+        default_factory=list, init=False, repr=False, compare=False)
     _columns: dict[str, NodeTable | AppRoutes | None] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
 
@@ -120,13 +133,20 @@ class Snapshot:
         return table  # type: ignore[return-value]
 
     def app_routes(self, app: str) -> AppRoutes | None:
-        """Model and row per node position for ``app``; None when no model exists for it (not cached then)."""
+        """Model, row and node-weights columns per node position for ``app``; None when neither a model nor
+        node-weights know the app (not cached then). The builder computes the known apps' in advance."""
         if app in self._columns:
             return self._columns[app]  # type: ignore[return-value]
-        if not app or not any(key.startswith(f"{app}:") for key in self.models):
-            return None  # app labels are unbounded input: only modelled apps are cached
-        routes = self._columns[app] = build_app_routes(app, self.table, self.models)
+        if not app or app not in self.known_apps():
+            return None  # app labels are unbounded input: only known apps are cached
+        routes = self._columns[app] = build_app_routes(app, self.table, self.models, self.nodes)
         return routes
+
+    def known_apps(self) -> frozenset[str]:
+        """Apps with a model or named by some node's node-weights (the apps :meth:`app_routes` covers)."""
+        if not self._apps:
+            self._apps.append(apps_of(self.models, self.nodes))
+        return self._apps[0]
 
     def with_columns(self, columns: Mapping[str, NodeTable | AppRoutes | None]) -> Snapshot:
         """This snapshot with precomputed column views (see :attr:`table`, :meth:`app_routes`)."""
@@ -169,5 +189,6 @@ class SnapshotHolder:
         stamped = dataclasses.replace(snapshot, generation=self._generation)
         stamped._routes.update(snapshot._routes)
         stamped._columns.update(snapshot._columns)
+        stamped._apps.extend(snapshot._apps)
         self._current = stamped
         return stamped

@@ -2,10 +2,12 @@
 
 :class:`NodeTable` gives every node of the view a position and keeps, per position, what a decision reads
 of every candidate: the features timestamp, the credibility (NaN: never evaluated), the node-weights stale
-flag, and whether the running-apps view shows anything on the node. :class:`AppRoutes` gives, per position,
-the model that predicts an app there — the node's own model when it covers the node, else the app × node
-class model, as :meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the node's row in that
-model's matrix. A request turns its candidate names into positions (one dict lookup each) and gathers.
+flag, whether the running-apps view shows anything on the node and when that view was read. :class:`AppRoutes`
+gives, per position, the model that predicts an app there — the node's own model when it covers the node,
+else the app × node class model, as :meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the
+node's row in that model's matrix, plus what node-weights say of the app there: its own prediction, the
+residual correction (:mod:`app.drift.residual`) and how many of the app's tasks the node completed. A
+request turns its candidate names into positions (one dict lookup each) and gathers.
 
 Both are built off the request path by :class:`~app.scheduler.builder.SnapshotBuilder`, in steps
 (:func:`node_table_steps`) so that a view of thousands of nodes never holds the event loop for long.
@@ -16,6 +18,11 @@ Both are built off the request path by :class:`~app.scheduler.builder.SnapshotBu
 ({'a': 0, 'b': 1}, [5.0, 0.0], [False, True])
 >>> t.weight.tolist()
 [0.5, nan]
+>>> from types import MappingProxyType as M
+>>> nodes = {"a": NodeState("a", correction=M({"gCTF": 2.0}), samples=M({"gCTF": 7})), "b": NodeState("b")}
+>>> r = build_app_routes("gCTF", build_node_table(nodes), {}, nodes)
+>>> r.model.tolist(), r.correction.tolist(), r.samples.tolist()
+([-1, -1], [2.0, 1.0], [7, 0])
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ class NodeTable:
     weight: np.ndarray  # float64 credibility, NaN when never evaluated
     weights_stale: np.ndarray  # bool
     busy: np.ndarray  # bool: the running-apps view shows pods on the node
+    running_ts: np.ndarray  # float64: when the running-apps view was read (0: unknown)
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -53,11 +61,14 @@ class NodeTable:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AppRoutes:
-    """Which model predicts one app on each node position, and at which row of its matrix."""
+    """Which model predicts one app on each node position, at which row of its matrix, and node-weights' word."""
 
     entries: tuple[ModelEntry, ...]
     model: np.ndarray  # int64 index into ``entries`` per position; -1 when no model covers the node
     row: np.ndarray  # int64 row of the node in ``entries[model].matrix``
+    predicted: np.ndarray  # float64 node-weights' own prediction for the app (NaN: none)
+    correction: np.ndarray  # float64 residual factor for the app (1: none)
+    samples: np.ndarray  # int64 tasks of the app the node completed (node-weights ``samples``)
 
 
 def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, NodeTable]:
@@ -67,18 +78,21 @@ def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, No
     weight: list[float] = []
     stale: list[bool] = []
     busy: list[bool] = []
+    running_ts: list[float] = []
     for start in range(0, len(states), CHUNK):
         for st in states[start:start + CHUNK]:
             ts.append(st.features_ts)
             weight.append(math.nan if st.weight is None else st.weight)
             stale.append(st.weights_stale)
             busy.append(bool(st.running))
+            running_ts.append(st.running_ts)
         yield
     pos = MappingProxyType(dict(zip(nodes, range(len(states)), strict=True)))
     yield
     return NodeTable(
         pos=pos, features_ts=np.array(ts, dtype=np.float64), weight=np.array(weight, dtype=np.float64),
         weights_stale=np.array(stale, dtype=bool), busy=np.array(busy, dtype=bool),
+        running_ts=np.array(running_ts, dtype=np.float64),
     )
 
 
@@ -87,21 +101,58 @@ def build_node_table(nodes: Mapping[str, NodeState]) -> NodeTable:
     return run_steps(node_table_steps(nodes))
 
 
+def apps_steps(
+    models: Mapping[str, ModelEntry], nodes: Mapping[str, NodeState],
+) -> Generator[None, None, frozenset[str]]:
+    """Apps with a model in ``models`` or named by a node's node-weights (prediction, correction, samples),
+    yielding every :data:`CHUNK` nodes."""
+    apps = {parse_model_key(key)[0] for key in models}
+    states = list(nodes.values())
+    for start in range(0, len(states), CHUNK):
+        for st in states[start:start + CHUNK]:
+            apps.update(st.predicted_rtt_ms)
+            apps.update(st.correction)
+            apps.update(st.samples)
+        yield
+    return frozenset(apps)
+
+
+def apps_of(models: Mapping[str, ModelEntry], nodes: Mapping[str, NodeState]) -> frozenset[str]:
+    """:func:`apps_steps` run to the end."""
+    return run_steps(apps_steps(models, nodes))
+
+
+def mentions(app: str, node: NodeState) -> bool:
+    """Whether node-weights said anything of ``app`` on ``node`` (prediction, correction or samples)."""
+    return app in node.predicted_rtt_ms or app in node.correction or app in node.samples
+
+
 def app_routes_steps(
-    app: str, table: NodeTable, models: Mapping[str, ModelEntry],
-) -> Generator[None, None, AppRoutes | None]:
-    """The routes of ``app`` (None when it has no model), yielding every :data:`CHUNK` positions written."""
+    app: str, table: NodeTable, models: Mapping[str, ModelEntry], nodes: Mapping[str, NodeState],
+) -> Generator[None, None, AppRoutes]:
+    """The routes and node-weights columns of ``app``, yielding every :data:`CHUNK` positions written."""
     shared: list[ModelEntry] = []
     own: list[ModelEntry] = []
     for key, entry in models.items():
         model_app, _, node = parse_model_key(key)
         if model_app == app and entry.row_index:
             (own if node is not None else shared).append(entry)
-    if not shared and not own:
-        return None
     n = len(table)
     model = np.full(n, -1, dtype=np.int64)
     row = np.zeros(n, dtype=np.int64)
+    predicted = np.full(n, math.nan)
+    correction = np.ones(n)
+    samples = np.zeros(n, dtype=np.int64)
+    states = list(nodes.values())
+    for start in range(0, n, CHUNK):
+        for i in range(start, min(start + CHUNK, n)):
+            st = states[i]
+            if mentions(app, st):
+                predicted[i] = st.predicted_rtt_ms.get(app, math.nan)
+                c = st.correction.get(app, 1.0)
+                correction[i] = c if c > 0 else 1.0
+                samples[i] = st.samples.get(app, 0)
+        yield
     pos = table.pos
     for m, entry in enumerate((*shared, *own)):  # a node's own model overrides the class model
         names = list(entry.row_index)
@@ -111,12 +162,14 @@ def app_routes_steps(
             model[at] = m
             row[at] = [entry.row_index[name] for name in chunk]
             yield
-    return AppRoutes(entries=(*shared, *own), model=model, row=row)
+    return AppRoutes(entries=(*shared, *own), model=model, row=row, predicted=predicted, correction=correction,
+                     samples=samples)
 
 
-def build_app_routes(app: str, table: NodeTable, models: Mapping[str, ModelEntry]) -> AppRoutes | None:
+def build_app_routes(app: str, table: NodeTable, models: Mapping[str, ModelEntry],
+                     nodes: Mapping[str, NodeState]) -> AppRoutes:
     """:func:`app_routes_steps` run to the end."""
-    return run_steps(app_routes_steps(app, table, models))
+    return run_steps(app_routes_steps(app, table, models, nodes))
 
 
 def run_steps(steps: Generator[None, None, T]) -> T:

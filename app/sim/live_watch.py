@@ -88,7 +88,8 @@ class FeedbackWatcher:
             self.rejected += 1
             return
         if topic == "rtt-predictions":
-            self.predictions[(v["task_id"], v["node"])] = float(v["predicted_rtt_ms"])
+            if v["predicted_rtt_ms"] is not None:
+                self.predictions[(v["task_id"], v["node"])] = float(v["predicted_rtt_ms"])
         elif topic == "prediction-errors":
             for app, stats in v["apps"].items():
                 if stats["n"] > 0:

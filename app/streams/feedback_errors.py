@@ -18,7 +18,8 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
 * Growth: a key with a model whose samples grew by ``options.retrain_growth`` (50 %) since the last
   retrain asked gets a retrain-event with reason ``growth`` (:mod:`app.drift.growth`).
 
-Retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per worker.
+Drift retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per
+worker (:class:`~app.drift.growth.Debounce`; cold-start and growth asks are spaced by their own rule).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import faust
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
-from app.drift.growth import SampleGrowth
+from app.drift.growth import Debounce, SampleGrowth
 from app.drift.tracker import AppReport
 from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
@@ -41,26 +42,6 @@ from app.streams.metrics import MESSAGES_OUT
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
-
-
-class Debounce:
-    """At most one event per key per ``interval_s`` (monotonic seconds).
-
-    >>> d = Debounce(60.0)
-    >>> d.allow("k", 0.0), d.allow("k", 59.0), d.allow("k", 60.0)
-    (True, False, True)
-    """
-
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self._last: dict[str, float] = {}
-
-    def allow(self, key: str, now: float) -> bool:
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval_s:
-            return False
-        self._last[key] = now
-        return True
 
 
 def errors_value(node: str, node_class: str | None, ts: float, period_s: float,
@@ -87,7 +68,7 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     period = settings.error_period_s
 
     async def retrain(key: str, reason: str, cumulative: float, threshold: float, onset: float | None) -> bool:
-        if not debounce.allow(key, clock.monotonic()):
+        if not debounce.allow(key, clock.monotonic(), reason):
             RETRAIN_DEBOUNCED.labels(reason).inc()
             return False
         value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),

@@ -16,6 +16,12 @@ model key) makes no sample, counted in ``rtt_worker_training_samples_dropped_tot
 When the matched prediction carries ``features`` (task features the extender computed at decision time:
 ``running_pods_<app>``), they join the sample's ``features``, so a model is trained on the values it is
 asked with; a completion whose prediction has not arrived gets none (missing, NaN, to the trainer).
+
+The observed figure, in the pair and as the sample's ``rtt_ms``, is the task's time on its node
+(:func:`app.contracts.completions.service_ms`: ``finished_ts - started_ts``). A pair also moves the node ×
+app residual correction, from the model's own prediction (the published one divided by its
+``correction``), unless the prediction came from a model version older than the one now serving; every
+``ok`` completion counts as one sample of its app on its node (node-weights ``samples``).
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from typing import Any
 import faust
 
 from app.contracts import contract, encode
-from app.contracts.keys import model_key, parse_model_key
+from app.contracts.completions import service_ms
+from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import DUPLICATE, MATCHED
+from app.drift.residual import model_prediction
 from app.errors import ContractError
+from app.features.node_value import sample_value as node_sample_value
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.feedback_loop import FeedbackLoop
@@ -38,7 +47,7 @@ from app.streams.node_state import NodeState
 
 
 def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
-    return {"app": c["app"], "rtt_ms": c["rtt_ms"], "status": c["status"]}
+    return {"app": c["app"], "rtt_ms": service_ms(c), "status": c["status"]}
 
 
 def _prediction_payload(p: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +55,16 @@ def _prediction_payload(p: dict[str, Any]) -> dict[str, Any]:
            "model_key": p.get("model_key")}
     if p.get("features"):
         out["features"] = p["features"]
+    if p.get("correction") is not None:
+        out["correction"] = p["correction"]
     return out
+
+
+def serving(loop: FeedbackLoop, prediction: dict[str, Any]) -> bool:
+    """Whether the prediction's model is not older than the version of its key serving now."""
+    key, version = prediction.get("model_key"), prediction.get("model_version")
+    current = loop.models.version(key) if key else None
+    return current is None or version is None or int(version) >= current
 
 
 def class_of(state: NodeState | None, prediction: dict[str, Any] | None) -> str | None:
@@ -64,23 +82,10 @@ def class_of(state: NodeState | None, prediction: dict[str, Any] | None) -> str 
 
 def sample_value(completion: dict[str, Any], node_class: str, state: NodeState | None, window_s: float,
                  prediction: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The training-samples value of one completion (contract ``topics/training-samples.json``)."""
-    features: dict[str, float] = {}
-    gpu_model = None
-    if state is not None and state.newest_ts > 0:
-        agg = state.window.aggregate(until_ts=completion["started_ts"], window_s=window_s)
-        features = agg.features()
-        gpu_model = state.gpu_model
-    if prediction and prediction.get("features"):
-        features.update(prediction["features"])  # what the extender knew at decision time (running pods)
-    return {
-        "model_key": model_key(completion["app"], node_class), "task_id": completion["task_id"],
-        "app": completion["app"], "node": completion["node"], "node_class": node_class, "gpu_model": gpu_model,
-        "started_ts": completion["started_ts"], "rtt_ms": completion["rtt_ms"],
-        "input_size_mb": completion.get("input_size_mb"), "window_s": window_s, "features": features,
-        "predicted_rtt_ms": prediction["predicted_rtt_ms"] if prediction else None,
-        "model_version": prediction["model_version"] if prediction else None,
-    }
+    """The training-samples value of one completion (:func:`app.features.node_value.sample_value`)."""
+    if state is None or state.newest_ts <= 0:
+        return node_sample_value(completion, node_class, None, None, window_s, prediction)
+    return node_sample_value(completion, node_class, state.window, state.gpu_model, window_s, prediction)
 
 
 def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
@@ -97,9 +102,11 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
-        if completion["status"] == "ok":
-            loop.tracker(node).add(completion["app"], float(prediction["predicted_rtt_ms"]),
-                                   float(completion["rtt_ms"]))
+        if completion["status"] == "ok" and prediction["predicted_rtt_ms"] is not None:
+            predicted = float(prediction["predicted_rtt_ms"])
+            loop.tracker(node).add(completion["app"], predicted, float(completion["rtt_ms"]),
+                                   model_ms=model_prediction(predicted, prediction.get("correction")),
+                                   residual=serving(loop, prediction))
             loop.dirty_nodes.add(node)
 
     def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
@@ -113,7 +120,10 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             dropped_unknown.inc()
             return
         loop.node_class[node] = node_class
-        window_s = loop.tracker(node).window(c["app"])
+        tracker = loop.tracker(node)
+        tracker.count_sample(c["app"])
+        loop.dirty_nodes.add(node)
+        window_s = tracker.window(c["app"])
         value = sample_value(c, node_class, state, window_s, prediction)
         key = value["model_key"]
         loop.samples_per_key[key] += 1

@@ -16,10 +16,12 @@ whatever an emitted period counted is already recorded as done — a redelivered
 duplicate, and no pair is counted twice. A worker only holds the nodes of the partitions it owns
 (rows are restored per active partition, dropped on revocation), so timers never count a node twice.
 
-When a new model version starts serving a key, the drift detectors of that key's app on that class's
-nodes start afresh: their reference becomes the new model's error, and the old model's errors cannot
-mask or fake a drift. A drift the new model does not fix is signalled again by the node × app drift
-episode (:class:`~app.drift.episode.DriftEpisode`), which compares the error with its pre-drift level.
+When a new model version starts serving a key, the drift detectors and residual corrections of that
+key's app on that class's nodes start afresh: their reference becomes the new model's error, and the
+old model's errors cannot mask or fake a drift; the node-features of the nodes carry, from then on, the
+features the app's models read over the app's DWA window (``app_features``). A drift the new model does
+not fix is signalled again by the node × app drift episode (:class:`~app.drift.episode.DriftEpisode`),
+which compares the error with its pre-drift level.
 """
 
 from __future__ import annotations
@@ -37,9 +39,7 @@ from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
 from app.contracts.keys import parse_model_key
-from app.drift.episode import DriftEpisode
 from app.drift.joinbuffer import JoinBuffer
-from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
 from app.streams.context import context_of
 from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
@@ -92,26 +92,21 @@ class FeedbackLoop:
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
         if t is None:
-            s = self.settings
-            t = self.trackers[node] = NodeTracker(
-                s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
-                prior=s.credibility_prior, detector=self._detector, episode=self._episode)
+            s, o = self.settings, self.options
+            t = self.trackers[node] = NodeTracker.configured(
+                window_s=s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
+                prior=s.credibility_prior, drift_delta=o.drift_delta, drift_threshold=o.drift_threshold,
+                drift_min_instances=o.drift_min_instances, drift_jump=o.drift_jump)
         return t
 
-    def _detector(self) -> PageHinkley:
-        o = self.options
-        return PageHinkley(delta=o.drift_delta, threshold=o.drift_threshold, min_instances=o.drift_min_instances,
-                           jump=o.drift_jump or None)
-
     def model_swapped(self, key: str, version: int) -> None:
-        """A new model serves ``key``: the drift detectors of its app on its class's nodes start afresh."""
+        """A new model serves ``key``: the drift detectors and residuals of its app on its class's nodes start
+        afresh, and node-features carry what the app's models read over its DWA window."""
         app, node_class, node = parse_model_key(key)
         for n, tracker in self.trackers.items():
             if (node is None or node == n) and self.node_class.get(n) == node_class:
-                tracker.reset_detector(app)
-
-    def _episode(self) -> DriftEpisode:
-        return DriftEpisode(delta=self.options.drift_delta, threshold=self.options.drift_threshold)
+                tracker.new_model(app)
+        self.nodes.store.app_names[app] = self.models.feature_names(app)
 
     def expire(self) -> None:
         for e in self.buffer.expire():

@@ -82,6 +82,11 @@ class ModelCache:
         m = self.models.get(key)
         return m[0] if m is not None else None
 
+    def feature_names(self, app: str) -> frozenset[str]:
+        """Every feature name some model of ``app`` reads."""
+        return frozenset(n for key, (p, _) in self.models.items() if parse_model_key(key)[0] == app
+                         for n in p.feature_names)
+
     def keys_for_class(self, node_class: str) -> dict[str, str]:
         """``{app: model key}`` of the per-class models of ``node_class``."""
         out = {}

@@ -35,7 +35,7 @@ _NON_NEGATIVE = {"drift_delta", "retrain_growth", "drift_jump"}
 
 @dataclasses.dataclass(frozen=True)
 class FeedbackOptions:
-    cold_start_samples: int = 200
+    cold_start_samples: int = 50
     """Samples of a model key (seen by this worker) that trigger a cold-start retrain when it has no model."""
     drift_threshold: float = pagehinkley.THRESHOLD
     """Page-Hinkley threshold on the cumulative excess of per-period MAPE (docs/feedback.md)."""

@@ -1,9 +1,11 @@
 """Every error period: node-weights of the nodes this worker holds, and the latest view in Redis.
 
 A node's value: ``weight`` (its :class:`~app.drift.credibility.Credibility`; ``settings.credibility_prior``
-for a node never evaluated), ``predicted_rtt_ms`` per app (the current model of ``app:node_class`` on the
-node's current features over the app's DWA window, with its hardware descriptors; task size unknown),
-and ``stale`` when its newest metrics are older than ``stale_after_scrapes × scrape_interval_s``.
+for a node never evaluated), ``correction`` and ``samples`` per app (the residual factor and the completed
+tasks of :meth:`~app.drift.tracker.NodeTracker.weights_fields`), ``predicted_rtt_ms`` per app (the current
+model of ``app:node_class`` on the node's current features over the app's DWA window, with its hardware
+descriptors; task size unknown; before the correction), and ``stale`` when its newest metrics are older
+than ``stale_after_scrapes × scrape_interval_s``.
 Predictions are made one model at a time over all the nodes of its class (one kernel call each).
 
 When ``settings.redis_url`` is set, the same node-weights values and each node's latest node-features
@@ -75,8 +77,8 @@ def weights_values(loop: FeedbackLoop, now: float) -> list[dict[str, Any]]:
     out = []
     for st in states:
         tracker = loop.trackers.get(st.node)
-        weight = tracker.weight if tracker is not None else s.credibility_prior
-        out.append({"node": st.node, "ts": now, "weight": weight, "predicted_rtt_ms": predicted[st.node],
+        fields = tracker.weights_fields() if tracker is not None else {"weight": s.credibility_prior}
+        out.append({"node": st.node, "ts": now, **fields, "predicted_rtt_ms": predicted[st.node],
                     "stale": now - st.newest_ts > stale_after, "node_class": st.node_class,
                     "gpu_model": st.gpu_model})
     return out
@@ -144,7 +146,7 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
                 timeout_s = loop.options.feedback_redis_timeout_s
                 writer.append(RedisWriter(settings.redis_client_url, settings.topic_prefix, timeout_s))
             values = [v for v in values if v["node"] in states]
-            features = [states[v["node"]].features_value() for v in values]
+            features = [states[v["node"]].features_value(loop.nodes.store.app_names) for v in values]
             writer[0].submit(features, values)
 
     loop.handles["weights_values"] = weights_values

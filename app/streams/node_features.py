@@ -74,7 +74,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     out_counter = MESSAGES_OUT.labels("node-features")
 
     def emit(state: NodeState) -> None:
-        value = encode("node-features", state.features_value(), check=False)
+        value = encode("node-features", state.features_value(store.app_names), check=False)
         state.pending = False
         state.last_emit = clock.monotonic()
         handle.emitted += 1

@@ -22,12 +22,13 @@ True
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import orjson
 
+from app.features.node_value import features_value
 from app.features.window import N_STATS, NodeWindow
 
 _ROW_HEADER = struct.Struct("<qdI")  # bucket id, snapshots, metric count
@@ -126,14 +127,11 @@ class NodeState:
             self.windows[app] = float(window_s)
         self.meta_dirty = True
 
-    def features_value(self) -> dict[str, Any]:
-        """The node-features value (contract ``topics/node-features.json``) of the node's current window."""
-        agg = self.window.aggregate()
-        return {
-            "node": self.node, "ts": self.newest_ts, "node_class": self.node_class, "gpu_model": self.gpu_model,
-            "window_s": self.window.window_s, "windows": self.windows, "count": agg.count,
-            "features": agg.features(), "stale": self.stale,
-        }
+    def features_value(self, app_names: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
+        """The node-features value (contract ``topics/node-features.json``) of the node's current window, with
+        the features each app's models read over the app's DWA window (:mod:`app.features.node_value`)."""
+        return features_value(self.node, self.newest_ts, self.node_class, self.gpu_model, self.window, self.windows,
+                              app_names, self.stale)
 
     def take_rows(self) -> Iterator[tuple[bytes, bytes]]:
         """Changelog rows for what changed since the last call (slots, then meta if it changed)."""

@@ -36,6 +36,7 @@ class NodeStore:
         self.options = options
         self.emit_interval_s = emit_interval_s
         self.states: dict[str, NodeState] = {}
+        self.app_names: dict[str, frozenset[str]] = {}  # app -> features its models read (set by the feedback loop)
 
     def state(self, node: str, partition: int, get: Callable[[bytes], bytes | None]) -> NodeState:
         s = self.states.get(node)

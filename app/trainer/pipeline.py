@@ -12,18 +12,23 @@ Run off the event loop (the service uses a one-thread executor). Steps, for a ke
 2. **Select** (:func:`app.features.selection.select_features`) on the most recent ``selection_max_rows``
    fit rows (after a drift, with the rows since the onset weighted as in step 3, so a feature that
    explains the new regime wins the vote), over the candidate columns that vary (≥ 2 distinct finite
-   values). Hardware descriptors and task features (``hw_*``, ``task_input_size_mb``) that have any
-   value are always kept: they are what lets a class model predict for a node it has never seen.
-   When the selection keeps no candidate, every varying column is used (XGBoost ignores the useless
-   ones at little cost). When the GPU models of the key's nodes do not report the same metrics, each
+   values). Hardware descriptors and task features (``hw_*``, ``task_input_size_mb``, the scheduler's
+   ``running_pods_<app>`` counts) that have any value are always kept (:func:`always_kept`): they are
+   what lets a class model predict for a node it has never seen, and what the scheduler knows exactly
+   at decision time. When the GPU models of the key's nodes do not report the same metrics, each
    model's rows vote on the metrics they have and the model takes the union
-   (:func:`app.features.classes.select_by_class`).
+   (:func:`app.features.classes.select_by_class`). When the selection keeps no candidate,
+   :data:`FALLBACK` says what is used: ``"all"`` every varying column, ``"none"`` no metric column
+   (docs/feedback.md has the measurement).
 3. **Train** (:func:`app.model.train.train_model`) on the fit rows and the kept columns, with the
-   holdout excluded (``holdout_fraction=0``: the split is ours, so both models see the same holdout).
-   After a drift, each fit row since the onset weighs :data:`AFTER_ONSET_COPIES` rows
-   (:func:`emphasise_after`).
+   holdout excluded (``holdout_fraction=0``: the split is ours, so both models see the same holdout),
+   under the monotone constraints of :func:`app.model.constraints.monotone_constraints`. After a drift,
+   each fit row since the onset weighs :data:`AFTER_ONSET_COPIES` rows (:func:`emphasise_after`).
 4. **Score** the challenger and, in :func:`score_champion`, the champion on the same holdout rows,
    each with its own feature names (a column the holdout lacks is missing, NaN).
+
+:func:`retrain` is the whole retrain — the steps above and the champion/challenger verdict
+(:func:`app.trainer.champion.judge`) — as the trainer service and the simulator's ``rtt_aware`` both run it.
 """
 
 from __future__ import annotations
@@ -32,16 +37,18 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from app.features.classes import CLASS_FEATURES, class_labels, select_by_class
 from app.features.hardware import HARDWARE_FEATURES
-from app.features.vector import TASK_FEATURES
+from app.features.vector import RUNNING_PREFIX, TASK_FEATURES
 from app.model.base import Predictor
+from app.model.constraints import monotone_constraints
 from app.model.train import MIN_SAMPLES, TrainResult, evaluate, train_model
+from app.trainer.champion import MARGIN, Verdict, judge
 from app.trainer.history import Dataset
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,9 @@ HOLDOUT_FRACTION = 0.2
 SELECTION_MAX_ROWS = 2_000
 MIN_AFTER_ONSET = 10  # rows after a drift's onset needed to share them between fit and holdout
 AFTER_ONSET_COPIES = 10  # weight of a fit row from after a drift's onset (as repeated rows)
+FALLBACKS = ("all", "none")
+FALLBACK = "none"  # the selection kept nothing: no metric column (docs/feedback.md: measured against "all")
+SELECTION_TOP_K = 12  # each measure votes for its 12 strongest features at most (docs/feedback.md)
 
 Selector = Callable[[np.ndarray, np.ndarray, Sequence[str]], Sequence[str]]
 
@@ -69,10 +79,11 @@ class Challenger:
 
 
 def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
-    """The project's feature selection (five correlation measures, 3-of-5 vote)."""
-    from app.features.selection import select_features
+    """The project's feature selection: five correlation measures, 3-of-5 vote, each measure voting for its
+    :data:`SELECTION_TOP_K` strongest features at most."""
+    from app.features.selection import SelectionRule, select_features
 
-    return tuple(select_features(X, y, list(names)).chosen)
+    return tuple(select_features(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K)).chosen)
 
 
 def split(ds: Dataset, holdout_fraction: float = HOLDOUT_FRACTION,
@@ -146,31 +157,47 @@ def varying_columns(ds: Dataset) -> list[str]:
     return out
 
 
-def choose_features(fit: Dataset, selector: Selector | None, max_rows: int = SELECTION_MAX_ROWS) -> tuple[str, ...]:
-    """The model's columns: the selector's choice among varying columns, plus :data:`ALWAYS_KEPT`.
+def always_kept(name: str) -> bool:
+    """Columns selection never drops: hardware descriptors, task attributes, running pods.
 
-    Without a selector, or when it keeps nothing, every varying column is used.
+    >>> always_kept("running_pods_gCTF"), always_kept("hw_gpu_fp32_tflops"), always_kept("cpu_iowait__mean")
+    (True, True, False)
     """
-    candidates = [n for n in varying_columns(fit) if n not in ALWAYS_KEPT]
-    kept = [n for j, n in enumerate(fit.names) if n in ALWAYS_KEPT and np.isfinite(fit.X[:, j]).any()]
+    return name in ALWAYS_KEPT or name.startswith(RUNNING_PREFIX)
+
+
+def choose_features(fit: Dataset, selector: Selector | None, max_rows: int = SELECTION_MAX_ROWS,
+                    fallback: str = FALLBACK) -> tuple[str, ...]:
+    """The model's columns: the selector's choice among varying columns, plus the :func:`always_kept` ones.
+
+    Without a selector every varying column is used; when it keeps nothing, ``fallback`` decides
+    (``"all"``: every varying column, ``"none"``: none of them).
+    """
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback must be one of {FALLBACKS} (got {fallback!r})")
+    candidates = [n for n in varying_columns(fit) if not always_kept(n)]
+    kept = [n for j, n in enumerate(fit.names) if always_kept(n) and np.isfinite(fit.X[:, j]).any()]
     chosen = candidates
     if selector is not None and candidates:
         recent = fit.rows(max(0, len(fit) - max_rows))
         labels = class_labels(recent.columns(CLASS_FEATURES))
         picked = set(select_by_class(selector, recent.columns(candidates), recent.y, candidates, labels).chosen)
-        chosen = [n for n in candidates if n in picked] or candidates
+        chosen = [n for n in candidates if n in picked] or (candidates if fallback == "all" else [])
     names = tuple(chosen + kept)
     return names if names else fit.names
 
 
 def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = HOLDOUT_FRACTION,
                      selector: Selector | None = default_selector, selection_max_rows: int = SELECTION_MAX_ROWS,
-                     seed: int = 0, params: dict[str, Any] | None = None,
-                     onset_ts: float | None = None, after_onset_copies: int = AFTER_ONSET_COPIES) -> Challenger:
+                     seed: int = 0, params: Mapping[str, Any] | None = None,
+                     onset_ts: float | None = None, after_onset_copies: int = AFTER_ONSET_COPIES,
+                     monotone: bool = True, gpu_app: bool = False, fallback: str = FALLBACK) -> Challenger:
     """Split, select, train and score a challenger (blocking; raises the model layer's errors).
 
     ``onset_ts``: the drift's estimated onset (a retrain-event's ``onset_ts``): see :func:`split`, and
     the fit rows since the onset weigh ``after_onset_copies`` rows each (:func:`emphasise_after`).
+    ``monotone``: train under :func:`~app.model.constraints.monotone_constraints` (``gpu_app``: the app
+    runs on the GPU, so a faster GPU never slows it) unless ``params`` sets its own.
     """
     t0 = time.perf_counter()
     fit, holdout = split(ds, holdout_fraction, onset_ts)
@@ -179,9 +206,12 @@ def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = 
 
         raise NotEnoughSamplesError(len(fit), MIN_SAMPLES)
     train = emphasise_after(fit, onset_ts, after_onset_copies) if onset_ts is not None else fit
-    names = choose_features(train, selector, selection_max_rows)  # the new regime counts in the vote too
+    names = choose_features(train, selector, selection_max_rows, fallback)  # the new regime counts in the vote too
+    merged = dict(params or {})
+    if monotone and "monotone_constraints" not in merged:
+        merged["monotone_constraints"] = monotone_constraints(names, gpu_app)
     result = train_model(train.columns(names), train.y, names, node_class, holdout_fraction=0.0, seed=seed,
-                         params=params)
+                         params=merged)
     metrics = score(lambda X: result.booster.inplace_predict(X, missing=np.nan), names, holdout)
     seconds = time.perf_counter() - t0
     log.info("challenger %s: %d fit rows, %d features, holdout rmse %.1f ms (%.2fs)", node_class, len(fit),
@@ -199,3 +229,13 @@ def score(predict: Callable[[np.ndarray], np.ndarray], names: Sequence[str], hol
 def score_champion(champion: Predictor, holdout: Dataset) -> dict[str, float]:
     """The champion's metrics on the challenger's holdout (its own feature names and order)."""
     return score(champion.predict, champion.feature_names, holdout)
+
+
+def retrain(ds: Dataset, node_class: str, champion: Callable[[Dataset], Mapping[str, float] | None], *,
+            margin: float = MARGIN, **options: Any) -> tuple[Challenger, Verdict]:
+    """One whole retrain: :func:`train_challenger` on ``ds`` (``options`` are its keyword arguments), then the
+    verdict of :func:`~app.trainer.champion.judge` against ``champion(holdout)`` — the champion's metrics on
+    the challenger's holdout, None when there is no champion (the service reads it from the registry, the
+    simulator scores the model it serves with :func:`score_champion`)."""
+    challenger = train_challenger(ds, node_class, **options)
+    return challenger, judge(challenger.metrics, champion(challenger.holdout), margin=margin)

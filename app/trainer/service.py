@@ -57,11 +57,11 @@ from app.kafka.positions import PositionGuard
 from app.model.errors import NotEnoughSamplesError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
 from app.retry import Backoff
-from app.trainer.champion import MARGIN, Verdict, judge
+from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
-from app.trainer.history import SampleHistory, build_dataset
+from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.metrics import TrainerMetrics
-from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, train_challenger
+from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, retrain
 from app.trainer.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,9 @@ class TrainerService:
         Events older than this (by their ``ts``) are skipped, so a new group does not replay a week.
     selector
         Feature selection (``None``: every varying column).
+    gpu_apps
+        Apps that run on the GPU: their models may not get slower on a faster GPU
+        (:func:`app.model.constraints.direction`).
     """
 
     _sample_guard: PositionGuard
@@ -113,7 +116,7 @@ class TrainerService:
                  holdout_fraction: float = HOLDOUT_FRACTION, max_event_age_s: float = 3600.0,
                  selector: Selector | None = default_selector, metrics: TrainerMetrics | None = None,
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
-                 train_params: dict[str, Any] | None = None) -> None:
+                 train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = ()) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
         if not 0.0 < holdout_fraction < 1.0:
@@ -130,6 +133,7 @@ class TrainerService:
         self.clock = clock or SystemClock()
         self.catch_up_timeout_s = catch_up_timeout_s
         self.train_params = train_params
+        self.gpu_apps = frozenset(gpu_apps)
         self.outcomes: list[Outcome] = []
         self._training: set[str] = set()
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
@@ -342,11 +346,14 @@ class TrainerService:
 
     def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
                          key: str, onset_ts: float | None = None) -> tuple[Challenger, Verdict]:
-        ds = build_dataset(names, rows)
-        challenger = train_challenger(ds, node_class, holdout_fraction=self.holdout_fraction,
-                                      selector=self.selector, params=self.train_params, onset_ts=onset_ts)
-        champion = self.registry.champion_metrics(key, challenger.holdout)
-        return challenger, judge(challenger.metrics, champion, margin=self.margin)
+        app = parse_model_key(key)[0]
+
+        def champion(holdout: Dataset) -> dict[str, float] | None:
+            return self.registry.champion_metrics(key, holdout)
+
+        return retrain(build_dataset(names, rows), node_class, champion, margin=self.margin,
+                       holdout_fraction=self.holdout_fraction, selector=self.selector, params=self.train_params,
+                       onset_ts=onset_ts, gpu_app=app in self.gpu_apps)
 
     async def _announce(self, record: dict[str, Any], event: dict[str, Any]) -> None:
         assert self._producer is not None

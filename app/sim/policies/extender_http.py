@@ -157,12 +157,15 @@ class ExtenderPolicy(BasePolicy):
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
         self.stats["requests"] += 1
         t0 = time.perf_counter()
+        asked = candidates
+        if task.profile.on_gpu is not None:  # the pod requests nvidia.com/gpu: kube-scheduler filters the others
+            asked = [c for c in candidates if c.node_class == "gpu"] or candidates
         try:
-            answer = self.prioritize(task, candidates)
+            answer = self.prioritize(task, asked)
         except (OSError, http.client.HTTPException, orjson.JSONDecodeError):
             answer = None
         self.stats["http_s"] += time.perf_counter() - t0
-        by_name = {n.name: n for n in candidates}
+        by_name = {n.name: n for n in asked}
         top = top_hosts(answer, by_name)
         if not top:
             self.stats["errors"] += 1

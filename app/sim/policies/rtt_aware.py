@@ -1,300 +1,282 @@
-"""The RTT-aware policy: this project's production pipeline, driven by the simulator's messages.
+"""The RTT-aware policy: the production learning path, driven in process by the simulator's messages.
 
-- every scrape goes into a per-node :class:`app.features.window.NodeWindow`; after each scrape round the
-  node's features are aggregated over the node x app window (DWA) and applied, as node-features values,
-  to one :class:`app.scheduler.builder.SnapshotBuilder` per app, which builds the scheduler's snapshot;
-- the node-features value also carries the scheduler's own view of the pods running on the node, one
-  count per app (``running_pods_<app>``: bound pods the scheduler placed and has not seen finish). A
-  task's time depends mostly on what runs beside it when it starts, which a 1 s scrape shows late or
-  not at all; the count is exact at decision time, and the training sample carries the same value;
-- a placement is :func:`app.scheduler.decide.decide` - the extender's own predict, filter and score
-  (:func:`app.scheduler.scoring.score_nodes` with each node's credibility) - and the policy takes
-  :meth:`Decision.best`. Models predict the *service time*; the task's wait so far (known when it is
-  placed) is added to give its RTT. The assumed-pods contention penalty is off by default
-  (``contention_other=0``): the running-pod counts already include the pods just placed;
-- completions feed samples (:mod:`app.sim.policies.learner`: service time, monotone XGBoost with a log
-  link) and the 5 s feedback loop (:mod:`app.sim.policies.feedback`): credibility becomes node-weights,
-  DWA moves windows, a drift detector that fires retrains the model key (features re-selected). A key
-  also retrains when its samples grew by ``growth`` (50 %) since its last training: early models
-  improve quickly, later retrains are rare;
-- between retrains a node's predictions (and ranking) for an app carry its residual factor (the model's recent
-  log error there, :class:`app.sim.policies.feedback.Residuals`): a throttled node is priced right in a few tasks.
+Nothing here predicts, learns or decides by a rule of its own; each step calls what the live processes run:
 
-Exploration: each node of the class an app asks for (GPU nodes for a GPU app, any node for ``upload``)
-first gets ``warmup_per_node`` of the app's tasks (a node that joins later too); until a model covers
-one of them, a task goes to the node with the lowest mean service time per input MB seen so far.
+- **node-features** (worker): every scrape goes into the node's :class:`~app.features.window.NodeWindow`;
+  each scrape round, :func:`app.features.node_value.features_value` (the node's window, and over each
+  modelled app's DWA window the features its models read) goes to the scheduler's
+  :class:`~app.scheduler.builder.SnapshotBuilder`; a podwatch-like running view of the pods per app on
+  each node every ``running_refresh_s`` (:meth:`SnapshotBuilder.apply_running`; 0: at every start and end;
+  None, the default: none, as in the demo);
+- **placement** (extender): :func:`app.scheduler.decide.decide` with :data:`SIM_POLICY` (the demo's
+  extender policy) — models, residual correction, credibility, assumed pods, exploration — and the
+  winner (:meth:`Decision.best`), assumed as the extender assumes it and forgotten when its completion
+  arrives (the extender reads task-completions, :mod:`app.extender.feed`); when there is none, the
+  top-scored candidates go to Kubernetes' default scoring, as kube-scheduler (and the live
+  :class:`~app.sim.policies.extender_http.ExtenderPolicy`) would;
+- **feedback** (worker): each completion is one pair of the join (``NodeTracker.add``: errors and the
+  residual, from the model's own prediction) and one training sample (:func:`app.features.node_value.sample_value`
+  into the trainer's :class:`~app.trainer.history.SampleHistory`); every error period
+  ``NodeTracker.close`` (DWA, Page-Hinkley with drift episodes, credibility) gives node-weights
+  (``NodeTracker.weights_fields``) and drift retrains with their onset, and
+  :class:`~app.drift.growth.SampleGrowth` cold-start and growth retrains, each debounced per key;
+- **retrains** (trainer): :class:`~app.sim.policies.training.SimulatedTrainer` runs
+  :func:`app.trainer.pipeline.retrain` off the decision path; a promoted model serves from its verdict
+  on, and the residuals and drift detectors of its app on its class's nodes start afresh.
+
+Settings are the production defaults (:class:`app.config.Settings`); keyword arguments override them.
+Until the simulator filters nodes by a pod's requests, a GPU app is offered the GPU nodes only, as
+kube-scheduler does for a pod that requests ``nvidia.com/gpu``.
 """
 
 from __future__ import annotations
 
-import logging
+import collections
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from app.config import Settings
+from app.contracts.completions import service_ms
 from app.contracts.keys import model_key, parse_model_key
+from app.drift.growth import Debounce, SampleGrowth
+from app.drift.residual import model_prediction
+from app.drift.tracker import NodeTracker
+from app.features.node_value import features_value, sample_value
 from app.features.window import NodeWindow
+from app.model.fast import FastPredictor
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
-from app.scheduler.decide import DecideParams, Decision, decide
+from app.scheduler.decide import DecideParams, decide
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
-from app.scheduler.scoring import score_nodes
 from app.scheduler.snapshot import Snapshot
-from app.sim.apps import APPS
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.feedback import Feedback, Residuals
-from app.sim.policies.learner import RUNNING_PREFIX, ModelBook
+from app.sim.policies.extender_http import top_hosts
+from app.sim.policies.kube_default import KubeDefault
+from app.sim.policies.training import SimulatedTrainer
 from app.sim.view import ClusterView, Task
+from app.trainer.history import SampleHistory
+from app.trainer.pipeline import default_selector
 
-log = logging.getLogger(__name__)
-
-# a model sees at most ``max_samples`` (1,000) rows: 64 histogram bins already resolve them, and 512 (the
-# preset's) cost 4-5x the training time on the simulator's critical path
-SIM_TRAIN_PARAMS: dict[str, Any] = {"max_bin": 64}
+# The extender's scheduling policy here and in the demo (app/cli/demo.py): tasks last ~100 ms and arrive
+# 24/s, so the default 10 % penalty per pod assumed over 5 s would compound to a factor of thousands.
+SIM_POLICY: dict[str, Any] = {"contention": {"interfering": 0.5, "other": 0.0},
+                              "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
+SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine
+HISTORY_S = 120.0
 
 
 class RttAware(BasePolicy):
     """See the module docstring. Options are keyword arguments kept as attributes.
 
-    ``dwa=False``: a fixed ``window_s`` feature window; ``select=False``: every metric feature once a key
-    has enough rows; ``running=False``: no running-pod counts (the scrape-only variant); ``monotone``:
-    the constraints of :func:`app.sim.policies.learner.direction`; ``target``: see
-    :class:`~app.sim.policies.learner.ModelBook`; ``node_models``: also train a node's own model
-    (``app:class:node``) once it has this many samples (None: class models only); ``drift_threshold``:
-    the Page-Hinkley threshold; ``retrain_min_s``: least time between retrains of a key on drift;
-    ``correct_alpha``: the residual correction's step (None: off); ``correct_reset``: start it over when the
-    app's model is retrained; ``correct_rank``: rank candidates on corrected predictions (else only report them).
+    ``dwa=False``: the feature window stays ``Settings.feature_window_s`` (DWA bounds pinned to it);
+    ``select=False``: no feature selection (every varying column); ``correction=False``: node-weights carry
+    no residual correction; ``explore_share``: the exploration share (0: off); ``running_refresh_s``: the
+    running view's period (None: none); ``train_params``: preset overrides; ``train_delay_s``: simulated
+    delay of a retrain's verdict; ``train_options``: other arguments of :func:`app.trainer.pipeline.retrain`;
+    ``settings``: the production settings (defaults when None).
     """
 
     name = "rtt_aware"
 
-    def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, running: bool = True,
-                 monotone: bool = True, warmup_per_node: int = 2, min_train: int = 20, growth: float = 0.5,
-                 max_samples: int = 1000, target: str = "gamma", error_period_s: float = 5.0,
-                 retrain_min_s: float = 10.0, contention_other: float = 0.0, window_s: float = 30.0,
-                 drift_threshold: float = 0.5, node_models: int | None = None,
-                 train_params: Mapping[str, Any] | None = None, correct_alpha: float | None = 0.2,
-                 correct_reset: bool = True, correct_rank: bool = True) -> None:
+    def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, correction: bool = True,
+                 explore_share: float | None = None, running_refresh_s: float | None = None,
+                 train_params: Mapping[str, Any] | None = None, train_delay_s: float = 2.0,
+                 train_options: Mapping[str, Any] | None = None, settings: Settings | None = None,
+                 background: bool = True) -> None:
         super().__init__()
-        if error_period_s <= 0 or warmup_per_node < 0 or min_train < 20 or retrain_min_s < 0 or growth <= 0:
-            raise ValueError("RttAware: need error_period_s > 0, warmup_per_node >= 0, min_train >= 20, "
-                             "retrain_min_s >= 0, growth > 0")
-        self.rng = rng
-        self.running = running
-        self.monotone = monotone
-        self.warmup_per_node = warmup_per_node
-        self.min_train = min_train
-        self.growth = growth
-        self.node_models = node_models
-        self.error_period_s = error_period_s
-        self.retrain_min_s = retrain_min_s
-        self.book = ModelBook(max_samples=max_samples, select=select, seed=int(rng.integers(2**31)),
-                              train_params={**SIM_TRAIN_PARAMS, **(train_params or {})}, target=target)
-        self.feedback = Feedback(dwa=dwa, window_s=window_s, drift_threshold=drift_threshold)
-        self.residuals = Residuals(alpha=correct_alpha) if correct_alpha is not None else None
-        self.correct_reset = correct_reset
-        self.correct_rank = correct_rank
-        self.params = DecideParams(policy=policy_from_dict({"contention": {"other": contention_other},
-                                                            "assumed": {"scrape_delay_s": 1.0}}))
-        self.assumed = AssumedPods(ttl_s=120.0, scrape_delay_s=1.0)
-        self._windows: dict[str, NodeWindow] = {}
-        self._spec: dict[str, NodeSpec] = {}
+        s = self.settings = settings or Settings()
+        if running_refresh_s is not None and not running_refresh_s >= 0:
+            raise ValueError(f"RttAware: running_refresh_s must be >= 0 or None (got {running_refresh_s})")
+        self.dwa, self.correction, self.running_refresh_s = dwa, correction, running_refresh_s
+        doc = {**SIM_POLICY, "exploration": {} if explore_share is None else {"share": explore_share}}
+        self.params = DecideParams(policy_from_dict(doc), s.credibility_prior, s.extender_stale_after_s)
+        policy = self.params.policy
+        self.assumed = AssumedPods(policy.assumed_ttl_s, policy.scrape_delay_s)
+        self.builder = SnapshotBuilder()
+        self.snap: Snapshot | None = None
+        self.history = SampleHistory(s.trainer_max_samples_per_key)
+        self.growth = SampleGrowth(s.cold_start_samples, s.retrain_growth)
+        self.debounce = Debounce(s.retrain_debounce_s)
+        self.trainer = SimulatedTrainer(
+            delay_s=train_delay_s, seed=int(rng.integers(2**31)), params={**SIM_TRAIN_PARAMS, **(train_params or {})},
+            selector=default_selector if select else None, background=background, options=train_options,
+            gpu_apps=s.gpu_apps)
+        self.kube = KubeDefault(rng)
+        self.windows: dict[str, NodeWindow] = {}
+        self.trackers: dict[str, NodeTracker] = {}
+        self.specs: dict[str, NodeSpec] = {}
+        self.models: dict[str, tuple[int, FastPredictor]] = {}  # model key -> (version, predictor) serving
+        self.samples_per_key: collections.Counter[str] = collections.Counter()
+        self.pods: dict[str, collections.Counter[str]] = {}  # node -> app -> running (the podwatch's truth)
         self._scraped: set[str] = set()
-        self._builders = {app: SnapshotBuilder() for app in APPS}
-        self._base: dict[str, dict[str, dict[str, Any]]] = {app: {} for app in APPS}  # app -> node -> value
-        self._pods: dict[str, dict[str, int]] = {}  # node -> app -> running pods
-        self._moved: dict[str, set[str]] = {app: set() for app in APPS}  # nodes whose pods changed, per app
-        self._snap: dict[str, Snapshot] = {}
-        self._inflight: dict[int, tuple[Mapping[str, float], float, float, float]] = {}
-        self._placed: dict[tuple[str, str], int] = {}  # (node, app) -> tasks placed
-        self._per_mb: dict[tuple[str, str], tuple[float, int]] = {}  # (node, app) -> (mean service ms/MB, n)
+        self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
+        self._explored: set[int] = set()
         self._next_period: float | None = None
-        self.name = ("rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
-                     + ("" if running else "_scrape_only"))
+        self._next_running: float | None = None
+        self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
 
-    # -- the view: scraped features + running pods
-    def _value(self, app: str, node: str) -> dict[str, Any]:
-        base = self._base[app][node]
-        if not self.running:
-            return base
-        pods = self._pods.get(node, {})
-        counts = {f"{RUNNING_PREFIX}{a}": float(pods.get(a, 0)) for a in APPS}
-        return {**base, "features": {**base["features"], **counts}}
+    # -- the worker's side: windows, trackers, node-features, node-weights
+    def _tracker(self, node: str) -> NodeTracker:
+        t = self.trackers.get(node)
+        if t is None:
+            s = self.settings
+            lo, hi = (s.dwa_min_window_s, s.dwa_max_window_s) if self.dwa else (s.feature_window_s, s.feature_window_s)
+            t = self.trackers[node] = NodeTracker.configured(
+                window_s=s.feature_window_s, min_window_s=lo, max_window_s=hi, prior=s.credibility_prior,
+                drift_delta=s.drift_delta, drift_threshold=s.drift_threshold,
+                drift_min_instances=s.drift_min_instances, drift_jump=s.drift_jump)
+        return t
 
-    def _pods_changed(self, node: str, app: str, delta: int) -> None:
-        pods = self._pods.setdefault(node, {})
-        pods[app] = pods.get(app, 0) + delta
-        if self.running:
-            for moved in self._moved.values():
-                moved.add(node)
+    def _app_names(self) -> dict[str, frozenset[str]]:
+        names: dict[str, set[str]] = {}
+        for key, (_, predictor) in self.models.items():
+            names.setdefault(parse_model_key(key)[0], set()).update(predictor.feature_names)
+        return {app: frozenset(n) for app, n in names.items()}
 
-    def _snapshot(self, app: str, ts: float) -> Snapshot | None:
-        """The app's snapshot with every node's running pods as of now (rebuilt only when they moved)."""
-        moved = self._moved[app]
-        if moved:
-            builder, base = self._builders[app], self._base[app]
-            for node in moved:
-                if node in base:
-                    builder.apply_node_features(self._value(app, node))
-            moved.clear()
-            self._snap[app] = builder.build(ts)
-        return self._snap.get(app)
-
-    # -- observation
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
-        w = self._windows.get(node)
+        w = self.windows.get(node)
         if w is None:
-            w = self._windows[node] = NodeWindow(self.feedback.window_s, history_s=120.0)
-            self._spec[node] = view.node(node)
+            w = self.windows[node] = NodeWindow(self.settings.feature_window_s, history_s=HISTORY_S)
+            self.specs[node] = view.node(node)
         w.update(ts, metrics)
         self._scraped.add(node)
 
     def tick(self, view: ClusterView) -> None:
         ts = view.ts
+        app_names = self._app_names()
         for node in self._scraped:
-            spec, w = self._spec[node], self._windows[node]
-            for app, builder in self._builders.items():
-                agg = w.aggregate(window_s=self.feedback.window(node, app))
-                self._base[app][node] = {"node": node, "ts": ts, "node_class": spec.node_class,
-                                         "gpu_model": spec.gpu_model, "features": agg.features()}
-                builder.apply_node_features(self._value(app, node))
-                self._moved[app].discard(node)
+            spec, t = self.specs[node], self._tracker(node)
+            self.builder.apply_node_features(features_value(node, ts, spec.node_class, spec.gpu_model,
+                                                            self.windows[node], t.windows(), app_names))
         self._scraped.clear()
+        if self.running_refresh_s and (self._next_running is None or ts >= self._next_running):
+            self._next_running = ts + self.running_refresh_s
+            for node in self.windows:
+                self.builder.apply_running(node, self.pods.get(node, {}), ts)
         if self._next_period is None:
-            self._next_period = ts + self.error_period_s
+            self._next_period = ts + self.settings.error_period_s
         elif ts >= self._next_period:
-            self._next_period = ts + self.error_period_s
+            self._next_period = ts + self.settings.error_period_s
             self._close_period(view)
+        for done in self.trainer.ready(view.now):
+            self._install(done, view)
         self.assumed.expire(ts)
-        self._snap = {app: b.build(ts) for app, b in self._builders.items()}
+        self.snap = self.builder.build(ts)
 
     def _close_period(self, view: ClusterView) -> None:
         ts, t = view.ts, view.now
-        res = self.feedback.close_period(ts)
-        for key, mape, _rmse in res.errors:
-            self.trace.errors.append((t, key, mape))
-        for node, weight in res.weights.items():
-            self.trace.weights.append((t, node, weight))
-            for b in self._builders.values():
-                b.apply_node_weights({"node": node, "ts": ts, "weight": weight, "predicted_rtt_ms": {},
-                                      "stale": False})
-        for key, window in res.windows.items():
-            self.trace.windows.append((t, key, window))
-        for key, reason in res.retrain.items():
-            m = self.book.models.get(key)
-            if (m is None and self.book.n_samples(key) >= self.min_train) or (
-                    m is not None and t - m.at_s >= self.retrain_min_s):
-                self._train(key, t, ts, reason)
+        for node, tracker in self.trackers.items():
+            if not tracker.pending():
+                continue
+            node_class = self.specs[node].node_class
+            for app, r in tracker.close(ts).items():
+                self.trace.errors.append((t, f"{node}:{app}", float(r.stats["mape"])))
+                self.trace.windows.append((t, f"{node}:{app}", r.window_s))
+                if r.drift:
+                    self._ask(model_key(app, node_class), "drift", view, r.onset_ts)
+        for node, tracker in self.trackers.items():
+            fields = tracker.weights_fields()
+            if not self.correction:
+                fields.pop("correction", None)
+            self.builder.apply_node_weights({"node": node, "ts": ts, **fields, "predicted_rtt_ms": {}, "stale": False})
+            self.trace.weights.append((t, node, float(fields["weight"])))
+        for key, count in list(self.samples_per_key.items()):
+            has_model = key in self.models
+            reason = self.growth.due(key, count, has_model=has_model)
+            if reason is not None and self._ask(key, reason, view, None):
+                self.growth.asked(key, count)
 
-    def _train(self, key: str, t: float, ts: float, reason: str) -> None:
-        app, node_class, _node = parse_model_key(key)
-        gpu_app = APPS[app].on_gpu is not None and node_class == "gpu"
-        trained = self.book.train(key, node_class, t, reselect=reason.startswith("drift"),
-                                  gpu_app=gpu_app if self.monotone else None)
-        if trained is None:
+    # -- the trainer's side
+    def _ask(self, key: str, reason: str, view: ClusterView, onset_ts: float | None) -> bool:
+        """A retrain-event (drift debounced per key, as the worker sends them); True when sent."""
+        if not self.debounce.allow(key, view.now, reason):
+            return False
+        current = self.models.get(key)
+        self.trainer.submit(key, reason, view.now, self.history.dataset(key), current[1] if current else None, onset_ts)
+        return True
+
+    def _install(self, done: Any, view: ClusterView) -> None:
+        self.trace.retrains.append((view.now, done.key, done.reason))
+        if done.verdict is None or not done.verdict.promote:
             return
-        self._builders[app].set_model(key, trained.version, trained.predictor)
-        if self.residuals is not None and self.correct_reset:
-            self.residuals.reset(app)
-        self._snap[app] = self._builders[app].build(ts)
-        self.trace.retrains.append((t, key, reason))
+        version = self.models[done.key][0] + 1 if done.key in self.models else 1
+        predictor = FastPredictor.from_booster(done.challenger.result.booster)
+        self.models[done.key] = (version, predictor)
+        self.builder.set_model(done.key, version, predictor)
+        app, node_class, _ = parse_model_key(done.key)
+        for node, tracker in self.trackers.items():
+            if self.specs[node].node_class == node_class:
+                tracker.new_model(app)
+        self.trace.notes["promotions"] = self.trace.notes.get("promotions", 0) + 1
 
-    # -- decisions
-    def _explore(self, task: Task, candidates: Sequence[NodeSpec], snap: Snapshot | None) -> NodeSpec | None:
-        """A candidate to learn about, or None to exploit the models.
-
-        Among the candidates of the class the app asks for (GPU nodes for a GPU app, any node otherwise):
-        the least-placed one while it has had fewer than ``warmup_per_node`` tasks of the app; then, while
-        no model covers any of them, the one with the lowest mean service time per input MB seen so far.
-        """
-        wants_gpu = task.profile.on_gpu is not None
-        pool = [c for c in candidates if c.node_class == "gpu"] if wants_gpu else list(candidates)
-        pool = pool or list(candidates)
-        placed = self._placed
-        least = min(pool, key=lambda c: placed.get((c.name, task.app), 0))
-        if placed.get((least.name, task.app), 0) < self.warmup_per_node:
-            return least
-        routes = snap.routes(task.app) if snap is not None else {}
-        if any(c.name in routes for c in pool):
-            return None
-        return min(pool, key=lambda c: self._per_mb.get((c.name, task.app), (math.inf, 0))[0])
-
-    def _best(self, decision: Decision, app: str) -> int | None:
-        """Index of the chosen candidate; with residual correction its ``rtt_ms`` is corrected in place.
-
-        Each candidate's prediction is multiplied by its node's residual factor for ``app`` and the scores
-        are recomputed (:func:`app.scheduler.scoring.score_nodes`, same credibilities); the top score wins,
-        the lowest RTT breaks ties, as in :meth:`Decision.best`.
-        """
-        if decision.neutral is not None:
-            return None
-        if self.residuals is not None and self.correct_rank:
-            res = self.residuals
-            decision.rtt_ms[:] = [r * res.factor(n, app) for n, r in zip(decision.nodes, decision.rtt_ms, strict=True)]
-            decision.score[:] = score_nodes(np.asarray(decision.rtt_ms), np.asarray(decision.credibility)).tolist()
-        ok = [i for i, f in enumerate(decision.failed) if f is None and math.isfinite(decision.rtt_ms[i])]
-        return min(ok, key=lambda i: (-decision.score[i], decision.rtt_ms[i])) if ok else None
-
+    # -- the extender's side
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+        if task.profile.on_gpu is not None:  # a pod requesting nvidia.com/gpu (see the module docstring)
+            candidates = [c for c in candidates if c.node_class == "gpu"] or candidates
         ts = view.ts
-        wait_ms = max(0.0, (view.now - task.submit_s) * 1000.0)
+        if self.builder.dirty and self.running_refresh_s == 0:
+            self.snap = self.builder.build(ts)
         by_name = {c.name: c for c in candidates}
-        predicted = model_ms = float("nan")
-        snap = self._snapshot(task.app, ts)
-        chosen = self._explore(task, candidates, snap)
-        if chosen is None and snap is not None:
-            pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
-            decision = decide(snap, pod, list(by_name), self.assumed, self.params, ts)
-            best = self._best(decision, task.app)
-            if best is not None:
-                chosen = by_name[decision.nodes[best]]
-                model_ms = decision.model_rtt_ms[best]
-                factor = self.residuals.factor(chosen.name, task.app) if self.residuals is not None else 1.0
-                predicted = wait_ms + model_ms * factor
-        if chosen is None:  # no prediction for any candidate (e.g. only CPU nodes left, no CPU model yet)
-            chosen = min(candidates, key=lambda c: view.running(c.name))
-        features: Mapping[str, float] = {}
-        if snap is not None and chosen.name in snap.nodes:
-            features = {**snap.nodes[chosen.name].features, "task_input_size_mb": task.input_mb}
-        self._inflight[task.idx] = (features, predicted, wait_ms, model_ms)
-        if np.isfinite(predicted):
-            self.trace.predicted_ms[task.idx] = predicted
-        self.assumed.assume(task.task_id, task.app, chosen.name, ts)
-        self._pods_changed(chosen.name, task.app, +1)
-        placed = (chosen.name, task.app)
-        self._placed[placed] = self._placed.get(placed, 0) + 1
+        pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
+        d = decide(self.snap, pod, list(by_name), self.assumed, self.params, ts)
+        best = d.best()
+        prediction: dict[str, Any] | None = None
+        if best is not None:
+            self.assumed.assume(task.task_id, task.app, best, ts)
+            chosen = by_name[best]
+        else:
+            hosts = top_hosts([{"Host": n, "Score": s} for n, s in d.scores()], by_name)
+            chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
+        if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
+            v = d.verdict(d.nodes.index(chosen.name))
+            if not v.stale:
+                rtt = v.predicted_rtt_ms if math.isfinite(v.predicted_rtt_ms) else None
+                prediction = {"predicted_rtt_ms": rtt, "model_version": v.model_version, "model_key": v.model_key,
+                              "features": dict(v.features), "correction": v.correction}
+        wait_ms = max(0.0, (view.now - task.submit_s) * 1000.0)
+        if prediction is not None and prediction["predicted_rtt_ms"] is not None:
+            self.trace.predicted_ms[task.idx] = wait_ms + prediction["predicted_rtt_ms"]
+        self._inflight[task.idx] = (wait_ms, ts, prediction)
+        if d.explored is not None:  # what exploration costs: its placements and their time (trace notes)
+            self._explored.add(task.idx)
+        self._pods_changed(chosen.name, task.app, +1, ts)
         return chosen
 
-    def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
-        features, predicted, wait_ms, model_ms = self._inflight.pop(task.idx, ({}, float("nan"), 0.0, float("nan")))
-        self.assumed.forget(task.task_id)
-        self._pods_changed(node, task.app, -1)
-        spec = view.node(node)
-        k = (node, task.app)
-        if np.isfinite(predicted):
-            self.feedback.add(node, spec.node_class, task.app, predicted, rtt_ms)
-        service_ms = rtt_ms - wait_ms
-        if self.residuals is not None:
-            self.residuals.update(node, task.app, model_ms, service_ms)
-        mean, n = self._per_mb.get(k, (0.0, 0))
-        self._per_mb[k] = (mean + (service_ms / max(task.input_mb, 1e-3) - mean) / (n + 1), n + 1)
-        if not features:
-            return
-        self._learn(model_key(task.app, spec.node_class), features, service_ms, self.min_train, view)
-        if self.node_models is not None:
-            self._learn(model_key(task.app, spec.node_class, node), features, service_ms, self.node_models, view)
+    def _pods_changed(self, node: str, app: str, delta: int, ts: float) -> None:
+        pods = self.pods.setdefault(node, collections.Counter())
+        pods[app] += delta
+        if self.running_refresh_s == 0:  # a watch: the view follows every start and end
+            self.builder.apply_running(node, pods, ts)
 
-    def _learn(self, key: str, features: Mapping[str, float], service_ms: float, min_rows: int,
-               view: ClusterView) -> None:
-        """Add a sample to ``key``; train it once it has ``min_rows``, retrain when its samples grew enough."""
-        n = self.book.add(key, features, service_ms)
-        m = self.book.models.get(key)
-        if m is None:
-            if n >= min_rows and n % 10 == 0:
-                self._train(key, view.now, view.ts, "initial")
-        elif self.book.added[key] - m.n_samples >= self.growth * min(m.n_samples, self.book.max_samples):
-            self._train(key, view.now, view.ts, "growth")
+    # -- the worker's join
+    def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
+        wait_ms, started_ts, prediction = self._inflight.pop(task.idx)
+        ts = view.ts
+        self.assumed.forget(task.task_id)
+        self._pods_changed(node, task.app, -1, ts)
+        spec = self.specs.get(node) or view.node(node)
+        completion = {"task_id": task.task_id, "app": task.app, "node": node, "submitted_ts": ts - rtt_ms / 1000.0,
+                      "started_ts": started_ts, "finished_ts": ts, "rtt_ms": rtt_ms, "status": "ok",
+                      "input_size_mb": task.input_mb}
+        tracker = self._tracker(node)
+        if task.idx in self._explored:
+            self._explored.discard(task.idx)
+            notes = self.trace.notes
+            notes["explored"] = notes.get("explored", 0) + 1
+            notes["explored_service_ms"] = notes.get("explored_service_ms", 0.0) + service_ms(completion)
+        if prediction is not None and prediction["predicted_rtt_ms"] is not None:
+            predicted = prediction["predicted_rtt_ms"]
+            key, version = prediction["model_key"], prediction["model_version"]
+            serving = key not in self.models or version is None or version >= self.models[key][0]
+            tracker.add(task.app, predicted, service_ms(completion),
+                        model_ms=model_prediction(predicted, prediction["correction"]), residual=serving)
+        tracker.count_sample(task.app)
+        value = sample_value(completion, spec.node_class, self.windows.get(node), spec.gpu_model,
+                             tracker.window(task.app), prediction)
+        self.history.add(value)
+        self.samples_per_key[value["model_key"]] += 1

@@ -14,10 +14,14 @@ rmse = st.one_of(st.floats(min_value=0.0, max_value=1e9), st.just(math.nan), st.
 
 
 @pytest.mark.parametrize(("current", "prev", "window", "expected"), [
-    (116.0, 100.0, 10.0, 15.0),     # +16 % > 15 %: grow ×1.5
-    (115.0, 100.0, 10.0, 10.0),     # exactly +15 %: dead band
-    (89.0, 100.0, 10.0, 8.0),       # -11 % < -10 %: shrink ×0.8
-    (90.0, 100.0, 10.0, 10.0),      # exactly -10 %: dead band
+    (116.0, 100.0, 10.0, 15.0),     # +16 %: grow ×1.5
+    (115.0, 100.0, 10.0, 15.0),     # exactly +15 %: a rise of 15 % or more grows
+    (0.345, 0.3, 10.0, 15.0),       # exactly +15 % with rounding in the division
+    (114.99, 100.0, 10.0, 10.0),    # just under +15 %: dead band
+    (89.0, 100.0, 10.0, 8.0),       # -11 %: shrink ×0.8
+    (90.0, 100.0, 10.0, 8.0),       # exactly -10 %: a fall of 10 % or more shrinks
+    (0.27, 0.3, 10.0, 8.0),         # exactly -10 % with rounding in the division
+    (90.01, 100.0, 10.0, 10.0),     # just under -10 %: dead band
     (200.0, 100.0, 50.0, 60.0),     # grow capped at max
     (10.0, 100.0, 6.0, 5.0),        # shrink floored at min
     (100.0, 0.0, 10.0, 10.0),       # no previous RMSE

@@ -54,7 +54,7 @@ def test_options_from_settings_env_and_errors() -> None:
 
 
 def decision(task_id: str, n: int) -> Decision:
-    """n scored candidates, the last one without a prediction (not published)."""
+    """n scored candidates, then one without a prediction (published with a null one), all fresh."""
     rtt = [100.0 + i for i in range(n)] + [float("nan")]
     return Decision(PodInfo(task_id, "ns", task_id, "gCTF", 1.0), tuple(f"n{i}" for i in range(n + 1)),
                     [10] * (n + 1), rtt, ["gCTF:gpu"] * (n + 1), [4] * (n + 1), [1.0] * (n + 1),
@@ -67,10 +67,11 @@ async def test_publisher_sends_one_valid_message_per_candidate() -> None:
     pub.start()
     assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
     await pub.drain()
-    assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2"]
+    assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2", b"n3"]
     v = decode("rtt-predictions", sink.sent[2][1])
     assert (v["task_id"], v["predicted_rtt_ms"], v["model_version"], v["model_key"]) == ("uid-1", 102.0, 4, "gCTF:gpu")
-    assert metrics.published._value.get() == 3
+    assert decode("rtt-predictions", sink.sent[3][1])["predicted_rtt_ms"] is None  # its features still travel
+    assert metrics.published._value.get() == 4
     await pub.stop()
 
 
@@ -79,10 +80,10 @@ async def test_publisher_drops_and_counts_when_full() -> None:
     pub = PredictionPublisher(sink, metrics, max_pending=2)  # not started: nothing drains
     assert pub.offer(decision("a", 4), 1.0) and pub.offer(decision("b", 4), 1.0)
     assert not pub.offer(decision("c", 5), 1.0)
-    assert metrics.dropped._value.get() == 5 and pub.pending == 2
+    assert metrics.dropped._value.get() == 6 and pub.pending == 2
     pub.start()
     await pub.drain()
-    assert len(sink.sent) == 8
+    assert len(sink.sent) == 10
     await pub.stop()
     assert pub.pending == 0
 
@@ -98,7 +99,7 @@ async def test_publisher_survives_a_failing_sink() -> None:
     pub.offer(decision("a", 2), 1.0)
     pub.offer(decision("b", 1), 1.0)
     await asyncio.wait_for(pub.drain(), 5)
-    assert metrics.dropped._value.get() == 3
+    assert metrics.dropped._value.get() == 5
     await pub.stop()
 
 
@@ -107,11 +108,14 @@ def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
     busy = {"running_pods_gCTF": 2.0, "running_pods_upload": 1.0}
     d = Decision(PodInfo("p", "ns", 'uid-"1"', "gCTF", 1.0), ("n0", "n1", "n2", "n3"), [10, 5, 5, 1],
                  [100.0, float("nan"), 250.5, 1e6], ["gCTF:gpu", None, None, "gCTF:gpu:n3"], [4, None, None, 1],
-                 [1.0] * 4, [None] * 4, [True] * 4, [120.0, float("nan"), 250.5, 9e5], [idle, idle, {}, busy])
-    parts = list(encode_decision(d, 1_700_000_000.25, chunk=3))
+                 [1.0] * 4, [None] * 4, [True, True, True, False], [120.0, float("nan"), 250.5, 9e5],
+                 [idle, idle, {}, {}], correction=[1.0, 1.0, 2.0, 1.0])
+    parts = list(encode_decision(d, 1_700_000_000.25, chunk=2))
     records = [r for part in parts for r in part]
-    assert [len(p) for p in parts] == [2, 1]  # candidates 0-2 (one without a prediction), then 3
+    assert [len(p) for p in parts] == [2, 1]  # the three fresh candidates (n3 is stale: not published)
     expected = list(decision_values(d, 1_700_000_000.25))
-    assert [k for k, _ in records] == [b"n0", b"n2", b"n3"] == [v["node"].encode() for v in expected]
+    assert [k for k, _ in records] == [b"n0", b"n1", b"n2"] == [v["node"].encode() for v in expected]
     assert [decode("rtt-predictions", v) for _, v in records] == expected
-    assert expected[0]["predicted_rtt_ms"] == 120.0 and "features" not in expected[1]
+    assert expected[0]["predicted_rtt_ms"] == 120.0 and "features" not in expected[2]
+    assert expected[1]["predicted_rtt_ms"] is None  # no model covers n1 yet: its features still make a sample
+    assert expected[2]["correction"] == 2.0 and "correction" not in expected[0]

@@ -19,6 +19,7 @@ from app.features.selection import (
     SelectionRule,
     gaussian_rho,
     mic_null_level,
+    mic_threshold,
     render_shares,
     render_table,
     select_features,
@@ -57,14 +58,15 @@ def test_chosen_are_ordered_by_total_strength(result) -> None:
 
 
 # Hand-made strengths (features x pearson, spearman, kendall, dcor, mic) against the default thresholds
-# 0.3, 0.3, 0.2, 0.27, 0.25. "b" sits exactly on three thresholds; "e" is degenerate.
+# 0.3, 0.3, 0.2, 0.27 and MIC's at n = 100, 0.285. "b" sits exactly on three thresholds; "e" is degenerate;
+# "f" passes every threshold but MIC's (0.26 < 0.285).
 HAND = {
     "a": [0.90, 0.90, 0.80, 0.85, 0.70],  # 5 votes, total 4.15
     "b": [0.30, 0.29, 0.20, 0.27, 0.10],  # pearson, kendall, dcor: 3 votes, total 1.16
     "c": [0.10, 0.10, 0.05, 0.50, 0.60],  # dcor, mic: 2 votes, total 1.35
     "d": [0.50, 0.60, 0.40, 0.10, 0.20],  # pearson, spearman, kendall: 3 votes, total 1.80
     "e": [0.00, 0.00, 0.00, 0.00, 0.00],  # degenerate
-    "f": [0.31, 0.31, 0.21, 0.28, 0.26],  # 5 votes, total 1.37
+    "f": [0.31, 0.31, 0.21, 0.28, 0.26],  # 4 votes (not MIC), total 1.37
 }
 
 
@@ -83,9 +85,9 @@ def hand_table(monkeypatch):
 
 
 @pytest.mark.parametrize(("rule", "votes", "chosen"), [
-    (SelectionRule(), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 5}, ("a", "d", "f", "b")),
-    (SelectionRule(min_votes=5), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 5}, ("a", "f")),
-    (SelectionRule(min_votes=1), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 5}, ("a", "d", "f", "c", "b")),
+    (SelectionRule(), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a", "d", "f", "b")),
+    (SelectionRule(min_votes=5), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a",)),
+    (SelectionRule(min_votes=1), {"a": 5, "b": 3, "c": 2, "d": 3, "e": 0, "f": 4}, ("a", "d", "f", "c", "b")),
     # top 2 per measure: pearson, spearman, kendall pick a, d; dcor and mic pick a, c
     (SelectionRule(top_k=2), {"a": 5, "b": 0, "c": 2, "d": 3, "e": 0, "f": 0}, ("a", "d")),
     (SelectionRule(top_k=2, min_votes=2), {"a": 5, "b": 0, "c": 2, "d": 3, "e": 0, "f": 0}, ("a", "d", "c")),
@@ -158,7 +160,7 @@ def test_json_and_text_reports(result) -> None:
     doc = json.loads(result.to_json())
     assert doc["chosen"] == list(result.chosen) and doc["degenerate"] == ["flat"]
     assert doc["features"]["lin"]["votes"] == result.votes["lin"]
-    assert doc["rule"]["thresholds"] == dict(DEFAULT_THRESHOLDS)
+    assert doc["rule"]["thresholds"] == {**DEFAULT_THRESHOLDS, "mic": "mic_threshold(n)"}
     text = render_table(result, title="== app")
     assert text.splitlines()[0] == "== app"
     assert all(n in text for n in result.chosen) and "degenerate" in text and "flat" in text
@@ -173,6 +175,34 @@ def test_json_and_text_reports(result) -> None:
 def test_rule_rejects_bad_settings_naming_the_field(kwargs, field) -> None:
     with pytest.raises(ValueError, match=field):
         SelectionRule(**kwargs)
+
+
+def test_mic_threshold_follows_the_null_level_at_the_sample_size() -> None:
+    """MIC votes at the value a |rho| = 0.3 normal pair reads at n: above the null level, falling with n."""
+    sizes = [50, 100, 300, 1000, 3000]
+    levels = [mic_threshold(n) for n in sizes]
+    assert levels == sorted(levels, reverse=True)
+    assert all(t > mic_null_level(n) for t, n in zip(levels, sizes, strict=True))
+    assert all(gaussian_rho("mic", t, n) == pytest.approx(0.3, abs=1e-9) for t, n in zip(levels, sizes, strict=True))
+    assert SelectionRule().threshold("mic", 100) == pytest.approx(mic_threshold(100))
+    assert SelectionRule(thresholds={**DEFAULT_THRESHOLDS, "mic": 0.4}).threshold("mic", 100) == 0.4
+
+
+def test_mic_rarely_votes_for_independent_noise() -> None:
+    """Pure-noise columns at n = 100 (3 seeds x 40 columns): a fixed 0.25 gave MIC's vote to 35 of 120
+    (measured), the null-based threshold to 9; at n = 400 to 2 of 120."""
+    def votes(n: int, rule: SelectionRule) -> int:
+        total = 0
+        for seed in range(3):
+            rng = np.random.default_rng(11 + seed)
+            X, y = rng.normal(size=(n, 40)), rng.normal(size=n)
+            total += len(select_features(X, y, [f"x{j}" for j in range(40)], rule).chosen)
+        return total
+
+    auto = SelectionRule(min_votes=1, measures=("mic",))
+    fixed = SelectionRule(thresholds={"mic": 0.25}, min_votes=1, measures=("mic",))
+    assert votes(100, auto) <= 0.1 * 120 and votes(400, auto) <= 0.05 * 120
+    assert votes(100, fixed) > 3 * votes(100, auto)
 
 
 def test_duplicate_names_are_rejected() -> None:

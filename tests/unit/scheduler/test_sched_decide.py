@@ -33,6 +33,7 @@ def view(linear: LinearPredictor) -> SnapshotBuilder:
 
 def run(view: SnapshotBuilder, pod: PodInfo = GCTF, nodes: list[str] = NODES, assumed: AssumedPods | None = None,
         now: float = NOW, **policy: object):
+    policy.setdefault("exploration", {"share": 0.0})  # scoring alone (exploration: test_sched_learning.py)
     params = DecideParams(policy_from_dict(policy), credibility_prior=0.5, stale_after_s=30.0)
     return decide(view.build(now=now), pod, nodes, assumed or AssumedPods(), params, now)
 
@@ -155,7 +156,8 @@ def test_invariants(loads: list[float], creds: list[float], stale: list[bool], s
         b.apply_node_features(features_msg(name, 1000.0, load))
         b.apply_node_weights(weights_msg(name, 1000.0, creds[i], stale=stale[i]))
     b.set_model("gCTF:gpu", 1, LinearPredictor({"load__mean": 100.0}, bias=1.0))
-    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": sla}, "sla_when_all_fail": "fail"}))
+    params = DecideParams(policy_from_dict({"sla_ms": {"gCTF": sla}, "sla_when_all_fail": "fail",
+                                            "exploration": {"share": 0.0}}))
     d = decide(b.build(now=NOW), GCTF, names, AssumedPods(), params, NOW)
     assert all(0 <= s <= 10 for _, s in d.scores())
     assert [v.stale for v in d.verdicts] == stale[: len(names)]  # features are fresh: stale iff weights say so
@@ -168,11 +170,17 @@ def test_invariants(loads: list[float], creds: list[float], stale: list[bool], s
     assert all(v.score == 5 for v in d.verdicts if v.stale)
     assert [v.credibility for v in d.verdicts] == creds[: len(names)]
     best = min(v.predicted_rtt_ms for v in fresh)
+    winner = d.best()
+    top = dict(d.scores())[winner] if winner is not None else 11
+    assert all(s < top for n, s in d.scores() if n != winner)  # the winner alone has the top score
     for a in fresh:
         assert a.predicted_rtt_ms == pytest.approx(1.0 + 100.0 * loads[names.index(a.node)])
-        # a fully credible node is scored on its speed alone: the fastest 10, twice as slow 5
+        if a.node == winner:
+            continue  # one more than a tie (at most 10)
+        # a fully credible node is scored on its speed alone: the fastest 10, twice as slow 5 (9 when tied
+        # with a winner at 10)
         if a.credibility == 1.0:
-            assert abs(a.score - 10 * best / a.predicted_rtt_ms) <= 0.5
+            assert abs(a.score - 10 * best / a.predicted_rtt_ms) <= 0.5 or a.score == top - 1 == 9
         if a.credibility == 0.0:
             assert a.score == 5
         for c in fresh:

@@ -89,7 +89,7 @@ def test_debounce_per_key() -> None:
 def test_options_from_environment_and_validation() -> None:
     env = {"RTT_DRIFT_MIN_INSTANCES": "5", "RTT_DRIFT_THRESHOLD": "0.8"}
     o = FeedbackOptions.from_settings(Settings.from_env(env))
-    assert (o.drift_min_instances, o.drift_threshold, o.cold_start_samples) == (5, 0.8, 200)
+    assert (o.drift_min_instances, o.drift_threshold, o.cold_start_samples) == (5, 0.8, 50)
     with pytest.raises(ConfigError, match="RTT_COLD_START_SAMPLES"):
         Settings.from_env({"RTT_COLD_START_SAMPLES": "many"})
     with pytest.raises(ConfigError, match="RTT_JOIN_MAX_ENTRIES: must be >= 1"):

@@ -48,7 +48,8 @@ def test_choose_features_keeps_the_selector_choice_and_hardware() -> None:
     assert choose_features(fit, pick_util) == ("nvidia_smi_utilization_gpu__mean", "hw_gpu_mem_bw_gbs")
     everything = ("nvidia_smi_utilization_gpu__mean", "nvidia_smi_memory_used__mean", "junk__std",
                   "hw_gpu_mem_bw_gbs")
-    assert choose_features(fit, lambda X, y, n: []) == everything  # nothing chosen: all varying columns
+    assert choose_features(fit, lambda X, y, n: []) == ("hw_gpu_mem_bw_gbs",)  # nothing chosen: no metric column
+    assert choose_features(fit, lambda X, y, n: [], fallback="all") == everything
     assert choose_features(fit, None) == everything
 
 
@@ -126,3 +127,45 @@ def test_rows_since_the_onset_are_repeated_but_never_outweigh_the_rest(n: int, o
     assert out.ts[:before].tolist() == ds.ts[:before].tolist()  # the rows before, once each, first
     assert repeated % max(after, 1) == 0 and after <= repeated <= max(after, before, after * copies)
     assert repeated == after or repeated <= before
+
+
+@pytest.fixture(scope="module")
+def constrained():
+    """A GPU-app challenger trained on noisy samples, under the monotone constraints."""
+    rng = np.random.default_rng(3)
+    n = 400
+    pods = rng.integers(0, 4, size=(n, 3)).astype(np.float32)
+    mb = rng.uniform(10, 300, n)
+    tflops = rng.choice([3.5, 82.6], n)
+    iowait = rng.uniform(0, 0.5, n)
+    y = (5.0 + mb * 3.0 / tflops) * (1.0 + 0.5 * pods[:, 1]) * rng.lognormal(0, 0.3, n)
+    names = ("running_pods_Motioncor2", "running_pods_gCTF", "running_pods_upload", "task_input_size_mb",
+             "hw_gpu_fp32_tflops", "cpu_iowait__mean")
+    X = np.column_stack([pods, mb, tflops, iowait]).astype(np.float32)
+    ds = Dataset(X, y, np.arange(n, dtype=np.float64), names)
+    return train_challenger(ds, "gpu", params={"n_estimators": 40, "objective": "reg:gamma"}, selector=None,
+                            gpu_app=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pods=st.integers(0, 3), more=st.integers(1, 3), mb=st.floats(10, 300), fast=st.booleans(),
+       iowait=st.floats(0, 0.5), feature=st.sampled_from(["running_pods_gCTF", "running_pods_upload",
+                                                          "task_input_size_mb", "cpu_iowait__mean"]))
+def test_more_load_never_predicts_faster(constrained, pods, more, mb, fast, iowait, feature) -> None:
+    names = constrained.result.feature_names
+    base = {"running_pods_Motioncor2": pods, "running_pods_gCTF": pods, "running_pods_upload": pods,
+            "task_input_size_mb": mb, "hw_gpu_fp32_tflops": 82.6 if fast else 3.5, "cpu_iowait__mean": iowait}
+    bigger = {**base, feature: base[feature] + more * (10.0 if feature == "task_input_size_mb" else 1.0)}
+    X = np.array([[r.get(n, np.nan) for n in names] for r in (base, bigger)], dtype=np.float32)
+    lo, hi = constrained.result.booster.inplace_predict(X)
+    assert hi >= lo * (1 - 1e-6)
+    faster = np.array([[{**base, "hw_gpu_fp32_tflops": 82.6}.get(n, np.nan) for n in names]], dtype=np.float32)
+    slower = np.array([[{**base, "hw_gpu_fp32_tflops": 3.5}.get(n, np.nan) for n in names]], dtype=np.float32)
+    predict = constrained.result.booster.inplace_predict
+    assert predict(faster)[0] <= predict(slower)[0] * (1 + 1e-6)
+
+
+def test_an_unknown_fallback_is_refused() -> None:
+    fit, _ = split(dataset(200))
+    with pytest.raises(ValueError, match="fallback"):
+        choose_features(fit, None, fallback="some")

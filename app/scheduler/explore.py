@@ -1,0 +1,74 @@
+"""Bounded exploration: send some pods of an app to a node whose RTT for it has not been learnt yet.
+
+A scheduler that only exploits its models never learns the nodes it has no model for: a CPU node
+that has no ``upload:cpu`` model scores neutral against GPU nodes that do, so it never runs an upload,
+never produces a sample, and its model never reaches the cold-start count; a node that joins has no
+samples of its own, so its residual correction cannot start. For a pod of ``app``, a candidate is
+*not yet learnt* when
+
+* no model covers it for ``app`` (no ``app:class`` model: a cold start), or
+* node-weights says it has completed fewer than ``min_samples`` tasks of ``app``.
+
+Bounds: only a ``share`` of each app's pods may explore — chosen by a hash of the pod's uid, so the
+choice is the same on every replica and in every replay — and a node explores one pod of an app at a
+time (a candidate with an assumed, not yet finished pod of ``app`` is skipped). The node with the
+fewest samples wins (ties by the hash of uid and node). Its cost is measured by the simulator
+(``bench/bench_learning.py``: exploration off against on).
+
+>>> import numpy as np
+>>> unlearnt = not_learnt(np.array([True, True]), covered=np.array([True, False]), samples=np.array([50, 1]),
+...                       in_flight=np.array([0, 0]), min_samples=3)
+>>> unlearnt.tolist(), explored("uid-7", ["g", "c"], unlearnt, np.array([50, 1]), share=1.0)
+([False, True], 1)
+>>> explored("uid-7", ["g", "c"], unlearnt, np.array([50, 1]), share=0.0) is None
+True
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+_SCALE = float(2**32)
+
+
+def chosen_to_explore(task_id: str, share: float) -> bool:
+    """Whether a pod is one of the ``share`` that may explore (a stable hash of its uid).
+
+    >>> sum(chosen_to_explore(f"pod-{i}", 0.25) for i in range(4000)) / 4000
+    0.24875
+    """
+    if share <= 0.0:
+        return False
+    return share >= 1.0 or zlib.crc32(task_id.encode()) / _SCALE < share
+
+
+def not_learnt(eligible: np.ndarray, covered: np.ndarray, samples: np.ndarray, in_flight: np.ndarray,
+               min_samples: int) -> np.ndarray:
+    """Per candidate: may run the pod, is not yet learnt for the app, and runs no pod of it now.
+
+    Parameters
+    ----------
+    eligible
+        Fresh data and not filtered out.
+    covered
+        Some model of the app covers the node.
+    samples
+        Completed tasks of the app on the node (node-weights ``samples``).
+    in_flight
+        Pods of the app the scheduler counts as running there.
+    """
+    return eligible & (~covered | (samples < min_samples)) & (in_flight == 0)
+
+
+def explored(task_id: str, nodes: Sequence[str], unlearnt: np.ndarray, samples: np.ndarray, *,
+             share: float) -> int | None:
+    """Index in ``nodes`` of the candidate this pod explores (fewest samples, ties by the hash of uid and
+    node), or None to place it by the models."""
+    if not unlearnt.any() or not chosen_to_explore(task_id, share):
+        return None
+    idx = np.flatnonzero(unlearnt)
+    fewest = idx[samples[idx] == samples[idx].min()]
+    return int(min(fewest, key=lambda i: zlib.crc32(f"{task_id}|{nodes[i]}".encode())))

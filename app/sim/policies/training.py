@@ -1,0 +1,124 @@
+"""The trainer process, simulated: :func:`app.trainer.pipeline.retrain` off the decision path, in simulated time.
+
+A retrain asked at simulated time ``t`` runs the trainer's own :func:`~app.trainer.pipeline.retrain` —
+feature selection, balancing, the node class's preset with the monotone constraints, the post-onset
+split and weighting after a drift, and the champion/challenger verdict — on a snapshot of the key's
+:class:`~app.trainer.history.SampleHistory` taken at ``t``, in a background thread, and its verdict
+becomes known at ``t + delay_s`` (simulated), whatever the wall time it took: a retrain never stalls a
+placement, and a run is reproducible bit for bit (the thread only decides *when* the wall clock
+finishes, never *what* the model is). ``delay_s`` stands for what the live system measured from a
+retrain-event to the model-updates message (1.3–2.1 s, docs/feedback.md). As the trainer service
+does, a key being trained takes no second retrain until the first is done (the ask is coalesced).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from app.contracts.keys import parse_model_key
+from app.errors import RttError
+from app.model.base import Predictor
+from app.trainer.history import Dataset
+from app.trainer.pipeline import Challenger, Selector, Verdict, default_selector, retrain, score_champion
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """A retrain whose verdict is known: ``challenger`` and ``verdict`` are None when it could not train."""
+
+    key: str
+    reason: str
+    asked_s: float
+    challenger: Challenger | None
+    verdict: Verdict | None
+    detail: str = ""
+
+
+def _run(ds: Dataset, key: str, champion: Predictor | None, options: Mapping[str, Any]) -> tuple[Challenger, Verdict]:
+    def champion_metrics(holdout: Dataset) -> dict[str, float] | None:
+        return score_champion(champion, holdout) if champion is not None else None
+
+    return retrain(ds, parse_model_key(key)[1], champion_metrics, **options)
+
+
+class SimulatedTrainer:
+    """Retrains of a simulated run; ask with :meth:`submit`, collect with :meth:`ready`.
+
+    Parameters
+    ----------
+    delay_s
+        Simulated seconds from the ask to the verdict, ``>= 0``.
+    seed
+        XGBoost's seed.
+    params
+        Overrides of the preset (the simulator passes ``nthread=1``: one background thread, reproducible).
+    selector
+        Feature selection (None: every varying column), as :class:`app.trainer.service.TrainerService`.
+    gpu_apps
+        Apps that run on a GPU (their monotone constraints include GPU speed).
+    background
+        Train in a thread (False: inline, at the ask).
+    options
+        Further keyword arguments of :func:`~app.trainer.pipeline.retrain` (e.g. ``fallback``, ``margin``).
+    """
+
+    def __init__(self, *, delay_s: float = 2.0, seed: int = 0, params: Mapping[str, Any] | None = None,
+                 selector: Selector | None = default_selector, gpu_apps: Collection[str] = (),
+                 background: bool = True, options: Mapping[str, Any] | None = None) -> None:
+        if not delay_s >= 0:
+            raise ValueError(f"delay_s must be >= 0 (got {delay_s})")
+        self.delay_s = float(delay_s)
+        self.options: dict[str, Any] = {"seed": seed, "params": dict(params or {}), "selector": selector,
+                                        **(options or {})}
+        self.gpu_apps = frozenset(gpu_apps)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sim-trainer") if background else None
+        self._due: dict[str, tuple[float, str, float, concurrent.futures.Future[tuple[Challenger, Verdict]]]] = {}
+        self.coalesced = 0
+
+    def busy(self, key: str) -> bool:
+        return key in self._due
+
+    def submit(self, key: str, reason: str, now_s: float, ds: Dataset, champion: Predictor | None,
+               onset_ts: float | None = None) -> bool:
+        """Ask a retrain of ``key`` on ``ds``; False when one is already running for it (coalesced)."""
+        if key in self._due:
+            self.coalesced += 1
+            return False
+        options = {**self.options, "onset_ts": onset_ts, "gpu_app": parse_model_key(key)[0] in self.gpu_apps}
+        job: Callable[[], tuple[Challenger, Verdict]] = functools.partial(_run, ds, key, champion, options)
+        if self._pool is not None:
+            future = self._pool.submit(job)
+        else:
+            future = concurrent.futures.Future()
+            try:
+                future.set_result(job())
+            except Exception as exc:  # delivered by ready(), like a background failure
+                future.set_exception(exc)
+        self._due[key] = (now_s + self.delay_s, reason, now_s, future)
+        return True
+
+    def ready(self, now_s: float) -> list[Done]:
+        """Retrains whose verdict is due by ``now_s``, in the order they become due (waits for the thread)."""
+        due = sorted((ready_s, key) for key, (ready_s, *_rest) in self._due.items() if ready_s <= now_s)
+        out = []
+        for _, key in due:
+            _, reason, asked_s, future = self._due.pop(key)
+            try:
+                challenger, verdict = future.result()
+            except (RttError, ValueError) as exc:  # too few usable rows, degenerate data
+                log.info("retrain of %s skipped: %s", key, exc)
+                out.append(Done(key, reason, asked_s, None, None, str(exc)))
+                continue
+            out.append(Done(key, reason, asked_s, challenger, verdict))
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

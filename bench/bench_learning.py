@@ -1,0 +1,161 @@
+"""The learning path's choices, measured through the simulator's rtt_aware (the production path in process).
+
+    python3 bench/bench_learning.py                 # small preset, 3 seeds x 5000 tasks, every variant
+    python3 bench/bench_learning.py --quick         # 2 seeds x 1500 tasks
+    python3 bench/bench_learning.py --speed-only --preset large --tasks 20000
+
+Prints, each with the command's settings:
+
+1. **variants**: the production defaults against one change each - squared error instead of ``reg:gamma``,
+   every varying column when the vote keeps nothing (``fallback="all"``), no per-measure top-k, cold start
+   at 200 samples, no residual correction, no exploration, a fixed 30 s window - mean / p99 / second-half
+   RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
+   defaults as a ratio (mean over seeds, 95 % CI of the mean RTT);
+2. **DWA vs a fixed 30 s window**: prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
+3. **exploration**: its placements, their mean time on the node against every task's, and what turning
+   it off does to the mean RTT;
+4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from app.config import Settings
+from app.features.selection import SelectionRule, select_features
+from app.sim.policies.rtt_aware import RttAware
+from app.sim.report.stats import mean_ci
+from app.sim.results import RunMetrics
+from app.sim.runner import SimConfig, run_offline
+
+SPEED_GOAL = 3_000.0
+
+
+def no_top_k(X: np.ndarray, y: np.ndarray, names: Any) -> Any:
+    """The five-measure vote without the per-measure top-k."""
+    return select_features(X, y, list(names), SelectionRule()).chosen
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "production defaults": {},
+    "squared error": {"train_params": {"objective": "reg:squarederror"}},
+    "fallback: all columns": {"train_options": {"fallback": "all"}},
+    "vote without top-k": {"train_options": {"selector": no_top_k}},
+    "cold start 200": {"settings": {"cold_start_samples": 200}},
+    "no residual correction": {"correction": False},
+    "no exploration": {"explore_share": 0.0},
+    "fixed 30 s window": {"dwa": False},
+}
+
+
+def factory(kw: dict[str, Any]) -> Callable[[np.random.Generator], RttAware]:
+    kw = dict(kw)
+    if "settings" in kw:
+        kw["settings"] = Settings(**kw["settings"])
+    return lambda rng: RttAware(rng, **kw)
+
+
+def rmse_on_gpu(m: RunMetrics, app: str) -> float:
+    apps = np.array(m.apps)
+    ok = np.isfinite(m.predicted_ms) & m.ok & (apps == app) & (m.task_node_class() == "gpu")
+    ok &= np.arange(len(apps)) >= len(apps) // 5
+    return float(np.sqrt(np.mean((m.predicted_ms[ok] - m.rtt_ms[ok]) ** 2))) if ok.any() else float("nan")
+
+
+def figures(m: RunMetrics) -> dict[str, float]:
+    late = np.arange(len(m.apps)) >= len(m.apps) // 2
+    s = m.summary()
+    out = {"mean": s["mean_rtt_ms"], "p99": s["p99_rtt_ms"], "2nd half": float(m.rtt_ms[late & m.ok].mean()),
+           **{k.removeprefix("acc:"): v for k, v in m.accuracy().items()}}
+    for app in ("gCTF", "Motioncor2"):
+        out[f"rmse {app}"] = rmse_on_gpu(m, app)
+    notes = m.trace.notes
+    out["explored"] = float(notes.get("explored", 0))
+    out["explored ms"] = notes.get("explored_service_ms", 0.0) / max(notes.get("explored", 0), 1)
+    service = (m.finish_s - m.start_s)[m.ok] * 1000.0
+    out["service ms"] = float(service.mean())
+    return out
+
+
+def mean_of(runs: list[dict[str, float]], key: str) -> float:
+    vals = [r[key] for r in runs if key in r and np.isfinite(r[key])]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def speed(preset: str, n_tasks: int) -> None:
+    print(f"\n== speed: rtt_aware on the {preset} preset, {n_tasks} tasks (simulated tasks per second of wall time) ==")
+    print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}")
+    for policy in ("kube_default", "rtt_aware"):
+        t0 = time.perf_counter()
+        run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}) if policy == "rtt_aware" else policy, 1)
+        dt = time.perf_counter() - t0
+        print(f"{policy:<14}{dt:>9.1f}{n_tasks / dt:>10.0f}{n_tasks / dt / SPEED_GOAL:>11.2f}x", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--tasks", type=int, default=None)
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--variants", default="all", help="comma-separated names (default all)")
+    ap.add_argument("--speed-preset", default="large")
+    ap.add_argument("--speed-tasks", type=int, default=20_000)
+    ap.add_argument("--speed-only", action="store_true")
+    args = ap.parse_args()
+    if args.speed_only:
+        speed(args.preset, args.tasks or args.speed_tasks)
+        return 0
+    seeds = list(range(1, 1 + (args.seeds or (2 if args.quick else 3))))
+    n_tasks = args.tasks or (1500 if args.quick else 5000)
+    names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
+    cfg = SimConfig(preset=args.preset, n_tasks=n_tasks)
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in names}
+    with tqdm(total=len(names) * len(seeds), file=sys.stderr, unit="run") as bar:
+        for name in names:
+            for seed in seeds:
+                bar.set_postfix_str(f"{name} seed {seed}")
+                runs[name].append(figures(run_offline(cfg, factory(VARIANTS[name]), seed)))
+                bar.update(1)
+
+    base = names[0]
+    print(f"\n== learning-path variants: preset {args.preset}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
+    accs = sorted({k for rs in runs.values() for r in rs for k in r if k.count(":") == 1})
+    head = f"{'variant':<24}{'mean RTT ms':>18}{'vs defaults':>12}{'p99 ms':>9}{'2nd half':>10}"
+    print(head + "".join(f"{a:>17}" for a in accs))
+    for name in names:
+        m, ci = mean_ci([r["mean"] for r in runs[name]])
+        change = m / mean_of(runs[base], "mean") - 1.0
+        row = f"{name:<24}{m:>10.1f} ± {ci:<5.1f}{change:>+11.1%}{mean_of(runs[name], 'p99'):>9.0f}"
+        row += f"{mean_of(runs[name], '2nd half'):>10.1f}" + "".join(f"{mean_of(runs[name], a):>17.3f}" for a in accs)
+        print(row)
+
+    if "fixed 30 s window" in runs:
+        print("\n== DWA vs a fixed 30 s window: prediction RMSE on GPU nodes after warm-up (ms, mean over seeds) ==")
+        print(f"{'app':<12}{'DWA':>10}{'fixed 30 s':>12}{'change':>9}")
+        for app in ("gCTF", "Motioncor2"):
+            d, f = mean_of(runs[base], f"rmse {app}"), mean_of(runs["fixed 30 s window"], f"rmse {app}")
+            print(f"{app:<12}{d:>10.1f}{f:>12.1f}{d / f - 1:>+9.1%}")
+
+    print("\n== exploration (mean over seeds) ==")
+    explored, share = mean_of(runs[base], "explored"), mean_of(runs[base], "explored") / n_tasks
+    print(f"explored placements {explored:.0f} ({share:.1%} of tasks), their time on the node "
+          f"{mean_of(runs[base], 'explored ms'):.1f} ms against {mean_of(runs[base], 'service ms'):.1f} ms "
+          "for all tasks")
+    if "no exploration" in runs:
+        off = mean_of(runs["no exploration"], "mean")
+        print(f"mean RTT with exploration {mean_of(runs[base], 'mean'):.1f} ms, without {off:.1f} ms "
+              f"({mean_of(runs[base], 'mean') / off - 1:+.1%})")
+    speed(args.speed_preset, args.speed_tasks if not args.quick else 5_000)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
