@@ -46,7 +46,7 @@ def new_figure(width_in: float, height_in: float, nrows: int = 1, ncols: int = 1
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update(RC)
+    plt.rcParams.update(RC)  # type: ignore[arg-type]  # matplotlib types the keys as a Literal
     fig, axes = plt.subplots(nrows, ncols, figsize=(width_in, height_in), squeeze=False, **kw)
     return fig, [ax for row in axes for ax in row]
 
