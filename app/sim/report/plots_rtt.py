@@ -103,7 +103,9 @@ def rolling(run: Any, window_s: float, step_s: float) -> tuple[np.ndarray, np.nd
 def over_time(runs: Mapping[str, Any], highlight: Sequence[str], warmup_s: float, half_s: float,
               fig_id: str) -> str:
     """Rolling mean and p95 RTT per policy over simulated time, and the highlighted rows' change vs kube_default."""
-    fig, (m_ax, p_ax, c_ax) = new_figure(13.0, 11.0, 3, 1, sharex=True)
+    compare = [n for n in highlight if n in runs] if "kube_default" in runs else []
+    fig, axes = new_figure(13.0, 11.0 if compare else 7.5, 3 if compare else 2, 1, sharex=True)
+    m_ax, p_ax, c_ax = (*axes, None)[:3]
     styles = policy_styles(list(runs), highlight)
     span = max(float(np.nanmax(r.submit_s)) for r in runs.values())
     window = max(span / 15.0, 1.0)
@@ -112,16 +114,7 @@ def over_time(runs: Mapping[str, Any], highlight: Sequence[str], warmup_s: float
         ends, mean, p95 = curves[name]
         m_ax.plot(ends, mean, label=name, **style)
         p_ax.plot(ends, p95, **style)
-    base = curves.get("kube_default")
-    for name in highlight:
-        if base is None or name not in curves or curves[name][0].size != base[0].size:
-            continue
-        ends, mean, p95 = curves[name]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            c_ax.plot(ends, 100.0 * (mean / base[1] - 1.0), label=f"{name}: mean", **styles[name])
-            c_ax.plot(ends, 100.0 * (p95 / base[2] - 1.0), label=f"{name}: p95", **{**styles[name], "ls": ":"})
-    c_ax.axhline(0.0, color="black", lw=1.0)
-    for ax in (m_ax, p_ax, c_ax):
+    for ax in axes:
         ax.axvspan(0.0, warmup_s, color="#f2e6c9", alpha=0.6, zorder=0)
         ax.axvline(half_s, color="#555555", lw=1.0, ls="--", zorder=1)
     m_ax.annotate("warm-up (first 20 % of tasks)", (warmup_s / 2, 1.0), xycoords=("data", "axes fraction"),
@@ -132,12 +125,28 @@ def over_time(runs: Mapping[str, Any], highlight: Sequence[str], warmup_s: float
     m_ax.set_title(f"rolling mean RTT (tasks that arrived in the last {window:.0f} s)")
     p_ax.set_ylabel("p95 RTT (ms)")
     p_ax.set_title("rolling p95 RTT")
-    c_ax.set_ylabel("change vs kube_default (%)")
-    c_ax.set_title("change against kube_default over the same windows (below 0: faster)")
-    c_ax.set_xlabel("simulated time (s) at the window's end")
     for ax in (m_ax, p_ax):
         ax.set_ylim(bottom=0)
     m_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    c_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if c_ax is not None:
+        _change_panel(c_ax, curves, compare, styles)
+    axes[-1].set_xlabel("simulated time (s) at the window's end")
     fig.tight_layout()
     return to_svg(fig, fig_id, "rolling mean and p95 RTT over time, and the change against kube_default")
+
+
+def _change_panel(ax: Any, curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], rows: Sequence[str],
+                  styles: Mapping[str, Mapping[str, Any]]) -> None:
+    """The rows' rolling mean and p95 against kube_default's over the same windows, in per cent."""
+    base = curves["kube_default"]
+    for name in rows:
+        ends, mean, p95 = curves[name]
+        if ends.size != base[0].size:  # another workload (not the same seed): no window-by-window comparison
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ax.plot(ends, 100.0 * (mean / base[1] - 1.0), label=f"{name}: mean", **styles[name])
+            ax.plot(ends, 100.0 * (p95 / base[2] - 1.0), label=f"{name}: p95", **{**styles[name], "ls": ":"})
+    ax.axhline(0.0, color="black", lw=1.0)
+    ax.set_ylabel("change vs kube_default (%)")
+    ax.set_title("change against kube_default over the same windows (below 0: faster)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
