@@ -49,7 +49,7 @@ from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
-from app.scheduler.snapshot import Snapshot
+from app.scheduler.snapshot import ModelEntry, Snapshot
 from app.scheduler.table import AppRoutes
 
 NO_APP = "no_app_label"
@@ -199,12 +199,13 @@ def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], .
 
 def decide(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods,
-    params: DecideParams, now: float,
+    params: DecideParams, now: float, *, note_expected: bool = True,
 ) -> Decision:
     """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
 
     Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`); Python loops
     run only over candidates with something on them (running or assumed pods) and over model groups.
+    ``note_expected=False`` leaves the assumed pods untouched (an explanation, not a scheduling cycle).
     """
     app = pod.app
     if app is None:
@@ -289,7 +290,8 @@ def decide(
     if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
         expected = rtt.copy()
         expected[e] = np.nanmax(rtt)
-    assumed.expect(task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
+    if note_expected:
+        assumed.expect(task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
     winner = e
     if winner is None:
         ok = np.flatnonzero(passing & usable)
@@ -324,18 +326,26 @@ def _predict(
     for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
         entry = routes.entries[m]
         sel = np.flatnonzero(model == m)
-        X = entry.matrix[rows[sel]]
-        for name, col in entry.task_columns.items():
-            X[:, col] = task.get(name, math.nan)
         picked = sel.tolist()
-        for j, running in _running_columns(entry.feature_names):
-            X[:, j] = idle.get(running, math.nan)
-            for k, i in enumerate(picked):
-                if features[i] is not idle:
-                    X[k, j] = features[i].get(running, math.nan)
+        X = model_rows(entry, rows[sel], task, [features[i] for i in picked], idle)
         rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         for i in picked:
             keys[i], versions[i] = entry.key, entry.version
+
+
+def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
+               features: Sequence[Mapping[str, float]], idle: Mapping[str, float]) -> np.ndarray:
+    """The rows ``entry``'s model sees for candidates at ``rows`` of its matrix: node features, the task's
+    features and each candidate's running-pods ``features`` (``idle`` when nothing runs there)."""
+    X = entry.matrix[rows]
+    for name, col in entry.task_columns.items():
+        X[:, col] = task.get(name, math.nan)
+    for j, running in _running_columns(entry.feature_names):
+        X[:, j] = idle.get(running, math.nan)
+        for k, f in enumerate(features):
+            if f is not idle:
+                X[k, j] = f.get(running, math.nan)
+    return X
 
 
 def _apply_sla(app: str, policy: Policy, rtt: np.ndarray, fresh: np.ndarray, failed: list[str | None]) -> bool:
