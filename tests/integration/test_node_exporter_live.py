@@ -99,14 +99,14 @@ async def recording_proxy(upstream: str, pages: list[str]) -> AsyncIterator[str]
 
 
 def load(tmp_path: Path, seconds: float) -> list[subprocess.Popen[bytes]]:
-    """For ``seconds``: one more busy process than CPUs (CPU pressure saturates), one of them writing and
-    fsyncing a file."""
+    """For ``seconds``: twice as many CPU-bound processes as CPUs, plus one (CPU pressure saturates), and one
+    writing and fsyncing a file (it waits on the disk much of the time)."""
     code = ("import os,sys,time\nend=time.time()+float(sys.argv[1])\n"
             "f=open(sys.argv[2],'wb') if sys.argv[2] else None\n"
             "while time.time()<end:\n"
             " [i*i for i in range(20000)]\n"
             " if f: f.write(os.urandom(1<<16)); f.flush(); os.fsync(f.fileno())\n")
-    files = [str(tmp_path / "load.bin")] + [""] * (os.cpu_count() or 1)
+    files = [str(tmp_path / "load.bin")] + [""] * (2 * (os.cpu_count() or 1) + 1)
     return [subprocess.Popen([sys.executable, "-c", code, str(seconds), f]) for f in files]
 
 
