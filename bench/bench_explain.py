@@ -41,7 +41,8 @@ GOAL_MS, GOAL_N = 20.0, 64
 def _model(n_rows: int, n_features: int, store: DirectoryModelStore) -> list[str]:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n_rows, n_features)).astype(np.float32)
-    y = 150 * np.exp(0.3 * X[:, 0] + 0.2 * np.sin(2 * X[:, 1]) + 0.1 * X[:, 2] * X[:, 3]) * rng.gamma(30, 1 / 30, n_rows)
+    y = 150 * np.exp(0.3 * X[:, 0] + 0.2 * np.sin(2 * X[:, 1]) + 0.1 * X[:, 2] * X[:, 3])
+    y = y * rng.gamma(30, 1 / 30, n_rows)  # multiplicative noise, as RTT has
     X[rng.random(X.shape) < 0.1] = np.nan
     names = [f"m{i}__mean" for i in range(n_features - 2)] + ["task_input_size_mb", "running_pods_gCTF"]
     res = train_model(X, y, names, "gpu", params={"device": "cpu", "nthread": 1})
