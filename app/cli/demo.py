@@ -90,8 +90,29 @@ def _wait_port(group: Any, name: str, port: int, timeout_s: float) -> None:
     raise ProcessError(f"{name} did not open port {port} within {timeout_s:.0f}s:\n{group.log_tail(name)}")
 
 
-def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> Any:
-    """Start everything, run live, stop everything (also on errors and interrupts)."""
+def explain_examples(url: str, config: Any, input_mb: float = 512.0) -> list[dict[str, Any]]:
+    """One ``POST /explain`` per app over its candidates (GPU apps: the GPU nodes), for the report."""
+    from app.cli.explain import post
+    from app.errors import RttError
+    from app.sim.apps import APPS
+    from app.sim.policies.extender_http import pod_json
+    from app.sim.runner import build_nodes
+
+    nodes = build_nodes(config, 1.0)
+    out = []
+    for i, (app, profile) in enumerate(APPS.items()):
+        names = [n.name for n in nodes if n.node_class == "gpu" or not profile.wants_gpu]
+        body = {"Pod": pod_json(f"explain{i}", app, input_mb), "NodeNames": names, "Explain": {"top": 3}}
+        try:
+            out.append(post(url, body, 10.0))
+        except RttError as exc:  # the report goes without this example; the run's figures stand
+            _say(f"no explanation for {app}: {exc}")
+    return out
+
+
+def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """Start everything, run live, ask the extender to explain a few placements, stop everything (also on
+    errors and interrupts)."""
     import asyncio
     import dataclasses
     import tempfile
@@ -148,7 +169,8 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
         _wait_port(group, "trainer", trainer_port, READY_TIMEOUT_S)
         _say(f"ready after {time.monotonic() - t0:.1f}s: " + ", ".join(f"{k} pid {v}" for k, v in pids.items()))
         _say(f"live run: {config.n_tasks} tasks, about {args.minutes:g} min at speed {args.speed:g}, extender {url}")
-        return run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)
+        result = run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)
+        return result, explain_examples(url, config)
     except ProcessError as exc:  # one line for the user; the child's whole log stays in logs/
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise ProcessError(f"{lines[0].split(';')[0]}: {lines[-1].strip() if len(lines) > 1 else ''} "
@@ -189,9 +211,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     out = Path(args.out)
     t_start = time.monotonic()
     runs: dict[str, list[Any]] = {}
+    explained: list[dict[str, Any]] = []
     info: dict[str, Any] = {**describe(config), "seed": args.seed}
     if not args.no_live:
-        live = _live(args, settings, config, out)
+        live, explained = _live(args, settings, config, out)
         runs[LIVE_NAME] = [live.metrics]
         info["live"] = live.describe()
     with tqdm(total=len(OFFLINE_POLICIES), file=sys.stderr, unit="policy", desc="offline", ncols=bar_width()) as bar:
@@ -212,7 +235,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         info["accuracy_second_half"] = accuracy
         print()
         print("\n".join(live_lines(info["live"], halves, LIVE_NAME, accuracy)))
-    write_report(runs, out, info, html=not args.no_html, live=live_rows, hardware=hardware_labels(config))
+    write_report(runs, out, info, html=not args.no_html, live=live_rows, hardware=hardware_labels(config),
+                 explained=explained)
     print()
     print("\n".join([*output_lines(out, not args.no_html), f"{time.monotonic() - t_start:.0f}s in all"]))
     return 0

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,9 +75,9 @@ class Rendered:
 async def _render(url: str, png: Path, chromium: str) -> Rendered:
     import aiohttp
 
-    with tempfile.TemporaryDirectory(prefix="rttsched-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="rttsched-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([chromium, *FLAGS[:-1], f"--user-data-dir={profile}", FLAGS[-1]],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 30
@@ -89,12 +92,25 @@ async def _render(url: str, png: Path, chromium: str) -> Rendered:
                 async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
                     return await _drive(ws, url, png)
         finally:
-            proc.terminate()
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to chromium's own process group (its zygote and renderers too), SIGKILL after 10 s."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + wait_s  # the group's other members go with it
+        while time.monotonic() < deadline:
             try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 async def _drive(ws: Any, url: str, png: Path) -> Rendered:
@@ -147,9 +163,43 @@ def render(html: Path, png: Path) -> Rendered:
     return asyncio.run(_render(html.resolve().as_uri(), png, chromium))
 
 
+def explained_example() -> dict[str, Any]:
+    """A real explanation: a small reg:gamma model over three nodes, one of them blocked by anti-affinity."""
+    import numpy as np
+    import xgboost
+
+    from app.model.fast import FastPredictor
+    from app.scheduler.assumed import AssumedPods
+    from app.scheduler.builder import SnapshotBuilder
+    from app.scheduler.decide import DecideParams
+    from app.scheduler.explain import explain
+    from app.scheduler.podinfo import PodInfo
+    from app.scheduler.policy import policy_from_dict
+
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.uniform(0, 4, 800), rng.uniform(50, 900, 800)]).astype(np.float32)
+    y = 40 * np.exp(0.4 * X[:, 0]) * (1 + 0.001 * X[:, 1])
+    names = ("load__mean", "task_input_size_mb")
+    booster = xgboost.train({"objective": "reg:gamma", "max_depth": 3, "nthread": 1},
+                            xgboost.DMatrix(X, label=y, feature_names=list(names)), 30)
+    b = SnapshotBuilder()
+    for node, model, load in (("worker-1", "Tesla K20c", 3.0), ("worker-2", "Tesla M40", 1.5),
+                              ("worker-3", "RTX 4090", 0.5)):
+        b.apply_node_features({"node": node, "ts": 99.0, "node_class": "gpu", "gpu_model": model, "window_s": 30.0,
+                               "count": 30, "features": {"load__mean": load}})
+        b.apply_node_weights({"node": node, "ts": 99.0, "weight": 0.7, "predicted_rtt_ms": {}, "stale": False})
+    b.set_model("gCTF:gpu", 4, FastPredictor.from_booster(booster, names))
+    assumed = AssumedPods()
+    assumed.assume("uid-0", "Motioncor2", "worker-3", now=99.5)
+    params = DecideParams(policy_from_dict({"anti_affinity": [["gCTF", "Motioncor2"]]}))
+    pod = PodInfo("gctf-7", "em", "uid-7", "gCTF", 400.0)
+    return explain(b.build(now=100.0), pod, ["worker-1", "worker-2", "worker-3"], assumed, params, 100.0,
+                   lambda key, version: booster)
+
+
 def build_report(out: Path) -> Path:
     """A small real comparison: baselines, rtt_aware and the clairvoyant over two seeds, plus rtt_aware's first
-    run shown as a live row (so the live title, goals and over-time plots are drawn too)."""
+    run shown as a live row (so the live title, goals and over-time plots are drawn too), and an explanation."""
     from app.sim.report import hardware_labels, write_report
     from app.sim.runner import SimConfig, describe, run_offline
 
@@ -157,7 +207,8 @@ def build_report(out: Path) -> Path:
     runs = {p: [run_offline(cfg, p, s) for s in (1, 2)] for p in ("kube_default", "load_aware", "rtt_aware",
                                                                    "clairvoyant")}
     live = {"rtt_aware_live": [dataclasses.replace(runs["rtt_aware"][0], policy="rtt_aware_live")]}
-    return write_report({**live, **runs}, out, describe(cfg), live=set(live), hardware=hardware_labels(cfg)).html
+    return write_report({**live, **runs}, out, describe(cfg), live=set(live), hardware=hardware_labels(cfg),
+                        explained=[explained_example()]).html
 
 
 def test_report_renders_in_chromium_with_labelled_readable_plots(tmp_path: Path) -> None:
@@ -170,6 +221,8 @@ def test_report_renders_in_chromium_with_labelled_readable_plots(tmp_path: Path)
     assert {"cdf", "time", "pvo", "err0", "w0"} <= ids, ids  # distribution, over time, learning plots
     assert all(p["h"] > 150 for p in plots)
     assert "live" in page.title
+    text = html.read_text()
+    assert "Placements explained" in text and "anti-affinity: gCTF interferes with Motioncor2" in text
     assert png.stat().st_size > 50_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

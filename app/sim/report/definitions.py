@@ -15,6 +15,8 @@ LABELS = {
     "queue_ms": "queue ms", "queue_p99_ms": "queue p99 ms", "throughput": "tasks/s", "gpu_util": "GPU busy",
     "gpu_demand": "GPU demand", "load_diff": "load diff pp", "load_std": "load std pp", "sla": "SLA met",
     "retrains": "retrains", "live_pace": "live tasks/s wall", "sim_speed": "sim tasks/s wall",
+    "acc": "1 − MAPE (accuracy)", "interval": "± (interval)", "change": "change", "rolling": "rolling mean and p95",
+    "credibility": "credibility (node weight)", "dwa": "DWA window",
 }
 
 DEFINITIONS = {

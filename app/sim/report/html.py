@@ -61,15 +61,18 @@ def _times(run: Any) -> tuple[float, float]:
 
 
 def _learning(name: str, run: Any, hardware: Mapping[str, str], k: int, live: bool) -> list[str]:
+    tr = run.trace
+    if not (tr.errors or tr.retrains or tr.weights or tr.windows):
+        return []  # predictions only (a static table): the scatter above says it all
     out = [f"<h3>{html.escape(name)}</h3>"]
     if run.trace.errors or run.trace.retrains:
-        out.append(plots_learning.error_over_time(run, f"err{k}"))
+        out.append(plots_learning.error_over_time(run, name, f"err{k}"))
     if run.trace.retrains:
         out += ["<p>Every retrain, and why:</p>", sections.retrain_table(run.trace.retrains)]
     if run.trace.weights:
-        out.append(plots_learning.node_weights(run, hardware, f"w{k}"))
+        out.append(plots_learning.node_weights(run, name, hardware, f"w{k}"))
     if run.trace.windows:
-        out.append(plots_learning.dwa_windows(run, f"dwa{k}"))
+        out.append(plots_learning.dwa_windows(run, name, f"dwa{k}"))
     elif live:
         out.append(f'<p class="note">{html.escape(name)}: no DWA windows here (the live run sees what the worker '
                    "publishes: errors, weights, retrains; the windows stay inside the worker).</p>")
@@ -106,8 +109,10 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         parts += ["<h2>Goals</h2>", sections.goals_table(goals)]
     acc = accuracy_keys(agg)
     if acc:
-        parts += ["<h2>Prediction accuracy (1 − MAPE after warm-up)</h2>", sections.policy_table(agg, acc, ())]
-    learners = {p: r for p, r in first.items() if p != "clairvoyant" and np.isfinite(r.predicted_ms).any()}
+        parts += ["<h2>Prediction accuracy (1 − MAPE after warm-up)</h2>",
+                  sections.policy_table(agg, acc, (), rates=False)]
+    learners = {p: first[p] for p in [*scored, *first] if p in first and p != "clairvoyant"
+                and np.isfinite(first[p].predicted_ms).any()}  # the scored rows first
     if learners:
         parts += ["<h2>What the learning rows learned</h2>",
                   plots_learning.predicted_vs_observed(learners, "pvo")]

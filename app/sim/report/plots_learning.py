@@ -18,6 +18,12 @@ from app.sim.report.svg import new_figure, to_svg
 
 APP_COLOURS = {"upload": "#1f77b4", "gCTF": "#d62728", "Motioncor2": "#2ca02c"}
 REASON_COLOURS = {"initial": "#7f7f7f", "cold_start": "#1f77b4", "drift": "#d62728", "growth": "#2ca02c"}
+REASON_TEXT = {
+    "cold_start": "first model: the key's samples reached the cold-start count",
+    "growth": "more history: the key's samples grew by the growth fraction since the last ask",
+    "drift": "the prediction error drifted (Page-Hinkley on the per-period errors)",
+    "manual": "asked by an operator", "schedule": "a scheduled retrain", "initial": "the initial model",
+}
 MAX_POINTS = 4000  # per app in a scatter (rasterised): enough to see the shape, small enough to embed
 
 
@@ -32,9 +38,13 @@ def node_label(node: str, hardware: Mapping[str, str]) -> str:
 
 def predicted_vs_observed(runs: Mapping[str, Any], fig_id: str, seed: int = 0) -> str:
     """Per row, predicted against observed RTT (log-log) coloured by app, with the identity line."""
-    fig, axes = new_figure(6.4 * len(runs), 6.0, 1, len(runs))
+    cols = min(2, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = new_figure(13.0 if cols == 2 else 6.8, 6.2 * rows, rows, cols)
     rng = np.random.default_rng(seed)
-    for ax, (name, run) in zip(axes, runs.items(), strict=True):
+    for ax in axes[len(runs):]:
+        ax.set_visible(False)
+    for ax, (name, run) in zip(axes, runs.items(), strict=False):
         pred, rtt, apps = run.predicted_ms, run.rtt_ms, np.array(run.apps)
         ok = np.isfinite(pred) & run.ok & (pred > 0) & (rtt > 0)
         for app in sorted(set(run.apps)):
@@ -55,7 +65,7 @@ def predicted_vs_observed(runs: Mapping[str, Any], fig_id: str, seed: int = 0) -
     return to_svg(fig, fig_id, "predicted against observed RTT, coloured by app")
 
 
-def error_over_time(run: Any, fig_id: str) -> str:
+def error_over_time(run: Any, name: str, fig_id: str) -> str:
     """Per-period MAPE per app (mean over nodes); every retrain marked and coloured by its reason."""
     fig, (ax,) = new_figure(13.0, 5.0)
     by_app: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -81,10 +91,10 @@ def error_over_time(run: Any, fig_id: str) -> str:
                 label=f"retrain: {kind.replace('_', ' ')} ({n})")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("MAPE per 5 s period (clipped at p99)")
-    ax.set_title(f"{run.policy}: prediction error over time; ▼ = a retrain, coloured by why", pad=16)
+    ax.set_title(f"{name}: prediction error over time; ▼ = a retrain, coloured by why", pad=16)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    return to_svg(fig, fig_id, f"{run.policy}: prediction error over time with retrains")
+    return to_svg(fig, fig_id, f"{name}: prediction error over time with retrains")
 
 
 def _series(points: Sequence[tuple[float, str, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -102,11 +112,11 @@ def _at(ts: np.ndarray, vs: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.where(i >= 0, vs[order][np.clip(i, 0, None)], np.nan)
 
 
-def node_weights(run: Any, hardware: Mapping[str, str], fig_id: str, max_panels: int = 12) -> str:
+def node_weights(run: Any, name: str, hardware: Mapping[str, str], fig_id: str, max_panels: int = 12) -> str:
     """Credibility per node over time: one small panel per node (hardware in the title) up to ``max_panels``
     nodes, else the median and 10-90 % band per hardware model."""
     series = _series(run.trace.weights)
-    nodes = sorted(series, key=lambda n: (hardware.get(n, ""), n))
+    nodes = sorted(series, key=lambda n: (hardware.get(n, "").startswith("CPU"), hardware.get(n, ""), n))
     if len(nodes) <= max_panels:
         cols = min(4, max(len(nodes), 1))
         rows = -(-len(nodes) // cols) or 1
@@ -129,9 +139,9 @@ def node_weights(run: Any, hardware: Mapping[str, str], fig_id: str, max_panels:
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("credibility (median, 10-90 % band)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle(f"{run.policy}: node weights (credibility of each node's predictions)", fontsize=12)
+    fig.suptitle(f"{name}: node weights (credibility of each node's predictions)", fontsize=12)
     fig.tight_layout()
-    return to_svg(fig, fig_id, f"{run.policy}: node weights over time, per node and hardware")
+    return to_svg(fig, fig_id, f"{name}: node weights over time, per node and hardware")
 
 
 def _bands(ax: Any, series: Mapping[str, tuple[np.ndarray, np.ndarray]], groups: Mapping[str, Sequence[str]]) -> None:
@@ -151,7 +161,7 @@ def _bands(ax: Any, series: Mapping[str, tuple[np.ndarray, np.ndarray]], groups:
         ax.fill_between(grid, lo, hi, color=colour, alpha=0.2, lw=0)
 
 
-def dwa_windows(run: Any, fig_id: str) -> str:
+def dwa_windows(run: Any, name: str, fig_id: str) -> str:
     """DWA feature windows: one panel per app, median and 10-90 % band across the nodes of each class."""
     series = _series(run.trace.windows)
     classes = dict(zip(run.node_names, run.node_classes, strict=True))
@@ -168,6 +178,6 @@ def dwa_windows(run: Any, fig_id: str) -> str:
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("feature window (s)")
         ax.legend(loc="upper left", fontsize=9)
-    fig.suptitle(f"{run.policy}: DWA windows per node class (median and 10-90 % band across nodes)", fontsize=12)
+    fig.suptitle(f"{name}: DWA windows per node class (median and 10-90 % band across nodes)", fontsize=12)
     fig.tight_layout()
-    return to_svg(fig, fig_id, f"{run.policy}: DWA window sizes over time per node class")
+    return to_svg(fig, fig_id, f"{name}: DWA window sizes over time per node class")

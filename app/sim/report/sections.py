@@ -14,7 +14,7 @@ from typing import Any
 from app.sim.report.definitions import DEFINITIONS, label
 from app.sim.report.goals import Agg
 from app.sim.report.halves import seed_means
-from app.sim.report.plots_learning import reason_kind
+from app.sim.report.plots_learning import REASON_TEXT, reason_kind
 from app.sim.report.stats import ratio
 from app.sim.report.tables import cell
 
@@ -59,15 +59,18 @@ def percentile_table(runs: Mapping[str, Sequence[Any]]) -> str:
     return f"<table><tr><th>policy</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th></tr>{''.join(body)}</table>"
 
 
-def policy_table(agg: Agg, figures: Sequence[str], live: Collection[str]) -> str:
-    """Every figure per policy; the wall-clock rate in two columns: live pace (live rows) and simulator speed."""
-    cols = [*figures, "live_pace", "sim_speed"]
+def policy_table(agg: Agg, figures: Sequence[str], live: Collection[str], *, rates: bool = True) -> str:
+    """Every figure per policy; with ``rates``, the wall-clock rate in two columns: live pace (live rows) and
+    simulator speed (offline rows)."""
+    cols = [*figures, "live_pace", "sim_speed"] if rates else list(figures)
     head = "".join(f'<th title="{esc(DEFINITIONS.get(f, ""))}">{esc(label(f))}</th>' for f in cols)
     body = []
     for p, figs in agg.items():
         wall = figs.get("tasks_per_wall_s")
         pace, speed = (wall, None) if p in live else (None, wall)
-        cells = [cell(figs.get(f), f) for f in figures] + [cell(pace, "live_pace"), cell(speed, "sim_speed")]
+        cells = [cell(figs.get(f), f) for f in figures]
+        if rates:
+            cells += [cell(pace, "live_pace"), cell(speed, "sim_speed")]
         body.append(f"<tr><th>{esc(p)}</th>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     return f"<table><tr><th>policy</th>{head}</tr>{''.join(body)}</table>"
 
@@ -86,11 +89,14 @@ def goals_table(goals: Sequence[Mapping[str, Any]]) -> str:
 
 def retrain_table(retrains: Sequence[tuple[float, str, str]], limit: int = 25) -> str:
     """The retrains in time order: when, which model, why (the first ``limit``, then a count)."""
-    body = "".join(f"<tr><td>{t:.1f}</td><td>{esc(key)}</td><td>{esc(reason_kind(reason))}</td>"
-                   f'<td class="why">{esc(reason)}</td></tr>' for t, key, reason in retrains[:limit])
+    rows = []
+    for t, key, reason in retrains[:limit]:
+        kind = reason_kind(reason)
+        why = REASON_TEXT.get(kind, kind) + ("" if reason == kind else f" ({reason})")
+        rows.append(f'<tr><td>{t:.1f}</td><td>{esc(key)}</td><td>{esc(kind)}</td><td class="why">{esc(why)}</td></tr>')
     more = f"<p>… and {len(retrains) - limit} more retrains.</p>" if len(retrains) > limit else ""
     return ("<table><tr><th>simulated s</th><th>model</th><th>kind</th><th>why</th></tr>"
-            f"{body}</table>{more}")
+            f"{''.join(rows)}</table>{more}")
 
 
 def _flat(prefix: str, value: Any) -> Iterator[tuple[str, str]]:
