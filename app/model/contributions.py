@@ -79,9 +79,9 @@ def contributions(booster: xgboost.Booster, X: np.ndarray, names: Sequence[str],
     own = booster.feature_names
     if own is not None and tuple(own) != tuple(names):
         raise ValueError(f"contributions: the booster's features {tuple(own)} are not {tuple(names)}")
-    dm = xgboost.DMatrix(X, missing=math.nan, nthread=1, feature_names=list(names) if own is not None else None)
-    raw = booster.predict(dm, pred_contribs=True, approx_contribs=method == "approx")
-    margin = booster.predict(dm, output_margin=True)
+    dm = xgboost.DMatrix(X, missing=math.nan, nthread=1)  # columns checked above: no names to validate again
+    raw = booster.predict(dm, pred_contribs=True, approx_contribs=method == "approx", validate_features=False)
+    margin = booster.predict(dm, output_margin=True, validate_features=False)
     raw = np.asarray(raw, dtype=np.float64).reshape(X.shape[0], len(names) + 1)
     return Contributions(tuple(names), X, raw[:, :-1], raw[:, -1], np.asarray(margin, dtype=np.float64),
                          link_of(booster), method)
