@@ -224,9 +224,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             bar.update(1)
     agg = summarise(runs)
     live_rows = [LIVE_NAME] if LIVE_NAME in runs else []
-    print(f"\n{config.n_tasks} tasks, seed {args.seed}. " + (
-        f"{LIVE_NAME}: live, the real worker, trainer and extender; other rows: offline simulator" if live_rows
-        else "Every row: offline simulator"))
+    print(f"\n{config.n_tasks} tasks, seed {args.seed}; " + (
+        f"{LIVE_NAME}: live (real worker, trainer, extender)\nother rows: offline simulator" if live_rows
+        else "every row: offline simulator"))
     print("\n".join(summary_lines(agg, goal_rows(agg, live=live_rows))))
     if live_rows:
         halves = {p: tuple(half_figures(runs[p][0], w)["mean_rtt_ms"] for w in ("all", "first", "second"))
