@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer training rows and repetitions")
     ap.add_argument("--features", type=int, default=30)
     args = ap.parse_args(argv)
-    n_rows, reps = (3_000, 10) if args.quick else (20_000, 50)
+    n_rows, reps = (3_000, 10) if args.quick else (20_000, 200)
     sizes = (8, 64) if args.quick else (8, 64, 256)
     tmp = tempfile.TemporaryDirectory(prefix="bench-explain-")
     store = DirectoryModelStore(tmp.name, keep=2)
