@@ -35,8 +35,9 @@ def _moved(n: Mapping[str, Any]) -> str:
     return ", ".join(f"{c['feature']} = {_num(c.get('value'), 3)}: {c['contribution']:+.3f}" for c in contribs)
 
 
-def _row(n: Mapping[str, Any]) -> str:
-    label = f"{n['node']} · {n['hardware']}" if n.get("hardware") else n["node"]
+def _row(n: Mapping[str, Any], hardware: Mapping[str, str]) -> str:
+    hw = hardware.get(n["node"]) or n.get("hardware")  # the report's words (CPU 32 cores) over the view's (cpu)
+    label = f"{n['node']} · {hw}" if hw else n["node"]
     cells = (label, _num(n.get("score")), _num(n.get("model_rtt_ms")), _num(n.get("correction"), 3),
              _num(n.get("penalty"), 2), _num(n.get("rtt_ms")), _num(n.get("credibility"), 2),
              "yes" if n.get("learnt") else "no", "yes" if n.get("explored") else "", n.get("failed") or "",
@@ -46,8 +47,8 @@ def _row(n: Mapping[str, Any]) -> str:
                             for i, c in enumerate(cells)) + "</tr>"
 
 
-def explain_section(answers: Sequence[Mapping[str, Any]]) -> str:
-    """One table per answer, with the pod and the chosen node above it."""
+def explain_section(answers: Sequence[Mapping[str, Any]], hardware: Mapping[str, str] | None = None) -> str:
+    """One table per answer, with the pod and the chosen node above it; ``hardware``: node -> its hardware."""
     out = ['<p class="note">Asked of the extender at the end of the live run, one pod per app: per candidate, the '
            "model's prediction, the residual correction, the factor for pods assumed but not yet in the metrics, "
            "the RTT the score comes from, credibility, exploration, the filters, and the three features whose "
@@ -61,5 +62,5 @@ def explain_section(answers: Sequence[Mapping[str, Any]]) -> str:
             head += " (exploring)"
         out.append(f"<h3>{html.escape(head)}</h3>")
         out.append('<table class="explain"><tr>' + "".join(f"<th>{html.escape(t)}</th>" for t in COLUMNS) + "</tr>"
-                   + "".join(_row(n) for n in a.get("nodes", [])) + "</table>")
+                   + "".join(_row(n, hardware or {}) for n in a.get("nodes", [])) + "</table>")
     return "\n".join(out)

@@ -119,7 +119,7 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         for k, (name, run) in enumerate(learners.items()):
             parts += _learning(name, run, hw, k, name in live)
     if explained:
-        parts += ["<h2>Placements explained</h2>", explain_section(explained)]
+        parts += ["<h2>Placements explained</h2>", explain_section(explained, hw)]
     shown = {**config, "nodes": [f"{n} · {h}" for n, h in hw.items()]} if hw else config
     parts += ["<h2>Configuration</h2>", sections.config_table(shown),
               "<h2>Definitions</h2>", sections.definitions(), "</body></html>"]
