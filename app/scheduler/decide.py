@@ -24,7 +24,8 @@ Per request (one pod, N candidate nodes):
 6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
    passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
    without a prediction there, it is expected to run as long as the slowest candidate's prediction);
-   otherwise the winner is the top-scored passing node with a prediction, the lowest RTT breaking ties.
+   otherwise the winner is the top-scored passing node with a prediction, the lowest RTT and then the
+   highest credibility breaking ties.
    When another node has the winner's score (or more, for an explored node), the winner gets one more,
    or, at the top of the range, every other node gets at most one less: kube-scheduler then places the
    pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
@@ -297,7 +298,7 @@ def decide(
         ok = np.flatnonzero(passing & usable)
         if ok.size:
             top = ok[scores[ok] == scores[ok].max()]
-            winner = int(top[np.argmin(rtt[top])])
+            winner = int(top[np.lexsort((-cred[top], rtt[top]))[0]])  # lowest RTT, then most credible
     if winner is not None and n > 1:
         rest = int(np.delete(scores, winner).max())
         if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
