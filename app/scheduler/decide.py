@@ -111,6 +111,7 @@ class Decision:
     sla_relaxed: bool = False
     correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
     explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
+    winner: int | None = None  # index of :meth:`best`'s node when :func:`decide` found one (None: look it up)
 
     @property
     def stale(self) -> bool:
@@ -159,6 +160,8 @@ class Decision:
             return None
         if self.explored is not None:
             return self.explored
+        if self.winner is not None:
+            return self.nodes[self.winner]
         ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
         if not ok:
             return None
@@ -310,7 +313,7 @@ def decide(
     return Decision(
         pod, tuple(nodes), scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), features, sla_relaxed=relaxed,
-        correction=corr.tolist(), explored=nodes[e] if e is not None else None,
+        correction=corr.tolist(), explored=nodes[e] if e is not None else None, winner=winner,
     )
 
 
