@@ -35,9 +35,9 @@ from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
 from app.drift.growth import Debounce, SampleGrowth
 from app.drift.tracker import AppReport
-from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
 from app.streams.feedback_outbox import ErrorsOutbox
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.topics import contract_topic
 

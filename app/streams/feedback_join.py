@@ -39,8 +39,8 @@ from app.errors import ContractError
 from app.features.node_value import sample_value as node_sample_value
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import JOIN, SAMPLES, SAMPLES_DROPPED
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.intake import PartitionIntake
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState

@@ -25,13 +25,14 @@ from typing import Any
 import faust
 import numpy as np
 import orjson
+import redis.asyncio as aioredis
 
 from app.contracts import encode
 from app.features.hardware import hardware_features
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
-from app.streams.feedback_loop import FeedbackLoop
 from app.streams.feedback_metrics import NODE_WEIGHT, REDIS_WRITES
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import degraded, recovered
 from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState
@@ -88,8 +89,6 @@ class RedisWriter:
     """Best-effort batched writes of the latest values; one batch in flight at most."""
 
     def __init__(self, url: str, prefix: str, timeout_s: float) -> None:
-        import redis.asyncio as aioredis
-
         self.client = aioredis.from_url(url)
         self.keys = CacheKeys(prefix)
         self.timeout_s = timeout_s
