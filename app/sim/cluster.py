@@ -26,7 +26,7 @@ from app.sim.events import NodeEvent
 from app.sim.hardware import NodeSpec
 from app.sim.metrics import scrape
 from app.sim.pending import PendingQueue
-from app.sim.policies.base import Policy, PolicyError
+from app.sim.policy import Policy, PolicyError
 from app.sim.running import Running
 from app.sim.sinks import NODE_METRICS, TASK_COMPLETIONS, NullSink, Sink
 from app.sim.state import EPS, NodeRuntime
