@@ -43,6 +43,8 @@ def registry_loader(settings: Settings) -> ModelLoader:
     lock = threading.Lock()
 
     def load_sync(update: Mapping[str, Any]) -> Predictor:
+        # Late on purpose: the registry brings XGBoost and numba (~1 s); they load here, in the loader's
+        # worker thread, so neither the extender's start nor its event loop waits for them.
         from app.model.errors import RegistryUnavailableError
         from app.model.registry import load_predictor, open_store
 

@@ -16,12 +16,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.feed import ViewFeed
 from app.extender.metrics import AppLabels, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
-from app.extender.models import ModelLoader, install_model
+from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body
@@ -213,8 +215,6 @@ class ExtenderService:
 
     def _model_loader(self) -> ModelLoader:
         if self._loader is None:
-            from app.extender.models import registry_loader
-
             self._loader = registry_loader(self.settings)
         return self._loader
 
@@ -233,8 +233,6 @@ class ExtenderService:
                                superseded=superseded, on_wait=waiting)
 
     async def _redis_work(self) -> None:
-        import redis.asyncio as aioredis
-
         self._redis = aioredis.from_url(self.settings.redis_client_url)
         try:
             await self._warm_start()
