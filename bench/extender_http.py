@@ -44,8 +44,8 @@ def prepare(settings: Settings, n: int) -> None:
 
     from app.contracts.codec import encode
     from app.kafka.admin import ensure_topics
-    from app.model.registry import open_store
     from app.model.train import booster_to_bytes
+    from app.registry.store import open_store
 
     asyncio.run(ensure_topics(settings))
     store = open_store(settings)

@@ -3,7 +3,7 @@
 Every worker needs every model (its nodes may be of any class and run any app), so model-updates is read
 without a consumer group: all partitions, from the beginning (the topic is compacted: the first pass is
 the current version of every key). A message whose version is newer than the one in use is loaded
-from the registry (:func:`app.model.registry.load_predictor`: the blob's sha256 is checked against its
+from the registry (:func:`app.registry.store.load_predictor`: the blob's sha256 is checked against its
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
 that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
 
@@ -33,7 +33,8 @@ from app.kafka.client import client_options
 from app.kafka.positions import PositionGuard
 from app.model.errors import RegistryUnavailableError
 from app.model.fast import FastPredictor
-from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
+from app.registry.base import ModelRecord, ModelStore
+from app.registry.store import load_predictor, open_store
 from app.retry import Backoff
 from app.streams.feedback_metrics import MODEL_REJECTED, MODEL_RETRIES, MODEL_VERSION
 from app.streams.health import degraded, recovered

@@ -87,7 +87,7 @@ async def _seen_first(samples: Reader, load: Load, first: int) -> float:
 
 def register_copy(s: Settings) -> dict[str, Any]:
     """Save the current model of :data:`KEY` again as a new version, make it current; its model-updates value."""
-    from app.model.registry import open_store
+    from app.registry.store import open_store
     from app.trainer.registry import update_message
 
     store = open_store(s)

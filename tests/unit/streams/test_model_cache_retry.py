@@ -10,7 +10,7 @@ from test_feedback_models import save
 
 from app.config import Settings
 from app.model.errors import RegistryUnavailableError
-from app.model.registry import DirectoryModelStore
+from app.registry.directory import DirectoryModelStore
 from app.streams import health
 from app.streams.feedback_models import ModelCache
 
