@@ -41,6 +41,7 @@ from app.extender.models import ModelLoader, install_model
 from app.extender.pacing import Slicer
 from app.kafka.client import client_options
 from app.kafka.positions import PositionGuard
+from app.kafka.quiet import quiet_client_errors
 from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -49,33 +50,6 @@ MAX_RECORDS = 250  # per fetch: aiokafka builds a fetch's records in one go (a f
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
 COMPLETIONS = "task-completions"
 REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
-
-
-class _EveryFew(logging.Filter):
-    """Let a recurring library error through at most once per ``period_s`` (the same broker, down, each retry)."""
-    def __init__(self, period_s: float, prefixes: tuple[str, ...]) -> None:
-        super().__init__()
-        self.period_s = period_s
-        self._prefixes = prefixes
-        self._last: dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = str(record.msg)
-        prefix = next((p for p in self._prefixes if msg.startswith(p)), None)
-        if prefix is None:
-            return True
-        now = time.monotonic()
-        if now - self._last.get(prefix, -1e9) < self.period_s:
-            return False
-        self._last[prefix] = now
-        return True
-
-
-def quiet_client_errors(period_s: float) -> None:
-    """aiokafka logs an error on every failed connection attempt: keep one per ``period_s`` (installed once)."""
-    logger = logging.getLogger("aiokafka")
-    if not any(isinstance(f, _EveryFew) for f in logger.filters):
-        logger.addFilter(_EveryFew(period_s, ("Unable connect to", "Unable to update metadata")))
 
 
 class ViewFeed:
