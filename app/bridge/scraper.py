@@ -27,7 +27,7 @@ import aiohttp
 import redis.asyncio as aioredis
 
 from app.bridge.mapping import MetricMap, load_mapping
-from app.bridge.metrics import BridgeMetrics, default_metrics
+from app.bridge.metrics import BridgeMetrics
 from app.bridge.producer import publish_node_metrics, start_producer
 from app.bridge.running import RunningPods
 from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
@@ -64,7 +64,7 @@ class Bridge:
         self.settings = settings
         self.mapping = mapping or load_mapping()
         self.clock = clock or SystemClock()
-        self.metrics = metrics or default_metrics()
+        self.metrics = metrics or BridgeMetrics()
         self.assemblers = [NodeAssembler(t, self.mapping) for t in targets]
         self._limit = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
@@ -165,7 +165,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     """
     clock = clock or SystemClock()
     sleep = sleep or asyncio.sleep
-    metrics = metrics or default_metrics()
+    metrics = metrics or BridgeMetrics()
     stats = BridgeStats()
     own = publish and producer is None
     if own:

@@ -38,8 +38,10 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
     ctx = context_of(app)
     options = FeedbackOptions.from_settings(settings)
     table = feedback_table(app, TABLE_NAME, ctx.ownership_topic, contract("task-completions").partitions)
-    loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), ModelCache(settings),
-                        JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table)
+    models = ModelCache(settings, metrics=ctx.metrics, health=ctx.health)
+    loop = FeedbackLoop(settings, options, ctx.clock, node_features_of(app), models,
+                        JoinBuffer(settings.join_ttl_s, options.join_max_entries, ctx.clock), table,
+                        ctx.metrics, ctx.health)
     table.on_restore = loop.restore
     table.on_revoke = loop.revoke
     table.on_stopping = loop.checkpoint

@@ -32,7 +32,6 @@ from app.config import Settings
 from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import JoinBuffer
 from app.drift.tracker import NodeTracker
-from app.streams.feedback_metrics import JOIN, JOIN_ENTRIES
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_outbox import ErrorsOutbox
@@ -46,7 +45,9 @@ from app.streams.feedback_table import (
     offsets_row_key,
     parse_row_key,
 )
+from app.streams.health import Health
 from app.streams.intake import PartitionIntake, decode_positions
+from app.streams.metrics import WorkerMetrics
 from app.streams.node_features import NodeFeatures
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class FeedbackLoop:
     models: ModelCache
     buffer: JoinBuffer
     table: FeedbackTable
+    metrics: WorkerMetrics = dataclasses.field(default_factory=WorkerMetrics)  # the worker app's
+    health: Health = dataclasses.field(default_factory=Health)  # the worker app's
     trackers: dict[str, NodeTracker] = dataclasses.field(default_factory=dict)
     partitions: dict[str, int] = dataclasses.field(default_factory=dict)
     node_class: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -95,8 +98,8 @@ class FeedbackLoop:
 
     def expire(self) -> None:
         for e in self.buffer.expire():
-            JOIN.labels(e.outcome).inc()
-        JOIN_ENTRIES.set(len(self.buffer))
+            self.metrics.feedback.join.labels(e.outcome).inc()
+        self.metrics.feedback.join_entries.set(len(self.buffer))
 
     async def checkpoint(self) -> int:
         """Expire old join keys, then write every changed join entry and node tracker; rows written.
@@ -156,7 +159,7 @@ class FeedbackLoop:
             elif node not in self.trackers:
                 self.tracker(node).load(orjson.loads(value))
         self.buffer.load(entries)
-        JOIN_ENTRIES.set(len(self.buffer))
+        self.metrics.feedback.join_entries.set(len(self.buffer))
         if self.intake is not None:
             self.intake.assign(active, offsets)
         if self.outbox is not None and len(self.outbox):
