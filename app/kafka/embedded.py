@@ -137,5 +137,5 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, _et: type[BaseException] | None, _ev: BaseException | None, _tb: TracebackType | None) -> None:
         self.stop()

@@ -47,10 +47,6 @@ class NodeState:
         own = self.app_features.get(app)
         return {**self.features, **own} if own else self.features
 
-    def is_stale(self, now: float, stale_after_s: float) -> bool:
-        """No features yet, features older than ``stale_after_s``, or node-weights flagged the node stale."""
-        return self.features_ts <= 0 or now - self.features_ts > stale_after_s or self.weights_stale
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelEntry:

@@ -151,6 +151,8 @@ def test_jaeger_query_api_through_the_records_reader_is_one_record():
     [record] = list(read_records(io.StringIO((SPANS / "jaeger-query-traces.json").read_text())))
     out = convert(record, "task-completions", "jaeger")
     assert [c["node"] for c in out.values] == [MC2_POD, "worker-2"] and out.fallbacks == {"host.name": 1}
+    with pytest.raises(ValueError, match="source must be one of values, jaeger, otlp"):
+        convert(record, "task-completions", "zipkin")  # never read as OTLP by default
 
 
 def test_otlp_base64_ids_and_the_app_on_the_resource():
