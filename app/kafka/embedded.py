@@ -6,7 +6,7 @@ Tansu another store (``postgres://user:pass@host/db``, ``s3://bucket/``) that su
 Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
 
 Tansu 0.6 has no working TLS (its ``--cert``/``--key`` are parsed, then unused) and its SASL accepts
-any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tlskit.py).
+any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tls_terminator.py).
 """
 
 from __future__ import annotations
