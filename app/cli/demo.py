@@ -42,7 +42,7 @@ def _say(msg: str) -> None:
     print(f"demo: {msg}", file=sys.stderr, flush=True)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
+def _raise_interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 

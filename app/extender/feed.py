@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
@@ -138,8 +139,6 @@ class ViewFeed:
                 attempt += 1
 
     async def _connect(self) -> None:
-        from aiokafka import AIOKafkaConsumer
-
         if not self.status.startswith("Kafka at"):  # not retrying: say so (retries are reported by _run)
             self._report(f"connecting to Kafka at {self._settings.bootstrap_servers}", logging.INFO)
         consumer = AIOKafkaConsumer(**client_options(
@@ -158,8 +157,6 @@ class ViewFeed:
 
     async def _wait_for_topics(self) -> None:
         """Assign every partition of the view's topics once they all exist; report the missing ones."""
-        from aiokafka import TopicPartition
-
         names = list(self._topic_of)
         while True:
             cluster = await self._consumer._client.fetch_all_metadata()

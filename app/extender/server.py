@@ -35,7 +35,7 @@ from pathlib import Path
 import orjson
 
 from app.extender.explaining import explain_options
-from app.extender.http import HttpLimits, HttpServerState, Request, Response, tls_context
+from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response, tls_context
 from app.extender.metrics import CONTENT_TYPE
 from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
@@ -63,7 +63,7 @@ class ExtenderServer:
         self._openapi = OPENAPI_PATH.read_bytes()
         metrics = service.metrics
         if http is None:
-            http = HttpServerState(self.handle, self.limits, error_body)
+            http = HttpServerState(HttpProtocol, self.handle, self.limits, error_body)
         http.handle, http.on_error, http.on_reject = self.handle, self._protocol_error, metrics.connections_rejected.inc
         self.http = http
         metrics.connections.set_function(lambda: len(self.http.connections))

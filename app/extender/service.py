@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
+import redis.asyncio as aioredis
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
@@ -25,7 +26,7 @@ from app.extender.boosters import BoosterCache, registry_boosters
 from app.extender.feed import ViewFeed
 from app.extender.metrics import AppLabels, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
-from app.extender.models import ModelLoader, install_model
+from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body
@@ -227,8 +228,6 @@ class ExtenderService:
 
     def _model_loader(self) -> ModelLoader:
         if self._loader is None:
-            from app.extender.models import registry_loader
-
             self._loader = registry_loader(self.settings)
         return self._loader
 
@@ -247,8 +246,6 @@ class ExtenderService:
                                superseded=superseded, on_wait=waiting)
 
     async def _redis_work(self) -> None:
-        import redis.asyncio as aioredis
-
         self._redis = aioredis.from_url(self.settings.redis_client_url)
         try:
             await self._warm_start()

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 import simpy
 import simpy.rt
+from tqdm import tqdm
 
 from app.config import Settings
 from app.sim.kafka_sink import KafkaSink
 from app.sim.live_watch import FeedbackWatcher
-from app.sim.policies.base import Policy
 from app.sim.policies.extender_http import ExtenderPolicy
+from app.sim.policy import Policy
 from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, Simulation, build_simulation
 
@@ -146,7 +147,6 @@ def run_live(config: SimConfig, settings: Settings, extender_url: str, seed: int
     """
     if not 0 < speed <= MAX_SPEED:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED:g}] (got {speed})")
-    from tqdm import tqdm
 
     holder: list[ExtenderPolicy] = []
 

@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 import pytest
-from extkit import ListSink, fixture
+from extender_fixtures import ListSink, fixture
 
 from app.config import Settings
 from app.contracts.codec import decode
