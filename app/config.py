@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
-from app.masking import mask_url
+from app.masking import mask_url, url_password, with_password
 
 EMBEDDED_BROKER_PORT = 9092
 
@@ -231,14 +231,10 @@ class Settings:
         """``redis_url`` with the password of ``RTT_REDIS_PASSWORD_FILE`` in it (never log this; see app.masking)."""
         if not self.redis_url or not self.redis_password_file:
             return self.redis_url
-        from app.masking import with_password
-
         return with_password(self.redis_url, read_secret(self.redis_password_file, "RTT_REDIS_PASSWORD_FILE"))
 
     def secrets(self) -> list[str]:
         """Every secret value these settings hold or point at (masked in logs by :mod:`app.masking`)."""
-        from app.masking import url_password
-
         out = [url_password(self.redis_url)]
         for path in (self.redis_password_file, self.kafka_sasl_password_file):
             if path:

@@ -3,7 +3,7 @@
     python3 bench/bench_chaos.py [--only broker,redis,kill,input]
 
 Each scenario runs the processes it needs (embedded broker, ``rttsched worker``, ``trainer``, ``extender``,
-a redis-server of its own) from ``tests/integration/chaos_outages.py`` and ``chaos_worker.py`` — the
+a redis-server of its own) from ``bench/fault_outages.py`` and ``bench/fault_worker.py`` — the
 same scenarios the fault tests run — and reports:
 
 * **dead**: rttsched processes that exited (0 wanted);
@@ -31,11 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from chaos_outages import broker_wipe, redis_outage  # noqa: E402
-from chaos_worker import hostile_input, period_kill  # noqa: E402
-from chaoskit import Load, Outcome, RedisServer, Stack  # noqa: E402
+from fault_outages import broker_wipe, redis_outage  # noqa: E402
+from fault_stack import Load, Outcome, RedisServer, Stack  # noqa: E402
+from fault_worker import hostile_input, period_kill  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402

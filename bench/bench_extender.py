@@ -6,7 +6,7 @@
     python3 bench/bench_extender.py --uvloop      # the HTTP server on uvloop instead of asyncio's loop
 
 In process (16 / 64 / 512 / 5,000 nodes, NodeList and NodeNames payloads): decode + decide + encode, beside
-the baselines of ``extender_kit`` — the same features through one batched ``Booster.inplace_predict``, and
+the baselines of ``extender_setup`` — the same features through one batched ``Booster.inplace_predict``, and
 through one ``inplace_predict`` per node — with the same number of repetitions each, and a check that all
 give the same scores.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from extender_kit import baseline, baseline_rows, in_process_service, log, ours, payload, pct, train, view
+from extender_setup import baseline, baseline_rows, in_process_service, log, ours, payload, pct, train, view
 
 from app.config import Settings
 from app.extender.server import GC_GEN0_THRESHOLD

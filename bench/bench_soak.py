@@ -28,10 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
-from chaoskit import RedisServer  # noqa: E402
+from fault_stack import RedisServer  # noqa: E402
 
 from app.cli.processes import ProcessGroup  # noqa: E402
 from app.config import Settings  # noqa: E402

@@ -141,12 +141,12 @@ def run_noop_worker() -> int:
     import faust
 
     from app.streams.app import create_app
-    from app.streams.metrics import MESSAGES_IN
+    from app.streams.context import context_of
     from app.streams.options import WorkerOptions
     from app.streams.topics import contract_topic
 
     def register_noop(app: faust.App, settings: Settings) -> None:
-        counter = MESSAGES_IN.labels("node-metrics")
+        counter = context_of(app).metrics.messages_in.labels("node-metrics")
 
         async def noop(stream: faust.StreamT) -> None:
             async for _ in stream.events():

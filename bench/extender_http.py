@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from extender_kit import features_value, log, node_names, payload, train, view, weights_value
+from extender_setup import features_value, log, node_names, payload, train, view, weights_value
 
 from app.config import Settings
 
@@ -44,8 +44,8 @@ def prepare(settings: Settings, n: int) -> None:
 
     from app.contracts.codec import encode
     from app.kafka.admin import ensure_topics
-    from app.model.registry import open_store
     from app.model.train import booster_to_bytes
+    from app.registry.store import open_store
 
     asyncio.run(ensure_topics(settings))
     store = open_store(settings)
@@ -75,7 +75,7 @@ def prepare(settings: Settings, n: int) -> None:
 
 
 def extender_features() -> tuple[str, ...]:
-    from extender_kit import FEATURES
+    from extender_setup import FEATURES
 
     return FEATURES
 

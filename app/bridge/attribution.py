@@ -31,7 +31,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
 import yaml
+from redis.exceptions import RedisError
 
 from app.errors import ConfigError
 from app.scheduler.cache import CacheKeys
@@ -76,8 +78,6 @@ async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = ()) 
     nodes = nodes_of_targets(targets)
     if not redis_url:
         return nodes or None
-    import redis.asyncio as aioredis
-    from redis.exceptions import RedisError
 
     client = aioredis.from_url(redis_url)
     try:

@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from app.bridge.exposition import Exposition, Sample
-from app.bridge.mapping import CanonicalMetric, MetricMap, Source
+from app.bridge.mapping_types import CanonicalMetric, MetricMap, Source
 from app.bridge.ranges import RangeTally, check
 from app.bridge.rates import Delta
 

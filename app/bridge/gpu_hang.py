@@ -16,7 +16,7 @@
 The check is per node: all GPUs of the node at zero (utilisation is their mean), so a reset of one GPU among
 several is not caught. Each :class:`GpuHangCheck` holds one node's state; time is the scrape's timestamp.
 
->>> from app.bridge.mapping import Watchdog
+>>> from app.bridge.mapping_types import Watchdog
 >>> wd = Watchdog("util", "mem", "copy", ("streams",), 30.0, ("gpu",))
 >>> check = GpuHangCheck(wd)
 >>> check.observe({"util": 0.0, "mem": 0.0, "streams": 3.0}, 0.0, None, "dcgm_exporter").kind
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.bridge.health import Trouble
-from app.bridge.mapping import Watchdog
+from app.bridge.mapping_types import Watchdog
 
 
 class GpuHangCheck:

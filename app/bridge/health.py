@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.bridge.exposition import Exposition
-from app.bridge.mapping import ExporterSpec
+from app.bridge.mapping_types import ExporterSpec
 
 TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang")
 

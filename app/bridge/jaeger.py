@@ -23,7 +23,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values, parse_rfc3339
+from app.bridge.jaeger_query import query_response_to_completions
+from app.bridge.spans import (
+    Result,
+    SpanBatch,
+    SpanOptions,
+    completion_from_span,
+    key_values,
+    parse_rfc3339,
+    tagged_error,
+)
 from app.errors import ContractError
 
 _DURATION = re.compile(r"^(-)?(\d+)(?:\.(\d{1,9}))?s$")
@@ -78,11 +87,6 @@ def _span_id_hex(raw: Any) -> str:
         raise ContractError("bad_span", f"spanId is not base64: {raw!r}") from None
 
 
-def is_error(attrs: Mapping[str, Any]) -> bool:
-    """A Jaeger span marked as an error (``error=true`` or OTel's ``otel.status_code=ERROR``)."""
-    return attrs.get("error") in (True, "true") or attrs.get("otel.status_code") == "ERROR"
-
-
 def _is_root(references: Any, child_of: tuple[Any, ...]) -> bool:
     if not isinstance(references, list):
         return not references
@@ -108,15 +112,13 @@ def _span(span: Any, options: SpanOptions | None = None) -> Result | None:
     return completion_from_span(
         span_id=_span_id_hex(span.get("spanId")), name=str(span.get("operationName") or ""),
         service=process.get("serviceName"), start_s=start, end_s=start + duration, attrs=attrs, resource=resource,
-        error=is_error(attrs), root=_is_root(span.get("references"), (None, "CHILD_OF", 0)), options=options,
+        error=tagged_error(attrs), root=_is_root(span.get("references"), (None, "CHILD_OF", 0)), options=options,
     )
 
 
 def jaeger_to_completions(doc: Any, options: SpanOptions | None = None) -> SpanBatch:
     """One Jaeger message (a span), a list of spans, or a query-API response -> completions, skips, errors."""
     if isinstance(doc, dict) and "data" in doc:
-        from app.bridge.jaeger_query import query_response_to_completions
-
         return query_response_to_completions(doc, options)
     batch = SpanBatch(options or SpanOptions())
     for span in doc if isinstance(doc, list) else [doc]:

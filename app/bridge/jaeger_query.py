@@ -22,8 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.bridge.jaeger import is_error
-from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values
+from app.bridge.spans import Result, SpanBatch, SpanOptions, completion_from_span, key_values, tagged_error
 from app.errors import ContractError
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{1,16}$")
@@ -69,7 +68,7 @@ def _span(span: Any, processes: Mapping[str, Any], options: SpanOptions | None =
     return completion_from_span(
         span_id=span_id.lower().rjust(16, "0"), name=str(span.get("operationName") or ""),
         service=process.get("serviceName"), start_s=start, end_s=start + _micros(span, "duration"), attrs=attrs,
-        resource=tags(process.get("tags")), error=is_error(attrs), root=root, options=options,
+        resource=tags(process.get("tags")), error=tagged_error(attrs), root=root, options=options,
     )
 
 

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from app.bridge.errors import MappingError
-from app.bridge.mapping import (
+from app.bridge.mapping_types import (
     AGGREGATES,
     KINDS,
     UNITS,

@@ -12,15 +12,15 @@
 ``rtt_bridge_span_node_fallbacks_total{attribute}``         task spans whose node came from ``host.name``
                                                             (in Kubernetes the pod's name, not the node's)
 
-Tests pass their own :class:`prometheus_client.CollectorRegistry`; processes use the default one.
+Each :class:`BridgeMetrics` has a registry of its own (the process makes one and serves it; tests make as many
+as they like), never the process-wide default.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,10 @@ SCRAPE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class BridgeMetrics:
-    """The bridge's counters and histograms, registered in ``registry``."""
+    """The bridge's counters and histograms, registered in ``registry`` (a fresh one by default)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        reg = REGISTRY if registry is None else registry
+        reg = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.registry = reg
         self.scrapes = Counter("rtt_bridge_scrapes", "Exporter scrapes by endpoint and result",
                                ["node", "url", "result"], registry=reg)
@@ -57,16 +57,10 @@ class BridgeMetrics:
         return 0.0 if v is None else v
 
 
-@functools.lru_cache(maxsize=1)
-def default_metrics() -> BridgeMetrics:
-    """The process-wide instance on the default registry (created once)."""
-    return BridgeMetrics()
-
-
-def serve_metrics(port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 - scraped from other pods
-    """Serve ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0."""
+def serve_metrics(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 - scraped from other pods
+    """Serve ``metrics`` as ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0."""
     if port <= 0:
         return False
-    start_http_server(port, addr=addr)
+    start_http_server(port, addr=addr, registry=metrics.registry)
     log.info("serving /metrics on %s:%d", addr, port)
     return True

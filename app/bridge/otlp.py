@@ -96,13 +96,6 @@ def _is_error(span: Mapping[str, Any], attrs: Mapping[str, Any]) -> bool:
     return code in (STATUS_ERROR, "STATUS_CODE_ERROR") or attrs.get("error") is True
 
 
-def otlp_span_to_completion(span: Any, resource: Mapping[str, Any],
-                            options: SpanOptions | None = None) -> dict[str, Any] | None:
-    """The task-completion of one OTLP span under a resource's attributes; None when it is not a task."""
-    r = _span(span, resource, options)
-    return r[0] if r else None
-
-
 def _span(span: Any, resource: Mapping[str, Any], options: SpanOptions | None = None) -> Result | None:
     if not isinstance(span, dict):
         raise ContractError("bad_span", "a span must be an object")

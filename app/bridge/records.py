@@ -99,7 +99,9 @@ def _lines(data: bytes, start: int) -> Iterator[Record]:
 
 
 def convert(record: Record, topic: str, source: str = "values", options: SpanOptions | None = None) -> Converted:
-    """Turn one record into values for ``topic`` (see the module doc for ``source``)."""
+    """Turn one record into values for ``topic`` (see the module doc for ``source``, one of :data:`SOURCES`)."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
     out = Converted()
     if record.error is not None:
         out.problems.append(Problem(record.line, record.raw, record.error))

@@ -24,9 +24,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
+import redis.asyncio as aioredis
 
 from app.bridge.mapping import MetricMap, load_mapping
-from app.bridge.metrics import BridgeMetrics, default_metrics
+from app.bridge.metrics import BridgeMetrics
+from app.bridge.producer import publish_node_metrics, start_producer
 from app.bridge.running import RunningPods
 from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
 from app.bridge.targets import Target, check_unique
@@ -34,6 +36,7 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts.codec import validate
 from app.errors import ContractError
+from app.scheduler.cache import CacheKeys
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class Bridge:
         self.settings = settings
         self.mapping = mapping or load_mapping()
         self.clock = clock or SystemClock()
-        self.metrics = metrics or default_metrics()
+        self.metrics = metrics or BridgeMetrics()
         self.assemblers = [NodeAssembler(t, self.mapping) for t in targets]
         self._limit = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
@@ -160,11 +163,9 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     round). With ``REDIS_URL`` set, the running-pods view is read in the background for the GPU hang check
     (:mod:`app.bridge.running`). Returns counts of what was done.
     """
-    from app.bridge.producer import publish_node_metrics, start_producer
-
     clock = clock or SystemClock()
     sleep = sleep or asyncio.sleep
-    metrics = metrics or default_metrics()
+    metrics = metrics or BridgeMetrics()
     stats = BridgeStats()
     own = publish and producer is None
     if own:
@@ -172,10 +173,6 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
     if settings.redis_url:
-        import redis.asyncio as aioredis
-
-        from app.scheduler.cache import CacheKeys
-
         redis_client = aioredis.from_url(settings.redis_url)
         apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
         running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,

@@ -25,7 +25,7 @@ from app.bridge.errors import ExpositionError
 from app.bridge.exposition import Exposition, Sample, parse_exposition
 from app.bridge.gpu_hang import GpuHangCheck
 from app.bridge.health import Trouble, scrape_failed, self_reported
-from app.bridge.mapping import ExporterSpec, MetricMap, value_bounds
+from app.bridge.mapping_types import ExporterSpec, MetricMap, value_bounds
 from app.bridge.ranges import RangeTally
 from app.bridge.rates import CounterTracker
 from app.bridge.targets import Endpoint, Target

@@ -156,6 +156,15 @@ def _first(*candidates: Any) -> Any:
     return next((c for c in candidates if c not in (None, "")), None)
 
 
+def tagged_error(attrs: Mapping[str, Any]) -> bool:
+    """A Jaeger span whose tags mark it as an error (``error=true``, or OTel's ``otel.status_code=ERROR``).
+
+    >>> tagged_error({"error": "true"}), tagged_error({"otel.status_code": "OK"})
+    (True, False)
+    """
+    return attrs.get("error") in (True, "true") or attrs.get("otel.status_code") == "ERROR"
+
+
 def is_task(attrs: Mapping[str, Any], resource: Mapping[str, Any], root: bool) -> bool:
     """A span with a task marker, or a root span of a resource that names its app."""
     if any(attrs.get(k) not in (None, "") for k in TASK_MARKERS):

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import orjson
 
     from app.bridge.mapping import load_mapping
-    from app.bridge.metrics import serve_metrics
+    from app.bridge.metrics import BridgeMetrics, serve_metrics
     from app.bridge.scraper import run_bridge
     from app.bridge.snapshot import Snapshot
     from app.bridge.targets import check_unique, load_targets, parse_target_flag
@@ -57,9 +57,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             print(orjson.dumps(snap.message).decode())
         return 0
 
-    serve_metrics(settings.metrics_port, settings.metrics_host)
+    metrics = BridgeMetrics()
+    serve_metrics(metrics, settings.metrics_port, settings.metrics_host)
     print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
           f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
-    stats = asyncio.run(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping))
+    stats = asyncio.run(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping, metrics=metrics))
     print(f"bridge: {stats.rounds} rounds, {stats.messages} messages, {stats.failed_scrapes} failed scrapes")
     return 0

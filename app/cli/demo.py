@@ -42,7 +42,7 @@ def _say(msg: str) -> None:
     print(f"demo: {msg}", file=sys.stderr, flush=True)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
+def _raise_interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
@@ -61,18 +61,6 @@ def demo_config(minutes: float, tasks: int | None, speed: float, scrape_interval
         rate = RATE_PER_NODE_S * len(preset("small"))
         return SimConfig(n_tasks=max(1, round(rate * sim_s)), rate_per_s=rate, scrape_interval_s=scrape_interval_s)
     return SimConfig(n_tasks=tasks, rate_per_s=tasks / sim_s, scrape_interval_s=scrape_interval_s)
-
-
-def _half_means(m: Any) -> tuple[float, float, float]:
-    """Mean RTT (ms) over all tasks, the first and the second half of the workload (models learn in the first)."""
-    import numpy as np
-
-    def mean(a: Any) -> float:
-        return float(a.mean()) if a.size else math.nan
-
-    late = np.arange(len(m.apps)) >= len(m.apps) // 2
-    rtt, ok = m.rtt_ms, m.ok
-    return mean(rtt[ok]), mean(rtt[ok & ~late]), mean(rtt[ok & late])
 
 
 def _half_accuracy(m: Any) -> dict[str, float]:
@@ -102,8 +90,29 @@ def _wait_port(group: Any, name: str, port: int, timeout_s: float) -> None:
     raise ProcessError(f"{name} did not open port {port} within {timeout_s:.0f}s:\n{group.log_tail(name)}")
 
 
-def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> Any:
-    """Start everything, run live, stop everything (also on errors and interrupts)."""
+def explain_examples(url: str, config: Any, input_mb: float = 512.0) -> list[dict[str, Any]]:
+    """One ``POST /explain`` per app over its candidates (GPU apps: the GPU nodes), for the report."""
+    from app.cli.explain import post
+    from app.errors import RttError
+    from app.sim.apps import APPS
+    from app.sim.policies.extender_http import pod_json
+    from app.sim.runner import build_nodes
+
+    nodes = build_nodes(config, 1.0)
+    out = []
+    for i, (app, profile) in enumerate(APPS.items()):
+        names = [n.name for n in nodes if n.node_class == "gpu" or not profile.wants_gpu]
+        body = {"Pod": pod_json(f"explain{i}", app, input_mb), "NodeNames": names, "Explain": {"top": 3}}
+        try:
+            out.append(post(url, body, 10.0))
+        except RttError as exc:  # the report goes without this example; the run's figures stand
+            _say(f"no explanation for {app}: {exc}")
+    return out
+
+
+def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """Start everything, run live, ask the extender to explain a few placements, stop everything (also on
+    errors and interrupts)."""
     import asyncio
     import dataclasses
     import tempfile
@@ -152,14 +161,16 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> An
                                  "--policy", str(policy_file)])
         pids.update({name: proc.pid for name, proc in group.children.items()})
         (logs / "pids.json").write_bytes(orjson.dumps(pids))
-        _say(f"topics under prefix {prefix} on {bootstrap}; worker, trainer, extender starting (logs in {logs})")
+        _say(f"topics under prefix {prefix} on {bootstrap}; worker, trainer, extender starting")
+        _say(f"logs in {logs}")
         url = f"http://127.0.0.1:{ext_port}"
         group.wait_http("extender", f"{url}/readyz", READY_TIMEOUT_S)
         _wait_port(group, "worker", worker_port, READY_TIMEOUT_S)
         _wait_port(group, "trainer", trainer_port, READY_TIMEOUT_S)
-        _say(f"ready after {time.monotonic() - t0:.1f}s (pids {pids}); live run: {config.n_tasks} tasks, "
-             f"about {args.minutes:g} min at speed {args.speed:g}, extender {url}")
-        return run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)
+        _say(f"ready after {time.monotonic() - t0:.1f}s: " + ", ".join(f"{k} pid {v}" for k, v in pids.items()))
+        _say(f"live run: {config.n_tasks} tasks, about {args.minutes:g} min at speed {args.speed:g}, extender {url}")
+        result = run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)
+        return result, explain_examples(url, config)
     except ProcessError as exc:  # one line for the user; the child's whole log stays in logs/
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise ProcessError(f"{lines[0].split(';')[0]}: {lines[-1].strip() if len(lines) > 1 else ''} "
@@ -184,8 +195,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from tqdm import tqdm
 
-    from app.sim.report import format_goals, format_table, goal_rows, summarise, write_report
-    from app.sim.report.stats import ratio
+    from app.cli.summary import bar_width, live_lines, output_lines, summary_lines
+    from app.sim.report import goal_rows, hardware_labels, summarise, write_report
+    from app.sim.report.halves import half_figures
     from app.sim.runner import describe, run_offline
 
     if not 0 < args.speed <= 20:
@@ -199,42 +211,32 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     out = Path(args.out)
     t_start = time.monotonic()
     runs: dict[str, list[Any]] = {}
+    explained: list[dict[str, Any]] = []
     info: dict[str, Any] = {**describe(config), "seed": args.seed}
     if not args.no_live:
-        live = _live(args, settings, config, out)
+        live, explained = _live(args, settings, config, out)
         runs[LIVE_NAME] = [live.metrics]
         info["live"] = live.describe()
-    with tqdm(total=len(OFFLINE_POLICIES), file=sys.stderr, unit="policy", desc="offline") as bar:
+    with tqdm(total=len(OFFLINE_POLICIES), file=sys.stderr, unit="policy", desc="offline", ncols=bar_width()) as bar:
         for policy in OFFLINE_POLICIES:
             bar.set_postfix_str(policy)
             runs[policy] = [run_offline(config, policy, args.seed)]
             bar.update(1)
     agg = summarise(runs)
-    print(f"\n{config.n_tasks} tasks, seed {args.seed}; {LIVE_NAME}: the real worker, trainer and extender "
-          "(live); the other rows: offline simulator")
-    print(format_table(agg))
-    goals = goal_rows(agg)
-    if goals:
-        print()
-        print(format_goals(goals))
-    if LIVE_NAME in agg:
-        live_info = info["live"]
-        print(f"\nlive: {live_info['extender']['requests']:.0f} prioritize calls "
-              f"({live_info['extender']['scored']:.0f} scored, {live_info['extender']['neutral']:.0f} neutral, "
-              f"{live_info['extender']['errors']:.0f} errors), {live_info['retrain_events']} retrain events, "
-              f"{live_info['model_updates']} model updates, {live_info['predictions_joined']} predictions joined")
-        halves = {p: _half_means(runs[p][0]) for p in (LIVE_NAME, *OFFLINE_POLICIES)}
-        print(f"  {'mean RTT ms':<16}{'all tasks':>10}{'1st half':>10}{'2nd half':>10}   live vs row (2nd half)")
-        for p, (whole, first, second) in halves.items():
-            r = ratio(halves[LIVE_NAME][2], second)
-            print(f"  {p:<16}{whole:>10.1f}{first:>10.1f}{second:>10.1f}   {'' if p == LIVE_NAME else f'{r:+.1%}'}")
+    live_rows = [LIVE_NAME] if LIVE_NAME in runs else []
+    print(f"\n{config.n_tasks} tasks, seed {args.seed}; " + (
+        f"{LIVE_NAME}: live (real worker, trainer, extender)\nother rows: offline simulator" if live_rows
+        else "every row: offline simulator"))
+    print("\n".join(summary_lines(agg, goal_rows(agg, live=live_rows))))
+    if live_rows:
+        halves = {p: tuple(half_figures(runs[p][0], w)["mean_rtt_ms"] for w in ("all", "first", "second"))
+                  for p in (LIVE_NAME, *OFFLINE_POLICIES)}
         accuracy = {p: _half_accuracy(runs[p][0]) for p in (LIVE_NAME, "rtt_aware")}
-        keys = sorted({k for a in accuracy.values() for k in a})
-        print(f"  {'1 - MAPE, 2nd half':<20}" + "".join(f"{k:>17}" for k in keys))
-        for p, acc in accuracy.items():
-            print(f"  {p:<20}" + "".join(f"{acc.get(k, float('nan')):>17.3f}" for k in keys))
         info["accuracy_second_half"] = accuracy
-    paths = write_report(runs, out, info, html=not args.no_html)
-    print(f"\nreport: {paths.html if not args.no_html else paths.json} (also {paths.csv}); "
-          f"{time.monotonic() - t_start:.0f}s in all")
+        print()
+        print("\n".join(live_lines(info["live"], halves, LIVE_NAME, accuracy)))
+    write_report(runs, out, info, html=not args.no_html, live=live_rows, hardware=hardware_labels(config),
+                 explained=explained)
+    print()
+    print("\n".join([*output_lines(out, not args.no_html), f"{time.monotonic() - t_start:.0f}s in all"]))
     return 0

@@ -74,11 +74,11 @@ async def _span_options(args: argparse.Namespace, settings: Any) -> Any:
 
 
 async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: str, options: Any) -> int:
-    from app.bridge.metrics import default_metrics
+    from app.bridge.metrics import BridgeMetrics
     from app.bridge.producer import dead_letter, publish, publish_dead_letters, start_producer
     from app.bridge.records import convert, read_records
 
-    metrics = default_metrics()
+    metrics = BridgeMetrics()
     producer = None if args.dry_run else await start_producer(settings, client_id="rttsched-publish")
     sent = skipped = invalid = 0
     fallbacks: dict[str, int] = {}

@@ -58,28 +58,30 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import sys
+    from pathlib import Path
 
     from tqdm import tqdm
 
+    from app.cli.summary import bar_width, output_lines, summary_lines
     from app.sim.policies import parse_policies
-    from app.sim.report import format_goals, format_table, goal_rows, summarise, write_report
+    from app.sim.report import goal_rows, hardware_labels, summarise, write_report
     from app.sim.runner import describe, run_offline
 
     config, seeds, spec = _setup(args, settings)
     policies = parse_policies(spec)
     runs: dict[str, list[Any]] = {p: [] for p in policies}
-    with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim") as bar:
+    with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim", ncols=bar_width()) as bar:
         for seed in seeds:
             for policy in policies:
                 bar.set_postfix_str(f"{policy} seed {seed}")
                 runs[policy].append(run_offline(config, policy, seed))
                 bar.update(1)
     agg = summarise(runs)
-    print(format_table(agg))
-    goals = goal_rows(agg, closed_loop=config.arrivals == "closed")
-    if goals:
-        print()
-        print(format_goals(goals))
-    paths = write_report(runs, args.out, describe(config), html=not args.no_html)
-    print(f"\nwrote {paths.csv}, {paths.json}" + ("" if args.no_html else f", {paths.html}"))
+    print("\n".join(summary_lines(agg, goal_rows(agg, closed_loop=config.arrivals == "closed"))))
+    info = describe(config)
+    if args.scenario:
+        info["scenario"] = Path(args.scenario).stem
+    write_report(runs, args.out, info, html=not args.no_html, hardware=hardware_labels(config))
+    print()
+    print("\n".join(output_lines(Path(args.out), not args.no_html)))
     return 0

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from app.extender.http import HttpLimits, HttpServerState, Request, Response, tls_context
+from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response, tls_context
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import ProtocolError, error_body, filter_body, parse_args, priority_body
 
@@ -65,7 +65,7 @@ async def boot(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    state = HttpServerState(starting_handler, HttpLimits.from_options(options), error_body)
+    state = HttpServerState(HttpProtocol, starting_handler, HttpLimits.from_options(options), error_body)
     ctx = tls_context(options)
     listener = await loop.create_server(state.protocol, sock=sock, ssl=ctx, backlog=1024,
                                         ssl_handshake_timeout=options.header_timeout_s if ctx else None)

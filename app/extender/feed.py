@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
@@ -40,6 +41,7 @@ from app.extender.models import ModelLoader, install_model
 from app.extender.pacing import Slicer
 from app.kafka.client import client_options
 from app.kafka.positions import PositionGuard
+from app.kafka.quiet import quiet_client_errors
 from app.scheduler.builder import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -48,34 +50,6 @@ MAX_RECORDS = 250  # per fetch: aiokafka builds a fetch's records in one go (a f
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
 COMPLETIONS = "task-completions"
 REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
-
-
-class _EveryFew(logging.Filter):
-    """Let a recurring library error through at most once per ``period_s`` (the same broker, down, each retry)."""
-
-    def __init__(self, period_s: float, prefixes: tuple[str, ...]) -> None:
-        super().__init__()
-        self.period_s = period_s
-        self._prefixes = prefixes
-        self._last: dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = str(record.msg)
-        prefix = next((p for p in self._prefixes if msg.startswith(p)), None)
-        if prefix is None:
-            return True
-        now = time.monotonic()
-        if now - self._last.get(prefix, -1e9) < self.period_s:
-            return False
-        self._last[prefix] = now
-        return True
-
-
-def quiet_client_errors(period_s: float) -> None:
-    """aiokafka logs an error on every failed connection attempt: keep one per ``period_s`` (installed once)."""
-    logger = logging.getLogger("aiokafka")
-    if not any(isinstance(f, _EveryFew) for f in logger.filters):
-        logger.addFilter(_EveryFew(period_s, ("Unable connect to", "Unable to update metadata")))
 
 
 class ViewFeed:
@@ -165,8 +139,6 @@ class ViewFeed:
                 attempt += 1
 
     async def _connect(self) -> None:
-        from aiokafka import AIOKafkaConsumer
-
         if not self.status.startswith("Kafka at"):  # not retrying: say so (retries are reported by _run)
             self._report(f"connecting to Kafka at {self._settings.bootstrap_servers}", logging.INFO)
         consumer = AIOKafkaConsumer(**client_options(
@@ -185,8 +157,6 @@ class ViewFeed:
 
     async def _wait_for_topics(self) -> None:
         """Assign every partition of the view's topics once they all exist; report the missing ones."""
-        from aiokafka import TopicPartition
-
         names = list(self._topic_of)
         while True:
             cluster = await self._consumer._client.fetch_all_metadata()

@@ -6,18 +6,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import email.utils
 import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.errors import ConfigError
 
-if TYPE_CHECKING:
-    from app.extender.http import HttpProtocol
+
+class Connection(Protocol):
+    """One open connection of a server (:class:`app.extender.http.HttpProtocol`)."""
+
+    def close(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,22 +73,24 @@ class HttpError(Exception):
 class HttpServerState:
     """What all connections of one listening server share: the handler, limits, the connection count.
 
-    ``handle`` never raises (the application turns its failures into answers). ``error_body`` makes the
+    ``connection`` makes the protocol of one connection (:class:`app.extender.http.HttpProtocol`) from this
+    state. ``handle`` never raises (the application turns its failures into answers). ``error_body`` makes the
     JSON body of a protocol-level error; ``on_error`` is told its status (for metrics), ``on_reject`` each
     connection refused by the cap.
     """
 
     def __init__(
-        self, handle: Callable[[Request], Response], limits: HttpLimits,
-        error_body: Callable[[str], bytes], on_error: Callable[[int], None] | None = None,
+        self, connection: Callable[[HttpServerState], asyncio.BaseProtocol], handle: Callable[[Request], Response],
+        limits: HttpLimits, error_body: Callable[[str], bytes], on_error: Callable[[int], None] | None = None,
         on_reject: Callable[[], None] | None = None,
     ) -> None:
+        self.connection = connection
         self.handle = handle
         self.limits = limits
         self.error_body = error_body
         self.on_error = on_error or (lambda status: None)
         self.on_reject = on_reject or (lambda: None)
-        self.connections: set[HttpProtocol] = set()
+        self.connections: set[Connection] = set()
         self.scratch = memoryview(bytearray(256 * 1024))  # every connection reads into it (one at a time)
         self._date = (0, "")
 
@@ -94,10 +100,9 @@ class HttpServerState:
             self._date = (now, email.utils.formatdate(now, usegmt=True))
         return self._date[1]
 
-    def protocol(self) -> HttpProtocol:
-        from app.extender.http import HttpProtocol
-
-        return HttpProtocol(self)
+    def protocol(self) -> asyncio.BaseProtocol:
+        """The protocol of a new connection (the factory ``loop.create_server`` calls)."""
+        return self.connection(self)
 
     def close_all(self) -> None:
         for conn in list(self.connections):

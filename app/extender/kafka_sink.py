@@ -8,9 +8,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from aiokafka import AIOKafkaProducer
+
 from app.config import Settings
 from app.extender.metrics import ExtenderMetrics
 from app.extender.predictions import Record
+from app.kafka.batches import partition_for
 from app.kafka.client import client_options
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,6 @@ class KafkaSink:
         self._shipping: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
         producer = AIOKafkaProducer(**client_options(self._settings, acks=1, max_batch_size=BATCH_BYTES))
         try:
             await producer.start()
@@ -57,8 +58,6 @@ class KafkaSink:
         self._producer, self._partitions = producer, len(partitions)
 
     async def send_many(self, records: Sequence[Record]) -> None:
-        from app.kafka.batches import partition_for
-
         if self._producer is None:
             raise RuntimeError("the rtt-predictions producer is not connected")
         for key, value in records:

@@ -33,7 +33,7 @@ class ModelLoadError(RttError):
 
 
 def registry_loader(settings: Settings) -> ModelLoader:
-    """A loader reading blobs from the registry :func:`app.model.registry.open_store` opens for ``settings``.
+    """A loader reading blobs from the registry :func:`app.registry.store.open_store` opens for ``settings``.
 
     The registry verifies the blob's sha256 against its record; the loader also checks that record against
     the announcement, so a message and a blob that disagree never become a model. The registry and the model
@@ -43,8 +43,10 @@ def registry_loader(settings: Settings) -> ModelLoader:
     lock = threading.Lock()
 
     def load_sync(update: Mapping[str, Any]) -> Predictor:
+        # Late on purpose: the registry brings XGBoost and numba (~1 s); they load here, in the loader's
+        # worker thread, so neither the extender's start nor its event loop waits for them.
         from app.model.errors import RegistryUnavailableError
-        from app.model.registry import load_predictor, open_store
+        from app.registry.store import load_predictor, open_store
 
         with lock:
             if not opened:

@@ -38,7 +38,6 @@ class Slicer:
             raise ValueError(f"slice_s must be > 0 (got {slice_s})")
         self.slice_s = slice_s
         self._until = time.perf_counter() + slice_s
-        self.pauses = 0
 
     def restart(self) -> None:
         """Start a fresh slice (after an ``await`` that yielded anyway)."""
@@ -49,7 +48,6 @@ class Slicer:
 
     async def pause(self) -> None:
         await asyncio.sleep(0)
-        self.pauses += 1
         self.restart()
 
 

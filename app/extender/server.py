@@ -4,6 +4,7 @@ Routes (kube-scheduler calls ``urlPrefix + "/" + verb``)::
 
     POST /filter        ExtenderArgs -> ExtenderFilterResult
     POST /prioritize    ExtenderArgs -> HostPriorityList
+    POST /explain       ExtenderArgs (+ Explain options) -> why each candidate gets its score (JSON)
     GET  /healthz       200 while the process serves
     GET  /readyz        200 once the first snapshot is installed, else 503 with the reason
     GET  /metrics       Prometheus text format
@@ -33,7 +34,8 @@ from pathlib import Path
 
 import orjson
 
-from app.extender.http import HttpLimits, HttpServerState, Request, Response, tls_context
+from app.extender.explaining import explain_options
+from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response, tls_context
 from app.extender.metrics import CONTENT_TYPE
 from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
@@ -61,7 +63,7 @@ class ExtenderServer:
         self._openapi = OPENAPI_PATH.read_bytes()
         metrics = service.metrics
         if http is None:
-            http = HttpServerState(self.handle, self.limits, error_body)
+            http = HttpServerState(HttpProtocol, self.handle, self.limits, error_body)
         http.handle, http.on_error, http.on_reject = self.handle, self._protocol_error, metrics.connections_rejected.inc
         self.http = http
         metrics.connections.set_function(lambda: len(self.http.connections))
@@ -70,6 +72,7 @@ class ExtenderServer:
         self.url = ""  # after listen(): how this machine reaches the server
         self.route("POST", "/filter", "filter", self._filter)
         self.route("POST", "/prioritize", "prioritize", self._prioritize)
+        self.route("POST", "/explain", "explain", self._explain)
         self.route("GET", "/healthz", "healthz", lambda r: json_response({"status": "ok"}))
         self.route("GET", "/readyz", "readyz", self._readyz)
         self.route("GET", "/metrics", "metrics", lambda r: Response(200, metrics.render(), CONTENT_TYPE))
@@ -91,6 +94,10 @@ class ExtenderServer:
 
     def _prioritize(self, request: Request) -> Response:
         return Response(200, self.service.prioritize(parse_args(request.body)))
+
+    def _explain(self, request: Request) -> Response:
+        top, method = explain_options(request.body)
+        return Response(200, self.service.explain(parse_args(request.body), top, method))
 
     def _readyz(self, request: Request) -> Response:
         service = self.service

@@ -1,7 +1,8 @@
 """The extender's state and verbs, independent of HTTP: view, assumed pods, policy, publisher, feeds.
 
-Handlers call :meth:`ExtenderService.filter` and :meth:`ExtenderService.prioritize`: plain functions that
-read the current snapshot once, never await anything and return the answer's JSON. Everything that talks
+Handlers call :meth:`ExtenderService.filter`, :meth:`ExtenderService.prioritize` and
+:meth:`ExtenderService.explain`: plain functions that read the current snapshot once, never await anything
+and return the answer's JSON. Everything that talks
 to Kafka or Redis runs in background tasks that :meth:`ExtenderService.start` starts and returns at once —
 so the port can serve (neutral answers, ``/readyz`` 503 with the reason) before, and whatever happens to,
 Kafka and Redis. Snapshots are rebuilt by one task, in slices (:mod:`app.extender.pacing`), at most every
@@ -16,12 +17,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+import redis.asyncio as aioredis
+
 from app.clock import Clock, SystemClock
 from app.config import Settings
+from app.extender.boosters import BoosterCache, registry_boosters
 from app.extender.feed import ViewFeed
 from app.extender.metrics import AppLabels, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
-from app.extender.models import ModelLoader, install_model
+from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body
@@ -31,6 +36,7 @@ from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, store_model_update
 from app.scheduler.decide import DecideParams, Decision, decide
+from app.scheduler.explain import explain
 from app.scheduler.policy import Policy, load_policy
 from app.scheduler.snapshot import Snapshot, SnapshotHolder
 
@@ -52,12 +58,14 @@ class ExtenderService:
         Where rtt-predictions go (default: Kafka); pass ``publish=False`` to publish nothing.
     kafka, redis
         Whether to run the Kafka feed, and whether to warm start / refresh from ``settings.redis_url``.
+    boosters
+        XGBoost boosters for ``/explain`` (default: loaded on demand from the model registry).
     """
 
     def __init__(
         self, settings: Settings, options: ExtenderOptions | None = None, *, policy: Policy | None = None,
         clock: Clock | None = None, loader: ModelLoader | None = None, sink: Sink | None = None,
-        publish: bool = True, kafka: bool = True, redis: bool = True,
+        publish: bool = True, kafka: bool = True, redis: bool = True, boosters: BoosterCache | None = None,
     ) -> None:
         self.settings = settings
         self.options = options or ExtenderOptions.from_settings(settings)
@@ -71,6 +79,7 @@ class ExtenderService:
         self.keys = CacheKeys(settings.topic_prefix)
         self.app_labels = AppLabels([*self.policy.sla_ms, *(a for pair in self.policy.anti_affinity for a in pair)])
         self._loader = loader
+        self.boosters = boosters if boosters is not None else registry_boosters(settings)
         self._sink = sink
         self._publish, self._kafka, self._redis_on = publish, kafka, redis and bool(settings.redis_url)
         self.publisher: PredictionPublisher | None = None
@@ -190,6 +199,12 @@ class ExtenderService:
                 self.publisher.offer(d, now)
         return priority_body(d.scores())
 
+    def explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> bytes:
+        """Why each candidate gets its score (:func:`app.scheduler.explain.explain`), as JSON; changes nothing."""
+        answer = explain(self.holder.current, args.pod, args.node_names, self.assumed, self.params,
+                         self.clock.now(), self.boosters.get, top=top, method=method)
+        return orjson.dumps(answer)
+
     # -- lifecycle
     async def start(self) -> None:
         """Start the background work and return at once: nothing here waits on Kafka or Redis."""
@@ -213,8 +228,6 @@ class ExtenderService:
 
     def _model_loader(self) -> ModelLoader:
         if self._loader is None:
-            from app.extender.models import registry_loader
-
             self._loader = registry_loader(self.settings)
         return self._loader
 
@@ -233,8 +246,6 @@ class ExtenderService:
                                superseded=superseded, on_wait=waiting)
 
     async def _redis_work(self) -> None:
-        import redis.asyncio as aioredis
-
         self._redis = aioredis.from_url(self.settings.redis_client_url)
         try:
             await self._warm_start()

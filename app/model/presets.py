@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xgboost
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,6 @@ def cuda_available() -> bool:
     device back from the trained booster's configuration instead of trusting that no error was raised.
     """
     try:
-        import xgboost
-
         if not xgboost.build_info().get("USE_CUDA"):
             return False
         if not _gpu_visible():

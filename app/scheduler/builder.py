@@ -36,7 +36,8 @@ from app.contracts.keys import parse_model_key
 from app.features.hardware import hardware_features
 from app.features.vector import TASK_FEATURES, row, split_feature_name
 from app.model.base import Predictor
-from app.scheduler.snapshot import ModelEntry, NodeState, Snapshot
+from app.scheduler.entries import ModelEntry, NodeState
+from app.scheduler.snapshot import Snapshot
 from app.scheduler.table import CHUNK, AppRoutes, NodeTable, app_routes_steps, apps_steps, node_table_steps, run_steps
 
 

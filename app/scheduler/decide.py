@@ -27,7 +27,8 @@ Per request (one pod, N candidate nodes):
 6. Exploration (:mod:`app.scheduler.explore`): when the pod is one of the share that may explore and a
    passing candidate is not yet learnt for the app, that node is the winner (``Decision.explored``;
    without a prediction there, it is expected to run as long as the slowest candidate's prediction);
-   otherwise the winner is the top-scored passing node with a prediction, the lowest cost breaking ties.
+   otherwise the winner is the top-scored passing node with a prediction, the lowest cost and then the
+   highest credibility breaking ties.
    When another node has the winner's score (or more, for an explored node), the winner gets one more,
    or, at the top of the range, every other node gets at most one less: kube-scheduler then places the
    pod where the extender assumes it goes (:meth:`Decision.best`), not on a node tied with it.
@@ -53,7 +54,7 @@ from app.scheduler.inflict import inflicted_ms
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
-from app.scheduler.snapshot import Snapshot
+from app.scheduler.snapshot import ModelEntry, Snapshot
 from app.scheduler.table import AppRoutes
 
 NO_APP = "no_app_label"
@@ -115,6 +116,7 @@ class Decision:
     correction: list[float] = dataclasses.field(default_factory=list)  # residual factor per candidate
     explored: str | None = None  # the candidate this pod explores (app/scheduler/explore.py)
     inflicted_ms: list[float] = dataclasses.field(default_factory=list)  # added to running pods (inflict.py)
+    winner: int | None = None  # index of :meth:`best`'s node when :func:`decide` found one (None: look it up)
 
     @property
     def stale(self) -> bool:
@@ -158,16 +160,18 @@ class Decision:
 
     def best(self) -> str | None:
         """The explored node, else the top-scored passing node with a prediction (lowest cost — RTT plus the
-        inflicted slowdown — breaks ties); None when neutral."""
+        inflicted slowdown — then highest credibility break ties); None when neutral."""
         if self.neutral is not None:
             return None
         if self.explored is not None:
             return self.explored
+        if self.winner is not None:
+            return self.nodes[self.winner]
         ok = [i for i, f in enumerate(self.failed) if f is None and math.isfinite(self.rtt_ms[i])]
         if not ok:
             return None
         extra = self.inflicted_ms or [0.0] * len(self.nodes)
-        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i] + extra[i]))]
+        return self.nodes[min(ok, key=lambda i: (-self.score[i], self.rtt_ms[i] + extra[i], -self.credibility[i]))]
 
 
 def neutral(pod: PodInfo, nodes: Sequence[str], reason: str) -> Decision:
@@ -205,12 +209,13 @@ def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], .
 
 def decide(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods,
-    params: DecideParams, now: float,
+    params: DecideParams, now: float, *, note_expected: bool = True,
 ) -> Decision:
     """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
 
     Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`); Python loops
     run only over candidates with something on them (running or assumed pods) and over model groups.
+    ``note_expected=False`` leaves the assumed pods untouched (an explanation, not a scheduling cycle).
     """
     app = pod.app
     if app is None:
@@ -299,13 +304,14 @@ def decide(
     if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
         expected = rtt.copy()
         expected[e] = np.nanmax(rtt)
-    assumed.expect(task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
+    if note_expected:
+        assumed.expect(task_id, nodes, expected.tolist())  # how long a placement runs (AssumedPods.assume)
     winner = e
     if winner is None:
         ok = np.flatnonzero(passing & usable)
         if ok.size:
             top = ok[scores[ok] == scores[ok].max()]
-            winner = int(top[np.argmin(cost[top])])
+            winner = int(top[np.lexsort((-cred[top], cost[top]))[0]])  # lowest cost, then most credible
     if winner is not None and n > 1:
         rest = int(np.delete(scores, winner).max())
         if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
@@ -317,7 +323,7 @@ def decide(
     return Decision(
         pod, tuple(nodes), scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), features, sla_relaxed=relaxed,
-        correction=corr.tolist(), explored=nodes[e] if e is not None else None,
+        correction=corr.tolist(), explored=nodes[e] if e is not None else None, winner=winner,
         inflicted_ms=inflicted.tolist() if inflicted is not None else [],
     )
 
@@ -335,18 +341,26 @@ def _predict(
     for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
         entry = routes.entries[m]
         sel = np.flatnonzero(model == m)
-        X = entry.matrix[rows[sel]]
-        for name, col in entry.task_columns.items():
-            X[:, col] = task.get(name, math.nan)
         picked = sel.tolist()
-        for j, running in _running_columns(entry.feature_names):
-            X[:, j] = idle.get(running, math.nan)
-            for k, i in enumerate(picked):
-                if features[i] is not idle:
-                    X[k, j] = features[i].get(running, math.nan)
+        X = model_rows(entry, rows[sel], task, [features[i] for i in picked], idle)
         rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         for i in picked:
             keys[i], versions[i] = entry.key, entry.version
+
+
+def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
+               features: Sequence[Mapping[str, float]], idle: Mapping[str, float]) -> np.ndarray:
+    """The rows ``entry``'s model sees for candidates at ``rows`` of its matrix: node features, the task's
+    features and each candidate's running-pods ``features`` (``idle`` when nothing runs there)."""
+    X = entry.matrix[rows]
+    for name, col in entry.task_columns.items():
+        X[:, col] = task.get(name, math.nan)
+    for j, running in _running_columns(entry.feature_names):
+        X[:, j] = idle.get(running, math.nan)
+        for k, f in enumerate(features):
+            if f is not idle:
+                X[k, j] = f.get(running, math.nan)
+    return X
 
 
 def _apply_sla(app: str, policy: Policy, rtt: np.ndarray, fresh: np.ndarray, failed: list[str | None]) -> bool:

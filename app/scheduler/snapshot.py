@@ -1,9 +1,10 @@
 """The global view the extender scores from: immutable, built in the background, swapped in atomically.
 
-A :class:`Snapshot` holds every known node (:class:`NodeState`: features, credibility, running apps) and every
-current model (:class:`ModelEntry`) with its feature matrix already laid out — one row per node in the model's
-scope, columns in the model's ``feature_names`` order — so a request only gathers rows and fills the task
-columns. Handlers read :attr:`SnapshotHolder.current` once per request and never see a half-built view:
+A :class:`Snapshot` holds every known node (:class:`~app.scheduler.entries.NodeState`: features,
+credibility, running apps) and every current model (:class:`~app.scheduler.entries.ModelEntry`) with its
+feature matrix already laid out — one row per node in the model's scope, columns in the model's
+``feature_names`` order — so a request only gathers rows and fills the task columns. Handlers read
+:attr:`SnapshotHolder.current` once per request and never see a half-built view:
 :class:`~app.scheduler.builder.SnapshotBuilder` makes a new object and :meth:`SnapshotHolder.swap` replaces
 the reference in one assignment.
 
@@ -23,68 +24,11 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-import numpy as np
-
 from app.contracts.keys import model_key
-from app.model.base import Predictor
+from app.scheduler.entries import ModelEntry, NodeState
 from app.scheduler.table import AppRoutes, NodeTable, apps_of, build_app_routes, build_node_table
 
-_EMPTY: Mapping[str, float] = MappingProxyType({})
-_NONE: Mapping[str, int] = MappingProxyType({})
 _NO_ROUTES: Mapping[str, ModelEntry] = MappingProxyType({})
-_NO_APP_FEATURES: Mapping[str, Mapping[str, float]] = MappingProxyType({})
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeState:
-    """What the view knows about one node. ``features_ts`` is 0 until node-features arrived."""
-
-    name: str
-    node_class: str | None = None
-    gpu_model: str | None = None
-    features: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # + hardware descriptors
-    features_ts: float = 0.0
-    stale_metrics: frozenset[str] = frozenset()
-    weight: float | None = None  # credibility from node-weights; None = never evaluated
-    weights_ts: float = 0.0
-    weights_stale: bool = False
-    predicted_rtt_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # per app
-    running: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> running pods
-    running_ts: float = 0.0  # when ``running`` was read (0: unknown)
-    version: int = 0  # bumps whenever ``features`` change
-    app_features: Mapping[str, Mapping[str, float]] = dataclasses.field(  # app -> features over its DWA window
-        default_factory=lambda: _NO_APP_FEATURES)
-    correction: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # app -> residual factor
-    samples: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> completed tasks seen
-
-    def features_for(self, app: str) -> Mapping[str, float]:
-        """The features a model of ``app`` reads: ``app_features[app]`` over the node's ``features``."""
-        own = self.app_features.get(app)
-        return {**self.features, **own} if own else self.features
-
-    def is_stale(self, now: float, stale_after_s: float) -> bool:
-        """No features yet, features older than ``stale_after_s``, or node-weights flagged the node stale."""
-        return self.features_ts <= 0 or now - self.features_ts > stale_after_s or self.weights_stale
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ModelEntry:
-    """A loaded model and its pre-built rows for the nodes in its scope."""
-
-    key: str
-    version: int
-    predictor: Predictor
-    feature_names: tuple[str, ...]
-    task_columns: Mapping[str, int]  # task feature name -> column
-    row_index: Mapping[str, int]  # node -> row of ``matrix``
-    matrix: np.ndarray  # float32 (len(row_index), len(feature_names)), read-only
-
-    def rows(self, nodes: list[str], task_features: Mapping[str, float]) -> np.ndarray:
-        """A fresh matrix for ``nodes`` (all in :attr:`row_index`) with the task columns filled."""
-        X = self.matrix[[self.row_index[n] for n in nodes]]
-        for name, col in self.task_columns.items():
-            X[:, col] = task_features.get(name, math.nan)
-        return X
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ request turns its candidate names into positions (one dict lookup each) and gath
 Both are built off the request path by :class:`~app.scheduler.builder.SnapshotBuilder`, in steps
 (:func:`node_table_steps`) so that a view of thousands of nodes never holds the event loop for long.
 
->>> from app.scheduler.snapshot import NodeState
+>>> from app.scheduler.entries import NodeState
 >>> t = build_node_table({"a": NodeState("a", features_ts=5.0, weight=0.5), "b": NodeState("b", running={"x": 1})})
 >>> dict(t.pos), t.features_ts.tolist(), t.busy.tolist()
 ({'a': 0, 'b': 1}, [5.0, 0.0], [False, True])
@@ -31,14 +31,12 @@ import dataclasses
 import math
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from app.contracts.keys import parse_model_key
-
-if TYPE_CHECKING:
-    from app.scheduler.snapshot import ModelEntry, NodeState
+from app.scheduler.entries import ModelEntry, NodeState
 
 T = TypeVar("T")
 CHUNK = 256  # nodes handled between two yields of a build in steps

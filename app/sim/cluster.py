@@ -24,9 +24,9 @@ from app.sim.apps import APPS
 from app.sim.closed_loop import ClosedLoop
 from app.sim.events import NodeEvent
 from app.sim.hardware import NodeSpec
-from app.sim.metrics import scrape
+from app.sim.metrics import scrape_message
 from app.sim.pending import PendingQueue
-from app.sim.policies.base import Policy, PolicyError
+from app.sim.policy import Policy, PolicyError
 from app.sim.running import Running
 from app.sim.sinks import NODE_METRICS, TASK_COMPLETIONS, NullSink, Sink
 from app.sim.state import EPS, NodeRuntime
@@ -251,15 +251,11 @@ class Cluster:
     def scrape_all(self) -> None:
         ts = self.start_ts + self.env.now
         for rt in self._active:
-            metrics = scrape(rt, self._rng, self.env.now)
+            message = scrape_message(rt, self._rng, self.env.now, ts)
             rt.placed_since_scrape = 0
-            self.view.record_scrape(rt.name, metrics)
             if self._emit:
-                self.sink.emit(NODE_METRICS, rt.name, {
-                    "node": rt.name, "ts": ts, "node_class": rt.spec.node_class,
-                    "gpu_model": rt.spec.gpu_model, "metrics": metrics,
-                })
-            self.policy.observe_metrics(rt.name, ts, metrics, self.view)
+                self.sink.emit(NODE_METRICS, rt.name, message)
+            self.policy.observe_metrics(rt.name, ts, message["metrics"], self.view)
         self.policy.tick(self.view)
 
     def _complete_message(self, task: Task, rt: NodeRuntime | None, status: str) -> None:

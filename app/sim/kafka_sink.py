@@ -24,6 +24,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from aiokafka import AIOKafkaProducer
+
 from app.config import Settings
 from app.contracts import encode
 from app.errors import ContractError, RttError
@@ -104,8 +106,6 @@ class KafkaSink:
         return self
 
     async def _start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
         self._queue = asyncio.Queue(self.max_pending)
         self._producer = AIOKafkaProducer(**client_options(self.settings, acks=1, linger_ms=5))
         await self._producer.start()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Callable, Generator
@@ -29,18 +30,20 @@ from typing import Any
 import numpy as np
 import simpy
 import simpy.rt
+from tqdm import tqdm
 
 from app.config import Settings
 from app.sim.kafka_sink import KafkaSink
 from app.sim.live_watch import FeedbackWatcher
-from app.sim.policies.base import Policy
 from app.sim.policies.extender_http import ExtenderPolicy
+from app.sim.policy import Policy
 from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, Simulation, build_simulation
 
 log = logging.getLogger(__name__)
 
 MAX_SPEED = 20.0
+BAR_COLUMNS = 100
 
 
 @dataclasses.dataclass
@@ -144,7 +147,6 @@ def run_live(config: SimConfig, settings: Settings, extender_url: str, seed: int
     """
     if not 0 < speed <= MAX_SPEED:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED:g}] (got {speed})")
-    from tqdm import tqdm
 
     holder: list[ExtenderPolicy] = []
 
@@ -162,7 +164,9 @@ def run_live(config: SimConfig, settings: Settings, extender_url: str, seed: int
         sim = build_simulation(cfg, factory, seed, sink=sink,
                                env=simpy.rt.RealtimeEnvironment(factor=1.0 / speed, strict=False))
         policy = holder[0]
-        bar = tqdm(total=sim.cluster.total_tasks, file=sys.stderr, unit="task", desc="live", disable=not progress)
+        cols = min(BAR_COLUMNS, shutil.get_terminal_size((BAR_COLUMNS, 24)).columns)  # never wraps at 100 columns
+        bar = tqdm(total=sim.cluster.total_tasks, file=sys.stderr, unit="task", desc="live", disable=not progress,
+                   ncols=cols)
         sim.env.process(_progress(sim, policy, watcher, bar, on_tick, tick_s))
         assert isinstance(sim.env, simpy.rt.RealtimeEnvironment)
         sim.env.sync()

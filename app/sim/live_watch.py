@@ -14,6 +14,8 @@ import contextlib
 import logging
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from app.config import Settings
 from app.contracts import contract, decode
 from app.errors import ContractError
@@ -54,8 +56,6 @@ class FeedbackWatcher:
         return self
 
     async def _start(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
                                                      auto_offset_reset="earliest"))
         await consumer.start()

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from app.sim.policies.base import PolicyTrace
+from app.sim.policy import PolicyTrace
 
 DEFAULT_SLA_MS: dict[str, float] = {"upload": 250.0, "gCTF": 200.0, "Motioncor2": 500.0}
 WARMUP_FRACTION = 0.2  # tasks excluded from accuracy figures while models learn

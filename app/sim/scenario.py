@@ -30,6 +30,7 @@ import yaml
 from app.errors import ConfigError
 from app.sim.events import SELECTORS, EventSpec
 from app.sim.hardware import NodeSpec, cpu_node, gpu_node, preset
+from app.sim.policies import PolicyError, parse_policies
 from app.sim.runner import SimConfig
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
@@ -162,8 +163,6 @@ def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = 
         raise ScenarioError(where, "", str(exc)) from None
     policies = doc.get("policies")
     if policies is not None:
-        from app.sim.policies import PolicyError, parse_policies
-
         try:
             parse_policies(policies)
         except PolicyError as exc:

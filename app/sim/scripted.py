@@ -4,7 +4,9 @@ Nodes with a known RTT law (:class:`Node`, :func:`rtt_ms`) and the messages they
 (:func:`snapshot`, :func:`task`, :func:`prediction`); :func:`produce` (many items at once, large batches) and
 :class:`Sender` (one by one, contract-checked) write them keyed as their contracts say; :class:`Reader`
 follows a topic from its beginning; :func:`start_worker` starts ``rttsched worker`` as a child of a
-:class:`~app.cli.processes.ProcessGroup`, and :func:`metric_value` reads one figure of its ``/metrics`` page.
+:class:`~app.cli.processes.ProcessGroup`, and :func:`metric_value` reads one figure of its ``/metrics`` page
+(:func:`samples`: every sample of a name, by labels, read with a regular expression — never with the code
+under test). :func:`nodes_per_partition` names one node per partition.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
 
 from app.config import Settings
 from app.contracts import contract, encode
@@ -176,3 +180,41 @@ def metric_value(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     return 0.0
+
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_line(line: str) -> tuple[str, dict[str, str], float] | None:
+    """``(name, labels, value)`` of one sample line; None for comments and blank lines."""
+    m = _SAMPLE.match(line.strip())
+    if not m or line.startswith("#"):
+        return None
+    return m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+
+
+def samples(text: str, name: str, **labels: str) -> list[float]:
+    """Values of ``name``'s samples whose labels include ``labels``, in the order of the text."""
+    out = []
+    for line in text.splitlines():
+        parsed = parse_line(line)
+        if parsed and parsed[0] == name and all(parsed[1].get(k) == v for k, v in labels.items()):
+            out.append(parsed[2])
+    return out
+
+
+def nodes_per_partition(partitions: int, prefix: str = "gpu-") -> list[str]:
+    """One node name per partition (the default key partitioner's murmur2), in partition order.
+
+    >>> names = nodes_per_partition(8)
+    >>> [(murmur2(n.encode()) & 0x7FFFFFFF) % 8 for n in names]
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < partitions:
+        name = f"{prefix}{i:03d}"
+        found.setdefault((murmur2(name.encode()) & 0x7FFFFFFF) % partitions, name)
+        i += 1
+    return [found[p] for p in range(partitions)]

@@ -1,4 +1,4 @@
-"""Where the simulator's messages go: one seam for offline runs (memory, callbacks) and live runs (Kafka).
+"""Where the simulator's messages go: one seam for offline runs (nowhere, memory) and live runs (Kafka).
 
 A sink receives ``(topic, key, value)`` where ``topic`` is a contract name from ``topics/`` (no prefix),
 ``key`` the message key the contract names, and ``value`` a dict that satisfies the contract. A Kafka sink
@@ -13,12 +13,11 @@ only has to encode and produce; the simulator never blocks on it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 NODE_METRICS = "node-metrics"
 TASK_COMPLETIONS = "task-completions"
-RTT_PREDICTIONS = "rtt-predictions"
 
 
 class Sink(Protocol):
@@ -57,31 +56,3 @@ class ListSink:
 
     def close(self) -> None:
         return None
-
-
-class CallbackSink:
-    """Calls ``fn(topic, key, value)`` for each message."""
-
-    def __init__(self, fn: Callable[[str, str, dict[str, Any]], None]) -> None:
-        self._fn = fn
-
-    def emit(self, topic: str, key: str, value: dict[str, Any]) -> None:
-        self._fn(topic, key, value)
-
-    def close(self) -> None:
-        return None
-
-
-class TeeSink:
-    """Sends every message to several sinks in order."""
-
-    def __init__(self, *sinks: Sink) -> None:
-        self.sinks = sinks
-
-    def emit(self, topic: str, key: str, value: dict[str, Any]) -> None:
-        for s in self.sinks:
-            s.emit(topic, key, value)
-
-    def close(self) -> None:
-        for s in self.sinks:
-            s.close()

@@ -64,7 +64,6 @@ class NodeRuntime:
         self.gpu_busy_area = 0.0  # sum over GPUs of time with >= 1 task
         self.busy_area = 0.0  # time with >= 1 task on the node
         self.gpu_demand_area = 0.0  # time integral of min(1, compute demand / GPUs)
-        self.cpu_area = 0.0
         self.area = dict.fromkeys((*RESOURCES, "streams"), 0.0)  # time integrals of task demand
         self._mark = dict(self.area)
         self._mark_t = 0.0
@@ -253,7 +252,6 @@ class NodeRuntime:
             self.gpu_busy_area += busy * dt
             self.busy_area += dt if self.running else 0.0
             self.gpu_demand_area += self.gpu_util() * dt
-            self.cpu_area += self.cpu_util() * dt
             area, nd = self.area, self.node_demand
             for i, r in enumerate(RESOURCES):
                 area[r] += nd[i] * dt

@@ -1,21 +1,18 @@
 """What a placement policy may see: the task, and a read-only view of the cluster.
 
 Policies see what a real scheduler could know - node hardware, requested resources (the scheduler's own
-bookkeeping), the pods it placed that still run, pods it just placed, and the scraped metrics. The
-simulator's ground truth (:meth:`ClusterView.clairvoyant_cost`, :meth:`ClusterView.expected_ms`) is for the
-clairvoyant reference only.
+bookkeeping), the pods it placed that still run, pods it just placed; scraped metrics reach a policy through
+its ``observe_metrics`` hook. The simulator's ground truth (:meth:`ClusterView.clairvoyant_cost`,
+:meth:`ClusterView.expected_ms`) is for the clairvoyant reference only.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from app.sim.apps import APPS, AppProfile
 from app.sim.hardware import NodeSpec
 from app.sim.state import NodeRuntime
-
-HISTORY_SCRAPES = 10
 
 
 class Task:
@@ -43,8 +40,6 @@ class ClusterView:
         self._rt = runtimes
         self._now = now
         self.start_ts = start_ts
-        self._latest: dict[str, Mapping[str, float]] = {}
-        self._history: dict[str, deque[Mapping[str, float]]] = {n: deque(maxlen=HISTORY_SCRAPES) for n in runtimes}
 
     # -- time
     @property
@@ -86,19 +81,6 @@ class ClusterView:
     def placed_since_scrape(self, name: str) -> int:
         """Tasks placed on ``name`` since its last scrape (metrics do not show them yet)."""
         return self._rt[name].placed_since_scrape
-
-    # -- metrics
-    def latest_metrics(self, name: str) -> Mapping[str, float] | None:
-        return self._latest.get(name)
-
-    def metric_history(self, name: str) -> Sequence[Mapping[str, float]]:
-        """The last scrapes of ``name``, oldest first (at most ``HISTORY_SCRAPES``)."""
-        return self._history[name]
-
-    def record_scrape(self, name: str, metrics: Mapping[str, float]) -> None:
-        """Called by the cluster on every scrape; policies never call it."""
-        self._latest[name] = metrics
-        self._history[name].append(metrics)
 
     # -- ground truth (clairvoyant only)
     def expected_ms(self, task: Task, name: str) -> float:

@@ -23,7 +23,7 @@ from app.streams.eviction import register_eviction
 from app.streams.feedback_loop import TABLE_NAME as FEEDBACK_TABLE
 from app.streams.feedback_loop import register_feedback
 from app.streams.health import register_health_page
-from app.streams.metrics import register_metrics_page
+from app.streams.metrics import WorkerMetrics, register_metrics_page
 from app.streams.node_features import TABLE_NAME as NODE_TABLE
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
@@ -60,7 +60,8 @@ def worker_topics(settings: Settings, id: str | None = None) -> list[InternalTop
 
 
 def create_app(settings: Settings, *, id: str | None = None, components: Sequence[Component] | None = None,
-               options: WorkerOptions | None = None, clock: Clock | None = None) -> faust.App:
+               options: WorkerOptions | None = None, clock: Clock | None = None,
+               metrics: WorkerMetrics | None = None) -> faust.App:
     """Build the worker app.
 
     Parameters
@@ -74,6 +75,9 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         Default :data:`DEFAULT_COMPONENTS`.
     options, clock
         Worker options (default from settings) and the clock (tests inject one).
+    metrics : WorkerMetrics, optional
+        The app's series and their registry, served at ``/metrics``; by default a registry of the app's own, so
+        two apps in one process never share a series.
     """
     opts = options or WorkerOptions.from_settings(settings)
     Path(opts.datadir).mkdir(parents=True, exist_ok=True)
@@ -99,10 +103,10 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_bind=settings.metrics_host,
         broker_credentials=faust_credentials(settings),
     )
-    ctx = attach(app, settings, opts, clock)
+    ctx = attach(app, settings, opts, clock, metrics)
     ctx.ownership_topic = register_ownership(app)
-    register_metrics_page(app)
-    register_health_page(app)
+    register_metrics_page(app, ctx.metrics)
+    register_health_page(app, ctx.health)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)
     return app

@@ -1,8 +1,9 @@
-"""What every component of one worker app shares: settings, options, clock, dead letters, handles.
+"""What every component of one worker app shares: settings, options, clock, dead letters, metrics, handles.
 
 :func:`~app.streams.app.create_app` attaches one :class:`WorkerContext` to the app it builds; a component
 (``register_*(app, settings)``) reads it with :func:`context_of` and may publish a handle for others in
-``handles`` (the node-features component publishes its :class:`~app.streams.node_table.NodeStore`).
+``handles`` (the node-features component publishes its :class:`~app.streams.node_table.NodeStore`). Each app
+has its own Prometheus registry (``metrics.registry``) and :class:`~app.streams.health.Health`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from app.config import Settings
 from app.errors import ConfigError
 from app.streams.bounds import Bounds
 from app.streams.deadletter import DeadLetters
+from app.streams.health import Health
+from app.streams.metrics import WorkerMetrics
 from app.streams.options import WorkerOptions
 
 
@@ -26,6 +29,8 @@ class WorkerContext:
     settings: Settings
     options: WorkerOptions
     dead: DeadLetters
+    metrics: WorkerMetrics
+    health: Health
     clock: Clock = dataclasses.field(default_factory=SystemClock)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     ownership_topic: str = ""
@@ -37,8 +42,12 @@ class WorkerContext:
 _CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()
 
 
-def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Clock | None = None) -> WorkerContext:
-    ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock), clock or SystemClock(),
+def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Clock | None = None,
+           metrics: WorkerMetrics | None = None) -> WorkerContext:
+    """Attach a new context to ``app``; ``metrics``: the app's series (on a registry of their own by default)."""
+    metrics = metrics if metrics is not None else WorkerMetrics()
+    ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock, metrics), metrics,
+                        Health(metrics.registry), clock or SystemClock(),
                         bounds=Bounds(settings.worker_max_nodes, settings.worker_max_apps))
     _CONTEXTS[app] = ctx
     return ctx

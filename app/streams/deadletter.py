@@ -18,7 +18,7 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import encode
 from app.errors import ContractError
-from app.streams.metrics import DEAD_LETTERS, MESSAGES_OUT
+from app.streams.metrics import WorkerMetrics
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
@@ -50,17 +50,19 @@ def dead_letter_record(message: Any, source: str, exc: ContractError, now: float
 
 
 class DeadLetters:
-    """Sends dead letters for one app to ``settings.topic("dead-letters")``."""
+    """Sends dead letters for one app to ``settings.topic("dead-letters")``, counted in ``metrics``."""
 
-    def __init__(self, app: faust.App, settings: Settings, clock: Clock | None = None) -> None:
+    def __init__(self, app: faust.App, settings: Settings, clock: Clock | None = None,
+                 metrics: WorkerMetrics | None = None) -> None:
         self.topic = contract_topic(app, settings, "dead-letters")
         self.clock = clock or SystemClock()
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.sent = 0
 
     async def send(self, message: Any, source: str, exc: ContractError) -> None:
         record = dead_letter_record(message, source, exc, self.clock.now())
-        DEAD_LETTERS.labels(source, exc.reason).inc()
-        MESSAGES_OUT.labels("dead-letters").inc()
+        self.metrics.dead_letters.labels(source, exc.reason).inc()
+        self.metrics.messages_out.labels("dead-letters").inc()
         log.debug("dead letter from %s[%s]@%s: %s", source, record["partition"], record["offset"], exc)
         await self.topic.send(key=record["topic"].encode(), value=encode("dead-letters", record))
         self.sent += 1

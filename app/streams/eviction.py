@@ -27,8 +27,6 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.feedback_metrics import NODE_WEIGHT, PREDICTION_MAPE, PREDICTION_RMSE
-from app.streams.metrics import EVICTED, NODES
 from app.streams.node_features import node_features_of
 from app.streams.topics import contract_topic
 
@@ -50,6 +48,7 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     clock, bounds, after = ctx.clock, ctx.bounds, settings.node_evict_after_s
     nodes = node_features_of(app)
     loop = ctx.handles.get("feedback")
+    fm, evicted = ctx.metrics.feedback, ctx.metrics.evicted
     features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
     weights_topic = contract_topic(app, settings, "node-weights")
 
@@ -64,24 +63,23 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             nodes.table.tombstone_nodes({n: store.states[n].partition for n in silent if n in store.states})
             for n in silent:
                 store.states.pop(n, None)
-                _remove(NODE_WEIGHT, n)
+                _remove(fm.node_weight, n)
                 if sender is not None:  # node-features go out on the intake's producer
                     key = n.encode()
                     sender.add(features_topic, partition_for(key, features_partitions), key, None)
-            NODES.set(len(store.states))
             if loop is not None:
                 loop.forget_nodes(silent)
             bounds.forget_nodes(silent)
-            EVICTED.labels("node").inc(len(silent))
+            evicted.labels("node").inc(len(silent))
             log.info("evicted %d node(s) silent for %.0f s: %s", len(silent), after, sorted(silent)[:10])
         apps = bounds.silent_apps(now, after)
         if apps:
             for a in apps:
                 for cls in NODE_CLASSES:
-                    _remove(PREDICTION_RMSE, a, cls)
-                    _remove(PREDICTION_MAPE, a, cls)
+                    _remove(fm.prediction_rmse, a, cls)
+                    _remove(fm.prediction_mape, a, cls)
             bounds.forget_apps(apps)
-            EVICTED.labels("app").inc(len(apps))
+            evicted.labels("app").inc(len(apps))
             log.info("evicted %d app(s) silent for %.0f s: %s", len(apps), after, sorted(apps)[:10])
         return silent, apps
 

@@ -35,10 +35,8 @@ from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
 from app.drift.growth import Debounce, SampleGrowth
 from app.drift.tracker import AppReport
-from app.streams.feedback_loop import FeedbackLoop
-from app.streams.feedback_metrics import PREDICTION_MAPE, PREDICTION_RMSE, RETRAIN_DEBOUNCED, RETRAIN_EVENTS
 from app.streams.feedback_outbox import ErrorsOutbox
-from app.streams.metrics import MESSAGES_OUT
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
@@ -66,20 +64,22 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     retrain_topic = contract_topic(app, settings, "retrain-events")
     debounce = Debounce(settings.retrain_debounce_s)
     period = settings.error_period_s
+    fm, retrain_out = loop.metrics.feedback, loop.metrics.messages_out.labels("retrain-events")
 
     async def retrain(key: str, reason: str, cumulative: float, threshold: float, onset: float | None) -> bool:
         if not debounce.allow(key, clock.monotonic(), reason):
-            RETRAIN_DEBOUNCED.labels(reason).inc()
+            fm.retrain_debounced.labels(reason).inc()
             return False
         value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),
                  "threshold": float(threshold), "ts": clock.now(), "onset_ts": onset}
         await retrain_topic.send(key=key.encode(), value=encode("retrain-events", value))
-        RETRAIN_EVENTS.labels(reason).inc()
-        MESSAGES_OUT.labels("retrain-events").inc()
+        fm.retrain_events.labels(reason).inc()
+        retrain_out.inc()
         log.info("retrain-event %s (%s): cumulative %.3f > %.3f", key, reason, cumulative, threshold)
         return True
 
-    outbox = loop.outbox = ErrorsOutbox(settings, lambda key, value: errors_topic.send(key=key, value=value))
+    outbox = loop.outbox = ErrorsOutbox(settings, lambda key, value: errors_topic.send(key=key, value=value),
+                                             metrics=loop.metrics)
 
     async def close_period() -> int:
         due = [n for n, t in loop.trackers.items() if n in loop.partitions and t.pending()]
@@ -112,8 +112,8 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         for key, r in drifts:
             await retrain(key, "drift", r.cumulative, r.threshold, r.onset_ts)
         for (app_name, node_class), stats in by_class.items():
-            PREDICTION_RMSE.labels(app_name, node_class).set(stats.rmse_ms)
-            PREDICTION_MAPE.labels(app_name, node_class).set(stats.mape)
+            fm.prediction_rmse.labels(app_name, node_class).set(stats.rmse_ms)
+            fm.prediction_mape.labels(app_name, node_class).set(stats.mape)
         return len(closed)
 
     growth = SampleGrowth(loop.options.cold_start_samples, loop.options.retrain_growth)

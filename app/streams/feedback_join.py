@@ -39,10 +39,8 @@ from app.errors import ContractError
 from app.features.node_value import sample_value as node_sample_value
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.feedback_loop import FeedbackLoop
-from app.streams.feedback_metrics import JOIN, SAMPLES, SAMPLES_DROPPED
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.intake import PartitionIntake
-from app.streams.metrics import MESSAGES_OUT
 from app.streams.node_state import NodeState
 
 
@@ -96,9 +94,10 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     samples_name = settings.topic("training-samples")
     samples_partitions = contract("training-samples").partitions
     buffer, store, get_row = loop.buffer, loop.nodes.store, loop.nodes.table.data.get
-    matched, duplicate = JOIN.labels(MATCHED), JOIN.labels(DUPLICATE)
-    samples_out = MESSAGES_OUT.labels("training-samples")
-    dropped_status, dropped_unknown = SAMPLES_DROPPED.labels("status"), SAMPLES_DROPPED.labels("unknown_node")
+    fm = loop.metrics.feedback
+    matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
+    samples_out = loop.metrics.messages_out.labels("training-samples")
+    dropped_status, dropped_unknown = fm.samples_dropped.labels("status"), fm.samples_dropped.labels("unknown_node")
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
@@ -127,7 +126,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         value = sample_value(c, node_class, state, window_s, prediction)
         key = value["model_key"]
         loop.samples_per_key[key] += 1
-        SAMPLES.inc()
+        fm.samples.inc()
         samples_out.inc()
         kb = key.encode()
         intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
@@ -161,7 +160,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             pair(node, r.completion, r.prediction)
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
-                             ctx.dead, name="feedback-join", clock=clock)
+                             ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics)
 
     @app.task
     async def feedback_join() -> None:

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the feedback loop (served on the worker's ``/metrics`` page).
+"""Prometheus metrics of the feedback loop (served on the worker's ``/metrics`` page, from its app's registry).
 
 The Grafana dashboard reads ``rtt_worker_prediction_rmse_ms``, ``rtt_worker_prediction_mape`` and
 ``rtt_worker_node_weight`` by these names. Join outcomes: ``matched`` (a prediction met its completion),
@@ -8,23 +8,35 @@ The Grafana dashboard reads ``rtt_worker_prediction_rmse_ms``, ``rtt_worker_pred
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-JOIN = Counter("rtt_worker_join_total", "Join of task-completions with rtt-predictions, by outcome", ["outcome"])
-PREDICTION_RMSE = Gauge("rtt_worker_prediction_rmse_ms", "RMSE of the last error period", ["app", "node_class"])
-PREDICTION_MAPE = Gauge("rtt_worker_prediction_mape", "MAPE (fraction) of the last error period",
-                        ["app", "node_class"])
-NODE_WEIGHT = Gauge("rtt_worker_node_weight", "Credibility of a node's predictions (0..1)", ["node"])
-RETRAIN_EVENTS = Counter("rtt_worker_retrain_events_total", "retrain-events emitted, by reason", ["reason"])
-RETRAIN_DEBOUNCED = Counter("rtt_worker_retrain_debounced_total", "Drift signals inside the debounce interval",
-                            ["reason"])
-MODEL_VERSION = Gauge("rtt_worker_model_version", "Model version the worker predicts with", ["model_key"])
-MODEL_REJECTED = Counter("rtt_worker_model_rejected_total", "model-updates that could not be loaded, by reason",
-                         ["reason"])
-SAMPLES = Counter("rtt_worker_training_samples_total", "training-samples emitted")
-SAMPLES_DROPPED = Counter("rtt_worker_training_samples_dropped_total", "Completions that made no sample",
-                          ["reason"])
-JOIN_ENTRIES = Gauge("rtt_worker_join_entries", "Keys held by this worker's join buffer")
-REDIS_WRITES = Counter("rtt_worker_redis_writes_total", "Batched Redis cache writes, by outcome", ["outcome"])
-MODEL_RETRIES = Counter("rtt_worker_model_load_retries_total",
-                        "model-updates whose model could not be loaded because the registry was unavailable (retried)")
+
+class FeedbackMetrics:
+    """The feedback loop's series, registered in ``registry`` (the worker app's, beside its other series)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.join = Counter("rtt_worker_join_total", "Join of task-completions with rtt-predictions, by outcome",
+                            ["outcome"], registry=r)
+        self.prediction_rmse = Gauge("rtt_worker_prediction_rmse_ms", "RMSE of the last error period",
+                                     ["app", "node_class"], registry=r)
+        self.prediction_mape = Gauge("rtt_worker_prediction_mape", "MAPE (fraction) of the last error period",
+                                     ["app", "node_class"], registry=r)
+        self.node_weight = Gauge("rtt_worker_node_weight", "Credibility of a node's predictions (0..1)", ["node"],
+                                 registry=r)
+        self.retrain_events = Counter("rtt_worker_retrain_events_total", "retrain-events emitted, by reason",
+                                      ["reason"], registry=r)
+        self.retrain_debounced = Counter("rtt_worker_retrain_debounced_total",
+                                         "Drift signals inside the debounce interval", ["reason"], registry=r)
+        self.model_version = Gauge("rtt_worker_model_version", "Model version the worker predicts with",
+                                   ["model_key"], registry=r)
+        self.model_rejected = Counter("rtt_worker_model_rejected_total",
+                                      "model-updates that could not be loaded, by reason", ["reason"], registry=r)
+        self.samples = Counter("rtt_worker_training_samples_total", "training-samples emitted", registry=r)
+        self.samples_dropped = Counter("rtt_worker_training_samples_dropped_total", "Completions that made no sample",
+                                       ["reason"], registry=r)
+        self.join_entries = Gauge("rtt_worker_join_entries", "Keys held by this worker's join buffer", registry=r)
+        self.redis_writes = Counter("rtt_worker_redis_writes_total", "Batched Redis cache writes, by outcome",
+                                    ["outcome"], registry=r)
+        self.model_retries = Counter("rtt_worker_model_load_retries_total", "model-updates whose model could not be"
+                                     " loaded because the registry was unavailable (retried)", registry=r)

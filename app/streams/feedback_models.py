@@ -3,7 +3,7 @@
 Every worker needs every model (its nodes may be of any class and run any app), so model-updates is read
 without a consumer group: all partitions, from the beginning (the topic is compacted: the first pass is
 the current version of every key). A message whose version is newer than the one in use is loaded
-from the registry (:func:`app.model.registry.load_predictor`: the blob's sha256 is checked against its
+from the registry (:func:`app.registry.store.load_predictor`: the blob's sha256 is checked against its
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
 that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
 
@@ -33,10 +33,11 @@ from app.kafka.client import client_options
 from app.kafka.positions import PositionGuard
 from app.model.errors import RegistryUnavailableError
 from app.model.fast import FastPredictor
-from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
+from app.registry.base import ModelRecord, ModelStore
+from app.registry.store import load_predictor, open_store
 from app.retry import Backoff
-from app.streams.feedback_metrics import MODEL_REJECTED, MODEL_RETRIES, MODEL_VERSION
-from app.streams.health import degraded, recovered
+from app.streams.health import Health
+from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 DEGRADED_REASON = "model_store"
@@ -49,17 +50,21 @@ class ModelCache:
     ----------
     store
         The registry (opened lazily from ``settings`` by default: opening may touch the network).
+    metrics, health
+        The worker app's series and degraded reasons (fresh ones by default).
 
     ``on_swap`` callbacks get ``(model_key, version)`` after each swap.
     """
 
     def __init__(self, settings: Settings, store: ModelStore | None = None,
-                 opener: Callable[[Settings], ModelStore] = open_store) -> None:
+                 opener: Callable[[Settings], ModelStore] = open_store, *, metrics: WorkerMetrics | None = None,
+                 health: Health | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
+        self.health = health if health is not None else Health(self.metrics.registry)
         self._store = store
         self._opener = opener
         self.models: dict[str, tuple[FastPredictor, ModelRecord]] = {}
-        self.updates_seen = 0
         self.on_swap: list[Callable[[str, int], None]] = []
         self.pending: dict[str, dict[str, Any]] = {}  # key -> newest update that could not be loaded yet
         self.backoff = Backoff.upto(settings.retry_max_backoff_s)
@@ -107,7 +112,6 @@ class ModelCache:
 
         Deferred: the registry is unavailable; the update is retried in the background (:meth:`retry_pending`).
         """
-        self.updates_seen += 1
         key, version = update["model_key"], int(update["version"])
         waiting = self.pending.get(key)
         if waiting is not None and int(waiting["version"]) >= version:
@@ -129,18 +133,18 @@ class ModelCache:
         except (RttError, ValueError, OSError) as exc:
             self.pending.pop(key, None)
             if not self.pending:
-                recovered(DEGRADED_REASON)
+                self.health.recovered(DEGRADED_REASON)
             reason = getattr(exc, "reason", type(exc).__name__)
-            MODEL_REJECTED.labels(reason).inc()
+            self.metrics.feedback.model_rejected.labels(reason).inc()
             log.warning("model %s v%d not loaded (%s): keeping v%s", key, version, exc, current)
             return False
         self.pending.pop(key, None)
         if not self.pending:
-            recovered(DEGRADED_REASON)
+            self.health.recovered(DEGRADED_REASON)
         if (self.version(key) or 0) >= version:  # a newer one landed while this loaded
             return False
         self.models[key] = loaded
-        MODEL_VERSION.labels(key).set(version)
+        self.metrics.feedback.model_version.labels(key).set(version)
         for callback in self.on_swap:
             callback(key, version)
         log.info("model %s: now v%d (was v%s)", key, version, current)
@@ -151,8 +155,8 @@ class ModelCache:
         key = update["model_key"]
         first = key not in self.pending
         self.pending[key] = update
-        MODEL_RETRIES.inc()
-        degraded(DEGRADED_REASON, str(exc))
+        self.metrics.feedback.model_retries.inc()
+        self.health.degraded(DEGRADED_REASON, str(exc))
         if first:
             log.warning("model %s v%d not loaded yet (%s): keeping v%s, retrying with backoff", key,
                         int(update["version"]), exc, self.version(key))
@@ -180,7 +184,8 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
     consumer = AIOKafkaConsumer(**client_options(settings, group_id=None, enable_auto_commit=False,
                                                  auto_offset_reset="none"))
     await consumer.start()
-    guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates")
+    guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates",
+                          registry=cache.metrics.registry)
     try:
         tps = [TopicPartition(topic, p) for p in range(contract("model-updates").partitions)]
         consumer.assign(tps)
@@ -205,7 +210,7 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                         update = decode("model-updates", rec.value)
                         check_key("model-updates", rec.key, update)
                     except ContractError as exc:
-                        MODEL_REJECTED.labels(exc.reason).inc()
+                        cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
                         continue
                     await cache.apply(update)
     finally:

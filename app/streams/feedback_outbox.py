@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.client import client_options
-from app.streams.metrics import MESSAGES_OUT
+from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,9 @@ class Entry:
 class ErrorsOutbox:
     """The prediction-errors messages of closed periods not yet known to be acknowledged."""
 
-    def __init__(self, settings: Settings, send: Any = None) -> None:
+    def __init__(self, settings: Settings, send: Any = None, *, metrics: WorkerMetrics | None = None) -> None:
         self.settings = settings
+        self.sent_counter = (metrics or WorkerMetrics()).messages_out.labels("prediction-errors")
         self.topic = settings.topic("prediction-errors")
         self.partitions = contract("prediction-errors").partitions
         self.send = send  # async (key: bytes, value: bytes) -> RecordMetadata, set by the errors component
@@ -134,7 +135,7 @@ class ErrorsOutbox:
                 offset = getattr(meta, "offset", None)
                 if offset is not None:
                     self._floor[entry.partition] = max(self._floor.get(entry.partition, 0), int(offset) + 1)
-                MESSAGES_OUT.labels("prediction-errors").inc()
+                self.sent_counter.inc()
                 sent += 1
             if failed is not None:
                 log.warning("prediction-errors: %d of %d messages not acknowledged (%r); sent again later",

@@ -25,15 +25,15 @@ from typing import Any
 import faust
 import numpy as np
 import orjson
+import redis.asyncio as aioredis
 
 from app.contracts import encode
 from app.features.hardware import hardware_features
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
-from app.streams.feedback_loop import FeedbackLoop
-from app.streams.feedback_metrics import NODE_WEIGHT, REDIS_WRITES
-from app.streams.health import degraded, recovered
-from app.streams.metrics import MESSAGES_OUT
+from app.streams.feedback_metrics import FeedbackMetrics
+from app.streams.feedback_state import FeedbackLoop
+from app.streams.health import Health
 from app.streams.node_state import NodeState
 from app.streams.topics import contract_topic
 
@@ -85,19 +85,20 @@ def weights_values(loop: FeedbackLoop, now: float) -> list[dict[str, Any]]:
 
 
 class RedisWriter:
-    """Best-effort batched writes of the latest values; one batch in flight at most."""
+    """Best-effort batched writes of the latest values; one batch in flight at most (counted in ``metrics``,
+    a failure reported to ``health``)."""
 
-    def __init__(self, url: str, prefix: str, timeout_s: float) -> None:
-        import redis.asyncio as aioredis
-
+    def __init__(self, url: str, prefix: str, timeout_s: float, metrics: FeedbackMetrics, health: Health) -> None:
         self.client = aioredis.from_url(url)
+        self.writes = metrics.redis_writes
+        self.health = health
         self.keys = CacheKeys(prefix)
         self.timeout_s = timeout_s
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, features: list[dict[str, Any]], weights: list[dict[str, Any]]) -> bool:
         if self._task is not None and not self._task.done():
-            REDIS_WRITES.labels("skipped").inc()
+            self.writes.labels("skipped").inc()
             return False
         items = [(self.keys.features(v["node"]), orjson.dumps(v)) for v in features]
         items += [(self.keys.weights(v["node"]), orjson.dumps(v)) for v in weights]
@@ -110,11 +111,11 @@ class RedisWriter:
             for key, value in items:
                 pipe.set(key, value)
             await asyncio.wait_for(pipe.execute(), self.timeout_s)
-            REDIS_WRITES.labels("ok").inc()
-            recovered("redis_cache")
+            self.writes.labels("ok").inc()
+            self.health.recovered("redis_cache")
         except Exception as exc:  # best effort: the next period writes the latest values again
-            REDIS_WRITES.labels("failed").inc()
-            degraded("redis_cache", f"redis cache write failed: {exc!r}")
+            self.writes.labels("failed").inc()
+            self.health.degraded("redis_cache", f"redis cache write failed: {exc!r}")
 
     async def close(self) -> None:
         if self._task is not None:
@@ -128,7 +129,7 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     settings = loop.settings
     topic = contract_topic(app, settings, "node-weights")
     writer: list[RedisWriter] = []
-    out = MESSAGES_OUT.labels("node-weights")
+    out, node_weight = loop.metrics.messages_out.labels("node-weights"), loop.metrics.feedback.node_weight
 
     @app.timer(settings.error_period_s, name="feedback-weights")
     async def node_weights() -> None:
@@ -138,13 +139,14 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
         for v in values:
             if v["node"] not in states:
                 continue  # evicted while this period was being sent: its tombstone must stay the last word
-            NODE_WEIGHT.labels(v["node"]).set(v["weight"])
+            node_weight.labels(v["node"]).set(v["weight"])
             await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
             out.inc()
         if settings.redis_url:
             if not writer:
                 timeout_s = loop.options.feedback_redis_timeout_s
-                writer.append(RedisWriter(settings.redis_client_url, settings.topic_prefix, timeout_s))
+                writer.append(RedisWriter(settings.redis_client_url, settings.topic_prefix, timeout_s,
+                                          loop.metrics.feedback, loop.health))
             values = [v for v in values if v["node"] in states]
             features = [states[v["node"]].features_value(loop.nodes.store.app_names) for v in values]
             writer[0].submit(features, values)

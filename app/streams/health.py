@@ -2,13 +2,22 @@
 
 A dependency that is away does not stop the worker: without Redis it keeps turning node-metrics into
 node-features and joining completions, serving the models it has; the model registry and the
-extender's cache are retried. While that lasts the worker is *degraded*: :func:`degraded` records a
-reason (``model_store``: a model-updates message could not be loaded; ``redis_cache``: the node-weights
+extender's cache are retried. While that lasts the worker is *degraded*: :meth:`Health.degraded` records
+a reason (``model_store``: a model-updates message could not be loaded; ``redis_cache``: the node-weights
 cache write failed), ``rtt_worker_degraded{reason}`` is 1, and ``GET /readyz`` lists it::
 
     {"ready": true, "degraded": {"model_store": "model registry at redis://...: unavailable ..."}}
 
-:func:`recovered` clears a reason once the dependency answers again.
+:meth:`Health.recovered` clears a reason once the dependency answers again. Each worker app has its own
+:class:`Health`, its gauge in the app's registry.
+
+>>> from prometheus_client import CollectorRegistry
+>>> h = Health(CollectorRegistry())
+>>> h.degraded("redis_cache", "redis://:secret@cache:6379: connection refused")
+>>> h.status()["degraded"]["redis_cache"], h.gauge.labels("redis_cache")._value.get()
+('redis://:***@cache:6379: connection refused', 1.0)
+>>> h.recovered("redis_cache"); h.status()
+{'ready': True, 'degraded': {}}
 """
 
 from __future__ import annotations
@@ -18,44 +27,46 @@ from typing import Any
 
 import faust
 import orjson
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from app.masking import mask_url
 
 log = logging.getLogger(__name__)
 
-DEGRADED = Gauge("rtt_worker_degraded", "1 while the worker runs without a dependency (by reason), else 0",
-                 ["reason"])
 REASONS = ("model_store", "redis_cache")
-_now: dict[str, str] = {}
-
-for _reason in REASONS:
-    DEGRADED.labels(_reason).set(0)
 
 
-def degraded(reason: str, detail: str) -> None:
-    """Record that the worker runs without ``reason`` (one of :data:`REASONS`)."""
-    if reason not in REASONS:
-        raise ValueError(f"unknown degraded reason {reason!r}")
-    if reason not in _now:
-        log.warning("degraded (%s): %s", reason, mask_url(detail))
-    _now[reason] = mask_url(detail)[:300]
-    DEGRADED.labels(reason).set(1)
+class Health:
+    """The reasons one worker runs degraded now, and ``rtt_worker_degraded{reason}`` in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.gauge = Gauge("rtt_worker_degraded", "1 while the worker runs without a dependency (by reason), else 0",
+                           ["reason"], registry=registry if registry is not None else CollectorRegistry())
+        self._now: dict[str, str] = {}
+        for reason in REASONS:
+            self.gauge.labels(reason).set(0)
+
+    def degraded(self, reason: str, detail: str) -> None:
+        """Record that the worker runs without ``reason`` (one of :data:`REASONS`)."""
+        if reason not in REASONS:
+            raise ValueError(f"unknown degraded reason {reason!r}")
+        if reason not in self._now:
+            log.warning("degraded (%s): %s", reason, mask_url(detail))
+        self._now[reason] = mask_url(detail)[:300]
+        self.gauge.labels(reason).set(1)
+
+    def recovered(self, reason: str) -> None:
+        if self._now.pop(reason, None) is not None:
+            log.info("recovered (%s)", reason)
+        self.gauge.labels(reason).set(0)
+
+    def status(self) -> dict[str, Any]:
+        return {"ready": True, "degraded": dict(self._now)}
 
 
-def recovered(reason: str) -> None:
-    if _now.pop(reason, None) is not None:
-        log.info("recovered (%s)", reason)
-    DEGRADED.labels(reason).set(0)
-
-
-def status() -> dict[str, Any]:
-    return {"ready": True, "degraded": dict(_now)}
-
-
-def register_health_page(app: faust.App, path: str = "/readyz") -> None:
-    """Serve :func:`status` at ``path`` on the app's web server (when web is enabled)."""
+def register_health_page(app: faust.App, health: Health, path: str = "/readyz") -> None:
+    """Serve ``health.status()`` at ``path`` on the app's web server (when web is enabled)."""
 
     @app.page(path)
     async def readyz(web: Any, request: Any) -> Any:
-        return web.bytes(orjson.dumps(status()), content_type="application/json")
+        return web.bytes(orjson.dumps(health.status()), content_type="application/json")

@@ -45,7 +45,7 @@ from app.kafka.positions import PositionGuard
 from app.streams.changelog import Row
 from app.streams.deadletter import DeadLetters
 from app.streams.edge import EdgeDecoder
-from app.streams.metrics import INTAKE_LAG, MESSAGES_IN, PROCESSING
+from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,14 @@ class PartitionIntake:
         batches' awaits, so a checkpoint sees whole messages only).
     dead
         Where undecodable or invalid messages go, with their reason.
+    metrics
+        The worker's series (messages in, processing time, lag, position resets); a fresh registry by default.
     """
 
     def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
-                 name: str = "intake", clock: Clock | None = None) -> None:
+                 name: str = "intake", clock: Clock | None = None, metrics: WorkerMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.clock = clock or SystemClock()
         self.name = name
         self.handlers = handlers
@@ -116,7 +119,7 @@ class PartitionIntake:
         for tp in [tp for tp in self.positions if tp.partition in partitions and tp.partition not in self.owned]:
             del self.positions[tp]
             try:
-                INTAKE_LAG.remove(self.topics[tp.topic], str(tp.partition))
+                self.metrics.intake_lag.remove(self.topics[tp.topic], str(tp.partition))
             except KeyError:
                 pass
 
@@ -125,7 +128,7 @@ class PartitionIntake:
         for tp in batch:
             high, pos = self._consumer.highwater(tp), self.positions.get(tp)
             if high is not None and pos is not None:
-                INTAKE_LAG.labels(self.topics[tp.topic], str(tp.partition)).set(max(0, high - pos))
+                self.metrics.intake_lag.labels(self.topics[tp.topic], str(tp.partition)).set(max(0, high - pos))
 
     def positions_of(self, partitions: set[int] | None = None) -> dict[int, dict[str, int]]:
         """``{partition: {contract name: next offset}}`` of what has been processed (all partitions held)."""
@@ -147,7 +150,8 @@ class PartitionIntake:
                                                            auto_offset_reset="none", max_partition_fetch_bytes=4 << 20,
                                                            fetch_max_wait_ms=100))
         await self._consumer.start()
-        self.guard = PositionGuard(self._consumer, self.name, topic_label=lambda t: self.topics.get(t, t))
+        self.guard = PositionGuard(self._consumer, self.name, topic_label=lambda t: self.topics.get(t, t),
+                                   registry=self.metrics.registry)
         self.started.set()
 
     @property
@@ -273,10 +277,10 @@ class PartitionIntake:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
                     bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
             done[tp] = records[-1].offset + 1
-            MESSAGES_IN.labels(name).inc(len(records))
+            self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
         if n:
-            PROCESSING.labels(self.name).observe((time.perf_counter() - t0) / n)
+            self.metrics.processing.labels(self.name).observe((time.perf_counter() - t0) / n)
         for rec, source, error in bad:
             await self.dead.send(rec, source, error)
         for tp, off in done.items():

@@ -22,7 +22,6 @@ from app.contracts import contract, encode
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.intake import PartitionIntake
-from app.streams.metrics import CLOCK_RESETS, EVENT_AGE, FEATURES_EMITTED, LATE_EVENTS, MESSAGES_OUT
 from app.streams.node_state import NodeState
 from app.streams.node_table import NodeStateTable, NodeStore, node_state_table
 
@@ -69,16 +68,18 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     store = NodeStore(settings.feature_window_s, ctx.options, interval)
     table = node_state_table(app, TABLE_NAME, store, ctx.ownership_topic, contract("node-metrics").partitions)
     get_row = table.data.get
-    late = LATE_EVENTS.labels("node-metrics")
-    age = EVENT_AGE.labels("node-metrics")
-    out_counter = MESSAGES_OUT.labels("node-features")
+    metrics = ctx.metrics
+    metrics.nodes.set_function(lambda: len(store.states))
+    late = metrics.late_events.labels("node-metrics")
+    age = metrics.event_age.labels("node-metrics")
+    out_counter = metrics.messages_out.labels("node-features")
 
     def emit(state: NodeState) -> None:
         value = encode("node-features", state.features_value(store.app_names), check=False)
         state.pending = False
         state.last_emit = clock.monotonic()
         handle.emitted += 1
-        FEATURES_EMITTED.inc()
+        metrics.features_emitted.inc()
         out_counter.inc()
         key = state.node.encode()
         intake.sender.add(sink_name, partition_for(key, sink_partitions), key, value)  # type: ignore[union-attr]
@@ -93,7 +94,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
                 return
             log.warning("node %s: its clock went back (snapshot ts %.1f, window newest %.1f, this clock %.1f):"
                         " its window starts afresh", node, snap["ts"], state.newest_ts, clock.now())
-            CLOCK_RESETS.inc()
+            metrics.clock_resets.inc()
             table.tombstone_nodes({node: state.partition})
             store.states.pop(node, None)
             state = store.state(node, partition, get_row)
@@ -102,7 +103,8 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
             emit(state)
         age.observe(clock.now() - snap["ts"])
 
-    intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features", clock=clock)
+    intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features", clock=clock,
+                             metrics=metrics)
     table.intake = intake
 
     @app.task

@@ -21,7 +21,6 @@ import faust
 
 from app.streams.changelog import Row, write_rows
 from app.streams.intake import PartitionIntake, decode_positions
-from app.streams.metrics import NODES
 from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.options import WorkerOptions
 from app.streams.ownership import lost_partitions
@@ -47,7 +46,6 @@ class NodeStore:
             if s.window.newest >= 0:
                 log.info("node %s: window rebuilt from the changelog (%d metrics)", node, len(s.window.names))
             self.states[node] = s
-            NODES.set(len(self.states))
         return s
 
     def due(self, now: float) -> list[NodeState]:
@@ -69,7 +67,6 @@ class NodeStore:
         gone = [n for n, s in self.states.items() if s.partition in partitions]
         for n in gone:
             del self.states[n]
-        NODES.set(len(self.states))
         return len(gone)
 
 

@@ -47,6 +47,7 @@ from app.features.hardware import HARDWARE_FEATURES
 from app.features.vector import RUNNING_PREFIX, TASK_FEATURES
 from app.model.base import Predictor
 from app.model.constraints import monotone_constraints
+from app.model.errors import NotEnoughSamplesError
 from app.model.train import MIN_SAMPLES, TrainResult, evaluate, train_model
 from app.trainer.champion import MARGIN, Verdict, judge
 from app.trainer.history import Dataset
@@ -82,6 +83,8 @@ class Challenger:
 def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
     """The project's feature selection: five correlation measures, 3-of-5 vote, each measure voting for its
     :data:`SELECTION_TOP_K` strongest features at most."""
+    # Late on purpose: scipy.stats and the MIC/dcor kernels (~0.5 s) load on the first retrain, in the
+    # training thread, not when the trainer (or the simulator) starts.
     from app.features.selection import SelectionRule, select_features
 
     return tuple(select_features(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K)).chosen)
@@ -212,8 +215,6 @@ def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = 
     t0 = time.perf_counter()
     fit, holdout = split(ds, holdout_fraction, onset_ts)
     if len(fit) < MIN_SAMPLES:
-        from app.model.errors import NotEnoughSamplesError
-
         raise NotEnoughSamplesError(len(fit), MIN_SAMPLES)
     train = emphasise_after(fit, onset_ts, after_onset_copies) if onset_ts is not None else fit
     names = choose_features(train, selector, selection_max_rows, fallback,  # the new regime counts in the vote too

@@ -1,7 +1,7 @@
 """The trainer's side of the model registry: score the champion, register and promote a challenger.
 
 Blocking (Redis or file I/O): the service calls it from its training thread. The champion is the
-key's *current* version, loaded through :func:`app.model.registry.load_predictor` (sha256 verified)
+key's *current* version, loaded through :func:`app.registry.store.load_predictor` (sha256 verified)
 and scored on the challenger's holdout with its own feature names. When there is no current version
 the result is None (no champion); when it cannot be loaded or evaluated — a corrupt blob, a booster
 the fast predictor does not support — the champion's RMSE is NaN, so the challenger replaces it.
@@ -18,8 +18,9 @@ from typing import Any
 
 from app.config import Settings
 from app.model.errors import ModelError, ModelNotFoundError, RegistryUnavailableError
-from app.model.registry import ModelRecord, ModelStore, load_predictor, open_store
 from app.model.train import booster_to_bytes
+from app.registry.base import ModelRecord, ModelStore
+from app.registry.store import load_predictor, open_store
 from app.trainer.history import Dataset
 from app.trainer.pipeline import Challenger, score_champion
 
@@ -36,7 +37,7 @@ def update_message(record: ModelRecord) -> dict[str, Any]:
 
 
 class ModelRegistry:
-    """Champion scoring and challenger registration over a :class:`~app.model.registry.ModelStore`.
+    """Champion scoring and challenger registration over a :class:`~app.registry.base.ModelStore`.
 
     Parameters
     ----------

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from e2ekit import serve_pages
+from exporter_pages import serve_pages
 from prometheus_client import CollectorRegistry
 
 from app.bridge.metrics import BridgeMetrics

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from e2ekit import serve_pages
+from exporter_pages import serve_pages
 from prometheus_client import CollectorRegistry
 
 from app.bridge.metrics import BridgeMetrics

@@ -26,8 +26,8 @@ from app.extender.options import ExtenderOptions
 from app.extender.protocol import parse_args
 from app.extender.server import running
 from app.extender.service import ExtenderService
-from app.model.registry import open_store
 from app.model.train import booster_to_bytes, train_model
+from app.registry.store import open_store
 from app.scheduler.cache import CacheKeys, load_view, store_features, store_weights
 
 pytestmark = pytest.mark.integration

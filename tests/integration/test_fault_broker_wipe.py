@@ -12,8 +12,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from chaos_outages import broker_wipe
-from chaoskit import Load, Stack
+from fault_outages import broker_wipe
+from fault_stack import Load, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from chaos_worker import CAP_APPS, CAP_NODES, hostile_input
+from fault_worker import CAP_APPS, CAP_NODES, hostile_input
 
 from app.config import Settings
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from chaos_worker import KILL_NODES, period_kill
-from chaoskit import APP
+from fault_stack import APP
+from fault_worker import KILL_NODES, period_kill
 
 from app.config import Settings
 from app.kafka.batches import partition_for

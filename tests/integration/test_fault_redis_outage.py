@@ -13,8 +13,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from chaos_outages import redis_outage
-from chaoskit import Load, RedisServer, Stack
+from fault_outages import redis_outage
+from fault_stack import Load, RedisServer, Stack
 
 pytestmark = pytest.mark.integration
 

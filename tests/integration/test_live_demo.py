@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,12 +76,16 @@ def test_short_live_demo_writes_report_and_stops_everything(tmp_path: Path) -> N
             proc.wait()
     assert proc.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr
+    too_wide = [ln for ln in re.split(r"[\r\n]", stdout + stderr) if len(ln) > 100]
+    assert too_wide == []  # progress bars included: nothing wraps in a 100-column terminal
+    assert "±" not in stdout  # one seed: no interval
 
     pids = _pids(out)
     assert set(pids) == {"broker", "worker", "trainer", "extender"}
     assert _wait_gone(pids) == []
 
     html = (out / "report.html").read_text()
+    assert "Placements explained" in html  # the extender explained a few placements before it stopped
     for policy in POLICIES:
         assert policy in html, policy
         assert any(line.startswith(policy + " ") for line in stdout.splitlines()), policy

@@ -2,9 +2,9 @@
 
 The bridge scrapes the live exporter through a recording proxy, under CPU and disk load, once a second on the
 real clock; the real worker (``rttsched worker``) turns node-metrics into node-features. Every expected value
-is computed here from the pages the proxy recorded -- with this file's own exposition reading (e2ekit), never
-the bridge's code -- and the window mean of each CPU share is compared with the ratio Prometheus' ``rate()``
-gives over the same span (within 1 %).
+is computed here from the pages the proxy recorded -- with an exposition reading of its own
+(:func:`app.sim.scripted.samples`, a regular expression), never the bridge's code -- and the window mean
+of each CPU share is compared with the ratio Prometheus' ``rate()`` gives over the same span (within 1 %).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from e2ekit import cpu_share, read_until, samples, start_worker
+from exporter_pages import cpu_share, read_until
 
 from app.bridge.scraper import run_bridge
 from app.bridge.targets import Endpoint, Target
@@ -34,6 +34,7 @@ from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import decode
 from app.kafka.embedded import free_port
+from app.sim.scripted import samples, start_worker
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +154,7 @@ def test_live_node_exporter_to_node_features(kafka_settings: Settings, node_expo
                           topic_prefix=kafka_settings.topic_prefix, scrape_interval_s=1.0)
     pages: list[str] = []
     with ProcessGroup(tmp_path / "logs") as group:
-        start_worker(group, s, RTT_FEATURE_WINDOW_S="60")
+        start_worker(group, s, RTT_FEATURE_WINDOW_S="60", RTT_FEATURE_EMIT_INTERVAL_S="0.2")
         burners = load(tmp_path, ROUNDS + 2.0)
         try:
             async def bridge() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
-from e2ekit import advance_cpu, cpu_share, read_until, samples, serve_pages, start_worker
+from exporter_pages import advance_cpu, cpu_share, read_until, serve_pages
 
 from app.bridge.scraper import run_bridge
 from app.bridge.targets import Endpoint, Target
@@ -32,6 +32,7 @@ from app.cli.processes import ProcessGroup
 from app.clock import ManualClock
 from app.config import Settings
 from app.contracts import decode
+from app.sim.scripted import samples, start_worker
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ def test_exporters_to_node_features(kafka_settings: Settings, tmp_path: Path) ->
     assert want["cpu_iowait"][0] == 0.0 and want["cpu_iowait"][1] > 0.01  # the test data is what it claims
 
     with ProcessGroup(tmp_path) as group:
-        url = start_worker(group, s, RTT_FEATURE_WINDOW_S=str(WINDOW_S))
+        url = start_worker(group, s, RTT_FEATURE_WINDOW_S=str(WINDOW_S), RTT_FEATURE_EMIT_INTERVAL_S="0.2")
         asyncio.run(bridge_rounds(s, MALFORMED))
 
         def final(records: list[Any]) -> bool:

@@ -12,15 +12,11 @@ import xgboost
 
 from app.clock import ManualClock
 from app.model.errors import IntegrityError, ModelNotFoundError, RegistryError
-from app.model.registry import (
-    DirectoryModelStore,
-    ModelRecord,
-    ModelStore,
-    RedisModelStore,
-    load_predictor,
-    open_store,
-)
 from app.model.train import booster_to_bytes
+from app.registry.base import ModelRecord, ModelStore
+from app.registry.directory import DirectoryModelStore
+from app.registry.redis_store import RedisModelStore
+from app.registry.store import load_predictor, open_store
 
 pytestmark = pytest.mark.integration
 

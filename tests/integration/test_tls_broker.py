@@ -1,6 +1,6 @@
 """Kafka over TLS (mutual): the settings reach aiokafka and Faust, and nothing without them gets through.
 
-The embedded broker is reachable only through :class:`tlskit.TlsFront` (TLS 1.2+, client certificate
+The embedded broker is reachable only through :class:`tls_terminator.TlsFront` (TLS 1.2+, client certificate
 required). With ``RTT_KAFKA_SECURITY_PROTOCOL=SSL`` and the CA, client certificate and key files, the
 topics are created, a producer and a consumer exchange messages, and a worker subprocess (Faust plus the
 intakes) turns node-metrics into node-features. A plaintext client and a TLS client without a client
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from tlskit import TlsFront, make_certificates
+from tls_terminator import TlsFront, make_certificates
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings

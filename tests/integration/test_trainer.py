@@ -20,8 +20,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.config import Settings
 from app.contracts import decode, encode
-from app.model.registry import RedisModelStore, load_predictor
 from app.model.train import booster_to_bytes
+from app.registry.redis_store import RedisModelStore
+from app.registry.store import load_predictor
 from app.trainer.history import SampleHistory
 from app.trainer.registry import ModelRegistry
 from app.trainer.service import TrainerService

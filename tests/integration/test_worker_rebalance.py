@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twokit import nodes_per_partition, scrape, start_workers, wait_settled
+from worker_group import scrape, start_workers, wait_settled
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract
-from app.sim.scripted import Node, Reader, Sender, metric_value, prediction, snapshot, task
+from app.sim.scripted import Node, Reader, Sender, metric_value, nodes_per_partition, prediction, snapshot, task
 
 pytestmark = pytest.mark.integration
 

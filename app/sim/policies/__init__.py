@@ -1,4 +1,4 @@
-"""Placement policies, one file each, all behind :class:`app.sim.policies.base.Policy`.
+"""Placement policies, one file each, all behind :class:`app.sim.policy.Policy`.
 
 :func:`make_policy` builds one by name with its own seeded generator; :data:`POLICY_NAMES` lists them
 in report order (baselines first, then rtt_aware, the clairvoyant reference last).
@@ -10,13 +10,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.sim.policies.base import BasePolicy, Policy, PolicyError, PolicyTrace
+from app.sim.policies.base import BasePolicy
 from app.sim.policies.clairvoyant import Clairvoyant
 from app.sim.policies.kube_default import KubeDefault
 from app.sim.policies.load_aware import LoadAware
 from app.sim.policies.simple import RandomChoice, RoundRobin
 from app.sim.policies.static_best import StaticBest
 from app.sim.policies.target_load import TargetLoad
+from app.sim.policy import Policy, PolicyError, PolicyTrace
 
 PolicyFactory = Callable[[np.random.Generator], Policy]
 

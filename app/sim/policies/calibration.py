@@ -28,10 +28,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import simpy
+from scipy.stats import norm
 
 from app.sim.apps import APPS
+from app.sim.cluster import Cluster
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
+from app.sim.state import NodeRuntime
 from app.sim.view import ClusterView, Task
 from app.sim.workload import INPUT_MB, Workload
 
@@ -70,15 +73,11 @@ class _Recorder(BasePolicy):
 
 
 def _sizes(app: str) -> list[float]:
-    from scipy.stats import norm
-
     med, sigma, lo, hi = INPUT_MB[app]
     return [float(np.clip(med * np.exp(sigma * norm.ppf(q)), lo, hi)) for q in SIZES_Q]
 
 
 def _concurrency(node: NodeSpec, app: str, mb: float, upto: int) -> int:
-    from app.sim.state import NodeRuntime
-
     rt = NodeRuntime(node, 0)
     n = 0
     while n < upto and rt.has_room(APPS[app], mb):
@@ -94,8 +93,6 @@ def measure(node: NodeSpec) -> tuple[Sample, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _measure(node: NodeSpec) -> tuple[Sample, ...]:
-    from app.sim.cluster import Cluster  # the cluster imports the policy seam; import it when used
-
     plan: list[tuple[float, str, float, int]] = []  # (arrival, app, MB, together)
     t = 0.0
     for app in sorted(APPS):

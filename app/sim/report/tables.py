@@ -1,8 +1,17 @@
-"""The policy table: the seed's four figures, tails, queueing, throughput, SLA, accuracy, as text, CSV, JSON.
+"""The policy table as text (the terminal's summary), CSV and JSON; the HTML report draws its own from the same cells.
 
->>> agg = {"clairvoyant": {"mean_rtt_ms": {"mean": 100.0, "ci95": 2.0, "n": 5.0}}}
->>> print(format_table(agg, ["mean_rtt_ms"]).splitlines()[2])
-clairvoyant     100.0 ± 2.0
+A cell is the seed mean, with ``± half-width of the 95 % interval`` only when two or more seeds went into it:
+one seed has no interval, and the table does not pretend it has a zero-width one.
+
+>>> agg = {"clairvoyant": {"mean_rtt_ms": {"mean": 100.0, "ci95": 2.0, "n": 5.0}},
+...        "random": {"mean_rtt_ms": {"mean": 180.0, "ci95": 0.0, "n": 1.0}}}
+>>> print(format_table(agg, ["mean_rtt_ms"]))
+policy         mean RTT ms
+--------------------------
+clairvoyant      100.0 ± 2
+random               180.0
+>>> interval_note(agg)
+'mean over 1 to 5 seeds; ± is the half-width of the 95 % interval (2 or more seeds only)'
 """
 
 from __future__ import annotations
@@ -11,20 +20,16 @@ import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from app.sim.report.stats import ratio
+from app.sim.report.definitions import LABELS, label
 
-TABLE_FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "throughput", "gpu_util",
-                 "gpu_demand", "load_diff", "load_std", "sla", "retrains", "tasks_per_wall_s")
-LABELS = {
-    "mean_rtt_ms": "mean RTT ms", "p95_rtt_ms": "p95 ms", "p99_rtt_ms": "p99 ms", "rtt_std_ms": "RTT std ms",
-    "queue_ms": "queue ms", "queue_p99_ms": "queue p99 ms", "throughput": "tasks/s", "gpu_util": "GPU busy",
-    "gpu_demand": "GPU demand", "load_diff": "load diff pp", "load_std": "load std pp", "sla": "SLA met",
-    "retrains": "retrains", "tasks_per_wall_s": "sim tasks/s wall",
-}
+# the terminal's summary: within 100 columns with intervals; every figure is in the report
+TERMINAL_FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "sla", "gpu_util", "throughput")
+TABLE_FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "queue_p99_ms", "throughput",
+                 "gpu_util", "gpu_demand", "load_diff", "load_std", "sla", "retrains")
 FRACTIONS = ("gpu_util", "gpu_demand", "sla")
 Agg = Mapping[str, Mapping[str, Mapping[str, float]]]
+__all__ = ["LABELS", "TABLE_FIGURES", "TERMINAL_FIGURES", "cell", "format_table", "interval_note", "to_csv"]
 
 
 def _fmt(v: float, key: str) -> str:
@@ -35,71 +40,46 @@ def _fmt(v: float, key: str) -> str:
     return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.1f}"
 
 
-def format_table(agg: Agg, figures: Sequence[str] = TABLE_FIGURES) -> str:
-    """Fixed-width text: one row per policy, ``mean ± ci95`` per figure."""
-    head = f"{'policy':<14}" + "".join(f"{LABELS.get(f, f):>18}" for f in figures)
+def _fmt_ci(v: float, key: str) -> str:
+    """The half-width with no more digits than it carries (two significant figures)."""
+    if key in FRACTIONS or key.startswith("acc:"):
+        return f"{v:.3f}"
+    return f"{v:.2g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def cell(d: Mapping[str, float] | None, key: str) -> str:
+    """``mean`` or ``mean ± ci95`` (two or more seeds); ``-`` when there is no finite value."""
+    if not d or not math.isfinite(d["mean"]):
+        return "-"
+    if d.get("n", 1.0) >= 2 and math.isfinite(d["ci95"]):
+        return f"{_fmt(d['mean'], key)} ± {_fmt_ci(d['ci95'], key)}"
+    return _fmt(d["mean"], key)
+
+
+def format_table(agg: Agg, figures: Sequence[str] = TERMINAL_FIGURES) -> str:
+    """Fixed-width text: one row per policy, one :func:`cell` per figure, columns as narrow as their cells."""
+    names = [f"{p}" for p in agg]
+    first = max([len("policy"), *map(len, names)]) + 2
+    cols = [[cell(agg[p].get(f), f) for p in agg] for f in figures]
+    widths = [max([len(label(f)), *map(len, c)]) + 2 for f, c in zip(figures, cols, strict=True)]
+    head = f"{'policy':<{first}}" + "".join(f"{label(f):>{w}}" for f, w in zip(figures, widths, strict=True))
     lines = [head, "-" * len(head)]
-    for policy, figs in agg.items():
-        cells = []
-        for f in figures:
-            d = figs.get(f)
-            cells.append(f"{_fmt(d['mean'], f) + ' ± ' + _fmt(d['ci95'], f) if d else '-':>18}")
-        lines.append(f"{policy:<14}" + "".join(cells))
+    for i, policy in enumerate(agg):
+        lines.append(f"{policy:<{first}}" + "".join(f"{c[i]:>{w}}" for c, w in zip(cols, widths, strict=True)))
     return "\n".join(lines)
+
+
+def interval_note(agg: Agg) -> str:
+    """One line on how many seeds each mean has and when an interval is shown."""
+    ns = sorted({int(d.get("n", 1)) for figs in agg.values() for d in figs.values()})
+    if not ns or ns[-1] < 2:
+        return "one seed: means only, no confidence interval (run two or more seeds for one)"
+    seeds = f"{ns[0]} to {ns[-1]} seeds" if len(ns) > 1 else f"{ns[0]} seeds"
+    return f"mean over {seeds}; ± is the half-width of the 95 % interval (2 or more seeds only)"
 
 
 def accuracy_keys(agg: Agg) -> list[str]:
     return sorted({k for figs in agg.values() for k in figs if k.startswith("acc:")})
-
-
-BEST = "best baseline"  # the baseline with the best seed mean of the figure
-GOALS = (  # (figure, policy, baseline, goal as relative change; negative = must drop by at least that)
-    ("mean_rtt_ms", "rtt_aware", BEST, -0.15),
-    ("p99_rtt_ms", "rtt_aware", BEST, -0.25),
-    ("throughput", "rtt_aware", BEST, 0.15),
-    ("mean_rtt_ms", "rtt_aware", "kube_default", -0.37),
-    ("gpu_util", "rtt_aware", "kube_default", 0.28),
-    ("rtt_std_ms", "rtt_aware", "kube_default", -0.60),
-    ("load_diff", "rtt_aware", "kube_default", -0.64),
-    ("mean_rtt_ms", "rtt_aware", "clairvoyant", 0.10),
-)
-HIGHER_IS_BETTER = ("throughput", "gpu_util", "sla")
-
-
-def best_baseline(agg: Agg, figure: str) -> str | None:
-    """The baseline (not rtt_aware, not the clairvoyant) with the best seed mean of ``figure``."""
-    from app.sim.policies import BASELINES
-
-    have = [p for p in BASELINES if p in agg and figure in agg[p] and math.isfinite(agg[p][figure]["mean"])]
-    if not have:
-        return None
-    pick = max if figure in HIGHER_IS_BETTER else min
-    return pick(have, key=lambda p: agg[p][figure]["mean"])
-
-
-def goal_rows(agg: Agg, *, closed_loop: bool = False) -> list[dict[str, Any]]:
-    """The goals, measured: relative change of ``policy`` vs ``baseline`` on the seed means (throughput goals
-    only for a closed loop, where throughput follows the placement)."""
-    rows = []
-    for fig, pol, base, goal in GOALS:
-        if fig == "throughput" and not closed_loop:
-            continue
-        name = best_baseline(agg, fig) if base == BEST else base
-        if name is None or pol not in agg or name not in agg or fig not in agg[pol] or fig not in agg[name]:
-            continue
-        r = ratio(agg[pol][fig]["mean"], agg[name][fig]["mean"])
-        met = (r <= goal) if (goal < 0 or base == "clairvoyant") else (r >= goal)
-        label = f"{name} (best)" if base == BEST else name
-        rows.append({"figure": fig, "policy": pol, "baseline": label, "change": r, "goal": goal, "met": bool(met)})
-    return rows
-
-
-def format_goals(rows: Sequence[Mapping[str, Any]]) -> str:
-    lines = [f"{'figure':<13}{'policy vs baseline':<40}{'change':>9}{'goal':>8}  met"]
-    for r in rows:
-        lines.append(f"{r['figure']:<13}{r['policy'] + ' vs ' + r['baseline']:<40}{r['change']:>+9.1%}"
-                     f"{r['goal']:>+8.0%}  {'yes' if r['met'] else 'no'}")
-    return "\n".join(lines)
 
 
 def to_csv(agg: Agg) -> str:

@@ -7,7 +7,7 @@ import fnmatch
 
 import pytest
 import yaml
-from bridgekit import (
+from bridge_fixtures import (
     A100_A,
     A100_B,
     DCGM_A,
@@ -110,7 +110,7 @@ def test_a_gpu_missing_a_partner_series_is_left_out_of_the_fraction():
     text = DCGM_B.read_text()
     text = "\n".join(line for line in text.splitlines()
                      if not (line.startswith("DCGM_FI_DEV_FB_FREE") and 'gpu="1"' in line)) + "\n"
-    from bridgekit import DCGM_URL, assembler, ok
+    from bridge_fixtures import DCGM_URL, assembler, ok
 
     snap = assembler(DCGM_URL).assemble([ok(DCGM_URL, text, 0.0)], 0.0)
     used0 = raw_samples(DCGM_B, "DCGM_FI_DEV_FB_USED")[0][1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bridgekit import (
+from bridge_fixtures import (
     A100_A,
     A100_B,
     DCGM_A,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from bridgekit import DCGM_B, DCGM_URL, DCGM_WATCHDOG, NVIDIA_HUNG, NVIDIA_URL, assembler, ok, raw_sum, with_value
+from bridge_fixtures import DCGM_B, DCGM_URL, DCGM_WATCHDOG, NVIDIA_HUNG, NVIDIA_URL, assembler, ok, raw_sum, with_value
 
 from app.bridge.mapping import load_mapping
 

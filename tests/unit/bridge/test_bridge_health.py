@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridgekit import (
+from bridge_fixtures import (
     DCGM_A,
     DCGM_B,
     DCGM_URL,

@@ -4,8 +4,9 @@ import pytest
 import yaml
 
 from app.bridge.errors import MappingError
-from app.bridge.mapping import DEFAULT_PATH, load_mapping, stale_groups
+from app.bridge.mapping import DEFAULT_PATH, load_mapping
 from app.bridge.mapping_build import build
+from app.bridge.mapping_types import stale_groups
 
 
 def doc():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bridgekit import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_samples, raw_sum, with_value
+from bridge_fixtures import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_samples, raw_sum, with_value
 
 MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
 

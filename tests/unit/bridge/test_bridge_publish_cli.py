@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bridgekit import SPANS
+from bridge_fixtures import SPANS
 
 from app.cli.main import main
 

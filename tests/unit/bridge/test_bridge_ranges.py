@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from bridgekit import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_sum, with_value
+from bridge_fixtures import NODE_A, NODE_B, NODE_URL, assembler, ok, raw_sum, with_value
 from hypothesis import given
 from hypothesis import strategies as st
 

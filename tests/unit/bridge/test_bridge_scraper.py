@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bridgekit import DCGM_A, DCGM_B, GAP_S, NODE_A, NODE_B, ExporterServer, raw_sum
+from bridge_fixtures import DCGM_A, DCGM_B, GAP_S, NODE_A, NODE_B, ExporterServer, raw_sum
 from prometheus_client import CollectorRegistry
 
 from app.bridge.metrics import BridgeMetrics
@@ -46,7 +46,7 @@ async def test_two_rounds_give_rates_and_count_scrapes():
 
 
 async def test_clamped_and_rejected_readings_are_counted_by_metric():
-    from bridgekit import with_value
+    from bridge_fixtures import with_value
 
     metrics = BridgeMetrics(CollectorRegistry())
     clock, sleep = manual()

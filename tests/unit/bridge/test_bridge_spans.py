@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import datetime
 import json
+import math
 
+import orjson
 import pytest
-from bridgekit import SPANS
+from bridge_fixtures import SPANS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.bridge.jaeger import jaeger_span_to_completion, jaeger_to_completions
+from app.bridge.jaeger import jaeger_span_to_completion, jaeger_to_completions, parse_duration
 from app.bridge.otlp import otlp_to_completions
-from app.bridge.spans import SpanOptions
+from app.bridge.spans import STATUSES, SpanOptions, parse_rfc3339
 from app.contracts.codec import validate
 from app.errors import ContractError
 
@@ -94,30 +98,110 @@ def test_a_document_that_is_no_otlp_export_raises(doc):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
 
+# Spans close to real ones (what the conventions read, with values in and out of range, NaN and infinities
+# included), mixed with arbitrary JSON: every span must end as exactly one completion, skip or error.
+TAG_KEYS = ["rtt.task_id", "rtt.app", "rtt.status", "rtt.submitted_ts", "rtt.input_size_mb", "k8s.node.name",
+            "k8s.pod.name", "host.name", "error", "otel.status_code", "other"]
+WORDS = st.sampled_from(["ok", "failed", "cancelled", "ERROR", "true", "worker-1", "gCTF", "1796119200.5",
+                         "2026-12-01T10:00:00Z", "", "-1", "1e309"]) | st.text(max_size=10)
+FLOATS = st.floats() | st.floats(min_value=1.7e9, max_value=1.9e9) | st.sampled_from([0.0, -1.0, 1e12, 1e300])
+STAMPS = st.datetimes(min_value=datetime.datetime(1960, 1, 1), max_value=datetime.datetime(5000, 1, 1)).map(
+    lambda d: d.isoformat(timespec="microseconds") + "Z")
+jaeger_tag = st.one_of(
+    st.builds(lambda k, v: {"key": k, "vStr": v}, st.sampled_from(TAG_KEYS), WORDS),
+    st.builds(lambda k, v: {"key": k, "vType": "FLOAT64", "vFloat64": v}, st.sampled_from(TAG_KEYS), FLOATS),
+    st.builds(lambda k, v: {"key": k, "vType": "INT64", "vInt64": str(v)}, st.sampled_from(TAG_KEYS), st.integers()),
+    st.builds(lambda k, v: {"key": k, "vType": "BOOL", "vBool": v}, st.sampled_from(TAG_KEYS), st.booleans()),
+)
+TASK_TAGS = [{"key": "rtt.task_id", "vStr": "t-1"}, {"key": "k8s.node.name", "vStr": "worker-1"}]
+jaeger_span = st.fixed_dictionaries(
+    {"spanId": st.binary(min_size=8, max_size=8).map(lambda b: base64.b64encode(b).decode()),
+     "startTime": STAMPS,
+     "duration": st.floats(min_value=-5, max_value=1e11).map(lambda d: f"{d:.6f}s"),
+     "tags": st.builds(lambda task, size, more: (TASK_TAGS if task else []) + size + more, st.booleans(),
+                       st.lists(st.floats(0, 1e4).map(lambda v: {"key": "rtt.input_size_mb", "vFloat64": v}),
+                                max_size=1), st.lists(jaeger_tag, max_size=6))},
+    optional={"operationName": WORDS, "references": st.just([]) | json_values,
+              "process": st.fixed_dictionaries({"serviceName": WORDS, "tags": st.lists(jaeger_tag, max_size=3)})},
+)
+otlp_attr = st.one_of(
+    st.builds(lambda k, v: {"key": k, "value": {"stringValue": v}}, st.sampled_from(TAG_KEYS), WORDS),
+    st.builds(lambda k, v: {"key": k, "value": {"doubleValue": v}}, st.sampled_from(TAG_KEYS), FLOATS),
+    st.builds(lambda k, v: {"key": k, "value": {"intValue": str(v)}}, st.sampled_from(TAG_KEYS), st.integers()),
+    st.builds(lambda k, v: {"key": k, "value": {"boolValue": v}}, st.sampled_from(TAG_KEYS), st.booleans()),
+)
+NANOS = (st.integers(min_value=1_700_000_000 * 10**9, max_value=1_900_000_000 * 10**9).map(str)
+         | st.integers(min_value=-10, max_value=4 * 10**20).map(str) | st.integers(min_value=0, max_value=2**70))
+OTLP_TASK = [{"key": "rtt.app", "value": {"stringValue": "gCTF"}},
+             {"key": "k8s.node.name", "value": {"stringValue": "worker-2"}}]
+otlp_span = st.fixed_dictionaries(
+    {"spanId": st.binary(min_size=8, max_size=8).map(bytes.hex), "startTimeUnixNano": NANOS,
+     "endTimeUnixNano": NANOS,
+     "attributes": st.builds(lambda task, more: (OTLP_TASK if task else []) + more, st.booleans(),
+                             st.lists(otlp_attr, max_size=6))},
+    optional={"name": WORDS, "parentSpanId": st.just("") | st.binary(min_size=8, max_size=8).map(bytes.hex),
+              "status": st.fixed_dictionaries({"code": st.sampled_from([0, 1, 2, "STATUS_CODE_ERROR"])})},
+)
 
-@settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from(["spanId", "startTime", "duration", "tags", "process", "operationName"]),
-                       json_values))
-def test_jaeger_decoder_never_crashes(span):
+
+def check_completion(c: dict) -> None:
+    """What every completion the decoders make must satisfy, whatever the span looked like."""
+    assert validate("task-completions", c) == c
+    numbers = [c["submitted_ts"], c["started_ts"], c["finished_ts"], c["rtt_ms"], *[c.get("input_size_mb", 0.0)]]
+    assert all(isinstance(v, float) and math.isfinite(v) for v in numbers), c  # NaN passes a JSON Schema minimum
+    assert orjson.loads(orjson.dumps(c)) == c  # what goes on the topic is what was made
+    assert c["started_ts"] <= c["finished_ts"] and c["submitted_ts"] <= c["finished_ts"]
+    assert c["rtt_ms"] == pytest.approx((c["finished_ts"] - c["submitted_ts"]) * 1000.0, rel=1e-9, abs=1e-3)
+    assert c["status"] in STATUSES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(jaeger_span | json_values, max_size=4))
+def test_jaeger_spans_each_end_as_one_outcome_and_every_completion_is_in_range(spans):
+    batch = jaeger_to_completions(spans)
+    assert len(batch.completions) + batch.skipped + len(batch.errors) == len(spans)
+    assert all(isinstance(e, ContractError) and e.reason for e in batch.errors)
+    for c in batch.completions:
+        check_completion(c)
+    for span in spans:  # a single span: the times are those the span carries
+        one = jaeger_to_completions(span) if isinstance(span, dict) and "data" not in span else None
+        if one is not None and one.completions:
+            [c] = one.completions
+            assert c["started_ts"] == parse_rfc3339(span["startTime"])
+            assert c["finished_ts"] - c["started_ts"] == pytest.approx(parse_duration(span["duration"]), abs=1e-3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(otlp_span | json_values, max_size=4), st.lists(otlp_attr, max_size=3))
+def test_otlp_spans_each_end_as_one_outcome_and_every_completion_is_in_range(spans, resource):
+    doc = {"resourceSpans": [{"resource": {"attributes": resource}, "scopeSpans": [{"spans": spans}]}]}
     try:
-        jaeger_to_completions(span)
-    except ContractError:
-        pass
+        batch = otlp_to_completions(doc)
+    except ContractError as exc:  # only a resource that is not a list of attributes fails the whole export
+        assert exc.reason == "bad_export"
+        return
+    assert len(batch.completions) + batch.skipped + len(batch.errors) == len(spans)
+    for c in batch.completions:
+        check_completion(c)
+        assert (c["finished_ts"] - c["started_ts"]) * 1e9 >= 0
 
 
 @settings(max_examples=150, deadline=None)
 @given(json_values)
-def test_otlp_decoder_never_crashes(doc):
+def test_an_otlp_document_of_any_shape_is_a_batch_or_a_contract_error(doc):
     for d in (doc, {"resourceSpans": [{"scopeSpans": [{"spans": [doc]}]}]}):
         try:
-            otlp_to_completions(d)
-        except ContractError:
-            pass
+            batch = otlp_to_completions(d)
+        except ContractError as exc:
+            assert exc.reason in ("not_an_object", "bad_export")
+            continue
+        for c in batch.completions:
+            check_completion(c)
 
 
 # -- node attribution, resource attributes, Jaeger query API, base64 OTLP ids
@@ -151,6 +235,8 @@ def test_jaeger_query_api_through_the_records_reader_is_one_record():
     [record] = list(read_records(io.StringIO((SPANS / "jaeger-query-traces.json").read_text())))
     out = convert(record, "task-completions", "jaeger")
     assert [c["node"] for c in out.values] == [MC2_POD, "worker-2"] and out.fallbacks == {"host.name": 1}
+    with pytest.raises(ValueError, match="source must be one of values, jaeger, otlp"):
+        convert(record, "task-completions", "zipkin")  # never read as OTLP by default
 
 
 def test_otlp_base64_ids_and_the_app_on_the_resource():

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from extkit import LinearPredictor
+from extender_fixtures import LinearPredictor
 from prometheus_client import CollectorRegistry
 
 from app.clock import ManualClock

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import orjson
-from extkit import LinearPredictor
+from extender_fixtures import LinearPredictor
 
 from app.config import Settings
 from app.extender.feed import ViewFeed

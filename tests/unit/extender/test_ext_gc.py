@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
-from extkit import fixture, http_client, make_service
+from extender_fixtures import fixture, http_client, make_service
 
 from app.extender.server import tune_gc
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from extkit import NOW, Client, LinearPredictor, fixture, http_client, make_service
+from extender_fixtures import NOW, Client, LinearPredictor, fixture, http_client, make_service
 
 from app.contracts.codec import decode
 from app.extender.service import ExtenderService

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from extkit import make_service
+from extender_fixtures import make_service
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode

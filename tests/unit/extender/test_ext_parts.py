@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 import pytest
-from extkit import ListSink, fixture
+from extender_fixtures import ListSink, fixture
 
 from app.config import Settings
 from app.contracts.codec import decode
@@ -109,13 +109,13 @@ def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
     d = Decision(PodInfo("p", "ns", 'uid-"1"', "gCTF", 1.0), ("n0", "n1", "n2", "n3"), [10, 5, 5, 1],
                  [100.0, float("nan"), 250.5, 1e6], ["gCTF:gpu", None, None, "gCTF:gpu:n3"], [4, None, None, 1],
                  [1.0] * 4, [None] * 4, [True, True, True, False], [120.0, float("nan"), 250.5, 9e5],
-                 [idle, idle, {}, {}], correction=[1.0, 1.0, 2.0, 1.0])
+                 [idle, idle, busy, {}], correction=[1.0, 1.0, 2.0, 1.0])
     parts = list(encode_decision(d, 1_700_000_000.25, chunk=2))
     records = [r for part in parts for r in part]
     assert [len(p) for p in parts] == [2, 1]  # the three fresh candidates (n3 is stale: not published)
     expected = list(decision_values(d, 1_700_000_000.25))
     assert [k for k, _ in records] == [b"n0", b"n1", b"n2"] == [v["node"].encode() for v in expected]
     assert [decode("rtt-predictions", v) for _, v in records] == expected
-    assert expected[0]["predicted_rtt_ms"] == 120.0 and "features" not in expected[2]
+    assert expected[0]["predicted_rtt_ms"] == 120.0 and expected[2]["features"] == busy
     assert expected[1]["predicted_rtt_ms"] is None  # no model covers n1 yet: its features still make a sample
     assert expected[2]["correction"] == 2.0 and "correction" not in expected[0]

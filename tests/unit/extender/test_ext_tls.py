@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from extkit import fixture, make_service
+from extender_fixtures import fixture, make_service
 
 from app.config import Settings
 from app.errors import ConfigError

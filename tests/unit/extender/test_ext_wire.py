@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from extkit import fixture, http_client, make_service
+from extender_fixtures import fixture, http_client, make_service
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -8,8 +8,9 @@ import pytest
 
 from app.clock import ManualClock
 from app.model.errors import IntegrityError, ModelNotFoundError
-from app.model.registry import DirectoryModelStore, open_store
-from app.model.registry_base import ModelRecord, versions_to_drop
+from app.registry.base import ModelRecord, versions_to_drop
+from app.registry.directory import DirectoryModelStore
+from app.registry.store import open_store
 
 KEY = "Motioncor2:gpu"
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from schedkit import LinearPredictor, features_msg, make_linear, make_view, weights_msg
+from scheduler_fixtures import LinearPredictor, features_msg, make_linear, make_view, weights_msg
 
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.snapshot import SnapshotHolder

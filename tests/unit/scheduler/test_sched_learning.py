@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from schedkit import LinearPredictor, features_msg, make_linear, make_view, weights_msg
+from scheduler_fixtures import LinearPredictor, features_msg, make_linear, make_view, weights_msg
 
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder

@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedkit import LinearPredictor, features_msg, make_linear, make_view
+from scheduler_fixtures import LinearPredictor, features_msg, make_linear, make_view
 
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder, node_features_map

@@ -57,7 +57,7 @@ def runs():
 def test_the_simulator_and_the_live_processes_share_their_learning_functions():
     """The sim's references are the very objects the worker, the trainer and the extender call."""
     from app.extender import service as extender
-    from app.streams import feedback_errors, feedback_join, feedback_loop, feedback_weights, node_state
+    from app.streams import feedback_errors, feedback_join, feedback_state, feedback_weights, node_state
     from app.trainer import pipeline
     from app.trainer import service as trainer
 
@@ -65,10 +65,10 @@ def test_the_simulator_and_the_live_processes_share_their_learning_functions():
     assert rtt_aware.decide is extender.decide
     assert rtt_aware.sample_value is feedback_join.node_sample_value
     assert rtt_aware.features_value is node_state.features_value
-    assert rtt_aware.NodeTracker is feedback_loop.NodeTracker
+    assert rtt_aware.NodeTracker is feedback_state.NodeTracker
     assert rtt_aware.SampleGrowth is feedback_errors.SampleGrowth and rtt_aware.Debounce is feedback_errors.Debounce
     assert rtt_aware.SampleHistory is trainer.SampleHistory
-    assert feedback_weights.FeedbackLoop is feedback_loop.FeedbackLoop  # node-weights: NodeTracker.weights_fields
+    assert feedback_weights.FeedbackLoop is feedback_state.FeedbackLoop  # node-weights: NodeTracker.weights_fields
 
 
 def test_a_run_goes_through_them(monkeypatch):

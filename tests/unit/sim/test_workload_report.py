@@ -51,4 +51,4 @@ def test_report_files(tmp_path):
     assert doc["seeds"] == [1, 2] and "mean_rtt_ms" in doc["policies"]["clairvoyant"]
     assert doc["policies"]["clairvoyant"]["mean_rtt_ms"]["n"] == 2
     html = paths.html.read_text()
-    assert "data:image/png;base64," in html and "clairvoyant" in html
+    assert '<svg class="plot"' in html and "clairvoyant" in html

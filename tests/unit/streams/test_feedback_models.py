@@ -17,11 +17,11 @@ from app.contracts import decode, encode
 from app.drift.joinbuffer import JoinBuffer
 from app.features.hardware import hardware_features
 from app.features.vector import matrix
-from app.model.registry import DirectoryModelStore
 from app.model.train import booster_to_bytes
-from app.streams.feedback_loop import FeedbackLoop
+from app.registry.directory import DirectoryModelStore
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_state import FeedbackLoop
 from app.streams.feedback_weights import weights_values
 from app.streams.node_table import NodeStore
 from app.streams.options import WorkerOptions

@@ -10,8 +10,7 @@ from test_feedback_models import save
 
 from app.config import Settings
 from app.model.errors import RegistryUnavailableError
-from app.model.registry import DirectoryModelStore
-from app.streams import health
+from app.registry.directory import DirectoryModelStore
 from app.streams.feedback_models import ModelCache
 
 
@@ -37,7 +36,7 @@ def test_an_update_is_kept_while_the_registry_is_away_and_loaded_when_it_is_back
     async def run() -> dict[str, Any]:
         out: dict[str, Any] = {"applied": await cache.apply(u1)}
         out["pending"] = sorted((k, u["version"]) for k, u in cache.pending.items())
-        out["degraded"] = dict(health.status()["degraded"])
+        out["degraded"] = dict(cache.health.status()["degraded"])
         await cache.apply(u2)  # a newer version supersedes the waiting one
         out["superseded"] = cache.pending["gCTF:gpu"]["version"]
         await asyncio.sleep(0.3)
@@ -48,7 +47,7 @@ def test_an_update_is_kept_while_the_registry_is_away_and_loaded_when_it_is_back
                 break
             await asyncio.sleep(0.05)
         out["version"], out["left"] = cache.version("gCTF:gpu"), dict(cache.pending)
-        out["after"] = dict(health.status()["degraded"])
+        out["after"] = dict(cache.health.status()["degraded"])
         out["late"] = await cache.apply(u1)  # the older announcement, seen again: nothing to do
         await cache.apply(u3)
         await cache.close()
@@ -60,3 +59,7 @@ def test_an_update_is_kept_while_the_registry_is_away_and_loaded_when_it_is_back
     assert r["superseded"] == 2 and r["tries"] >= 3  # retried while away
     assert r["version"] == 2 and r["left"] == {} and "model_store" not in r["after"]
     assert r["late"] is False and cache.version("gCTF:gpu") == 3
+    retries = cache.metrics.value("rtt_worker_model_load_retries_total")
+    assert r["tries"] - 1 <= retries <= r["tries"]  # each failed load counted (one may race the registry's return)
+    assert cache.metrics.value("rtt_worker_degraded", reason="model_store") == 0
+    assert cache.metrics.value("rtt_worker_model_version", model_key="gCTF:gpu") == 3

@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.contracts import encode
-from app.model.registry import DirectoryModelStore
+from app.registry.directory import DirectoryModelStore
 from app.trainer.champion import judge
 from app.trainer.cpus import parse_cpus
 from app.trainer.history import Dataset

@@ -28,7 +28,7 @@ import redis
 
 from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError, RegistryUnavailableError
-from app.model.registry_base import (
+from app.registry.base import (
     ModelRecord,
     check_keep,
     check_model_key,
@@ -65,7 +65,7 @@ def _ints(values: Any) -> list[int]:
 
 
 class RedisModelStore:
-    """:class:`~app.model.registry_base.ModelStore` in Redis at ``url`` (``redis://host:port/db``)."""
+    """:class:`~app.registry.base.ModelStore` in Redis at ``url`` (``redis://host:port/db``)."""
 
     def __init__(self, url: str, keep: int = 5, namespace: str = "rttsched", clock: Clock | None = None) -> None:
         if not namespace or any(c.isspace() for c in namespace):

@@ -1,4 +1,4 @@
-"""Test kit of the pure scheduling layer: a tiny linear predictor and message builders."""
+"""Helpers of the scheduling-layer tests: a tiny linear predictor and message builders."""
 
 from __future__ import annotations
 

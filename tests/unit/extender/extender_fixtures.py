@@ -1,4 +1,4 @@
-"""Test kit of the extender: a linear predictor, an in-memory prediction sink, a populated service."""
+"""Helpers of the extender tests: a linear predictor, an in-memory prediction sink, a populated service."""
 
 from __future__ import annotations
 

@@ -25,12 +25,10 @@ import time
 import urllib.request
 from collections.abc import Sequence
 
-from aiokafka.partitioner import murmur2
-from e2ekit import parse_line
-
 from app.cli.processes import ProcessError, ProcessGroup
 from app.config import Settings
 from app.kafka.embedded import free_port
+from app.sim.scripted import parse_line
 
 _JOINED = re.compile(r"Joined group '[^']+' \(generation (-?\d+)\)")
 _RESTORED = re.compile(r"partitions \[([\d, ]*)\]: restored")
@@ -71,22 +69,6 @@ def wait_settled(group: ProcessGroup, names: Sequence[str], partitions: int,
         time.sleep(0.2)
     tails = "\n".join(f"--- {n}\n{group.log_tail(n, 8)}" for n in names)
     raise ProcessError(f"the group did not settle within {timeout_s:.0f}s: {seen}\n{tails}")
-
-
-def nodes_per_partition(partitions: int, prefix: str = "gpu-") -> list[str]:
-    """One node name per partition (the default key partitioner's murmur2), in partition order.
-
-    >>> names = nodes_per_partition(8)
-    >>> [(murmur2(n.encode()) & 0x7FFFFFFF) % 8 for n in names]
-    [0, 1, 2, 3, 4, 5, 6, 7]
-    """
-    found: dict[int, str] = {}
-    i = 0
-    while len(found) < partitions:
-        name = f"{prefix}{i:03d}"
-        found.setdefault((murmur2(name.encode()) & 0x7FFFFFFF) % partitions, name)
-        i += 1
-    return [found[p] for p in range(partitions)]
 
 
 def start_workers(group: ProcessGroup, s: Settings, names: Sequence[str], **env: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""The worker-process scenarios of the chaos kit: SIGKILL right at period close, hostile input.
+"""The worker-process scenarios of the fault stack: SIGKILL right at period close, hostile input.
 
-Each runs a worker subprocess on the given settings' broker and returns a :class:`chaoskit.Outcome` and
+Each runs a worker subprocess on the given settings' broker and returns a :class:`fault_stack.Outcome` and
 what a test asserts on (tests and ``bench/bench_chaos.py`` share them).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from chaoskit import (
+from fault_stack import (
     APP,
     Outcome,
     counted,

@@ -1,6 +1,6 @@
 """The whole system under faults: a broker, worker, trainer and extender as real processes, and a scripted load.
 
-The scenarios built on it (``chaos_outages.py``: broker wipe, Redis outage; ``chaos_worker.py``: SIGKILL
+The scenarios built on it (``fault_outages.py``: broker wipe, Redis outage; ``fault_worker.py``: SIGKILL
 at period close, hostile input) are run by the fault tests (``tests/integration/test_fault_*.py``) and by
 ``bench/bench_chaos.py``, which prints the chaos table. A :class:`Stack` runs on its own embedded broker
 (so a test may kill it) and, when asked, its own redis-server (so a test may stop it). :class:`Load` plays
@@ -29,14 +29,13 @@ from typing import Any
 
 import orjson
 import redis
-from twokit import nodes_per_partition
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import ensure_topics
 from app.kafka.embedded import EmbeddedBroker, free_port
-from app.sim.scripted import Reader, prediction, produce, start_worker
+from app.sim.scripted import Reader, nodes_per_partition, prediction, produce, samples, start_worker
 from app.streams.app import worker_topics
 
 APP = "gCTF"
@@ -194,8 +193,6 @@ def scrape(url: str) -> str:
 
 def metric(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
-    from e2ekit import samples
-
     return float(sum(samples(text, name, **labels)))
 
 

@@ -1,6 +1,6 @@
-"""The outage scenarios of the chaos kit: the broker loses its data, Redis stops under the processes.
+"""The outage scenarios of the fault stack: the broker loses its data, Redis stops under the processes.
 
-Each runs on a :class:`chaoskit.Stack` and returns a :class:`chaoskit.Outcome` (tests and
+Each runs on a :class:`fault_stack.Stack` and returns a :class:`fault_stack.Outcome` (tests and
 ``bench/bench_chaos.py`` share them).
 """
 
@@ -12,7 +12,7 @@ import signal
 import time
 from typing import Any
 
-from chaoskit import (
+from fault_stack import (
     KEY,
     Load,
     Outcome,
@@ -87,7 +87,7 @@ async def _seen_first(samples: Reader, load: Load, first: int) -> float:
 
 def register_copy(s: Settings) -> dict[str, Any]:
     """Save the current model of :data:`KEY` again as a new version, make it current; its model-updates value."""
-    from app.model.registry import open_store
+    from app.registry.store import open_store
     from app.trainer.registry import update_message
 
     store = open_store(s)

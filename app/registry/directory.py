@@ -21,7 +21,7 @@ from typing import Any
 
 from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError
-from app.model.registry_base import (
+from app.registry.base import (
     FORMATS,
     ModelRecord,
     check_keep,
@@ -53,7 +53,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class DirectoryModelStore:
-    """:class:`~app.model.registry_base.ModelStore` over files under ``path`` (created if missing)."""
+    """:class:`~app.registry.base.ModelStore` over files under ``path`` (created if missing)."""
 
     def __init__(self, path: str | os.PathLike[str], keep: int = 5, clock: Clock | None = None) -> None:
         self.path = Path(path)

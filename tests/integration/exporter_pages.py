@@ -1,8 +1,8 @@
-"""Helpers of the end-to-end pipeline test: exporter pages over HTTP, the text read independently, a worker.
+"""Exporter pages for the end-to-end tests: served over HTTP, advanced in time, read independently; a topic read.
 
 The expected values of an end-to-end test must not come from the code under test, so the exposition text
-is read here with a regular expression (no ``prometheus_client``, no mapping) and CPU shares are computed
-straight from the counters: Δ(mode, all CPUs) / Δ(all modes, all CPUs).
+is read with a regular expression (:func:`app.sim.scripted.samples`: no ``prometheus_client``, no mapping)
+and CPU shares are computed straight from the counters: Δ(mode, all CPUs) / Δ(all modes, all CPUs).
 
 >>> text = 'node_cpu_seconds_total{cpu="0",mode="idle"} 10\\nnode_cpu_seconds_total{cpu="0",mode="iowait"} 2\\n'
 >>> later = advance_cpu(text, {("0", "idle"): 3.0, ("0", "iowait"): 1.0}, dt_s=4.0)
@@ -15,7 +15,6 @@ straight from the counters: Δ(mode, all CPUs) / Δ(all modes, all CPUs).
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -24,31 +23,9 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract
-from app.kafka.embedded import free_port
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_line(line: str) -> tuple[str, dict[str, str], float] | None:
-    """``(name, labels, value)`` of one sample line; None for comments and blank lines."""
-    m = _SAMPLE.match(line.strip())
-    if not m or line.startswith("#"):
-        return None
-    return m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
-
-
-def samples(text: str, name: str, **labels: str) -> list[float]:
-    """Values of ``name``'s samples whose labels include ``labels``, in the order of the text."""
-    out = []
-    for line in text.splitlines():
-        parsed = parse_line(line)
-        if parsed and parsed[0] == name and all(parsed[1].get(k) == v for k, v in labels.items()):
-            out.append(parsed[2])
-    return out
+from app.sim.scripted import parse_line, samples
 
 
 def cpu_share(before: str, after: str, mode: str) -> float:
@@ -97,18 +74,6 @@ async def serve_pages(routes: Mapping[str, list[str]]) -> AsyncIterator[dict[str
         yield {p: base + p for p in routes}
     finally:
         await runner.cleanup()
-
-
-def start_worker(group: ProcessGroup, s: Settings, name: str = "worker", **env: str) -> str:
-    """Start ``rttsched worker`` (a subprocess of ``group``) on ``s``; its /metrics URL once it answers."""
-    port = free_port()
-    group.start(name, ["worker", "--session-timeout-s", "6", "--datadir", str(group.log_dir / "faust")], env={
-        "RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
-        "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": "0.2", **env,
-    })
-    url = f"http://127.0.0.1:{port}/metrics"
-    group.wait_http(name, url, timeout_s=40)
-    return url
 
 
 async def read_until(s: Settings, topic: str, done: Callable[[list[ConsumerRecord[Any, Any]]], bool],

@@ -1,7 +1,8 @@
-"""The model registry: versioned XGBoost blobs (UBJ or JSON, never pickle) with sha256 and a current pointer.
+"""Which model store a process uses (:func:`open_store`), and a verified predictor from it (:func:`load_predictor`).
 
-Two stores implement :class:`ModelStore`: :class:`RedisModelStore` (production; every process sees the
-same models) and :class:`DirectoryModelStore` (a local directory, when no Redis is configured).
+Two stores implement :class:`~app.registry.base.ModelStore`:
+:class:`~app.registry.redis_store.RedisModelStore` (production; every process sees the same models) and
+:class:`~app.registry.directory.DirectoryModelStore` (a local directory, when no Redis is configured).
 :func:`open_store` picks one from the settings. The life of a model version::
 
     record = store.save(key, booster_to_bytes(result.booster), fmt="ubj", ...)   # a challenger
@@ -14,6 +15,7 @@ same models) and :class:`DirectoryModelStore` (a local directory, when no Redis 
 pointer. Each store keeps the newest ``keep`` versions and the current one; older blobs are deleted.
 
 >>> import tempfile
+>>> from app.registry.directory import DirectoryModelStore
 >>> tmp = tempfile.TemporaryDirectory()
 >>> store = DirectoryModelStore(tmp.name, keep=2)
 >>> r = store.save("gCTF:gpu", b"blob-1", fmt="json", features=["a"], params={}, metrics={}, n_samples=1)
@@ -27,23 +29,10 @@ pointer. Each store keeps the newest ``keep`` versions and the current one; olde
 from __future__ import annotations
 
 from app.config import Settings
-from app.model.errors import IntegrityError, ModelNotFoundError, RegistryError
 from app.model.fast import FastPredictor
-from app.model.registry_base import ModelRecord, ModelStore
-from app.model.registry_directory import DirectoryModelStore
-from app.model.registry_redis import RedisModelStore
-
-__all__ = [
-    "DirectoryModelStore",
-    "IntegrityError",
-    "ModelNotFoundError",
-    "ModelRecord",
-    "ModelStore",
-    "RedisModelStore",
-    "RegistryError",
-    "load_predictor",
-    "open_store",
-]
+from app.registry.base import ModelRecord, ModelStore
+from app.registry.directory import DirectoryModelStore
+from app.registry.redis_store import RedisModelStore
 
 
 def registry_namespace(topic_prefix: str) -> str:
@@ -56,9 +45,9 @@ def registry_namespace(topic_prefix: str) -> str:
 
 
 def open_store(settings: Settings, keep: int | None = None) -> ModelStore:
-    """:class:`RedisModelStore` at ``settings.redis_url`` (namespace :func:`registry_namespace`) when set,
-    else a :class:`DirectoryModelStore` at ``settings.models_path``; ``keep`` defaults to
-    ``settings.model_keep``."""
+    """:class:`~app.registry.redis_store.RedisModelStore` at ``settings.redis_url`` (namespace
+    :func:`registry_namespace`) when set, else a :class:`~app.registry.directory.DirectoryModelStore` at
+    ``settings.models_path``; ``keep`` defaults to ``settings.model_keep``."""
     keep = settings.model_keep if keep is None else keep
     if settings.redis_url:
         return RedisModelStore(settings.redis_client_url, keep=keep,

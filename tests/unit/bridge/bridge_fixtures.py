@@ -1,4 +1,4 @@
-"""Test kit of the bridge: fixture paths, an independent tiny exposition reader, and assembling helpers."""
+"""Helpers of the bridge tests: fixture paths, an independent tiny exposition reader, and assembling helpers."""
 
 from __future__ import annotations
 

@@ -1,0 +1,63 @@
+"""What every figure of the report is called and what it means (the report prints these definitions).
+
+The figures themselves are computed by :meth:`app.sim.results.RunMetrics.summary`; this module only names them.
+
+>>> LABELS["p95_rtt_ms"], "completed" in DEFINITIONS["mean_rtt_ms"]
+('p95 ms', True)
+>>> label("acc:gCTF:gpu")
+'1 − MAPE gCTF on gpu'
+"""
+
+from __future__ import annotations
+
+LABELS = {
+    "mean_rtt_ms": "mean RTT ms", "p95_rtt_ms": "p95 ms", "p99_rtt_ms": "p99 ms", "rtt_std_ms": "RTT std ms",
+    "queue_ms": "queue ms", "queue_p99_ms": "queue p99 ms", "throughput": "tasks/s", "gpu_util": "GPU busy",
+    "gpu_demand": "GPU demand", "load_diff": "load diff pp", "load_std": "load std pp", "sla": "SLA met",
+    "retrains": "retrains", "live_pace": "live tasks/s wall", "sim_speed": "sim tasks/s wall",
+    "acc": "1 − MAPE (accuracy)", "interval": "± (interval)", "change": "change", "rolling": "rolling mean and p95",
+    "credibility": "credibility (node weight)", "dwa": "DWA window",
+}
+
+DEFINITIONS = {
+    "RTT": "response time of one task: finish − arrival (queueing, pending and service included), in ms.",
+    "mean_rtt_ms": "mean RTT over the completed tasks of a run.",
+    "p95_rtt_ms": "95th percentile of RTT over the completed tasks (numpy's linear interpolation).",
+    "p99_rtt_ms": "99th percentile of RTT over the completed tasks.",
+    "rtt_std_ms": "standard deviation of RTT over the completed tasks (how evenly tasks are served).",
+    "queue_ms": "mean time from arrival to start: waiting for a free slot, pending included.",
+    "queue_p99_ms": "99th percentile of the time from arrival to start.",
+    "throughput": "completed tasks per simulated second: first arrival to last finish in an open loop; "
+                  "tasks finished within the submission window in a closed loop.",
+    "gpu_util": "fraction of time each GPU runs at least one task, averaged over a node's GPUs, then over GPU "
+                "nodes.",
+    "gpu_demand": "time-averaged compute demand of the tasks on GPU nodes (0..1), beside GPU busy.",
+    "load_diff": "max − min over nodes of each node's utilisation (GPU nodes: GPU busy; CPU nodes: fraction of "
+                 "time running at least one task), in percentage points.",
+    "load_std": "standard deviation of the same per-node utilisation, in percentage points.",
+    "sla": "fraction of completed tasks whose RTT met their app's SLA (the config's sla_ms).",
+    "retrains": "model retrains the policy triggered (cold start, drift, growth).",
+    "acc": "prediction accuracy 1 − MAPE per app and node class, over the tasks after the warm-up (the first "
+           "20 % of tasks) that carry a prediction; MAPE = mean(|predicted − observed| / observed).",
+    "live_pace": "live rows only: tasks placed and run per wall-clock second (the live run paces the simulated "
+                 "cluster in real time × speed, so this is the workload's rate, not a speed).",
+    "sim_speed": "offline rows only: tasks the discrete-event simulator ran per wall-clock second (how fast the "
+                 "harness is; nothing to do with the placement).",
+    "interval": "± is the half-width of the 95 % Student-t confidence interval of the mean over seeds; shown only "
+                "with two or more seeds.",
+    "change": "relative change of the row's seed mean against the baseline's: row / baseline − 1.",
+    "rolling": "over time: the mean and the 95th percentile of RTT of the tasks that arrived in a sliding window "
+               "of simulated time, plotted at the window's end.",
+    "credibility": "node weight in node-weights: how far the scheduler trusts a node's predictions (0..1); "
+                   "scores are pulled toward neutral as it falls.",
+    "dwa": "dynamic window adjustment: per node × app feature window, ×1.5 when RMSE rose > 15 %, ×0.8 when it "
+           "fell > 10 %, within its bounds.",
+}
+
+
+def label(figure: str) -> str:
+    """The column name of ``figure`` (accuracy keys ``acc:<app>:<class>`` spelled out)."""
+    if figure.startswith("acc:"):
+        _, app, cls = figure.split(":", 2)
+        return f"1 − MAPE {app} on {cls}"
+    return LABELS.get(figure, figure)

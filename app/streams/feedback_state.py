@@ -1,0 +1,208 @@
+"""The shared state of one worker's feedback loop (:class:`FeedbackLoop`), and its checkpoints.
+
+The components of :mod:`app.streams.feedback_loop` (join, errors, weights) each receive this one object.
+State lives in memory while the worker runs (the join buffer, one :class:`~app.drift.tracker.NodeTracker`
+per node) and is written to a changelogged table (:mod:`~app.streams.feedback_table`) by
+:meth:`FeedbackLoop.checkpoint`: every ``options.checkpoint_interval_s``, and in every error period
+*before* prediction-errors are sent, so whatever an emitted period counted is already recorded as done —
+a redelivered message is then a duplicate, and no pair is counted twice. A worker only holds the nodes
+of the partitions it owns (rows are restored per active partition, dropped on revocation), so timers
+never count a node twice.
+
+When a new model version starts serving a key, the drift detectors and residual corrections of that
+key's app on that class's nodes start afresh (:meth:`FeedbackLoop.model_swapped`): their reference
+becomes the new model's error, and the old model's errors cannot mask or fake a drift; the node-features
+of the nodes carry, from then on, the features the app's models read over the app's DWA window
+(``app_features``). A drift the new model does not fix is signalled again by the node × app drift
+episode (:class:`~app.drift.episode.DriftEpisode`), which compares the error with its pre-drift level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from typing import Any
+
+import orjson
+
+from app.clock import Clock
+from app.config import Settings
+from app.contracts.keys import parse_model_key
+from app.drift.joinbuffer import JoinBuffer
+from app.drift.tracker import NodeTracker
+from app.streams.feedback_models import ModelCache
+from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_outbox import ErrorsOutbox
+from app.streams.feedback_table import JOIN as JOIN_ROW
+from app.streams.feedback_table import OFFSETS as OFFSETS_ROW
+from app.streams.feedback_table import OUTBOX as OUTBOX_ROW
+from app.streams.feedback_table import (
+    FeedbackTable,
+    join_row_key,
+    node_row_key,
+    offsets_row_key,
+    parse_row_key,
+)
+from app.streams.health import Health
+from app.streams.intake import PartitionIntake, decode_positions
+from app.streams.metrics import WorkerMetrics
+from app.streams.node_features import NodeFeatures
+
+log = logging.getLogger(__name__)
+
+@dataclasses.dataclass
+class FeedbackLoop:
+    """What the feedback components share (one per worker app)."""
+
+    settings: Settings
+    options: FeedbackOptions
+    clock: Clock
+    nodes: NodeFeatures
+    models: ModelCache
+    buffer: JoinBuffer
+    table: FeedbackTable
+    metrics: WorkerMetrics = dataclasses.field(default_factory=WorkerMetrics)  # the worker app's
+    health: Health = dataclasses.field(default_factory=Health)  # the worker app's
+    trackers: dict[str, NodeTracker] = dataclasses.field(default_factory=dict)
+    partitions: dict[str, int] = dataclasses.field(default_factory=dict)
+    node_class: dict[str, str] = dataclasses.field(default_factory=dict)
+    samples_per_key: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    dirty_nodes: set[str] = dataclasses.field(default_factory=set)
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    handles: dict[str, Any] = dataclasses.field(default_factory=dict)
+    intake: PartitionIntake | None = None
+    outbox: ErrorsOutbox | None = None
+    _background: set[asyncio.Task[Any]] = dataclasses.field(default_factory=set)
+    _deleted_rows: list[tuple[bytes, bytes | None]] = dataclasses.field(default_factory=list)
+
+    def tracker(self, node: str) -> NodeTracker:
+        t = self.trackers.get(node)
+        if t is None:
+            s, o = self.settings, self.options
+            t = self.trackers[node] = NodeTracker.configured(
+                window_s=s.feature_window_s, min_window_s=s.dwa_min_window_s, max_window_s=s.dwa_max_window_s,
+                prior=s.credibility_prior, drift_delta=o.drift_delta, drift_threshold=o.drift_threshold,
+                drift_min_instances=o.drift_min_instances, drift_jump=o.drift_jump)
+        return t
+
+    def model_swapped(self, key: str, version: int) -> None:
+        """A new model serves ``key``: the drift detectors and residuals of its app on its class's nodes start
+        afresh, and node-features carry what the app's models read over its DWA window."""
+        app, node_class, node = parse_model_key(key)
+        for n, tracker in self.trackers.items():
+            if (node is None or node == n) and self.node_class.get(n) == node_class:
+                tracker.new_model(app)
+        self.nodes.store.app_names[app] = self.models.feature_names(app)
+
+    def expire(self) -> None:
+        for e in self.buffer.expire():
+            self.metrics.feedback.join.labels(e.outcome).inc()
+        self.metrics.feedback.join_entries.set(len(self.buffer))
+
+    async def checkpoint(self) -> int:
+        """Expire old join keys, then write every changed join entry and node tracker; rows written.
+
+        The join's read positions are taken at the same instant as the state (no message is processed in
+        between) and written after it, once the training samples of those messages are delivered.
+        """
+        async with self.lock:
+            self.expire()
+            upserts, removed = self.buffer.take_changes()
+            rows: list[tuple[bytes, bytes | None]] = []
+            for (task_id, node), entry in upserts.items():
+                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), orjson.dumps(entry)))
+            for task_id, node in removed:
+                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), None))
+            dirty, self.dirty_nodes = self.dirty_nodes, set()
+            for node in dirty:
+                t = self.trackers.get(node)
+                if t is not None and node in self.partitions:
+                    rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
+            outbox_rows = self.outbox.take_rows() if self.outbox is not None else []
+            rows += outbox_rows
+            deleted, self._deleted_rows = self._deleted_rows, []
+            rows += deleted
+            intake = self.intake
+            if intake is None:
+                n = await self.table.write(rows)
+            else:
+                n = await self.table.write(rows, last=intake.position_rows(offsets_row_key),
+                                           sender=intake.live_sender)
+            if self.outbox is not None:
+                self.outbox.written(outbox_rows)
+                if self.outbox.send is not None:
+                    await self.outbox.deliver()  # what this checkpoint made durable
+            return n
+
+    def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
+        """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        offsets: dict[tuple[str, int], int] = {}
+        for key, value in rows.items():
+            parsed = parse_row_key(key)
+            if parsed is None:
+                continue
+            partition, kind, node, task_id = parsed
+            if kind == OFFSETS_ROW:
+                offsets.update(decode_positions(value, partition))
+                continue
+            if kind == OUTBOX_ROW:
+                if self.outbox is not None:
+                    self.outbox.restore(partition, key, value)
+                continue
+            self.partitions.setdefault(node, partition)
+            if kind == JOIN_ROW:
+                if (task_id, node) not in self.buffer:
+                    entries[(task_id, node)] = orjson.loads(value)
+            elif node not in self.trackers:
+                self.tracker(node).load(orjson.loads(value))
+        self.buffer.load(entries)
+        self.metrics.feedback.join_entries.set(len(self.buffer))
+        if self.intake is not None:
+            self.intake.assign(active, offsets)
+        if self.outbox is not None and len(self.outbox):
+            task = asyncio.get_running_loop().create_task(self._reconcile(active), name="outbox-reconcile")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s", sorted(active),
+                 len(entries), len(self.trackers), {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())})
+
+    def forget_nodes(self, nodes: set[str]) -> None:
+        """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
+
+        Their join entries are older than the join's TTL by then and expire on their own.
+        """
+        for node in nodes:
+            self.trackers.pop(node, None)
+            self.node_class.pop(node, None)
+            self.dirty_nodes.discard(node)
+            partition = self.partitions.pop(node, None)
+            if partition is not None:
+                self._deleted_rows.append((node_row_key(partition, node), None))
+
+    async def _reconcile(self, partitions: set[int]) -> None:
+        """Restored outbox entries: clear those already in the topic, send the others."""
+        assert self.outbox is not None
+        try:
+            await self.outbox.reconcile(partitions)
+            await self.checkpoint()
+        except Exception as exc:  # broker away: the next checkpoints deliver what is left (never lost)
+            log.warning("prediction-errors outbox of partitions %s not reconciled yet: %r", sorted(partitions), exc)
+
+    async def revoke(self, lost: set[int]) -> None:
+        """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""
+        if self.intake is not None:
+            self.intake.release(lost)
+        await self.checkpoint()
+        gone = {n for n, p in self.partitions.items() if p in lost}
+        self.buffer.drop(lambda k: k[1] not in gone)
+        for n in gone:
+            self.trackers.pop(n, None)
+            self.partitions.pop(n, None)
+        if self.outbox is not None:
+            self.outbox.drop(lost)
+        if self.intake is not None:
+            self.intake.forget(lost)
+        log.info("partitions %s revoked: dropped the feedback state of %d nodes", sorted(lost), len(gone))
