@@ -25,8 +25,9 @@ import numpy as np
 
 from app.config import Settings
 from app.extender.boosters import registry_boosters
-from app.model.registry import DirectoryModelStore, load_predictor
 from app.model.train import booster_to_bytes, train_model
+from app.registry.directory import DirectoryModelStore
+from app.registry.store import load_predictor
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.decide import DecideParams, decide

@@ -74,12 +74,14 @@ class BoosterCache:
 
 
 def registry_boosters(settings: Settings) -> BoosterCache:
-    """A cache loading from the registry :func:`app.model.registry.open_store` opens for ``settings``."""
+    """A cache loading from the registry :func:`app.registry.store.open_store` opens for ``settings``."""
     opened: list[Any] = []
 
     def load(key: str, version: int) -> Any:
-        from app.model.registry import open_store
+        # Late on purpose, as in :func:`app.extender.models.registry_loader`: XGBoost loads with the first
+        # explanation, in the thread that asked for it, never at the extender's start.
         from app.model.train import booster_from_bytes
+        from app.registry.store import open_store
 
         if not opened:
             store = open_store(settings)

@@ -16,8 +16,9 @@ from app.extender.boosters import BoosterCache, BoosterUnavailable
 from app.extender.options import ExtenderOptions
 from app.extender.server import running
 from app.extender.service import ExtenderService
-from app.model.registry import DirectoryModelStore, load_predictor
 from app.model.train import booster_to_bytes
+from app.registry.directory import DirectoryModelStore
+from app.registry.store import load_predictor
 from app.scheduler.policy import policy_from_dict
 
 NOW = 1_715_678_500.0
