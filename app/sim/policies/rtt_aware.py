@@ -99,8 +99,8 @@ class RttAware(BasePolicy):
         self.dwa, self.correction, self.running_refresh_s = dwa, correction, running_refresh_s
         doc = {**SIM_POLICY, "exploration": {} if explore_share is None else {"share": explore_share}, **(policy or {})}
         self.params = DecideParams(policy_from_dict(doc), s.credibility_prior, s.extender_stale_after_s)
-        policy = self.params.policy
-        self.assumed = AssumedPods(policy.assumed_ttl_s, policy.scrape_delay_s)
+        chosen = self.params.policy
+        self.assumed = AssumedPods(chosen.assumed_ttl_s, chosen.scrape_delay_s)
         self.builder = SnapshotBuilder()
         self.snap: Snapshot | None = None
         self.history = SampleHistory(s.trainer_max_samples_per_key)

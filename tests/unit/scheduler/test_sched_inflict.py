@@ -4,7 +4,7 @@ running beside it (app/scheduler/inflict.py), the same in the extender and the s
 from __future__ import annotations
 
 import pytest
-from schedkit import LinearPredictor, make_view
+from scheduler_fixtures import LinearPredictor, make_view
 
 from app.errors import ConfigError
 from app.scheduler.assumed import AssumedPods
