@@ -115,7 +115,7 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
     settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
     store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
     rng = np.random.default_rng(1)
-    first = samples(300, 0, rng)
+    first = samples(700, 0, rng)  # 560 fit rows: metric columns are candidates from 500 (METRIC_MIN_ROWS)
     await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in first])
     await produce(settings, "retrain-events", [
         ("upload:cpu", event("upload:cpu", "cold_start")),
@@ -146,7 +146,7 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
                                     {"topic": "retrain-events", "reason": "invalid_json"}) == 1.0
 
         # 2. an excellent champion is in service: the challenger is rejected, nothing is announced
-        second = samples(200, 300, rng)
+        second = samples(200, 700, rng)
         injected = excellent_champion(store, first + second, tuple(msg["features"]))
         await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in second])
         await produce(settings, "retrain-events", [(KEY, event(KEY, "drift", onset=time.time()))])
@@ -155,7 +155,7 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
         assert (rejected.outcome, rejected.verdict and rejected.verdict.reason) == ("rejected", "not_better")
         assert rejected.verdict is not None and rejected.verdict.champion_rmse_ms is not None
         assert rejected.verdict.challenger_rmse_ms >= 0.98 * rejected.verdict.champion_rmse_ms
-        assert service.history.count(KEY) == 500  # the retrain saw every sample produced before its event
+        assert service.history.count(KEY) == 900  # the retrain saw every sample produced before its event
         assert await drain(updates, 1.0) == []
         assert store.current(KEY).version == injected
         assert reg.get_sample_value("rtt_trainer_retrains_total", {"reason": "drift", "outcome": "rejected"}) == 1.0
