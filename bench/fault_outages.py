@@ -23,7 +23,6 @@ from fault_stack import (
     get_json,
     metric,
     readers,
-    retrain_event,
     sample_ids,
     scrape,
     served_version,
@@ -37,9 +36,11 @@ from app.sim.scripted import Reader, produce, start_worker
 async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome:
     """The broker loses everything mid-stream and comes back empty; topics recreated from topics/.
 
-    Before: v1 of :data:`KEY` served everywhere. After: the load goes on (after ``pause_s``), a retrain is
-    asked for. Lost = tasks completed after the wipe without a training sample or a counted pair, and
-    snapshots after the wipe the worker never read; twice = pairs counted beyond the tasks.
+    Before: v1 of :data:`KEY` served everywhere. After: the load goes on (after ``pause_s``) with every RTT
+    doubled, and a drift retrain from then on is asked for: the challenger has a reason to beat v1, and
+    the trainer announces v2 on the recreated model-updates. Lost = tasks completed after the wipe without a
+    training sample or a counted pair, and snapshots after the wipe the worker never read; twice = pairs
+    counted beyond the tasks.
     """
     s = stack.settings
     async with readers(s, "prediction-errors") as (before,):
@@ -52,11 +53,13 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
     await asyncio.sleep(pause_s)
     first = len(load.tasks)
     snaps_before = load.snapshots
+    load.rtt_scale, onset = 2.0, time.time()
     async with readers(s, "training-samples", "prediction-errors") as (samples, errors):
         first_seen = asyncio.ensure_future(_seen_first(samples, load, first))
         await load.run(8)
         after = set(load.tasks[first:])
-        await retrain_event(s)
+        await produce(s, [("retrain-events", {"model_key": KEY, "reason": "drift", "cumulative_error": 1.0,
+                                              "threshold": 0.5, "ts": time.time(), "onset_ts": onset})])
         seen = await first_seen
         with contextlib.suppress(AssertionError):
             await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "every task's sample after the wipe")

@@ -246,12 +246,6 @@ class Load:
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
 
 
-async def retrain_event(s: Settings, reason: str = "drift") -> None:
-    """Ask the trainer for a retrain of :data:`KEY` now (as a worker's drift detector would)."""
-    await produce(s, [("retrain-events", {"model_key": KEY, "reason": reason, "cumulative_error": 1.0,
-                                          "threshold": 0.5, "ts": time.time(), "onset_ts": None})])
-
-
 def served_version(stack: Stack) -> tuple[int, int]:
     """The version of :data:`KEY` the worker predicts with, and the newest the extender installed (from its log)."""
     text = scrape(stack.worker_url)
