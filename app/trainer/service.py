@@ -60,6 +60,7 @@ from app.retry import Backoff
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
 from app.trainer.history import Dataset, SampleHistory, build_dataset
+from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, retrain
 from app.trainer.registry import ModelRegistry
@@ -351,9 +352,12 @@ class TrainerService:
         def champion(holdout: Dataset) -> dict[str, float] | None:
             return self.registry.champion_metrics(key, holdout)
 
-        return retrain(build_dataset(names, rows), node_class, champion, margin=self.margin,
-                       holdout_fraction=self.holdout_fraction, selector=self.selector, params=self.train_params,
-                       onset_ts=onset_ts, gpu_app=app in self.gpu_apps)
+        try:
+            return retrain(build_dataset(names, rows), node_class, champion, margin=self.margin,
+                           holdout_fraction=self.holdout_fraction, selector=self.selector,
+                           params=self.train_params, onset_ts=onset_ts, gpu_app=app in self.gpu_apps)
+        finally:
+            release_freed_memory()  # the retrain's working set goes back to the OS, not to the next peak
 
     async def _announce(self, record: dict[str, Any], event: dict[str, Any]) -> None:
         assert self._producer is not None
