@@ -41,6 +41,8 @@ _SIZE = re.compile(r'<svg ([^>]*?)width="([\d.]+)pt" height="([\d.]+)pt"')
 
 def new_figure(width_in: float, height_in: float, nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, list[Any]]:
     """(figure, flat list of axes) with the report's style; the Agg backend, so no display is needed."""
+    # Late on purpose: matplotlib (~0.5 s) loads only when a report is drawn, and the backend must be
+    # chosen before pyplot is first imported.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,7 +63,7 @@ def _tag_labels(fig: Any) -> None:
 
 def to_svg(fig: Any, fig_id: str, title: str) -> str:
     """The figure as an ``<svg>`` element for inline use (the figure is closed afterwards)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: see new_figure
 
     _tag_labels(fig)
     buf = io.StringIO()
