@@ -104,19 +104,31 @@ class Cluster:
 
 
 def plot(series: dict[str, list[tuple[float, float]]], warm_s: float, path: Path) -> None:
+    """Our processes on the left, each with its ±10 % band from the end of the warm-up on; the broker (which
+    keeps every message in memory, and would flatten the others) on its own axis on the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for name, points in series.items():
-        ax.plot([t / 60 for t, _ in points], [m for _, m in points], label=name)
-    ax.axvline(warm_s / 60, color="grey", linestyle="--", label="end of warm-up")
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("RSS (MB)")
-    ax.set_title("soak: resident memory of every process")
-    ax.legend(loc="upper left", fontsize="small")
+    ours = {k: v for k, v in series.items() if k != "broker"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    for ax, group in ((axes[0], ours), (axes[1], {k: v for k, v in series.items() if k == "broker"})):
+        for name, points in group.items():
+            minutes, mb = [t / 60 for t, _ in points], [m for _, m in points]
+            (line,) = ax.plot(minutes, mb, label=name)
+            after = [m for t, m in points if t >= warm_s]
+            if group is ours and after:
+                at_warm = after[0]
+                ax.fill_between([warm_s / 60, minutes[-1]], 0.9 * at_warm, 1.1 * at_warm,
+                                color=line.get_color(), alpha=0.12)
+        ax.axvline(warm_s / 60, color="grey", linestyle="--", label="end of warm-up")
+        ax.set_xlabel("minutes")
+        ax.set_ylabel("RSS (MB)")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right", fontsize="small")
+    axes[0].set_title("rttsched processes (band: ±10 % of the RSS at the end of warm-up)")
+    axes[1].set_title("embedded broker (memory-only)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
