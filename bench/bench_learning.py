@@ -122,6 +122,10 @@ def main() -> int:
     seeds = list(range(1, 1 + (args.seeds or (2 if args.quick else 3))))
     n_tasks = args.tasks or (1500 if args.quick else 5000)
     names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(map(repr, unknown))}; known: {', '.join(VARIANTS)}")
+    names = ["production defaults"] + [n for n in names if n != "production defaults"]  # every ratio's base
     cfg = SimConfig(preset=args.preset, n_tasks=n_tasks)
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in names}
     with tqdm(total=len(names) * len(seeds), file=sys.stderr, unit="run") as bar:
