@@ -70,23 +70,28 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Start it and wait until it answers (10 s at most; RuntimeError, with the process killed, if not)."""
         exe = shutil.which("redis-server")
-        assert exe is not None, "redis-server not installed"
+        if exe is None:
+            raise RuntimeError("redis-server not found: apt-get install redis-server, or set REDIS_URL")
         save = ["--save", "1 1", "--appendonly", "yes"] if self.persist else ["--save", "", "--appendonly", "no"]
-        self._proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                                       str(self.workdir), *save], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)
-        client = redis.Redis(port=self.port)
+        proc = self._proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+                                              str(self.workdir), *save], stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+        client = redis.Redis(host="127.0.0.1", port=self.port)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        client.close()
-        return self
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return self
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        self.stop()
+                        raise RuntimeError("redis-server did not start") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fault_stack import RedisServer
 from hypothesis import settings
 
 from app.config import Settings
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -51,35 +49,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server not found: apt-get install redis-server, or set REDIS_URL")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    import redis
-
-    client = redis.Redis(host="127.0.0.1", port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("redis-server did not start") from None
-            time.sleep(0.05)
-    client.close()
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=False).start()
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 @pytest.fixture
