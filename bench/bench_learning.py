@@ -12,7 +12,10 @@ Prints, each with the command's settings:
    pod's own predicted RTT (no inflicted slowdown), no penalty for pods the metrics cannot show yet, no
    residual correction, no exploration, a fixed 30 s window - mean / p99 / second-half
    RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
-   defaults as a ratio (mean over seeds, 95 % CI of the mean RTT);
+   defaults as a ratio (mean over seeds, 95 % CI of the mean RTT); under them the clairvoyant reference on the
+   same seeds, whose accuracy is that of its own estimate at placement (the true work with its noise draw and
+   every running task's state, as if nothing else changed): what knowing everything at placement time buys a
+   prediction while later arrivals still change the RTT;
 2. **DWA vs a fixed 30 s window**: prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
 3. **exploration**: its placements, their mean time on the node against every task's, and what turning
    it off does to the mean RTT;
@@ -134,6 +137,7 @@ def main() -> int:
                 bar.set_postfix_str(f"{name} seed {seed}")
                 runs[name].append(figures(run_offline(cfg, factory(VARIANTS[name]), seed)))
                 bar.update(1)
+    reference = [figures(run_offline(cfg, "clairvoyant", seed)) for seed in seeds]
 
     base = names[0]
     print(f"\n== learning-path variants: preset {args.preset}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
@@ -146,6 +150,12 @@ def main() -> int:
         row = f"{name:<24}{m:>10.1f} ± {ci:<5.1f}{change:>+11.1%}{mean_of(runs[name], 'p99'):>9.0f}"
         row += f"{mean_of(runs[name], '2nd half'):>10.1f}" + "".join(f"{mean_of(runs[name], a):>17.3f}" for a in accs)
         print(row)
+    m, ci = mean_ci([r["mean"] for r in reference])
+    row = f"{'clairvoyant (reference)':<24}{m:>10.1f} ± {ci:<5.1f}{m / mean_of(runs[base], 'mean') - 1.0:>+11.1%}"
+    row += f"{mean_of(reference, 'p99'):>9.0f}{mean_of(reference, '2nd half'):>10.1f}"
+    print(row + "".join(f"{mean_of(reference, a):>17.3f}" for a in accs))
+    print("(accuracy = 1 - MAPE after warm-up; the clairvoyant's is its estimate at placement, knowing the true work "
+          "and every running task, as if nothing else changed)")
 
     if "fixed 30 s window" in runs:
         print("\n== DWA vs a fixed 30 s window: prediction RMSE on GPU nodes after warm-up (ms, mean over seeds) ==")

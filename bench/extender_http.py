@@ -87,13 +87,20 @@ def serve(cfg: dict[str, Any]) -> None:
         import uvloop
 
         uvloop.install()
+    if cfg.get("profile"):  # the server's CPU profile, written when it stops (pstats format)
+        import cProfile
+
+        with cProfile.Profile() as prof:
+            asyncio.run(_serve(cfg))
+        prof.dump_stats(cfg["profile"])
+        return
     asyncio.run(_serve(cfg))
 
 
 async def _serve(cfg: dict[str, Any]) -> None:
     import dataclasses
 
-    from app.extender.http import Request, Response
+    from app.extender.http import HttpProtocol, Request, Response
     from app.extender.options import ExtenderOptions
     from app.extender.server import running, tune_gc
     from app.extender.service import ExtenderService
@@ -108,9 +115,19 @@ async def _serve(cfg: dict[str, Any]) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     handler_s: list[float] = []
     lag_s: list[float] = []
-    step_s: list[float] = []
+    step_s: list[float] = []  # loop steps that read or answered requests
+    background_s: list[float] = []  # loop steps that read no request (feed, rebuilds, publishing, timers)
     gc_s: list[float] = []  # durations of full (generation 2) collections
     since = [time.process_time(), 0.0]  # CPU seconds at the last fetch, requests since
+    skip = [False]  # set by the step that serialises the samples: that step is not recorded
+    served = [0]  # request reads and answers so far: a step that did neither is background work
+    read = HttpProtocol.buffer_updated
+
+    def counted(self: HttpProtocol, nbytes: int) -> None:
+        served[0] += 1
+        read(self, nbytes)
+
+    HttpProtocol.buffer_updated = counted  # type: ignore[method-assign]  # this process only: measurement
 
     async with running(service) as server:
         for verb in ("filter", "prioritize"):
@@ -120,6 +137,7 @@ async def _serve(cfg: dict[str, Any]) -> None:
                 t0 = time.perf_counter()
                 response = inner(request)
                 handler_s.append(time.perf_counter() - t0)
+                served[0] += 1
                 since[1] += 1
                 return response
 
@@ -128,10 +146,11 @@ async def _serve(cfg: dict[str, Any]) -> None:
         def samples(request: Request) -> Response:
             cpu = time.process_time()
             body = orjson.dumps({"loop": type(loop).__module__, "handler_s": handler_s, "lag_s": lag_s,
-                                 "step_s": step_s, "gc_s": gc_s, "cpu_s": cpu - since[0], "requests": since[1]})
-            for samples_ in (handler_s, lag_s, step_s, gc_s):
+                                 "step_s": step_s, "background_s": background_s, "gc_s": gc_s,
+                                 "cpu_s": cpu - since[0], "requests": since[1]})
+            for samples_ in (handler_s, lag_s, step_s, background_s, gc_s):
                 samples_.clear()
-            step_s.append(-1.0)  # marks the step that is serialising these samples: dropped when measured
+            skip[0] = True
             since[:] = [cpu, 0.0]
             return Response(200, body)
 
@@ -143,34 +162,40 @@ async def _serve(cfg: dict[str, Any]) -> None:
             loop.call_later(0.002, tick, now + 0.002)
 
         loop.call_later(0.002, tick, time.perf_counter() + 0.002)
-        watch_steps(loop, step_s)
+        watch_steps(loop, step_s, background_s, lambda: served[0], skip)
         watch_gc(gc_s)
         await stop.wait()
 
 
-def watch_steps(loop: asyncio.AbstractEventLoop, out: list[float]) -> None:
-    """Record the CPU time of every loop step (the callbacks run between two waits for I/O).
+def watch_steps(loop: asyncio.AbstractEventLoop, serving: list[float], background: list[float],
+                answered: Any, skip: list[bool]) -> None:
+    """Record the CPU time of every loop step (the callbacks run between two waits for I/O), in ``serving``
+    when it read or answered requests (``answered()`` grew), else in ``background``.
 
     A request that arrives while a step runs waits for the rest of it; measured on the thread's CPU clock, a
-    step's length is what the process itself did, whatever other processes on the core did meanwhile.
-    asyncio's selector loop only (uvloop has no selector to wrap).
+    step's length is what the process itself did, whatever other processes on the core did meanwhile. A
+    step that serves requests holds the others that arrived with it (queueing, as in any server); a
+    background step holds requests that arrived during it. asyncio's selector loop only (uvloop has no
+    selector to wrap). A step with ``skip[0]`` set is not recorded.
     """
     selector = getattr(loop, "_selector", None)
     if selector is None:
         return
     select = selector.select
-    mark = [time.thread_time()]
+    mark = [time.thread_time(), answered()]
 
     def timed(timeout: float | None = None) -> Any:
-        took = time.thread_time() - mark[0]
-        if out and out[-1] < 0:
-            out.pop()  # the /bench/samples step itself
+        took, count = time.thread_time() - mark[0], answered()
+        if skip[0]:
+            skip[0] = False
+        elif count != mark[1]:
+            serving.append(took)
         else:
-            out.append(took)
+            background.append(took)
         try:
             return select(timeout)
         finally:
-            mark[0] = time.thread_time()
+            mark[0], mark[1] = time.thread_time(), answered()
 
     selector.select = timed
 
@@ -293,4 +318,5 @@ async def idle(session: Any, url: str, seconds: float) -> dict[str, Any]:
     await samples(session, url)
     await asyncio.sleep(seconds)
     got = await samples(session, url)
-    return {"cpu_per_s": got["cpu_s"] / seconds, "lag_s": got["lag_s"], "step_s": got["step_s"], "gc_s": got["gc_s"]}
+    return {"cpu_per_s": got["cpu_s"] / seconds, "lag_s": got["lag_s"], "step_s": got["background_s"],
+            "gc_s": got["gc_s"]}

@@ -12,6 +12,9 @@ worst the one the loop had already scheduled before reading the socket).
 ...     return "built"
 >>> asyncio.run(run_sliced(steps()))
 'built'
+
+Freeing is work too: dropping the last reference to a view of 5,000 nodes frees a few hundred thousand
+objects in one go (tens of milliseconds). :func:`release_sliced` drops such references a few at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Generator
 from typing import TypeVar
 
 SLICE_S = 0.0005  # longest stretch of background work between two yields to the event loop
+RELEASE_CHUNK = 32  # references dropped between two clock reads by release_sliced
 
 T = TypeVar("T")
 
@@ -62,3 +66,22 @@ async def run_sliced(steps: Generator[None, None, T], slicer: Slicer | None = No
             return stop.value  # type: ignore[no-any-return]
         if slicer.due():
             await slicer.pause()
+
+
+async def release_sliced(items: list[object], slicer: Slicer | None = None) -> None:
+    """Drop ``items`` (the references that keep a large object graph alive) a few at a time, yielding to the
+    loop whenever a slice is used up; ``items`` is empty afterwards, also when cancelled.
+
+    >>> held = [object() for _ in range(100)]
+    >>> asyncio.run(release_sliced(held)); held
+    []
+    """
+    slicer = slicer or Slicer()
+    slicer.restart()
+    try:
+        while items:
+            del items[-RELEASE_CHUNK:]
+            if slicer.due():
+                await slicer.pause()
+    finally:  # cancelled: the rest at once
+        items.clear()

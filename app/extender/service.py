@@ -28,7 +28,7 @@ from app.extender.metrics import AppLabels, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
-from app.extender.pacing import run_sliced
+from app.extender.pacing import release_sliced, run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body
 from app.extender.publisher import KafkaSink, PredictionPublisher, Sink
 from app.extender.warm import RunningRefresher, warm_start
@@ -86,6 +86,7 @@ class ExtenderService:
         self.feed: ViewFeed | None = None
         self._redis: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._releasing: set[asyncio.Task[None]] = set()  # old snapshots' node states being freed (_retire)
         self._serving = False
         self._stale_reason: str | None = None
         self._wanted = asyncio.Event()
@@ -138,13 +139,32 @@ class ExtenderService:
 
     def _install(self, snap: Snapshot) -> None:
         first = not self.holder.ready
+        old = self.holder.current
         snap = self.holder.swap(snap)
+        if old is not None:
+            self._retire(old)
         self.metrics.snapshot_nodes.set(len(snap.nodes))
         self.metrics.snapshot_models.set(len(snap.models))
         self.app_labels.update(key.split(":", 1)[0] for key in snap.models)
         if first:
             for callback in self.on_ready:
                 callback()
+
+    def _retire(self, old: Snapshot) -> None:
+        """Let go of the snapshot just replaced without freeing its node states in one loop step.
+
+        The states the builder replaced since ``old`` was built are referenced by ``old`` only; they are
+        collected in a list here, so that freeing ``old`` costs a dict, and released in slices by a task.
+        Without a running loop (a tool that rebuilds synchronously) they are freed at once.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        states: list[object] = list(old.nodes.values())
+        task = loop.create_task(release_sliced(states), name="extender-release")
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def _rebuilder(self) -> None:
         while True:
@@ -282,6 +302,8 @@ class ExtenderService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        if self._releasing:  # short work, and what it holds should not outlive the service: let it finish
+            await asyncio.gather(*self._releasing, return_exceptions=True)
         if self.feed is not None:
             await self.feed.stop()
             self.feed = None
