@@ -249,11 +249,6 @@ class ViewFeed:
                 return "ignored"
             self._on_completion(value["task_id"])
             return "applied"
-        if topic == COMPLETIONS:
-            if self._on_completion is None:
-                return "ignored"
-            self._on_completion(value["task_id"])
-            return "applied"
         version = self._builder.model_version(value["model_key"])
         if version is not None and version >= value["version"]:
             return "ignored"

@@ -7,7 +7,12 @@ samples of its own, so its residual correction cannot start. For a pod of ``app`
 *not yet learnt* when
 
 * no model covers it for ``app`` (no ``app:class`` model: a cold start), or
-* node-weights says it has completed fewer than ``min_samples`` tasks of ``app``.
+* node-weights says it has completed fewer than ``min_samples`` tasks of ``app``,
+
+and nothing is explored while no model of ``app`` covers any candidate: the scores are neutral then, so
+kube-scheduler's own placements sample the nodes anyway, and an explored pod would only swap a balanced
+placement for an arbitrary one (measured on the large preset: +13 % mean RTT over the first 40 % of the
+run, before the first models).
 
 Bounds: only a ``share`` of each app's pods may explore — chosen by a hash of the pod's uid, so the
 choice is the same on every replica and in every replay — and a node explores one pod of an app at a
@@ -54,12 +59,14 @@ def not_learnt(eligible: np.ndarray, covered: np.ndarray, samples: np.ndarray, i
     eligible
         Fresh data and not filtered out.
     covered
-        Some model of the app covers the node.
+        Some model of the app covers the node (none anywhere: no candidate is returned).
     samples
         Completed tasks of the app on the node (node-weights ``samples``).
     in_flight
         Pods of the app the scheduler counts as running there.
     """
+    if not covered.any():  # no model of the app here yet: nothing is learnt, nothing to steer towards
+        return np.zeros(eligible.shape, dtype=bool)
     return eligible & (~covered | (samples < min_samples)) & (in_flight == 0)
 
 
