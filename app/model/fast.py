@@ -246,7 +246,8 @@ class FastPredictor:
         n = X.shape[0]
         if not n or not X.shape[1]:
             return self._walk(X)
-        keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # each row's bytes
+        # each row's bytes (a void item converts to bytes)
+        keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
         memo = self._memo
         known = list(map(memo.get, keys))
         todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
