@@ -40,7 +40,7 @@ DIRECT_MAX_N = 256  # "auto" uses the O(n²) sums up to this many samples, the O
 METHODS = ("auto", "direct", "fast")
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def _row_sums(v: np.ndarray, order: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """``Σ_j |v_i - v_j|`` for every ``i``, from the ascending ``order`` of ``v`` (ties need no care)."""
     n = v.size
@@ -56,7 +56,7 @@ def _row_sums(v: np.ndarray, order: np.ndarray) -> np.ndarray:  # pragma: no cov
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def _direct(x: np.ndarray, y: np.ndarray, ax: np.ndarray,
             by: np.ndarray) -> tuple[float, float, float]:  # pragma: no cover - compiled
     """``Σ A_ij B_ij``, ``Σ A_ij²``, ``Σ B_ij²`` with the double-centred terms built on the fly."""
@@ -78,7 +78,7 @@ def _direct(x: np.ndarray, y: np.ndarray, ax: np.ndarray,
     return sab, saa, sbb
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def _cross_sum(xs: np.ndarray, ys: np.ndarray, ry: np.ndarray, m: int) -> float:  # pragma: no cover - compiled
     """``Σ_{i,j} |x_i - x_j| |y_i - y_j|`` for ``xs`` ascending, ``ry`` the dense 1-based ranks of ``ys``."""
     n = xs.size

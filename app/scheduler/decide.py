@@ -198,7 +198,12 @@ def running_features(apps: Sequence[str], running: Mapping[str, int], placed: Ma
     >>> running_features(("Motioncor2", "gCTF"), {"gCTF": 2}, {"gCTF": 1, "Motioncor2": 1})
     {'running_pods_Motioncor2': 1.0, 'running_pods_gCTF': 2.0}
     """
-    return {RUNNING_PREFIX + a: float(max(running.get(a, 0), placed.get(a, 0))) for a in apps}
+    return {name: float(max(running.get(a, 0), placed.get(a, 0))) for name, a in _running_names(tuple(apps))}
+
+
+@functools.lru_cache(maxsize=256)
+def _running_names(apps: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((RUNNING_PREFIX + a, a) for a in apps)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -280,8 +285,12 @@ def decide(
         rtt[own] = routes.predicted[at[own]]  # no model covers the node: node-weights' own prediction
     rtt *= corr
     model_rtt = rtt.copy()
+    factors: dict[tuple[str, ...], float] = {}  # nodes with the same pending apps share their factor
     for i, apps_pending in pending_on.items():
-        rtt[i] *= contention_factor(app, apps_pending, policy)
+        f = factors.get(apps_pending)
+        if f is None:
+            f = factors[apps_pending] = contention_factor(app, apps_pending, policy)
+        rtt[i] *= f
     failed: list[str | None] = [None] * n
     if policy.anti_affinity:
         for i in np.flatnonzero((known & table.busy[at]) | placed).tolist():  # an empty node never interferes

@@ -88,10 +88,9 @@ def inflicted_ms(snapshot: Snapshot, app: str, nodes: Sequence[str], at: np.ndar
         for j, name in enumerate(entry.feature_names):
             if not name.startswith(RUNNING_PREFIX):
                 continue
-            for k, (_, neighbours, _, _) in enumerate(rows):
-                v = neighbours.get(name, 0.0)
-                X[2 * k, j] = v
-                X[2 * k + 1, j] = v + (name == own)
+            column = np.array([neighbours.get(name, 0.0) for _, neighbours, _, _ in rows], dtype=np.float64)
+            X[0::2, j] = column  # without the pod
+            X[1::2, j] = column + 1.0 if name == own else column  # with it
         if input_col is not None:
             X[:, input_col] = np.repeat([mb for _, _, mb, _ in rows], 2)
         pred = np.asarray(entry.predictor.predict(X), dtype=np.float64)

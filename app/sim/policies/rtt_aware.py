@@ -55,7 +55,6 @@ from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.extender_http import top_hosts
 from app.sim.policies.kube_default import KubeDefault
 from app.sim.policies.training import SimulatedTrainer
 from app.sim.view import ClusterView, Task
@@ -234,7 +233,8 @@ class RttAware(BasePolicy):
             self.assumed.assume(task.task_id, task.app, best, ts, input_mb=task.input_mb)
             chosen = by_name[best]
         else:
-            hosts = top_hosts([{"Host": n, "Score": s} for n, s in d.scores()], by_name)
+            top = max(d.score, default=None)  # the candidates sharing the highest score go to kube-scheduler
+            hosts = [n for n, s in zip(d.nodes, d.score, strict=True) if s == top]
             chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
         if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
             v = d.verdict(d.nodes.index(chosen.name))

@@ -151,3 +151,23 @@ def test_threads_share_one_predictor(small_booster, fast):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: fast.predict(X), range(16)))
     assert all(np.array_equal(r, want) for r in results)
+
+
+def test_a_row_predicts_the_same_number_wherever_it_stands(small_booster):
+    X, _ = synthetic_rtt(21, seed=7, missing=0.2)  # 16 rows in a block, 5 in a padded block
+    together = FastPredictor.from_booster(small_booster).predict(X)
+    alone = FastPredictor.from_booster(small_booster)  # one row at a time: the row-by-row path
+    assert np.array_equal(together, np.concatenate([alone.predict(X[i:i + 1]) for i in range(len(X))]))
+
+
+def test_remembered_and_repeated_rows_give_the_walked_numbers(small_booster, monkeypatch):
+    X, _ = synthetic_rtt(40, seed=8, missing=0.3)
+    want = FastPredictor.from_booster(small_booster).predict(X)
+    fp = FastPredictor.from_booster(small_booster)
+    fp.predict(X[:10])
+    mixed = np.vstack([X[5:25], X[5:25], X[30:]])  # remembered, repeated within the call, new
+    assert np.array_equal(fp.predict(mixed), np.concatenate([want[5:25], want[5:25], want[30:]]))
+    monkeypatch.setattr("app.model.fast.MEMO_ROWS", 8)  # full: starts afresh, same numbers
+    assert np.array_equal(fp.predict(X), want)
+    assert np.array_equal(fp.predict(X[::-1]), want[::-1])
+    assert fp.predict(X[:0]).shape == (0,)
