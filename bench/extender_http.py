@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from extender_setup import features_value, log, node_names, payload, train, view, weights_value
+from extender_setup import features_value, log, node_names, payload, train, view, weights_value, with_input_size
 
 from app.config import Settings
 
@@ -281,15 +281,23 @@ async def one(session: Any, url: str, body: bytes) -> float:
 
 
 async def run_phase(session: Any, url: str, body: bytes, phase: dict[str, Any]) -> dict[str, Any]:
-    """``rate`` req/s open loop, ``conc`` connections closed loop (rate 0), or ``bursts`` of ``conc`` at once."""
+    """``rate`` req/s open loop, ``conc`` connections closed loop (rate 0), or ``bursts`` of ``conc`` at once;
+    every request a different pod (:func:`extender_setup.with_input_size`)."""
+    made = [0]
+
+    def pod() -> bytes:
+        made[0] += 1
+        return with_input_size(body, made[0])
+
     for _ in range(phase.get("warmup", 20)):
-        await one(session, url, body)
+        await one(session, url, pod())
     await samples(session, url)
     lat: list[float] = []
     start = time.perf_counter()
     if phase.get("bursts"):
         for _ in range(phase["bursts"]):
-            lat.extend(await asyncio.gather(*(one(session, url, body) for _ in range(phase["conc"]))))
+            bodies = [pod() for _ in range(phase["conc"])]
+            lat.extend(await asyncio.gather(*(one(session, url, b) for b in bodies)))
     elif phase.get("rate"):
         rate, total = phase["rate"], int(phase["rate"] * phase["seconds"])
         tasks = []
@@ -297,14 +305,15 @@ async def run_phase(session: Any, url: str, body: bytes, phase: dict[str, Any]) 
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(session, url, body)))
+            tasks.append(asyncio.ensure_future(one(session, url, pod())))
         lat = list(await asyncio.gather(*tasks))
     else:
         stop = start + phase["seconds"]
 
         async def worker() -> None:
             while time.perf_counter() < stop:
-                lat.append(await one(session, url, body))
+                request = pod()
+                lat.append(await one(session, url, request))
 
         await asyncio.gather(*(worker() for _ in range(phase["conc"])))
     achieved = len(lat) / (time.perf_counter() - start)

@@ -101,7 +101,8 @@ def in_process_service(booster: Any, features: list[dict[str, Any]], now: float)
 
 
 def payload(n: int, mode: str) -> bytes:
-    """ExtenderArgs for the gCTF fixture pod over n nodes: ``nodes`` (full NodeList) or ``names``."""
+    """ExtenderArgs for the gCTF fixture pod over n nodes: ``nodes`` (full NodeList) or ``names``
+    (one pod: :func:`with_input_size` makes the others)."""
     pod = json.loads((KUBE / "pod_gctf.json").read_text())
     if mode == "names":
         return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": node_names(n)})
@@ -116,12 +117,27 @@ def payload(n: int, mode: str) -> bytes:
                          "NodeNames": None})
 
 
-def ours(service: ExtenderService, body: bytes, iters: int) -> tuple[list[float], list[int]]:
-    """Seconds per prioritize as the handler runs it: decode, decide, encode; and the last scores."""
+SIZE_ANNOTATION = b'"rttsched.io/input-size-mb":"512"'  # the fixture pod's
+
+
+def with_input_size(body: bytes, i: int) -> bytes:
+    """``body`` (from :func:`payload`) for the ``i``-th pod: its own input size (256.000-1279.999 MB).
+
+    Every request is a different pod, as in a cluster: the predictor remembers rows it has seen
+    (:mod:`app.model.fast`), and the same pod again and again would measure its memory, not the decision.
+    """
+    size = 256.0 + (i * 7919) % 1_024_000 / 1000.0
+    return body.replace(SIZE_ANNOTATION, b'"rttsched.io/input-size-mb":"%.3f"' % size, 1)
+
+
+def ours(service: ExtenderService, body: bytes, iters: int, first: int = 0) -> tuple[list[float], list[int]]:
+    """Seconds per prioritize as the handler runs it: decode, decide, encode; and the last scores.
+    Repetition ``i`` is the pod ``with_input_size(body, first + i)``."""
     out, answer = [], b"[]"
-    for _ in range(iters):
+    for i in range(first, first + iters):
+        request = with_input_size(body, i)
         t0 = time.perf_counter()
-        answer = service.prioritize(parse_args(body))
+        answer = service.prioritize(parse_args(request))
         out.append(time.perf_counter() - t0)
         service.assumed.forget(POD_UID)
     return out, [r["Score"] for r in orjson.loads(answer)]
@@ -129,12 +145,13 @@ def ours(service: ExtenderService, body: bytes, iters: int) -> tuple[list[float]
 
 def baseline(booster: Any, rows_of: dict[str, dict[str, float]], body: bytes, iters: int,
              per_node: bool) -> tuple[list[float], list[int]]:
-    """The baselines of the module docstring: seconds per request and the last scores."""
+    """The baselines of the module docstring: seconds per request and the last scores (the pods of :func:`ours`)."""
     out: list[float] = []
     scores: list[int] = []
-    for _ in range(iters):
+    for i in range(iters):
+        request = with_input_size(body, i)
         t0 = time.perf_counter()
-        doc = orjson.loads(body)
+        doc = orjson.loads(request)
         nodes = doc.get("Nodes")
         names = [it["metadata"]["name"] for it in nodes["items"]] if nodes else doc["NodeNames"]
         size = float(doc["Pod"]["metadata"]["annotations"]["rttsched.io/input-size-mb"])

@@ -1,7 +1,8 @@
 """When a model key's sample count calls for a retrain (a cold start, or enough new samples since the last),
 and how often one key may ask at all (:class:`Debounce`).
 
-Two rules, on the samples of a key seen by one worker (``count``):
+Two rules, on the samples of a key seen by one worker (``count``), checked every :data:`SAMPLE_CHECK_S`
+(not at the error period's close: a new cluster's first models should not wait up to a period for it):
 
 * **cold start** — the key has no model and ``count >= cold_start``; asked again only when the count has
   doubled since the last ask (the trainer may have found the samples too few or too poor);
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 
 COLD_START, GROWTH = "cold_start", "growth"
+SAMPLE_CHECK_S = 1.0  # how often sample counts are checked against these rules (s; at most the error period)
 
 
 class SampleGrowth:

@@ -44,7 +44,7 @@ from app.model.train import booster_from_bytes
 
 LANES = 16  # rows per block: independent chains per tree walk
 ROWS_AS_BLOCK = 5  # a tail of at least this many rows is walked as one padded block, fewer row by row
-MEMO_ROWS = 65_536  # rows a predictor remembers (about 10 MB for 12 features); then it starts afresh
+MEMO_ROWS = 16_384  # rows a predictor remembers (2-4 MB at 12-46 features); then it starts afresh
 _NAN_LEFT = np.int32(-(2**31))
 _NAN_RIGHT = np.int32(2**31 - 1)
 

@@ -1,4 +1,5 @@
-"""Every error period: prediction-errors per node, DWA windows, and retrain-events (drift, cold start, growth).
+"""Every error period: prediction-errors per node, DWA windows and drift retrain-events; every second: cold-start
+and growth retrain-events.
 
 The period timer (``settings.error_period_s``) closes the open period of every node this worker holds
 (:meth:`~app.drift.tracker.NodeTracker.close`) and stages one prediction-errors message per node that had
@@ -11,12 +12,14 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
   travels in node-features ``windows`` and is persisted with the node's window.
 * Drift: when a node × app detector fires, a retrain-event for ``app:node_class`` with reason ``drift``,
   the statistic (``cumulative_error``), ``threshold``, ``ts`` and ``onset_ts``.
-* Cold start: a model key without a model whose samples seen by this worker reach
+* Cold start (checked every ``SAMPLE_CHECK_S``, 1 s, not only at the period's close): a model key without
+  a model whose samples seen by this worker reach
   ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
   the sample count, ``threshold``: the option); asked again only once the count has doubled (the
   trainer may still be training, or found too few usable rows).
-* Growth: a key with a model whose samples grew by ``options.retrain_growth`` (50 %) since the last
-  retrain asked gets a retrain-event with reason ``growth`` (:mod:`app.drift.growth`).
+* Growth (checked with the cold start): a key with a model whose samples grew by
+  ``options.retrain_growth`` (50 %) since the last retrain asked gets a retrain-event with reason
+  ``growth`` (:mod:`app.drift.growth`).
 
 Drift retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per
 worker (:class:`~app.drift.growth.Debounce`; cold-start and growth asks are spaced by their own rule).
@@ -33,7 +36,7 @@ import faust
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
-from app.drift.growth import Debounce, SampleGrowth
+from app.drift.growth import SAMPLE_CHECK_S, Debounce, SampleGrowth
 from app.drift.tracker import AppReport
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
@@ -131,6 +134,9 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     @app.timer(period, name="feedback-errors")
     async def error_period() -> None:
         await close_period()
+
+    @app.timer(min(period, SAMPLE_CHECK_S), name="feedback-samples")
+    async def sample_check() -> None:
         await cold_start()
 
     loop.handles["close_period"] = close_period

@@ -18,8 +18,8 @@ Nothing here predicts, learns or decides by a rule of its own; each step calls w
   residual, from the model's own prediction) and one training sample (:func:`app.features.node_value.sample_value`
   into the trainer's :class:`~app.trainer.history.SampleHistory`); every error period
   ``NodeTracker.close`` (DWA, Page-Hinkley with drift episodes, credibility) gives node-weights
-  (``NodeTracker.weights_fields``) and drift retrains with their onset, and
-  :class:`~app.drift.growth.SampleGrowth` cold-start and growth retrains, each debounced per key;
+  (``NodeTracker.weights_fields``) and drift retrains with their onset, and every ``SAMPLE_CHECK_S``
+  :class:`~app.drift.growth.SampleGrowth` asks cold-start and growth retrains, each debounced per key;
 - **retrains** (trainer): :class:`~app.sim.policies.training.SimulatedTrainer` runs
   :func:`app.trainer.pipeline.retrain` off the decision path; a promoted model serves from its verdict
   on, and the residuals and drift detectors of its app on its class's nodes start afresh.
@@ -41,7 +41,7 @@ import numpy as np
 from app.config import Settings
 from app.contracts.completions import service_ms
 from app.contracts.keys import model_key, parse_model_key
-from app.drift.growth import Debounce, SampleGrowth
+from app.drift.growth import SAMPLE_CHECK_S, Debounce, SampleGrowth
 from app.drift.residual import model_prediction
 from app.drift.tracker import NodeTracker
 from app.features.node_value import features_value, sample_value
@@ -120,6 +120,7 @@ class RttAware(BasePolicy):
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
         self._next_period: float | None = None
+        self._next_samples: float | None = None
         self._next_running: float | None = None
         self.name = "rtt_aware" + ("" if dwa else "_fixed_window") + ("" if select else "_all_features")
 
@@ -166,6 +167,9 @@ class RttAware(BasePolicy):
         elif ts >= self._next_period:
             self._next_period = ts + self.settings.error_period_s
             self._close_period(view)
+        if self._next_samples is None or ts >= self._next_samples:
+            self._next_samples = ts + min(self.settings.error_period_s, SAMPLE_CHECK_S)
+            self._check_samples(view)
         for done in self.trainer.ready(view.now):
             self._install(done, view)
         self.assumed.expire(ts)
@@ -188,6 +192,9 @@ class RttAware(BasePolicy):
                 fields.pop("correction", None)
             self.builder.apply_node_weights({"node": node, "ts": ts, **fields, "predicted_rtt_ms": {}, "stale": False})
             self.trace.weights.append((t, node, float(fields["weight"])))
+
+    def _check_samples(self, view: ClusterView) -> None:
+        """Cold-start and growth retrains (the worker's sample check, every ``SAMPLE_CHECK_S``)."""
         for key, count in list(self.samples_per_key.items()):
             has_model = key in self.models
             reason = self.growth.due(key, count, has_model=has_model)
