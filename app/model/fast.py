@@ -250,24 +250,21 @@ class FastPredictor:
         keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
         memo = self._memo
         known = list(map(memo.get, keys))
+        missing = known.count(None)
+        if not missing:
+            return np.array(known, dtype=np.float64)
+        if len(memo) + missing > MEMO_ROWS:
+            memo.clear()
+        if missing == n and len(set(keys)) == n:  # all new and distinct (a pod's idle candidates): one walk
+            out = self._walk(X)
+            memo.update(zip(keys, out.tolist(), strict=True))
+            return out
         todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
         for i, value in enumerate(known):
             if value is None and keys[i] not in todo:
                 todo[keys[i]] = i
-        if not todo:
-            return np.array(known, dtype=np.float64)
-        if len(todo) == n:
-            out = self._walk(X)
-            walked = out.tolist()
-        else:
-            out = None
-            walked = self._walk(X[list(todo.values())]).tolist()
-        fresh = dict(zip(todo, walked, strict=True))
-        if len(memo) + len(fresh) > MEMO_ROWS:
-            memo.clear()
+        fresh = dict(zip(todo, self._walk(X[list(todo.values())]).tolist(), strict=True))
         memo.update(fresh)
-        if out is not None:
-            return out
         return np.array([fresh[keys[i]] if v is None else v for i, v in enumerate(known)], dtype=np.float64)
 
     def _walk(self, X: np.ndarray) -> np.ndarray:
