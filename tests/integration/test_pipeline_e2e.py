@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import statistics
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,11 @@ def test_exporters_to_node_features(kafka_settings: Settings, tmp_path: Path) ->
     assert want["cpu_iowait"][0] == 0.0 and want["cpu_iowait"][1] > 0.01  # the test data is what it claims
 
     with ProcessGroup(tmp_path) as group:
-        url = start_worker(group, s, RTT_FEATURE_WINDOW_S=str(WINDOW_S), RTT_FEATURE_EMIT_INTERVAL_S="0.2")
+        # the captures keep the time they were recorded at: a day later the worker's admission would call
+        # them too old (ts_too_old), so it is told to accept their age
+        age = str(max(86_400.0, time.time() - START_TS + 86_400.0))
+        url = start_worker(group, s, RTT_FEATURE_WINDOW_S=str(WINDOW_S), RTT_FEATURE_EMIT_INTERVAL_S="0.2",
+                           RTT_MAX_EVENT_AGE_S=age)
         asyncio.run(bridge_rounds(s, MALFORMED))
 
         def final(records: list[Any]) -> bool:
