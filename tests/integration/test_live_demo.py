@@ -48,10 +48,17 @@ def _pids(out: Path) -> dict[str, int]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _default_sigint() -> None:
+    """In the child before exec: Ctrl-C as a terminal delivers it. A test run started as a background job
+    (``pytest &``, a CI runner) has SIGINT ignored, and an ignored signal stays ignored across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _demo(out: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), *args],
         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - only resets a signal disposition
     )
 
 
