@@ -19,7 +19,8 @@ Prints, each with the command's settings:
 2. **DWA vs a fixed 30 s window**: prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
 3. **exploration**: its placements, their mean time on the node against every task's, and what turning
    it off does to the mean RTT;
-4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large).
+4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large, seed 1), with the
+   mean RTT of each fifth of the run beside kube_default's and the calibrated table's (how long learning takes).
 """
 
 from __future__ import annotations
@@ -98,14 +99,21 @@ def mean_of(runs: list[dict[str, float]], key: str) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
+def fifths(m: RunMetrics) -> list[float]:
+    """Mean RTT (ms) of each fifth of the run's tasks, in arrival order."""
+    idx, n = np.arange(len(m.apps)), len(m.apps)
+    return [float(m.rtt_ms[m.ok & (idx >= k * n // 5) & (idx < (k + 1) * n // 5)].mean()) for k in range(5)]
+
+
 def speed(preset: str, n_tasks: int) -> None:
     print(f"\n== speed: rtt_aware on the {preset} preset, {n_tasks} tasks (simulated tasks per second of wall time) ==")
-    print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}")
-    for policy in ("kube_default", "rtt_aware"):
+    print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}{'mean ms':>9}   mean ms by fifth of the run")
+    for policy in ("kube_default", "static_best", "rtt_aware"):
         t0 = time.perf_counter()
-        run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}) if policy == "rtt_aware" else policy, 1)
+        m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}) if policy == "rtt_aware" else policy, 1)
         dt = time.perf_counter() - t0
-        print(f"{policy:<14}{dt:>9.1f}{n_tasks / dt:>10.0f}{n_tasks / dt / SPEED_GOAL:>11.2f}x", flush=True)
+        print(f"{policy:<14}{dt:>9.1f}{n_tasks / dt:>10.0f}{n_tasks / dt / SPEED_GOAL:>11.2f}x"
+              f"{float(m.rtt_ms[m.ok].mean()):>9.1f}   " + " ".join(f"{x:6.1f}" for x in fifths(m)), flush=True)
 
 
 def main() -> int:
