@@ -31,6 +31,15 @@ COLD_START, GROWTH = "cold_start", "growth"
 SAMPLE_CHECK_S = 1.0  # how often sample counts are checked against these rules (s; at most the error period)
 
 
+def sample_check_s(error_period_s: float) -> float:
+    """Seconds between two sample checks with this error period (the worker's timer, the simulator's tick).
+
+    >>> sample_check_s(5.0), sample_check_s(0.5)
+    (1.0, 0.5)
+    """
+    return min(error_period_s, SAMPLE_CHECK_S)
+
+
 class SampleGrowth:
     """Per model key, the sample count at the last retrain asked, and the rules above."""
 

@@ -36,7 +36,7 @@ import faust
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
-from app.drift.growth import SAMPLE_CHECK_S, Debounce, SampleGrowth
+from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.tracker import AppReport
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
@@ -135,7 +135,7 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     async def error_period() -> None:
         await close_period()
 
-    @app.timer(min(period, SAMPLE_CHECK_S), name="feedback-samples")
+    @app.timer(sample_check_s(period), name="feedback-samples")
     async def sample_check() -> None:
         await cold_start()
 

@@ -24,7 +24,7 @@ import http.client
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,10 +80,14 @@ def top_hosts(answer: Any, candidates: Collection[str]) -> list[str]:
     for item in answer:
         if isinstance(item, dict) and item.get("Host") in candidates and isinstance(item.get("Score"), int):
             scores[item["Host"]] = item["Score"]
-    if not scores:
-        return []
-    best = max(scores.values())
-    return [h for h, s in scores.items() if s == best]
+    return top_scored(scores.items())
+
+
+def top_scored(scores: Iterable[tuple[str, int]]) -> list[str]:
+    """The hosts sharing the highest score of (host, score) pairs, in their order (empty if none)."""
+    pairs = list(scores)
+    best = max((s for _, s in pairs), default=None)
+    return [h for h, s in pairs if s == best]
 
 
 class ExtenderPolicy(BasePolicy):

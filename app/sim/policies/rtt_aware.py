@@ -41,7 +41,7 @@ import numpy as np
 from app.config import Settings
 from app.contracts.completions import service_ms
 from app.contracts.keys import model_key, parse_model_key
-from app.drift.growth import SAMPLE_CHECK_S, Debounce, SampleGrowth
+from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.residual import model_prediction
 from app.drift.tracker import NodeTracker
 from app.features.node_value import features_value, sample_value
@@ -55,6 +55,7 @@ from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
+from app.sim.policies.extender_http import top_scored
 from app.sim.policies.kube_default import KubeDefault
 from app.sim.policies.training import SimulatedTrainer
 from app.sim.view import ClusterView, Task
@@ -168,7 +169,7 @@ class RttAware(BasePolicy):
             self._next_period = ts + self.settings.error_period_s
             self._close_period(view)
         if self._next_samples is None or ts >= self._next_samples:
-            self._next_samples = ts + min(self.settings.error_period_s, SAMPLE_CHECK_S)
+            self._next_samples = ts + sample_check_s(self.settings.error_period_s)
             self._check_samples(view)
         for done in self.trainer.ready(view.now):
             self._install(done, view)
@@ -240,8 +241,7 @@ class RttAware(BasePolicy):
             self.assumed.assume(task.task_id, task.app, best, ts, input_mb=task.input_mb)
             chosen = by_name[best]
         else:
-            top = max(d.score, default=None)  # the candidates sharing the highest score go to kube-scheduler
-            hosts = [n for n, s in zip(d.nodes, d.score, strict=True) if s == top]
+            hosts = top_scored(d.scores())  # the candidates sharing the highest score go to kube-scheduler
             chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
         if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
             v = d.verdict(d.nodes.index(chosen.name))

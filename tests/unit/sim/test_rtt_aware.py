@@ -67,6 +67,7 @@ def test_the_simulator_and_the_live_processes_share_their_learning_functions():
     assert rtt_aware.features_value is node_state.features_value
     assert rtt_aware.NodeTracker is feedback_state.NodeTracker
     assert rtt_aware.SampleGrowth is feedback_errors.SampleGrowth and rtt_aware.Debounce is feedback_errors.Debounce
+    assert rtt_aware.sample_check_s is feedback_errors.sample_check_s
     assert rtt_aware.SampleHistory is trainer.SampleHistory
     assert feedback_weights.FeedbackLoop is feedback_state.FeedbackLoop  # node-weights: NodeTracker.weights_fields
 
