@@ -47,6 +47,10 @@ def _fraction(v: float) -> str | None:
     return None if 0.0 <= v <= 1.0 else f"must be between 0 and 1 (got {v})"
 
 
+def _fetch_wait(v: int) -> str | None:
+    return None if 1 <= v <= 5000 else f"must be between 1 and 5000 ms (got {v})"
+
+
 def _one_of(*allowed: str) -> Callable[[str], str | None]:
     def check(v: str) -> str | None:
         return None if v in allowed else f"must be one of {', '.join(repr(a) for a in allowed)} (got {v!r})"
@@ -163,6 +167,9 @@ class Settings:
                                " against; empty = the system's")
     kafka_ssl_certfile: str = _f("", _readable_file, doc="client certificate (PEM) for mutual TLS")
     kafka_ssl_keyfile: str = _f("", _readable_file, doc="client private key (PEM) for mutual TLS")
+    kafka_fetch_max_wait_ms: int = _f(50, _fetch_wait, doc="longest a fetch of the extender's view and the worker's"
+                                      " intakes waits for data (a broker that holds a fetch to this bound"
+                                      " delays every message by up to it)")
     redis_password_file: str = _f("", _readable_file, doc="file holding the Redis password (a mounted Secret);"
                                   " added to REDIS_URL when connecting")
     metrics_host: str = _f("0.0.0.0", doc="address the /metrics server of the worker, trainer, bridge and pods"

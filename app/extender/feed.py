@@ -39,7 +39,7 @@ from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
 from app.extender.pacing import Slicer
-from app.kafka.client import client_options
+from app.kafka.client import consumer_options
 from app.kafka.positions import PositionGuard
 from app.kafka.quiet import quiet_client_errors
 from app.scheduler.builder import SnapshotBuilder
@@ -141,7 +141,7 @@ class ViewFeed:
     async def _connect(self) -> None:
         if not self.status.startswith("Kafka at"):  # not retrying: say so (retries are reported by _run)
             self._report(f"connecting to Kafka at {self._settings.bootstrap_servers}", logging.INFO)
-        consumer = AIOKafkaConsumer(**client_options(
+        consumer = AIOKafkaConsumer(**consumer_options(
             self._settings, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
             max_partition_fetch_bytes=4 * 1024 * 1024, request_timeout_ms=10_000,
         ))

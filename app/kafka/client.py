@@ -52,6 +52,17 @@ def client_options(settings: Settings, **extra: Any) -> dict[str, Any]:
     return {"bootstrap_servers": settings.bootstrap_servers, **security_options(settings), **extra}
 
 
+def consumer_options(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """:func:`client_options` for an ``AIOKafkaConsumer`` that must see messages soon after they are produced:
+    ``fetch_max_wait_ms`` from ``RTT_KAFKA_FETCH_MAX_WAIT_MS``. A broker that answers a fetch only when its
+    wait runs out (Tansu does) delays each message by up to that bound; aiokafka's default is 500 ms.
+
+    >>> consumer_options(Settings.from_env({}), group_id=None)["fetch_max_wait_ms"]
+    50
+    """
+    return client_options(settings, fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **extra)
+
+
 def faust_credentials(settings: Settings) -> Any:
     """``broker_credentials`` for ``faust.App``: None for PLAINTEXT."""
     protocol = settings.kafka_security_protocol

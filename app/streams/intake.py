@@ -40,7 +40,7 @@ from app.config import Settings
 from app.contracts.admission import check_key, check_time
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
-from app.kafka.client import client_options
+from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
 from app.streams.changelog import Row
 from app.streams.deadletter import DeadLetters
@@ -146,9 +146,9 @@ class PartitionIntake:
         await self._producer.start()
         self.sender = BatchSender(self._producer)
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
-        self._consumer = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
-                                                           auto_offset_reset="none", max_partition_fetch_bytes=4 << 20,
-                                                           fetch_max_wait_ms=100))
+        self._consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
+                                                             auto_offset_reset="none",
+                                                             max_partition_fetch_bytes=4 << 20))
         await self._consumer.start()
         self.guard = PositionGuard(self._consumer, self.name, topic_label=lambda t: self.topics.get(t, t),
                                    registry=self.metrics.registry)

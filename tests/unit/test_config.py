@@ -13,3 +13,14 @@ def test_bad_config_names_the_field():
     assert info.value.field == "RTT_EXTENDER_PORT"
     with pytest.raises(ConfigError, match="RTT_SCRAPE_INTERVAL_S: must be a float"):
         Settings.from_env({"RTT_SCRAPE_INTERVAL_S": "fast"})
+
+
+def test_fetch_wait_is_bounded_and_named():
+    from app.config import Settings
+
+    assert Settings.from_env({}).kafka_fetch_max_wait_ms == 50
+    assert Settings.from_env({"RTT_KAFKA_FETCH_MAX_WAIT_MS": "200"}).kafka_fetch_max_wait_ms == 200
+    for bad in ("0", "6000"):
+        with pytest.raises(ConfigError) as info:
+            Settings.from_env({"RTT_KAFKA_FETCH_MAX_WAIT_MS": bad})
+        assert info.value.field == "RTT_KAFKA_FETCH_MAX_WAIT_MS"
