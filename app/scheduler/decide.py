@@ -53,7 +53,7 @@ from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla
 from app.scheduler.inflict import inflicted_ms
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
-from app.scheduler.scoring import MAX_SCORE, NEUTRAL_SCORE, score_nodes
+from app.scheduler.scoring import MAX_SCORE, MIN_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import ModelEntry, Snapshot
 from app.scheduler.table import AppRoutes
 
@@ -306,7 +306,7 @@ def decide(
                              policy.inflicted_weight) if priced and policy.inflicted_weight > 0 else None
     cost = rtt if inflicted is None else rtt + inflicted
     scores = score_nodes(cost, cred)
-    passing = np.array([f is None for f in failed], dtype=bool)
+    passing = np.ones(n, dtype=bool) if failed.count(None) == n else np.array([f is None for f in failed], dtype=bool)
     unlearnt = not_learnt(fresh & passing, model >= 0, samples, in_flight, policy.explore_min_samples)
     e = explored(task_id, nodes, unlearnt, samples, share=policy.explore_share)
     expected = rtt
@@ -322,7 +322,9 @@ def decide(
             top = ok[scores[ok] == scores[ok].max()]
             winner = int(top[np.lexsort((-cred[top], cost[top]))[0]])  # lowest cost, then most credible
     if winner is not None and n > 1:
-        rest = int(np.delete(scores, winner).max())
+        own, scores[winner] = scores[winner], MIN_SCORE - 1
+        rest = int(scores.max())  # the highest score of the others
+        scores[winner] = own
         if scores[winner] <= rest:  # tied (or explored below others): make the winner the only top
             if rest < MAX_SCORE:
                 scores[winner] = rest + 1
