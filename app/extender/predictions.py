@@ -21,6 +21,7 @@ node with nothing running), and only the node and its prediction per record. It 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -97,9 +98,14 @@ def encode_decision(decision: Decision, ts: float, chunk: int = 128) -> Iterator
             feat = maps.get(id(fmap))
             if feat is None:
                 feat = maps[id(fmap)] = b',"features":' + _dumps(dict(fmap)) if fmap else b""
-            node = nodes[i]
+            key, node = _node_parts(nodes[i])
             c = corr[i] if corr else 1.0
-            out.append((node.encode(), b'%s%s,"predicted_rtt_ms":%s%s%s%s}' % (
-                head, _dumps(node), _dumps(rtt if isfinite(rtt) else None), model, feat,
-                b',"correction":' + _dumps(c) if c != 1.0 else b"")))
+            out.append((key, b"".join((head, node, _dumps(rtt if isfinite(rtt) else None), model, feat,
+                                       b',"correction":' + _dumps(c) + b"}" if c != 1.0 else b"}"))))
         yield out
+
+
+@functools.lru_cache(maxsize=65_536)
+def _node_parts(node: str) -> tuple[bytes, bytes]:
+    """A node's record key and its part of the value up to the prediction (node names recur on every request)."""
+    return node.encode(), _dumps(node) + b',"predicted_rtt_ms":'
