@@ -192,8 +192,11 @@ class ViewFeed:
                 continue
             guard.note(batches)
             slicer.restart()
+            now_ms = time.time() * 1000.0
             for tp, messages in batches.items():
                 topic = self._topic_of.get(tp.topic, tp.topic)
+                if messages:  # how late the view is: the newest record of the partition in this fetch
+                    self._metrics.feed_delay.labels(topic).observe(max(0.0, now_ms - messages[-1].timestamp) / 1000.0)
                 for msg in messages:
                     self.apply(topic, msg.key, msg.value)
                     if slicer.due():

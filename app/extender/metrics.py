@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -57,6 +58,10 @@ class ExtenderMetrics:
         self.dropped = Counter("rtt_extender_predictions_dropped_total", "rtt-predictions dropped", registry=r)
         self.feed_messages = Counter("rtt_extender_feed_messages_total", "View messages by topic and result",
                                      ["topic", "result"], registry=r)
+        self.feed_delay = Histogram("rtt_extender_feed_delay_seconds",
+                                    "Age of the newest record of each partition in a fetch when the view reads it"
+                                    " (record timestamp to now; large while catching up at start)", ["topic"],
+                                    buckets=DELAY_BUCKETS, registry=r)
         self.model_loads = Counter("rtt_extender_model_loads_total", "Model loads by result", ["result"],
                                    registry=r)
         self.errors = Counter("rtt_extender_errors_total", "Unexpected errors answered with 500", registry=r)

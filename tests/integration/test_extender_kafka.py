@@ -144,6 +144,18 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
             assert time.monotonic() < deadline, scores
             await asyncio.sleep(0.1)
 
+        # how late the view reads each topic: the newest record of a partition per fetch, record time to now
+        text = await (await client.get("/metrics")).text()
+        delays = {line.split("{")[0].rsplit("_", 1)[-1] + ":" + line.split('topic="')[1].split('"')[0]:
+                  float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("rtt_extender_feed_delay_seconds_") and 'le="' not in line}
+        for topic in ("node-features", "node-weights", "model-updates"):
+            assert delays[f"count:{topic}"] >= 1, delays
+            assert 0.0 <= delays[f"sum:{topic}"] < 60.0 * delays[f"count:{topic}"], delays
+        fresh = [line for line in text.splitlines()
+                 if line.startswith('rtt_extender_feed_delay_seconds_bucket{le="5.0",topic="node-features"}')]
+        assert fresh and float(fresh[0].rsplit(" ", 1)[1]) >= 1, fresh
+
     # the worker's cache of the latest values (the extender cached the model-updates it installed)
     import redis.asyncio as aioredis
 
