@@ -60,9 +60,10 @@ def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[floa
     if rtt.size:
         lo = rtt.min()
         cred = np.asarray(credibility, dtype=np.float64)
-        # every prediction usable and every credibility in [0, 1] (a NaN fails each test): the same arithmetic
-        # without the masks and clamps (the blend of a score in (0, 10] and 5 cannot leave [0, 10])
-        if lo > 0 and rtt.max() < np.inf and cred.min() >= 0.0 and cred.max() <= 1.0:
+        # every prediction usable and every credibility in [0, 1] (a NaN fails each test), and MAX_SCORE * lo
+        # finite: the same arithmetic without the masks and clamps (the blend of a score in (0, 10] and 5
+        # cannot leave [0, 10])
+        if 0 < lo < 1e300 and rtt.max() < np.inf and cred.min() >= 0.0 and cred.max() <= 1.0:
             return np.rint(cred * (MAX_SCORE * lo / rtt) + (1.0 - cred) * NEUTRAL_SCORE).astype(np.int64)
     out = np.full(rtt.shape, NEUTRAL_SCORE, dtype=np.int64)
     with np.errstate(invalid="ignore"):

@@ -87,11 +87,14 @@ def test_integer_scores_are_the_rounded_blended_scores(pairs: list[tuple[float, 
     assert score_nodes(rtt, cred).tolist() == expected.tolist()
 
 
-@given(st.lists(st.tuples(st.floats(1e-6, 1e9), st.floats(0.0, 1.0)), min_size=1, max_size=64))
+@given(st.lists(st.tuples(st.one_of(st.floats(1e-6, 1e9), st.floats(1e-300, 1.7e308)), st.floats(0.0, 1.0)),
+                min_size=1, max_size=64))
 def test_every_usable_candidate_takes_the_same_arithmetic(pairs: list[tuple[float, float]]) -> None:
     """The case of every request with fresh predictions (no NaN, credibility in [0, 1]): same integers."""
     rtt = np.array([p[0] for p in pairs], dtype=np.float64)
     cred = np.array([p[1] for p in pairs], dtype=np.float64)
-    expected = np.rint(blended_scores(rtt, cred)).astype(np.int64)
-    assert score_nodes(rtt, cred).tolist() == expected.tolist()
-    assert score_nodes(rtt.tolist(), cred.tolist()).tolist() == expected.tolist()
+    with np.errstate(all="ignore"):  # 10 x the fastest RTT may overflow when it is near the largest float
+        expected = np.rint(blended_scores(rtt, cred)).astype(np.int64)
+        got = score_nodes(rtt, cred).tolist()
+        assert score_nodes(rtt.tolist(), cred.tolist()).tolist() == got
+    assert got == expected.tolist()
