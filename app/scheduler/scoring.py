@@ -57,9 +57,9 @@ def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[floa
     The same numbers as ``rint(blended_scores(...))``, with fewer array passes (it runs on every request).
     """
     rtt = np.asarray(rtt_ms, dtype=np.float64)
+    cred = np.asarray(credibility, dtype=np.float64)
     if rtt.size:
         lo = rtt.min()
-        cred = np.asarray(credibility, dtype=np.float64)
         # every prediction usable and every credibility in [0, 1] (a NaN fails each test), and MAX_SCORE * lo
         # finite: the same arithmetic without the masks and clamps (the blend of a score in (0, 10] and 5
         # cannot leave [0, 10])
@@ -71,7 +71,7 @@ def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[floa
     if not ok.any():
         return out
     r = rtt[ok]
-    c = np.asarray(credibility, dtype=np.float64)[ok]
+    c = cred[ok]
     c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
     blended = c * (MAX_SCORE * r.min() / r) + (1.0 - c) * NEUTRAL_SCORE
     out[ok] = np.clip(np.rint(blended), MIN_SCORE, MAX_SCORE)
