@@ -10,6 +10,10 @@ other side never came expires after ``ttl_s`` (measured from the key's first arr
   node, the task runs on one);
 * a done key leaves silently.
 
+A key may also *hold* a value beside its sides (:meth:`JoinBuffer.hold`): the feedback join keeps there a
+completion whose training sample cannot be made yet (its node's class unknown). A held value lives and
+persists with its key; when the key leaves it comes out of :meth:`JoinBuffer.expire` as ``held``.
+
 Memory is bounded by ``max_entries``: past it the oldest keys leave early, with the same outcomes.
 Times come from an injected clock (wall-clock seconds, so that entries restored after a restart keep
 their age). Changes are tracked for a changelog (:meth:`JoinBuffer.take_changes`) and each entry
@@ -44,17 +48,19 @@ from app.clock import Clock, SystemClock
 Key = tuple[str, str]  # (task_id, node)
 
 WAITING, MATCHED, DUPLICATE = "waiting", "matched", "duplicate"
-EXPIRED, NO_PREDICTION = "expired", "no_prediction"
+EXPIRED, NO_PREDICTION, HELD = "expired", "no_prediction", "held"
 
 
 class _Entry:
-    __slots__ = ("completion", "done", "prediction", "since")
+    __slots__ = ("completion", "done", "held", "prediction", "since")
 
-    def __init__(self, since: float, completion: Any = None, prediction: Any = None, done: bool = False) -> None:
+    def __init__(self, since: float, completion: Any = None, prediction: Any = None, done: bool = False,
+                 held: Any = None) -> None:
         self.since = since
         self.completion = completion
         self.prediction = prediction
         self.done = done
+        self.held = held
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +74,8 @@ class JoinResult:
 
 @dataclasses.dataclass(frozen=True)
 class Expired:
-    """A key that left without a match: ``outcome`` is expired (a prediction) or no_prediction (a completion)."""
+    """A key that left without a match: ``outcome`` is expired (a prediction) or no_prediction (a completion);
+    or ``held``: the value a leaving key still held (reported besides its own outcome)."""
 
     key: Key
     outcome: str
@@ -99,6 +106,7 @@ class JoinBuffer:
         self._entries: dict[Key, _Entry] = {}  # insertion order = arrival order (restored entries are sorted)
         self._changed: set[Key] = set()
         self._removed: set[Key] = set()
+        self._held: set[Key] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -136,6 +144,36 @@ class JoinBuffer:
         self._touch(key)
         return JoinResult(MATCHED, completion, prediction)
 
+    # -- held values -----------------------------------------------------------------------------
+    @property
+    def held_keys(self) -> set[Key]:
+        """The keys holding a value (read only)."""
+        return self._held
+
+    def hold(self, key: Key, value: Any) -> None:
+        """Keep ``value`` with ``key`` (which must be present) until :meth:`release` or the key leaves."""
+        self._entries[key].held = value
+        self._held.add(key)
+        self._touch(key)
+
+    def held(self) -> list[tuple[Key, Any]]:
+        """``[(key, held value)]``, oldest key first."""
+        if not self._held:
+            return []
+        return sorted(((k, self._entries[k].held) for k in self._held), key=lambda kv: self._entries[kv[0]].since)
+
+    def held_value(self, key: Key) -> Any:
+        e = self._entries.get(key)
+        return None if e is None else e.held
+
+    def release(self, key: Key) -> None:
+        """Let go of the value held with ``key`` (if any)."""
+        e = self._entries.get(key)
+        if e is not None and e.held is not None:
+            e.held = None
+            self._held.discard(key)
+            self._touch(key)
+
     def _touch(self, key: Key) -> None:
         self._changed.add(key)
         self._removed.discard(key)
@@ -157,6 +195,9 @@ class JoinBuffer:
             if not e.done:
                 outcome = NO_PREDICTION if e.completion is not None else EXPIRED
                 out.append(Expired(key, outcome, e.completion if e.completion is not None else e.prediction))
+            if e.held is not None:
+                self._held.discard(key)
+                out.append(Expired(key, HELD, e.held))
         return out
 
     def drop(self, keep: Any) -> int:
@@ -166,6 +207,7 @@ class JoinBuffer:
             del self._entries[k]
             self._changed.discard(k)
             self._removed.discard(k)
+            self._held.discard(k)
         return len(gone)
 
     # -- persistence -----------------------------------------------------------------------------
@@ -174,12 +216,17 @@ class JoinBuffer:
         e = self._entries.get(key)
         if e is None:
             return None
-        return {"since": e.since, "c": e.completion, "p": e.prediction, "done": e.done}
+        d = {"since": e.since, "c": e.completion, "p": e.prediction, "done": e.done}
+        if e.held is not None:
+            d["h"] = e.held
+        return d
 
     def load(self, items: Mapping[Key, Mapping[str, Any]]) -> int:
         """Put back exported entries (restored keys are not marked changed); keeps arrival order by age."""
         for key, d in items.items():
-            self._entries[key] = _Entry(float(d["since"]), d.get("c"), d.get("p"), bool(d.get("done")))
+            self._entries[key] = _Entry(float(d["since"]), d.get("c"), d.get("p"), bool(d.get("done")), d.get("h"))
+            if d.get("h") is not None:
+                self._held.add(key)
         self._entries = dict(sorted(self._entries.items(), key=lambda kv: kv[1].since))
         return len(items)
 

@@ -10,8 +10,10 @@ Every new ``ok`` completion becomes a training sample (with the prediction when 
 node's features over the node × app DWA window *before the task started* (event time, from the node's
 window history: ``NodeWindow.aggregate(until_ts=started_ts, window_s=...)``), its class and GPU model (the
 trainer adds the hardware descriptors from them), ``input_size_mb`` and the observed RTT, keyed by
-model key ``app:node_class``. A node whose class is unknown (no metrics yet, no prediction naming a
-model key) makes no sample, counted in ``rtt_worker_training_samples_dropped_total{reason}``.
+model key ``app:node_class``. A completion whose node's class is unknown (its metrics not read yet by
+the other intake, no prediction naming a model key) is held with its join entry, checkpointed with it, and
+makes its sample once either comes; one still held when the entry expires makes no sample, counted in
+``rtt_worker_training_samples_dropped_total{reason}``.
 
 When the matched prediction carries ``features`` (task features the extender computed at decision time:
 ``running_pods_<app>``), they join the sample's ``features``, so a model is trained on the values it is
@@ -42,6 +44,8 @@ from app.streams.context import context_of
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.intake import PartitionIntake
 from app.streams.node_state import NodeState
+
+HELD_RETRY_S = 0.5  # how often held completions look again for their node's class
 
 
 def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +101,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     fm = loop.metrics.feedback
     matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
     samples_out = loop.metrics.messages_out.labels("training-samples")
-    dropped_status, dropped_unknown = fm.samples_dropped.labels("status"), fm.samples_dropped.labels("unknown_node")
+    dropped_status, held = fm.samples_dropped.labels("status"), fm.samples_held
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
@@ -108,16 +112,13 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
                                    residual=serving(loop, prediction))
             loop.dirty_nodes.add(node)
 
-    def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
+    def emit_sample(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> bool:
+        """Send the sample of ``c``; False when its node's class is not known yet (nothing sent)."""
         node = c["node"]
-        if c["status"] != "ok":
-            dropped_status.inc()
-            return
         state = store.state(node, partition, get_row)  # rebuilt from the changelog if not in memory yet
         node_class = class_of(state, prediction)
         if node_class is None:
-            dropped_unknown.inc()
-            return
+            return False
         loop.node_class[node] = node_class
         tracker = loop.tracker(node)
         tracker.count_sample(c["app"])
@@ -131,6 +132,28 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         kb = key.encode()
         intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
                           encode("training-samples", value, check=False))
+        return True
+
+    def sample_or_hold(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
+        if c["status"] != "ok":
+            dropped_status.inc()
+        elif not emit_sample(c, partition, prediction):
+            # the node's metrics not read yet (the other intake may lag) and no prediction naming a model key:
+            # the completion waits with its join entry, in the checkpoint too, until one of them comes
+            buffer.hold((c["task_id"], c["node"]), {"c": c, "partition": partition, "p": prediction})
+            held.set(len(buffer.held_keys))
+
+    def release_held() -> int:
+        """Send the samples of held completions whose node's class is known now; how many."""
+        if intake.sender is None or not buffer.held_keys:
+            return 0
+        sent = 0
+        for key, h in buffer.held():
+            if emit_sample(h["c"], h["partition"], h["p"]):
+                buffer.release(key)
+                sent += 1
+        held.set(len(buffer.held_keys))
+        return sent
 
     def admit(node: str, app_name: str) -> None:
         now = clock.monotonic()
@@ -147,7 +170,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             return
         if r.outcome == MATCHED:
             pair(node, r.completion, r.prediction)
-        emit_sample(c, partition, r.prediction)
+        sample_or_hold(c, partition, r.prediction)
 
     def on_prediction(p: dict[str, Any], partition: int) -> None:
         node = p["node"]
@@ -158,6 +181,14 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             duplicate.inc()
         elif r.outcome == MATCHED:
             pair(node, r.completion, r.prediction)
+            key = (p["task_id"], node)
+            h = buffer.held_value(key)
+            if h is not None:  # its completion waits for the node's class: the prediction may name it
+                h = {**h, "p": r.prediction}
+                buffer.hold(key, h)
+                if emit_sample(h["c"], h["partition"], h["p"]):
+                    buffer.release(key)
+                    held.set(len(buffer.held_keys))
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
                              ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics)
@@ -165,5 +196,9 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     @app.task
     async def feedback_join() -> None:
         await intake.run()
+
+    @app.timer(HELD_RETRY_S, name="feedback-held-samples")
+    async def held_samples() -> None:
+        release_held()
 
     return intake

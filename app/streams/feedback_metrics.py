@@ -35,6 +35,8 @@ class FeedbackMetrics:
         self.samples = Counter("rtt_worker_training_samples_total", "training-samples emitted", registry=r)
         self.samples_dropped = Counter("rtt_worker_training_samples_dropped_total", "Completions that made no sample",
                                        ["reason"], registry=r)
+        self.samples_held = Gauge("rtt_worker_training_samples_held", "Completions waiting for their node's class"
+                                  " (its metrics not read yet) before their sample is made", registry=r)
         self.join_entries = Gauge("rtt_worker_join_entries", "Keys held by this worker's join buffer", registry=r)
         self.redis_writes = Counter("rtt_worker_redis_writes_total", "Batched Redis cache writes, by outcome",
                                     ["outcome"], registry=r)

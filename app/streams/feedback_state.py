@@ -30,7 +30,7 @@ import orjson
 from app.clock import Clock
 from app.config import Settings
 from app.contracts.keys import parse_model_key
-from app.drift.joinbuffer import JoinBuffer
+from app.drift.joinbuffer import HELD, JoinBuffer
 from app.drift.tracker import NodeTracker
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
@@ -98,7 +98,10 @@ class FeedbackLoop:
 
     def expire(self) -> None:
         for e in self.buffer.expire():
-            self.metrics.feedback.join.labels(e.outcome).inc()
+            if e.outcome == HELD:  # a completion still waiting for its node's class: it makes no sample
+                self.metrics.feedback.samples_dropped.labels("unknown_node").inc()
+            else:
+                self.metrics.feedback.join.labels(e.outcome).inc()
         self.metrics.feedback.join_entries.set(len(self.buffer))
 
     async def checkpoint(self) -> int:

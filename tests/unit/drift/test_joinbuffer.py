@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.clock import ManualClock
-from app.drift.joinbuffer import DUPLICATE, EXPIRED, MATCHED, NO_PREDICTION, WAITING, JoinBuffer
+from app.drift.joinbuffer import DUPLICATE, EXPIRED, HELD, MATCHED, NO_PREDICTION, WAITING, JoinBuffer
 
 
 def test_prediction_first_then_completion_matches_once() -> None:
@@ -73,6 +73,38 @@ def test_changes_and_restore_round_trip() -> None:
     restored.load(upserts)
     assert restored.add_completion(("b", "n"), {}).outcome == DUPLICATE
     assert restored.add_prediction(("a", "n"), {"predicted_rtt_ms": 1.0}).completion == {"rtt_ms": 1.0}
+
+
+def test_a_held_value_lives_persists_and_leaves_with_its_key() -> None:
+    clock = ManualClock(0.0)
+    jb = JoinBuffer(ttl_s=10.0, clock=clock)
+    jb.add_completion(("a", "n"), {"rtt_ms": 1.0})
+    clock.advance(1.0)
+    jb.add_completion(("b", "n"), {"rtt_ms": 2.0})
+    jb.take_changes()
+    jb.hold(("b", "n"), {"sample": "b"})
+    jb.hold(("a", "n"), {"sample": "a"})
+    assert jb.held() == [(("a", "n"), {"sample": "a"}), (("b", "n"), {"sample": "b"})]  # oldest key first
+    upserts, _ = jb.take_changes()
+    assert upserts[("a", "n")]["h"] == {"sample": "a"}
+    # a match leaves the held value in place; a release takes it out, and the row changes again
+    assert jb.add_prediction(("a", "n"), {"predicted_rtt_ms": 1.0}).outcome == MATCHED
+    assert jb.held_value(("a", "n")) == {"sample": "a"}
+    jb.release(("a", "n"))
+    upserts, _ = jb.take_changes()
+    assert "h" not in upserts[("a", "n")] and jb.held_keys == {("b", "n")}
+    jb.release(("a", "n"))  # nothing held: no change
+    assert jb.take_changes() == ({}, set())
+
+    restored = JoinBuffer(ttl_s=10.0, clock=clock)
+    restored.load({("b", "n"): jb.export(("b", "n"))})  # type: ignore[dict-item]
+    assert restored.held() == [(("b", "n"), {"sample": "b"})]
+    clock.advance(10.5)
+    gone = [(e.key, e.outcome, e.payload) for e in restored.expire()]
+    assert gone == [(("b", "n"), NO_PREDICTION, {"rtt_ms": 2.0}), (("b", "n"), HELD, {"sample": "b"})]
+    assert restored.held() == [] and not restored.held_keys
+    jb.drop(lambda k: False)
+    assert jb.held() == []
 
 
 def test_bad_settings() -> None:
