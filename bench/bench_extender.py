@@ -226,6 +226,8 @@ def main() -> int:
     p.add_argument("--in-process-only", action="store_true")
     p.add_argument("--uvloop", action="store_true", help="run the HTTP server on uvloop")
     p.add_argument("--profile", metavar="FILE", help="write the 64-node HTTP server's cProfile to FILE (pstats)")
+    p.add_argument("--idle-only", type=int, metavar="N", help="only the idle line of a 5,000-node HTTP server "
+                   "(8 s of node-features, no requests), N runs")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--client", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -245,6 +247,11 @@ def main() -> int:
         except ImportError:
             p.error("--uvloop needs uvloop (pip install uvloop); the extender itself does not use it")
     load = os.getloadavg()
+    if a.idle_only:
+        for _ in range(a.idle_only):
+            print(idle_line(http_run(5000, [], 8.0, a.uvloop)["idle"]), flush=True)
+        print(f"load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} cores")
+        return 0
     inproc = {} if a.http_only else in_process_table(a.quick)
     http = {} if a.in_process_only else http_tables(a.quick, a.uvloop, a.profile and str(Path(a.profile).resolve()))
     goals_line(inproc, http)
