@@ -101,7 +101,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     fm = loop.metrics.feedback
     matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
     samples_out = loop.metrics.messages_out.labels("training-samples")
-    dropped_status, held = fm.samples_dropped.labels("status"), fm.samples_held
+    dropped_status = fm.samples_dropped.labels("status")
+    fm.samples_held.set_function(lambda: len(buffer.held_keys))  # also right after expiry and revocation
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
@@ -141,19 +142,11 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             # the node's metrics not read yet (the other intake may lag) and no prediction naming a model key:
             # the completion waits with its join entry, in the checkpoint too, until one of them comes
             buffer.hold((c["task_id"], c["node"]), {"c": c, "partition": partition, "p": prediction})
-            held.set(len(buffer.held_keys))
 
-    def release_held() -> int:
-        """Send the samples of held completions whose node's class is known now; how many."""
-        if intake.sender is None or not buffer.held_keys:
-            return 0
-        sent = 0
-        for key, h in buffer.held():
-            if emit_sample(h["c"], h["partition"], h["p"]):
-                buffer.release(key)
-                sent += 1
-        held.set(len(buffer.held_keys))
-        return sent
+    def retry_held(key: tuple[str, str], h: dict[str, Any]) -> None:
+        """Send the sample of a held completion and let it go, if its node's class is known now."""
+        if emit_sample(h["c"], h["partition"], h["p"]):
+            buffer.release(key)
 
     def admit(node: str, app_name: str) -> None:
         now = clock.monotonic()
@@ -186,9 +179,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             if h is not None:  # its completion waits for the node's class: the prediction may name it
                 h = {**h, "p": r.prediction}
                 buffer.hold(key, h)
-                if emit_sample(h["c"], h["partition"], h["p"]):
-                    buffer.release(key)
-                    held.set(len(buffer.held_keys))
+                retry_held(key, h)
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
                              ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics)
@@ -199,6 +190,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     @app.timer(HELD_RETRY_S, name="feedback-held-samples")
     async def held_samples() -> None:
-        release_held()
+        if intake.sender is not None:  # handlers and timers send on the running intake's producer
+            for key, h in buffer.held():
+                retry_held(key, h)
 
     return intake

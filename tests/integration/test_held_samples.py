@@ -13,11 +13,11 @@ import dataclasses
 import random
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from worker_group import scrape
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
@@ -29,10 +29,6 @@ APP = "gCTF"
 QUIET = Node("gpu-quiet", "Tesla M40", 150.0, util=42.0)  # its metrics come late
 NAMED = Node("gpu-named", "Tesla K20c", 250.0, util=10.0)  # never any metrics; a prediction names its class
 HELD = "rtt_worker_training_samples_held"
-
-
-def scrape(url: str) -> str:
-    return urllib.request.urlopen(url, timeout=5).read().decode()
 
 
 async def wait_metric(url: str, name: str, value: float, timeout_s: float) -> None:
