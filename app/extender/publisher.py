@@ -1,10 +1,10 @@
 """Publish rtt-predictions off the request's critical path: a bounded queue and one background task.
 
-A handler calls :meth:`PredictionPublisher.offer` with its decision (no await, no encoding: one queue item per
-request). The background task turns each request into one message per candidate with a prediction
-(key = node), in slices (:mod:`app.extender.pacing`), and hands them to a :class:`Sink` in batches. When the
-queue is full, or the sink is not connected, the request's messages are dropped and counted — scheduling
-never waits for Kafka, and nothing piles up while Kafka is away.
+A handler calls :meth:`PredictionPublisher.offer` with its decision (no await; one queue item per request:
+what :func:`~app.extender.predictions.prepare` keeps of the decision). The background task turns each request
+into one message per candidate with a prediction (key = node), in slices (:mod:`app.extender.pacing`), and
+hands them to a :class:`Sink` in batches. When the queue is full, or the sink is not connected, the request's
+messages are dropped and counted — scheduling never waits for Kafka, and nothing piles up while Kafka is away.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Protocol
 from app.extender.kafka_sink import KafkaSink
 from app.extender.metrics import ExtenderMetrics
 from app.extender.pacing import Slicer
-from app.extender.predictions import Record, encode_decision, prediction_values
+from app.extender.predictions import Prepared, Record, encode_prepared, prediction_values, prepare, prepared_count
 from app.scheduler.decide import Decision
 
 __all__ = ["KafkaSink", "PredictionPublisher", "Sink", "prediction_values"]
@@ -53,7 +53,7 @@ class PredictionPublisher:
             raise ValueError(f"max_pending must be >= 1 (got {max_pending})")
         self._sink = sink
         self._metrics = metrics
-        self._queue: asyncio.Queue[tuple[Decision, float]] = asyncio.Queue(max_pending)
+        self._queue: asyncio.Queue[Prepared] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
         self.down = False  # a connection attempt failed and none succeeded since: offers are dropped
@@ -62,20 +62,18 @@ class PredictionPublisher:
         """Queue one scored request; False (its predictions counted as dropped) when full or the sink is down."""
         if decision.neutral is not None or decision.pod.app is None:
             return True
-        if not self.down:
-            try:
-                self._queue.put_nowait((decision, ts))
-                return True
-            except asyncio.QueueFull:
-                pass
+        if not self.down and not self._queue.full():
+            prepared = prepare(decision, ts)
+            if prepared is not None:
+                self._queue.put_nowait(prepared)
+            return True
         self._metrics.dropped.inc(_predicted(decision))
         return False
 
     def _discard(self) -> None:
         """Drop (and count) what was queued while the first connection attempt ran."""
         while not self._queue.empty():
-            decision, _ = self._queue.get_nowait()
-            self._metrics.dropped.inc(_predicted(decision))
+            self._metrics.dropped.inc(prepared_count(self._queue.get_nowait()))
             self._queue.task_done()
 
     @property
@@ -111,10 +109,10 @@ class PredictionPublisher:
         slicer = Slicer()
         records: list[Record] = []
         while True:
-            decision, ts = await self._queue.get()
+            prepared = await self._queue.get()
             slicer.restart()
             while True:
-                for part in encode_decision(decision, ts):
+                for part in encode_prepared(prepared):
                     records += part
                     if len(records) >= HANDOVER or slicer.due():
                         await self._hand_over(records)
@@ -124,7 +122,7 @@ class PredictionPublisher:
                 self._queue.task_done()
                 if self._queue.empty():
                     break
-                decision, ts = self._queue.get_nowait()
+                prepared = self._queue.get_nowait()
             if records:
                 await self._hand_over(records)
                 records = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import orjson
 import pytest
@@ -86,6 +87,39 @@ async def test_publisher_drops_and_counts_when_full() -> None:
     assert len(sink.sent) == 10
     await pub.stop()
     assert pub.pending == 0
+
+
+def untracked_after_passes(obj: object) -> bool:
+    """Whether the collector no longer traverses ``obj`` nor anything it holds, after two full passes (a pass
+    untracks a tuple once everything in it is untracked; an inner tuple met later in the same pass waits
+    for the next)."""
+    gc.collect()
+    gc.collect()
+    todo, seen = [obj], set()
+    while todo:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if gc.is_tracked(o):
+            return False
+        todo.extend(gc.get_referents(o))
+    return True
+
+
+async def test_queued_requests_hold_nothing_the_collector_traverses() -> None:
+    """A publisher behind a burst holds thousands of requests: as decisions (a dozen lists each) they made
+    every collector pass walk all of them; prepared, the collector drops them after its first passes."""
+    metrics = ExtenderMetrics()
+    pub = PredictionPublisher(ListSink(), metrics, max_pending=10)  # not started: everything stays queued
+    busy = {"running_pods_gCTF": 2.0}
+    mixed = Decision(PodInfo("m", "ns", "m", "gCTF", 1.0), ("a", "b", "c"), [10, 5, 1], [100.0, 200.0, 300.0],
+                     ["gCTF:gpu", None, "gCTF:gpu:c"], [4, None, 1], [1.0] * 3, [None] * 3, [True, True, False],
+                     features=[busy, {}, {}], correction=[2.0, 1.0, 1.0])
+    assert pub.offer(decision("a", 3), 1.0) and pub.offer(mixed, 1.0)
+    queued = list(pub._queue._queue)  # type: ignore[attr-defined]
+    assert len(queued) == 2 and all(untracked_after_passes(q) for q in queued)
+    assert not untracked_after_passes(mixed)  # what used to wait in the queue
 
 
 async def test_publisher_survives_a_failing_sink() -> None:
