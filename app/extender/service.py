@@ -176,7 +176,10 @@ class ExtenderService:
 
     # -- verbs
     def _decide(self, verb: str, args: ExtenderArgs) -> Decision:
-        d = decide(self.holder.current, args.pod, args.node_names, self.assumed, self.params, self.clock.now())
+        # only prioritize assumes a placement, and it decides again: what filter predicts is not kept for it
+        # (kube-scheduler skips prioritize when one node is feasible; those notes would pile up to max_pods)
+        d = decide(self.holder.current, args.pod, args.node_names, self.assumed, self.params, self.clock.now(),
+                   note_expected=verb == "prioritize")
         if d.neutral is not None and not d.stale:
             self.metrics.unlabeled_pods.labels(verb).inc()
         self._note_staleness(d)

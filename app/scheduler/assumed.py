@@ -101,6 +101,11 @@ class AssumedPods:
         return self._by_node.keys()
 
     @property
+    def hinted(self) -> int:
+        """Pods whose predicted RTTs were noted by :meth:`expect` and not yet used by :meth:`assume`."""
+        return len(self._hints)
+
+    @property
     def apps(self) -> tuple[str, ...]:
         """Apps of every placement so far (first seen first; bounded: app labels are unbounded input)."""
         return tuple(self._apps)

@@ -51,6 +51,18 @@ async def test_filter_names_mode(client: Client) -> None:
     assert status == 200 and result["Nodes"] is None and result["NodeNames"] == NAMES
 
 
+async def test_only_prioritize_notes_expected_run_times(client: Client, service: ExtenderService) -> None:
+    """kube-scheduler skips prioritize when a single node is feasible: a filter's predictions, kept for an
+    assumption that never comes, would pile up (a list per candidate per pod, up to max_pods)."""
+    for _ in range(3):
+        assert (await post(client, "filter", fixture("args_names_gctf.json")))[0] == 200
+    assert service.assumed.hinted == 0 and len(service.assumed) == 0
+    assert (await post(client, "prioritize", fixture("args_names_gctf.json")))[0] == 200
+    assert service.assumed.hinted == 0  # noted, then used by the assumption: it ends with the prediction
+    ttl = service.assumed.ttl_s
+    assert [p.placed_at < p.until < p.placed_at + ttl for p in service.assumed.on_node("gpu-4090-1", NOW)] == [True]
+
+
 @pytest.mark.parametrize("name", ["args_nodes_gctf.json", "args_names_gctf.json"])
 async def test_prioritize_both_modes_rank_fast_node_first(client: Client, service: ExtenderService,
                                                           name: str) -> None:
