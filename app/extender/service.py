@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -176,8 +177,8 @@ class ExtenderService:
 
     # -- verbs
     def _decide(self, verb: str, args: ExtenderArgs) -> Decision:
-        # only prioritize assumes a placement, and it decides again: what filter predicts is not kept for it
-        # (kube-scheduler skips prioritize when one node is feasible; those notes would pile up to max_pods)
+        # prioritize decides again before it assumes: what filter predicts is not kept for it (kube-scheduler
+        # skips prioritize when one node is feasible; those notes would pile up to max_pods)
         d = decide(self.holder.current, args.pod, args.node_names, self.assumed, self.params, self.clock.now(),
                    note_expected=verb == "prioritize")
         if d.neutral is not None and not d.stale:
@@ -206,21 +207,33 @@ class ExtenderService:
             self.metrics.failed_nodes.labels("anti_affinity" if reason.startswith("anti-affinity") else "sla").inc()
         if d.sla_relaxed and d.pod.app:
             self.metrics.sla_relaxed.labels(self.app_labels.of(d.pod.app)).inc()
+        passing = [i for i, f in enumerate(d.failed) if f is None] if d.neutral is None else []
+        if len(passing) == 1:  # kube-scheduler binds a single feasible node without calling prioritize
+            i = passing[0]
+            rtt_s = d.rtt_ms[i] / 1000.0
+            self._place(d, args, d.nodes[i], rtt_s if math.isfinite(rtt_s) else None)
         return filter_body(args, failed)
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
         """HostPriorityList for one request; assumes the top node and queues the predictions."""
         d = self._decide("prioritize", args)
-        app = args.pod.app
-        if d.neutral is None and app is not None:
-            now = self.clock.now()
-            self.metrics.scored_pods.labels(self.app_labels.of(app)).inc()
-            best = d.best()
-            if best is not None:
-                self.assumed.assume(args.pod.task_id, app, best, now, input_mb=args.pod.input_size_mb)
-            if self.publisher is not None:
-                self.publisher.offer(d, now)
+        if d.neutral is None and args.pod.app is not None:
+            self.metrics.scored_pods.labels(self.app_labels.of(args.pod.app)).inc()
+            self._place(d, args, d.best())
         return priority_body(d.scores())
+
+    def _place(self, d: Decision, args: ExtenderArgs, node: str | None, expected_s: float | None = None) -> None:
+        """Assume the pod on ``node`` (``expected_s``: its expected run, else the one ``decide`` noted) and
+        queue its predictions."""
+        app = args.pod.app
+        if d.neutral is not None or app is None:
+            return
+        now = self.clock.now()
+        if node is not None:
+            self.assumed.assume(args.pod.task_id, app, node, now, expected_s=expected_s,
+                                input_mb=args.pod.input_size_mb)
+        if self.publisher is not None:
+            self.publisher.offer(d, now)
 
     def explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> bytes:
         """Why each candidate gets its score (:func:`app.scheduler.explain.explain`), as JSON; changes nothing."""

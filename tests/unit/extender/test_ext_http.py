@@ -56,11 +56,26 @@ async def test_only_prioritize_notes_expected_run_times(client: Client, service:
     assumption that never comes, would pile up (a list per candidate per pod, up to max_pods)."""
     for _ in range(3):
         assert (await post(client, "filter", fixture("args_names_gctf.json")))[0] == 200
-    assert service.assumed.hinted == 0 and len(service.assumed) == 0
+    assert service.assumed.hinted == 0 and len(service.assumed) == 0  # four nodes passed: prioritize will come
     assert (await post(client, "prioritize", fixture("args_names_gctf.json")))[0] == 200
     assert service.assumed.hinted == 0  # noted, then used by the assumption: it ends with the prediction
     ttl = service.assumed.ttl_s
     assert [p.placed_at < p.until < p.placed_at + ttl for p in service.assumed.on_node("gpu-4090-1", NOW)] == [True]
+
+
+async def test_a_filter_that_leaves_one_node_places_the_pod(client: Client, service: ExtenderService) -> None:
+    """With a single feasible node kube-scheduler binds it without calling prioritize: the filter assumes
+    the pod there and publishes its predictions (else its completion would find no prediction to join)."""
+    args = fixture("args_names_gctf.json")
+    args["NodeNames"] = ["gpu-m40-1"]
+    status, result = await post(client, "filter", args)
+    assert status == 200 and result["NodeNames"] == ["gpu-m40-1"]
+    placed = service.assumed.on_node("gpu-m40-1", NOW)
+    assert [p.app for p in placed] == ["gCTF"] and placed[0].until < placed[0].placed_at + service.assumed.ttl_s
+    assert service.publisher is not None
+    await service.publisher.drain()
+    sent = service.publisher._sink.sent  # type: ignore[attr-defined]
+    assert [decode("rtt-predictions", v)["node"] for _, v in sent] == ["gpu-m40-1"]
 
 
 @pytest.mark.parametrize("name", ["args_nodes_gctf.json", "args_names_gctf.json"])
