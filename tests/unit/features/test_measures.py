@@ -152,6 +152,30 @@ def test_degenerate_columns_score_zero_and_are_listed() -> None:
     assert set(table.seconds) == set(MEASURES)
 
 
+def test_mic_on_threads_gives_the_values_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from app.features import measures
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(size=(300, 6))
+    X[:40, 2], X[:, 4] = np.nan, 3.0  # rows dropped for one column, a degenerate one
+    y = X[:, 0] + np.sin(6 * X[:, 1]) + rng.normal(0, 0.1, 300)
+    names = [f"c{i}" for i in range(6)]
+    one = measure_table(X, y, names, threads=1)
+    kernel, seen = measures._KERNELS["mic"], set()
+
+    def mic(x: np.ndarray, y_: np.ndarray) -> float:
+        seen.add(threading.get_ident())
+        return kernel(x, y_)
+
+    monkeypatch.setitem(measures._KERNELS, "mic", mic)
+    many = measure_table(X, y, names, threads=3)
+    assert len(seen) > 1 and threading.get_ident() not in seen  # the MIC values came from the pool
+    assert np.array_equal(one.signed, many.signed) and one.degenerate == many.degenerate == ("c4",)
+    assert one.n_used.tolist() == many.n_used.tolist() and many.seconds["mic"] > 0
+
+
 def test_a_constant_target_makes_every_column_degenerate() -> None:
     table = measure_table(np.random.default_rng(0).normal(size=(20, 2)), np.ones(20), ["a", "b"])
     assert table.degenerate == ("a", "b")
