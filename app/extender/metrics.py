@@ -1,23 +1,24 @@
 """Prometheus metrics of one extender, in its own registry (so tests and several apps never collide).
 
-=============================================  ====================================================
-rtt_extender_request_seconds{verb}             latency histogram per verb (filter, prioritize, ...)
-rtt_extender_requests_total{verb,code}         answers by HTTP status
-rtt_extender_stale_answers_total{reason}       neutral answers for lack of fresh data
-rtt_extender_unlabeled_pods_total{verb}        pods without the app label (neutral, not ours)
-rtt_extender_scored_pods_total{app}            pods scored by prioritize with predictions
-rtt_extender_failed_nodes_total{reason}        candidates the filter rejected (anti_affinity, sla)
-rtt_extender_sla_relaxed_total{app}            SLA would have rejected every candidate: all passed
-rtt_extender_predictions_published_total       rtt-predictions messages sent
-rtt_extender_predictions_dropped_total          ... dropped (queue full or send failed)
-rtt_extender_feed_messages_total{topic,result}  view messages applied / ignored / rejected
-rtt_extender_model_loads_total{result}         model blobs loaded / failed
-rtt_extender_snapshot_age_seconds              age of the newest node-features in the view
-rtt_extender_snapshot_nodes, _models           size of the current view
-rtt_extender_errors_total                      unexpected errors answered with 500
-rtt_extender_connections                       open client connections
-rtt_extender_connections_rejected_total        connections refused (503) beyond the connection cap
-=============================================  ====================================================
+===============================================  ==============================================================
+rtt_extender_request_seconds{verb}               latency histogram per verb (filter, prioritize, ...)
+rtt_extender_requests_total{verb,code}           answers by HTTP status
+rtt_extender_stale_answers_total{reason}         neutral answers for lack of fresh data
+rtt_extender_unlabeled_pods_total{verb}          pods without the app label (neutral, not ours)
+rtt_extender_scored_pods_total{app}              pods scored by prioritize with predictions
+rtt_extender_single_node_placements_total{app}   pods a filter left one node for: assumed there (no prioritize)
+rtt_extender_failed_nodes_total{reason}          candidates the filter rejected (anti_affinity, sla)
+rtt_extender_sla_relaxed_total{app}              SLA would have rejected every candidate: all passed
+rtt_extender_predictions_published_total         rtt-predictions messages sent
+rtt_extender_predictions_dropped_total           ... dropped (queue full or send failed)
+rtt_extender_feed_messages_total{topic,result}   view messages applied / ignored / rejected
+rtt_extender_model_loads_total{result}           model blobs loaded / failed
+rtt_extender_snapshot_age_seconds                age of the newest node-features in the view
+rtt_extender_snapshot_nodes, _models             size of the current view
+rtt_extender_errors_total                        unexpected errors answered with 500
+rtt_extender_connections                         open client connections
+rtt_extender_connections_rejected_total          connections refused (503) beyond the connection cap
+===============================================  ==============================================================
 
 Label values are bounded: ``verb`` is a route name (or ``other``), ``code`` an HTTP status, and ``app`` one of
 the apps the extender knows (:class:`AppLabels`: apps in the policy or with a model; every other label value a
@@ -50,6 +51,8 @@ class ExtenderMetrics:
                                       ["verb"], registry=r)
         self.scored_pods = Counter("rtt_extender_scored_pods_total", "Pods scored with predictions", ["app"],
                                    registry=r)
+        self.single_node = Counter("rtt_extender_single_node_placements_total",
+                                   "Pods a filter left one node for, assumed there", ["app"], registry=r)
         self.failed_nodes = Counter("rtt_extender_failed_nodes_total", "Candidates rejected by the filter",
                                     ["reason"], registry=r)
         self.sla_relaxed = Counter("rtt_extender_sla_relaxed_total", "SLA rejected every candidate: all passed",

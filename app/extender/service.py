@@ -208,7 +208,8 @@ class ExtenderService:
         if d.sla_relaxed and d.pod.app:
             self.metrics.sla_relaxed.labels(self.app_labels.of(d.pod.app)).inc()
         passing = [i for i, f in enumerate(d.failed) if f is None] if d.neutral is None else []
-        if len(passing) == 1:  # kube-scheduler binds a single feasible node without calling prioritize
+        if len(passing) == 1 and d.pod.app:  # kube-scheduler binds a single feasible node without prioritize
+            self.metrics.single_node.labels(self.app_labels.of(d.pod.app)).inc()
             i = passing[0]
             rtt_s = d.rtt_ms[i] / 1000.0
             self._place(d, args, d.nodes[i], rtt_s if math.isfinite(rtt_s) else None)

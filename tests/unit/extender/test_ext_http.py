@@ -76,6 +76,7 @@ async def test_a_filter_that_leaves_one_node_places_the_pod(client: Client, serv
     await service.publisher.drain()
     sent = service.publisher._sink.sent  # type: ignore[attr-defined]
     assert [decode("rtt-predictions", v)["node"] for _, v in sent] == ["gpu-m40-1"]
+    assert service.metrics.single_node.labels("gCTF")._value.get() == 1
 
 
 @pytest.mark.parametrize("name", ["args_nodes_gctf.json", "args_names_gctf.json"])
