@@ -37,8 +37,16 @@ def raw_scores(rtt_ms: np.ndarray) -> np.ndarray:
     ok = np.isfinite(rtt) & (rtt > 0)
     if not ok.any():
         return np.full(rtt.shape, np.nan)
-    best = rtt[ok].min()
-    return np.where(ok, MAX_SCORE * best / np.where(ok, rtt, 1.0), np.nan)
+    return np.where(ok, _ratio(rtt[ok].min(), np.where(ok, rtt, 1.0)), np.nan)
+
+
+def _ratio(best: float, rtt: np.ndarray) -> np.ndarray:
+    """``MAX_SCORE * best / rtt``; with ``best`` near the largest float, the ratio first (it is at most 1) so
+    that ``MAX_SCORE * best`` cannot overflow to inf (and a NaN score)."""
+    scale = MAX_SCORE * float(best)  # a Python float: inf without a warning
+    if scale < np.inf:
+        return scale / rtt
+    return MAX_SCORE * (best / rtt)
 
 
 def blended_scores(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -73,6 +81,6 @@ def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[floa
     r = rtt[ok]
     c = cred[ok]
     c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
-    blended = c * (MAX_SCORE * r.min() / r) + (1.0 - c) * NEUTRAL_SCORE
+    blended = c * _ratio(r.min(), r) + (1.0 - c) * NEUTRAL_SCORE
     out[ok] = np.clip(np.rint(blended), MIN_SCORE, MAX_SCORE)
     return out

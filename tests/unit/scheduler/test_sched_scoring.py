@@ -87,6 +87,17 @@ def test_integer_scores_are_the_rounded_blended_scores(pairs: list[tuple[float, 
     assert score_nodes(rtt, cred).tolist() == expected.tolist()
 
 
+def test_rtts_near_the_largest_float_still_score_within_0_and_10() -> None:
+    """10 x the fastest RTT overflowed to inf: inf / inf and 0 x inf made NaN, cast to a huge negative score."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow, no invalid value, no NaN cast
+        scores = score_nodes([1.7e308, 1.79e308, math.nan], [0.0, 1.0, 1.0]).tolist()
+        assert scores == [5, 9, 5]
+        assert np.rint(blended_scores([1.7e308, 1.79e308], [0.0, 1.0])).tolist() == [5.0, 9.0]
+
+
 @given(st.lists(st.tuples(st.one_of(st.floats(1e-6, 1e9), st.floats(1e-300, 1.7e308)), st.floats(0.0, 1.0)),
                 min_size=1, max_size=64))
 def test_every_usable_candidate_takes_the_same_arithmetic(pairs: list[tuple[float, float]]) -> None:
