@@ -99,7 +99,7 @@ def prepare(decision: Decision, ts: float) -> Prepared | None:
         _dumps(decision.pod.task_id), _dumps(decision.pod.app or ""), _dumps(ts))
     rtts = decision.model_rtt_ms or decision.rtt_ms
     nodes, keys, versions = decision.nodes, decision.model_key, decision.model_version
-    features: list[Mapping[str, float] | None] = list(decision.features) or [None] * len(nodes)
+    features: Sequence[Mapping[str, float] | None] = decision.features or [None] * len(nodes)
     corr = decision.correction
     if not every:
         nodes, rtts, keys, versions = (tuple(nodes[i] for i in published), [rtts[i] for i in published],

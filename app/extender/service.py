@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -207,28 +206,27 @@ class ExtenderService:
             self.metrics.failed_nodes.labels("anti_affinity" if reason.startswith("anti-affinity") else "sla").inc()
         if d.sla_relaxed and d.pod.app:
             self.metrics.sla_relaxed.labels(self.app_labels.of(d.pod.app)).inc()
-        passing = [i for i, f in enumerate(d.failed) if f is None] if d.neutral is None else []
-        if len(passing) == 1 and d.pod.app:  # kube-scheduler binds a single feasible node without prioritize
-            self.metrics.single_node.labels(self.app_labels.of(d.pod.app)).inc()
-            i = passing[0]
-            rtt_s = d.rtt_ms[i] / 1000.0
-            self._place(d, args, d.nodes[i], rtt_s if math.isfinite(rtt_s) else None)
+        app = args.pod.app
+        passing = [i for i, f in enumerate(d.failed) if f is None] if d.neutral is None and app else []
+        if len(passing) == 1 and app:  # kube-scheduler binds a single feasible node without prioritize
+            self.metrics.single_node.labels(self.app_labels.of(app)).inc()
+            i = passing[0]  # expected to run as long as predicted (NaN: AssumedPods' TTL)
+            self._place(d, args, app, d.nodes[i], d.rtt_ms[i] / 1000.0)
         return filter_body(args, failed)
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
         """HostPriorityList for one request; assumes the top node and queues the predictions."""
         d = self._decide("prioritize", args)
-        if d.neutral is None and args.pod.app is not None:
-            self.metrics.scored_pods.labels(self.app_labels.of(args.pod.app)).inc()
-            self._place(d, args, d.best())
+        app = args.pod.app
+        if d.neutral is None and app is not None:
+            self.metrics.scored_pods.labels(self.app_labels.of(app)).inc()
+            self._place(d, args, app, d.best())
         return priority_body(d.scores())
 
-    def _place(self, d: Decision, args: ExtenderArgs, node: str | None, expected_s: float | None = None) -> None:
-        """Assume the pod on ``node`` (``expected_s``: its expected run, else the one ``decide`` noted) and
-        queue its predictions."""
-        app = args.pod.app
-        if d.neutral is not None or app is None:
-            return
+    def _place(self, d: Decision, args: ExtenderArgs, app: str, node: str | None,
+               expected_s: float | None = None) -> None:
+        """Assume the pod of a scored decision on ``node`` (``expected_s``: its expected run, else the one
+        ``decide`` noted) and queue its predictions."""
         now = self.clock.now()
         if node is not None:
             self.assumed.assume(args.pod.task_id, app, node, now, expected_s=expected_s,

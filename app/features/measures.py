@@ -209,12 +209,12 @@ def measure_table(X: ArrayLike, y: ArrayLike, names: Sequence[str],
         signed[i, j] = _finite(_KERNELS[measure](*pairs[i]), -1.0 if measure in SIGNED else 0.0)
         return time.perf_counter() - started
 
-    pooled = [j for j, m in enumerate(measures) if m == "mic"] if threads > 1 and len(pairs) > 1 else []
-    for j in pooled:
+    pooled = measures.index("mic") if "mic" in measures and threads > 1 and len(pairs) > 1 else -1
+    if pooled >= 0:
         with ThreadPoolExecutor(min(threads, len(pairs)), thread_name_prefix="mic") as pool:
-            seconds[measures[j]] += sum(pool.map(lambda i, j=j: one(i, j), pairs))
+            seconds["mic"] += sum(pool.map(lambda i: one(i, pooled), pairs))
     for i in pairs:
         for j, measure in enumerate(measures):
-            if j not in pooled:
+            if j != pooled:
                 seconds[measure] += one(i, j)
     return MeasureTable(tuple(names), tuple(measures), signed, np.abs(signed), n_used, tuple(degenerate), seconds)
