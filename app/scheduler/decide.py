@@ -218,7 +218,8 @@ def decide(
 ) -> Decision:
     """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
 
-    Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`); Python loops
+    Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`), once per snapshot
+    and node list (:meth:`Snapshot.candidates`; only the staleness test runs per request); Python loops
     run only over candidates with something on them (running or assumed pods) and over model groups.
     ``note_expected=False`` leaves the assumed pods untouched (an explanation, not a scheduling cycle).
     """
@@ -233,35 +234,29 @@ def decide(
     table = snapshot.table
     if not len(table):
         return neutral(pod, nodes, STALE_NODES)
-    get = table.pos.get
-    at = np.array([get(name, -1) for name in nodes], dtype=np.int64).reshape(n)
-    known = at >= 0
-    at[~known] = 0  # any valid position; everything gathered for unknown nodes is masked below
-    ts = table.features_ts[at]
-    fresh = known & ~table.weights_stale[at] & (ts > 0) & (now - ts <= params.stale_after_s)  # not is_stale
+    names = nodes if isinstance(nodes, tuple) else tuple(nodes)
+    c = snapshot.candidates(app, names, params.credibility_prior)
+    at, known, ts = c.at, c.known, c.features_ts
+    fresh = c.has_data & (now - ts <= params.stale_after_s)  # not is_stale
     if not fresh.any():
         return neutral(pod, nodes, STALE_NODES)
-    weight = table.weight[at]
-    cred = np.where(known & ~np.isnan(weight), weight, params.credibility_prior)
+    every = bool(fresh.all())
+    cred = c.credibility
     states = snapshot.nodes
     policy = params.policy
     task_id = pod.task_id
-    routes = snapshot.app_routes(app)
-    if routes is not None:
-        model = np.where(fresh, routes.model[at], -1)
-        corr = np.where(fresh, routes.correction[at], 1.0)
-        samples = np.where(known, routes.samples[at], 0)
-    else:
-        model = np.full(n, -1, dtype=np.int64)
-        corr = np.ones(n)
-        samples = np.zeros(n, dtype=np.int64)
+    routes = c.routes
+    model = c.model if every else np.where(fresh, c.model, -1)
+    corr = c.correction if every else np.where(fresh, c.correction, 1.0)
+    samples = c.samples
     # running pods per candidate: the running-apps view, or the assumed pods placed since it was read
     by_node = assumed.nodes
-    placed = np.array([name in by_node for name in nodes], dtype=bool) if by_node else np.zeros(n, dtype=bool)
-    busy = fresh & ((known & table.busy[at]) | placed)
+    placed = np.array([name in by_node for name in nodes], dtype=bool) if by_node else None
+    busy_now = c.busy if placed is None else c.busy | placed  # something runs there (or was placed there)
+    busy = fresh & busy_now
     apps = known_apps(snapshot, assumed, app)
     idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
-    features: list[Mapping[str, float]] = [idle if f else _NO_FEATURES for f in fresh.tolist()]
+    features: list[Mapping[str, float]] = [idle] * n if every else [idle if f else _NO_FEATURES for f in fresh.tolist()]
     in_flight = np.zeros(n)  # pods of ``app`` counted as running on each candidate
     pending_on: dict[int, tuple[str, ...]] = {}
     own_key = RUNNING_PREFIX + app
@@ -270,7 +265,8 @@ def decide(
         running = states[name].running if known[i] else _NO_COUNTS
         read_at = float(table.running_ts[at[i]]) if known[i] else 0.0
         since = read_at - policy.scrape_delay_s if read_at > 0 else -math.inf
-        counts, pending = assumed.scan(name, now, float(ts[i]), task_id, since) if placed[i] else ({}, ())
+        counts, pending = assumed.scan(name, now, float(ts[i]), task_id, since) if placed is not None and placed[i] \
+            else ({}, ())
         if running or counts:
             features[i] = running_features(apps, running, counts)
             in_flight[i] = features[i][own_key]
@@ -280,9 +276,9 @@ def decide(
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
     if routes is not None:
-        _predict(routes, model, routes.row[at], pod.task_features(), features, idle, rtt, keys, versions)
+        _predict(routes, model, c.row, pod.task_features(), features, idle, rtt, keys, versions)
         own = fresh & (model < 0)
-        rtt[own] = routes.predicted[at[own]]  # no model covers the node: node-weights' own prediction
+        rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
     rtt *= corr
     model_rtt = rtt.copy()
     factors: dict[tuple[str, ...], float] = {}  # nodes with the same pending apps share their factor
@@ -293,7 +289,7 @@ def decide(
         rtt[i] *= f
     failed: list[str | None] = [None] * n
     if policy.anti_affinity:
-        for i in np.flatnonzero((known & table.busy[at]) | placed).tolist():  # an empty node never interferes
+        for i in np.flatnonzero(busy_now).tolist():  # an empty node never interferes
             name = nodes[i]
             st = states.get(name)
             on = assumed.on_node(name, now, exclude=task_id)
@@ -332,7 +328,7 @@ def decide(
                 scores = np.minimum(scores, MAX_SCORE - 1)
                 scores[winner] = MAX_SCORE
     return Decision(
-        pod, tuple(nodes), scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
+        pod, names, scores.tolist(), rtt.tolist(), keys, versions, cred.tolist(), failed,
         fresh.tolist(), np.where(usable, model_rtt, np.nan).tolist(), features, sla_relaxed=relaxed,
         correction=corr.tolist(), explored=nodes[e] if e is not None else None, winner=winner,
         inflicted_ms=inflicted.tolist() if inflicted is not None else [],
@@ -355,8 +351,11 @@ def _predict(
         picked = sel.tolist()
         X = model_rows(entry, rows[sel], task, [features[i] for i in picked], idle)
         rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
-        for i in picked:
-            keys[i], versions[i] = entry.key, entry.version
+        if len(picked) == len(keys):  # one model covers every candidate
+            keys[:], versions[:] = [entry.key] * len(keys), [entry.version] * len(keys)
+        else:
+            for i in picked:
+                keys[i], versions[i] = entry.key, entry.version
 
 
 def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],

@@ -26,9 +26,18 @@ from types import MappingProxyType
 
 from app.contracts.keys import model_key
 from app.scheduler.entries import ModelEntry, NodeState
-from app.scheduler.table import AppRoutes, NodeTable, apps_of, build_app_routes, build_node_table
+from app.scheduler.table import (
+    AppRoutes,
+    Candidates,
+    NodeTable,
+    apps_of,
+    build_app_routes,
+    build_node_table,
+    gather_candidates,
+)
 
 _NO_ROUTES: Mapping[str, ModelEntry] = MappingProxyType({})
+MAX_CANDIDATE_LISTS = 16  # gathered candidate lists a snapshot keeps (the oldest goes first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +55,8 @@ class Snapshot:
     _apps: list[frozenset[str]] = dataclasses.field(  # [known_apps()] once computed
         default_factory=list, init=False, repr=False, compare=False)
     _columns: dict[str, NodeTable | AppRoutes | None] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _candidates: dict[tuple[str, float, tuple[str, ...]], Candidates] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
@@ -85,6 +96,18 @@ class Snapshot:
             return None  # app labels are unbounded input: only known apps are cached
         routes = self._columns[app] = build_app_routes(app, self.table, self.models, self.nodes)
         return routes
+
+    def candidates(self, app: str, nodes: tuple[str, ...], prior: float) -> Candidates:
+        """The table and ``app``'s routes gathered for ``nodes`` (:func:`~app.scheduler.table.gather_candidates`);
+        the last :data:`MAX_CANDIDATE_LISTS` (app, prior, node list) are kept for the requests that follow."""
+        key = (app, prior, nodes)
+        found = self._candidates.get(key)
+        if found is None:
+            found = gather_candidates(self.table, self.app_routes(app), nodes, prior)
+            while len(self._candidates) >= MAX_CANDIDATE_LISTS:
+                del self._candidates[next(iter(self._candidates))]
+            self._candidates[key] = found
+        return found
 
     def known_apps(self) -> frozenset[str]:
         """Apps with a model or named by some node's node-weights (the apps :meth:`app_routes` covers)."""

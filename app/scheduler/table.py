@@ -7,7 +7,9 @@ gives, per position, the model that predicts an app there — the node's own mod
 else the app × node class model, as :meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the
 node's row in that model's matrix, plus what node-weights say of the app there: its own prediction, the
 residual correction (:mod:`app.drift.residual`) and how many of the app's tasks the node completed. A
-request turns its candidate names into positions (one dict lookup each) and gathers.
+request turns its candidate names into positions (one dict lookup each) and gathers (:class:`Candidates`);
+the snapshot keeps the gathers of its last few node lists, since kube-scheduler sends the same list pod after
+pod.
 
 Both are built off the request path by :class:`~app.scheduler.builder.SnapshotBuilder`, in steps
 (:func:`node_table_steps`) so that a view of thousands of nodes never holds the event loop for long.
@@ -67,6 +69,57 @@ class AppRoutes:
     predicted: np.ndarray  # float64 node-weights' own prediction for the app (NaN: none)
     correction: np.ndarray  # float64 residual factor for the app (1: none)
     samples: np.ndarray  # int64 tasks of the app the node completed (node-weights ``samples``)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidates:
+    """What a decision gathers for one list of candidate names and one app, computed once per snapshot
+    (:meth:`~app.scheduler.snapshot.Snapshot.candidates`): kube-scheduler sends the same node list pod after
+    pod, so a request reuses the gathers of the previous one. Arrays are read-only; a name the view does not
+    know has ``known`` False and position 0 (whatever is gathered there is masked by ``known``)."""
+
+    nodes: tuple[str, ...]
+    at: np.ndarray  # int64 positions in the table (0 for unknown names)
+    known: np.ndarray  # bool
+    features_ts: np.ndarray  # float64
+    has_data: np.ndarray  # bool: known, node-weights not stale, node-features received (fresh once recent)
+    credibility: np.ndarray  # float64: the node's weight, else the prior
+    busy: np.ndarray  # bool: known and the running-apps view shows pods on it
+    routes: AppRoutes | None
+    model: np.ndarray  # int64 index into ``routes.entries`` (-1: none, or no routes)
+    row: np.ndarray  # int64 row in that model's matrix
+    predicted: np.ndarray  # float64 node-weights' own prediction (NaN: none)
+    correction: np.ndarray  # float64 residual factor (1: none)
+    samples: np.ndarray  # int64 completed tasks of the app on the node (0 for unknown names)
+
+
+def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[str, ...],
+                      prior: float) -> Candidates:
+    """:class:`Candidates` of ``nodes`` over ``table`` and ``routes`` (the app's; None: no model, no word),
+    with ``prior`` as the credibility of a node never evaluated."""
+    n = len(nodes)
+    get = table.pos.get
+    at = np.array([get(name, -1) for name in nodes], dtype=np.int64).reshape(n)
+    known = at >= 0
+    at[~known] = 0
+    ts = table.features_ts[at]
+    weight = table.weight[at]
+    if routes is not None:
+        model, row, predicted = routes.model[at], routes.row[at], routes.predicted[at]
+        correction, samples = routes.correction[at], np.where(known, routes.samples[at], 0)
+    else:
+        model, row, predicted = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, math.nan)
+        correction, samples = np.ones(n), np.zeros(n, dtype=np.int64)
+    out = Candidates(
+        nodes=nodes, at=at, known=known, features_ts=ts,
+        has_data=known & ~table.weights_stale[at] & (ts > 0),
+        credibility=np.where(known & ~np.isnan(weight), weight, prior), busy=known & table.busy[at],
+        routes=routes, model=model, row=row, predicted=predicted, correction=correction, samples=samples,
+    )
+    for name in ("at", "known", "features_ts", "has_data", "credibility", "busy", "model", "row", "predicted",
+                 "correction", "samples"):
+        getattr(out, name).flags.writeable = False
+    return out
 
 
 def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, NodeTable]:

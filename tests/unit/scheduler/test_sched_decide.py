@@ -188,3 +188,38 @@ def test_invariants(loads: list[float], creds: list[float], stale: list[bool], s
                 assert a.score >= c.score  # monotone in the prediction at equal credibility
             if a.predicted_rtt_ms == c.predicted_rtt_ms and a.credibility > c.credibility:
                 assert abs(a.score - 5) >= abs(c.score - 5)  # more credible: farther from neutral
+
+
+def test_a_snapshot_reuses_its_gathers_and_still_sees_each_requests_staleness(view: SnapshotBuilder) -> None:
+    """The gathers of a node list are kept per snapshot (kube-scheduler sends the same list pod after pod);
+    what depends on the request's time (a node's data going stale) is not."""
+    view.apply_node_features(features_msg("late", 1020.0, 3.0))
+    view.apply_node_weights(weights_msg("late", 1020.0, 1.0))
+    nodes = [*NODES, "late", "unknown-node"]
+    snap = view.build(now=1021.0)
+    params = DecideParams(policy_from_dict({"exploration": {"share": 0.0}}), credibility_prior=0.5, stale_after_s=30.0)
+
+    def fields(d: object) -> str:  # repr: NaN equals NaN
+        names = ("nodes", "score", "rtt_ms", "fresh", "credibility", "model_key", "neutral")
+        return repr([getattr(d, f) for f in names])
+
+    early = decide(snap, GCTF, nodes, AssumedPods(), params, 1021.0)
+    late = decide(snap, GCTF, nodes, AssumedPods(), params, 1040.0)  # the three first nodes' data are 40 s old
+    assert snap.candidates("gCTF", tuple(nodes), 0.5) is snap.candidates("gCTF", tuple(nodes), 0.5)
+    assert early.fresh == [True, True, True, True, False] and late.fresh == [False, False, False, True, False]
+    assert late.best() == "late" and late.score[:3] == [5, 5, 5]
+    for now, d in ((1021.0, early), (1040.0, late)):  # a snapshot that never gathered these nodes: the same answer
+        assert fields(d) == fields(decide(view.build(now=1021.0), GCTF, nodes, AssumedPods(), params, now))
+
+
+def test_a_snapshot_keeps_a_bounded_number_of_read_only_gathers(view: SnapshotBuilder) -> None:
+    from app.scheduler.snapshot import MAX_CANDIDATE_LISTS
+
+    snap = view.build(now=NOW)
+    first = snap.candidates("gCTF", ("fast",), 0.5)
+    with pytest.raises(ValueError, match="read-only"):
+        first.at[0] = 1
+    for k in range(MAX_CANDIDATE_LISTS + 4):
+        snap.candidates("gCTF", ("fast",) * (k + 2), 0.5)
+    assert len(snap._candidates) == MAX_CANDIDATE_LISTS
+    assert snap.candidates("gCTF", ("fast",), 0.5) is not first  # the oldest went first
