@@ -167,28 +167,33 @@ class AssumedPods:
         return dropped
 
     def scan(self, node: str, now: float, features_ts: float, exclude: str = "",
-             since: float = -math.inf) -> tuple[dict[str, int], tuple[str, ...]]:
-        """:meth:`counts` (with ``since``) and the apps of :meth:`pending` of ``node``, in one pass.
+             since: float = -math.inf) -> tuple[dict[str, int], tuple[str, ...], tuple[AssumedPod, ...]]:
+        """:meth:`counts` (with ``since``), the apps of :meth:`pending` and :meth:`on_node` (without ``since``)
+        of ``node``, in one pass.
 
         >>> a = AssumedPods(ttl_s=60, scrape_delay_s=5)
         >>> a.assume("p1", "gCTF", "n", now=100.0); a.assume("p2", "upload", "n", now=90.0)
-        >>> a.scan("n", now=101.0, features_ts=99.0)
-        ({'gCTF': 1, 'upload': 1}, ('gCTF',))
+        >>> counts, pending, live = a.scan("n", now=101.0, features_ts=99.0, since=95.0)
+        >>> counts, pending, [p.task_id for p in live]
+        ({'gCTF': 1}, ('gCTF',), ['p1', 'p2'])
         """
         pods = self._by_node.get(node)
         counts: dict[str, int] = {}
         if not pods:
-            return counts, ()
+            return counts, (), EMPTY
         cutoff = now - self.ttl_s
         pending: list[str] = []
+        live: list[AssumedPod] = []
         for p in pods.values():
             if p.placed_at <= cutoff or p.task_id == exclude:
                 continue
-            if p.until > now and p.placed_at > since:
-                counts[p.app] = counts.get(p.app, 0) + 1
+            if p.until > now:
+                live.append(p)
+                if p.placed_at > since:
+                    counts[p.app] = counts.get(p.app, 0) + 1
             if features_ts <= p.placed_at + self.scrape_delay_s:
                 pending.append(p.app)
-        return counts, tuple(pending)
+        return counts, tuple(pending), tuple(live)
 
     def on_node(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> tuple[AssumedPod, ...]:
         """Placements on ``node`` after ``since`` not expected to have finished by ``now``, without ``exclude``."""

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from app.features.vector import RUNNING_PREFIX
-from app.scheduler.assumed import AssumedPods
+from app.scheduler.assumed import AssumedPod, AssumedPods
 from app.scheduler.explore import explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.inflict import inflicted_ms
@@ -259,14 +259,17 @@ def decide(
     features: list[Mapping[str, float]] = [idle] * n if every else [idle if f else _NO_FEATURES for f in fresh.tolist()]
     in_flight = np.zeros(n)  # pods of ``app`` counted as running on each candidate
     pending_on: dict[int, tuple[str, ...]] = {}
+    live_on: dict[int, tuple[AssumedPod, ...]] = {}  # assumed pods not expected to have finished, per candidate
     own_key = RUNNING_PREFIX + app
     for i in np.flatnonzero(busy).tolist():
         name = nodes[i]
         running = states[name].running if known[i] else _NO_COUNTS
         read_at = float(table.running_ts[at[i]]) if known[i] else 0.0
         since = read_at - policy.scrape_delay_s if read_at > 0 else -math.inf
-        counts, pending = assumed.scan(name, now, float(ts[i]), task_id, since) if placed is not None and placed[i] \
-            else ({}, ())
+        if placed is not None and placed[i]:
+            counts, pending, live_on[i] = assumed.scan(name, now, float(ts[i]), task_id, since)
+        else:
+            counts, pending = {}, ()
         if running or counts:
             features[i] = running_features(apps, running, counts)
             in_flight[i] = features[i][own_key]
@@ -298,7 +301,7 @@ def decide(
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
     priced = [i for i in np.flatnonzero(busy & usable).tolist() if features[i] is not idle]
-    inflicted = inflicted_ms(snapshot, app, nodes, at, priced, features, assumed, now, task_id,
+    inflicted = inflicted_ms(snapshot, app, nodes, at, priced, features, live_on, now,
                              policy.inflicted_weight) if priced and policy.inflicted_weight > 0 else None
     cost = rtt if inflicted is None else rtt + inflicted
     scores = score_nodes(cost, cred)

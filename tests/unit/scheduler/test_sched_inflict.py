@@ -3,15 +3,23 @@ running beside it (app/scheduler/inflict.py), the same in the extender and the s
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scheduler_fixtures import LinearPredictor, make_view
 
 from app.errors import ConfigError
-from app.scheduler.assumed import AssumedPods
+from app.features.vector import RUNNING_PREFIX
+from app.scheduler.assumed import AssumedPod, AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.decide import DecideParams, decide
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
+from app.scheduler.snapshot import Snapshot
 
 NOW = 1005.0
 NODES = ["slow", "fast", "mid"]  # load 4, 1, 2 (make_view)
@@ -74,3 +82,75 @@ def test_the_weight_is_validated() -> None:
     assert policy_from_dict({}).inflicted_weight == 1.0
     with pytest.raises(ConfigError, match="policy.objective.inflicted"):
         policy_from_dict({"objective": {"inflicted": -1}})
+
+
+def reference_inflicted(snapshot: Snapshot, app: str, nodes: Sequence[str], features: Sequence[Mapping[str, float]],
+                        assumed: AssumedPods, now: float, task_id: str, weight: float) -> np.ndarray:
+    """The module docstring's sum, one candidate, running app and pod at a time, each pair predicted alone, the
+    terms added in the order inflicted_ms adds them (its groups: (app, model) in order of first use)."""
+    table = snapshot.table
+    terms: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for i, counts in enumerate(features):
+        pods: dict[str, list[AssumedPod]] = {}
+        for p in reversed(assumed.on_node(nodes[i], now, exclude=task_id)):
+            pods.setdefault(p.app, []).append(p)
+        for name, c in counts.items():
+            b = name[len(RUNNING_PREFIX):]
+            routes = snapshot.app_routes(b)
+            if c <= 0 or routes is None or routes.model[table.pos[nodes[i]]] < 0:
+                continue
+            at = table.pos[nodes[i]]
+            m = int(routes.model[at])
+            entry = routes.entries[m]
+            known = [(p.input_mb, p.remaining(now)) for p in pods.get(b, [])][:int(c)]
+            for mb, left in known + [(math.nan, 0.5)] * (int(c) - len(known)):
+                x = entry.matrix[[routes.row[at]] * 2]
+                for j, f in enumerate(entry.feature_names):
+                    if f == "task_input_size_mb":
+                        x[:, j] = mb
+                    elif f.startswith(RUNNING_PREFIX):
+                        x[:, j] = counts.get(f, 0.0) - (1.0 if f == name else 0.0)
+                        x[1, j] += 1.0 if f == RUNNING_PREFIX + app else 0.0
+                without, with_ = np.asarray(entry.predictor.predict(x), dtype=np.float64)
+                delta = max(0.0, with_ - without) if math.isfinite(with_ - without) else 0.0
+                terms.setdefault((b, m), []).append((i, weight * delta * (float(routes.correction[at]) * left)))
+    out = np.zeros(len(nodes))
+    for group in terms.values():
+        for i, term in group:
+            out[i] += term
+    return out
+
+
+pods_st = st.lists(st.tuples(st.sampled_from(["gCTF", "upload"]), st.sampled_from(NODES), st.floats(0.5, 50.0),
+                             st.sampled_from([None, 2.0, 30.0]), st.sampled_from([math.nan, 100.0, 733.3])),
+                   max_size=8)
+views_st = st.dictionaries(st.sampled_from(NODES), st.dictionaries(st.sampled_from(["gCTF", "upload"]),
+                                                                    st.integers(0, 3)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods=pods_st, running=views_st, own_model=st.booleans(), app=st.sampled_from(["gCTF", "upload"]),
+       weight=st.sampled_from([0.5, 1.0, 3.0]))
+def test_the_batched_sum_is_bit_for_bit_the_one_pod_at_a_time_sum(
+    pods: list[tuple[str, str, float, float | None, float]], running: dict[str, dict[str, int]], own_model: bool,
+    app: str, weight: float,
+) -> None:
+    """inflicted_ms lays its rows out with array operations: the same numbers, to the bit, as the definition."""
+    v = make_view(LinearPredictor({"load__mean": 100.0, "running_pods_upload": 1000.0, "running_pods_gCTF": 10.0,
+                                   "task_input_size_mb": 0.37}, bias=50.0))
+    v.set_model("upload:gpu", 1, LinearPredictor({"load__mean": 100.0, "running_pods_gCTF": 333.3,
+                                                  "running_pods_upload": 7.1}, bias=50.0))
+    if own_model:  # a second model, and so a second group, for gCTF on mid
+        v.set_model("gCTF:gpu:mid", 2, LinearPredictor({"load__mean": 3.0, "running_pods_upload": 77.7,
+                                                        "task_input_size_mb": 1.1}, bias=5.0))
+    for node, apps in running.items():
+        v.apply_running(node, apps, ts=NOW - 30.0)
+    assumed = AssumedPods(ttl_s=60.0)
+    for k, (a, node, ago, expected_s, mb) in enumerate(pods):
+        assumed.assume(f"p{k}", a, node, now=NOW - ago, expected_s=expected_s, input_mb=mb)
+    snap = v.build(now=NOW)
+    pod = PodInfo("new", "em", "uid-new", app, 250.0)
+    d = decide(snap, pod, NODES, assumed, params(weight), NOW)
+    expected = reference_inflicted(snap, app, NODES, d.features, assumed, NOW, pod.task_id, weight)
+    got = np.array(d.inflicted_ms) if d.inflicted_ms else np.zeros(len(NODES))
+    assert got.tolist() == expected.tolist()
