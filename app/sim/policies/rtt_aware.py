@@ -173,6 +173,7 @@ class RttAware(BasePolicy):
             self._check_samples(view)
         for done in self.trainer.ready(view.now):
             self._install(done, view)
+        self.trace.notes["retrain_wait_s"] = self.trainer.waited_s  # wall time, not simulated: not reproducible
         self.assumed.expire(ts)
         self.snap = self.builder.build(ts)
 

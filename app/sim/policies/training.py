@@ -17,6 +17,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -81,6 +82,7 @@ class SimulatedTrainer:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sim-trainer") if background else None
         self._due: dict[str, tuple[float, str, float, concurrent.futures.Future[tuple[Challenger, Verdict]]]] = {}
         self.coalesced = 0
+        self.waited_s = 0.0  # wall seconds ready() spent waiting for a retrain still running when its verdict was due
 
     def busy(self, key: str) -> bool:
         return key in self._due
@@ -110,12 +112,15 @@ class SimulatedTrainer:
         out = []
         for _, key in due:
             _, reason, asked_s, future = self._due.pop(key)
+            started = time.perf_counter()
             try:
                 challenger, verdict = future.result()
             except (RttError, ValueError) as exc:  # too few usable rows, degenerate data
                 log.info("retrain of %s skipped: %s", key, exc)
                 out.append(Done(key, reason, asked_s, None, None, str(exc)))
                 continue
+            finally:
+                self.waited_s += time.perf_counter() - started
             out.append(Done(key, reason, asked_s, challenger, verdict))
         return out
 

@@ -192,3 +192,30 @@ def test_a_cold_start_is_asked_once_the_samples_are_there_not_at_the_period_clos
     first = [t for t, _, reason in m.trace.retrains if reason == "cold_start"]
     assert first and min(first) < 10.0 * SAMPLE_CHECK_S, m.trace.retrains[:5]
     assert not m.trace.errors or min(t for t, *_ in m.trace.errors) >= 60.0  # no period closed before
+
+
+def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
+    """A verdict due while its retrain still runs holds the simulation until it is done: ``waited_s`` says how long
+    (bench_learning's speed table), and the run's trace carries it."""
+    import threading
+
+    release = threading.Event()
+
+    def slow(*_args):
+        release.wait(5.0)
+        raise ValueError("no rows")  # delivered as a skipped retrain
+
+    monkeypatch.setattr(training, "_run", slow)
+    trainer = training.SimulatedTrainer(delay_s=1.0)
+    try:
+        assert trainer.submit("gCTF:gpu", "cold_start", 10.0, None, None)  # type: ignore[arg-type]
+        assert trainer.ready(10.5) == [] and trainer.waited_s == 0.0  # not due yet: no wait
+        threading.Timer(0.3, release.set).start()
+        done = trainer.ready(11.0)
+        assert [d.detail for d in done] == ["no rows"] and 0.25 <= trainer.waited_s < 5.0
+    finally:
+        release.set()
+        trainer.close()
+    sim = build_simulation(SimConfig(n_tasks=300), _factory, seed=7)
+    sim.run()
+    assert sim.metrics().trace.notes["retrain_wait_s"] >= 0.0
