@@ -143,7 +143,8 @@ def idle_line(idle: dict[str, Any]) -> str:
     gc_max = max(idle["gc_s"], default=0.0) * 1000
     return (f"idle (feed only, no requests): background CPU {1000 * idle['cpu_per_s']:.1f} ms/s, loop lag p99 "
             f"{pct(idle['lag_s'], 99):.3f} ms, longest loop step {pct(idle['step_s'], 100):.3f} ms (p99.9 "
-            f"{pct(idle['step_s'], 99.9):.3f}), {len(idle['gc_s'])} full collections (longest {gc_max:.1f} ms)")
+            f"{pct(idle['step_s'], 99.9):.3f}), {len(idle['gc_s'])} full collections (longest {gc_max:.1f} ms), "
+            f"{len(idle['young_s'])} young (longest {max(idle['young_s'], default=0.0) * 1000:.1f} ms)")
 
 
 def cpu_ms(r: dict[str, Any]) -> float:

@@ -118,6 +118,7 @@ async def _serve(cfg: dict[str, Any]) -> None:
     step_s: list[float] = []  # loop steps that read or answered requests
     background_s: list[float] = []  # loop steps that read no request (feed, rebuilds, publishing, timers)
     gc_s: list[float] = []  # durations of full (generation 2) collections
+    young_s: list[float] = []  # durations of generation 0 and 1 collections
     since = [time.process_time(), 0.0]  # CPU seconds at the last fetch, requests since
     skip = [False]  # set by the step that serialises the samples: that step is not recorded
     served = [0]  # request reads and answers so far: a step that did neither is background work
@@ -146,9 +147,9 @@ async def _serve(cfg: dict[str, Any]) -> None:
         def samples(request: Request) -> Response:
             cpu = time.process_time()
             body = orjson.dumps({"loop": type(loop).__module__, "handler_s": handler_s, "lag_s": lag_s,
-                                 "step_s": step_s, "background_s": background_s, "gc_s": gc_s,
+                                 "step_s": step_s, "background_s": background_s, "gc_s": gc_s, "young_s": young_s,
                                  "cpu_s": cpu - since[0], "requests": since[1]})
-            for samples_ in (handler_s, lag_s, step_s, background_s, gc_s):
+            for samples_ in (handler_s, lag_s, step_s, background_s, gc_s, young_s):
                 samples_.clear()
             skip[0] = True
             since[:] = [cpu, 0.0]
@@ -163,7 +164,7 @@ async def _serve(cfg: dict[str, Any]) -> None:
 
         loop.call_later(0.002, tick, time.perf_counter() + 0.002)
         watch_steps(loop, step_s, background_s, lambda: served[0], skip)
-        watch_gc(gc_s)
+        watch_gc(gc_s, young_s)
         await stop.wait()
 
 
@@ -200,18 +201,18 @@ def watch_steps(loop: asyncio.AbstractEventLoop, serving: list[float], backgroun
     selector.select = timed
 
 
-def watch_gc(out: list[float]) -> None:
-    """Record how long every full collection takes (it runs inside whatever callback allocated)."""
+def watch_gc(full: list[float], young: list[float]) -> None:
+    """Record how long every collection takes (it runs inside whatever callback allocated): full ones
+    (generation 2) in ``full``, the others in ``young``."""
     import gc
 
     started = [0.0]
 
     def callback(phase: str, info: dict[str, int]) -> None:
-        if info.get("generation") == 2:
-            if phase == "start":
-                started[0] = time.thread_time()
-            else:
-                out.append(time.thread_time() - started[0])
+        if phase == "start":
+            started[0] = time.thread_time()
+        else:
+            (full if info.get("generation") == 2 else young).append(time.thread_time() - started[0])
 
     gc.callbacks.append(callback)
 
@@ -328,4 +329,4 @@ async def idle(session: Any, url: str, seconds: float) -> dict[str, Any]:
     await asyncio.sleep(seconds)
     got = await samples(session, url)
     return {"cpu_per_s": got["cpu_s"] / seconds, "lag_s": got["lag_s"], "step_s": got["background_s"],
-            "gc_s": got["gc_s"]}
+            "gc_s": got["gc_s"], "young_s": got["young_s"]}

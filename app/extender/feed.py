@@ -184,6 +184,7 @@ class ViewFeed:
         guard = self._guard
         assert guard is not None
         while True:
+            slicer.restart()
             try:
                 batches = await self._consumer.getmany(timeout_ms=int(self._interval * 1000),
                                                        max_records=MAX_RECORDS)
@@ -191,7 +192,8 @@ class ViewFeed:
                 await guard.out_of_range(exc.args[0])
                 continue
             guard.note(batches)
-            slicer.restart()
+            if slicer.due():  # getmany waited, then built the records in this same loop step: apply them in the next
+                await slicer.pause()
             now_ms = time.time() * 1000.0
             for tp, messages in batches.items():
                 topic = self._topic_of.get(tp.topic, tp.topic)

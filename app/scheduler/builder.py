@@ -52,7 +52,8 @@ class _Model:
     feature_names: tuple[str, ...]
 
 
-ROWS_PER_STEP = 64  # feature rows converted between two yields of a build in steps (~10 us each)
+ROWS_PER_STEP = 32  # feature rows converted between two yields of a build in steps (~10 us each)
+COPY_ROWS = 1024  # matrix rows copied between two yields (a 46-feature row is 184 bytes)
 CPU_CORES = "cpu_count__last"  # the bridge's ``cpu_count`` gauge (distinct ``cpu`` labels of node_exporter)
 
 
@@ -216,7 +217,8 @@ class SnapshotBuilder:
                 elif same_scope:
                     continue
                 if not changed:  # first changed row of an unchanged scope: copy the old (read-only) matrix
-                    matrix, changed = matrix.copy(), True
+                    matrix = yield from _copy_steps(matrix)
+                    changed = True
                 matrix[i] = hit[1]
             yield
         if prev is not None and not changed:
@@ -263,3 +265,12 @@ class SnapshotBuilder:
     def build(self, now: float) -> Snapshot:
         """A new immutable snapshot of everything applied so far (:meth:`build_steps` in one go)."""
         return run_steps(self.build_steps(now))
+
+
+def _copy_steps(matrix: np.ndarray) -> Generator[None, None, np.ndarray]:
+    """A writable copy of ``matrix``, :data:`COPY_ROWS` rows between two yields (thousands of nodes: a few MB)."""
+    out = np.empty_like(matrix)
+    for start in range(0, len(matrix), COPY_ROWS):
+        out[start:start + COPY_ROWS] = matrix[start:start + COPY_ROWS]
+        yield
+    return out

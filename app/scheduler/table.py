@@ -41,7 +41,7 @@ from app.contracts.keys import parse_model_key
 from app.scheduler.entries import ModelEntry, NodeState
 
 T = TypeVar("T")
-CHUNK = 256  # nodes handled between two yields of a build in steps
+CHUNK = 128  # nodes handled between two yields of a build in steps
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,10 +140,11 @@ def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, No
         yield
     pos = MappingProxyType(dict(zip(nodes, range(len(states)), strict=True)))
     yield
+    features_ts, weights = np.array(ts, dtype=np.float64), np.array(weight, dtype=np.float64)
+    yield
     return NodeTable(
-        pos=pos, features_ts=np.array(ts, dtype=np.float64), weight=np.array(weight, dtype=np.float64),
-        weights_stale=np.array(stale, dtype=bool), busy=np.array(busy, dtype=bool),
-        running_ts=np.array(running_ts, dtype=np.float64),
+        pos=pos, features_ts=features_ts, weight=weights, weights_stale=np.array(stale, dtype=bool),
+        busy=np.array(busy, dtype=bool), running_ts=np.array(running_ts, dtype=np.float64),
     )
 
 

@@ -74,3 +74,54 @@ async def test_failed_load_keeps_the_old_model_and_counts() -> None:
 
     assert await install_model(update(3), ok, builder, metrics, on_installed)
     assert builder.model_version("gCTF:gpu") == 3 and [u["version"] for u in cached] == [3]
+
+
+async def test_records_a_fetch_waited_for_are_applied_in_a_later_loop_step() -> None:
+    """aiokafka builds a fetch's records in the loop step that ends the wait for them; applying them in that
+    same step would make it that much longer than a slice: the feed yields to the loop first."""
+    from aiokafka.structs import TopicPartition
+
+    feed, _, _ = make_feed(None)
+    events: list[str] = []
+    topic = Settings.from_env({}).topic("node-features")
+
+    class Records:  # what the consumer hands over: one fetch after a wait, then nothing more
+        def __init__(self) -> None:
+            self.fetches = 0
+
+        async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+            self.fetches += 1
+            if self.fetches > 1:
+                await asyncio.Event().wait()
+            await asyncio.sleep(0.01)  # the wait for the broker's answer
+            events.append("fetched")
+            msg = type("Msg", (), {"key": b"n1", "value": features("n1", 10.0), "timestamp": 0})
+            return {TopicPartition(topic, 0): [msg]}
+
+    class Guard:
+        def note(self, batches: object) -> None:
+            pass
+
+        async def after_fetch(self) -> None:
+            pass
+
+    apply = feed.apply
+    feed.apply = lambda *a: (events.append("applied"), apply(*a))[1]  # type: ignore[method-assign]
+    feed._consumer, feed._guard = Records(), Guard()  # type: ignore[assignment]
+    feed.caught_up.set()
+
+    async def ticker() -> None:
+        while True:
+            events.append("tick")
+            await asyncio.sleep(0)
+
+    tasks = [asyncio.ensure_future(feed._consume()), asyncio.ensure_future(ticker())]
+    for _ in range(200):
+        await asyncio.sleep(0.001)
+        if "applied" in events:
+            break
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    fetched, applied = events.index("fetched"), events.index("applied")
+    assert "tick" in events[fetched:applied]

@@ -115,3 +115,41 @@ def test_holder_swaps_whole_snapshots(view: SnapshotBuilder) -> None:
     assert (a.generation, b.generation) == (1, 2)
     assert seen is a and seen.nodes["fast"].features["load__mean"] == 1.0
     assert holder.current is b and b.data_ts == 1001.0 and b.age(now=1003.0) == 2.0
+
+
+def test_a_large_matrix_is_copied_in_steps_when_one_row_changes(linear: LinearPredictor) -> None:
+    """Thousands of nodes make a matrix of megabytes: the copy a changed row needs is spread over steps, and
+    the rows of the new view are those of the old one but the changed row."""
+    from app.scheduler.builder import COPY_ROWS, _copy_steps
+
+    b = SnapshotBuilder()
+    n = 3 * COPY_ROWS + 5
+    for i in range(n):
+        b.apply_node_features(features_msg(f"n{i}", 1000.0, float(i)))
+    b.set_model("gCTF:gpu", 3, linear)
+    first = b.build(now=1001.0)
+    b.apply_node_features(features_msg("n7", 1002.0, -1.0))
+    steps = b.build_steps(1002.0)
+    count = 0
+    while True:
+        try:
+            next(steps)
+            count += 1
+        except StopIteration as stop:
+            snap = stop.value
+            break
+    old, new = first.models["gCTF:gpu"].matrix, snap.models["gCTF:gpu"].matrix
+    changed = np.flatnonzero(~((old == new) | (np.isnan(old) & np.isnan(new))).all(axis=1))
+    assert changed.tolist() == [snap.models["gCTF:gpu"].row_index["n7"]] and new[changed[0], 0] == -1.0
+    assert not new.flags.writeable and old[changed[0], 0] == 7.0
+    assert count > n // 128  # at least the table's and the routes' chunks
+    copy = _copy_steps(old)
+    slices = 0
+    while True:
+        try:
+            next(copy)
+            slices += 1
+        except StopIteration as stop:
+            assert np.array_equal(stop.value, old, equal_nan=True) and stop.value.flags.writeable
+            break
+    assert slices == 4  # 3 x COPY_ROWS + 5 rows
