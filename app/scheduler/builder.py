@@ -193,8 +193,11 @@ class SnapshotBuilder:
         if cached is not None and cached[0] == signature:
             return cached[1]
         scope = yield from self._scope_steps(m, nodes, states)
-        names = tuple(n.name for n in scope)
-        yield
+        in_scope: list[str] = []
+        for start in range(0, len(scope), CHUNK):  # states written at different times: scattered, read in chunks
+            in_scope.extend(n.name for n in scope[start:start + CHUNK])
+            yield
+        names = tuple(in_scope)
         rows = self._rows.setdefault(m.key, {})
         prev = cached[1] if cached is not None and cached[1].version == m.version else None
         same_scope = prev is not None and tuple(prev.row_index) == names

@@ -153,3 +153,27 @@ def test_a_large_matrix_is_copied_in_steps_when_one_row_changes(linear: LinearPr
             assert np.array_equal(stop.value, old, equal_nan=True) and stop.value.flags.writeable
             break
     assert slices == 4  # 3 x COPY_ROWS + 5 rows
+
+
+def test_the_node_table_reads_its_states_a_chunk_per_step() -> None:
+    """The states' values are read and converted one chunk per step (never all 5,000 in one), and the columns
+    are those of the states, in order."""
+    from app.scheduler.entries import NodeState
+    from app.scheduler.table import CHUNK, node_table_steps
+
+    n = 2 * CHUNK + 3
+    nodes = {f"n{i}": NodeState(f"n{i}", features_ts=float(i), weight=None if i % 2 else 0.5,
+                                running={"gCTF": 1} if i % 3 == 0 else {}) for i in range(n)}
+    steps = node_table_steps(nodes)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+            yields += 1
+        except StopIteration as stop:
+            table = stop.value
+            break
+    assert yields == 3
+    assert table.features_ts.tolist() == [float(i) for i in range(n)] and dict(table.pos)["n7"] == 7
+    assert np.isnan(table.weight[1]) and table.weight[2] == 0.5
+    assert table.busy.tolist() == [i % 3 == 0 for i in range(n)] and not table.weights_stale.any()
