@@ -295,7 +295,7 @@ def decide(
         for i in np.flatnonzero(busy_now).tolist():  # an empty node never interferes
             name = nodes[i]
             st = states.get(name)
-            on = assumed.on_node(name, now, exclude=task_id)
+            on = live_on[i] if i in live_on else assumed.on_node(name, now, exclude=task_id)  # scanned: the same
             failed[i] = anti_affinity_reason(app, st.running if st else _NO_COUNTS, (p.app for p in on), policy)
     relaxed = _apply_sla(app, policy, rtt, fresh, failed)
     usable = fresh & np.isfinite(rtt) & (rtt > 0)

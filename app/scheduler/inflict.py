@@ -38,14 +38,6 @@ UNKNOWN_REMAINING = 0.5  # a running pod the scheduler did not place: half-way t
 TASK_INPUT = "task_input_size_mb"
 
 
-def _by_app(live: Sequence[AssumedPod], now: float) -> dict[str, list[tuple[float, float]]]:
-    """(input MB, remaining share) of ``live`` (a node's assumed pods, oldest first) per app, newest first."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    for p in reversed(live):
-        out.setdefault(p.app, []).append((p.input_mb, p.remaining(now)))
-    return out
-
-
 def inflicted_ms(snapshot: Snapshot, app: str, nodes: Sequence[str], at: np.ndarray, candidates: Sequence[int],
                  features: Sequence[Mapping[str, float]], live: Mapping[int, Sequence[AssumedPod]], now: float,
                  weight: float) -> np.ndarray:

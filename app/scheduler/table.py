@@ -78,7 +78,6 @@ class Candidates:
     pod, so a request reuses the gathers of the previous one. Arrays are read-only; a name the view does not
     know has ``known`` False and position 0 (whatever is gathered there is masked by ``known``)."""
 
-    nodes: tuple[str, ...]
     at: np.ndarray  # int64 positions in the table (0 for unknown names)
     known: np.ndarray  # bool
     features_ts: np.ndarray  # float64
@@ -111,14 +110,15 @@ def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[s
         model, row, predicted = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, math.nan)
         correction, samples = np.ones(n), np.zeros(n, dtype=np.int64)
     out = Candidates(
-        nodes=nodes, at=at, known=known, features_ts=ts,
+        at=at, known=known, features_ts=ts,
         has_data=known & ~table.weights_stale[at] & (ts > 0),
         credibility=np.where(known & ~np.isnan(weight), weight, prior), busy=known & table.busy[at],
         routes=routes, model=model, row=row, predicted=predicted, correction=correction, samples=samples,
     )
-    for name in ("at", "known", "features_ts", "has_data", "credibility", "busy", "model", "row", "predicted",
-                 "correction", "samples"):
-        getattr(out, name).flags.writeable = False
+    for field in dataclasses.fields(out):
+        value = getattr(out, field.name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
     return out
 
 
