@@ -10,7 +10,8 @@ Prints, each with the command's settings:
    every varying column when the vote keeps nothing (``fallback="all"``), no per-measure top-k, cold start
    at 50 or 200 samples, metric columns from the first model on (no ``metric_min_rows``), ranking by the
    pod's own predicted RTT (no inflicted slowdown), no penalty for pods the metrics cannot show yet, no
-   residual correction, no exploration, a fixed 30 s window - mean / p99 / second-half
+   residual correction, no exploration, exploring every node until it has completed 3 tasks of the app
+   (``min_samples: 3``), a fixed 30 s window - mean / p99 / second-half
    RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
    defaults as a ratio (mean over seeds, 95 % CI of the mean RTT); under them the clairvoyant reference on the
    same seeds, whose accuracy is that of its own estimate at placement (the true work with its noise draw and
@@ -62,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no pending penalty": {"policy": {"contention": {"interfering": 0.5, "other": 0.0}}},
     "no residual correction": {"correction": False},
     "no exploration": {"explore_share": 0.0},
+    "per-node exploration": {"policy": {"exploration": {"min_samples": 3}}},
     "fixed 30 s window": {"dwa": False},
 }
 

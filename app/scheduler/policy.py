@@ -9,7 +9,7 @@ Read from a YAML or JSON file (``RTT_EXTENDER_POLICY_FILE``); every field is opt
     contention: {interfering: 0.5, other: 0.1}   # RTT inflation per assumed pod (fraction)
     assumed: {ttl_s: 120, scrape_delay_s: 5}     # how long a placed pod counts before metrics show it
     sla_when_all_fail: pass                      # pass | fail: when SLA would reject every candidate
-    exploration: {share: 0.25, min_samples: 3}   # app/scheduler/explore.py (share 0: off)
+    exploration: {share: 0.25, min_samples: 0}   # app/scheduler/explore.py (share 0: off)
     objective: {inflicted: 1.0}                  # app/scheduler/inflict.py: weight of the slowdown a pod
                                                  # adds to the pods running beside it (0: own RTT only)
 
@@ -53,7 +53,8 @@ class Policy:
     scrape_delay_s: float = 5.0  # node-features newer than placement + this already show the pod
     sla_when_all_fail: str = "pass"
     explore_share: float = 0.25  # fraction of an app's pods that may go to a node not yet learnt (0: never)
-    explore_min_samples: int = 3  # a node with fewer completed tasks of the app is not yet learnt
+    explore_min_samples: int = 0  # a node with fewer completed tasks of the app is not yet learnt (0: only
+    # nodes no model covers are; app/scheduler/explore.py says what more costs)
     inflicted_weight: float = 1.0  # cost = own RTT + this x the time added to the pods running there
 
     def interferes(self, app_a: str, app_b: str) -> bool:

@@ -106,6 +106,24 @@ def test_one_pod_at_a_time_per_node_and_learnt_nodes_are_left_alone(view: Snapsh
     assert run(view, pod(uid), NODES, share=0.0, min_samples=3).explored is None
 
 
+def test_by_default_only_a_class_without_a_model_is_explored(view: SnapshotBuilder) -> None:
+    """The default ``min_samples`` is 0: a node the class model covers is placed by its prediction however few
+    samples it has (app/scheduler/explore.py), a node of a class no model covers is still explored."""
+    learnt(view)
+    view.apply_node_weights({**weights_msg("slow", 1003.0, 1.0), "samples": {"gCTF": 0}})
+    view.apply_node_features(features_msg("cpu-1", 1000.0, 0.0, node_class="cpu"))
+    view.apply_node_weights(weights_msg("cpu-1", 1000.0, 0.5))
+    policy = policy_from_dict({"exploration": {"share": 1.0}})
+    assert policy.explore_min_samples == 0
+
+    def decided(nodes: list[str]):
+        return decide(view.build(now=NOW), pod("uid-9"), nodes, AssumedPods(), DecideParams(policy), NOW)
+
+    assert decided(NODES).explored is None and decided(NODES).best() == "fast"
+    assert decided(NODES + ["cpu-1"]).explored == "cpu-1"
+    assert run(view, pod("uid-9"), NODES, share=1.0, min_samples=1).explored == "slow"  # asked for: explored
+
+
 @pytest.mark.parametrize("doc, field", [({"share": 1.5}, "exploration.share"), ({"share": -0.1}, "exploration.share"),
                                         ({"min_samples": -1}, "exploration.min_samples"),
                                         ({"min_samples": 2.5}, "exploration.min_samples")])
