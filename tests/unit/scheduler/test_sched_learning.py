@@ -113,14 +113,10 @@ def test_by_default_only_a_class_without_a_model_is_explored(view: SnapshotBuild
     view.apply_node_weights({**weights_msg("slow", 1003.0, 1.0), "samples": {"gCTF": 0}})
     view.apply_node_features(features_msg("cpu-1", 1000.0, 0.0, node_class="cpu"))
     view.apply_node_weights(weights_msg("cpu-1", 1000.0, 0.5))
-    policy = policy_from_dict({"exploration": {"share": 1.0}})
-    assert policy.explore_min_samples == 0
-
-    def decided(nodes: list[str]):
-        return decide(view.build(now=NOW), pod("uid-9"), nodes, AssumedPods(), DecideParams(policy), NOW)
-
-    assert decided(NODES).explored is None and decided(NODES).best() == "fast"
-    assert decided(NODES + ["cpu-1"]).explored == "cpu-1"
+    assert policy_from_dict({"exploration": {"share": 1.0}}).explore_min_samples == 0
+    d = run(view, pod("uid-9"), NODES, share=1.0)  # min_samples left to its default
+    assert d.explored is None and d.best() == "fast"
+    assert run(view, pod("uid-9"), NODES + ["cpu-1"], share=1.0).explored == "cpu-1"
     assert run(view, pod("uid-9"), NODES, share=1.0, min_samples=1).explored == "slow"  # asked for: explored
 
 
