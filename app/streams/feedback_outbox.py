@@ -15,10 +15,11 @@ go through an outbox:
 A restarted worker restores the outbox rows with the trackers. A row may be there because its message
 was never sent, or because it was acknowledged but not yet cleared. The worker tells them apart by
 reading its prediction-errors partition from the offset recorded with the row (the partition's end
-before that message was sent: only this worker writes its nodes' partition; from the start when the
-partition now ends before that offset — the topic was recreated) and looking for ``(node, ts)``: found
-→ cleared without sending; not found → sent. So every pair is in exactly one message, whenever the kill
-came.
+before that message was sent: only this worker writes its nodes' partition), or from the first message
+stamped up to ``TIME_MARGIN_S`` before the row's period closed where that comes earlier (a topic
+recreated after the broker lost its data starts again at 0, so an offset recorded before can lie past
+messages sent since), and looking for ``(node, ts)``: found → cleared without sending; not found → sent.
+So every pair is in exactly one message, whenever the kill came.
 
 The outbox rows are few (one per node per period not yet acknowledged; none in steady state).
 """
@@ -42,6 +43,7 @@ from app.streams.metrics import WorkerMetrics
 log = logging.getLogger(__name__)
 
 OUTBOX = "e"
+TIME_MARGIN_S = 30.0  # clock steps between staging a message and sending it, on one host
 
 
 def outbox_row_key(partition: int, node: str, ts: float) -> bytes:
@@ -126,6 +128,7 @@ class ErrorsOutbox:
                        for e in ready]
             done = await asyncio.gather(*futures, return_exceptions=True)
             sent, failed = 0, None
+            acked: dict[int, int] = {}
             for entry, meta in zip(ready, done, strict=True):
                 if isinstance(meta, BaseException):
                     failed = meta  # kept: sent again after the next checkpoint
@@ -134,9 +137,12 @@ class ErrorsOutbox:
                 self._clear(entry)
                 offset = getattr(meta, "offset", None)
                 if offset is not None:
-                    self._floor[entry.partition] = max(self._floor.get(entry.partition, 0), int(offset) + 1)
+                    acked[entry.partition] = max(acked.get(entry.partition, 0), int(offset) + 1)
                 self.sent_counter.inc()
                 sent += 1
+            # the end after this worker's last acknowledged message, even where it went down: a recreated
+            # topic starts again at 0, and a floor kept from before would hide its first messages
+            self._floor.update(acked)
             if failed is not None:
                 log.warning("prediction-errors: %d of %d messages not acknowledged (%r); sent again later",
                             len(ready) - sent, len(ready), failed)
@@ -185,7 +191,10 @@ class ErrorsOutbox:
         for e in restored:
             floor = e.floor if e.floor is not None else 0
             starts[e.partition] = min(starts.get(e.partition, floor), floor)
-        found = await self._sent_since(starts, timeout_s)
+        earliest: dict[int, float] = {}
+        for e in restored:
+            earliest[e.partition] = min(earliest.get(e.partition, e.ident[1]), e.ident[1])
+        found = await self._sent_since(starts, timeout_s, since_ts=earliest)
         cleared = 0
         for e in restored:
             if e.ident in found:
@@ -197,14 +206,23 @@ class ErrorsOutbox:
                  sorted(partitions), len(restored), cleared, len(restored) - cleared)
         return cleared
 
-    async def _sent_since(self, starts: dict[int, int], timeout_s: float) -> set[tuple[str, float]]:
-        """``(node, ts)`` of the prediction-errors messages from ``starts[partition]`` to each partition's end."""
+    async def _sent_since(self, starts: dict[int, int], timeout_s: float,
+                          since_ts: dict[int, float] | None = None) -> set[tuple[str, float]]:
+        """``(node, ts)`` of the prediction-errors messages from ``starts[partition]`` to each partition's end.
+
+        With ``since_ts`` (``{partition: wall-clock seconds}``), a partition is read from the first message
+        stamped ``TIME_MARGIN_S`` before that time when this comes before its start: a floor recorded before
+        the topic was recreated can lie inside the new partition, past messages sent since.
+        """
         tps = {TopicPartition(self.topic, p): off for p, off in starts.items()}
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
                                                      auto_offset_reset="earliest"))
         await consumer.start()
         found: set[tuple[str, float]] = set()
         try:
+            if since_ts:
+                tps = await _earlier_by_time(consumer, tps, {TopicPartition(self.topic, p): ts
+                                                             for p, ts in since_ts.items()})
             consumer.assign(list(tps))
             for tp, off in tps.items():
                 consumer.seek(tp, off)
@@ -236,3 +254,19 @@ class ErrorsOutbox:
         finally:
             await consumer.stop()
         return found
+
+
+async def _earlier_by_time(consumer: AIOKafkaConsumer, starts: dict[TopicPartition, int],
+                           since: dict[TopicPartition, float]) -> dict[TopicPartition, int]:
+    """``starts`` moved back to the first offset stamped at or after ``since[tp] - TIME_MARGIN_S``, if earlier.
+
+    A message is stamped when it is sent (CreateTime, the contract's default), after it was staged.
+    Brokers that find no such message answer None (Kafka) or a timestamp of -1 (Tansu): ``starts`` stays.
+    """
+    query = {tp: max(0, int((ts - TIME_MARGIN_S) * 1000)) for tp, ts in since.items() if tp in starts}
+    found = await consumer.offsets_for_times(query) if query else {}
+    out = dict(starts)
+    for tp, hit in found.items():
+        if hit is not None and hit.timestamp >= 0 and hit.offset < out[tp]:
+            out[tp] = int(hit.offset)
+    return out

@@ -74,6 +74,7 @@ class FeedbackLoop:
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     intake: PartitionIntake | None = None
     outbox: ErrorsOutbox | None = None
+    held: set[int] = dataclasses.field(default_factory=set)  # partitions whose state is in memory
     _background: set[asyncio.Task[Any]] = dataclasses.field(default_factory=set)
     _deleted_rows: list[tuple[bytes, bytes | None]] = dataclasses.field(default_factory=list)
 
@@ -140,7 +141,15 @@ class FeedbackLoop:
             return n
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
-        """Load the rows of newly active partitions (join entries and trackers not already in memory)."""
+        """Load the rows of newly active partitions (join entries and trackers not already in memory).
+
+        Partitions this worker held before the rebalance and still holds keep their state in memory: it is
+        newer than the table's rows, into which Faust's recovery has just replayed the changelog up to an
+        end it took while the last checkpoint was being written, bringing back rows deleted since (an
+        outbox row of a message already delivered would be sent again).
+        """
+        fresh = active - self.held
+        self.held |= active
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         offsets: dict[tuple[str, int], int] = {}
         for key, value in rows.items():
@@ -148,6 +157,8 @@ class FeedbackLoop:
             if parsed is None:
                 continue
             partition, kind, node, task_id = parsed
+            if partition not in fresh:
+                continue
             if kind == OFFSETS_ROW:
                 offsets.update(decode_positions(value, partition))
                 continue
@@ -165,12 +176,13 @@ class FeedbackLoop:
         self.metrics.feedback.join_entries.set(len(self.buffer))
         if self.intake is not None:
             self.intake.assign(active, offsets)
-        if self.outbox is not None and len(self.outbox):
-            task = asyncio.get_running_loop().create_task(self._reconcile(active), name="outbox-reconcile")
+        if self.outbox is not None and fresh and len(self.outbox):
+            task = asyncio.get_running_loop().create_task(self._reconcile(fresh), name="outbox-reconcile")
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-        log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s", sorted(active),
-                 len(entries), len(self.trackers), {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())})
+        log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s (state kept in"
+                 " memory: %s)", sorted(active), len(entries), len(self.trackers),
+                 {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())}, sorted(active - fresh) or "none")
 
     def forget_nodes(self, nodes: set[str]) -> None:
         """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
@@ -198,6 +210,7 @@ class FeedbackLoop:
         """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""
         if self.intake is not None:
             self.intake.release(lost)
+        self.held -= lost
         await self.checkpoint()
         gone = {n for n, p in self.partitions.items() if p in lost}
         self.buffer.drop(lambda k: k[1] not in gone)

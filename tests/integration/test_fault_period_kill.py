@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,62 @@ def test_outbox_restart_cases_against_the_broker(kafka_settings: Settings) -> No
     cleared, sent, values = asyncio.run(run())
     assert (cleared, sent) == (1, 1)
     assert sorted((v["node"], v["ts"]) for v in values) == [("gpu-x1", 1000.0), ("gpu-x2", 2000.0)]
+
+
+def test_outbox_finds_a_message_sent_after_its_topic_was_recreated(kafka_settings: Settings) -> None:
+    """The broker lost its data and prediction-errors was recreated: a message staged before the first one
+    acknowledged there carries the old partition's end as its floor. Once the new partition grows past
+    that floor, a restored row of that delivered message must still be found, not sent again."""
+    s = kafka_settings
+    node = "gpu-z1"
+
+    async def run() -> tuple[int, int, int]:
+        producer = AIOKafkaProducer(**client_options(s))
+        await producer.start()
+
+        async def send(key: bytes, value: bytes) -> Any:
+            return await producer.send(s.topic("prediction-errors"), value, key=key)
+
+        try:
+            outbox = ErrorsOutbox(s, send)
+            now = time.time()
+            for i in range(6):  # the old partition: floor 6
+                await _stage_and_write(outbox, node, now - 60 + i)
+                assert await outbox.deliver() == 1
+            await _recreate(s, "prediction-errors")
+            key, raw = await _stage_and_write(outbox, node, now)
+            assert await outbox.deliver() == 1  # offset 0 of the new partition, its row says floor 6
+            for i in range(8):  # later periods: the new partition now ends past 6
+                await _stage_and_write(outbox, node, now + 1 + i)
+                assert await outbox.deliver() == 1
+            restarted = ErrorsOutbox(s, send)
+            restarted.restore(int(key.split(b"|")[0]), key, raw)
+            cleared = await restarted.reconcile({int(key.split(b"|")[0])})
+            return json.loads(raw)["floor"], cleared, await restarted.deliver()
+        finally:
+            await producer.stop()
+
+    floor, cleared, sent = asyncio.run(run())
+    assert floor == 6  # the case at hand: a floor from before the topic was recreated
+    assert (cleared, sent) == (1, 0)
+
+
+async def _recreate(s: Settings, contract_name: str) -> None:
+    """Delete a contract's topic and create it again, empty (as after the broker lost its data)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from app.kafka.admin import ensure_topics
+
+    admin = AIOKafkaAdminClient(**client_options(s))
+    await admin.start()
+    try:
+        await admin.delete_topics([s.topic(contract_name)])
+    finally:
+        await admin.close()
+    for _ in range(50):
+        try:
+            await ensure_topics(s)
+            return
+        except Exception:  # deletion still in progress
+            await asyncio.sleep(0.2)
+    await ensure_topics(s)

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import orjson
 import pytest
 import xgboost
 
@@ -21,7 +22,9 @@ from app.model.train import booster_to_bytes
 from app.registry.directory import DirectoryModelStore
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_outbox import ErrorsOutbox, outbox_row_key
 from app.streams.feedback_state import FeedbackLoop
+from app.streams.feedback_table import join_row_key
 from app.streams.feedback_weights import weights_values
 from app.streams.node_table import NodeStore
 from app.streams.options import WorkerOptions
@@ -100,3 +103,23 @@ def test_node_weights_predict_on_current_features_with_the_swapped_model(tmp_pat
     swapped = {v["node"]: v for v in weights_values(loop, clock.now())}
     ratio = swapped["m40"]["predicted_rtt_ms"]["gCTF"] / after["m40"]["predicted_rtt_ms"]["gCTF"]
     assert math.isclose(ratio, 2.0, rel_tol=0.05)
+
+
+def test_a_partition_kept_across_a_rebalance_keeps_its_state_in_memory(tmp_path: Path) -> None:
+    """Faust's recovery replays the changelog into the table up to an end taken before the last checkpoint was
+    stored: rows deleted since come back. A partition the worker kept must not take them (an outbox row of a
+    delivered message would be sent again); a partition new to the worker restores its rows."""
+    clock = ManualClock(1001.0)
+    loop = make_loop(DirectoryModelStore(tmp_path), clock)
+    loop.outbox = ErrorsOutbox(loop.settings)
+    waiting = orjson.dumps({"since": 1000.0, "c": None, "p": {"predicted_rtt_ms": 100.0}, "done": False})
+    loop.restore({join_row_key(0, "m40", "t1"): waiting}, {0})
+    assert ("t1", "m40") in loop.buffer
+    clock.advance(61.0)
+    loop.expire()  # t1 left; its tombstone is stored, but the replay brings its row back
+    replayed = {join_row_key(0, "m40", "t1"): waiting, join_row_key(1, "k20", "t2"): waiting,
+                outbox_row_key(0, "m40", 1050.0): orjson.dumps({"value": {"node": "m40", "ts": 1050.0}, "floor": 3})}
+    loop.restore(replayed, {0, 1})
+    assert ("t1", "m40") not in loop.buffer and len(loop.outbox) == 0  # kept partition 0: memory wins
+    assert ("t2", "k20") in loop.buffer  # partition 1 is new here: restored
+    assert loop.held == {0, 1}
