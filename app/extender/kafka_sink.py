@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,23 @@ BATCH_BYTES = 512 * 1024  # record batch size: building and shipping a batch cos
 # batch, in one loop step whose length grows with the bytes (~1 MB, 2-3 ms, from 50 ms of requests flat out);
 # 20 ms keeps that step near 1 ms for ~5 us more CPU per request (docs/extender.md).
 LINGER_S = 0.02
+
+
+_NO_HEADERS: list[tuple[str, bytes]] = []
+
+
+def _append(batch: Any, key: bytes, value: bytes, ts_ms: int) -> bool:
+    """Append one record to an aiokafka (0.14) ``BatchBuilder``; False when the batch is full or closed.
+
+    ``BatchBuilder.append`` without its per-record Python layer (keyword arguments, serializers the
+    producer does not have, a timestamp read per record): a third of the cost of publishing a prediction.
+    """
+    if batch._closed:
+        return False
+    if batch._builder.append(batch._relative_offset, ts_ms, key, value, _NO_HEADERS) is None:
+        return False
+    batch._relative_offset += 1
+    return True
 
 
 class KafkaSink:
@@ -64,15 +82,16 @@ class KafkaSink:
     async def send_many(self, records: Sequence[Record]) -> None:
         if self._producer is None:
             raise RuntimeError("the rtt-predictions producer is not connected")
+        ts = int(time.time() * 1000)  # one timestamp for the records of one call (one request's)
         for key, value in records:
             partition = partition_for(key, self._partitions)
             batch = self._open.get(partition)
             if batch is None:
                 batch = self._open[partition] = self._producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None) is None:  # full: ship it, start another
+            if not _append(batch, key, value, ts):  # full: ship it, start another
                 await self._ship(batch, partition)
                 batch = self._open[partition] = self._producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None) is None:
+                if not _append(batch, key, value, ts):
                     raise ValueError(f"an rtt-predictions record of {len(value)} bytes does not fit in a batch")
         if self._open and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._linger_s, self._linger)

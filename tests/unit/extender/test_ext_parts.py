@@ -153,3 +153,37 @@ def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
     assert expected[0]["predicted_rtt_ms"] == 120.0 and expected[2]["features"] == busy
     assert expected[1]["predicted_rtt_ms"] is None  # no model covers n1 yet: its features still make a sample
     assert expected[2]["correction"] == 2.0 and "correction" not in expected[0]
+
+
+def test_encoded_records_of_one_shared_model_and_map_are_the_contract_values() -> None:
+    """The usual request (one model, one feature map, no correction) takes the shared-parts path; NaN and
+    infinite predictions still become null."""
+    idle = {"running_pods_gCTF": 0.0}
+    rtts = [120.0, float("nan"), 1e-7, float("inf"), 123456789.125]
+    nodes = tuple(f"n{i}" for i in range(len(rtts)))
+    d = Decision(PodInfo("p", "ns", "uid-2", "gCTF", 1.0), nodes, [5] * 5, rtts, ["gCTF:gpu"] * 5, [4] * 5,
+                 [1.0] * 5, [None] * 5, [True] * 5, rtts, [idle] * 5, correction=[1.0] * 5)
+    records = [r for part in encode_decision(d, 1_700_000_000.5, chunk=3) for r in part]
+    expected = list(decision_values(d, 1_700_000_000.5))
+    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert [v["predicted_rtt_ms"] for v in expected] == [120.0, None, 1e-7, None, 123456789.125]
+
+
+def test_records_appended_past_the_batch_layer_read_back_as_appended() -> None:
+    from aiokafka.producer.message_accumulator import BatchBuilder
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    from app.extender.kafka_sink import _append
+
+    records = [(f"n{i}".encode(), b'{"v":%d}' % i) for i in range(200)]
+    batch = BatchBuilder(1024, 0)
+    appended = 0
+    for key, value in records:
+        if not _append(batch, key, value, 1_700_000_000_123):
+            break
+        appended += 1
+    assert 5 < appended < len(records)  # 1 KB holds some of them: the first that does not fit says so
+    batch.close()
+    read = list(DefaultRecordBatch(bytes(batch._build())))
+    assert [(r.key, r.value, r.offset, r.timestamp) for r in read] == \
+        [(k, v, i, 1_700_000_000_123) for i, (k, v) in enumerate(records[:appended])]
