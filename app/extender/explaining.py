@@ -40,7 +40,7 @@ class _Body(msgspec.Struct):
 _DECODE = msgspec.json.Decoder(_Body)
 
 
-def explain_options(body: bytes | bytearray) -> tuple[int, str]:
+def explain_options(body: bytes | bytearray | memoryview) -> tuple[int, str]:
     """(top, contributions method) from the body's ``Explain`` object; :class:`ProtocolError` when invalid."""
     opts = _decode(_DECODE, body, "").Explain or _Options()
     return opts.top, opts.contributions

@@ -50,7 +50,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]  # lower-case names
-    body: bytes | bytearray  # a large body is the buffer it was received into
+    body: bytes | bytearray | memoryview  # a large body is the buffer it was received into
 
 
 @dataclasses.dataclass(slots=True)

@@ -129,7 +129,7 @@ def _problem(exc: msgspec.ValidationError, prefix: str) -> ProtocolError:
     return ProtocolError(f"{path}: {text}")
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | msgspec.Raw, prefix: str) -> Any:
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | memoryview | msgspec.Raw, prefix: str) -> Any:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -146,7 +146,7 @@ def _field(doc: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw | None:
     return next((v for k, v in doc.items() if k.lower() == low), None)
 
 
-def parse_args(body: bytes | bytearray, keep_nodes: bool = False) -> ExtenderArgs:
+def parse_args(body: bytes | bytearray | memoryview, keep_nodes: bool = False) -> ExtenderArgs:
     """Decode and check an ExtenderArgs body; :class:`ProtocolError` says what is wrong.
 
     ``keep_nodes`` keeps the NodeList as received, for :func:`filter_body`.
