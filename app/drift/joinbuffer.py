@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from app.clock import Clock, SystemClock
@@ -229,6 +229,15 @@ class JoinBuffer:
                 self._held.add(key)
         self._entries = dict(sorted(self._entries.items(), key=lambda kv: kv[1].since))
         return len(items)
+
+    def retake(self, upserts: Iterable[Key], removed: Iterable[Key]) -> None:
+        """Track again the changes a changelog write took and did not store (those not overtaken since)."""
+        for key in upserts:
+            if key in self._entries:
+                self._changed.add(key)
+        for key in removed:
+            if key not in self._entries:
+                self._removed.add(key)
 
     def take_changes(self) -> tuple[dict[Key, dict[str, Any]], set[Key]]:
         """``(upserts, deletions)`` since the last call, for a changelog."""

@@ -40,7 +40,8 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
                      sender: BatchSender | None = None) -> int:
     """Write ``rows``, then ``last`` once ``rows`` are stored, then the markers; how many rows were written.
 
-    Deleting a key the table never held writes nothing.
+    Deleting a key the table does not hold writes nothing. The table's data takes each group once it is
+    stored: after a write that failed, the same rows (deletions included) are written again.
     """
     data = table.data
     first = [r for r in rows if r[2] is not None or r[1] in data]
@@ -50,16 +51,18 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
         return 0
     if sender is None:
         for partition, key, value in first + tail:
-            _apply(data, key, value)
             table.send_changelog(partition, key, value)
         await flush_with_markers(table, written)
+        for _, key, value in first + tail:
+            _apply(data, key, value)
         return len(first) + len(tail)
     topic = table.changelog_topic.get_topic_name()
     for group in (first, tail):
         for partition, key, value in group:
-            _apply(data, key, value)
             sender.add(topic, partition, key, value)
         await sender.flush()
+        for _, key, value in group:
+            _apply(data, key, value)
     for partition in sorted(written):
         sender.add(topic, partition, MARKER_KEY, b"1")
     await sender.flush()

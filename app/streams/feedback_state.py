@@ -109,7 +109,8 @@ class FeedbackLoop:
         """Expire old join keys, then write every changed join entry and node tracker; rows written.
 
         The join's read positions are taken at the same instant as the state (no message is processed in
-        between) and written after it, once the training samples of those messages are delivered.
+        between) and written after it, once the training samples of those messages are delivered. A write
+        that fails hands its changes back, so the next checkpoint stores them.
         """
         async with self.lock:
             self.expire()
@@ -129,11 +130,17 @@ class FeedbackLoop:
             deleted, self._deleted_rows = self._deleted_rows, []
             rows += deleted
             intake = self.intake
-            if intake is None:
-                n = await self.table.write(rows)
-            else:
-                n = await self.table.write(rows, last=intake.position_rows(offsets_row_key),
-                                           sender=intake.live_sender)
+            try:
+                if intake is None:
+                    n = await self.table.write(rows)
+                else:
+                    n = await self.table.write(rows, last=intake.position_rows(offsets_row_key),
+                                               sender=intake.live_sender)
+            except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
+                self.buffer.retake(upserts, removed)
+                self.dirty_nodes |= dirty
+                self._deleted_rows = deleted + self._deleted_rows
+                raise
             if self.outbox is not None:
                 self.outbox.written(outbox_rows)
                 if self.outbox.send is not None:

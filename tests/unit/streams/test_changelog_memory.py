@@ -1,12 +1,16 @@
-"""Rows a table keeps in memory cost their size, not orjson's output buffer (the soak found 4 KB per row)."""
+"""Rows a table keeps in memory: their size, not orjson's output buffer (the soak found 4 KB per row), and only
+once stored."""
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
+from types import SimpleNamespace
 
 import orjson
+import pytest
 
-from app.streams.changelog import _apply
+from app.streams.changelog import _apply, write_rows
 
 
 def test_kept_rows_are_compact() -> None:
@@ -22,3 +26,29 @@ def test_kept_rows_are_compact() -> None:
     assert per_row < 400, f"{per_row:.0f} B per row kept"
     _apply(data, b"0|j|gpu-1|task-1", None)
     assert len(data) == 9_999 and data[b"0|j|gpu-1|task-2"] == b'{"since":1002.0,"done":true}'
+
+
+def test_rows_of_a_failed_write_are_written_again_deletions_included() -> None:
+    """The table's data follows what was stored: a write that failed leaves it as it was, so the same rows
+    go out again (a deletion of a key the data already dropped would have been skipped)."""
+    class Sender:
+        def __init__(self) -> None:
+            self.fail, self.sent = True, []
+
+        def add(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+            self.sent.append((key, value))
+
+        async def flush(self) -> int:
+            if self.fail:
+                self.fail, self.sent = False, []
+                raise ConnectionError("broker away")
+            return len(self.sent)
+
+    table = SimpleNamespace(data={b"0|j|n|t1": b"{}"}, changelog_topic=SimpleNamespace(get_topic_name=lambda: "cl"))
+    sender = Sender()
+    rows = [(0, b"0|j|n|t1", None), (0, b"0|j|n|t2", b'{"done":true}')]
+    with pytest.raises(ConnectionError):
+        asyncio.run(write_rows(table, rows, sender=sender))  # type: ignore[arg-type]
+    assert table.data == {b"0|j|n|t1": b"{}"}
+    assert asyncio.run(write_rows(table, rows, sender=sender)) == 2  # type: ignore[arg-type]
+    assert (b"0|j|n|t1", None) in sender.sent and table.data == {b"0|j|n|t2": b'{"done":true}'}

@@ -123,3 +123,30 @@ def test_a_partition_kept_across_a_rebalance_keeps_its_state_in_memory(tmp_path:
     assert ("t1", "m40") not in loop.buffer and len(loop.outbox) == 0  # kept partition 0: memory wins
     assert ("t2", "k20") in loop.buffer  # partition 1 is new here: restored
     assert loop.held == {0, 1}
+
+
+def test_a_checkpoint_whose_write_fails_leaves_its_changes_to_the_next(tmp_path: Path) -> None:
+    """A write that raised (broker away) stored nothing: the next checkpoint writes the same rows again, or a
+    restart would restore a tracker from before the periods it has since closed."""
+    class Table:
+        def __init__(self) -> None:
+            self.fail, self.rows = True, []
+
+        async def write(self, rows: list, **_kw: object) -> int:
+            if self.fail:
+                self.fail = False
+                raise ConnectionError("broker away")
+            self.rows.extend(rows)
+            return len(rows)
+
+    clock = ManualClock(1001.0)
+    loop = make_loop(DirectoryModelStore(tmp_path), clock)
+    loop.table = Table()  # type: ignore[assignment]
+    loop.partitions["m40"] = 0
+    loop.tracker("m40").add("gCTF", 110.0, 100.0)
+    loop.dirty_nodes.add("m40")
+    loop.buffer.add_prediction(("t1", "m40"), {"predicted_rtt_ms": 100.0})
+    with pytest.raises(ConnectionError):
+        asyncio.run(loop.checkpoint())
+    assert asyncio.run(loop.checkpoint()) == 2
+    assert sorted(k for k, _ in loop.table.rows) == [b"0|j|m40|t1", b"0|n|m40"]  # type: ignore[attr-defined]
