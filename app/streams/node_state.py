@@ -22,7 +22,7 @@ True
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -132,6 +132,15 @@ class NodeState:
         the features each app's models read over the app's DWA window (:mod:`app.features.node_value`)."""
         return features_value(self.node, self.newest_ts, self.node_class, self.gpu_model, self.window, self.windows,
                               app_names, self.stale)
+
+    def retake(self, keys: Iterable[bytes]) -> None:
+        """Mark again the rows of ``keys`` (taken by a changelog write that did not store them)."""
+        for key in keys:
+            slot = key.decode().rsplit("#", 1)[1]
+            if slot == META:
+                self.meta_dirty = True
+            else:
+                self.window.dirty.add(int(slot))
 
     def take_rows(self) -> Iterator[tuple[bytes, bytes]]:
         """Changelog rows for what changed since the last call (slots, then meta if it changed)."""

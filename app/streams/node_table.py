@@ -92,14 +92,20 @@ class NodeStateTable(faust.Table):
         ``partitions`` must be those whose every state is in ``states`` (default: all held): a position is
         recorded only with the state it produced.
         """
-        rows: list[Row] = [(state.partition, key, row)
-                           for state in (list(self.store.states.values()) if states is None else states)
-                           for key, row in state.take_rows()]
+        taken = [(state, list(state.take_rows()))
+                 for state in (list(self.store.states.values()) if states is None else states)]
+        rows: list[Row] = [(state.partition, key, row) for state, state_rows in taken for key, row in state_rows]
         intake = self.intake
-        if intake is None:
-            return await write_rows(self, rows)
-        return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
-                                sender=intake.live_sender)
+        try:
+            if intake is None:
+                return await write_rows(self, rows)
+            return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
+                                    sender=intake.live_sender)
+        except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
+            for state, state_rows in taken:
+                if state_rows:
+                    state.retake(key for key, _ in state_rows)
+            raise
 
     def tombstone_nodes(self, nodes: dict[str, int]) -> int:
         """Delete every changelog row of ``nodes`` (``{node: partition}``) now; rows deleted.

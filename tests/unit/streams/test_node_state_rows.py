@@ -42,6 +42,21 @@ def test_rows_rebuild_the_same_features_incrementally() -> None:
     assert len(rows) <= r.window.n_buckets + 1  # bounded by the ring, whatever the event count
 
 
+def test_rows_taken_by_a_failed_write_are_taken_again() -> None:
+    """A checkpoint whose write failed hands its rows back (retake): the next one writes them, so the
+    changelog still rebuilds the same state."""
+    s = NodeState.new("g1", 3, window_s=10.0, history_s=60.0)
+    for snap in snaps("g1", 30):
+        s.update(snap, 3)
+    lost = list(s.take_rows())  # the write of these failed
+    assert lost and list(s.take_rows()) == []
+    s.retake(key for key, _ in lost)
+    again = dict(s.take_rows())
+    assert again == dict(lost)
+    r = NodeState.restore("g1", 3, again.get, window_s=10.0, history_s=60.0)
+    assert r.features_value() == s.features_value()
+
+
 def test_row_codec_and_keys() -> None:
     stats = np.arange(7 * 3, dtype=float).reshape(7, 3)
     b, n, back = decode_row(encode_row(42, 5.0, stats))
