@@ -50,12 +50,13 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
     if not written:
         return 0
     if sender is None:
-        for partition, key, value in first + tail:
+        both = first + tail
+        for partition, key, value in both:
             table.send_changelog(partition, key, value)
         await flush_with_markers(table, written)
-        for _, key, value in first + tail:
+        for _, key, value in both:
             _apply(data, key, value)
-        return len(first) + len(tail)
+        return len(both)
     topic = table.changelog_topic.get_topic_name()
     for group in (first, tail):
         for partition, key, value in group:

@@ -188,13 +188,12 @@ class ErrorsOutbox:
         if not restored:
             return 0
         starts: dict[int, int] = {}
+        since: dict[int, float] = {}  # the earliest period close per partition
         for e in restored:
-            floor = e.floor if e.floor is not None else 0
+            floor, ts = e.floor if e.floor is not None else 0, e.ident[1]
             starts[e.partition] = min(starts.get(e.partition, floor), floor)
-        earliest: dict[int, float] = {}
-        for e in restored:
-            earliest[e.partition] = min(earliest.get(e.partition, e.ident[1]), e.ident[1])
-        found = await self._sent_since(starts, timeout_s, since_ts=earliest)
+            since[e.partition] = min(since.get(e.partition, ts), ts)
+        found = await self._sent_since(starts, since, timeout_s)
         cleared = 0
         for e in restored:
             if e.ident in found:
@@ -206,13 +205,13 @@ class ErrorsOutbox:
                  sorted(partitions), len(restored), cleared, len(restored) - cleared)
         return cleared
 
-    async def _sent_since(self, starts: dict[int, int], timeout_s: float,
-                          since_ts: dict[int, float] | None = None) -> set[tuple[str, float]]:
+    async def _sent_since(self, starts: dict[int, int], since: dict[int, float],
+                          timeout_s: float) -> set[tuple[str, float]]:
         """``(node, ts)`` of the prediction-errors messages from ``starts[partition]`` to each partition's end.
 
-        With ``since_ts`` (``{partition: wall-clock seconds}``), a partition is read from the first message
-        stamped ``TIME_MARGIN_S`` before that time when this comes before its start: a floor recorded before
-        the topic was recreated can lie inside the new partition, past messages sent since.
+        A partition is read from the first message stamped ``TIME_MARGIN_S`` before ``since[partition]``
+        (wall-clock seconds) when that comes before its start: a floor recorded before the topic was
+        recreated can lie inside the new partition, past messages sent since.
         """
         tps = {TopicPartition(self.topic, p): off for p, off in starts.items()}
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
@@ -220,9 +219,7 @@ class ErrorsOutbox:
         await consumer.start()
         found: set[tuple[str, float]] = set()
         try:
-            if since_ts:
-                tps = await _earlier_by_time(consumer, tps, {TopicPartition(self.topic, p): ts
-                                                             for p, ts in since_ts.items()})
+            tps = await _earlier_by_time(consumer, tps, {TopicPartition(self.topic, p): ts for p, ts in since.items()})
             consumer.assign(list(tps))
             for tp, off in tps.items():
                 consumer.seek(tp, off)
@@ -263,7 +260,7 @@ async def _earlier_by_time(consumer: AIOKafkaConsumer, starts: dict[TopicPartiti
     A message is stamped when it is sent (CreateTime, the contract's default), after it was staged.
     Brokers that find no such message answer None (Kafka) or a timestamp of -1 (Tansu): ``starts`` stays.
     """
-    query = {tp: max(0, int((ts - TIME_MARGIN_S) * 1000)) for tp, ts in since.items() if tp in starts}
+    query = {tp: max(0, int((ts - TIME_MARGIN_S) * 1000)) for tp, ts in since.items()}
     found = await consumer.offsets_for_times(query) if query else {}
     out = dict(starts)
     for tp, hit in found.items():

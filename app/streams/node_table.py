@@ -92,9 +92,9 @@ class NodeStateTable(faust.Table):
         ``partitions`` must be those whose every state is in ``states`` (default: all held): a position is
         recorded only with the state it produced.
         """
-        taken = [(state, list(state.take_rows()))
-                 for state in (list(self.store.states.values()) if states is None else states)]
-        rows: list[Row] = [(state.partition, key, row) for state, state_rows in taken for key, row in state_rows]
+        rows: list[Row] = [(state.partition, key, row)
+                           for state in (list(self.store.states.values()) if states is None else states)
+                           for key, row in state.take_rows()]
         intake = self.intake
         try:
             if intake is None:
@@ -102,9 +102,11 @@ class NodeStateTable(faust.Table):
             return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
                                     sender=intake.live_sender)
         except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
-            for state, state_rows in taken:
-                if state_rows:
-                    state.retake(key for key, _ in state_rows)
+            held = self.store.states
+            for _, key, _ in rows:
+                state = held.get(node_of_key(key))
+                if state is not None:
+                    state.retake((key,))
             raise
 
     def tombstone_nodes(self, nodes: dict[str, int]) -> int:
