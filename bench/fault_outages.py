@@ -12,6 +12,7 @@ import signal
 import time
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from fault_stack import (
     KEY,
     Load,
@@ -30,17 +31,25 @@ from fault_stack import (
 )
 
 from app.config import Settings
+from app.contracts import contract
+from app.kafka.client import client_options
 from app.sim.scripted import Reader, produce, start_worker
+from app.streams.app import default_id
+from app.streams.feedback_loop import TABLE_NAME as FEEDBACK_TABLE
+from app.streams.feedback_table import NODE, parse_row_key
+from app.streams.node_features import TABLE_NAME as NODE_TABLE
+from app.streams.node_state import META, row_key
 
 
 async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome:
     """The broker loses everything mid-stream and comes back empty; topics recreated from topics/.
 
     Before: v1 of :data:`KEY` served everywhere. After: the load goes on (after ``pause_s``) with every RTT
-    doubled, and a drift retrain from then on is asked for: the challenger has a reason to beat v1, and
-    the trainer announces v2 on the recreated model-updates. Lost = tasks completed after the wipe without a
-    training sample or a counted pair, and snapshots after the wipe the worker never read; twice = pairs
-    counted beyond the tasks.
+    doubled, one node reporting metrics but running nothing, and a drift retrain from then on is asked for:
+    the challenger has a reason to beat v1, and the trainer announces v2 on the recreated model-updates.
+    Lost = tasks completed after the wipe without a training sample or a counted pair, snapshots after the
+    wipe the worker never read, and nodes whose window or tracker the recreated changelogs lack (a restart
+    would lose them); twice = pairs counted beyond the tasks.
     """
     s = stack.settings
     async with readers(s, "prediction-errors") as (before,):
@@ -54,6 +63,7 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
     first = len(load.tasks)
     snaps_before = load.snapshots
     load.rtt_scale, onset = 2.0, time.time()
+    load.quiet = {load.nodes[0]}
     async with readers(s, "training-samples", "prediction-errors") as (samples, errors):
         first_seen = asyncio.ensure_future(_seen_first(samples, load, first))
         await load.run(8)
@@ -71,14 +81,38 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
         read_after = metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics")
         resets = metric(scrape(stack.worker_url), "rtt_kafka_position_resets_total")
         pairs = counted(errors.values)
+    windows = await changelog_keys(s, NODE_TABLE)
+    trackers = {p[2] for k in await changelog_keys(s, FEEDBACK_TABLE) if (p := parse_row_key(k)) and p[1] == NODE}
+    missing = [n for n in load.nodes if row_key(n, META) not in windows] + sorted(set(load.nodes) - trackers)
     lost_tasks = len(after - set(got))
     lost_pairs = max(0, len(after) - pairs)
     lost_snaps = max(0, (load.snapshots - snaps_before) - int(read_after - read_before))
     twice = max(0, pairs - len(after)) + (len(got) - len(set(got)))
     return Outcome("broker wiped and restarted (memory-only), topics recreated", len(stack.dead()),
-                   lost_tasks + lost_pairs + lost_snaps, twice, seen - back,
+                   lost_tasks + lost_pairs + lost_snaps + len(missing), twice, seen - back,
                    f"worker position resets {resets:.0f}; v2 served in worker and extender; load resumed "
-                   f"{pause_s:g} s after the broker")
+                   f"{pause_s:g} s after the broker; changelog rows missing {missing or 'none'}")
+
+
+async def changelog_keys(s: Settings, table: str, timeout_s: float = 30.0) -> set[bytes]:
+    """The keys of the live rows of the worker group's changelog of ``table``, read from its start to its end."""
+    topic = f"{default_id(s)}-{table}-changelog"
+    tps = [TopicPartition(topic, p) for p in range(contract("node-metrics").partitions)]
+    c = AIOKafkaConsumer(**client_options(s, enable_auto_commit=False, group_id=None))
+    await c.start()
+    try:
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        live: dict[bytes, bool] = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any([await c.position(tp) < ends[tp] for tp in tps]):
+            for msgs in (await c.getmany(timeout_ms=500)).values():
+                for m in msgs:
+                    live[m.key] = m.value is not None
+        return {k for k, alive in live.items() if alive}
+    finally:
+        await c.stop()
 
 
 async def _seen_first(samples: Reader, load: Load, first: int) -> float:

@@ -29,11 +29,13 @@ from typing import Any
 
 import orjson
 import redis
+from aiokafka.admin import AIOKafkaAdminClient
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import ensure_topics
+from app.kafka.client import client_options
 from app.kafka.embedded import EmbeddedBroker, free_port
 from app.sim.scripted import Reader, nodes_per_partition, prediction, produce, samples, start_worker
 from app.streams.app import worker_topics
@@ -215,6 +217,7 @@ class Load:
         self.nodes = nodes_per_partition(contract("node-metrics").partitions, prefix="chaos-gpu-")
         self.util = {n: 20.0 + 8.0 * i for i, n in enumerate(self.nodes)}
         self.rtt_scale = rtt_scale
+        self.quiet: set[str] = set()  # nodes that report metrics and run no task
         self.tasks: list[str] = []  # task ids whose completion was produced (ok)
         self.snapshots = 0
         self._seq = 0
@@ -232,7 +235,7 @@ class Load:
                                            "metrics": {"nvidia_smi_utilization_gpu": util,
                                                        "cpu_iowait": self.rng.uniform(0, 1)}}))
             self.snapshots += 1
-            for _ in range(tasks_per_node):
+            for _ in range(0 if n in self.quiet else tasks_per_node):
                 self._seq += 1
                 tid = f"chaos-{self._seq}"
                 rtt = self.rtt(n)
@@ -297,3 +300,20 @@ async def drained(stack: Stack, produced_snapshots: int) -> None:
         return metric(text, "rtt_worker_messages_in_total", topic="node-metrics") >= produced_snapshots
 
     await wait_for(done, 60, "the worker reading every snapshot")
+
+
+async def recreate_topic(s: Settings, contract_name: str) -> None:
+    """Delete a contract's topic and create it again, empty (as after the broker lost its data)."""
+    admin = AIOKafkaAdminClient(**client_options(s))
+    await admin.start()
+    try:
+        await admin.delete_topics([s.topic(contract_name)])
+    finally:
+        await admin.close()
+    for _ in range(50):
+        try:
+            await ensure_topics(s)
+            return
+        except Exception:  # deletion still in progress
+            await asyncio.sleep(0.2)
+    await ensure_topics(s)

@@ -152,6 +152,12 @@ class NodeWindow:
             return None
         return float(self._s[6, held, : len(self.names)].max())
 
+    def held_slots(self) -> np.ndarray:
+        """Ring slots holding a bucket of the history (what a changelog of the window must have)."""
+        if self.newest < 0:
+            return np.empty(0, dtype=np.int64)
+        return np.flatnonzero((self._bucket >= 0) & (self._bucket > self.newest - self.n_buckets))
+
     def bucket_of(self, ts: float) -> int:
         return math.floor(ts / self.bucket_s)
 

@@ -11,6 +11,10 @@ broker (Tansu) answers a "latest offset" request with the base offset of the las
 Faust's recovery, which reads a changelog up to that offset, would skip the other records of a last batch
 of several. Recovery ignores the marker (it is not a row key of either table).
 
+A write whose rows are stored below the end of what this process wrote before on their partition (the
+topic was recreated: a broker that lost its data) calls ``on_rewound`` with those partitions: the caller
+marks the state it keeps of them to be written again, or a restart would restore only what changed since.
+
 Rows go out on the intake's producer as whole record batches (:class:`~app.kafka.batches.BatchSender`)
 when one is running — thousands of rows per second would cost Faust's per-record path a large share of
 the worker — else through Faust's producer (before the intake starts, after it stops).
@@ -18,10 +22,13 @@ the worker — else through Faust's producer (before the intake starts, after it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from app.kafka.batches import BatchSender
+
+log = logging.getLogger(__name__)
 
 MARKER_KEY = b"#checkpoint"
 
@@ -37,11 +44,12 @@ async def flush_with_markers(table: Any, partitions: Iterable[int]) -> None:
 
 
 async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (),
-                     sender: BatchSender | None = None) -> int:
+                     sender: BatchSender | None = None, on_rewound: Callable[[set[int]], None] | None = None) -> int:
     """Write ``rows``, then ``last`` once ``rows`` are stored, then the markers; how many rows were written.
 
     Deleting a key the table does not hold writes nothing. The table's data takes each group once it is
-    stored: after a write that failed, the same rows (deletions included) are written again.
+    stored: after a write that failed, the same rows (deletions included) are written again. With
+    ``sender``, partitions found rewound go to ``on_rewound`` once the write is stored.
     """
     data = table.data
     first = [r for r in rows if r[2] is not None or r[1] in data]
@@ -67,6 +75,12 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
     for partition in sorted(written):
         sender.add(topic, partition, MARKER_KEY, b"1")
     await sender.flush()
+    rewound = sender.take_rewound(topic)
+    if rewound:
+        log.warning("changelog %s partitions %s restart below what this process wrote there (the topic was "
+                    "recreated): the state they held is written again", topic, sorted(rewound))
+        if on_rewound is not None:
+            on_rewound(rewound)
     return len(first) + len(tail)
 
 

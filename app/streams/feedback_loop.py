@@ -44,6 +44,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
                         ctx.metrics, ctx.health)
     table.on_restore = loop.restore
     table.on_revoke = loop.revoke
+    table.on_rewound = loop.rewrite
     table.on_stopping = loop.checkpoint
     loop.models.on_swap.append(loop.model_swapped)
     loop.intake = register_join(app, loop)

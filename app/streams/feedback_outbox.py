@@ -177,6 +177,13 @@ class ErrorsOutbox:
         doc = orjson.loads(raw)
         self.entries[key] = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False)
 
+    def rewrite(self, partitions: set[int]) -> None:
+        """Entries of ``partitions`` not delivered yet are stored again before they are sent (their changelog
+        topic was recreated empty)."""
+        for e in self.entries.values():
+            if e.partition in partitions and not e.delivered:
+                e.durable = False
+
     def drop(self, partitions: set[int]) -> None:
         """Forget the entries of revoked partitions (their new owner restores and reconciles them)."""
         for key in [k for k, e in self.entries.items() if e.partition in partitions]:

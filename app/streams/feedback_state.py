@@ -191,6 +191,15 @@ class FeedbackLoop:
                  " memory: %s)", sorted(active), len(entries), len(self.trackers),
                  {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())}, sorted(active - fresh) or "none")
 
+    def rewrite(self, partitions: set[int]) -> None:
+        """Mark everything kept of ``partitions`` to be written by the next checkpoint (their changelog topic
+        was recreated empty while this worker held them): trackers, join entries, outbox entries."""
+        nodes = {n for n, p in self.partitions.items() if p in partitions}
+        self.dirty_nodes |= nodes & self.trackers.keys()
+        self.buffer.retake([k for k in self.buffer.keys() if self.partitions.get(k[1], 0) in partitions], ())
+        if self.outbox is not None:
+            self.outbox.rewrite(partitions)
+
     def forget_nodes(self, nodes: set[str]) -> None:
         """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
 

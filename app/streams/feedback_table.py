@@ -71,6 +71,7 @@ class FeedbackTable(faust.Table):
     on_restore: Callable[[dict[bytes, bytes], set[int]], None] | None = None
     on_revoke: Callable[[set[int]], Awaitable[None]] | None = None
     on_stopping: Callable[[], Awaitable[int]] | None = None
+    on_rewound: Callable[[set[int]], None] | None = None
 
     def partition_for_key(self, key: Any) -> int | None:
         parsed = parse_row_key(key)
@@ -83,7 +84,8 @@ class FeedbackTable(faust.Table):
         With ``sender`` the rows go out as record batches on its producer; without, through Faust
         (:func:`~app.streams.changelog.write_rows`).
         """
-        return await write_rows(self, [_row(k, v) for k, v in rows], last=last, sender=sender)
+        return await write_rows(self, [_row(k, v) for k, v in rows], last=last, sender=sender,
+                                on_rewound=self.on_rewound)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)

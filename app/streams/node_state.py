@@ -142,6 +142,11 @@ class NodeState:
             else:
                 self.window.dirty.add(int(slot))
 
+    def rewrite(self) -> None:
+        """Mark every row of the state changed: its meta and each slot of its history."""
+        self.meta_dirty = True
+        self.window.dirty.update(int(slot) for slot in self.window.held_slots())
+
     def take_rows(self) -> Iterator[tuple[bytes, bytes]]:
         """Changelog rows for what changed since the last call (slots, then meta if it changed)."""
         w = self.window

@@ -100,7 +100,7 @@ class NodeStateTable(faust.Table):
             if intake is None:
                 return await write_rows(self, rows)
             return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
-                                    sender=intake.live_sender)
+                                    sender=intake.live_sender, on_rewound=self.rewrite)
         except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
             held = self.store.states
             for _, key, _ in rows:
@@ -108,6 +108,13 @@ class NodeStateTable(faust.Table):
                 if state is not None:
                     state.retake((key,))
             raise
+
+    def rewrite(self, partitions: set[int]) -> None:
+        """Mark every row of the states of ``partitions`` to be written by the next checkpoint (their changelog
+        topic was recreated empty while this worker held them)."""
+        for state in self.store.states.values():
+            if state.partition in partitions:
+                state.rewrite()
 
     def tombstone_nodes(self, nodes: dict[str, int]) -> int:
         """Delete every changelog row of ``nodes`` (``{node: partition}``) now; rows deleted.

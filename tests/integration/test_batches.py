@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from fault_stack import recreate_topic
 
 from app.config import Settings
 from app.kafka.admin import ensure_topics
@@ -76,3 +77,36 @@ def test_batches_keep_order_and_partitioning(kafka_settings: Settings) -> None:
     for key in r["reference"]:  # type: ignore[attr-defined]
         assert [v for _, k, v in got if k == key] == [v for k, v in r["sent"] if k == key]  # type: ignore[attr-defined]
     assert (0, b"gone", None) in got
+
+
+def test_a_partition_recreated_under_the_sender_is_found_rewound(kafka_settings: Settings) -> None:
+    """Batches acknowledged below the end the sender's last batch of that partition left: the topic was
+    recreated (a broker that lost its data); the caller is told which partitions, once."""
+    s = kafka_settings
+
+    async def run() -> tuple[set[int], set[int], set[int], set[int]]:
+        await ensure_topics(s)
+        topic = s.topic(TOPIC)
+        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, max_batch_size=16 * 1024)
+        await producer.start()
+        try:
+            sender = BatchSender(producer)
+            for round_ in range(3):  # several batches of one partition per flush, three flushes: nothing rewound
+                for i in range(600):
+                    sender.add(topic, i % 2, b"k", f"{round_}-{i}".encode() + b"x" * 40)
+                await sender.flush()
+            quiet = sender.take_rewound(topic)
+            await recreate_topic(s, TOPIC)
+            sender.add(topic, 1, b"k", b"after")  # partition 1 only
+            await sender.flush()
+            found, again = sender.take_rewound(topic), sender.take_rewound(topic)
+            sender.add(topic, 1, b"k", b"later")
+            await sender.flush()
+            return quiet, found, again, sender.take_rewound(topic)
+        finally:
+            await producer.stop()
+
+    quiet, found, again, later = asyncio.run(run())
+    assert quiet == set()
+    assert found == {1}
+    assert again == set() and later == set()  # reported once; the new partition's own growth is not a rewind

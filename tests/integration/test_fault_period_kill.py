@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from fault_stack import APP
+from fault_stack import APP, recreate_topic
 from fault_worker import KILL_NODES, period_kill
 
 from app.config import Settings
@@ -116,7 +116,7 @@ def test_outbox_finds_a_message_sent_after_its_topic_was_recreated(kafka_setting
             for i in range(6):  # the old partition: floor 6
                 await _stage_and_write(outbox, node, now - 60 + i)
                 assert await outbox.deliver() == 1
-            await _recreate(s, "prediction-errors")
+            await recreate_topic(s, "prediction-errors")
             key, raw = await _stage_and_write(outbox, node, now)
             assert await outbox.deliver() == 1  # offset 0 of the new partition, its row says floor 6
             for i in range(8):  # later periods: the new partition now ends past 6
@@ -132,24 +132,3 @@ def test_outbox_finds_a_message_sent_after_its_topic_was_recreated(kafka_setting
     floor, cleared, sent = asyncio.run(run())
     assert floor == 6  # the case at hand: a floor from before the topic was recreated
     assert (cleared, sent) == (1, 0)
-
-
-async def _recreate(s: Settings, contract_name: str) -> None:
-    """Delete a contract's topic and create it again, empty (as after the broker lost its data)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    from app.kafka.admin import ensure_topics
-
-    admin = AIOKafkaAdminClient(**client_options(s))
-    await admin.start()
-    try:
-        await admin.delete_topics([s.topic(contract_name)])
-    finally:
-        await admin.close()
-    for _ in range(50):
-        try:
-            await ensure_topics(s)
-            return
-        except Exception:  # deletion still in progress
-            await asyncio.sleep(0.2)
-    await ensure_topics(s)

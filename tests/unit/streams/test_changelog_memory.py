@@ -44,6 +44,9 @@ def test_rows_of_a_failed_write_are_written_again_deletions_included() -> None:
                 raise ConnectionError("broker away")
             return len(self.sent)
 
+        def take_rewound(self, topic: str) -> set[int]:
+            return set()
+
     table = SimpleNamespace(data={b"0|j|n|t1": b"{}"}, changelog_topic=SimpleNamespace(get_topic_name=lambda: "cl"))
     sender = Sender()
     rows = [(0, b"0|j|n|t1", None), (0, b"0|j|n|t2", b'{"done":true}')]

@@ -57,6 +57,22 @@ def test_rows_taken_by_a_failed_write_are_taken_again() -> None:
     assert r.features_value() == s.features_value()
 
 
+def test_a_rewrite_gives_every_row_of_the_history_again() -> None:
+    """The changelog topic was recreated empty: the rows written from then on must rebuild the whole state
+    (meta included), not only what changes next."""
+    s = NodeState.new("g1", 3, window_s=10.0, history_s=20.0)
+    for snap in snaps("g1", 60):  # 42 s of snapshots: the ring has rolled over
+        s.update(snap, 3)
+    list(s.take_rows())  # stored in the topic that is gone
+    assert list(s.take_rows()) == []
+    s.rewrite()
+    rows = dict(s.take_rows())
+    assert row_key("g1", "meta") in rows and len(rows) == len(s.window.held_slots()) + 1
+    assert len(s.window.held_slots()) <= s.window.n_buckets
+    r = NodeState.restore("g1", 3, rows.get, window_s=10.0, history_s=20.0)
+    assert r.features_value() == s.features_value()
+
+
 def test_row_codec_and_keys() -> None:
     stats = np.arange(7 * 3, dtype=float).reshape(7, 3)
     b, n, back = decode_row(encode_row(42, 5.0, stats))
