@@ -186,6 +186,8 @@ class Settings:
                               " letter (app_cap)")
     retry_max_backoff_s: float = _f(5.0, _positive, doc="longest wait between two tries of a model load or"
                                     " retrain that failed because Redis was away")
+    registry_check_s: float = _f(30.0, _non_negative, doc="the trainer compares the registry with model-updates"
+                                 " this often and repairs a registry that lost its data (0: never)")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -1,6 +1,6 @@
 """The chaos table: each fault against the real processes -> processes dead, messages lost, counted twice, recovery.
 
-    python3 bench/bench_chaos.py [--only broker,redis,kill,input]
+    python3 bench/bench_chaos.py [--only broker,redis,redis-wiped,kill,input]
 
 Each scenario runs the processes it needs (embedded broker, ``rttsched worker``, ``trainer``, ``extender``,
 a redis-server of its own) from ``bench/fault_outages.py`` and ``bench/fault_worker.py`` — the
@@ -11,7 +11,9 @@ same scenarios the fault tests run — and reports:
   announced or retrains asked for that never reached the worker and the extender (0 wanted);
 * **twice**: pairs counted, or messages emitted, more than once (0 wanted);
 * **recover s**: broker wipe — broker back to the first post-wipe sample (the load resumes 2 s after the
-  broker); Redis outage — Redis back to the retrain's model served by the worker and the extender;
+  broker); Redis outage — Redis back to the retrain's model served by the worker and the extender; Redis
+  restarted without its data — Redis back to the worker serving the model the trainer made for the empty
+  registry;
   SIGKILL at period close — second kill to every pair reported (a worker start included); hostile input —
   valid snapshots after a ts = 9.9e10 one to the node's next node-features.
 
@@ -32,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fault_outages import broker_wipe, redis_outage  # noqa: E402
+from fault_outages import broker_wipe, redis_outage, redis_wiped  # noqa: E402
 from fault_stack import Load, Outcome, RedisServer, Stack  # noqa: E402
 from fault_worker import hostile_input, period_kill  # noqa: E402
 
@@ -40,7 +42,7 @@ from app.config import Settings  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 
-SCENARIOS = ("broker", "redis", "kill", "input")
+SCENARIOS = ("broker", "redis", "redis-wiped", "kill", "input")
 
 
 def say(msg: str) -> None:
@@ -61,6 +63,17 @@ def run_redis(root: Path) -> Outcome:
     stack = Stack(root, redis_url=server.url).start()
     try:
         return asyncio.run(redis_outage(stack, Load(stack.settings), server))
+    finally:
+        stack.stop()
+        server.stop()
+
+
+def run_redis_wiped(root: Path) -> Outcome:
+    (root / "redis").mkdir(parents=True)
+    server = RedisServer(root / "redis", persist=False).start()
+    stack = Stack(root, redis_url=server.url, trainer_env={"RTT_REGISTRY_CHECK_S": "1"}).start()
+    try:
+        return asyncio.run(redis_wiped(stack, Load(stack.settings), server))
     finally:
         stack.stop()
         server.stop()
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios {sorted(unknown)} (choose from {', '.join(SCENARIOS)})")
-    runners = {"broker": run_broker, "redis": run_redis,
+    runners = {"broker": run_broker, "redis": run_redis, "redis-wiped": run_redis_wiped,
                "kill": lambda r: _on_own_broker(r, "kill"), "input": lambda r: _on_own_broker(r, "input")}
     rows = []
     with tempfile.TemporaryDirectory(prefix="rtt-chaos-") as tmp:

@@ -190,6 +190,39 @@ async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: 
                    f"serving v{worker_v} (worker) v{ext_v} (extender)")
 
 
+async def redis_wiped(stack: Stack, load: Load, server: RedisServer) -> Outcome:
+    """Redis is SIGKILLed and comes back without its data (memory only): the registry is empty while the
+    worker and the extender serve v1, and the version counter starts again at 1.
+
+    Whole again = the trainer noticed (its registry check, ``RTT_REGISTRY_CHECK_S``), trained a model from its
+    sample history and announced it as v2, and the worker and an extender started after the wipe serve it.
+    Lost = processes that do not serve v2, plus pairs never counted; twice = pairs counted more than once.
+    """
+    s = stack.settings
+    assert stack.group is not None
+    async with readers(s, "prediction-errors") as (errors,):
+        await load.run(6)
+        await wait_for(lambda: served_version(stack) >= (1, 1), 90, "v1 served by the worker and the extender")
+        server.stop()
+        server.start()
+        up = time.monotonic()
+        await load.run(2)
+        await wait_for(lambda: served_version(stack)[0] >= 2, 120, "v2 served by the worker")
+        recover = time.monotonic() - up
+        stack.group.children.pop("extender").send_signal(signal.SIGTERM)
+        stack.start_extender("extender-2")  # reads model-updates from the start: v1 is gone, v2 is there
+        await wait_for(lambda: served_version(stack) >= (2, 2), 60, "v2 served by an extender started after")
+        await wait_for(lambda: counted(errors.values) >= len(load.tasks), 60, "every pair counted")
+        await asyncio.sleep(2.0)  # a double count would show by now
+        pairs = counted(errors.values)
+    worker_v, ext_v = served_version(stack)
+    return Outcome("Redis restarted without its data (the registry empty)", len(stack.dead()),
+                   int(worker_v < 2) + int(ext_v < 2) + max(0, len(load.tasks) - pairs),
+                   max(0, pairs - len(load.tasks)), recover,
+                   f"the trainer's registry check trained and announced v{worker_v}; served by the worker and an "
+                   f"extender started after the wipe (v{ext_v})")
+
+
 async def _degraded_within(stack: Stack, timeout_s: float) -> dict[str, str]:
     with contextlib.suppress(AssertionError):
         await wait_for(lambda: "model_store" in worker_degraded(stack), timeout_s, "the worker degraded")

@@ -109,6 +109,7 @@ class Stack:
     root: Path
     redis_url: str = ""
     worker_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    trainer_env: dict[str, str] = dataclasses.field(default_factory=dict)
     broker: EmbeddedBroker | None = None
     group: ProcessGroup | None = None
     s: Settings | None = None
@@ -140,7 +141,8 @@ class Stack:
 
     def start_trainer(self) -> None:
         assert self.group is not None
-        self.group.start("trainer", ["trainer", "--margin", "0"], env={**self.env(), "RTT_METRICS_PORT": "0"})
+        self.group.start("trainer", ["trainer", "--margin", "0"],
+                         env={**self.env(), "RTT_METRICS_PORT": "0", **self.trainer_env})
 
     def start_extender(self, name: str = "extender") -> None:
         assert self.group is not None

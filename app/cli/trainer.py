@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     async def main() -> int:
         service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=cpus,
                                  margin=args.margin, max_event_age_s=args.max_event_age,
-                                 gpu_apps=settings.gpu_apps)
+                                 gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s)
         if settings.metrics_port:
             from prometheus_client import start_http_server
 

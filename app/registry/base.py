@@ -142,7 +142,8 @@ def new_record(
 class ModelStore(Protocol):
     """Versioned model blobs with sha256 and a current pointer per model key.
 
-    ``save`` assigns the next version and does **not** make it current; ``promote`` does. ``load`` with
+    ``save`` assigns the next version (above ``after`` too: the newest version announced, which a registry
+    that lost its data no longer knows) and does **not** make it current; ``promote`` does. ``load`` with
     ``version=None`` loads the current version and verifies its sha256 (:class:`IntegrityError`).
     An unknown key or version raises :class:`~app.model.errors.ModelNotFoundError`.
     """
@@ -150,6 +151,7 @@ class ModelStore(Protocol):
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
+        after: int = 0,
     ) -> ModelRecord: ...
 
     def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]: ...

@@ -105,9 +105,10 @@ class DirectoryModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
+        after: int = 0,
     ) -> ModelRecord:
         with self._locked(model_key) as d:
-            version = max(self._kept(model_key), default=0) + 1
+            version = max(max(self._kept(model_key), default=0), after) + 1
             blob_path = d / f"{version}.{fmt}"
             record = new_record(
                 model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,

@@ -3,7 +3,8 @@
 Keys, under ``<namespace>`` (model keys contain ``:`` themselves; the suffixes keep keys unique):
 
 * ``<ns>:models`` — set of model keys
-* ``<ns>:model:<key>:seq`` — version counter (``INCR``: versions are never reused)
+* ``<ns>:model:<key>:seq`` — version counter (``INCR``: versions are never reused; a save raises it above
+  the newest version announced on model-updates, which a Redis that lost its data no longer knows)
 * ``<ns>:model:<key>:versions`` — sorted set of kept versions
 * ``<ns>:model:<key>:blob:<v>`` / ``:meta:<v>`` — the blob and its :class:`ModelRecord` JSON
 * ``<ns>:model:<key>:current`` — the current version
@@ -129,9 +130,13 @@ class RedisModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
+        after: int = 0,
     ) -> ModelRecord:
         check_model_key(model_key)
-        version = int(self._redis.incr(self._k(model_key, "seq")))
+        seq = self._k(model_key, "seq")
+        version = int(self._redis.incr(seq))
+        if version <= after:  # the counter restarted below what was announced (Redis lost its data)
+            version = int(self._redis.incrby(seq, after + 1 - version))
         blob_key = self._k(model_key, "blob", version)
         record = new_record(
             model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,

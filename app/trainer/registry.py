@@ -79,8 +79,9 @@ class ModelRegistry:
         log.info("champion %s v%d: holdout rmse %.1f ms", model_key, record.version, metrics["rmse_ms"])
         return metrics
 
-    def register(self, model_key: str, challenger: Challenger) -> dict[str, Any]:
-        """Save the challenger as the next version, make it current, return its model-updates fields."""
+    def register(self, model_key: str, challenger: Challenger, after: int = 0) -> dict[str, Any]:
+        """Save the challenger as the next version (above ``after``, the newest announced), make it current,
+        return its model-updates fields."""
         result = challenger.result
         holdout = challenger.holdout
         n = challenger.n_fit + len(holdout)
@@ -88,6 +89,23 @@ class ModelRegistry:
         metrics["n_holdout"] = float(len(holdout))
         saved = self.store.save(model_key, booster_to_bytes(result.booster, self.fmt), fmt=self.fmt,
                                 features=list(result.feature_names), params=result.params, metrics=metrics,
-                                n_samples=n, training_window=challenger.fit_window)
+                                n_samples=n, training_window=challenger.fit_window, after=after)
         promoted = self.store.promote(model_key, saved.version)
         return update_message(promoted)
+
+    def reissue(self, model_key: str, after: int) -> dict[str, Any] | None:
+        """Save the current version again as a new one above ``after`` and make it current; its model-updates
+        fields, or None when the key has no current version.
+
+        For a registry that lost its newest versions (Redis restarted from an older snapshot): the models in
+        use there, announced as ``after``, are gone, and an announcement of the older current version would
+        be ignored by every process holding a newer one.
+        """
+        try:
+            blob, record = self.store.load(model_key)
+        except ModelNotFoundError:
+            return None
+        saved = self.store.save(model_key, blob, fmt=record.format, features=list(record.features),
+                                params=dict(record.params), metrics=dict(record.metrics),
+                                n_samples=record.n_samples, training_window=record.training_window, after=after)
+        return update_message(self.store.promote(model_key, saved.version))

@@ -21,6 +21,16 @@ While a key is training, further events for it are coalesced (dropped and counte
 retrain already uses every sample up to its start, and a drift that persists is signalled again by
 the worker once the new model serves.
 
+The registry and model-updates are kept in agreement. A third consumer reads model-updates (no group,
+from the start) for the newest version announced per key; a save always takes a version above it, so a
+registry that lost its data (a Redis restarted empty, or from an older snapshot) never hands out a version
+the workers and extenders already hold (they would ignore it as old). Every ``registry_check_s`` the
+trainer compares each key's current version in the registry with the newest announced: where the
+registry lost it, its current version (if any) is saved again as a new version and announced, else a
+model is trained from the sample history (reason ``registry``); a current version that was never
+announced (the trainer stopped in between, or model-updates was recreated empty) is announced once two
+checks in a row found it so.
+
 Redis or Kafka away does not lose a retrain: a retrain whose registry step fails with
 :class:`~app.model.errors.RegistryUnavailableError` is tried again with backoff (at most
 ``RTT_RETRY_MAX_BACKOFF_S`` between tries) until it is done, the newest event that arrived for the key
@@ -63,11 +73,12 @@ from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, retrain
-from app.trainer.registry import ModelRegistry
+from app.trainer.registry import ModelRegistry, update_message
 
 log = logging.getLogger(__name__)
 
 GROUP_ID = "rttsched-trainer"
+REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,17 +118,21 @@ class TrainerService:
     gpu_apps
         Apps that run on the GPU: their models may not get slower on a faster GPU
         (:func:`app.model.constraints.direction`).
+    registry_check_s
+        Seconds between two comparisons of the registry with model-updates (0: none).
     """
 
     _sample_guard: PositionGuard
     _event_guard: PositionGuard
+    _update_guard: PositionGuard
 
     def __init__(self, settings: Settings, *, registry: ModelRegistry | None = None,
                  max_samples_per_key: int = 50_000, cpus: Iterable[int] | None = None, margin: float = MARGIN,
                  holdout_fraction: float = HOLDOUT_FRACTION, max_event_age_s: float = 3600.0,
                  selector: Selector | None = default_selector, metrics: TrainerMetrics | None = None,
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
-                 train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = ()) -> None:
+                 train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = (),
+                 registry_check_s: float = 30.0) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
         if not 0.0 < holdout_fraction < 1.0:
@@ -135,6 +150,9 @@ class TrainerService:
         self.catch_up_timeout_s = catch_up_timeout_s
         self.train_params = train_params
         self.gpu_apps = frozenset(gpu_apps)
+        self.registry_check_s = registry_check_s
+        self.announced: dict[str, tuple[int, str]] = {}  # key -> newest (version, sha256) on model-updates
+        self._unannounced: dict[str, int] = {}  # key -> current version the last check found not announced
         self.outcomes: list[Outcome] = []
         self._training: set[str] = set()
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
@@ -142,8 +160,10 @@ class TrainerService:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer")
         self._samples: AIOKafkaConsumer | None = None
         self._events: AIOKafkaConsumer | None = None
+        self._updates: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._sample_tps: list[TopicPartition] = []
+        self._update_tps: list[TopicPartition] = []
         self.crashed: asyncio.Event | None = None
 
     # -- lifecycle
@@ -158,18 +178,29 @@ class TrainerService:
         self._events = AIOKafkaConsumer(s.topic("retrain-events"), **client_options(
             s, group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest", session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000))
+        self._updates = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
+                                                          auto_offset_reset="none"))
         topic = s.topic("training-samples")
         self._sample_tps = [TopicPartition(topic, p) for p in range(contract("training-samples").partitions)]
+        self._update_tps = [TopicPartition(s.topic("model-updates"), p)
+                            for p in range(contract("model-updates").partitions)]
         await self._producer.start()
-        await self._samples.start()
-        self._samples.assign(self._sample_tps)
-        await self._samples.seek_to_beginning(*self._sample_tps)
+        for consumer, tps in ((self._samples, self._sample_tps), (self._updates, self._update_tps)):
+            await consumer.start()
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
         await self._events.start()
         self._sample_guard = PositionGuard(self._samples, "trainer-samples", registry=self.metrics.registry,
                                            topic_label=lambda _t: "training-samples")
         self._event_guard = PositionGuard(self._events, "trainer-events", registry=self.metrics.registry,
                                           topic_label=lambda _t: "retrain-events")
-        for coro, name in ((self._consume_samples(), "samples"), (self._consume_events(), "events")):
+        self._update_guard = PositionGuard(self._updates, "trainer-updates", registry=self.metrics.registry,
+                                           topic_label=lambda _t: "model-updates")
+        loops = [(self._consume_samples(), "samples"), (self._consume_events(), "events"),
+                 (self._consume_updates(), "updates")]
+        if self.registry_check_s > 0:
+            loops.append((self._watch_registry(), "registry-check"))
+        for coro, name in loops:
             self._spawn(coro, name).add_done_callback(self._watch)
         log.info("trainer started: samples from %s, events from %s", topic, s.topic("retrain-events"))
 
@@ -177,7 +208,7 @@ class TrainerService:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for client in (self._events, self._samples, self._producer):
+        for client in (self._events, self._samples, self._updates, self._producer):
             if client is not None:
                 with contextlib.suppress(Exception):
                     await client.stop()
@@ -255,6 +286,70 @@ class TrainerService:
                         continue
                     self.submit(event)
 
+    async def _consume_updates(self) -> None:
+        assert self._updates is not None
+        while True:
+            batches = await self._fetch(self._updates, self._update_guard, timeout_ms=500)
+            for records in batches.values():
+                for rec in records:
+                    try:
+                        update = decode("model-updates", rec.value)
+                        check_key("model-updates", rec.key, update)
+                    except ContractError as exc:
+                        self.metrics.bad_messages.labels(topic="model-updates", reason=exc.reason).inc()
+                        continue
+                    self._note_announced(update)
+
+    def _note_announced(self, update: dict[str, Any]) -> None:
+        key, version = update["model_key"], int(update["version"])
+        if version >= self.announced.get(key, (0, ""))[0]:
+            self.announced[key] = (version, update["sha256"])
+
+    def _newest_announced(self, key: str) -> int:
+        return self.announced.get(key, (0, ""))[0]
+
+    async def _watch_registry(self) -> None:
+        while True:
+            await asyncio.sleep(self.registry_check_s)
+            try:
+                await self.check_registry()
+            except RegistryUnavailableError as exc:  # Redis away: the retrains wait for it anyway
+                log.info("registry check skipped: %s", exc)
+
+    async def check_registry(self) -> list[str]:
+        """Compare each key's current version in the registry with the newest announced on model-updates, and
+        start what brings them together (see the module docstring); the keys acted on."""
+        await self._caught_up(self._updates, self._update_tps, "model-updates")
+        store = self.registry.store
+        acted: list[str] = []
+        for key in sorted(set(self.announced) | set(await asyncio.to_thread(store.keys))):
+            if key in self._training:
+                continue
+            current = await asyncio.to_thread(store.current, key)
+            version, sha = self.announced.get(key, (0, ""))
+            if current is not None and current.version > version:  # promoted, not announced (or not yet)
+                if self._unannounced.get(key) != current.version:
+                    self._unannounced[key] = current.version
+                    continue
+                del self._unannounced[key]
+                log.warning("model %s: the registry's current v%d was never announced (newest announced: v%d): "
+                            "announcing it", key, current.version, version)
+                await self._announce(update_message(current), {"ts": self.clock.now(), "onset_ts": None},
+                                     timed=False)
+                acted.append(key)
+                continue
+            self._unannounced.pop(key, None)
+            if current is not None and (current.version, current.sha256) == (version, sha):
+                continue
+            found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
+            log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
+                        "registry lost it; replacing it with a version above v%d", key, version, sha[:12], found,
+                        version)
+            if self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
+                            "onset_ts": None}) is not None:
+                acted.append(key)
+        return acted
+
     def submit(self, event: dict[str, Any]) -> asyncio.Task[Outcome] | None:
         """Start a retrain for the event's key, or coalesce it if that key is training (returns None)."""
         key = event["model_key"]
@@ -271,19 +366,23 @@ class TrainerService:
 
     async def catch_up(self) -> bool:
         """Wait until the samples consumer reached the end offsets of now; False on timeout."""
-        assert self._samples is not None
+        return await self._caught_up(self._samples, self._sample_tps, "training-samples")
+
+    async def _caught_up(self, consumer: AIOKafkaConsumer | None, tps: list[TopicPartition], what: str) -> bool:
+        """Wait until ``consumer`` reached the end offsets of ``tps`` as they are now; False on timeout."""
+        assert consumer is not None
         try:
-            end = await self._samples.end_offsets(self._sample_tps)
+            end = await consumer.end_offsets(tps)
         except KafkaError as exc:
-            log.warning("samples end offsets unknown (%r); training on what the history has", exc)
+            log.warning("%s end offsets unknown (%r); going on with what was read", what, exc)
             return False
         deadline = time.monotonic() + self.catch_up_timeout_s
         while time.monotonic() < deadline:
-            positions = [await self._samples.position(tp) for tp in self._sample_tps]
-            if all(pos >= end[tp] for pos, tp in zip(positions, self._sample_tps, strict=True)):
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
                 return True
             await asyncio.sleep(0.05)
-        log.warning("samples consumer did not catch up within %.0fs; training on what it has",
+        log.warning("%s not read to its end within %.0fs; going on with what was read", what,
                     self.catch_up_timeout_s)
         return False
 
@@ -312,12 +411,19 @@ class TrainerService:
 
     async def _retrain(self, key: str, reason: str, event: dict[str, Any]) -> Outcome:
         _, node_class, _ = parse_model_key(key)
+        loop = asyncio.get_running_loop()
+        if reason == REGISTRY_LOST:  # the current version, if the registry kept one, saved again above the lost
+            record = await loop.run_in_executor(self._executor, self.registry.reissue, key,
+                                                self._newest_announced(key))
+            if record is not None:
+                await self._announce(record, event, timed=False)
+                return Outcome(key, reason, "promoted", version=int(record["version"]),
+                               detail="the registry's current version saved again")
         await self.catch_up()
         names, rows = self.history.snapshot(key)
         if len(rows) - math.ceil(len(rows) * self.holdout_fraction) < MIN_SAMPLES:
             log.info("retrain of %s: only %d samples", key, len(rows))
             return Outcome(key, reason, "insufficient_data", detail=f"{len(rows)} samples")
-        loop = asyncio.get_running_loop()
         onset = event.get("onset_ts") if reason == "drift" else None
         run = functools.partial(self._train_and_judge, names, rows, node_class, key, onset)
         try:
@@ -329,8 +435,10 @@ class TrainerService:
                  verdict.challenger_rmse_ms, verdict.champion_rmse_ms)
         if not verdict.promote:
             return Outcome(key, reason, "rejected", verdict=verdict, metrics=challenger.metrics)
-        record = await loop.run_in_executor(self._executor, self.registry.register, key, challenger)
-        await self._announce(record, event)
+        await self._caught_up(self._updates, self._update_tps, "model-updates")  # the newest version announced
+        record = await loop.run_in_executor(self._executor, self.registry.register, key, challenger,
+                                            self._newest_announced(key))
+        await self._announce(record, event, timed=reason != REGISTRY_LOST)
         return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
                        metrics=challenger.metrics)
 
@@ -359,7 +467,9 @@ class TrainerService:
         finally:
             release_freed_memory()  # the retrain's working set goes back to the OS, not to the next peak
 
-    async def _announce(self, record: dict[str, Any], event: dict[str, Any]) -> None:
+    async def _announce(self, record: dict[str, Any], event: dict[str, Any], *, timed: bool = True) -> None:
+        """Send ``record`` on model-updates until Kafka takes it; ``timed``: observe the time from the event's
+        drift onset (or its time) to now."""
         assert self._producer is not None
         now = self.clock.now()
         onset = event.get("onset_ts")
@@ -377,6 +487,8 @@ class TrainerService:
                             exc, wait)
                 await asyncio.sleep(wait)
         self.metrics.model_version.labels(model_key=record["model_key"]).set(record["version"])
-        start = onset if onset is not None else event["ts"]
-        self.metrics.drift_to_promotion.observe(max(0.0, now - float(start)))
+        self._note_announced(record)
+        if timed:
+            start = onset if onset is not None else event["ts"]
+            self.metrics.drift_to_promotion.observe(max(0.0, now - float(start)))
         log.info("announced %s version %d", record["model_key"], record["version"])

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import redis
 import xgboost
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -24,7 +25,7 @@ from app.model.train import booster_to_bytes
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor
 from app.trainer.history import SampleHistory
-from app.trainer.registry import ModelRegistry
+from app.trainer.registry import ModelRegistry, update_message
 from app.trainer.service import TrainerService
 
 pytestmark = pytest.mark.integration
@@ -190,3 +191,63 @@ def test_cli_runs_until_sigterm(kafka_settings: Settings, redis_url: str) -> Non
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_a_registry_that_lost_its_data_is_brought_back_above_what_was_announced(
+        kafka_settings: Settings, redis_url: str, updates: AIOKafkaConsumer) -> None:
+    """Redis restarted empty, then from an older snapshot, and a version promoted without announcement: each
+    time the trainer's registry check makes the registry's current version the newest announced again, and
+    no announcement reuses or goes below a version the workers and extenders already hold."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    store = RedisModelStore(redis_url, namespace=ns)
+    raw = redis.Redis.from_url(redis_url)
+
+    def keys() -> list[bytes]:
+        return list(raw.scan_iter(f"{ns}:*"))
+
+    rng = np.random.default_rng(2)
+    await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in samples(700, 0, rng)])
+    await produce(settings, "retrain-events", [(KEY, event(KEY, "cold_start"))])
+    service = TrainerService(settings, registry=ModelRegistry(store=store), train_params=FAST,
+                             catch_up_timeout_s=15.0, registry_check_s=0.5)
+    async with service:
+        got = await drain(updates, 30.0)
+        assert [m["version"] for m in got] == [1]
+
+        # 1. Redis restarted empty: no model at all; one is trained from the history, as v2 (the counter
+        #    restarted at 1, which every process already holds)
+        raw.delete(*keys())
+        got = await drain(updates, 60.0)
+        assert [m["version"] for m in got] == [2]
+        assert store.current(KEY).version == 2 and store.current(KEY).sha256 == got[0]["sha256"]
+        lost = [o for o in service.outcomes if o.reason == "registry"]
+        assert [(o.outcome, o.version) for o in lost] == [("promoted", 2)]
+
+        # 2. v3 promoted and announced, then Redis restarted from a snapshot taken at v2: v2 is saved again as v4
+        snapshot = {k: raw.dump(k) for k in keys()}
+        blob, record = store.load(KEY)
+        v3 = store.promote(KEY, store.save(KEY, blob + b" ", fmt="json", features=list(record.features),
+                                           params={}, metrics={}, n_samples=1).version)
+        await produce(settings, "model-updates", [(KEY, encode("model-updates", {
+            **update_message(v3), "ts": time.time(), "onset_ts": None}))])
+        assert [m["version"] for m in await drain(updates, 10.0)] == [3]
+        raw.delete(*keys())
+        for k, dumped in snapshot.items():
+            raw.restore(k, 0, dumped)
+        got = await drain(updates, 30.0)
+        assert [m["version"] for m in got] == [4]
+        assert got[0]["sha256"] == record.sha256  # v2's model, under a version above v3
+        assert store.current(KEY).version == 4
+
+        # 3. a version promoted in the registry and never announced: announced after two checks
+        v5 = store.promote(KEY, store.save(KEY, blob, fmt="ubj", features=list(record.features), params={},
+                                           metrics={}, n_samples=1).version)
+        got = await drain(updates, 10.0)
+        assert [m["version"] for m in got] == [v5.version] == [5]
+        await asyncio.sleep(1.5)
+        assert await drain(updates, 0.5) == []  # in agreement: nothing more
+        assert service.metrics.registry.get_sample_value("rtt_trainer_retrains_total",
+                                                         {"reason": "registry", "outcome": "promoted"}) == 2.0
+    store.close()
+    raw.close()

@@ -33,6 +33,19 @@ def registry(tmp_path: Path) -> ModelRegistry:
     return ModelRegistry(store=DirectoryModelStore(tmp_path / "models"))
 
 
+def test_versions_stay_above_the_newest_announced(registry: ModelRegistry) -> None:
+    """A registry that lost its data must not hand out a version the consumers already hold (they would
+    ignore it as old): a save goes above ``after``; reissue saves the current model again above it."""
+    assert registry.reissue("gCTF:cpu", after=7) is None  # nothing current: nothing to reissue
+    ch = train_challenger(dataset(), "cpu", params=FAST, selector=None)
+    first = registry.register("gCTF:cpu", ch, after=7)
+    assert first["version"] == 8
+    again = registry.reissue("gCTF:cpu", after=9)
+    assert again is not None and again["version"] == 10 and again["sha256"] == first["sha256"]
+    assert registry.store.current("gCTF:cpu").version == 10  # type: ignore[union-attr]
+    assert registry.register("gCTF:cpu", ch)["version"] == 11  # past what it holds, whatever ``after``
+
+
 def test_register_then_champion_is_scored_on_the_holdout(registry: ModelRegistry) -> None:
     ch = train_challenger(dataset(), "cpu", params=FAST, selector=None)
     assert registry.champion_metrics("gCTF:cpu", ch.holdout) is None
