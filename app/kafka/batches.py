@@ -88,6 +88,8 @@ class BatchSender:
         if future.cancelled() or future.exception() is not None:
             return
         base = int(future.result().offset)
+        if base < 0:  # no offset known (acks=0)
+            return
         if base < self._end.get(tp, 0):
             self.rewound.add(tp)
         self._end[tp] = base + records
