@@ -50,7 +50,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -62,6 +62,7 @@ from app.contracts import contract, decode, encode
 from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
+from app.kafka.batches import partition_for
 from app.kafka.client import client_options
 from app.kafka.positions import PositionGuard
 from app.model.errors import NotEnoughSamplesError, RegistryUnavailableError
@@ -152,6 +153,7 @@ class TrainerService:
         self.gpu_apps = frozenset(gpu_apps)
         self.registry_check_s = registry_check_s
         self.announced: dict[str, tuple[int, str]] = {}  # key -> newest (version, sha256) on model-updates
+        self._floor: dict[str, int] = {}  # key -> newest version ever seen announced (kept across topic resets)
         self._unannounced: dict[str, int] = {}  # key -> current version the last check found not announced
         self.outcomes: list[Outcome] = []
         self._training: set[str] = set()
@@ -237,15 +239,23 @@ class TrainerService:
             self.crashed.set()
 
     # -- consuming
-    async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard, **kw: Any) -> dict[Any, list[Any]]:
-        """One ``getmany`` with its read positions checked; an empty batch while the broker is away."""
+    async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard,
+                     on_reset: Callable[[Iterable[TopicPartition]], None] | None = None,
+                     **kw: Any) -> dict[Any, list[Any]]:
+        """One ``getmany`` with its read positions checked; an empty batch while the broker is away.
+
+        ``on_reset`` gets the partitions whose positions were reset (read again from their start)."""
         try:
             batches = await consumer.getmany(**kw)
             guard.note(batches)
-            await guard.after_fetch()
+            reset = await guard.after_fetch()
+            if reset and on_reset is not None:
+                on_reset(reset)
             return batches  # type: ignore[no-any-return]
         except OffsetOutOfRangeError as exc:
-            await guard.out_of_range(exc.args[0])
+            reset = await guard.out_of_range(exc.args[0])
+            if reset and on_reset is not None:
+                on_reset(reset)
         except KafkaError as exc:
             log.warning("%s: %r; retrying", guard.client, exc)
             await asyncio.sleep(1.0)
@@ -289,7 +299,7 @@ class TrainerService:
     async def _consume_updates(self) -> None:
         assert self._updates is not None
         while True:
-            batches = await self._fetch(self._updates, self._update_guard, timeout_ms=500)
+            batches = await self._fetch(self._updates, self._update_guard, self._updates_reset, timeout_ms=500)
             for records in batches.values():
                 for rec in records:
                     try:
@@ -304,9 +314,19 @@ class TrainerService:
         key, version = update["model_key"], int(update["version"])
         if version >= self.announced.get(key, (0, ""))[0]:
             self.announced[key] = (version, update["sha256"])
+        self._floor[key] = max(self._floor.get(key, 0), version)
+
+    def _updates_reset(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions of model-updates read again from their start (recreated, or trimmed): what they announced
+        is known again once read; versions stay above everything seen (``_floor``)."""
+        partitions = {tp.partition for tp in tps}
+        n = contract("model-updates").partitions
+        for key in [k for k in self.announced if partition_for(k.encode(), n) in partitions]:
+            del self.announced[key]
 
     def _newest_announced(self, key: str) -> int:
-        return self.announced.get(key, (0, ""))[0]
+        """The newest version this trainer has seen announced for ``key`` (a save goes above it)."""
+        return self._floor.get(key, 0)
 
     async def _watch_registry(self) -> None:
         while True:
@@ -327,7 +347,8 @@ class TrainerService:
                 continue
             current = await asyncio.to_thread(store.current, key)
             version, sha = self.announced.get(key, (0, ""))
-            if current is not None and current.version > version:  # promoted, not announced (or not yet)
+            if current is not None and current.version > version and current.version >= self._newest_announced(key):
+                # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
                 if self._unannounced.get(key) != current.version:
                     self._unannounced[key] = current.version
                     continue
@@ -339,12 +360,14 @@ class TrainerService:
                 acted.append(key)
                 continue
             self._unannounced.pop(key, None)
-            if current is not None and (current.version, current.sha256) == (version, sha):
+            newest = self._newest_announced(key)
+            if (current is not None and (current.version, current.sha256) == (version, sha)) or (
+                    current is None and not newest):  # in agreement, or nothing ever served
                 continue
             found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
             log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
-                        "registry lost it; replacing it with a version above v%d", key, version, sha[:12], found,
-                        version)
+                        "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
+                        found, newest)
             if self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
                             "onset_ts": None}) is not None:
                 acted.append(key)

@@ -18,6 +18,7 @@ import pytest
 import redis
 import xgboost
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from fault_stack import recreate_topic
 
 from app.config import Settings
 from app.contracts import decode, encode
@@ -195,9 +196,10 @@ def test_cli_runs_until_sigterm(kafka_settings: Settings, redis_url: str) -> Non
 
 async def test_a_registry_that_lost_its_data_is_brought_back_above_what_was_announced(
         kafka_settings: Settings, redis_url: str, updates: AIOKafkaConsumer) -> None:
-    """Redis restarted empty, then from an older snapshot, and a version promoted without announcement: each
-    time the trainer's registry check makes the registry's current version the newest announced again, and
-    no announcement reuses or goes below a version the workers and extenders already hold."""
+    """Redis restarted empty, then from an older snapshot, a version promoted without announcement, and
+    model-updates recreated empty: each time the trainer's registry check makes the registry's current version
+    the newest announced again, and no announcement reuses or goes below a version the workers and extenders
+    already hold."""
     settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
     ns = f"t{uuid.uuid4().hex[:10]}"
     store = RedisModelStore(redis_url, namespace=ns)
@@ -247,6 +249,12 @@ async def test_a_registry_that_lost_its_data_is_brought_back_above_what_was_anno
         assert [m["version"] for m in got] == [v5.version] == [5]
         await asyncio.sleep(1.5)
         assert await drain(updates, 0.5) == []  # in agreement: nothing more
+
+        # 4. the broker lost model-updates (topic recreated empty): the registry's current is announced again
+        await recreate_topic(settings, "model-updates")
+        await updates.seek_to_beginning()
+        got = await drain(updates, 20.0)
+        assert [(m["version"], m["sha256"]) for m in got] == [(5, v5.sha256)]
         assert service.metrics.registry.get_sample_value("rtt_trainer_retrains_total",
                                                          {"reason": "registry", "outcome": "promoted"}) == 2.0
     store.close()
