@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import time
 from typing import Any
@@ -87,11 +88,38 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
     lost_tasks = len(after - set(got))
     lost_pairs = max(0, len(after) - pairs)
     lost_snaps = max(0, (load.snapshots - snaps_before) - int(read_after - read_before))
+    missing += await _restart_restores(stack, load)
     twice = max(0, pairs - len(after)) + (len(got) - len(set(got)))
     return Outcome("broker wiped and restarted (memory-only), topics recreated", len(stack.dead()),
                    lost_tasks + lost_pairs + lost_snaps + len(missing), twice, seen - back,
                    f"worker position resets {resets:.0f}; v2 served in worker and extender; load resumed "
-                   f"{pause_s:g} s after the broker; changelog rows missing {missing or 'none'}")
+                   f"{pause_s:g} s after the broker; changelog rows missing, or not restored by a worker started "
+                   f"after the wipe: {missing or 'none'}")
+
+
+async def _restart_restores(stack: Stack, load: Load) -> list[str]:
+    """SIGKILL the worker and start another: the nodes whose tracker or window it did not restore from the
+    changelogs (one entry per thing missing)."""
+    assert stack.group is not None
+    stack.group.children.pop("worker").kill()
+    stack.worker_url = start_worker(stack.group, stack.settings, "worker-after-wipe")
+    log_path = stack.group.log_dir / "worker-after-wipe.log"
+
+    def restored() -> tuple[int, set[str]]:
+        text = log_path.read_text(errors="replace")
+        counts = [int(m) for m in re.findall(r"partitions \[[0-9, ]+\]: restored \d+ join entries, (\d+) node trackers",
+                                             text)]
+        return max(counts, default=0), set(re.findall(r"node (\S+): window rebuilt from the changelog", text))
+
+    async def snapshots_until_rebuilt() -> bool:
+        await load.run(1, tasks_per_node=0)  # a snapshot of every node rebuilds its window on arrival
+        return restored()[1] >= set(load.nodes)
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not await snapshots_until_rebuilt():
+        pass
+    trackers, rebuilt = restored()
+    return sorted(set(load.nodes) - rebuilt) + ["trackers"] * max(0, len(load.nodes) - trackers)
 
 
 async def changelog_keys(s: Settings, table: str, timeout_s: float = 30.0) -> set[bytes]:

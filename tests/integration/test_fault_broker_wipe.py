@@ -3,7 +3,9 @@
 Every consumer held read positions beyond the new partitions' ends; without the position checks they
 skipped the first messages of every partition and model v2, announced on the recreated model-updates,
 never reached the worker or the extender. Here: no process dies, nothing produced after the restart is
-skipped or counted twice, and v2 is served by the worker and the extender.
+skipped or counted twice, and v2 is served by the worker and the extender. The recreated changelogs hold
+every node's window and tracker again (one node runs no task after the wipe, so nothing of it changes):
+a worker started afterwards restores them all.
 """
 
 from __future__ import annotations
