@@ -1,6 +1,6 @@
 """The trainer process: retrain-events in, model-updates out, training off the event loop.
 
-Two consumers share one event loop:
+Three consumers share one event loop (the third, of model-updates, is described further down):
 
 * **training-samples**, no consumer group: every partition assigned, read from the earliest retained
   offset, each sample appended to a bounded per-key :class:`~app.trainer.history.SampleHistory`
@@ -335,6 +335,8 @@ class TrainerService:
                 await self.check_registry()
             except RegistryUnavailableError as exc:  # Redis away: the retrains wait for it anyway
                 log.info("registry check skipped: %s", exc)
+            except Exception as exc:  # never the end of the trainer: the next check tries again
+                log.warning("registry check failed: %r; trying again in %.0f s", exc, self.registry_check_s)
 
     async def check_registry(self) -> list[str]:
         """Compare each key's current version in the registry with the newest announced on model-updates, and
