@@ -81,6 +81,8 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
         got = sample_ids(samples.values)
         read_after = metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics")
         resets = metric(scrape(stack.worker_url), "rtt_kafka_position_resets_total")
+        rewinds = {t: metric(scrape(stack.worker_url), "rtt_worker_changelog_rewinds_total", table=t)
+                   for t in (NODE_TABLE, FEEDBACK_TABLE)}
         pairs = counted(errors.values)
     windows = await changelog_keys(s, NODE_TABLE)
     trackers = {p[2] for k in await changelog_keys(s, FEEDBACK_TABLE) if (p := parse_row_key(k)) and p[1] == NODE}
@@ -92,7 +94,8 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
     twice = max(0, pairs - len(after)) + (len(got) - len(set(got)))
     return Outcome("broker wiped and restarted (memory-only), topics recreated", len(stack.dead()),
                    lost_tasks + lost_pairs + lost_snaps + len(missing), twice, seen - back,
-                   f"worker position resets {resets:.0f}; v2 served in worker and extender; load resumed "
+                   f"worker position resets {resets:.0f}; changelog partitions found recreated "
+                   f"{ {t: int(v) for t, v in rewinds.items()} }; v2 served in worker and extender; load resumed "
                    f"{pause_s:g} s after the broker; changelog rows missing, or not restored by a worker started "
                    f"after the wipe: {missing or 'none'}")
 

@@ -194,6 +194,7 @@ class FeedbackLoop:
     def rewrite(self, partitions: set[int]) -> None:
         """Mark everything kept of ``partitions`` to be written by the next checkpoint (their changelog topic
         was recreated empty while this worker held them): trackers, join entries, outbox entries."""
+        self.metrics.changelog_rewinds.labels("feedback").inc(len(partitions))
         nodes = {n for n, p in self.partitions.items() if p in partitions}
         self.dirty_nodes |= nodes & self.trackers.keys()
         self.buffer.retake([k for k in self.buffer.keys() if self.partitions.get(k[1], 0) in partitions], ())

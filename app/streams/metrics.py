@@ -53,6 +53,9 @@ class WorkerMetrics:
                                     registry=r)
         self.evicted = Counter("rtt_worker_evicted_total",
                                "Nodes and apps dropped after RTT_NODE_EVICT_AFTER_S of silence", ["kind"], registry=r)
+        self.changelog_rewinds = Counter("rtt_worker_changelog_rewinds_total",
+                                         "Changelog partitions found recreated under the worker (the broker lost its"
+                                         " data): the state kept of them is written again", ["table"], registry=r)
         self.feedback = FeedbackMetrics(r)
 
     def value(self, name: str, **labels: str) -> float:

@@ -69,6 +69,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     table = node_state_table(app, TABLE_NAME, store, ctx.ownership_topic, contract("node-metrics").partitions)
     get_row = table.data.get
     metrics = ctx.metrics
+    table.rewinds = metrics.changelog_rewinds.labels(TABLE_NAME)
     metrics.nodes.set_function(lambda: len(store.states))
     late = metrics.late_events.labels("node-metrics")
     age = metrics.event_age.labels("node-metrics")

@@ -81,6 +81,7 @@ class NodeStateTable(faust.Table):
     store: NodeStore
     ownership_topic: str
     intake: PartitionIntake | None = None
+    rewinds: Any = None  # the worker's rtt_worker_changelog_rewinds_total{table} child, set on registration
 
     def partition_for_key(self, key: Any) -> int | None:
         p = self.store.partition_of(node_of_key(key))
@@ -112,6 +113,8 @@ class NodeStateTable(faust.Table):
     def rewrite(self, partitions: set[int]) -> None:
         """Mark every row of the states of ``partitions`` to be written by the next checkpoint (their changelog
         topic was recreated empty while this worker held them)."""
+        if self.rewinds is not None:
+            self.rewinds.inc(len(partitions))
         for state in self.store.states.values():
             if state.partition in partitions:
                 state.rewrite()

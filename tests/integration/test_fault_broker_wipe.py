@@ -10,7 +10,9 @@ a worker started afterwards restores them all.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,7 @@ def test_broker_wiped_and_restarted_mid_stream(tmp_path: Path) -> None:
     assert outcome.dead == 0, stack.dead()
     assert (outcome.lost, outcome.twice) == (0, 0), outcome
     assert "position resets 0" not in outcome.detail
+    found = re.search(r"changelog partitions found recreated (\{[^}]*\})", outcome.detail)
+    assert found, outcome.detail
+    rewinds = ast.literal_eval(found.group(1))
+    assert set(rewinds) == {"node-window", "feedback"} and min(rewinds.values()) >= 1, rewinds
