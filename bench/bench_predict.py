@@ -5,6 +5,9 @@ with ~30 features (10 % missing); every batch size N is one pod scored on N cand
 
     python3 bench/bench_predict.py            # full run (~1 min)
     python3 bench/bench_predict.py --quick    # a few seconds
+
+A second table prices the predictor's memory of rows (``app/model/fast.py``): calls of N rows it has
+never seen (walked, then remembered), of N rows it remembers, and the tree walk alone over the same rows.
 """
 
 from __future__ import annotations
@@ -91,7 +94,30 @@ def main(argv: list[str] | None = None) -> int:
     for n, xp50, xp99, fp50, fp99, err in table:
         print(f"{n:>5} | {xp50:>14.1f} {xp99:>9.1f} | {fp50:>11.1f} {fp99:>9.1f} | {xp50 / fp50:>8.1f}x "
               f"{xp99 / fp99:>5.1f}x | {err:>11.1e}")
+    memory_table(fast, args.features, 20 if args.quick else 100)
     return 0
+
+
+def memory_table(fast: FastPredictor, n_features: int, calls: int) -> None:
+    """The memory of rows: µs per call (best of 3 rounds of ``calls`` calls) for new, remembered and walked rows."""
+    print(f"\nthe predictor's memory of rows: us per call, best of 3 rounds of {calls} calls")
+    head = f"{'N':>5} | {'new rows':>9} {'remembered':>10} {'walk alone':>10} | {'new / walk':>10} {'kept / walk':>11}"
+    print(head)
+    print("-" * len(head))
+    for n in (64, 512, 5000):
+        print(f"  N={n}", file=sys.stderr, flush=True)
+        k = min(calls, max(1, 16_000 // n))  # the new rows of a round fit in the memory: the next round finds them
+        best = {"new": np.inf, "kept": np.inf, "walk": np.inf}
+        for r in range(3):
+            batches = [synthetic(n, n_features, seed=1000 * r + i + 10)[0] for i in range(k)]
+            fast.forget()
+            for name, fn in (("walk", fast._walk), ("new", fast.predict), ("kept", fast.predict)):
+                t0 = time.perf_counter()
+                for batch in batches:
+                    fn(batch)
+                best[name] = min(best[name], (time.perf_counter() - t0) / k * 1e6)
+        print(f"{n:>5} | {best['new']:>9.1f} {best['kept']:>10.1f} {best['walk']:>10.1f} | "
+              f"{best['new'] / best['walk']:>9.2f}x {best['kept'] / best['walk']:>10.2f}x")
 
 
 if __name__ == "__main__":

@@ -171,3 +171,26 @@ def test_remembered_and_repeated_rows_give_the_walked_numbers(small_booster, mon
     assert np.array_equal(fp.predict(X), want)
     assert np.array_equal(fp.predict(X[::-1]), want[::-1])
     assert fp.predict(X[:0]).shape == (0,)
+
+
+def test_each_distinct_row_is_remembered_once(small_booster, monkeypatch):
+    X, _ = synthetic_rtt(30, seed=9, missing=0.3)
+    fp = FastPredictor.from_booster(small_booster)
+    assert fp.remembered == 0  # the warm-up row is forgotten
+    want = fp.predict(X)
+    assert fp.remembered == 30
+    negative_zero = X[:3].copy()
+    negative_zero[:, 0] = -0.0  # another row bit for bit, the same prediction as 0.0
+    zero = negative_zero.copy()
+    zero[:, 0] = 0.0
+    repeats = np.vstack([X[:5], X[:5], X[3:8], zero, negative_zero])
+    got = fp.predict(repeats)
+    assert np.array_equal(got[:15], np.concatenate([want[:5], want[:5], want[3:8]]))
+    assert np.array_equal(got[15:18], got[18:])
+    assert fp.remembered == 36  # three rows with 0.0, three with -0.0
+    fp.forget()
+    assert fp.remembered == 0 and np.array_equal(fp.predict(X[::-1]), want[::-1])
+    monkeypatch.setattr("app.model.fast.MEMO_ROWS", 8)
+    assert np.array_equal(fp.predict(X), want) and fp.remembered == 30  # nothing new: nothing changes
+    assert np.array_equal(fp.predict(X[:4] + 1), fp.predict(X[:4] + 1)) and fp.remembered == 4  # afresh
+    assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 8  # afresh, the first 8 kept
