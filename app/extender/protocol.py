@@ -214,5 +214,23 @@ def priority_list(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"Host": host, "Score": int(score)} for host, score in scores]
 
 
+_HOST_PARTS: dict[str, bytes] = {}  # node name -> its entry up to the score (names recur on every request)
+_SCORE_PARTS = tuple(b"%d}" % s for s in range(101))
+
+
+def _host_part(host: str) -> bytes:
+    if len(_HOST_PARTS) >= 65_536:
+        _HOST_PARTS.clear()
+    part = _HOST_PARTS[host] = b'{"Host":' + orjson.dumps(host) + b',"Score":'
+    return part
+
+
 def priority_body(scores: Sequence[tuple[str, int]]) -> bytes:
-    return orjson.dumps(priority_list(scores))
+    """:func:`priority_list` as JSON, written from each node's part (made once) and its score's.
+
+    >>> priority_body([("n1", 10), ("gpu-\u00e9", 0), ("n3", 250)])
+    b'[{"Host":"n1","Score":10},{"Host":"gpu-\xc3\xa9","Score":0},{"Host":"n3","Score":250}]'
+    """
+    get, parts = _HOST_PARTS.get, _SCORE_PARTS
+    return b"[" + b",".join([(get(h) or _host_part(h)) + (parts[s] if 0 <= s <= 100 else b"%d}" % s)
+                             for h, s in scores]) + b"]"

@@ -8,6 +8,8 @@ import gc
 import orjson
 import pytest
 from extender_fixtures import ListSink, fixture
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.config import Settings
 from app.contracts.codec import decode
@@ -15,7 +17,7 @@ from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
 from app.extender.predictions import decision_values, encode_decision
-from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_list
+from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_body, priority_list
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -43,6 +45,13 @@ def test_filter_result_keeps_order_mode_and_node_objects() -> None:
     with pytest.raises(ValueError, match="keep_nodes"):
         filter_body(parse_args(orjson.dumps(sent)), {})
     assert priority_list([("a", 3)]) == [{"Host": "a", "Score": 3}]
+
+
+@given(st.lists(st.tuples(st.text(), st.integers(-(2**40), 2**40) | st.integers(0, 10))))
+def test_priority_body_is_the_json_of_the_priority_list(scores: list[tuple[str, int]]) -> None:
+    body = priority_body(scores)
+    assert body == orjson.dumps(priority_list(scores))
+    assert priority_body(scores) == body  # again, from the node parts kept
 
 
 def test_options_from_settings_env_and_errors() -> None:
