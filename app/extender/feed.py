@@ -33,8 +33,8 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
-from app.contracts import decode
 from app.contracts.admission import check_key, check_time
+from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.models import ModelLoader, install_model
@@ -76,6 +76,8 @@ class ViewFeed:
         self._report_s = report_s
         self._on_completion = on_completion
         self._topic_of = {settings.topic(t): t for t in (*TOPICS, *((COMPLETIONS,) if on_completion else ()))}
+        self._decoders = {t: EdgeDecoder(t) for t in self._topic_of.values()}  # the worker's intakes' decoding
+        self._counted: dict[tuple[str, str], Any] = {}  # (topic, result) -> its feed_messages child
         self._consumer: Any = None
         self._guard: PositionGuard | None = None
         self._task: asyncio.Task[None] | None = None
@@ -226,7 +228,10 @@ class ViewFeed:
     def apply(self, topic: str, key: bytes | None, raw: bytes | None) -> str:
         """Apply one message of ``topic`` (contract name); returns the result label it was counted under."""
         result = self._apply(topic, key, raw)
-        self._metrics.feed_messages.labels(topic, result).inc()
+        counter = self._counted.get((topic, result))
+        if counter is None:
+            counter = self._counted[topic, result] = self._metrics.feed_messages.labels(topic, result)
+        counter.inc()
         return result
 
     def _apply(self, topic: str, key: bytes | None, raw: bytes | None) -> str:
@@ -236,7 +241,10 @@ class ViewFeed:
                 return "deleted"
             return "ignored"
         try:
-            value = decode(topic, raw)
+            decoder = self._decoders.get(topic)
+            if decoder is None:
+                decoder = self._decoders[topic] = EdgeDecoder(topic)
+            value = decoder(raw)
             check_key(topic, key, value)
             # a view value from the future would pin its node (newer values only replace older ones);
             # an old one is merely stale, which the snapshot already handles

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -46,8 +47,10 @@ def _normalise(name: str) -> str:
     return re.sub(r"\s+", " ", n).strip()
 
 
+@functools.lru_cache(maxsize=1024)
 def gpu_spec(model: str | None) -> GpuSpec | None:
-    """The spec of a GPU model as exporters name it (``modelName`` label), or None if unknown."""
+    """The spec of a GPU model as exporters name it (``modelName`` label), or None if unknown (kept per
+    name: every node-features message asks)."""
     if not model:
         return None
     return GPUS.get(_normalise(model))

@@ -38,13 +38,13 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts.admission import check_key, check_time
+from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
 from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
 from app.streams.changelog import Row
 from app.streams.deadletter import DeadLetters
-from app.streams.edge import EdgeDecoder
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)

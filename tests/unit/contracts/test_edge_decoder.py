@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.contracts import decode
+from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
-from app.streams.edge import EdgeDecoder
 
 DECODER = EdgeDecoder("node-metrics")
 

@@ -27,8 +27,8 @@ from typing import Any
 import fastjsonschema
 import orjson
 
-from app.contracts import contract, decode
-from app.contracts.codec import MAX_MESSAGE_BYTES
+from app.contracts.codec import MAX_MESSAGE_BYTES, decode
+from app.contracts.loader import contract
 
 _NUMBER_MAP_KEYS = {"type", "propertyNames", "additionalProperties"}
 _NUMBER_KEYS = {"type", "minimum", "maximum"}
