@@ -8,8 +8,9 @@ go_right``) in a numba kernel.
 Each call first turns the rows into int32 keys (:func:`app.model.forest.float_keys`) laid out in
 blocks of :data:`LANES` rows, feature-major inside a block, every feature twice: once with NaN as
 ``INT32_MIN`` (below every threshold key: goes left), once with NaN as ``INT32_MAX`` (goes right). A
-node stores the column of the copy its default direction needs, pre-multiplied by :data:`LANES`, and
-its threshold's key, so one step is two loads, one integer compare and ``p = 2p + 1 + go_right`` —
+node is one 64-bit word: the column of the copy its default direction needs, pre-multiplied by
+:data:`LANES`, in its low half and its threshold's key in its high half, so one step is two loads (the
+node, then the row's key), one integer compare and ``p = 2p + 1 + go_right`` —
 exactly XGBoost's float32 ``x < threshold`` goes left, NaN its default way. Rows in full blocks go tree
 by tree, sixteen rows at a time as independent chains (one tree stays in L1; the CPU overlaps the
 chains' loads); a short tail goes row by row, four trees at a time. Sums are float64, added from the base
@@ -75,53 +76,57 @@ def _row_keys(X: np.ndarray, n_blocks: int) -> np.ndarray:  # pragma: no cover -
 
 
 @numba.njit(inline="always")
-def _step(p: np.uint64, xs: np.ndarray, at: np.uint64, codes: np.ndarray, keys: np.ndarray) -> np.uint64:
-    """One level down a tree whose nodes start at ``codes[0]``: node ``p`` to a child, for the row at ``at``."""
+def _step(p: np.uint64, xs: np.ndarray, at: np.uint64, nodes: np.ndarray) -> np.uint64:
+    """One level down a tree whose nodes start at ``nodes[0]``: node ``p`` to a child, for the row at ``at``.
+
+    A node is one word: the column of its copy of the feature (low half) and its threshold's key (high half),
+    so a step loads it once."""
+    node = nodes[p]
+    key = np.int32(np.int64(node) >> np.int64(32))
     # unsigned indices: numba then emits no negative-index fix-up on the critical path
-    return np.uint64(2) * p + np.uint64(1) + np.uint64(xs[at + np.uint64(codes[p])] >= keys[p])
+    return np.uint64(2) * p + np.uint64(1) + np.uint64(xs[at + (node & np.uint64(0xFFFFFFFF))] >= key)
 
 
 @numba.njit(inline="always")
-def _walk(p: np.uint64, steps: int, xs: np.ndarray, at: np.uint64, codes: np.ndarray, keys: np.ndarray) -> np.uint64:
+def _walk(p: np.uint64, steps: int, xs: np.ndarray, at: np.uint64, nodes: np.ndarray) -> np.uint64:
     for _ in range(steps):
-        p = _step(p, xs, at, codes, keys)
+        p = _step(p, xs, at, nodes)
     return p
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _blocks(  # pragma: no cover - compiled
-    xs: np.ndarray, block_size: int, n_blocks: int, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray,
-    trees: np.ndarray, out: np.ndarray,
+    xs: np.ndarray, block_size: int, n_blocks: int, nodes: np.ndarray, leaves: np.ndarray, trees: np.ndarray,
+    out: np.ndarray,
 ) -> None:
     """Rows ``0 .. LANES * n_blocks``: tree by tree, sixteen rows at a time as independent chains."""
     z = np.uint64(0)
     for t in range(trees.shape[0]):
         node0, leaf0, depth = trees[t, 0], trees[t, 1], trees[t, 2]
         inner = np.uint64((1 << depth) - 1)
-        cs = codes[node0:node0 + inner]
-        ks = keys[node0:node0 + inner]
+        ns = nodes[node0:node0 + inner]
         lv = leaves[leaf0:leaf0 + inner + np.uint64(1)]
         for b in range(n_blocks):
             x = xs[b * block_size:(b + 1) * block_size]
             p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = z
             q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = z
             for _ in range(depth):
-                p0 = _step(p0, x, np.uint64(0), cs, ks)
-                p1 = _step(p1, x, np.uint64(1), cs, ks)
-                p2 = _step(p2, x, np.uint64(2), cs, ks)
-                p3 = _step(p3, x, np.uint64(3), cs, ks)
-                p4 = _step(p4, x, np.uint64(4), cs, ks)
-                p5 = _step(p5, x, np.uint64(5), cs, ks)
-                p6 = _step(p6, x, np.uint64(6), cs, ks)
-                p7 = _step(p7, x, np.uint64(7), cs, ks)
-                q0 = _step(q0, x, np.uint64(8), cs, ks)
-                q1 = _step(q1, x, np.uint64(9), cs, ks)
-                q2 = _step(q2, x, np.uint64(10), cs, ks)
-                q3 = _step(q3, x, np.uint64(11), cs, ks)
-                q4 = _step(q4, x, np.uint64(12), cs, ks)
-                q5 = _step(q5, x, np.uint64(13), cs, ks)
-                q6 = _step(q6, x, np.uint64(14), cs, ks)
-                q7 = _step(q7, x, np.uint64(15), cs, ks)
+                p0 = _step(p0, x, np.uint64(0), ns)
+                p1 = _step(p1, x, np.uint64(1), ns)
+                p2 = _step(p2, x, np.uint64(2), ns)
+                p3 = _step(p3, x, np.uint64(3), ns)
+                p4 = _step(p4, x, np.uint64(4), ns)
+                p5 = _step(p5, x, np.uint64(5), ns)
+                p6 = _step(p6, x, np.uint64(6), ns)
+                p7 = _step(p7, x, np.uint64(7), ns)
+                q0 = _step(q0, x, np.uint64(8), ns)
+                q1 = _step(q1, x, np.uint64(9), ns)
+                q2 = _step(q2, x, np.uint64(10), ns)
+                q3 = _step(q3, x, np.uint64(11), ns)
+                q4 = _step(q4, x, np.uint64(12), ns)
+                q5 = _step(q5, x, np.uint64(13), ns)
+                q6 = _step(q6, x, np.uint64(14), ns)
+                q7 = _step(q7, x, np.uint64(15), ns)
             o = out[LANES * b:LANES * (b + 1)]
             o[0] += lv[p0 - inner]
             o[1] += lv[p1 - inner]
@@ -142,18 +147,18 @@ def _blocks(  # pragma: no cover - compiled
 
 
 @numba.njit(inline="always")
-def _leaf(xs: np.ndarray, at: np.uint64, tree: np.ndarray, steps: int, p: np.uint64, codes: np.ndarray,
-          keys: np.ndarray, leaves: np.ndarray) -> float:
+def _leaf(xs: np.ndarray, at: np.uint64, tree: np.ndarray, steps: int, p: np.uint64, nodes: np.ndarray,
+          leaves: np.ndarray) -> float:
     """Finish the walk of ``tree`` (a row of ``trees``) from node ``p``; its leaf value."""
     node0, depth = tree[0], tree[2]
-    p = _walk(p, steps, xs, at, codes[node0:], keys[node0:])
+    p = _walk(p, steps, xs, at, nodes[node0:])
     return leaves[tree[1] + p - np.uint64((1 << depth) - 1)]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _rows(  # pragma: no cover - compiled
-    xs: np.ndarray, block_size: int, first: int, n: int, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray,
-    trees: np.ndarray, out: np.ndarray,
+    xs: np.ndarray, block_size: int, first: int, n: int, nodes: np.ndarray, leaves: np.ndarray, trees: np.ndarray,
+    out: np.ndarray,
 ) -> None:
     """Rows ``first .. n`` (a short tail): row by row, four trees at a time as independent chains."""
     n_trees = trees.shape[0]
@@ -164,29 +169,28 @@ def _rows(  # pragma: no cover - compiled
         t = 0
         while t + 4 <= n_trees:
             a, b, c, d = trees[t], trees[t + 1], trees[t + 2], trees[t + 3]
-            ca, cb, cc, cd = codes[a[0]:], codes[b[0]:], codes[c[0]:], codes[d[0]:]
-            ka, kb, kc, kd = keys[a[0]:], keys[b[0]:], keys[c[0]:], keys[d[0]:]
+            na, nb, nc, nd = nodes[a[0]:], nodes[b[0]:], nodes[c[0]:], nodes[d[0]:]
             pa = pb = pc = pd = z
             common = min(min(a[2], b[2]), min(c[2], d[2]))
             for _ in range(common):
-                pa = _step(pa, xs, at, ca, ka)
-                pb = _step(pb, xs, at, cb, kb)
-                pc = _step(pc, xs, at, cc, kc)
-                pd = _step(pd, xs, at, cd, kd)
-            acc += _leaf(xs, at, a, a[2] - common, pa, codes, keys, leaves)
-            acc += _leaf(xs, at, b, b[2] - common, pb, codes, keys, leaves)
-            acc += _leaf(xs, at, c, c[2] - common, pc, codes, keys, leaves)
-            acc += _leaf(xs, at, d, d[2] - common, pd, codes, keys, leaves)
+                pa = _step(pa, xs, at, na)
+                pb = _step(pb, xs, at, nb)
+                pc = _step(pc, xs, at, nc)
+                pd = _step(pd, xs, at, nd)
+            acc += _leaf(xs, at, a, a[2] - common, pa, nodes, leaves)
+            acc += _leaf(xs, at, b, b[2] - common, pb, nodes, leaves)
+            acc += _leaf(xs, at, c, c[2] - common, pc, nodes, leaves)
+            acc += _leaf(xs, at, d, d[2] - common, pd, nodes, leaves)
             t += 4
         while t < n_trees:
-            acc += _leaf(xs, at, trees[t], trees[t, 2], z, codes, keys, leaves)
+            acc += _leaf(xs, at, trees[t], trees[t, 2], z, nodes, leaves)
             t += 1
         out[i] = acc
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _predict_kernel(  # pragma: no cover - compiled; exercised through FastPredictor.predict
-    X: np.ndarray, codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float,
+    X: np.ndarray, nodes: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float,
 ) -> np.ndarray:
     n = X.shape[0]
     full, tail = divmod(n, LANES)
@@ -196,8 +200,8 @@ def _predict_kernel(  # pragma: no cover - compiled; exercised through FastPredi
     xs = xk.ravel()
     block_size = xk.shape[1] * LANES
     out = np.full(max(n, rows_in_blocks), base_margin)
-    _blocks(xs, block_size, n_blocks, codes, keys, leaves, trees, out)
-    _rows(xs, block_size, rows_in_blocks, n, codes, keys, leaves, trees, out)
+    _blocks(xs, block_size, n_blocks, nodes, leaves, trees, out)
+    _rows(xs, block_size, rows_in_blocks, n, nodes, leaves, trees, out)
     return out[:n]
 
 
@@ -235,7 +239,7 @@ def _probe(table: np.ndarray, used: np.ndarray, bits: np.ndarray, i: int, h: np.
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _remembered(  # pragma: no cover - compiled; exercised through FastPredictor.predict
     X: np.ndarray, table: np.ndarray, values: np.ndarray, used: np.ndarray, count: np.ndarray, limit: int,
-    codes: np.ndarray, keys: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float, log_link: bool,
+    nodes: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float, log_link: bool,
 ) -> np.ndarray:
     """Predictions of the rows of ``X``: remembered ones from the table (``table`` rows' bits, ``values``,
     ``used`` slots, ``count[0]`` rows in it), the others walked once each and remembered. The table starts
@@ -270,7 +274,7 @@ def _remembered(  # pragma: no cover - compiled; exercised through FastPredictor
         first[i] = todo[local[q] - 1]
     if n_todo == 0:
         return out
-    walked = _predict_kernel(X if n_todo == n else X[todo[:n_todo]], codes, keys, leaves, trees, base_margin)
+    walked = _predict_kernel(X if n_todo == n else X[todo[:n_todo]], nodes, leaves, trees, base_margin)
     if log_link:
         walked = np.exp(walked)
     for k in range(n_todo):
@@ -302,8 +306,9 @@ class FastPredictor:
         self._forest = forest
         width = forest.num_feature
         feature, missing_right = forest.codes >> 1, forest.codes & 1
-        self._codes = ((feature + width * missing_right) * LANES).astype(np.uint32)
-        self._keys = float_keys(forest.thresholds)
+        columns = ((feature + width * missing_right) * LANES).astype(np.uint64)
+        keys = float_keys(forest.thresholds).view(np.uint32).astype(np.uint64)
+        self._nodes = columns | (keys << np.uint64(32))  # one word a node: column, then its threshold's key
         self._leaves = forest.leaves
         self._trees = forest.trees
         self._base = forest.base_margin
@@ -348,7 +353,7 @@ class FastPredictor:
             return self._walk(X)
         with self._lock:
             return _remembered(X, self._table, self._values, self._used, self._count, min(MEMO_ROWS, MEMO_SLOTS // 2),
-                               self._codes, self._keys, self._leaves, self._trees, self._base, self._log_link)
+                               self._nodes, self._leaves, self._trees, self._base, self._log_link)
 
     @property
     def remembered(self) -> int:
@@ -362,7 +367,7 @@ class FastPredictor:
             self._count[0] = 0
 
     def _walk(self, X: np.ndarray) -> np.ndarray:
-        out = _predict_kernel(X, self._codes, self._keys, self._leaves, self._trees, self._base)
+        out = _predict_kernel(X, self._nodes, self._leaves, self._trees, self._base)
         if self._log_link:
             np.exp(out, out=out)
         return out
