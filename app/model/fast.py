@@ -16,15 +16,12 @@ by tree, sixteen rows at a time as independent chains (one tree stays in L1; the
 chains' loads); a short tail goes row by row, four trees at a time. Sums are float64, added from the base
 margin in tree order on both paths, so a row's prediction does not depend on where it stands in ``X``.
 
-Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted, compared bit for bit: the
+Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted (keyed by their bytes): the
 extender prices the same running pods on the same nodes request after request
 (:mod:`app.scheduler.inflict`), and a request's idle candidates of one kind share a row; those rows are
-walked once. The memory is an open-addressing table of the rows' bits, looked up, filled and walked in one
-compiled call (:func:`_remembered`): a Python dictionary keyed by each row's bytes cost about as much as
-the walk of a request's new rows.
+walked once.
 
-The compiled call releases the GIL (a simulation's retrains in other threads go on meanwhile); the memory
-is the predictor's, so calls on one predictor take its lock (threads sharing one take turns).
+The kernel holds no state and releases the GIL, so one predictor may serve several threads.
 
 >>> import numpy as np, xgboost
 >>> X = np.array([[0.0], [1.0], [2.0], [3.0]] * 8, dtype=np.float32)
@@ -37,7 +34,6 @@ True
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numba
@@ -49,8 +45,7 @@ from app.model.train import booster_from_bytes
 
 LANES = 16  # rows per block: independent chains per tree walk
 ROWS_AS_BLOCK = 5  # a tail of at least this many rows is walked as one padded block, fewer row by row
-MEMO_ROWS = 16_384  # rows a predictor remembers; then it starts afresh
-MEMO_SLOTS = 2 * MEMO_ROWS  # table slots (a power of two): at most half full; 6 MB at 46 features
+MEMO_ROWS = 16_384  # rows a predictor remembers (2-4 MB at 12-46 features); then it starts afresh
 _NAN_LEFT = np.int32(-(2**31))
 _NAN_RIGHT = np.int32(2**31 - 1)
 
@@ -205,96 +200,6 @@ def _predict_kernel(  # pragma: no cover - compiled; exercised through FastPredi
     return out[:n]
 
 
-@numba.njit(inline="always")
-def _row_hash(bits: np.ndarray, i: int) -> np.uint64:
-    """A 64-bit hash of row ``i``'s words: each word and its column mixed by one multiplication, independent
-    of the others (no chain from word to word), xored, then murmur3's finaliser."""
-    h = np.uint64(0)
-    for j in range(bits.shape[1]):
-        h ^= (np.uint64(np.uint32(bits[i, j])) + np.uint64(j) * np.uint64(0x9E3779B97F4A7C15)) \
-            * np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    return h ^ (h >> np.uint64(33))
-
-
-@numba.njit(inline="always")
-def _same_row(a: np.ndarray, i: int | np.int64, b: np.ndarray, k: int | np.int64) -> bool:
-    for j in range(a.shape[1]):
-        if a[i, j] != b[k, j]:
-            return False
-    return True
-
-
-@numba.njit(inline="always")
-def _probe(table: np.ndarray, used: np.ndarray, bits: np.ndarray, i: int, h: np.uint64) -> np.int64:
-    """The slot holding row ``i`` of ``bits``, or the free slot where it would go."""
-    mask = table.shape[0] - 1
-    s = np.int64(h & np.uint64(mask))
-    while used[s] and not _same_row(table, s, bits, i):
-        s = (s + 1) & mask
-    return s
-
-
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _remembered(  # pragma: no cover - compiled; exercised through FastPredictor.predict
-    X: np.ndarray, table: np.ndarray, values: np.ndarray, used: np.ndarray, count: np.ndarray, limit: int,
-    nodes: np.ndarray, leaves: np.ndarray, trees: np.ndarray, base_margin: float, log_link: bool,
-) -> np.ndarray:
-    """Predictions of the rows of ``X``: remembered ones from the table (``table`` rows' bits, ``values``,
-    ``used`` slots, ``count[0]`` rows in it), the others walked once each and remembered. The table starts
-    afresh when the new rows would take it past ``limit``; beyond ``limit`` new rows of one call are not kept."""
-    n = X.shape[0]
-    bits = X.view(np.int32)
-    hashes = np.empty(n, dtype=np.uint64)
-    out = np.empty(n)
-    first = np.empty(n, dtype=np.int64)  # a new row's first index in X; -1: remembered
-    todo = np.empty(n, dtype=np.int64)
-    n_todo = 0
-    size = 16
-    while size < 2 * n:
-        size *= 2
-    local = np.zeros(size, dtype=np.int64)  # new rows of this call (todo index + 1) by hash: repeats walked once
-    local_mask = local.shape[0] - 1
-    for i in range(n):
-        h = _row_hash(bits, i)
-        hashes[i] = h
-        s = _probe(table, used, bits, i, h)
-        if used[s]:
-            out[i] = values[s]
-            first[i] = -1
-            continue
-        q = np.int64(h & np.uint64(local_mask))
-        while local[q] and not _same_row(bits, todo[local[q] - 1], bits, i):
-            q = (q + 1) & local_mask
-        if not local[q]:
-            todo[n_todo] = i
-            n_todo += 1
-            local[q] = n_todo
-        first[i] = todo[local[q] - 1]
-    if n_todo == 0:
-        return out
-    walked = _predict_kernel(X if n_todo == n else X[todo[:n_todo]], nodes, leaves, trees, base_margin)
-    if log_link:
-        walked = np.exp(walked)
-    for k in range(n_todo):
-        out[todo[k]] = walked[k]
-    for i in range(n):
-        if first[i] >= 0:
-            out[i] = out[first[i]]
-    if count[0] + n_todo > limit:
-        used[:] = False
-        count[0] = 0
-    for k in range(min(n_todo, limit - count[0])):
-        i = todo[k]
-        s = _probe(table, used, bits, i, hashes[i])
-        table[s] = bits[i]
-        values[s] = out[i]
-        used[s] = True
-        count[0] += 1
-    return out
-
-
 class FastPredictor:
     """A :class:`~app.model.base.Predictor` over a single-output XGBoost regression booster.
 
@@ -313,12 +218,7 @@ class FastPredictor:
         self._trees = forest.trees
         self._base = forest.base_margin
         self._log_link = forest.link == "log"
-        # the memory of predicted rows (module docstring): their bits, predictions, occupied slots, row count
-        self._table = np.empty((MEMO_SLOTS, width), dtype=np.int32)  # pages touched as rows arrive
-        self._values = np.empty(MEMO_SLOTS)
-        self._used = np.zeros(MEMO_SLOTS, dtype=np.bool_)
-        self._count = np.zeros(1, dtype=np.int64)
-        self._lock = threading.Lock()
+        self._memo: dict[bytes, float] = {}
         self.predict(np.full((1, width), np.nan, dtype=np.float32))
         self.forget()
 
@@ -349,22 +249,38 @@ class FastPredictor:
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self._forest.num_feature:
             raise ValueError(f"X must have shape (n, {self._forest.num_feature}) (got {X.shape})")
-        if not X.shape[0] or not X.shape[1]:
+        n = X.shape[0]
+        if not n or not X.shape[1]:
             return self._walk(X)
-        with self._lock:
-            return _remembered(X, self._table, self._values, self._used, self._count, min(MEMO_ROWS, MEMO_SLOTS // 2),
-                               self._nodes, self._leaves, self._trees, self._base, self._log_link)
+        # each row's bytes (a void item converts to bytes)
+        keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
+        memo = self._memo
+        known = list(map(memo.get, keys))
+        missing = known.count(None)
+        if not missing:
+            return np.array(known, dtype=np.float64)
+        if len(memo) + missing > MEMO_ROWS:
+            memo.clear()
+        if missing == n and len(set(keys)) == n:  # all new and distinct (a pod's idle candidates): one walk
+            out = self._walk(X)
+            memo.update(zip(keys, out.tolist(), strict=True))
+            return out
+        todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
+        for i, value in enumerate(known):
+            if value is None and keys[i] not in todo:
+                todo[keys[i]] = i
+        fresh = dict(zip(todo, self._walk(X[list(todo.values())]).tolist(), strict=True))
+        memo.update(fresh)
+        return np.array([fresh[keys[i]] if v is None else v for i, v in enumerate(known)], dtype=np.float64)
 
     @property
     def remembered(self) -> int:
         """How many rows the predictor remembers now."""
-        return int(self._count[0])
+        return len(self._memo)
 
     def forget(self) -> None:
         """Start the memory of predicted rows afresh."""
-        with self._lock:
-            self._used[:] = False
-            self._count[0] = 0
+        self._memo.clear()
 
     def _walk(self, X: np.ndarray) -> np.ndarray:
         out = _predict_kernel(X, self._nodes, self._leaves, self._trees, self._base)

@@ -193,4 +193,4 @@ def test_each_distinct_row_is_remembered_once(small_booster, monkeypatch):
     monkeypatch.setattr("app.model.fast.MEMO_ROWS", 8)
     assert np.array_equal(fp.predict(X), want) and fp.remembered == 30  # nothing new: nothing changes
     assert np.array_equal(fp.predict(X[:4] + 1), fp.predict(X[:4] + 1)) and fp.remembered == 4  # afresh
-    assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 8  # afresh, the first 8 kept
+    assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 30  # afresh: the 4 are gone
