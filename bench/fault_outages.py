@@ -79,9 +79,10 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
         await wait_for(lambda: served_version(stack) >= (2, 2), 120, "v2 served by the worker and the extender")
         await asyncio.sleep(3.0)  # a double count would show by now
         got = sample_ids(samples.values)
-        read_after = metric(scrape(stack.worker_url), "rtt_worker_messages_in_total", topic="node-metrics")
-        resets = metric(scrape(stack.worker_url), "rtt_kafka_position_resets_total")
-        rewinds = {t: metric(scrape(stack.worker_url), "rtt_worker_changelog_rewinds_total", table=t)
+        exposition = scrape(stack.worker_url)
+        read_after = metric(exposition, "rtt_worker_messages_in_total", topic="node-metrics")
+        resets = metric(exposition, "rtt_kafka_position_resets_total")
+        rewinds = {t: metric(exposition, "rtt_worker_changelog_rewinds_total", table=t)
                    for t in (NODE_TABLE, FEEDBACK_TABLE)}
         pairs = counted(errors.values)
     windows = await changelog_keys(s, NODE_TABLE)

@@ -76,7 +76,7 @@ class ViewFeed:
         self._report_s = report_s
         self._on_completion = on_completion
         self._topic_of = {settings.topic(t): t for t in (*TOPICS, *((COMPLETIONS,) if on_completion else ()))}
-        self._decoders = {t: EdgeDecoder(t) for t in self._topic_of.values()}  # the worker's intakes' decoding
+        self._decoders = {t: EdgeDecoder(t) for t in (*TOPICS, COMPLETIONS)}  # the worker's intakes' decoding
         self._counted: dict[tuple[str, str], Any] = {}  # (topic, result) -> its feed_messages child
         self._consumer: Any = None
         self._guard: PositionGuard | None = None
@@ -241,10 +241,7 @@ class ViewFeed:
                 return "deleted"
             return "ignored"
         try:
-            decoder = self._decoders.get(topic)
-            if decoder is None:
-                decoder = self._decoders[topic] = EdgeDecoder(topic)
-            value = decoder(raw)
+            value = self._decoders[topic](raw)
             check_key(topic, key, value)
             # a view value from the future would pin its node (newer values only replace older ones);
             # an old one is merely stale, which the snapshot already handles
