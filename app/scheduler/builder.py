@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
@@ -66,18 +67,28 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
     >>> f["hw_cpu_cores"], "hw_gpu_mem_gb" in f
     (16.0, False)
     """
-    stale = set(value.get("stale") or ())
+    stale = value.get("stale")
     raw = value["features"]
     if stale:
-        features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in stale}
+        gone = set(stale)
+        features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in gone}
     else:
         features = {k: float(v) for k, v in raw.items()}
     cores = features.get(CPU_CORES)
     cores = cores if cores is not None and math.isfinite(cores) and cores > 0 else None
-    for k, v in hardware_features(value["node_class"], value.get("gpu_model"), cores).items():
-        if k not in features and not math.isnan(v):
+    for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), cores):
+        if k not in features:
             features[k] = v
     return features
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_hardware(node_class: str, gpu_model: str | None, cores: float | None) -> tuple[tuple[str, float], ...]:
+    """The hardware descriptors that are known (not NaN): the same few per node class, GPU model and core count."""
+    return tuple((k, v) for k, v in hardware_features(node_class, gpu_model, cores).items() if not math.isnan(v))
+
+
+_NO_APP_FEATURES: Mapping[str, Mapping[str, float]] = MappingProxyType({})
 
 
 class SnapshotBuilder:
@@ -99,15 +110,21 @@ class SnapshotBuilder:
         ts = float(value["ts"])
         if ts < old.features_ts:
             return False
-        self._touch(old.node_class, value["node_class"])
-        stale = set(value.get("stale") or ())
-        app_features = {str(a): MappingProxyType({k: float(v) for k, v in f.items()
-                                                  if split_feature_name(k)[0] not in stale})
-                        for a, f in (value.get("app_features") or {}).items()}
-        self._nodes[name] = dataclasses.replace(
-            old, node_class=value["node_class"], gpu_model=value.get("gpu_model"),
-            features=MappingProxyType(node_features_map(value)), features_ts=ts,
-            stale_metrics=frozenset(stale), version=old.version + 1, app_features=MappingProxyType(app_features),
+        node_class = value["node_class"]
+        self._touch(old.node_class, node_class)
+        stale = value.get("stale")
+        gone = frozenset(stale) if stale else frozenset()
+        per_app = value.get("app_features")
+        app_features = MappingProxyType({str(a): MappingProxyType({k: float(v) for k, v in f.items()
+                                                                   if split_feature_name(k)[0] not in gone})
+                                         for a, f in per_app.items()}) if per_app else _NO_APP_FEATURES
+        # built field by field rather than with dataclasses.replace: this runs for every message of the feed
+        self._nodes[name] = NodeState(
+            name=name, node_class=node_class, gpu_model=value.get("gpu_model"),
+            features=MappingProxyType(node_features_map(value)), features_ts=ts, stale_metrics=gone,
+            weight=old.weight, weights_ts=old.weights_ts, weights_stale=old.weights_stale,
+            predicted_rtt_ms=old.predicted_rtt_ms, running=old.running, running_ts=old.running_ts,
+            version=old.version + 1, app_features=app_features, correction=old.correction, samples=old.samples,
         )
         self.dirty = True
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from scheduler_fixtures import LinearPredictor, features_msg, make_linear, make_view, weights_msg
 
 from app.scheduler.builder import SnapshotBuilder
+from app.scheduler.entries import NodeState
 from app.scheduler.snapshot import SnapshotHolder
 
 
@@ -39,6 +41,29 @@ def test_hardware_descriptors_join_features_and_stale_metrics_drop() -> None:
     b.apply_node_features(msg)
     f = b.build(now=10.0).nodes["n1"].features
     assert f["hw_gpu_mem_bw_gbs"] == 1008.0 and "cpu_iowait__mean" not in f and "hw_cpu_cores" not in f
+
+
+def test_node_features_replace_only_what_they_carry() -> None:
+    """Every field of a node's state that node-features do not carry survives a new node-features message
+    (the state is rebuilt field by field: a field added to NodeState and forgotten there fails here)."""
+    b = SnapshotBuilder()
+    b.apply_node_features(features_msg("n1", 10.0, 1.0))
+    w = weights_msg("n1", 11.0, 0.8)
+    w.update(stale=True, predicted_rtt_ms={"gCTF": 120.0}, correction={"gCTF": 1.3}, samples={"gCTF": 7})
+    b.apply_node_weights(w)
+    b.apply_running("n1", {"gCTF": 2}, ts=12.0)
+    before = b.build(now=12.0).nodes["n1"]
+    msg = features_msg("n1", 13.0, 2.0, gpu_model="Tesla M40")
+    msg["app_features"] = {"gCTF": {"load__mean": 3.0}}
+    assert b.apply_node_features(msg)
+    after = b.build(now=13.0).nodes["n1"]
+    carried = {"node_class", "gpu_model", "features", "features_ts", "stale_metrics", "version", "app_features"}
+    for field in dataclasses.fields(NodeState):
+        if field.name not in carried:
+            assert getattr(after, field.name) == getattr(before, field.name), field.name
+    assert (after.features["load__mean"], after.features_ts, after.version) == (2.0, 13.0, before.version + 1)
+    assert (after.gpu_model, dict(after.app_features["gCTF"])) == ("Tesla M40", {"load__mean": 3.0})
+    assert before.weight == 0.8 and before.weights_stale and dict(before.running) == {"gCTF": 2}
 
 
 def test_weights_before_features_keep_node_class() -> None:
