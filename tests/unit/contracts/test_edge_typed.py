@@ -124,7 +124,7 @@ TYPED = [t for t in TOPIC_NAMES if EdgeDecoder(t).mode == "typed"]
 
 
 @pytest.mark.parametrize("topic", TOPIC_NAMES)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_every_contract_agrees_with_its_reference_decoder(topic: str, data: st.DataObject) -> None:
     v = value(data, contract(topic).value_schema, wrong=data.draw(st.booleans()))
