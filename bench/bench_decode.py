@@ -23,26 +23,22 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.contracts.codec import decode  # noqa: E402
-from app.contracts.edge import EdgeDecoder  # noqa: E402
+from bench_worker import snapshot  # noqa: E402
+from extender_setup import features_value  # noqa: E402
 
-METRICS = [f"{g}_{i}" for g in ("nvidia_smi_utilization_gpu", "pcie_rx_bytes", "cpu_usage_system") for i in range(10)]
-FEATURES = [f"{m}__{a}" for m in METRICS[::4] for a in ("mean", "min", "max", "last", "std")]
+from app.contracts.codec import decode, encode  # noqa: E402
+from app.contracts.edge import EdgeDecoder  # noqa: E402
 
 
 def messages(n: int) -> dict[str, list[bytes]]:
-    """node-metrics of 30 metrics, node-features of 40 features, rtt-predictions and task-completions."""
+    """node-metrics as bench_worker.py sends them (30 metrics), node-features as bench_extender.py's feed (40
+    features), rtt-predictions and task-completions of a 64-node cluster."""
     rng = np.random.default_rng(1)
     ts = time.time()
     return {
-        "node-metrics": [orjson.dumps({
-            "node": f"node-{i:05d}", "ts": ts + i, "node_class": "gpu", "gpu_model": "Tesla M40",
-            "metrics": dict(zip(METRICS, rng.uniform(0, 1e9, len(METRICS)).round(2).tolist(), strict=True))})
-            for i in range(n)],
-        "node-features": [orjson.dumps({
-            "node": f"gpu-{i:04d}", "ts": ts + i, "node_class": "gpu", "gpu_model": "Tesla M40", "window_s": 30.0,
-            "count": 30, "features": dict(zip(FEATURES, rng.uniform(0, 1, len(FEATURES)).tolist(), strict=True))})
-            for i in range(n)],
+        "node-metrics": [snapshot(i, n, ts + i, rng)[1] for i in range(n)],
+        "node-features": [encode("node-features", features_value(f"gpu-{i:04d}", i, ts + i, rng), check=False)
+                          for i in range(n)],
         "rtt-predictions": [orjson.dumps({
             "task_id": f"task-{i}", "app": "gCTF", "node": f"gpu-{i % 64:04d}", "ts": ts, "predicted_rtt_ms": 100.0 + i,
             "model_version": 3, "model_key": "gCTF:gpu",

@@ -55,7 +55,6 @@ def _number_map(schema: dict[str, Any]) -> tuple[int, float, float] | None:
             float(items.get("maximum", float("inf"))))
 
 
-
 _NOTES = {"description", "$schema", "title", "$comment"}  # keywords that do not constrain
 _TYPED_KEYS = _NOTES | {"type", "enum", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
                         "exclusiveMaximum", "items", "minItems", "maxItems", "properties", "required",
@@ -167,17 +166,18 @@ class EdgeDecoder:
     def __init__(self, topic: str, typed: bool = True) -> None:
         self.topic = topic
         schema = contract(topic).value_schema
-        name = "".join(part.title() for part in topic.split("-"))
-        self._typed = typed_decoder(schema, name) if typed else None  # typed=False: the paths below (benches)
-        self._maps: dict[str, tuple[int, float, float]] = {}
-        for name, sub in schema.get("properties", {}).items():
-            limits = _number_map(sub)
-            if limits is not None:
-                self._maps[name] = limits
+        struct = "".join(part.title() for part in topic.split("-"))
+        self._typed = typed_decoder(schema, struct) if typed else None  # typed=False: the paths below (benches)
+        self._maps: dict[str, tuple[int, float, float]] = {}  # the number maps, checked apart when not typed
+        if self._typed is None:
+            for name, sub in schema.get("properties", {}).items():
+                limits = _number_map(sub)
+                if limits is not None:
+                    self._maps[name] = limits
         self.mode = "typed" if self._typed is not None else "maps" if self._maps else "plain"
         # without number maps the envelope is the contract's own validator (no per-message lookup)
         self._envelope: Callable[[Any], Any] = contract(topic).validator
-        if self.mode == "maps":
+        if self._maps:
             envelope = copy.deepcopy(schema)
             for name in self._maps:
                 envelope["properties"][name] = {"type": "object"}
