@@ -42,7 +42,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -185,8 +186,13 @@ def known_apps(snapshot: Snapshot, assumed: AssumedPods, app: str) -> tuple[str,
     >>> known_apps(Snapshot.empty(now=0.0), AssumedPods(), "gCTF")
     ('gCTF',)
     """
-    apps = {app, *assumed.apps}
-    apps.update(key.split(":", 1)[0] for key in snapshot.models)
+    return _known_apps(app, assumed.apps, tuple(snapshot.models))
+
+
+@functools.lru_cache(maxsize=256)
+def _known_apps(app: str, placed: tuple[str, ...], model_keys: tuple[str, ...]) -> tuple[str, ...]:
+    apps = {app, *placed}
+    apps.update(key.split(":", 1)[0] for key in model_keys)
     return tuple(sorted(apps))
 
 
@@ -206,6 +212,12 @@ def _running_names(apps: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple((RUNNING_PREFIX + a, a) for a in apps)
 
 
+@functools.lru_cache(maxsize=256)
+def _idle(apps: tuple[str, ...]) -> Mapping[str, float]:
+    """:func:`running_features` of a node with nothing running, one read-only map per tuple of apps."""
+    return MappingProxyType(running_features(apps, _NO_COUNTS, _NO_COUNTS))
+
+
 @functools.lru_cache(maxsize=1024)
 def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
     return tuple((j, n) for j, n in enumerate(feature_names) if n.startswith(RUNNING_PREFIX))
@@ -219,7 +231,8 @@ def decide(
     """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
 
     Per-node state is gathered from the snapshot's column views (:mod:`app.scheduler.table`), once per snapshot
-    and node list (:meth:`Snapshot.candidates`; only the staleness test runs per request); Python loops
+    and node list (:meth:`Snapshot.candidates`: the gathers, the candidates each model covers, the oldest data);
+    per request only the staleness test runs (one comparison when every candidate has data), and Python loops
     run only over candidates with something on them (running or assumed pods) and over model groups.
     ``note_expected=False`` leaves the assumed pods untouched (an explanation, not a scheduling cycle).
     """
@@ -237,10 +250,14 @@ def decide(
     names = nodes if isinstance(nodes, tuple) else tuple(nodes)
     c = snapshot.candidates(app, names, params.credibility_prior)
     at, known, ts = c.at, c.known, c.features_ts
-    fresh = c.has_data & (now - ts <= params.stale_after_s)  # not is_stale
-    if not fresh.any():
-        return neutral(pod, nodes, STALE_NODES)
-    every = bool(fresh.all())
+    every = c.all_data and now - c.oldest_ts <= params.stale_after_s  # every candidate fresh (the usual case)
+    if every:
+        fresh = c.has_data
+    else:
+        fresh = c.has_data & (now - ts <= params.stale_after_s)  # not is_stale
+        if not fresh.any():
+            return neutral(pod, nodes, STALE_NODES)
+        every = bool(fresh.all())
     cred = c.credibility
     states = snapshot.nodes
     policy = params.policy
@@ -251,11 +268,11 @@ def decide(
     samples = c.samples
     # running pods per candidate: the running-apps view, or the assumed pods placed since it was read
     by_node = assumed.nodes
-    placed = np.array([name in by_node for name in nodes], dtype=bool) if by_node else None
+    placed = _placed(by_node, nodes, c.index) if by_node else None
     busy_now = c.busy if placed is None else c.busy | placed  # something runs there (or was placed there)
     busy = fresh & busy_now
     apps = known_apps(snapshot, assumed, app)
-    idle = running_features(apps, _NO_COUNTS, _NO_COUNTS)  # shared by every node with nothing running (read-only)
+    idle = _idle(apps)  # shared by every node with nothing running (read-only)
     features: list[Mapping[str, float]] = [idle] * n if every else [idle if f else _NO_FEATURES for f in fresh.tolist()]
     in_flight = np.zeros(n)  # pods of ``app`` counted as running on each candidate
     pending_on: dict[int, tuple[str, ...]] = {}
@@ -279,7 +296,8 @@ def decide(
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
     if routes is not None:
-        _predict(routes, model, c.row, pod.task_features(), features, idle, rtt, keys, versions)
+        _predict(routes, c.groups if every else _groups(model, c.row), pod.task_features(), features, idle, rtt,
+                 keys, versions)
         own = fresh & (model < 0)
         rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
     rtt *= corr
@@ -338,21 +356,44 @@ def decide(
     )
 
 
+def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], Mapping[str, int]]) -> np.ndarray:
+    """Per candidate: some placement is remembered on it (``by_node``: :attr:`AssumedPods.nodes`; ``index()``:
+    each name's place in ``nodes``), looked up from whichever of the two is smaller."""
+    n = len(nodes)
+    if 4 * len(by_node) < n:  # few placements: each looked up in the list's index (made once per list)
+        where = index()
+        if len(where) == n:  # (a name listed twice: every place is looked up below)
+            placed = np.zeros(n, dtype=bool)
+            at = [i for i in map(where.get, by_node) if i is not None]
+            if at:
+                placed[at] = True
+            return placed
+    return np.array([name in by_node for name in nodes], dtype=bool)
+
+
+def _groups(model: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, list[int], np.ndarray]]:
+    """Per model covering some candidate: (its index, the candidates' positions, as a list, their rows)."""
+    covered = model[model >= 0]
+    if not covered.size:
+        return []
+    first = int(covered[0])
+    out = []
+    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
+        sel = np.flatnonzero(model == m)
+        out.append((m, sel, sel.tolist(), rows[sel]))
+    return out
+
+
 def _predict(
-    routes: AppRoutes, model: np.ndarray, rows: np.ndarray, task: Mapping[str, float],
+    routes: AppRoutes, groups: Sequence[tuple[int, np.ndarray, list[int], np.ndarray]], task: Mapping[str, float],
     features: list[Mapping[str, float]], idle: Mapping[str, float], rtt: np.ndarray,
     keys: list[str | None], versions: list[int | None],
 ) -> None:
-    """One ``predict`` per model over the candidates it covers; fills ``rtt``, ``keys`` and ``versions``."""
-    covered = model[model >= 0]
-    if not covered.size:
-        return
-    first = int(covered[0])
-    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
+    """One ``predict`` per model over the candidates it covers (``groups``: :func:`_groups`); fills ``rtt``,
+    ``keys`` and ``versions``."""
+    for m, sel, picked, rows in groups:
         entry = routes.entries[m]
-        sel = np.flatnonzero(model == m)
-        picked = sel.tolist()
-        X = model_rows(entry, rows[sel], task, [features[i] for i in picked], idle)
+        X = model_rows(entry, rows, task, [features[i] for i in picked], idle)
         rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
         if len(picked) == len(keys):  # one model covers every candidate
             keys[:], versions[:] = [entry.key] * len(keys), [entry.version] * len(keys)

@@ -90,6 +90,18 @@ class Candidates:
     predicted: np.ndarray  # float64 node-weights' own prediction (NaN: none)
     correction: np.ndarray  # float64 residual factor (1: none)
     samples: np.ndarray  # int64 completed tasks of the app on the node (0 for unknown names)
+    oldest_ts: float  # the oldest features timestamp of a node with data (inf: none has data)
+    all_data: bool  # every candidate has data (``has_data`` all True)
+    groups: tuple[tuple[int, np.ndarray, list[int], np.ndarray], ...]  # per model covering some candidate
+    # (index into ``routes.entries``, their positions, the same as a list, their rows), in model order
+    nodes: tuple[str, ...] = ()
+    _index: list[Mapping[str, int]] = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    def index(self) -> Mapping[str, int]:
+        """Name -> its place in the list (the first, for a name listed twice); made on first use."""
+        if not self._index:
+            self._index.append(MappingProxyType({name: i for i, name in reversed(list(enumerate(self.nodes)))}))
+        return self._index[0]
 
 
 def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[str, ...],
@@ -109,16 +121,24 @@ def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[s
     else:
         model, row, predicted = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, math.nan)
         correction, samples = np.ones(n), np.zeros(n, dtype=np.int64)
+    has_data = known & ~table.weights_stale[at] & (ts > 0)
+    groups = []
+    for m in np.unique(model[model >= 0]).tolist():
+        sel = np.flatnonzero(model == m)
+        groups.append((m, sel, sel.tolist(), row[sel]))
     out = Candidates(
-        at=at, known=known, features_ts=ts,
-        has_data=known & ~table.weights_stale[at] & (ts > 0),
+        at=at, known=known, features_ts=ts, has_data=has_data,
         credibility=np.where(known & ~np.isnan(weight), weight, prior), busy=known & table.busy[at],
         routes=routes, model=model, row=row, predicted=predicted, correction=correction, samples=samples,
+        oldest_ts=float(ts[has_data].min()) if has_data.any() else math.inf, all_data=bool(has_data.all()),
+        groups=tuple(groups), nodes=nodes,
     )
     for field in dataclasses.fields(out):
         value = getattr(out, field.name)
         if isinstance(value, np.ndarray):
             value.flags.writeable = False
+    for _, sel, _, rows in groups:
+        sel.flags.writeable = rows.flags.writeable = False
     return out
 
 

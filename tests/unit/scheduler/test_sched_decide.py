@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scheduler_fixtures import LinearPredictor, features_msg, make_linear, make_view, weights_msg
 
@@ -223,3 +223,55 @@ def test_a_snapshot_keeps_a_bounded_number_of_read_only_gathers(view: SnapshotBu
         snap.candidates("gCTF", ("fast",) * (k + 2), 0.5)
     assert len(snap._candidates) == MAX_CANDIDATE_LISTS
     assert snap.candidates("gCTF", ("fast",), 0.5) is not first  # the oldest went first
+
+
+def test_the_staleness_bound_is_the_same_for_one_node_and_for_all(view: SnapshotBuilder) -> None:
+    """Data exactly ``stale_after_s`` old is fresh, a moment older is not: the check that every candidate is
+    fresh (the oldest timestamp of the list) and the check node by node draw the line at the same place."""
+    view.apply_node_features(features_msg("late", 1001.0, 3.0))
+    view.apply_node_weights(weights_msg("late", 1001.0, 1.0))
+    nodes = [*NODES, "late"]
+    snap = view.build(now=1001.0)
+    params = DecideParams(policy_from_dict({"exploration": {"share": 0.0}}), credibility_prior=0.5, stale_after_s=30.0)
+    at_bound = decide(snap, GCTF, nodes, AssumedPods(), params, 1030.0)  # the oldest data: exactly 30 s
+    past = decide(snap, GCTF, nodes, AssumedPods(), params, 1030.0 + 1e-9)
+    assert at_bound.fresh == [True] * 4 and at_bound.neutral is None
+    assert past.fresh == [False, False, False, True] and past.best() == "late"
+    assert past.score[:3] == [5, 5, 5]
+
+
+@given(names=st.lists(st.sampled_from("abcdefghijklmnop"), min_size=1, max_size=24),
+       placed=st.sets(st.sampled_from("abcdefghijklmnopqrst"), max_size=8))
+@example(names=list("abcdefghijklmnopa"), placed={"a"})  # few placements, one on a name listed twice
+@example(names=list("abcdefghijklmnopq"), placed={"q", "z"})
+def test_placements_are_found_on_every_candidate_they_name(names: list[str], placed: set[str]) -> None:
+    """Whether a candidate holds a remembered placement: looked up from the placements or from the list,
+    whichever is shorter, a name listed twice included."""
+    from app.scheduler.decide import _placed
+
+    index = {name: i for i, name in reversed(list(enumerate(names)))}
+    got = _placed(placed, names, lambda: index)
+    assert got.dtype == bool and got.tolist() == [name in placed for name in names]
+
+
+def test_candidates_covered_by_two_models_get_one_predict_each(view: SnapshotBuilder, linear: LinearPredictor) -> None:
+    """The model groups of a node list are gathered once and reused; with a node gone stale the groups are
+    made for the fresh ones only."""
+    own = make_linear()
+    view.set_model("gCTF:gpu:mid", 1, own)
+    snap = view.build(now=NOW)
+    params = DecideParams(policy_from_dict({"exploration": {"share": 0.0}}), credibility_prior=0.5, stale_after_s=30.0)
+    c = snap.candidates("gCTF", tuple(NODES), 0.5)
+    entries = snap.app_routes("gCTF").entries
+    assert sorted((entries[m].key, picked) for m, _, picked, _ in c.groups) == \
+        [("gCTF:gpu", [0, 1]), ("gCTF:gpu:mid", [2])]
+    linear.calls.clear(), own.calls.clear()
+    d = decide(snap, GCTF, NODES, AssumedPods(), params, NOW)
+    assert (linear.calls, own.calls) == ([2], [1])
+    assert d.model_key == ["gCTF:gpu", "gCTF:gpu", "gCTF:gpu:mid"] and d.model_version == [3, 3, 1]
+    view.apply_node_weights(weights_msg("fast", 1000.0, 1.0, stale=True))
+    snap = view.build(now=NOW)
+    linear.calls.clear(), own.calls.clear()
+    d = decide(snap, GCTF, NODES, AssumedPods(), params, NOW)
+    assert (linear.calls, own.calls) == ([1], [1]) and d.fresh == [True, False, True]
+    assert d.model_key == ["gCTF:gpu", None, "gCTF:gpu:mid"]
