@@ -36,7 +36,7 @@ import orjson
 
 from app.extender.explaining import explain_options
 from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response, tls_context
-from app.extender.metrics import CONTENT_TYPE
+from app.extender.metrics import CONTENT_TYPE, Children
 from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
 
@@ -62,6 +62,7 @@ class ExtenderServer:
         self._methods: dict[str, list[str]] = {}
         self._openapi = OPENAPI_PATH.read_bytes()
         metrics = service.metrics
+        self._seconds, self._answers = Children(metrics.request_seconds), Children(metrics.requests)
         if http is None:
             http = HttpServerState(HttpProtocol, self.handle, self.limits, error_body)
         http.handle, http.on_error, http.on_reject = self.handle, self._protocol_error, metrics.connections_rejected.inc
@@ -131,13 +132,12 @@ class ExtenderServer:
                 log.exception("unexpected error answering %s %s", request.method, request.path)
                 self.service.metrics.errors.inc()
                 response = Response(500, error_body("internal error (logged by the extender)"))
-        metrics = self.service.metrics
-        metrics.request_seconds.labels(verb).observe(time.perf_counter() - t0)
-        metrics.requests.labels(verb, str(response.status)).inc()
+        self._seconds(verb).observe(time.perf_counter() - t0)
+        self._answers(verb, str(response.status)).inc()
         return response
 
     def _protocol_error(self, status: int) -> None:
-        self.service.metrics.requests.labels("other", str(status)).inc()
+        self._answers("other", str(status)).inc()
 
     # -- sockets
     async def listen(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None,

@@ -24,7 +24,7 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.boosters import BoosterCache, registry_boosters
 from app.extender.feed import ViewFeed
-from app.extender.metrics import AppLabels, ExtenderMetrics
+from app.extender.metrics import AppLabels, Children, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
@@ -78,6 +78,7 @@ class ExtenderService:
         self.params = DecideParams(self.policy, self.options.credibility_prior, self.options.stale_after_s)
         self.keys = CacheKeys(settings.topic_prefix)
         self.app_labels = AppLabels([*self.policy.sla_ms, *(a for pair in self.policy.anti_affinity for a in pair)])
+        self._scored = Children(self.metrics.scored_pods)  # per app label: bounded by AppLabels
         self._loader = loader
         self.boosters = boosters if boosters is not None else registry_boosters(settings)
         self._sink = sink
@@ -219,7 +220,7 @@ class ExtenderService:
         d = self._decide("prioritize", args)
         app = args.pod.app
         if d.neutral is None and app is not None:
-            self.metrics.scored_pods.labels(self.app_labels.of(app)).inc()
+            self._scored(self.app_labels.of(app)).inc()
             self._place(d, args, app, d.best())
         return priority_body(d.scores())
 
