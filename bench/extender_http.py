@@ -8,6 +8,9 @@ feed and its rtt-predictions publisher, served by :func:`app.extender.server.run
 (pinned to core 1, with the broker) republishes every node's features once a second while it sends
 requests, so the feed, rebuilds and publishing all run during the measurements.
 
+With ``null`` in its settings the server process is instead :func:`_serve_null`: the same HTTP layer
+answering at once, so that the same client against it gives the load generator's own floor.
+
 The server adds ``GET /bench/samples``: exact samples since the previous call — seconds inside the verb
 handlers, event-loop lag (how late a 2 ms timer fires: the wait of a request arriving while the loop is
 busy, including time other processes on the core took), the CPU time of every loop step (what the process
@@ -83,6 +86,9 @@ def extender_features() -> tuple[str, ...]:
 # ---------------------------------------------------------------- server process
 def serve(cfg: dict[str, Any]) -> None:
     pin(SERVER_CORE)
+    if cfg.get("null"):
+        asyncio.run(_serve_null(cfg))
+        return
     if cfg.get("uvloop"):
         import uvloop
 
@@ -215,6 +221,38 @@ def watch_gc(full: list[float], young: list[float]) -> None:
             (full if info.get("generation") == 2 else young).append(time.thread_time() - started[0])
 
     gc.callbacks.append(callback)
+
+
+async def _serve_null(cfg: dict[str, Any]) -> None:
+    """The load generator's floor: the same HTTP layer and limits, a handler that answers ``[]`` at once (no
+    decoding, no view, no publishing); bursts against it measure how fast the client sends them."""
+    from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response
+    from app.extender.protocol import error_body
+
+    since = [time.process_time(), 0]
+
+    def handle(request: Request) -> Response:
+        if request.path == "/readyz":
+            return Response(200, b'{"models": 1}')
+        if request.path == "/bench/samples":
+            cpu = time.process_time()
+            body = orjson.dumps({"handler_s": [], "lag_s": [], "step_s": [], "background_s": [], "gc_s": [],
+                                 "young_s": [], "cpu_s": cpu - since[0], "requests": since[1]})
+            since[:] = [cpu, 0]
+            return Response(200, body)
+        since[1] += 1
+        return Response(200, b"[]")
+
+    state = HttpServerState(HttpProtocol, handle, HttpLimits(max_body_bytes=MAX_BODY), error_body)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    server = await loop.create_server(state.protocol, "127.0.0.1", cfg["port"])
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        state.close_all()
 
 
 # ---------------------------------------------------------------- client process
