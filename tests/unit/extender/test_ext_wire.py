@@ -164,3 +164,48 @@ async def test_large_body_received_in_place_then_a_pipelined_request() -> None:
         assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]  # unknown nodes pass
         status, _, body = await read_answer(reader)
         assert status == 200 and orjson.loads(body) == EXPECTED
+
+
+def _big_args(n: int, prefix: str) -> bytes:
+    args = fixture("args_nodes_gctf.json")
+    template = args["Nodes"]["items"][0]
+    items = [{**template, "metadata": {**template["metadata"], "name": f"{prefix}{i:04d}"}} for i in range(n)]
+    return orjson.dumps({**args, "Nodes": {**args["Nodes"], "items": items}})
+
+
+async def test_large_bodies_reuse_their_arrays_and_never_see_an_earlier_bodys_bytes() -> None:
+    """Each large body is received into an array kept from an earlier one (no page faulted in again), and
+    is read as sent: a shorter body after a longer one in the same array, different node names each time."""
+    bodies = [_big_args(400, "a"), _big_args(350, "bb"), _big_args(390, "c")]
+    assert all(len(b) > LARGE_BODY for b in bodies)
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (reader, writer):
+        pool = client.server.http.buffers
+        taken: list[int] = []
+        take = pool.take
+        pool.take = lambda n: taken.append(id(a := take(n))) or a  # type: ignore[method-assign,func-returns-value]
+        for big in bodies:
+            writer.write(post(big, path="/filter"))
+            status, _, body = await read_answer(reader)
+            assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]
+            assert pool.kept == 1  # given back once answered
+        assert len(taken) == 3 and len(set(taken)) == 1
+
+
+async def test_a_body_still_referenced_after_its_answer_is_not_reused() -> None:
+    """A handler that keeps (a view of) its body: the array is left alone, the next body gets another."""
+    kept: list[object] = []
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (reader, writer):
+        inner = client.server.handler("POST", "/filter")
+
+        def keeping(request):  # type: ignore[no-untyped-def]
+            kept.append(request.body)
+            return inner(request)
+
+        client.server.route("POST", "/filter", "filter", keeping)
+        first, second = _big_args(400, "a"), _big_args(400, "b")
+        for big in (first, second):
+            writer.write(post(big, path="/filter"))
+            status, _, body = await read_answer(reader)
+            assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]
+        assert client.server.http.buffers.kept == 0
+        assert bytes(kept[0]) == first and bytes(kept[1]) == second  # neither overwritten
