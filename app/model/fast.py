@@ -18,8 +18,9 @@ margin in tree order on both paths, so a row's prediction does not depend on whe
 
 Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted (keyed by their bytes): the
 extender prices the same running pods on the same nodes request after request
-(:mod:`app.scheduler.inflict`), and a request's idle candidates of one kind share a row; those rows are
-walked once.
+(:mod:`app.scheduler.inflict`), kube-scheduler asks prioritize about the pod and nodes it just filtered, and
+a request's idle candidates of one kind share a row; those rows are walked once. A call whose first row is
+new (a new pod's candidates: its input size is in every row) walks every row without looking the others up.
 
 The kernel holds no state and releases the GIL, so one predictor may serve several threads.
 
@@ -255,6 +256,12 @@ class FastPredictor:
         # each row's bytes (a void item converts to bytes)
         keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
         memo = self._memo
+        if keys[0] not in memo:  # a new first row: most likely a new pod's candidates, none remembered; walk all
+            out = self._walk(X)
+            if len(memo) + n > MEMO_ROWS:
+                memo.clear()
+            memo.update(zip(keys, out.tolist(), strict=True))
+            return out
         known = list(map(memo.get, keys))
         missing = known.count(None)
         if not missing:

@@ -49,7 +49,7 @@ import numpy as np
 
 from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPod, AssumedPods
-from app.scheduler.explore import explored, not_learnt
+from app.scheduler.explore import chosen_to_explore, explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.inflict import inflicted_ms
 from app.scheduler.podinfo import PodInfo
@@ -324,8 +324,10 @@ def decide(
     cost = rtt if inflicted is None else rtt + inflicted
     scores = score_nodes(cost, cred)
     passing = np.ones(n, dtype=bool) if failed.count(None) == n else np.array([f is None for f in failed], dtype=bool)
-    unlearnt = not_learnt(fresh & passing, model >= 0, samples, in_flight, policy.explore_min_samples)
-    e = explored(task_id, nodes, unlearnt, samples, share=policy.explore_share)
+    e = None
+    if chosen_to_explore(task_id, policy.explore_share):  # one of the pods that may explore: is a node unlearnt?
+        unlearnt = not_learnt(fresh & passing, model >= 0, samples, in_flight, policy.explore_min_samples)
+        e = explored(task_id, nodes, unlearnt, samples, share=policy.explore_share)
     expected = rtt
     if e is not None and not usable[e] and usable.any():  # unknown there: as long as the slowest prediction
         expected = rtt.copy()

@@ -167,6 +167,11 @@ def test_remembered_and_repeated_rows_give_the_walked_numbers(small_booster, mon
     fp.predict(X[:10])
     mixed = np.vstack([X[5:25], X[5:25], X[30:]])  # remembered, repeated within the call, new
     assert np.array_equal(fp.predict(mixed), np.concatenate([want[5:25], want[5:25], want[30:]]))
+    fp.forget()
+    fp.predict(X[10:20])
+    new_first = np.vstack([X[:3], X[10:20], X[:3]])  # a new first row: every row walked, remembered ones too
+    assert np.array_equal(fp.predict(new_first), np.concatenate([want[:3], want[10:20], want[:3]]))
+    assert fp.remembered == 13
     monkeypatch.setattr("app.model.fast.MEMO_ROWS", 8)  # full: starts afresh, same numbers
     assert np.array_equal(fp.predict(X), want)
     assert np.array_equal(fp.predict(X[::-1]), want[::-1])
