@@ -28,6 +28,7 @@ app.extender.protocol.ProtocolError: NodeNames[0] must be a string (got int)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
@@ -216,6 +217,7 @@ def priority_list(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
 
 _HOST_PARTS: dict[str, bytes] = {}  # node name -> its entry up to the score (names recur on every request)
 _SCORE_PARTS = tuple(b"%d}" % s for s in range(101))
+_SCORES = dict(enumerate(_SCORE_PARTS))  # the same, looked up by score: a score outside 0..100 is a KeyError
 
 
 def _host_part(host: str) -> bytes:
@@ -234,3 +236,25 @@ def priority_body(scores: Sequence[tuple[str, int]]) -> bytes:
     get, parts = _HOST_PARTS.get, _SCORE_PARTS
     return b"[" + b",".join([(get(h) or _host_part(h)) + (parts[s] if 0 <= s <= 100 else b"%d}" % s)
                              for h, s in scores]) + b"]"
+
+
+def priority_body_of(nodes: tuple[str, ...], scores: Sequence[int]) -> bytes:
+    """:func:`priority_body` of ``zip(nodes, scores)``, with the node list's parts kept per list
+    (kube-scheduler sends the same list pod after pod).
+
+    >>> priority_body_of(("n1", "n2"), [10, 250]) == priority_body([("n1", 10), ("n2", 250)])
+    True
+    """
+    if len(nodes) != len(scores):
+        raise ValueError(f"{len(nodes)} nodes, {len(scores)} scores")
+    parts = _SCORES
+    try:
+        return b"[" + b",".join([h + parts[s] for h, s in zip(_list_parts(nodes), scores, strict=True)]) + b"]"
+    except KeyError:  # a score outside 0..100
+        return priority_body(list(zip(nodes, scores, strict=True)))
+
+
+@functools.lru_cache(maxsize=16)
+def _list_parts(nodes: tuple[str, ...]) -> tuple[bytes, ...]:
+    get = _HOST_PARTS.get
+    return tuple(get(h) or _host_part(h) for h in nodes)

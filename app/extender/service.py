@@ -29,7 +29,7 @@ from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model, registry_loader
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import release_sliced, run_sliced
-from app.extender.protocol import ExtenderArgs, filter_body, priority_body
+from app.extender.protocol import ExtenderArgs, filter_body, priority_body_of
 from app.extender.publisher import KafkaSink, PredictionPublisher, Sink
 from app.extender.warm import RunningRefresher, warm_start
 from app.scheduler.assumed import AssumedPods
@@ -222,7 +222,7 @@ class ExtenderService:
         if d.neutral is None and app is not None:
             self._scored(self.app_labels.of(app)).inc()
             self._place(d, args, app, d.best())
-        return priority_body(d.scores())
+        return priority_body_of(d.nodes, d.score)
 
     def _place(self, d: Decision, args: ExtenderArgs, app: str, node: str | None,
                expected_s: float | None = None) -> None:

@@ -17,7 +17,14 @@ from app.errors import ConfigError
 from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
 from app.extender.predictions import decision_values, encode_decision
-from app.extender.protocol import ProtocolError, filter_body, parse_args, priority_body, priority_list
+from app.extender.protocol import (
+    ProtocolError,
+    filter_body,
+    parse_args,
+    priority_body,
+    priority_body_of,
+    priority_list,
+)
 from app.extender.publisher import PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
@@ -52,6 +59,8 @@ def test_priority_body_is_the_json_of_the_priority_list(scores: list[tuple[str, 
     body = priority_body(scores)
     assert body == orjson.dumps(priority_list(scores))
     assert priority_body(scores) == body  # again, from the node parts kept
+    nodes, values = tuple(h for h, _ in scores), [v for _, v in scores]
+    assert priority_body_of(nodes, values) == body == priority_body_of(nodes, values)  # and the list's parts kept
 
 
 def test_options_from_settings_env_and_errors() -> None:
