@@ -278,6 +278,7 @@ def decide(
     pending_on: dict[int, tuple[str, ...]] = {}
     live_on: dict[int, tuple[AssumedPod, ...]] = {}  # assumed pods not expected to have finished, per candidate
     own_key = RUNNING_PREFIX + app
+    running_on: list[int] = []  # candidates given running-pods features of their own (in order)
     for i in np.flatnonzero(busy).tolist():
         name = nodes[i]
         running = states[name].running if known[i] else _NO_COUNTS
@@ -290,6 +291,7 @@ def decide(
         if running or counts:
             features[i] = running_features(apps, running, counts)
             in_flight[i] = features[i][own_key]
+            running_on.append(i)
         if pending:
             pending_on[i] = pending
     rtt = np.full(n, np.nan)
@@ -318,7 +320,7 @@ def decide(
     relaxed = _apply_sla(app, policy, rtt, fresh, failed)
     usable = fresh & np.isfinite(rtt) & (rtt > 0)
     rtt = np.where(usable, rtt, np.nan)
-    priced = [i for i in np.flatnonzero(busy & usable).tolist() if features[i] is not idle]
+    priced = [i for i in running_on if usable[i]]  # busy, with a usable prediction and something running
     inflicted = inflicted_ms(snapshot, app, nodes, at, priced, features, live_on, now,
                              policy.inflicted_weight) if priced and policy.inflicted_weight > 0 else None
     cost = rtt if inflicted is None else rtt + inflicted
@@ -338,8 +340,8 @@ def decide(
     if winner is None:
         ok = np.flatnonzero(passing & usable)
         if ok.size:
-            top = ok[scores[ok] == scores[ok].max()]
-            winner = int(top[np.lexsort((-cred[top], cost[top]))[0]])  # lowest cost, then most credible
+            top = ok[scores[ok] == scores[ok].max()]  # of these: the lowest cost, then the most credible
+            winner = int(top[0] if top.size == 1 else top[np.lexsort((-cred[top], cost[top]))[0]])
     if winner is not None and n > 1:
         own, scores[winner] = scores[winner], MIN_SCORE - 1
         rest = int(scores.max())  # the highest score of the others
