@@ -8,7 +8,7 @@ import sys
 import dcor  # test-time reference only (dev extra)
 import numpy as np
 import pytest
-from hypothesis import assume, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from app.features.dcor_fast import DIRECT_MAX_N, distance_correlation, distance_correlation_sqr, warm_up
@@ -84,7 +84,8 @@ def test_symmetric_and_in_unit_interval_over_the_whole_float_range(pair) -> None
         assert v == pytest.approx(distance_correlation(y, x, method), abs=TOL)
 
 
-@settings(max_examples=60, deadline=None)
+# the assumption below discards most pairs of tiny spreads (about 6 in 7 drawn): expected, not a slow strategy
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(pairs, st.floats(1e-6, 1e6), st.floats(-1e3, 1e3))
 def test_invariant_to_shift_and_scale(pair, scale: float, shift: float) -> None:
     x, y = (np.array(v, dtype=float) for v in pair)
