@@ -187,19 +187,20 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
           f"(RTT_EXTENDER_MAX_BODY_BYTES {64} MiB for the 14 MB NodeList)")
     print(f"{'payload':<10} {'requests':>8} {'client p50':>10} {'client p99':>10} {'client max':>10} "
           f"{'server p99':>10} {'lag p99':>8} {'req step':>8} {'bg step':>8} {'CPU/req':>8}")
+    def client_columns(mode: str, r: dict[str, Any]) -> str:
+        return (f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(r['client_s']):>8} "
+                f"{pct(r['client_s'], 50):>10.1f} {pct(r['client_s'], 99):>10.1f} {pct(r['client_s'], 100):>10.1f}")
+
     for mode in ("nodes", "names"):
         r = big[f"{mode}/burst"]
-        print(f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(r['client_s']):>8} "
-              f"{pct(r['client_s'], 50):>10.1f} {pct(r['client_s'], 99):>10.1f} {pct(r['client_s'], 100):>10.1f} "
+        print(f"{client_columns(mode, r)} "
               f"{pct(r['handler_s'], 99):>10.1f} {pct(r['lag_s'], 99):>8.3f} {pct(r['step_s'], 100):>8.3f} "
               f"{pct(r['background_s'], 100):>8.3f} {cpu_ms(r):>8.2f}")
         goals[f"{mode}/big/max"] = pct(r["client_s"], 100)
     for mode in ("nodes", "names"):
         r = floor[f"{mode}/burst"]
-        print(f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(r['client_s']):>8} "
-              f"{pct(r['client_s'], 50):>10.1f} {pct(r['client_s'], 99):>10.1f} {pct(r['client_s'], 100):>10.1f}"
-              f"   <- the load generator's floor: the same bursts against a server that answers at once "
-              f"({cpu_ms(r):.2f} ms CPU/req)")
+        print(f"{client_columns(mode, r)}   <- the load generator's floor: the same bursts against a server that "
+              f"answers at once ({cpu_ms(r):.2f} ms CPU/req)")
         goals[f"{mode}/big/floor"] = pct(r["client_s"], 100)
     print(idle_line(big["idle"]))
     goals["idle5000/step"] = pct(big["idle"]["step_s"], 100)

@@ -117,9 +117,8 @@ class BodyBuffers:
 
     def _give_returned(self) -> None:
         while self._returning:
-            array = self._returning.pop()
+            array = self._returning.pop()  # the one reference give() expects besides its own
             self.give(array)
-            del array
 
     def give(self, array: np.ndarray) -> None:
         """Keep ``array`` for a later body if nothing else refers to it and the pool has room (the largest

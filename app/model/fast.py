@@ -268,10 +268,6 @@ class FastPredictor:
             return np.array(known, dtype=np.float64)
         if len(memo) + missing > MEMO_ROWS:
             memo.clear()
-        if missing == n and len(set(keys)) == n:  # all new and distinct (a pod's idle candidates): one walk
-            out = self._walk(X)
-            memo.update(zip(keys, out.tolist(), strict=True))
-            return out
         todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
         for i, value in enumerate(known):
             if value is None and keys[i] not in todo:

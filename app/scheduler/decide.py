@@ -56,7 +56,7 @@ from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MAX_SCORE, MIN_SCORE, NEUTRAL_SCORE, score_nodes
 from app.scheduler.snapshot import ModelEntry, Snapshot
-from app.scheduler.table import AppRoutes
+from app.scheduler.table import AppRoutes, model_groups
 
 NO_APP = "no_app_label"
 NOT_READY = "not_ready"
@@ -298,7 +298,7 @@ def decide(
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
     if routes is not None:
-        _predict(routes, c.groups if every else _groups(model, c.row), pod.task_features(), features, idle, rtt,
+        _predict(routes, c.groups if every else model_groups(model, c.row), pod.task_features(), features, idle, rtt,
                  keys, versions)
         own = fresh & (model < 0)
         rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
@@ -375,26 +375,13 @@ def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], 
     return np.array([name in by_node for name in nodes], dtype=bool)
 
 
-def _groups(model: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, list[int], np.ndarray]]:
-    """Per model covering some candidate: (its index, the candidates' positions, as a list, their rows)."""
-    covered = model[model >= 0]
-    if not covered.size:
-        return []
-    first = int(covered[0])
-    out = []
-    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
-        sel = np.flatnonzero(model == m)
-        out.append((m, sel, sel.tolist(), rows[sel]))
-    return out
-
-
 def _predict(
     routes: AppRoutes, groups: Sequence[tuple[int, np.ndarray, list[int], np.ndarray]], task: Mapping[str, float],
     features: list[Mapping[str, float]], idle: Mapping[str, float], rtt: np.ndarray,
     keys: list[str | None], versions: list[int | None],
 ) -> None:
-    """One ``predict`` per model over the candidates it covers (``groups``: :func:`_groups`); fills ``rtt``,
-    ``keys`` and ``versions``."""
+    """One ``predict`` per model over the candidates it covers (``groups``:
+    :func:`~app.scheduler.table.model_groups`); fills ``rtt``, ``keys`` and ``versions``."""
     for m, sel, picked, rows in groups:
         entry = routes.entries[m]
         X = model_rows(entry, rows, task, [features[i] for i in picked], idle)

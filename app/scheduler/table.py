@@ -104,6 +104,24 @@ class Candidates:
         return self._index[0]
 
 
+def model_groups(model: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, list[int], np.ndarray]]:
+    """Per model covering some candidate, in model order: (its index, the candidates' positions, the same as a
+    list, their rows); ``model`` -1: no model there.
+
+    >>> [(m, picked, r.tolist()) for m, _, picked, r in model_groups(np.array([1, -1, 0, 1]), np.arange(4) * 10)]
+    [(0, [2], [20]), (1, [0, 3], [0, 30])]
+    """
+    covered = model[model >= 0]
+    if not covered.size:
+        return []
+    first = int(covered[0])
+    out = []
+    for m in [first] if (covered == first).all() else np.unique(covered).tolist():  # usually one model
+        sel = np.flatnonzero(model == m)
+        out.append((m, sel, sel.tolist(), rows[sel]))
+    return out
+
+
 def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[str, ...],
                       prior: float) -> Candidates:
     """:class:`Candidates` of ``nodes`` over ``table`` and ``routes`` (the app's; None: no model, no word),
@@ -122,10 +140,7 @@ def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[s
         model, row, predicted = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, math.nan)
         correction, samples = np.ones(n), np.zeros(n, dtype=np.int64)
     has_data = known & ~table.weights_stale[at] & (ts > 0)
-    groups = []
-    for m in np.unique(model[model >= 0]).tolist():
-        sel = np.flatnonzero(model == m)
-        groups.append((m, sel, sel.tolist(), row[sel]))
+    groups = model_groups(model, row)
     out = Candidates(
         at=at, known=known, features_ts=ts, has_data=has_data,
         credibility=np.where(known & ~np.isnan(weight), weight, prior), busy=known & table.busy[at],
