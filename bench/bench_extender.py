@@ -42,6 +42,7 @@ from app.extender.server import GC_GEN0_THRESHOLD
 from app.kafka.embedded import EmbeddedBroker, free_port
 
 HERE = Path(__file__).resolve()
+BURST = 20  # concurrent 5,000-node requests
 NOW = 1_715_678_500.0
 
 
@@ -160,7 +161,7 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
     seconds = seconds or (3.0 if quick else 10.0)
     small = http_run(64, [{"name": "rate", "rate": 200.0, "seconds": seconds, "warmup": 50},
                           {"name": "max", "conc": 4, "seconds": seconds, "warmup": 50}], 3.0, use_uvloop, profile)
-    bursts = [{"name": "burst", "conc": 20, "bursts": 3 if quick else 10, "warmup": 3}]
+    bursts = [{"name": "burst", "conc": BURST, "bursts": 3 if quick else 10, "warmup": 3}]
     big = http_run(5000, bursts, 3.0, use_uvloop)
     floor = http_run(5000, bursts, 1.0, use_uvloop, null=True)
     print(f"\nHTTP /prioritize, 64 nodes ({'uvloop' if use_uvloop else 'asyncio'} loop): server on core 0; "
@@ -186,10 +187,11 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
     print(f"\nHTTP /prioritize, 5,000 nodes: bursts of 20 concurrent requests; 5,000 node-features/s "
           f"(RTT_EXTENDER_MAX_BODY_BYTES {64} MiB for the 14 MB NodeList)")
     print(f"{'payload':<10} {'requests':>8} {'client p50':>10} {'client p99':>10} {'client max':>10} "
-          f"{'server p99':>10} {'lag p99':>8} {'req step':>8} {'bg step':>8} {'CPU/req':>8}")
+          f"{'1st burst':>10} {'server p99':>10} {'lag p99':>8} {'req step':>8} {'bg step':>8} {'CPU/req':>8}")
     def client_columns(mode: str, r: dict[str, Any]) -> str:
-        return (f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(r['client_s']):>8} "
-                f"{pct(r['client_s'], 50):>10.1f} {pct(r['client_s'], 99):>10.1f} {pct(r['client_s'], 100):>10.1f}")
+        lat = r["client_s"]
+        return (f"{'NodeList' if mode == 'nodes' else 'NodeNames':<10} {len(lat):>8} "
+                f"{pct(lat, 50):>10.1f} {pct(lat, 99):>10.1f} {pct(lat, 100):>10.1f} {pct(lat[:BURST], 100):>10.1f}")
 
     for mode in ("nodes", "names"):
         r = big[f"{mode}/burst"]
@@ -197,6 +199,7 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
               f"{pct(r['handler_s'], 99):>10.1f} {pct(r['lag_s'], 99):>8.3f} {pct(r['step_s'], 100):>8.3f} "
               f"{pct(r['background_s'], 100):>8.3f} {cpu_ms(r):>8.2f}")
         goals[f"{mode}/big/max"] = pct(r["client_s"], 100)
+        goals[f"{mode}/big/later"] = pct(r["client_s"][BURST:], 100)
     for mode in ("nodes", "names"):
         r = floor[f"{mode}/burst"]
         print(f"{client_columns(mode, r)}   <- the load generator's floor: the same bursts against a server that "
@@ -204,7 +207,8 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
         goals[f"{mode}/big/floor"] = pct(r["client_s"], 100)
     print(idle_line(big["idle"]))
     goals["idle5000/step"] = pct(big["idle"]["step_s"], 100)
-    print("(ms; client = POST to answer as the load generator sees it; server = inside the verb handler; lag = how "
+    print("(ms; client = POST to answer as the load generator sees it; 1st burst = the slowest of the first burst "
+          "after start,\n whose memory is new to the process; server = inside the verb handler; lag = how "
           "late a 2 ms timer fires in the server;\n req step / bg step = the longest loop step, on the server "
           "thread's CPU clock, that read or answered requests (it holds\n the requests that arrived with it) / that "
           "did neither (feed, rebuilds, publishing, timers); other processes cannot inflate them;\n CPU/req = server "
@@ -231,9 +235,11 @@ def goals_line(inproc: dict[str, float], http: dict[str, float]) -> None:
         lines.append(f"no background loop step over 2 ms at 5,000 nodes (idle): {mark(http['idle5000/step'] <= 2)} "
                      f"({http['idle5000/step']:.2f} ms longest)")
         big = max(http["nodes/big/max"], http["names/big/max"])
+        later = max(http["nodes/big/later"], http["names/big/later"])
         floor = max(http["nodes/big/floor"], http["names/big/floor"])
-        lines.append(f"5,000 nodes over HTTP < 1 s at 20 concurrent: {mark(big < 1000)} ({big:.0f} ms slowest; "
-                     f"the load generator against a server that answers at once: {floor:.0f} ms)")
+        lines.append(f"5,000 nodes over HTTP < 1 s at 20 concurrent: {mark(big < 1000)} ({big:.0f} ms slowest, "
+                     f"{later:.0f} ms after the first burst; the load generator against a server that answers at "
+                     f"once: {floor:.0f} ms)")
     if inproc:
         lines.append(f"5,000 nodes in process p99 <= 100 ms: {mark(inproc['p99_5000_ms'] <= 100)} "
                      f"({inproc['p99_5000_ms']:.1f} ms worst payload)")

@@ -15,9 +15,11 @@ Bounds, each answered with a JSON ``Error`` (see :class:`HttpLimits`):
 * a connection idle between requests for ``idle_timeout_s`` is closed;
 * beyond ``max_connections`` open connections a new one is answered 503 and closed.
 
-A body larger than :data:`LARGE_BODY` is received straight into an array of its own size, taken from and
-given back to the server's :class:`~app.extender.http_types.BodyBuffers` (a fresh 14 MB array costs more
-page faults than receiving the bytes).
+A body larger than :data:`LARGE_BODY` is received straight into an array, taken from and given back to the
+server's :class:`~app.extender.http_types.BodyBuffers` (a fresh 14 MB array costs more page faults than
+receiving the bytes). Such bodies are received a few at a time, in the order their headers arrived
+(:class:`~app.extender.http_types.BodyTurns`): a connection waiting for its turn is not read, and its body
+timeout starts with its turn.
 
 After an error answer the connection is half-closed and what the client still sends is read and dropped
 for a moment, so that it sees the answer instead of a reset.
@@ -76,6 +78,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._chunks = bytearray()
         self._keep_alive = True
         self._head_only = False
+        self._waiting = False  # a large body waiting for its turn (BodyTurns): not read meanwhile
+        self._turn_given = False  # its turn came: received in place from the next read on
 
     # -- connection
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -100,6 +104,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._transport = None
         self._buf.clear()
         self._body = self._base = None
+        self._turn_given = False
+        self._shared.turns.done(self)
 
     def close(self) -> None:
         if self._transport is not None:
@@ -110,7 +116,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None:
+        if self._transport is not None and not self._waiting:
             self._transport.resume_reading()
 
     # -- timers: one handle, re-armed lazily (a request that arrives whole never touches it)
@@ -129,6 +135,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._timer, self._timer_at = self._loop.call_at(self._deadline, self._on_timer), self._deadline
             return
         state = self._state
+        if self._waiting:  # the body's time starts with its turn
+            self._arm(self._limits.body_timeout_s)
+            return
         if state == _HEAD:
             self._fail(HttpError(408, f"request header not received within {self._limits.header_timeout_s:g} s"))
         elif state in (_BODY, _CHUNKED):
@@ -141,6 +150,10 @@ class HttpProtocol(asyncio.BufferedProtocol):
         """Where the next bytes go: straight into a large body's own buffer, else a scratch buffer."""
         if self._body is not None:
             return self._body[self._have:]  # exactly what is missing: nothing of a next request
+        if self._turn_given:  # the array is taken with the first bytes: by then the last body's is back
+            self._turn_given = False
+            self._receive_in_place()
+            return self._body[self._have:]  # type: ignore[index]
         return self._shared.scratch
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -149,7 +162,9 @@ class HttpProtocol(asyncio.BufferedProtocol):
             return
         self._have += nbytes
         if self._have < self._need:
+            self._shared.turns.progress(self)
             return
+        self._shared.turns.done(self)  # the next large body is read while this one is answered
         body, self._body = self._body, None
         base, self._base = self._base, None
         self._dispatch(body)
@@ -264,15 +279,34 @@ class HttpProtocol(asyncio.BufferedProtocol):
         if self._need and headers.get("expect", "").lower() == "100-continue" and len(self._buf) < max(self._need, 1):
             assert self._transport is not None
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if self._state == _BODY and self._need > LARGE_BODY and len(self._buf) < self._need:
-            # the rest is received into it directly (get_buffer); left uninitialised, as every byte of it is
-            # written before it is read: zero-filling 14 MB (a NodeList of 5,000 nodes) cost more than receiving it
-            self._base = self._shared.buffers.take(self._need)
-            self._body = self._base.data[:self._need]
-            self._body[:len(self._buf)] = self._buf
-            self._have = len(self._buf)
-            self._buf.clear()
         self._arm(self._limits.body_timeout_s)
+        if self._state == _BODY and self._need > LARGE_BODY and len(self._buf) < self._need:
+            if self._shared.turns.ask(self):
+                self._receive_in_place()
+            else:
+                assert self._transport is not None
+                self._waiting = True
+                self._transport.pause_reading()
+
+    def _receive_in_place(self) -> None:
+        """The rest of a large body goes straight into an array of the pool (see :meth:`get_buffer`)."""
+        # left uninitialised, as every byte of it is written before it is read: zero-filling 14 MB (a NodeList
+        # of 5,000 nodes) cost more than receiving it
+        self._base = self._shared.buffers.take(self._need)
+        self._body = self._base.data[:self._need]
+        self._body[:len(self._buf)] = self._buf
+        self._have = len(self._buf)
+        self._buf.clear()
+
+    def take_turn(self) -> None:
+        """Called by the server's :class:`~app.extender.http_types.BodyTurns`: this body may be received now."""
+        self._waiting = False
+        if self._transport is None or self._state != _BODY:
+            self._shared.turns.done(self)
+            return
+        self._turn_given = True
+        self._arm(self._limits.body_timeout_s)
+        self._transport.resume_reading()
 
     def _read_chunks(self) -> bool:
         """Move complete chunks from the buffer into the body; True once the last chunk and trailers are in."""
@@ -355,6 +389,11 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self._shared.on_error(exc.status)
         self._head_only = False
         self._body = self._base = None
+        self._turn_given = False
+        self._shared.turns.done(self)
+        if self._waiting:
+            self._waiting = False
+            transport.resume_reading()  # the drain reads what the client still sends
         self._send(exc.status, self._shared.error_body(exc.message), close=True)
         self._buf.clear()
         self._state = _DRAIN

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.extender.http import LARGE_BODY, LINGER_S
+from app.extender.http_types import GRANULE, BodyBuffers
 
 BODY = orjson.dumps(fixture("args_names_gctf.json"))
 EXPECTED = [{"Host": "gpu-4090-1", "Score": 10}, {"Host": "gpu-m40-1", "Score": 7},
@@ -209,3 +210,136 @@ async def test_a_body_still_referenced_after_its_answer_is_not_reused() -> None:
             assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]
         assert client.server.http.buffers.kept == 0
         assert bytes(kept[0]) == first and bytes(kept[1]) == second  # neither overwritten
+
+
+async def _send_part(writer: asyncio.StreamWriter, raw: bytes, part: slice) -> None:
+    writer.write(raw[part])
+    await writer.drain()
+
+
+async def _not_answered(reader: asyncio.StreamReader, wait_s: float = 0.2) -> bool:
+    try:
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait_s)
+    except TimeoutError:
+        return True
+    return False
+
+
+async def test_large_bodies_are_received_a_few_at_a_time_in_the_order_of_their_headers() -> None:
+    """Two turns: the third and fourth bodies, although sent whole, are not read (nor answered) until the
+    first is complete; then both are, while the second, still incomplete, keeps its turn."""
+    bodies = [_big_args(400, p) for p in ("a", "bb", "c", "dd")]
+    raws = [post(b, path="/filter") for b in bodies]
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, contextlib.AsyncExitStack() as stack:
+        turns = client.server.http.turns
+        turns.turns, turns.stall_s = 2, 30.0
+        conns = [await stack.enter_async_context(connection(client.port)) for _ in raws]
+        for (_, writer), raw in zip(conns, raws, strict=True):
+            await _send_part(writer, raw, slice(0, len(raw) // 2))
+            await asyncio.sleep(0.05)  # the headers arrive in this order
+        assert (turns.receiving, turns.waiting) == (2, 2)
+        for (_, writer), raw in list(zip(conns, raws, strict=True))[2:]:
+            await _send_part(writer, raw, slice(len(raw) // 2, None))
+        assert await _not_answered(conns[2][0]) and await _not_answered(conns[3][0], 0.01)
+        await _send_part(conns[0][1], raws[0], slice(len(raws[0]) // 2, None))
+        for k in (0, 2, 3):
+            status, _, body = await read_answer(conns[k][0])
+            assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(bodies[k])["Nodes"]
+        assert (turns.receiving, turns.waiting) == (1, 0) and await _not_answered(conns[1][0], 0.01)
+        await _send_part(conns[1][1], raws[1], slice(len(raws[1]) // 2, None))
+        status, _, body = await read_answer(conns[1][0])
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(bodies[1])["Nodes"]
+        assert (turns.receiving, turns.waiting) == (0, 0)
+        assert client.server.http.buffers.kept <= 2  # four bodies, the arrays of two turns
+
+
+async def test_a_stalled_body_loses_its_turn_and_is_still_received() -> None:
+    first, second = _big_args(400, "a"), _big_args(400, "b")
+    raw1, raw2 = post(first, path="/filter"), post(second, path="/filter")
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, \
+            connection(client.port) as (r1, w1), connection(client.port) as (r2, w2):
+        turns = client.server.http.turns
+        turns.turns, turns.stall_s = 1, 0.1
+        await _send_part(w1, raw1, slice(0, len(raw1) // 2))  # then nothing for a while
+        await asyncio.sleep(0.05)
+        await _send_part(w2, raw2, slice(None))
+        status, _, body = await read_answer(r2)  # after the first stalled for 0.1 s
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(second)["Nodes"]
+        await _send_part(w1, raw1, slice(len(raw1) // 2, None))
+        status, _, body = await read_answer(r1)
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(first)["Nodes"]
+
+
+async def test_the_wait_for_a_turn_is_not_counted_in_the_body_timeout() -> None:
+    """One turn; the first two bodies never complete (408 each, 0.4 s after its turn); the third waited 0.8 s,
+    twice the timeout, then has its own 0.4 s: sent 0.2 s after its turn, it is answered."""
+    first, second, third = _big_args(400, "a"), _big_args(400, "b"), _big_args(400, "c")
+    raws = [post(b, path="/filter") for b in (first, second, third)]
+    service = make_service(max_body_bytes=4 << 20, read_timeout_s=0.4)
+    async with http_client(service) as client, contextlib.AsyncExitStack() as stack:
+        turns = client.server.http.turns
+        turns.turns, turns.stall_s = 1, 30.0
+        conns = [await stack.enter_async_context(connection(client.port)) for _ in raws]
+        for (_, writer), raw in zip(conns, raws, strict=True):
+            await _send_part(writer, raw, slice(0, len(raw) // 2))
+            await asyncio.sleep(0.02)
+        for reader, _ in conns[:2]:
+            status, _, body = await read_answer(reader)
+            assert status == 408 and "request body not received within 0.4 s" in orjson.loads(body)["Error"]
+        await asyncio.sleep(0.2)
+        await _send_part(conns[2][1], raws[2], slice(len(raws[2]) // 2, None))
+        status, _, body = await read_answer(conns[2][0])
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(third)["Nodes"]
+
+
+async def test_a_connection_closed_while_waiting_for_its_turn_gives_way_to_the_next() -> None:
+    """A waiting connection is not read, so its close is seen when its turn comes: it is dropped then, and
+    the one behind it is received."""
+    big = _big_args(400, "a")
+    raw = post(big, path="/filter")
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (r1, w1), \
+            connection(client.port) as (r3, w3):
+        turns = client.server.http.turns
+        turns.turns, turns.stall_s = 1, 30.0
+        await _send_part(w1, raw, slice(0, len(raw) // 2))
+        async with connection(client.port) as (_, w2):
+            await _send_part(w2, raw, slice(0, len(raw) // 2))
+            await asyncio.sleep(0.05)
+        await _send_part(w3, raw, slice(None))
+        await asyncio.sleep(0.05)
+        assert (turns.receiving, turns.waiting) == (1, 2)
+        await _send_part(w1, raw, slice(len(raw) // 2, None))
+        assert (await read_answer(r1))[0] == 200
+        status, _, body = await read_answer(r3)
+        assert status == 200 and orjson.loads(body)["Nodes"] == orjson.loads(big)["Nodes"]
+        assert (turns.receiving, turns.waiting) == (0, 0)
+
+
+def test_body_arrays_have_room_for_a_slightly_longer_body_and_are_dropped_once_idle() -> None:
+    now = [0.0]
+    pool = BodyBuffers(max_bytes=40 << 20, idle_s=30.0, clock=lambda: now[0])
+    a = pool.take(14_000_000)
+    assert a.size >= 14_000_000 * 9 // 8 and a.size % GRANULE == 0
+    pool.give(a)
+    assert pool.take(14_000_100) is a  # the same NodeList for another pod: a few bytes longer
+    arrays = [pool.take(14_000_000) for _ in range(3)]
+    while arrays:
+        pool.give(arrays.pop())  # (a caller's reference only, as the server gives them)
+    assert pool.kept == 2 and pool.kept_bytes <= 40 << 20  # the third does not fit in max_bytes
+    now[0] = 29.0
+    assert pool.take(14_000_000) is not None and pool.kept == 1
+    now[0] = 30.5
+    pool.trim()
+    assert pool.kept == 0  # not taken again within idle_s
+
+
+async def test_idle_body_arrays_are_dropped_without_another_request() -> None:
+    async with http_client(make_service(max_body_bytes=4 << 20)) as client, connection(client.port) as (reader, writer):
+        pool = client.server.http.buffers
+        pool.idle_s = 0.2
+        writer.write(post(_big_args(400, "a"), path="/filter"))
+        assert (await read_answer(reader))[0] == 200
+        await asyncio.sleep(0.05)
+        assert pool.kept == 1
+        await asyncio.sleep(0.4)
+        assert pool.kept == 0
