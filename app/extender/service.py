@@ -180,7 +180,7 @@ class ExtenderService:
         # prioritize decides again before it assumes: what filter predicts is not kept for it (kube-scheduler
         # skips prioritize when one node is feasible; those notes would pile up to max_pods)
         d = decide(self.holder.current, args.pod, args.node_names, self.assumed, self.params, self.clock.now(),
-                   note_expected=verb == "prioritize")
+                   note_expected=verb == "prioritize", remember_rows=verb != "prioritize")
         if d.neutral is not None and not d.stale:
             self.metrics.unlabeled_pods.labels(verb).inc()
         self._note_staleness(d)

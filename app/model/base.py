@@ -13,6 +13,9 @@ class Predictor(Protocol):
     @property
     def feature_names(self) -> tuple[str, ...]: ...
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """``X``: float32 (n, len(feature_names)), NaN = missing. Returns float64 (n,) RTT in ms."""
+    def predict(self, X: np.ndarray, remember: bool = True) -> np.ndarray:
+        """``X``: float32 (n, len(feature_names)), NaN = missing. Returns float64 (n,) RTT in ms.
+
+        ``remember``: a predictor may keep what it predicted for rows it will likely see again (filter, then
+        prioritize, of one pod); False when no later call is expected to ask for these rows."""
         ...

@@ -245,13 +245,19 @@ class FastPredictor:
     def objective(self) -> str:
         return self._forest.objective
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """RTT (float64, one per row) for float32 rows in the order of :attr:`feature_names`; NaN = missing."""
+    def predict(self, X: np.ndarray, remember: bool = True) -> np.ndarray:
+        """RTT (float64, one per row) for float32 rows in the order of :attr:`feature_names`; NaN = missing.
+
+        Rows are looked up in the memory of rows predicted before; with ``remember`` False, new rows are not
+        added to it, and a call whose first row is new walks every row without making the rows' keys.
+        """
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self._forest.num_feature:
             raise ValueError(f"X must have shape (n, {self._forest.num_feature}) (got {X.shape})")
         n = X.shape[0]
         if not n or not X.shape[1]:
+            return self._walk(X)
+        if not remember and X[0].tobytes() not in self._memo:  # (a row's bytes are its key, as below)
             return self._walk(X)
         # each row's bytes (a void item converts to bytes)
         keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
@@ -273,7 +279,8 @@ class FastPredictor:
             if value is None and keys[i] not in todo:
                 todo[keys[i]] = i
         fresh = dict(zip(todo, self._walk(X[list(todo.values())]).tolist(), strict=True))
-        memo.update(fresh)
+        if remember:
+            memo.update(fresh)
         return np.array([fresh[keys[i]] if v is None else v for i, v in enumerate(known)], dtype=np.float64)
 
     @property

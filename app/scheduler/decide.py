@@ -226,7 +226,7 @@ def _running_columns(feature_names: tuple[str, ...]) -> tuple[tuple[int, str], .
 
 def decide(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods,
-    params: DecideParams, now: float, *, note_expected: bool = True,
+    params: DecideParams, now: float, *, note_expected: bool = True, remember_rows: bool = True,
 ) -> Decision:
     """Predict, filter and score ``nodes`` for ``pod``; see the module docstring for the rule.
 
@@ -235,6 +235,8 @@ def decide(
     per request only the staleness test runs (one comparison when every candidate has data), and Python loops
     run only over candidates with something on them (running or assumed pods) and over model groups.
     ``note_expected=False`` leaves the assumed pods untouched (an explanation, not a scheduling cycle).
+    ``remember_rows=False``: no later call is expected for this pod on these nodes (kube-scheduler's
+    prioritize comes after its filter), so the predictor need not remember the rows (``Predictor.predict``).
     """
     app = pod.app
     if app is None:
@@ -299,7 +301,7 @@ def decide(
     versions: list[int | None] = [None] * n
     if routes is not None:
         _predict(routes, c.groups if every else model_groups(model, c.row), pod.task_features(), features, idle, rtt,
-                 keys, versions)
+                 keys, versions, remember_rows)
         own = fresh & (model < 0)
         rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
     rtt *= corr
@@ -378,14 +380,14 @@ def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], 
 def _predict(
     routes: AppRoutes, groups: Sequence[tuple[int, np.ndarray, list[int], np.ndarray]], task: Mapping[str, float],
     features: list[Mapping[str, float]], idle: Mapping[str, float], rtt: np.ndarray,
-    keys: list[str | None], versions: list[int | None],
+    keys: list[str | None], versions: list[int | None], remember: bool = True,
 ) -> None:
     """One ``predict`` per model over the candidates it covers (``groups``:
     :func:`~app.scheduler.table.model_groups`); fills ``rtt``, ``keys`` and ``versions``."""
     for m, sel, picked, rows in groups:
         entry = routes.entries[m]
         X = model_rows(entry, rows, task, [features[i] for i in picked], idle)
-        rtt[sel] = np.asarray(entry.predictor.predict(X), dtype=np.float64)
+        rtt[sel] = np.asarray(entry.predictor.predict(X, remember=remember), dtype=np.float64)
         if len(picked) == len(keys):  # one model covers every candidate
             keys[:], versions[:] = [entry.key] * len(keys), [entry.version] * len(keys)
         else:

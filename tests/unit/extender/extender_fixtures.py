@@ -35,12 +35,14 @@ class LinearPredictor:
         self._w = np.array(list(weights.values()), dtype=np.float64)
         self.bias = bias
         self.fail = fail
+        self.remember: list[bool] = []  # each call's ``remember``
 
     @property
     def feature_names(self) -> tuple[str, ...]:
         return self._names
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, remember: bool = True) -> np.ndarray:
+        self.remember.append(remember)
         if self.fail:
             raise RuntimeError("predictor exploded")
         return self.bias + np.nan_to_num(X.astype(np.float64)) @ self._w

@@ -215,6 +215,19 @@ async def test_unknown_path_and_method_answer_json() -> None:
         assert resp.status == 405 and (await resp.json())["Error"] and "POST" in resp.headers["Allow"]
 
 
+async def test_filter_asks_the_predictor_to_remember_its_rows_and_prioritize_does_not() -> None:
+    """kube-scheduler's prioritize follows its filter for the same pod: the rows filter predicted are looked up
+    again then; after prioritize no call asks for them."""
+    service = make_service()
+    model = LinearPredictor({"load__mean": 100.0, "task_input_size_mb": 0.1}, bias=50.0)
+    service.builder.set_model("gCTF:gpu", 99, model)
+    service.rebuild()
+    async with http_client(service) as client:
+        assert (await post(client, "filter", fixture("args_names_gctf.json")))[0] == 200
+        assert (await post(client, "prioritize", fixture("args_names_gctf.json")))[0] == 200
+    assert model.remember == [True, False]
+
+
 async def test_unexpected_error_is_500_with_error_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     service = make_service()
     service.builder.set_model("gCTF:gpu", 99, LinearPredictor({"load__mean": 1.0}, fail=True))

@@ -199,3 +199,15 @@ def test_each_distinct_row_is_remembered_once(small_booster, monkeypatch):
     assert np.array_equal(fp.predict(X), want) and fp.remembered == 30  # nothing new: nothing changes
     assert np.array_equal(fp.predict(X[:4] + 1), fp.predict(X[:4] + 1)) and fp.remembered == 4  # afresh
     assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 30  # afresh: the 4 are gone
+
+
+def test_rows_not_to_remember_give_the_same_numbers_and_leave_the_memory_as_it_was(small_booster):
+    X, _ = synthetic_rtt(40, seed=10, missing=0.3)
+    want = FastPredictor.from_booster(small_booster).predict(X)
+    fp = FastPredictor.from_booster(small_booster)
+    assert np.array_equal(fp.predict(X[:20], remember=False), want[:20]) and fp.remembered == 0
+    fp.predict(X[:10])  # filter: remembered
+    mixed = np.vstack([X[:10], X[20:30]])  # prioritize: the remembered rows first, then new ones
+    assert np.array_equal(fp.predict(mixed, remember=False), np.concatenate([want[:10], want[20:30]]))
+    assert fp.remembered == 10
+    assert np.array_equal(fp.predict(X[30:], remember=False), want[30:]) and fp.remembered == 10

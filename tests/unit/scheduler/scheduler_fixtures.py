@@ -22,7 +22,7 @@ class LinearPredictor:
     def feature_names(self) -> tuple[str, ...]:
         return self._names
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, remember: bool = True) -> np.ndarray:
         assert X.dtype == np.float32 and X.shape[1] == len(self._names)
         self.calls.append(X.shape[0])
         return self.bias + np.nan_to_num(X.astype(np.float64)) @ self._w
