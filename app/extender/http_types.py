@@ -123,7 +123,6 @@ class BodyBuffers:
         A new array has an eighth more room than asked for: the next bodies of a kind (the same NodeList
         for another pod) differ by a few bytes, and one a byte longer would not fit an array of exact size.
         """
-        self.trim()
         best = -1
         for i, (a, _) in enumerate(self._free):
             if n <= a.size <= 2 * n and (best < 0 or a.size < self._free[best][0].size):
@@ -143,8 +142,8 @@ class BodyBuffers:
         while self._returning:
             array = self._returning.pop()  # the one reference give() expects besides its own
             self.give(array)
-        if self._free and self._trim_timer is None:  # idle arrays dropped even if no request comes
-            self._trim_timer = asyncio.get_running_loop().call_later(self.idle_s, self._timed_trim)
+        if self._trim_timer is None:
+            self._arm_trim()
 
     def give(self, array: np.ndarray) -> None:
         """Keep ``array`` for a later body if nothing else refers to it and the pool has room (the largest
@@ -155,7 +154,6 @@ class BodyBuffers:
         self._free.sort(key=lambda kept: kept[0].size)
         while self.kept_bytes > self.max_bytes:
             self._free.pop()
-        self.trim()
 
     def trim(self) -> None:
         """Drop the arrays not taken again within ``idle_s``."""
@@ -163,13 +161,17 @@ class BodyBuffers:
             since = self._clock() - self.idle_s
             self._free = [kept for kept in self._free if kept[1] > since]
 
-    def _timed_trim(self) -> None:
-        self._trim_timer = None
-        self.trim()
+    def _arm_trim(self) -> None:
+        """Drop idle arrays by a timer, without waiting for another request: when the oldest kept one is due."""
         if self._free:
             oldest = min(given for _, given in self._free)
             wait = max(0.0, oldest + self.idle_s - self._clock()) + 0.01
             self._trim_timer = asyncio.get_running_loop().call_later(wait, self._timed_trim)
+
+    def _timed_trim(self) -> None:
+        self._trim_timer = None
+        self.trim()
+        self._arm_trim()
 
     def close(self) -> None:
         """Forget every array and the pending trim (the server is closing)."""

@@ -257,31 +257,34 @@ class FastPredictor:
         n = X.shape[0]
         if not n or not X.shape[1]:
             return self._walk(X)
-        if not remember and X[0].tobytes() not in self._memo:  # (a row's bytes are its key, as below)
-            return self._walk(X)
-        # each row's bytes (a void item converts to bytes)
-        keys: list[bytes] = X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[assignment]
         memo = self._memo
-        if keys[0] not in memo:  # a new first row: most likely a new pod's candidates, none remembered; walk all
-            out = self._walk(X)
-            if len(memo) + n > MEMO_ROWS:
-                memo.clear()
-            memo.update(zip(keys, out.tolist(), strict=True))
+        if X[0].tobytes() not in memo:  # a new first row: most likely a new pod's candidates, none remembered
+            out = self._walk(X)  # walk all
+            if remember:
+                if len(memo) + n > MEMO_ROWS:
+                    memo.clear()
+                memo.update(zip(self._keys(X), out.tolist(), strict=True))
             return out
+        keys = self._keys(X)
         known = list(map(memo.get, keys))
         missing = known.count(None)
         if not missing:
             return np.array(known, dtype=np.float64)
-        if len(memo) + missing > MEMO_ROWS:
-            memo.clear()
         todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
         for i, value in enumerate(known):
             if value is None and keys[i] not in todo:
                 todo[keys[i]] = i
         fresh = dict(zip(todo, self._walk(X[list(todo.values())]).tolist(), strict=True))
         if remember:
+            if len(memo) + missing > MEMO_ROWS:
+                memo.clear()
             memo.update(fresh)
         return np.array([fresh[keys[i]] if v is None else v for i, v in enumerate(known)], dtype=np.float64)
+
+    @staticmethod
+    def _keys(X: np.ndarray) -> list[bytes]:
+        """Each row's bytes, its key in the memory (a void item converts to bytes, as ``X[i].tobytes()``)."""
+        return X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[return-value]
 
     @property
     def remembered(self) -> int:
