@@ -32,7 +32,8 @@ SAMPLE_CHECK_S = 1.0  # how often sample counts are checked against these rules 
 
 
 def sample_check_s(error_period_s: float) -> float:
-    """Seconds between two sample checks with this error period (the worker's timer, the simulator's tick).
+    """Seconds between two sample checks with this error period (the worker's timer; the simulator checks at
+    the first completion or scrape round at or after each tick of it).
 
     >>> sample_check_s(5.0), sample_check_s(0.5)
     (1.0, 0.5)

@@ -25,12 +25,13 @@ XGBoost's float32 comparisons.
 from __future__ import annotations
 
 import dataclasses
-import json
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import xgboost
 
 from app.model.errors import UnsupportedModelError
@@ -63,30 +64,66 @@ class Forest:
 
 def perfect_tree(tree: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """``(codes, thresholds, leaves, depth)`` of one tree of XGBoost's JSON, padded to a perfect tree."""
-    left = np.asarray(tree["left_children"], dtype=np.int64)
-    right = np.asarray(tree["right_children"], dtype=np.int64)
-    feature = np.asarray(tree["split_indices"], dtype=np.int64)
-    cond = np.asarray(tree["split_conditions"], dtype=np.float32)
-    missing_right = 1 - np.asarray(tree["default_left"], dtype=np.int64)
-    codes: list[np.ndarray] = []
-    thresholds: list[np.ndarray] = []
-    level = np.zeros(1, dtype=np.int64)  # source node at each position of the current level
-    for depth in range(MAX_DEPTH + 1):
-        leaf = left[level] == -1
-        if leaf.all():
-            return (
-                np.concatenate(codes).astype(np.int32) if codes else np.zeros(0, np.int32),
-                np.concatenate(thresholds).astype(np.float32) if thresholds else np.zeros(0, np.float32),
-                cond[level].astype(np.float64),
-                depth,
-            )
-        codes.append(np.where(leaf, 0, (feature[level] << 1) | missing_right[level]))
-        thresholds.append(np.where(leaf, np.float32(0), cond[level]))
-        nxt = np.empty(2 * level.size, dtype=np.int64)
-        nxt[0::2] = np.where(leaf, level, left[level])
-        nxt[1::2] = np.where(leaf, level, right[level])
-        level = nxt
-    raise UnsupportedModelError(f"a tree deeper than {MAX_DEPTH} levels (use max_depth <= {MAX_DEPTH})")
+    codes, thresholds, leaves, layout = perfect_trees([tree])
+    return codes, thresholds, leaves, int(layout[0, 2])
+
+
+def perfect_trees(trees: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every tree of XGBoost's JSON padded to a perfect tree, laid out one after another:
+    ``(codes, thresholds, leaves, layout)``, ``layout`` (n_trees, 3) int64: offset in codes, offset in
+    leaves, depth.
+
+    Array operations over all trees at once: the nodes of every tree in one set of arrays, each tree's
+    depth found level by level, then the trees of each depth padded together, one level at a time.
+    """
+    n_trees = len(trees)
+    sizes = np.fromiter((len(t["left_children"]) for t in trees), dtype=np.int64, count=n_trees)
+    total = int(sizes.sum())
+
+    def column(field: str, dtype: type) -> np.ndarray:
+        return np.fromiter(itertools.chain.from_iterable(t[field] for t in trees), dtype=dtype, count=total)
+
+    root = np.cumsum(sizes) - sizes  # each tree's root among every tree's nodes
+    shift = np.repeat(root, sizes)
+    left, right = column("left_children", np.int64), column("right_children", np.int64)
+    left = np.where(left >= 0, left + shift, -1)
+    right = np.where(right >= 0, right + shift, -1)
+    code = (column("split_indices", np.int64) << 1) | (1 - column("default_left", np.int64))  # NaN goes right
+    cond = column("split_conditions", np.float32)
+    depth = np.zeros(n_trees, dtype=np.int64)
+    level, owner = root, np.arange(n_trees)
+    for d in range(MAX_DEPTH + 1):  # depth: 1 + the deepest level holding a split
+        inner = left[level] >= 0
+        if not inner.any():
+            break
+        if d == MAX_DEPTH:
+            raise UnsupportedModelError(f"a tree deeper than {MAX_DEPTH} levels (use max_depth <= {MAX_DEPTH})")
+        depth[owner[inner]] = d + 1
+        level, owner = level[inner], owner[inner]
+        level, owner = np.concatenate((left[level], right[level])), np.concatenate((owner, owner))
+    n_codes, n_leaves = (1 << depth) - 1, 1 << depth
+    layout = np.column_stack((np.cumsum(n_codes) - n_codes, np.cumsum(n_leaves) - n_leaves, depth))
+    codes = np.empty(int(n_codes.sum()), dtype=np.int32)
+    thresholds = np.empty(codes.size, dtype=np.float32)
+    leaves = np.empty(int(n_leaves.sum()), dtype=np.float64)
+    for tree_depth in np.unique(depth).tolist():
+        group = np.flatnonzero(depth == tree_depth)
+        at = root[group][:, None]  # source node at each position of the current level, a row per tree
+        level_codes, level_thresholds = [], []
+        for _ in range(tree_depth):
+            leaf = left[at] < 0  # a leaf above the tree's depth: a dummy split, both children the leaf itself
+            level_codes.append(np.where(leaf, 0, code[at]))
+            level_thresholds.append(np.where(leaf, np.float32(0), cond[at]))
+            nxt = np.empty((group.size, 2 * at.shape[1]), dtype=np.int64)
+            nxt[:, 0::2] = np.where(leaf, at, left[at])
+            nxt[:, 1::2] = np.where(leaf, at, right[at])
+            at = nxt
+        if tree_depth:
+            place = layout[group, 0][:, None] + np.arange((1 << tree_depth) - 1)
+            codes[place] = np.concatenate(level_codes, axis=1)
+            thresholds[place] = np.concatenate(level_thresholds, axis=1)
+        leaves[layout[group, 1][:, None] + np.arange(1 << tree_depth)] = cond[at]
+    return codes, thresholds, leaves, layout.astype(np.int64).reshape(-1, 3)
 
 
 def float_keys(values: np.ndarray) -> np.ndarray:
@@ -133,30 +170,20 @@ def forest_from_json(model: Mapping[str, Any], feature_names: tuple[str, ...] | 
     if len(names) != n_feature:
         raise UnsupportedModelError(f"{len(names)} feature names for a model of {n_feature} features")
 
-    all_codes, all_thresholds, all_leaves, layout = [], [], [], []
-    node_offset = leaf_offset = 0
-    for tree in booster["model"]["trees"]:
+    trees = booster["model"]["trees"]
+    for tree in trees:
         if any(t != 0 for t in tree.get("split_type", ())):
             raise UnsupportedModelError("categorical splits are not supported")
         if int(tree.get("tree_param", {}).get("size_leaf_vector", "1")) > 1:
             raise UnsupportedModelError("vector leaves (multi-target trees) are not supported")
-        codes, thresholds, leaves, depth = perfect_tree(tree)
-        layout.append((node_offset, leaf_offset, depth))
-        all_codes.append(codes)
-        all_thresholds.append(thresholds)
-        all_leaves.append(leaves)
-        node_offset += codes.size
-        leaf_offset += leaves.size
-    if not layout:
-        all_codes, all_thresholds, all_leaves = [np.zeros(0, np.int32)], [np.zeros(0, np.float32)], [np.zeros(0)]
-    flat_codes = np.ascontiguousarray(np.concatenate(all_codes), dtype=np.int32)
+    flat_codes, thresholds, leaves, layout = perfect_trees(trees)
     if flat_codes.size and int(flat_codes.max() >> 1) >= n_feature:
         raise UnsupportedModelError(f"a split on feature {int(flat_codes.max() >> 1)} of a {n_feature}-feature model")
     return Forest(
         codes=flat_codes,
-        thresholds=np.ascontiguousarray(np.concatenate(all_thresholds), dtype=np.float32),
-        leaves=np.ascontiguousarray(np.concatenate(all_leaves), dtype=np.float64),
-        trees=np.asarray(layout, dtype=np.int64).reshape(-1, 3),
+        thresholds=thresholds,
+        leaves=leaves,
+        trees=layout,
         base_margin=float(base_margin),
         link=link,
         objective=objective,
@@ -166,4 +193,4 @@ def forest_from_json(model: Mapping[str, Any], feature_names: tuple[str, ...] | 
 
 def forest_from_booster(booster: xgboost.Booster, feature_names: tuple[str, ...] | None = None) -> Forest:
     """A :class:`Forest` of a live booster (through its JSON dump)."""
-    return forest_from_json(json.loads(bytes(booster.save_raw(raw_format="json"))), feature_names)
+    return forest_from_json(orjson.loads(bytes(booster.save_raw(raw_format="json"))), feature_names)

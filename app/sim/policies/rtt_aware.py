@@ -22,7 +22,8 @@ Nothing here predicts, learns or decides by a rule of its own; each step calls w
   :class:`~app.drift.growth.SampleGrowth` asks cold-start and growth retrains, each debounced per key;
 - **retrains** (trainer): :class:`~app.sim.policies.training.SimulatedTrainer` runs
   :func:`app.trainer.pipeline.retrain` off the decision path; a promoted model serves from its verdict
-  on, and the residuals and drift detectors of its app on its class's nodes start afresh.
+  on (the first placement or scrape round at or after it: the extender takes a model-updates message when it
+  arrives, not at a scrape round), and the residuals and drift detectors of its app on its class's nodes start afresh.
 
 Settings are the production defaults (:class:`app.config.Settings`); keyword arguments override them.
 Until the simulator filters nodes by a pod's requests, a GPU app is offered the GPU nodes only, as
@@ -196,7 +197,8 @@ class RttAware(BasePolicy):
             self.trace.weights.append((t, node, float(fields["weight"])))
 
     def _check_samples(self, view: ClusterView) -> None:
-        """Cold-start and growth retrains (the worker's sample check, every ``SAMPLE_CHECK_S``)."""
+        """Cold-start and growth retrains (the worker's sample check, every ``SAMPLE_CHECK_S``: at the first
+        completion or scrape round at or after each tick of the worker's timer)."""
         for key, count in list(self.samples_per_key.items()):
             has_model = key in self.models
             reason = self.growth.due(key, count, has_model=has_model)
@@ -231,7 +233,11 @@ class RttAware(BasePolicy):
         if task.profile.on_gpu is not None:  # a pod requesting nvidia.com/gpu (see the module docstring)
             candidates = [c for c in candidates if c.node_class == "gpu"] or candidates
         ts = view.ts
-        if self.builder.dirty and self.running_refresh_s == 0:
+        if self.trainer.due_s <= view.now:  # a model-updates message arrives when its verdict is known
+            for done in self.trainer.ready(view.now):
+                self._install(done, view)
+            self.snap = self.builder.build(ts)
+        elif self.builder.dirty and self.running_refresh_s == 0:
             self.snap = self.builder.build(ts)
         by_name = {c.name: c for c in candidates}
         pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
@@ -292,3 +298,6 @@ class RttAware(BasePolicy):
                              tracker.window(task.app), prediction)
         self.history.add(value)
         self.samples_per_key[value["model_key"]] += 1
+        if self._next_samples is not None and ts >= self._next_samples:  # the worker's sample-check timer
+            self._next_samples = ts + sample_check_s(self.settings.error_period_s)
+            self._check_samples(view)

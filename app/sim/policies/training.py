@@ -17,6 +17,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -86,6 +87,11 @@ class SimulatedTrainer:
 
     def busy(self, key: str) -> bool:
         return key in self._due
+
+    @property
+    def due_s(self) -> float:
+        """When the next verdict is due (simulated seconds; ``inf``: none asked)."""
+        return min((due for due, *_rest in self._due.values()), default=math.inf)
 
     def submit(self, key: str, reason: str, now_s: float, ds: Dataset, champion: Predictor | None,
                onset_ts: float | None = None) -> bool:

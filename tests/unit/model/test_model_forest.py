@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.model.errors import UnsupportedModelError
-from app.model.forest import MAX_DEPTH, float_keys, forest_from_booster, forest_from_json, perfect_tree
+from app.model.forest import (
+    MAX_DEPTH,
+    float_keys,
+    forest_from_booster,
+    forest_from_json,
+    perfect_tree,
+    perfect_trees,
+)
 
 # root splits f1 < 2.0 (NaN left); its left child is a leaf (-5), its right child splits f0 < 0.0 (NaN right)
 TREE = {
@@ -43,6 +50,79 @@ def test_trees_deeper_than_the_limit_are_refused():
     assert perfect_tree(_chain(MAX_DEPTH))[3] == MAX_DEPTH
     with pytest.raises(UnsupportedModelError, match="deeper"):
         perfect_tree(_chain(MAX_DEPTH + 1))
+
+
+def _padded(tree: dict) -> tuple[list[int], list[float], list[float], int]:
+    """The perfect layout by its definition, position by position: follow the position's path from the root,
+    staying on a leaf once one is reached."""
+    left, right = tree["left_children"], tree["right_children"]
+
+    def deepest(node: int, d: int) -> int:
+        return d if left[node] == -1 else max(deepest(left[node], d + 1), deepest(right[node], d + 1))
+
+    depth = deepest(0, 0)
+
+    def node_at(d: int, position: int) -> int:
+        node = 0
+        for bit in range(d - 1, -1, -1):
+            if left[node] != -1:
+                node = right[node] if (position >> bit) & 1 else left[node]
+        return node
+
+    codes, thresholds = [], []
+    for d in range(depth):
+        for position in range(1 << d):
+            node = node_at(d, position)
+            leaf = left[node] == -1
+            codes.append(0 if leaf else (tree["split_indices"][node] << 1) | (1 - tree["default_left"][node]))
+            thresholds.append(0.0 if leaf else float(np.float32(tree["split_conditions"][node])))
+    leaves = [float(np.float32(tree["split_conditions"][node_at(depth, p)])) for p in range(1 << depth)]
+    return codes, thresholds, leaves, depth
+
+
+@st.composite
+def _trees(draw: st.DrawFn, max_depth: int = 6) -> dict:
+    """A random binary tree in XGBoost's JSON layout (nodes numbered as they are created)."""
+    left, right, feature, cond, default_left = [-1], [-1], [0], [0.0], [0]
+    frontier = [(0, 0)]
+    while frontier:
+        node, d = frontier.pop(0)
+        feature[node] = draw(st.integers(0, 5))
+        cond[node] = draw(st.floats(-1e3, 1e3, width=32))
+        default_left[node] = draw(st.integers(0, 1))
+        if d < max_depth and draw(st.booleans()):
+            left[node], right[node] = len(left), len(left) + 1
+            for _ in range(2):
+                left.append(-1)
+                right.append(-1)
+                feature.append(0)
+                cond.append(0.0)
+                default_left.append(0)
+            frontier += [(left[node], d + 1), (right[node], d + 1)]
+    return {"left_children": left, "right_children": right, "split_indices": feature,
+            "split_conditions": cond, "default_left": default_left}
+
+
+@given(st.lists(_trees(), min_size=0, max_size=8))
+def test_trees_of_mixed_depths_are_laid_out_one_after_another(trees):
+    codes, thresholds, leaves, layout = perfect_trees(trees)
+    assert layout.shape == (len(trees), 3)
+    at_code = at_leaf = 0
+    for tree, (code_offset, leaf_offset, depth) in zip(trees, layout.tolist(), strict=True):
+        want_codes, want_thresholds, want_leaves, want_depth = _padded(tree)
+        assert (code_offset, leaf_offset, depth) == (at_code, at_leaf, want_depth)
+        assert codes[at_code:at_code + len(want_codes)].tolist() == want_codes
+        assert thresholds[at_code:at_code + len(want_codes)].tolist() == want_thresholds
+        assert leaves[at_leaf:at_leaf + len(want_leaves)].tolist() == want_leaves
+        at_code += len(want_codes)
+        at_leaf += len(want_leaves)
+    assert (codes.size, leaves.size) == (at_code, at_leaf)
+    assert (codes.dtype, thresholds.dtype, leaves.dtype) == (np.int32, np.float32, np.float64)
+
+
+def test_a_tree_past_the_depth_limit_is_refused_among_others():
+    with pytest.raises(UnsupportedModelError, match="deeper"):
+        perfect_trees([TREE, _chain(MAX_DEPTH + 1), TREE])
 
 
 @pytest.fixture(scope="module")

@@ -185,13 +185,57 @@ def test_an_unannounced_slowdown_changes_the_ranking_within_a_few_error_periods(
 def test_a_cold_start_is_asked_once_the_samples_are_there_not_at_the_period_close():
     """Sample counts are checked every SAMPLE_CHECK_S: with a 60 s error period the first models still come
     within seconds (the trainer's verdict is 2 s after the ask)."""
-    from app.drift.growth import SAMPLE_CHECK_S
-
     settings = Settings(error_period_s=60.0)
     m = run_offline(SimConfig(n_tasks=600), lambda rng: RttAware(rng, train_params=SMALL, settings=settings), seed=3)
     first = [t for t, _, reason in m.trace.retrains if reason == "cold_start"]
-    assert first and min(first) < 10.0 * SAMPLE_CHECK_S, m.trace.retrains[:5]
+    assert first and min(first) < 10.0, m.trace.retrains[:5]
     assert not m.trace.errors or min(t for t, *_ in m.trace.errors) >= 60.0  # no period closed before
+
+
+def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
+    """The worker's sample-check timer ticks every SAMPLE_CHECK_S whatever the scrape interval: with metrics
+    scraped every 3 s the simulator checks at the completions in between, so a cold start is asked soon after
+    its sample is in, not at the next scrape round."""
+    from app.drift.growth import SAMPLE_CHECK_S
+
+    reached: dict[str, float] = {}
+    asked: dict[str, float] = {}
+    complete, submit = RttAware.observe_completion, training.SimulatedTrainer.submit
+
+    def observe_completion(self, task, node, rtt_ms, view):
+        complete(self, task, node, rtt_ms, view)
+        for key, count in self.samples_per_key.items():
+            if count >= self.growth.cold_start:
+                reached.setdefault(key, view.now)
+
+    def record(self, key, reason, now_s, *args, **kwargs):
+        if reason == "cold_start":
+            asked.setdefault(key, now_s)
+        return submit(self, key, reason, now_s, *args, **kwargs)
+
+    monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
+    monkeypatch.setattr(training.SimulatedTrainer, "submit", record)
+    run_offline(SimConfig(n_tasks=1200, scrape_interval_s=3.0), _factory, seed=3)
+    assert len(asked) >= 3 and set(asked) <= set(reached)
+    late = {key: round(t - reached[key], 3) for key, t in asked.items()}
+    assert all(0.0 <= s <= 2 * SAMPLE_CHECK_S for s in late.values()), late  # the next tick, then a completion
+
+
+def test_a_model_serves_from_its_verdict_not_from_the_next_scrape_round(monkeypatch):
+    """A verdict known between two scrape rounds (every 3 s here) is installed at the next placement (the
+    extender takes a model-updates message when it arrives), not held until the next round."""
+    late: list[float] = []
+    ready = training.SimulatedTrainer.ready
+
+    def record(self, now_s):
+        done = ready(self, now_s)
+        late.extend(now_s - (d.asked_s + self.delay_s) for d in done)
+        return done
+
+    monkeypatch.setattr(training.SimulatedTrainer, "ready", record)
+    run_offline(SimConfig(n_tasks=1200, scrape_interval_s=3.0), _factory, seed=3)
+    assert len(late) >= 4 and min(late) >= 0.0
+    assert max(late) < 0.5 and float(np.mean(late)) < 0.15, late  # at the scrape rounds: up to 3 s late
 
 
 def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
@@ -208,7 +252,9 @@ def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
     monkeypatch.setattr(training, "_run", slow)
     trainer = training.SimulatedTrainer(delay_s=1.0)
     try:
+        assert trainer.due_s == float("inf")
         assert trainer.submit("gCTF:gpu", "cold_start", 10.0, None, None)  # type: ignore[arg-type]
+        assert trainer.due_s == 11.0
         assert trainer.ready(10.5) == [] and trainer.waited_s == 0.0  # not due yet: no wait
         threading.Timer(0.3, release.set).start()
         done = trainer.ready(11.0)
