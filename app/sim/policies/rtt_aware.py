@@ -169,11 +169,8 @@ class RttAware(BasePolicy):
         elif ts >= self._next_period:
             self._next_period = ts + self.settings.error_period_s
             self._close_period(view)
-        if self._next_samples is None or ts >= self._next_samples:
-            self._next_samples = ts + sample_check_s(self.settings.error_period_s)
-            self._check_samples(view)
-        for done in self.trainer.ready(view.now):
-            self._install(done, view)
+        self._sample_timer(view, ts)
+        self._models_due(view)
         self.trace.notes["retrain_wait_s"] = self.trainer.waited_s  # wall time, not simulated: not reproducible
         self.assumed.expire(ts)
         self.snap = self.builder.build(ts)
@@ -196,9 +193,15 @@ class RttAware(BasePolicy):
             self.builder.apply_node_weights({"node": node, "ts": ts, **fields, "predicted_rtt_ms": {}, "stale": False})
             self.trace.weights.append((t, node, float(fields["weight"])))
 
+    def _sample_timer(self, view: ClusterView, ts: float) -> None:
+        """The worker's sample-check timer, every ``SAMPLE_CHECK_S``: checked at every scrape round and
+        completion, it fires at the first one at or after each tick."""
+        if self._next_samples is None or ts >= self._next_samples:
+            self._next_samples = ts + sample_check_s(self.settings.error_period_s)
+            self._check_samples(view)
+
     def _check_samples(self, view: ClusterView) -> None:
-        """Cold-start and growth retrains (the worker's sample check, every ``SAMPLE_CHECK_S``: at the first
-        completion or scrape round at or after each tick of the worker's timer)."""
+        """Cold-start and growth retrains (the worker's sample check)."""
         for key, count in list(self.samples_per_key.items()):
             has_model = key in self.models
             reason = self.growth.due(key, count, has_model=has_model)
@@ -212,6 +215,15 @@ class RttAware(BasePolicy):
             return False
         current = self.models.get(key)
         self.trainer.submit(key, reason, view.now, self.history.dataset(key), current[1] if current else None, onset_ts)
+        return True
+
+    def _models_due(self, view: ClusterView) -> bool:
+        """Install the retrains whose verdict is due (a model-updates message is taken when it arrives);
+        True when any was due."""
+        if self.trainer.due_s > view.now:
+            return False
+        for done in self.trainer.ready(view.now):
+            self._install(done, view)
         return True
 
     def _install(self, done: Any, view: ClusterView) -> None:
@@ -233,11 +245,7 @@ class RttAware(BasePolicy):
         if task.profile.on_gpu is not None:  # a pod requesting nvidia.com/gpu (see the module docstring)
             candidates = [c for c in candidates if c.node_class == "gpu"] or candidates
         ts = view.ts
-        if self.trainer.due_s <= view.now:  # a model-updates message arrives when its verdict is known
-            for done in self.trainer.ready(view.now):
-                self._install(done, view)
-            self.snap = self.builder.build(ts)
-        elif self.builder.dirty and self.running_refresh_s == 0:
+        if self._models_due(view) or (self.builder.dirty and self.running_refresh_s == 0):
             self.snap = self.builder.build(ts)
         by_name = {c.name: c for c in candidates}
         pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
@@ -298,6 +306,4 @@ class RttAware(BasePolicy):
                              tracker.window(task.app), prediction)
         self.history.add(value)
         self.samples_per_key[value["model_key"]] += 1
-        if self._next_samples is not None and ts >= self._next_samples:  # the worker's sample-check timer
-            self._next_samples = ts + sample_check_s(self.settings.error_period_s)
-            self._check_samples(view)
+        self._sample_timer(view, ts)
