@@ -123,7 +123,7 @@ def perfect_trees(trees: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.nd
             codes[place] = np.concatenate(level_codes, axis=1)
             thresholds[place] = np.concatenate(level_thresholds, axis=1)
         leaves[layout[group, 1][:, None] + np.arange(1 << tree_depth)] = cond[at]
-    return codes, thresholds, leaves, layout.astype(np.int64).reshape(-1, 3)
+    return codes, thresholds, leaves, layout
 
 
 def float_keys(values: np.ndarray) -> np.ndarray:
