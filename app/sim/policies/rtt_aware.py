@@ -58,7 +58,7 @@ from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.extender_http import top_scored
 from app.sim.policies.kube_default import KubeDefault
-from app.sim.policies.training import SimulatedTrainer
+from app.sim.policies.training import SimulatedTrainer, VerdictDelay
 from app.sim.view import ClusterView, Task
 from app.trainer.history import SampleHistory
 from app.trainer.pipeline import default_selector
@@ -80,17 +80,18 @@ class RttAware(BasePolicy):
     ``dwa=False``: the feature window stays ``Settings.feature_window_s`` (DWA bounds pinned to it);
     ``select=False``: no feature selection (every varying column); ``correction=False``: node-weights carry
     no residual correction; ``explore_share``: the exploration share (0: off); ``running_refresh_s``: the
-    running view's period (None: none); ``train_params``: preset overrides; ``train_delay_s``: simulated
-    delay of a retrain's verdict; ``train_options``: other arguments of :func:`app.trainer.pipeline.retrain`;
-    ``settings``: the production settings (defaults when None); ``policy``: fields of the extender's policy
-    document over :data:`SIM_POLICY` (e.g. ``{"objective": {"inflicted": 0}}``).
+    running view's period (None: none); ``train_params``: preset overrides; ``train_delay_s``: a fixed
+    simulated delay of a retrain's verdict (None: :class:`~app.sim.policies.training.VerdictDelay`'s, by the
+    key's rows); ``train_options``: other arguments of :func:`app.trainer.pipeline.retrain`; ``settings``: the
+    production settings (defaults when None); ``policy``: fields of the extender's policy document over
+    :data:`SIM_POLICY` (e.g. ``{"objective": {"inflicted": 0}}``).
     """
 
     name = "rtt_aware"
 
     def __init__(self, rng: np.random.Generator, *, dwa: bool = True, select: bool = True, correction: bool = True,
                  explore_share: float | None = None, running_refresh_s: float | None = None,
-                 train_params: Mapping[str, Any] | None = None, train_delay_s: float = 2.0,
+                 train_params: Mapping[str, Any] | None = None, train_delay_s: float | None = None,
                  train_options: Mapping[str, Any] | None = None, settings: Settings | None = None,
                  background: bool = True, policy: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -108,7 +109,8 @@ class RttAware(BasePolicy):
         self.growth = SampleGrowth(s.cold_start_samples, s.retrain_growth)
         self.debounce = Debounce(s.retrain_debounce_s)
         self.trainer = SimulatedTrainer(
-            delay_s=train_delay_s, seed=int(rng.integers(2**31)), params={**SIM_TRAIN_PARAMS, **(train_params or {})},
+            delay_s=VerdictDelay() if train_delay_s is None else train_delay_s, seed=int(rng.integers(2**31)),
+            params={**SIM_TRAIN_PARAMS, **(train_params or {})},
             selector=default_selector if select else None, background=background, options=train_options,
             gpu_apps=s.gpu_apps)
         self.kube = KubeDefault(rng)

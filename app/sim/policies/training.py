@@ -4,11 +4,12 @@ A retrain asked at simulated time ``t`` runs the trainer's own :func:`~app.train
 feature selection, balancing, the node class's preset with the monotone constraints, the post-onset
 split and weighting after a drift, and the champion/challenger verdict — on a snapshot of the key's
 :class:`~app.trainer.history.SampleHistory` taken at ``t``, in a background thread, and its verdict
-becomes known at ``t + delay_s`` (simulated), whatever the wall time it took: a retrain never stalls a
+becomes known at ``t + delay`` (simulated), whatever the wall time it took: a retrain never stalls a
 placement, and a run is reproducible bit for bit (the thread only decides *when* the wall clock
-finishes, never *what* the model is). ``delay_s`` stands for what the live system measured from a
-retrain-event to the model-updates message (1.3–2.1 s, docs/feedback.md). As the trainer service
-does, a key being trained takes no second retrain until the first is done (the ask is coalesced).
+finishes, never *what* the model is). The delay is :class:`VerdictDelay`'s, by the size of the key's fit
+set: what the live system measured from the worker's retrain-event to the extender's model install. As
+the trainer service does, a key being trained takes no second retrain until the first is done (the ask
+is coalesced).
 """
 
 from __future__ import annotations
@@ -26,18 +27,62 @@ from app.contracts.keys import parse_model_key
 from app.errors import RttError
 from app.model.base import Predictor
 from app.trainer.history import Dataset
-from app.trainer.pipeline import Challenger, Selector, Verdict, default_selector, retrain, score_champion
+from app.trainer.pipeline import (
+    HOLDOUT_FRACTION,
+    METRIC_MIN_ROWS,
+    Challenger,
+    Selector,
+    Verdict,
+    default_selector,
+    retrain,
+    score_champion,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
+class VerdictDelay:
+    """Simulated seconds from a retrain's ask to its model serving, by the rows of the key's snapshot.
+
+    ``base_s`` below :data:`~app.trainer.pipeline.METRIC_MIN_ROWS` fit rows (the trainer's Kafka and
+    registry round trips, the extender's fetch), ``vote_s`` more from there on (the feature vote runs),
+    and ``per_fit_row_s`` for each fit row (fit rows: the rows less the newest ``holdout_fraction``, as
+    the plain split). Calibrated on the live system, worker's retrain-event → extender's "model …
+    installed" (docs/simulator.md): 29 updates below 500 fit rows in two demo runs, median 0.59 s
+    (0.32–1.11); 4 of 517–1,068 fit rows, 1.22–1.51 s (median 1.30); a key of 50,000 samples (40,000
+    fit rows), 1.3–2.1 s (``bench/bench_promotion.py``, docs/feedback.md).
+
+    >>> d = VerdictDelay()
+    >>> round(d(100), 3), round(d(625), 3), round(d(50_000), 3)
+    (0.601, 1.306, 1.78)
+    """
+
+    base_s: float = 0.6
+    vote_s: float = 0.7
+    per_fit_row_s: float = 12e-6
+    holdout_fraction: float = HOLDOUT_FRACTION
+    metric_min_rows: int = METRIC_MIN_ROWS
+
+    def __post_init__(self) -> None:
+        for name in ("base_s", "vote_s", "per_fit_row_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"VerdictDelay: {name} must be >= 0 (got {getattr(self, name)})")
+
+    def __call__(self, rows: int) -> float:
+        fit = rows - math.ceil(rows * self.holdout_fraction)
+        return self.base_s + (self.vote_s if fit >= self.metric_min_rows else 0.0) + self.per_fit_row_s * fit
+
+
+@dataclasses.dataclass(frozen=True)
 class Done:
-    """A retrain whose verdict is known: ``challenger`` and ``verdict`` are None when it could not train."""
+    """A retrain whose verdict is known (``due_s``: when it counts, simulated seconds); ``challenger`` and
+    ``verdict`` are None when it could not train."""
 
     key: str
     reason: str
     asked_s: float
+    due_s: float
     challenger: Challenger | None
     verdict: Verdict | None
     detail: str = ""
@@ -50,13 +95,18 @@ def _run(ds: Dataset, key: str, champion: Predictor | None, options: Mapping[str
     return retrain(ds, parse_model_key(key)[1], champion_metrics, **options)
 
 
+def _fixed(delay_s: float, _rows: int) -> float:
+    return delay_s
+
+
 class SimulatedTrainer:
     """Retrains of a simulated run; ask with :meth:`submit`, collect with :meth:`ready`.
 
     Parameters
     ----------
     delay_s
-        Simulated seconds from the ask to the verdict, ``>= 0``.
+        Simulated seconds from the ask to the verdict: a number ``>= 0``, or a function of the snapshot's
+        rows (default: :class:`VerdictDelay`'s calibration).
     seed
         XGBoost's seed.
     params
@@ -71,12 +121,14 @@ class SimulatedTrainer:
         Further keyword arguments of :func:`~app.trainer.pipeline.retrain` (e.g. ``fallback``, ``margin``).
     """
 
-    def __init__(self, *, delay_s: float = 2.0, seed: int = 0, params: Mapping[str, Any] | None = None,
+    def __init__(self, *, delay_s: float | Callable[[int], float] = VerdictDelay(), seed: int = 0,
+                 params: Mapping[str, Any] | None = None,
                  selector: Selector | None = default_selector, gpu_apps: Collection[str] = (),
                  background: bool = True, options: Mapping[str, Any] | None = None) -> None:
-        if not delay_s >= 0:
+        if not callable(delay_s) and not delay_s >= 0:
             raise ValueError(f"delay_s must be >= 0 (got {delay_s})")
-        self.delay_s = float(delay_s)
+        self.delay_s: Callable[[int], float] = (delay_s if callable(delay_s)
+                                                else functools.partial(_fixed, float(delay_s)))
         self.options: dict[str, Any] = {"seed": seed, "params": dict(params or {}), "selector": selector,
                                         **(options or {})}
         self.gpu_apps = frozenset(gpu_apps)
@@ -109,7 +161,7 @@ class SimulatedTrainer:
                 future.set_result(job())
             except Exception as exc:  # delivered by ready(), like a background failure
                 future.set_exception(exc)
-        self._due[key] = (now_s + self.delay_s, reason, now_s, future)
+        self._due[key] = (now_s + self.delay_s(len(ds)), reason, now_s, future)
         return True
 
     def ready(self, now_s: float) -> list[Done]:
@@ -117,17 +169,17 @@ class SimulatedTrainer:
         due = sorted((ready_s, key) for key, (ready_s, *_rest) in self._due.items() if ready_s <= now_s)
         out = []
         for _, key in due:
-            _, reason, asked_s, future = self._due.pop(key)
+            due_s, reason, asked_s, future = self._due.pop(key)
             started = time.perf_counter()
             try:
                 challenger, verdict = future.result()
             except (RttError, ValueError) as exc:  # too few usable rows, degenerate data
                 log.info("retrain of %s skipped: %s", key, exc)
-                out.append(Done(key, reason, asked_s, None, None, str(exc)))
+                out.append(Done(key, reason, asked_s, due_s, None, None, str(exc)))
                 continue
             finally:
                 self.waited_s += time.perf_counter() - started
-            out.append(Done(key, reason, asked_s, challenger, verdict))
+            out.append(Done(key, reason, asked_s, due_s, challenger, verdict))
         return out
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from app.sim.policies import rtt_aware, training
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.results import WARMUP_FRACTION
 from app.sim.runner import SimConfig, build_simulation, run_offline
+from app.trainer.history import Dataset
 
 SMALL = {"n_estimators": 20, "learning_rate": 0.3}
 N_TASKS = 2500
@@ -22,6 +23,10 @@ SETTINGS = Settings()
 
 def _factory(rng, **kw):
     return RttAware(rng, train_params=SMALL, settings=SETTINGS, **kw)
+
+
+def _dataset(n: int) -> Dataset:
+    return Dataset(np.zeros((n, 1)), np.ones(n), np.arange(n, dtype=np.float64), ("input_mb",))
 
 
 class Calls:
@@ -229,13 +234,38 @@ def test_a_model_serves_from_its_verdict_not_from_the_next_scrape_round(monkeypa
 
     def record(self, now_s):
         done = ready(self, now_s)
-        late.extend(now_s - (d.asked_s + self.delay_s) for d in done)
+        late.extend(now_s - d.due_s for d in done)
         return done
 
     monkeypatch.setattr(training.SimulatedTrainer, "ready", record)
     run_offline(SimConfig(n_tasks=1200, scrape_interval_s=3.0), _factory, seed=3)
     assert len(late) >= 4 and min(late) >= 0.0
     assert max(late) < 0.5 and float(np.mean(late)) < 0.15, late  # at the scrape rounds: up to 3 s late
+
+
+def test_a_verdict_is_due_after_the_calibrated_delay_for_its_rows(monkeypatch):
+    """The simulated trainer's verdict comes ``VerdictDelay(rows)`` after the ask: the base below the vote's
+    500 fit rows, the vote's time from there, and a little more for each fit row (live measurements)."""
+    monkeypatch.setattr(training, "_run", lambda *_args: (None, None))
+    delay = training.VerdictDelay()
+    assert delay(100) == pytest.approx(0.6 + 80 * 12e-6)
+    assert delay(624) == pytest.approx(0.6 + 499 * 12e-6)  # 499 fit rows: no vote yet
+    assert delay(625) == pytest.approx(0.6 + 0.7 + 500 * 12e-6)  # 500 fit rows: the vote runs
+    assert delay(50_000) == pytest.approx(0.6 + 0.7 + 40_000 * 12e-6)
+    assert training.VerdictDelay(vote_s=0.0, per_fit_row_s=0.0)(50_000) == 0.6
+    with pytest.raises(ValueError, match="vote_s"):
+        training.VerdictDelay(vote_s=-1.0)
+    trainer = training.SimulatedTrainer(background=False)
+    try:
+        assert trainer.submit("gCTF:gpu", "cold_start", 10.0, _dataset(100), None)
+        assert trainer.submit("upload:cpu", "growth", 10.0, _dataset(1_000), None)
+        assert trainer.due_s == pytest.approx(10.0 + delay(100))
+        assert [d.key for d in trainer.ready(10.0 + delay(100))] == ["gCTF:gpu"]
+        assert trainer.due_s == pytest.approx(10.0 + delay(1_000)) and trainer.busy("upload:cpu")
+    finally:
+        trainer.close()
+    fixed = training.SimulatedTrainer(delay_s=2.0, background=False)
+    assert fixed.submit("gCTF:gpu", "cold_start", 10.0, _dataset(50_000), None) and fixed.due_s == 12.0
 
 
 def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
@@ -253,7 +283,7 @@ def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
     trainer = training.SimulatedTrainer(delay_s=1.0)
     try:
         assert trainer.due_s == float("inf")
-        assert trainer.submit("gCTF:gpu", "cold_start", 10.0, None, None)  # type: ignore[arg-type]
+        assert trainer.submit("gCTF:gpu", "cold_start", 10.0, _dataset(3), None)
         assert trainer.due_s == 11.0
         assert trainer.ready(10.5) == [] and trainer.waited_s == 0.0  # not due yet: no wait
         threading.Timer(0.3, release.set).start()
