@@ -28,15 +28,15 @@ from __future__ import annotations
 import math
 
 COLD_START, GROWTH = "cold_start", "growth"
-SAMPLE_CHECK_S = 1.0  # how often sample counts are checked against these rules (s; at most the error period)
+SAMPLE_CHECK_S = 0.25  # how often sample counts are checked against these rules (s; at most the error period)
 
 
 def sample_check_s(error_period_s: float) -> float:
     """Seconds between two sample checks with this error period (the worker's timer; the simulator checks at
     the first completion or scrape round at or after each tick of it).
 
-    >>> sample_check_s(5.0), sample_check_s(0.5)
-    (1.0, 0.5)
+    >>> sample_check_s(5.0), sample_check_s(0.1)
+    (0.25, 0.1)
     """
     return min(error_period_s, SAMPLE_CHECK_S)
 

@@ -12,7 +12,7 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
   travels in node-features ``windows`` and is persisted with the node's window.
 * Drift: when a node × app detector fires, a retrain-event for ``app:node_class`` with reason ``drift``,
   the statistic (``cumulative_error``), ``threshold``, ``ts`` and ``onset_ts``.
-* Cold start (checked every ``SAMPLE_CHECK_S``, 1 s, not only at the period's close): a model key without
+* Cold start (checked every ``SAMPLE_CHECK_S``, 0.25 s, not only at the period's close): a model key without
   a model whose samples seen by this worker reach
   ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
   the sample count, ``threshold``: the option); asked again only once the count has doubled (the

@@ -189,7 +189,7 @@ def test_an_unannounced_slowdown_changes_the_ranking_within_a_few_error_periods(
 
 def test_a_cold_start_is_asked_once_the_samples_are_there_not_at_the_period_close():
     """Sample counts are checked every SAMPLE_CHECK_S: with a 60 s error period the first models still come
-    within seconds (the trainer's verdict is 2 s after the ask)."""
+    within seconds (the trainer's verdict comes under 2 s after the ask)."""
     settings = Settings(error_period_s=60.0)
     m = run_offline(SimConfig(n_tasks=600), lambda rng: RttAware(rng, train_params=SMALL, settings=settings), seed=3)
     first = [t for t, _, reason in m.trace.retrains if reason == "cold_start"]
