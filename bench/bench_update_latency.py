@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import math
 import re
 import statistics
 import sys
 from pathlib import Path
 
 from app.sim.policies.training import VerdictDelay
-from app.trainer.pipeline import HOLDOUT_FRACTION, METRIC_MIN_ROWS
+from app.trainer.pipeline import METRIC_MIN_ROWS, fit_rows
 
 EVENT = re.compile(r"retrain-event (\S+) \((\w+)\)")
 FIT_ROWS = re.compile(r"challenger \w+: (\d+) fit rows")
@@ -94,10 +93,10 @@ def updates(run_dir: Path) -> list[Update]:
     return out
 
 
-def _rows_for(fit_rows: int) -> int:
-    """The snapshot size whose plain split leaves ``fit_rows`` to fit (VerdictDelay takes the rows)."""
-    n = fit_rows
-    while n - math.ceil(n * HOLDOUT_FRACTION) < fit_rows:
+def _rows_for(fit: int) -> int:
+    """The snapshot size whose plain split leaves ``fit`` rows to fit (VerdictDelay takes the rows)."""
+    n = fit
+    while fit_rows(n) < fit:
         n += 1
     return n
 

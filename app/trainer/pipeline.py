@@ -90,6 +90,15 @@ def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequ
     return tuple(select_features(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K)).chosen)
 
 
+def fit_rows(n: int, holdout_fraction: float = HOLDOUT_FRACTION) -> int:
+    """Rows left to fit when the plain split holds out the newest ``ceil(fraction · n)`` (at least 1) of ``n``.
+
+    >>> fit_rows(625), fit_rows(624), fit_rows(25)
+    (500, 499, 20)
+    """
+    return n - max(1, math.ceil(n * holdout_fraction))
+
+
 def split(ds: Dataset, holdout_fraction: float = HOLDOUT_FRACTION,
           onset_ts: float | None = None) -> tuple[Dataset, Dataset]:
     """(fit, holdout), each in time order.
@@ -114,7 +123,7 @@ def split(ds: Dataset, holdout_fraction: float = HOLDOUT_FRACTION,
     if not 0.0 < holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
     n = len(ds)
-    n_holdout = max(1, math.ceil(n * holdout_fraction))
+    n_holdout = n - fit_rows(n, holdout_fraction)
     start = int(np.searchsorted(ds.ts, onset_ts, side="left")) if onset_ts is not None else n
     after = np.arange(start, n)
     held_after = after[1::2]

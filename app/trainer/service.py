@@ -48,7 +48,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -73,7 +72,7 @@ from app.trainer.cpus import pin_cpus
 from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import TrainerMetrics
-from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, retrain
+from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
 from app.trainer.registry import ModelRegistry, update_message
 
 log = logging.getLogger(__name__)
@@ -446,7 +445,7 @@ class TrainerService:
                                detail="the registry's current version saved again")
         await self.catch_up()
         names, rows = self.history.snapshot(key)
-        if len(rows) - math.ceil(len(rows) * self.holdout_fraction) < MIN_SAMPLES:
+        if fit_rows(len(rows), self.holdout_fraction) < MIN_SAMPLES:
             log.info("retrain of %s: only %d samples", key, len(rows))
             return Outcome(key, reason, "insufficient_data", detail=f"{len(rows)} samples")
         onset = event.get("onset_ts") if reason == "drift" else None

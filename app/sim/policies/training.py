@@ -34,6 +34,7 @@ from app.trainer.pipeline import (
     Selector,
     Verdict,
     default_selector,
+    fit_rows,
     retrain,
     score_champion,
 )
@@ -70,7 +71,7 @@ class VerdictDelay:
                 raise ValueError(f"VerdictDelay: {name} must be >= 0 (got {getattr(self, name)})")
 
     def __call__(self, rows: int) -> float:
-        fit = rows - math.ceil(rows * self.holdout_fraction)
+        fit = fit_rows(rows, self.holdout_fraction)
         return self.base_s + (self.vote_s if fit >= self.metric_min_rows else 0.0) + self.per_fit_row_s * fit
 
 
@@ -93,10 +94,6 @@ def _run(ds: Dataset, key: str, champion: Predictor | None, options: Mapping[str
         return score_champion(champion, holdout) if champion is not None else None
 
     return retrain(ds, parse_model_key(key)[1], champion_metrics, **options)
-
-
-def _fixed(delay_s: float, _rows: int) -> float:
-    return delay_s
 
 
 class SimulatedTrainer:
@@ -127,8 +124,8 @@ class SimulatedTrainer:
                  background: bool = True, options: Mapping[str, Any] | None = None) -> None:
         if not callable(delay_s) and not delay_s >= 0:
             raise ValueError(f"delay_s must be >= 0 (got {delay_s})")
-        self.delay_s: Callable[[int], float] = (delay_s if callable(delay_s)
-                                                else functools.partial(_fixed, float(delay_s)))
+        fixed = float(delay_s) if not callable(delay_s) else 0.0
+        self.delay_s: Callable[[int], float] = delay_s if callable(delay_s) else (lambda _rows: fixed)
         self.options: dict[str, Any] = {"seed": seed, "params": dict(params or {}), "selector": selector,
                                         **(options or {})}
         self.gpu_apps = frozenset(gpu_apps)
