@@ -22,15 +22,19 @@ Prints, each with the command's settings:
    it off does to the mean RTT;
 4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large, seed 1), the
    simulation thread's CPU per task and the wall time it waited for retrains, with the mean RTT of each fifth
-   of the run beside kube_default's and the calibrated table's (how long learning takes).
+   of the run beside kube_default's and the calibrated table's (how long learning takes); and rtt_aware's
+   tree walks alone (:class:`WalkTimer`): their time and rows per task, and the tasks/s they would allow if
+   nothing else ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -38,6 +42,7 @@ from tqdm import tqdm
 
 from app.config import Settings
 from app.features.selection import SelectionRule, select_features
+from app.model.fast import FastPredictor
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.report.stats import mean_ci
 from app.sim.results import RunMetrics
@@ -108,19 +113,70 @@ def fifths(m: RunMetrics) -> list[float]:
     return [float(m.rtt_ms[m.ok & (idx >= k * n // 5) & (idx < (k + 1) * n // 5)].mean()) for k in range(5)]
 
 
+class WalkTimer:
+    """While active: the wall time, rows and calls of every tree walk (``FastPredictor._walk``) made by the
+    thread that entered it - what the trees alone cost a decision (walks in retrain threads are not counted).
+
+    >>> import numpy as np, xgboost
+    >>> b = xgboost.train({"max_depth": 2}, xgboost.DMatrix(np.eye(3, dtype=np.float32), label=[1, 2, 3]), 3)
+    >>> p = FastPredictor.from_booster(b)
+    >>> with WalkTimer() as w:
+    ...     _ = p.predict(np.zeros((5, 3), dtype=np.float32), remember=False)
+    >>> w.rows, w.calls, w.seconds > 0
+    (5, 1, True)
+    """
+
+    def __init__(self) -> None:
+        self.seconds, self.rows, self.calls = 0.0, 0, 0
+        self._thread = 0
+        self._original: Any = None
+
+    def __enter__(self) -> WalkTimer:
+        self._thread = threading.get_ident()
+        self._original = original = FastPredictor._walk
+        timer = self
+
+        def walk(predictor: FastPredictor, X: np.ndarray) -> np.ndarray:
+            if threading.get_ident() != timer._thread:
+                return original(predictor, X)  # type: ignore[no-any-return]
+            t0 = time.perf_counter()
+            try:
+                return original(predictor, X)  # type: ignore[no-any-return]
+            finally:
+                timer.seconds += time.perf_counter() - t0
+                timer.rows += len(X)
+                timer.calls += 1
+
+        FastPredictor._walk = walk  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        FastPredictor._walk = self._original  # type: ignore[method-assign]
+
+
 def speed(preset: str, n_tasks: int) -> None:
     print(f"\n== speed: rtt_aware on the {preset} preset, {n_tasks} tasks (simulated tasks per second of wall time) ==")
     print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}{'CPU ms/task':>12}{'waited s':>9}"
           f"{'mean ms':>9}   mean ms by fifth of the run")
+    walks = WalkTimer()
     for policy in ("kube_default", "static_best", "rtt_aware"):
         t0, cpu0 = time.perf_counter(), time.thread_time()
-        m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}) if policy == "rtt_aware" else policy, 1)
+        if policy == "rtt_aware":
+            with walks:
+                m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}), 1)
+        else:
+            m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), policy, 1)
         dt, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
         print(f"{policy:<14}{dt:>9.1f}{n_tasks / dt:>10.0f}{n_tasks / dt / SPEED_GOAL:>11.2f}x"
               f"{1000 * cpu / n_tasks:>12.3f}{m.trace.notes.get('retrain_wait_s', 0.0):>9.1f}"
               f"{float(m.rtt_ms[m.ok].mean()):>9.1f}   " + " ".join(f"{x:6.1f}" for x in fifths(m)), flush=True)
     print("(CPU ms/task: the simulation thread's CPU per task, retrains in their own threads excluded; waited s: "
           "wall time it waited for a retrain still running when its verdict was due)")
+    per_task = walks.seconds / n_tasks
+    print(f"rtt_aware's tree walks alone: {1000 * per_task:.3f} ms a task ({walks.rows / n_tasks:.0f} rows a task in "
+          f"{walks.calls / n_tasks:.1f} walks; {walks.rows / max(walks.seconds, 1e-12) / 1e6:.2f} M rows/s): "
+          f"{1 / max(per_task, 1e-12):,.0f} tasks/s if nothing else ran ({per_task * SPEED_GOAL:.2f} x the "
+          f"{1000 / SPEED_GOAL:.2f} ms a task the goal allows)")
 
 
 def main() -> int:
