@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from app.features.window import NodeWindow
 from app.model.fast import FastPredictor
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
-from app.scheduler.decide import DecideParams, decide
+from app.scheduler.decide import DecideParams, Decision, decide
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
@@ -123,6 +123,8 @@ class RttAware(BasePolicy):
         self._scraped: set[str] = set()
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
+        # called with (task, decision, chosen node, view) after each placement (bench/bench_regret.py)
+        self.on_decision: Callable[[Task, Decision, NodeSpec, ClusterView], None] | None = None
         self._next_period: float | None = None
         self._next_samples: float | None = None
         self._next_running: float | None = None
@@ -273,6 +275,8 @@ class RttAware(BasePolicy):
         if d.explored is not None:  # what exploration costs: its placements and their time (trace notes)
             self._explored.add(task.idx)
         self._pods_changed(chosen.name, task.app, +1, ts)
+        if self.on_decision is not None:
+            self.on_decision(task, d, chosen, view)
         return chosen
 
     def _pods_changed(self, node: str, app: str, delta: int, ts: float) -> None:

@@ -1,0 +1,183 @@
+"""Where rtt_aware's placements differ from a greedy placement that knows the truth, and which term is off.
+
+    python3 bench/bench_regret.py                                  # default scenario, seed 1, second half
+    python3 bench/bench_regret.py --scenario join --seed 2 --part all
+
+For every placement rtt_aware decides with its models (not one left to Kubernetes' default scoring, not an
+explored one), every candidate's true cost in the same state is taken beside the decision's own terms: the
+task's true service time if it started there now and the time it would add to the tasks running there, as if
+nothing else changed (``ClusterView.clairvoyant_cost``, what the clairvoyant reference minimises). Per app it
+prints how often rtt_aware picked the candidate of lowest true cost, the true cost it gave up per placement
+(regret), and, over the placements where the two differ, each term on the node picked and on the node of
+lowest true cost:
+
+* model − true: the model's own prediction minus the true service time (the true time assumes nothing else
+  changes, so a model that learnt what later arrivals add reads above it everywhere: compare the two nodes,
+  not the sign);
+* correction: the node × app residual factor the prediction is multiplied by (node-weights ``correction``);
+* penalty: the pending-pods factor after it (pods the node's metrics cannot show yet, the extender's
+  ``contention``);
+* slowdown: the predicted time added to the running pods minus the true one.
+
+A term that is off on one side only is what moved the placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from app.scheduler.decide import Decision
+from app.sim.hardware import NodeSpec
+from app.sim.policies.rtt_aware import RttAware
+from app.sim.report.halves import PARTS, half_mask
+from app.sim.runner import run_offline
+from app.sim.scenario import load_scenario
+from app.sim.view import ClusterView, Task
+
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One placement decided by the models: per candidate, the decision's terms and the true ones."""
+
+    idx: int
+    app: str
+    picked: int  # index of the node the pod went to
+    model_ms: np.ndarray  # the model's own prediction (NaN: none)
+    correction: np.ndarray  # residual factor (1: none)
+    penalty: np.ndarray  # pending-pods factor (1: none)
+    slowdown_ms: np.ndarray  # predicted time added to the running pods
+    true_ms: np.ndarray  # true service time if started now, nothing else changing
+    true_slowdown_ms: np.ndarray  # true time added to the running pods
+
+    @property
+    def best(self) -> int:
+        """The candidate of lowest true cost (the first on a tie)."""
+        return int(np.argmin(self.true_ms + self.true_slowdown_ms))
+
+    def regret_ms(self) -> float:
+        cost = self.true_ms + self.true_slowdown_ms
+        return float(cost[self.picked] - cost[self.best])
+
+
+def placement(task: Task, d: Decision, chosen: NodeSpec, view: ClusterView) -> Placement | None:
+    """The record of one decision, or None when the models did not decide it."""
+    if d.neutral is not None or d.explored is not None or d.winner is None:
+        return None
+    n = len(d.nodes)
+    corrected = np.array(d.model_rtt_ms, dtype=np.float64)  # the prediction after the residual correction
+    correction = np.array(d.correction, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = np.isfinite(corrected) & (corrected > 0)
+        penalty = np.where(ok, np.array(d.rtt_ms, dtype=np.float64) / corrected, np.nan)
+        model = corrected / correction
+    slowdown = np.array(d.inflicted_ms, dtype=np.float64) if d.inflicted_ms else np.zeros(n)
+    truth = np.array([view.clairvoyant_cost(task, name) for name in d.nodes], dtype=np.float64).reshape(n, 2)
+    return Placement(task.idx, task.app, d.nodes.index(chosen.name), model, correction, penalty, slowdown,
+                     truth[:, 0], truth[:, 1])
+
+
+@dataclass(frozen=True)
+class AppSummary:
+    app: str
+    placements: int
+    same: float  # share where the node picked is the one of lowest true cost
+    regret_ms: float  # mean true cost given up per placement
+    differ: int
+    model_error_ms: tuple[float, float]  # (node picked, node of lowest true cost), means over `differ`
+    correction: tuple[float, float]
+    penalty: tuple[float, float]
+    slowdown_error_ms: tuple[float, float]
+    unpredicted: int  # placements where the node of lowest true cost had no prediction
+
+
+def _mean(values: Iterable[float]) -> float:
+    v = np.array(list(values), dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else float("nan")
+
+
+def summarise(records: Sequence[Placement]) -> list[AppSummary]:
+    """Per app (sorted): :class:`AppSummary` of its placements."""
+    out = []
+    for app in sorted({r.app for r in records}):
+        rs = [r for r in records if r.app == app]
+        differ = [r for r in rs if r.picked != r.best]
+
+        def sides(term: Callable[[Placement, int], float]) -> tuple[float, float]:
+            return _mean(term(r, r.picked) for r in differ), _mean(term(r, r.best) for r in differ)
+
+        out.append(AppSummary(
+            app, len(rs), 1.0 - len(differ) / len(rs), _mean(r.regret_ms() for r in rs), len(differ),
+            model_error_ms=sides(lambda r, i: r.model_ms[i] - r.true_ms[i]),
+            correction=sides(lambda r, i: r.correction[i]),
+            penalty=sides(lambda r, i: r.penalty[i]),
+            slowdown_error_ms=sides(lambda r, i: r.slowdown_ms[i] - r.true_slowdown_ms[i]),
+            unpredicted=sum(1 for r in differ if not np.isfinite(r.model_ms[r.best]))))
+    return out
+
+
+def table(rows: Sequence[AppSummary]) -> str:
+    head = (f"{'app':<12}{'placements':>11}{'same':>7}{'regret ms':>11}{'differ':>8}"
+            f"{'model - true ms':>20}{'correction x':>16}{'penalty x':>16}{'slowdown error ms':>20}"
+            f"{'no prediction':>15}")
+    lines = [head, f"{'':<37}each: node picked / node of lowest true cost"]
+    for s in rows:
+        lines.append(
+            f"{s.app:<12}{s.placements:>11}{s.same:>7.0%}{s.regret_ms:>11.1f}{s.differ:>8}"
+            f"{s.model_error_ms[0]:>10.1f} /{s.model_error_ms[1]:>7.1f}{s.correction[0]:>9.2f} /{s.correction[1]:>5.2f}"
+            f"{s.penalty[0]:>9.2f} /{s.penalty[1]:>5.2f}{s.slowdown_error_ms[0]:>11.1f} /{s.slowdown_error_ms[1]:>6.1f}"
+            f"{s.unpredicted:>15}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--part", default="second", choices=PARTS, help="which tasks count (default: the second half)")
+    args = ap.parse_args()
+    path = SCENARIO_DIR / f"{args.scenario}.yaml"
+    if not path.exists():
+        ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR} (have: "
+                 f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
+    sc = load_scenario(path)
+    records: list[Placement] = []
+    bar = tqdm(total=sc.config.n_tasks or None, file=sys.stderr, unit="task", desc=f"{args.scenario} seed {args.seed}")
+
+    def make(rng: np.random.Generator) -> RttAware:
+        policy = RttAware(rng)
+
+        def seen(task: Task, d: Decision, chosen: NodeSpec, view: ClusterView) -> None:
+            bar.update(1)
+            r = placement(task, d, chosen, view)
+            if r is not None:
+                records.append(r)
+
+        policy.on_decision = seen
+        return policy
+
+    m = run_offline(sc.config, make, args.seed)
+    bar.close()
+    keep = half_mask(len(m.apps), args.part)
+    part = [r for r in records if keep[r.idx]]
+    print(f"== rtt_aware against the greedy placement that knows the truth: {args.scenario}, seed {args.seed}, "
+          f"{args.part if args.part == 'all' else args.part + ' half'} of the tasks "
+          f"({len(part)} placements decided by the models) ==")
+    print(table(summarise(part)))
+    print("(same: the node picked had the lowest true cost; regret: true cost given up per placement; differ: "
+          "placements where they are not the same, over which the four terms are averaged; no prediction: of "
+          "those, the node of lowest true cost had none)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""bench/bench_regret.py: rtt_aware's placements beside the greedy placement that knows the truth."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from bench_regret import Placement, placement, summarise, table
+
+from app.scheduler.decide import Decision
+from app.sim.hardware import NodeSpec
+from app.sim.policies.rtt_aware import RttAware
+from app.sim.runner import SimConfig, run_offline
+from app.sim.view import ClusterView, Task
+
+
+def record(app: str, picked: int, model: list[float], true: list[float], true_slowdown: list[float],
+           penalty: list[float] | None = None) -> Placement:
+    n = len(model)
+    return Placement(0, app, picked, np.array(model), np.ones(n), np.array(penalty or [1.0] * n), np.zeros(n),
+                     np.array(true), np.array(true_slowdown))
+
+
+def test_the_lowest_true_cost_counts_both_terms_and_the_terms_are_read_on_each_side() -> None:
+    # node 0 is faster for the pod itself, node 1 once the slowdown of its neighbours is counted
+    miss = record("gCTF", 0, model=[100.0, 130.0], true=[90.0, 100.0], true_slowdown=[30.0, 0.0],
+                  penalty=[1.0, 1.5])
+    hit = record("gCTF", 1, model=[100.0, 100.0], true=[90.0, 100.0], true_slowdown=[30.0, 0.0])
+    other = record("upload", 0, model=[50.0, 60.0], true=[50.0, 60.0], true_slowdown=[0.0, 0.0])
+    assert (miss.best, miss.regret_ms(), hit.regret_ms()) == (1, 20.0, 0.0)
+    gctf, upload = summarise([miss, hit, other])
+    assert (gctf.app, gctf.placements, gctf.same, gctf.regret_ms, gctf.differ) == ("gCTF", 2, 0.5, 10.0, 1)
+    assert gctf.model_error_ms == (10.0, 30.0)  # picked: 100 - 90; lowest true cost: 130 - 100
+    assert gctf.penalty == (1.0, 1.5)
+    assert gctf.slowdown_error_ms == (-30.0, 0.0)
+    assert (upload.same, upload.differ) == (1.0, 0)
+    assert math.isnan(upload.model_error_ms[0])  # nothing differs: no term to read
+    lines = table([gctf, upload]).splitlines()
+    assert lines[2].split()[:5] == ["gCTF", "2", "50%", "10.0", "1"]
+
+
+def test_a_short_run_records_the_placements_the_models_decided() -> None:
+    records: list[Placement] = []
+    seen: dict[int, Decision] = {}  # task idx -> its decision (placements come in start order, not arrival order)
+
+    def make(rng: np.random.Generator) -> RttAware:
+        policy = RttAware(rng, background=False)
+
+        def hook(task: Task, d: Decision, chosen: NodeSpec, view: ClusterView) -> None:
+            seen[task.idx] = d
+            r = placement(task, d, chosen, view)
+            if r is not None:
+                records.append(r)
+
+        policy.on_decision = hook
+        return policy
+
+    m = run_offline(SimConfig(n_tasks=800, load=0.5), make, 1)
+    assert len(seen) == len(m.apps)  # called once a placement
+    neutral = [d for d in seen.values() if d.neutral is not None or d.explored is not None or d.winner is None]
+    assert neutral and records and len(records) == len(seen) - len(neutral)  # the first pods: no model yet
+    for r in records:
+        assert r.app == m.apps[r.idx] and m.node_names[m.node_idx[r.idx]] == seen[r.idx].nodes[r.picked]
+        assert np.all(np.isfinite(r.true_ms) & (r.true_ms > 0)) and np.all(r.true_slowdown_ms >= 0)
+        assert r.model_ms[r.picked] > 0 and r.penalty[r.picked] >= 1.0
+    assert {s.app for s in summarise(records)} <= {"Motioncor2", "gCTF", "upload"}
+
+
+@pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--part", "third"]])
+def test_bad_arguments_are_named(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import bench_regret
+
+    monkeypatch.setattr("sys.argv", ["bench_regret.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        bench_regret.main()
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
