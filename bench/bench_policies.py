@@ -66,11 +66,23 @@ def describe(sc: Scenario, config: SimConfig) -> str:
     return f"{sc.name}: {nodes}, {load}, {events}"
 
 
-def paired(runs: dict[str, list], policy: str, base: str, fig: str) -> tuple[float, float]:
-    """Mean ± 95 % CI over seeds of ``policy / base - 1`` for ``fig``, seed by seed."""
-    r = [a.summary()[fig] / b.summary()[fig] - 1.0 for a, b in zip(runs[policy], runs[base], strict=True)
-         if b.summary()[fig]]
-    return mean_ci(r)
+def paired(figs: dict[str, list[dict[str, float]]], policy: str, base: str, fig: str) -> tuple[float, float]:
+    """Mean ± 95 % CI over seeds of ``policy / base - 1`` for ``fig``, seed by seed (``figs``: per policy, each
+    seed's figures)."""
+    return mean_ci([a[fig] / b[fig] - 1.0 for a, b in zip(figs[policy], figs[base], strict=True) if b[fig]])
+
+
+def captured_share(base: float, reference: float, ours: float, room: tuple[float, float], higher: bool) -> float:
+    """The share of the clairvoyant's gain over the best baseline (means ``reference`` and ``base``) that
+    rtt_aware's mean ``ours`` gets: only where the clairvoyant is ahead beyond the seeds' spread (``room``, its
+    paired ratio against the baseline, has a 95 % CI that excludes 0); NaN otherwise."""
+    ahead = (room[0] - room[1] > 0) if higher else (room[0] + room[1] < 0)
+    return (base - ours) / (base - reference) if ahead else float("nan")
+
+
+def jsonable(row: dict) -> dict:
+    """A row with its (mean, CI) tuples as lists, as the ``--json`` file keeps them."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
 
 
 def best(agg: dict, fig: str) -> str:
@@ -80,6 +92,7 @@ def best(agg: dict, fig: str) -> str:
 
 
 def ratio_rows(runs: dict[str, list], agg: dict, closed: bool) -> list[dict]:
+    figs = {p: [r.summary() for r in rs] for p, rs in runs.items()}
     rows = []
     for fig in RATIO_FIGURES:
         if fig == "throughput" and not closed:
@@ -87,13 +100,10 @@ def ratio_rows(runs: dict[str, list], agg: dict, closed: bool) -> list[dict]:
         b = best(agg, fig)
         row: dict = {"figure": fig, "best_name": b}
         for name, base in (("kube_default", "kube_default"), ("best", b), ("clairvoyant", REFERENCE)):
-            row[name] = paired(runs, "rtt_aware", base, fig)
-        row["room"] = room = paired(runs, REFERENCE, b, fig)
-        # share of the clairvoyant's gain over the best baseline that rtt_aware gets: only where the
-        # clairvoyant is ahead beyond the seeds' spread (its paired 95 % CI excludes 0)
-        gain_ref = agg[b][fig]["mean"] - agg[REFERENCE][fig]["mean"]
-        ahead = (room[0] - room[1] > 0) if fig in HIGHER else (room[0] + room[1] < 0)
-        row["captured"] = (agg[b][fig]["mean"] - agg["rtt_aware"][fig]["mean"]) / gain_ref if ahead else float("nan")
+            row[name] = paired(figs, "rtt_aware", base, fig)
+        row["room"] = room = paired(figs, REFERENCE, b, fig)
+        row["captured"] = captured_share(agg[b][fig]["mean"], agg[REFERENCE][fig]["mean"],
+                                         agg["rtt_aware"][fig]["mean"], room, fig in HIGHER)
         rows.append(row)
     return rows
 
@@ -104,18 +114,13 @@ def second_half(runs: dict[str, list]) -> dict[str, dict]:
     and the share of the clairvoyant's gain rtt_aware gets (only where the clairvoyant is ahead beyond the
     seeds' spread, as in :func:`ratio_rows`)."""
     late = {p: [half_figures(r, "second") for r in rs] for p, rs in runs.items()}
-
-    def ratios(policy: str, base: str, fig: str) -> tuple[float, float]:
-        return mean_ci([a[fig] / b[fig] - 1.0 for a, b in zip(late[policy], late[base], strict=True) if b[fig]])
-
     out = {}
     for fig in ("mean_rtt_ms", "p99_rtt_ms"):
         means = {p: float(np.mean([s[fig] for s in late[p]])) for p in late}
         b = min((p for p in BASELINES if p in late and np.isfinite(means[p])), key=means.__getitem__)
-        room = ratios(REFERENCE, b, fig) if REFERENCE in late else (float("nan"), float("nan"))
-        ahead = room[0] + room[1] < 0
-        captured = (means[b] - means["rtt_aware"]) / (means[b] - means[REFERENCE]) if ahead else float("nan")
-        out[fig] = {"best_name": b, "best": ratios("rtt_aware", b, fig), "room": room, "captured": captured,
+        room = paired(late, REFERENCE, b, fig) if REFERENCE in late else (float("nan"), float("nan"))
+        captured = captured_share(means[b], means.get(REFERENCE, float("nan")), means["rtt_aware"], room, False)
+        out[fig] = {"best_name": b, "best": paired(late, "rtt_aware", b, fig), "room": room, "captured": captured,
                     "rtt_aware": means["rtt_aware"], "baseline": means[b],
                     "clairvoyant": means.get(REFERENCE, float("nan"))}
     return out
@@ -267,11 +272,9 @@ def main() -> int:
             late = second_half(runs) if "rtt_aware" in runs else None
             summary.append((sc.name, mean_row, p99_row, thr_row, late))
             out[sc.name] = {"config": describe(sc, config), "seeds": seeds, "policies": agg,
-                            "ratios": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
-                                       for r in rows]}
+                            "ratios": [jsonable(r) for r in rows]}
             if late is not None:
-                out[sc.name]["second_half"] = {f: {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
-                                               for f, r in late.items()}
+                out[sc.name]["second_half"] = {f: jsonable(r) for f, r in late.items()}
             sys.stdout.flush()
     print(f"\n== summary: rtt_aware, per-seed ratios (mean), {time.perf_counter() - t_start:.0f} s ==")
     print(f"{'scenario':<13}{'vs kube':>9}{'vs best mean':>27}{'vs best p99':>26}{'throughput':>12}"

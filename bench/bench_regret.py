@@ -28,9 +28,9 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from bench_policies import SCENARIO_DIR
 from tqdm import tqdm
 
 from app.scheduler.decide import Decision
@@ -40,8 +40,6 @@ from app.sim.report.halves import PARTS, half_mask
 from app.sim.runner import run_offline
 from app.sim.scenario import load_scenario
 from app.sim.view import ClusterView, Task
-
-SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 @dataclass(frozen=True)

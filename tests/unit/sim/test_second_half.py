@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from bench_policies import second_half
+from bench_policies import jsonable, markdown, second_half
 
 
 def run(first: float, second: float, n: int = 10) -> SimpleNamespace:
@@ -43,15 +43,12 @@ def test_no_share_of_the_room_when_the_clairvoyant_is_not_ahead_beyond_the_seeds
 
 
 def test_the_markdown_tables_carry_the_second_half() -> None:
-    from bench_policies import markdown
-
     runs = {
         "rtt_aware": [run(300.0, 80.0), run(310.0, 82.0)],
         "static_best": [run(90.0, 100.0), run(90.0, 104.0)],
         "clairvoyant": [run(70.0, 75.0), run(70.0, 77.0)],
     }
-    late = {f: {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
-            for f, r in second_half(runs).items()}
+    late = {f: jsonable(r) for f, r in second_half(runs).items()}
     fig = {"mean": 100.0, "ci95": 1.0}
     ratio = {"kube_default": [0.1, 0.01], "best": [0.2, 0.02], "best_name": "static_best", "clairvoyant": [0.3, 0.0],
              "room": [-0.1, 0.01], "captured": None}
