@@ -23,8 +23,8 @@ Prints, each with the command's settings:
 4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large, seed 1), the
    simulation thread's CPU per task and the wall time it waited for retrains, with the mean RTT of each fifth
    of the run beside kube_default's and the calibrated table's (how long learning takes); and rtt_aware's
-   tree walks alone (:class:`WalkTimer`): their time and rows per task, and the tasks/s they would allow if
-   nothing else ran.
+   predictions alone (:class:`PredictTimer`): their time per task, the rows asked and walked per task, and the
+   tasks/s they would allow if nothing else ran.
 """
 
 from __future__ import annotations
@@ -113,56 +113,58 @@ def fifths(m: RunMetrics) -> list[float]:
     return [float(m.rtt_ms[m.ok & (idx >= k * n // 5) & (idx < (k + 1) * n // 5)].mean()) for k in range(5)]
 
 
-class WalkTimer:
-    """While active: the wall time, rows and calls of every tree walk (``FastPredictor._walk``) made by the
-    thread that entered it - what the trees alone cost a decision (walks in retrain threads are not counted).
+class PredictTimer:
+    """While active: the wall time, calls and rows of every ``FastPredictor.predict`` made by the thread that
+    entered it, and how many of those rows were walked through the trees (not found in the predictor's memory)
+    - what the models alone cost a decision (predictions in retrain threads are not counted).
 
     >>> import numpy as np, xgboost
     >>> b = xgboost.train({"max_depth": 2}, xgboost.DMatrix(np.eye(3, dtype=np.float32), label=[1, 2, 3]), 3)
     >>> p = FastPredictor.from_booster(b)
-    >>> with WalkTimer() as w:
-    ...     _ = p.predict(np.zeros((5, 3), dtype=np.float32), remember=False)
-    >>> w.rows, w.calls, w.seconds > 0
-    (5, 1, True)
+    >>> with PredictTimer() as w:
+    ...     _ = p.predict(np.zeros((5, 3), dtype=np.float32))
+    >>> w.rows, w.walked, w.calls, w.seconds > 0
+    (5, 1, 1, True)
     """
 
     def __init__(self) -> None:
-        self.seconds, self.rows, self.calls = 0.0, 0, 0
+        self.seconds, self.rows, self.walked, self.calls = 0.0, 0, 0, 0
         self._thread = 0
         self._original: Any = None
 
-    def __enter__(self) -> WalkTimer:
+    def __enter__(self) -> PredictTimer:
         self._thread = threading.get_ident()
-        self._original = original = FastPredictor._walk
+        self._original = original = FastPredictor.predict
         timer = self
 
-        def walk(predictor: FastPredictor, X: np.ndarray) -> np.ndarray:
+        def predict(predictor: FastPredictor, X: np.ndarray, remember: bool = True) -> np.ndarray:
             if threading.get_ident() != timer._thread:
-                return original(predictor, X)  # type: ignore[no-any-return]
-            t0 = time.perf_counter()
+                return original(predictor, X, remember)  # type: ignore[no-any-return]
+            walked, t0 = predictor.walked, time.perf_counter()
             try:
-                return original(predictor, X)  # type: ignore[no-any-return]
+                return original(predictor, X, remember)  # type: ignore[no-any-return]
             finally:
                 timer.seconds += time.perf_counter() - t0
                 timer.rows += len(X)
+                timer.walked += predictor.walked - walked
                 timer.calls += 1
 
-        FastPredictor._walk = walk  # type: ignore[method-assign]
+        FastPredictor.predict = predict  # type: ignore[method-assign]
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        FastPredictor._walk = self._original  # type: ignore[method-assign]
+        FastPredictor.predict = self._original  # type: ignore[method-assign]
 
 
 def speed(preset: str, n_tasks: int) -> None:
     print(f"\n== speed: rtt_aware on the {preset} preset, {n_tasks} tasks (simulated tasks per second of wall time) ==")
     print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}{'CPU ms/task':>12}{'waited s':>9}"
           f"{'mean ms':>9}   mean ms by fifth of the run")
-    walks = WalkTimer()
+    models = PredictTimer()
     for policy in ("kube_default", "static_best", "rtt_aware"):
         t0, cpu0 = time.perf_counter(), time.thread_time()
         if policy == "rtt_aware":
-            with walks:
+            with models:
                 m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), factory({}), 1)
         else:
             m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), policy, 1)
@@ -172,11 +174,11 @@ def speed(preset: str, n_tasks: int) -> None:
               f"{float(m.rtt_ms[m.ok].mean()):>9.1f}   " + " ".join(f"{x:6.1f}" for x in fifths(m)), flush=True)
     print("(CPU ms/task: the simulation thread's CPU per task, retrains in their own threads excluded; waited s: "
           "wall time it waited for a retrain still running when its verdict was due)")
-    per_task = walks.seconds / n_tasks
-    print(f"rtt_aware's tree walks alone: {1000 * per_task:.3f} ms a task ({walks.rows / n_tasks:.0f} rows a task in "
-          f"{walks.calls / n_tasks:.1f} walks; {walks.rows / max(walks.seconds, 1e-12) / 1e6:.2f} M rows/s): "
-          f"{1 / max(per_task, 1e-12):,.0f} tasks/s if nothing else ran ({per_task * SPEED_GOAL:.2f} x the "
-          f"{1000 / SPEED_GOAL:.2f} ms a task the goal allows)")
+    per_task = models.seconds / n_tasks
+    print(f"rtt_aware's predictions alone: {1000 * per_task:.3f} ms a task ({models.rows / n_tasks:.0f} rows a task "
+          f"in {models.calls / n_tasks:.1f} calls, {models.walked / n_tasks:.0f} of them walked, the rest found in "
+          f"the predictors' memory): {1 / max(per_task, 1e-12):,.0f} tasks/s if nothing else ran "
+          f"({per_task * SPEED_GOAL:.2f} x the {1000 / SPEED_GOAL:.2f} ms a task the goal allows)")
 
 
 def main() -> int:

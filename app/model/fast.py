@@ -16,13 +16,18 @@ by tree, sixteen rows at a time as independent chains (one tree stays in L1; the
 chains' loads); a short tail goes row by row, four trees at a time. Sums are float64, added from the base
 margin in tree order on both paths, so a row's prediction does not depend on where it stands in ``X``.
 
-Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted (keyed by their bytes): the
-extender prices the same running pods on the same nodes request after request
-(:mod:`app.scheduler.inflict`), kube-scheduler asks prioritize about the pod and nodes it just filtered, and
-a request's idle candidates of one kind share a row; those rows are walked once. A call whose first row is
-new (a new pod's candidates: its input size is in every row) walks every row without looking the others up.
+Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted, in an open-addressed table that
+the same compiled call reads and fills: the extender prices the same running pods on the same nodes request
+after request (:mod:`app.scheduler.inflict`), kube-scheduler asks prioritize about the pod and nodes it just
+filtered, a request's idle candidates of one kind share a row, and between two scrapes a node's row changes
+only with what runs there and the pod's own features. A row is keyed by its values, except the task's own
+features (its input size), which are keyed by their *cell*: how many of the forest's thresholds on the
+feature lie at or below the value. Rows in one cell take the same path through every tree, so a new pod
+whose input size falls in a cell seen before finds its candidates' rows remembered, with the very number a
+walk gives. Each distinct row not remembered is walked once.
 
-The kernel holds no state and releases the GIL, so one predictor may serve several threads.
+The walk kernel holds no state and releases the GIL; the memory serves one call at a time (a lock), so one
+predictor may serve several threads.
 
 >>> import numpy as np, xgboost
 >>> X = np.array([[0.0], [1.0], [2.0], [3.0]] * 8, dtype=np.float32)
@@ -35,18 +40,21 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Collection, Sequence
 
 import numba
 import numpy as np
 import xgboost
 
+from app.features.vector import TASK_FEATURES
 from app.model.forest import Forest, float_keys, forest_from_booster
 from app.model.train import booster_from_bytes
 
 LANES = 16  # rows per block: independent chains per tree walk
 ROWS_AS_BLOCK = 5  # a tail of at least this many rows is walked as one padded block, fewer row by row
-MEMO_ROWS = 16_384  # rows a predictor remembers (2-4 MB at 12-46 features); then it starts afresh
+MEMO_ROWS = 16_384  # rows a predictor remembers (its table: 1.6-6 MB at 12-46 features); then it starts afresh
+TABLE_START = 256  # slots of a new predictor's table (doubled as it fills, kept at most half full)
 _NAN_LEFT = np.int32(-(2**31))
 _NAN_RIGHT = np.int32(2**31 - 1)
 
@@ -68,6 +76,44 @@ def _row_keys(X: np.ndarray, n_blocks: int) -> np.ndarray:  # pragma: no cover -
                 nan = magnitude > np.int32(0x7F800000)
                 out[blk, j, lane] = _NAN_LEFT if nan else k
                 out[blk, width + j, lane] = _NAN_RIGHT if nan else k
+    return out
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _memo_rows(  # pragma: no cover - compiled
+    X: np.ndarray, cuts: np.ndarray, starts: np.ndarray, by_cell: np.ndarray,
+) -> np.ndarray:
+    """``(n, width)`` int32, what the memory keys a row by: a feature with ``by_cell`` set by its cell (how many
+    of its thresholds, ``cuts[starts[j]:starts[j + 1]]`` as sorted keys, are at or below the value; -1 for NaN),
+    any other by its value's key (:func:`~app.model.forest.float_keys`; NaN ``INT32_MIN``)."""
+    n, width = X.shape
+    bits = X.view(np.int32)
+    out = np.empty((n, width), dtype=np.int32)
+    for j in range(width):
+        cell = by_cell[j]
+        first, last = starts[j], starts[j + 1]
+        for i in range(n):
+            b = bits[i, j]
+            if cell and i and b == bits[i - 1, j]:  # the task's own features: one value down the column
+                out[i, j] = out[i - 1, j]
+                continue
+            magnitude = b & np.int32(0x7FFFFFFF)
+            nan = magnitude > np.int32(0x7F800000)
+            k = np.int32(0) if magnitude == 0 else (b if b >= 0 else b ^ np.int32(0x7FFFFFFF))
+            if not cell:
+                out[i, j] = _NAN_LEFT if nan else k
+                continue
+            if nan:
+                out[i, j] = -1
+                continue
+            lo, hi = first, last
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if cuts[mid] <= k:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i, j] = lo - first
     return out
 
 
@@ -201,6 +247,133 @@ def _predict_kernel(  # pragma: no cover - compiled; exercised through FastPredi
     return out[:n]
 
 
+@numba.njit(inline="always")
+def _hash(row: np.ndarray) -> np.uint64:
+    """A row of int32 words hashed (FNV-1a over the words, then a finaliser that spreads the low bits)."""
+    h = np.uint64(0xCBF29CE484222325)
+    for w in row:
+        h = (h ^ np.uint64(np.uint32(w))) * np.uint64(0x100000001B3)
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    return h ^ (h >> np.uint64(32))
+
+
+@numba.njit(inline="always")
+def _find(keys: np.ndarray, used: np.ndarray, row: np.ndarray, h: np.uint64) -> int:
+    """Where ``row`` is in the open-addressed table (``used[slot]`` set), or the free slot it would take
+    (``used[slot]`` clear); the table is never full."""
+    mask = np.uint64(used.size - 1)
+    slot = h & mask
+    width = row.size
+    while used[slot]:
+        same = True
+        for j in range(width):
+            if keys[slot, j] != row[j]:
+                same = False
+                break
+        if same:
+            return int(slot)
+        slot = (slot + np.uint64(1)) & mask
+    return int(slot)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _memo_find(  # pragma: no cover - compiled; exercised through FastPredictor.predict
+    X: np.ndarray, cuts: np.ndarray, starts: np.ndarray, by_cell: np.ndarray, keys: np.ndarray,
+    values: np.ndarray, used: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Look ``X`` up in the memory (``keys``/``values``/``used``): ``(out, rows, hashes, first, new_at)``:
+    margins of the rows found (the rest unset), the rows' memo rows and hashes, per row not found the index in
+    ``new_at`` of the first row with its key (-1 for rows found), and the rows to walk (each key once, in order
+    of first appearance)."""
+    n = X.shape[0]
+    rows = _memo_rows(X, cuts, starts, by_cell)
+    hashes = np.empty(n, dtype=np.uint64)
+    out = np.empty(n)
+    first = np.empty(n, dtype=np.int64)
+    n_new = 0
+    new_at = np.empty(n, dtype=np.int64)
+    size = 1  # the call's own table of new keys: at least twice as many slots as rows
+    while size < 2 * n:
+        size *= 2
+    seen_keys = np.empty((size, rows.shape[1]), dtype=np.int32)
+    seen_used = np.zeros(size, dtype=np.uint8)
+    seen_row = np.empty(size, dtype=np.int64)
+    for i in range(n):
+        h = _hash(rows[i])
+        hashes[i] = h
+        slot = _find(keys, used, rows[i], h)
+        if used[slot]:
+            out[i] = values[slot]
+            first[i] = -1
+            continue
+        s = _find(seen_keys, seen_used, rows[i], h)
+        if seen_used[s]:
+            first[i] = seen_row[s]
+            continue
+        seen_used[s] = 1
+        seen_keys[s] = rows[i]
+        seen_row[s] = n_new
+        first[i] = n_new
+        new_at[n_new] = i
+        n_new += 1
+    return out, rows, hashes, first, new_at[:n_new]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _memo_fill(  # pragma: no cover - compiled; exercised through FastPredictor.predict
+    out: np.ndarray, first: np.ndarray, walked: np.ndarray, rows: np.ndarray, hashes: np.ndarray,
+    new_at: np.ndarray, keys: np.ndarray, values: np.ndarray, used: np.ndarray, count: np.ndarray, capacity: int,
+    remember: bool,
+) -> None:
+    """Put the ``walked`` margins of the new rows into ``out``; with ``remember``, add them to the memory
+    (``count[0]`` rows in it; it starts afresh first when they would take it past ``capacity``; at most
+    ``capacity`` of them are added); ``count[1]`` counts the rows walked."""
+    for i in range(out.size):
+        if first[i] >= 0:
+            out[i] = walked[first[i]]
+    n_new = new_at.size
+    count[1] += n_new
+    if not remember:
+        return
+    if count[0] + n_new > capacity:
+        used[:] = 0
+        count[0] = 0
+    n_new = min(n_new, capacity)
+    for q in range(n_new):
+        i = new_at[q]
+        slot = _find(keys, used, rows[i], hashes[i])
+        used[slot] = 1
+        keys[slot] = rows[i]
+        values[slot] = walked[q]
+    count[0] += n_new
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _rehash(  # pragma: no cover - compiled
+    keys: np.ndarray, values: np.ndarray, used: np.ndarray, new_keys: np.ndarray, new_values: np.ndarray,
+    new_used: np.ndarray,
+) -> None:
+    for slot in range(used.size):
+        if used[slot]:
+            s = _find(new_keys, new_used, keys[slot], _hash(keys[slot]))
+            new_used[s] = 1
+            new_keys[s] = keys[slot]
+            new_values[s] = values[slot]
+
+
+def _feature_cuts(forest: Forest) -> tuple[np.ndarray, np.ndarray]:
+    """Every feature's distinct threshold keys, sorted, end to end (int32), and where each feature's start
+    (int64, ``width + 1``)."""
+    feature = forest.codes >> 1
+    keys = float_keys(forest.thresholds)
+    per = [np.unique(keys[feature == j]) for j in range(forest.num_feature)]
+    starts = np.zeros(forest.num_feature + 1, dtype=np.int64)
+    starts[1:] = np.cumsum([p.size for p in per])
+    cuts = np.concatenate(per).astype(np.int32) if per else np.empty(0, dtype=np.int32)
+    return cuts, starts
+
+
 class FastPredictor:
     """A :class:`~app.model.base.Predictor` over a single-output XGBoost regression booster.
 
@@ -208,7 +381,7 @@ class FastPredictor:
     and run one prediction, so the first real call is already fast.
     """
 
-    def __init__(self, forest: Forest) -> None:
+    def __init__(self, forest: Forest, by_cell: Collection[str] = TASK_FEATURES) -> None:
         self._forest = forest
         width = forest.num_feature
         feature, missing_right = forest.codes >> 1, forest.codes & 1
@@ -219,9 +392,19 @@ class FastPredictor:
         self._trees = forest.trees
         self._base = forest.base_margin
         self._log_link = forest.link == "log"
-        self._memo: dict[bytes, float] = {}
+        self._cuts, self._starts = _feature_cuts(forest)
+        self._by_cell = np.array([name in by_cell for name in forest.feature_names], dtype=np.uint8)
+        # the memory of rows predicted: an open-addressed table of memo rows (memo_rows), grown as it fills
+        self._keys = np.empty((TABLE_START, max(1, width)), dtype=np.int32)
+        self._values = np.empty(TABLE_START)
+        self._used = np.zeros(TABLE_START, dtype=np.uint8)
+        self._count = np.zeros(2, dtype=np.int64)  # rows remembered, rows walked
+        self._lock = threading.Lock()  # the kernel releases the GIL; one call at a time uses the table
         self.predict(np.full((1, width), np.nan, dtype=np.float32))
         self.forget()
+        self._count[1] = 0
+        empty = self._keys[:0]  # compiles (or loads) the growth's kernel now, not while serving
+        _rehash(empty, self._values[:0], self._used[:0], empty, self._values[:0], self._used[:0])
 
     @classmethod
     def from_booster(cls, booster: xgboost.Booster, feature_names: Sequence[str] | None = None) -> FastPredictor:
@@ -248,8 +431,8 @@ class FastPredictor:
     def predict(self, X: np.ndarray, remember: bool = True) -> np.ndarray:
         """RTT (float64, one per row) for float32 rows in the order of :attr:`feature_names`; NaN = missing.
 
-        Rows are looked up in the memory of rows predicted before; with ``remember`` False, new rows are not
-        added to it, and a call whose first row is new walks every row without making the rows' keys.
+        Rows are looked up (by :meth:`memo_rows`) in the memory of rows predicted before, and each row not there
+        is walked once; with ``remember`` False, the rows walked are not added to the memory.
         """
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self._forest.num_feature:
@@ -257,43 +440,56 @@ class FastPredictor:
         n = X.shape[0]
         if not n or not X.shape[1]:
             return self._walk(X)
-        memo = self._memo
-        if X[0].tobytes() not in memo:  # a new first row: most likely a new pod's candidates, none remembered
-            out = self._walk(X)  # walk all
-            if remember:
-                if len(memo) + n > MEMO_ROWS:
-                    memo.clear()
-                memo.update(zip(self._keys(X), out.tolist(), strict=True))
-            return out
-        keys = self._keys(X)
-        known = list(map(memo.get, keys))
-        missing = known.count(None)
-        if not missing:
-            return np.array(known, dtype=np.float64)
-        todo: dict[bytes, int] = {}  # rows to walk, each once: key -> its first index in X
-        for i, value in enumerate(known):
-            if value is None and keys[i] not in todo:
-                todo[keys[i]] = i
-        fresh = dict(zip(todo, self._walk(X[list(todo.values())]).tolist(), strict=True))
-        if remember:
-            if len(memo) + missing > MEMO_ROWS:
-                memo.clear()
-            memo.update(fresh)
-        return np.array([fresh[keys[i]] if v is None else v for i, v in enumerate(known)], dtype=np.float64)
+        with self._lock:
+            self._room_for(n)
+            out, rows, hashes, first, new_at = _memo_find(X, self._cuts, self._starts, self._by_cell, self._keys,
+                                                          self._values, self._used)
+            if new_at.size:
+                walked = _predict_kernel(X if new_at.size == n else X[new_at], self._nodes, self._leaves,
+                                         self._trees, self._base)
+                _memo_fill(out, first, walked, rows, hashes, new_at, self._keys, self._values, self._used,
+                           self._count, MEMO_ROWS, remember)
+        if self._log_link:
+            np.exp(out, out=out)
+        return out
 
-    @staticmethod
-    def _keys(X: np.ndarray) -> list[bytes]:
-        """Each row's bytes, its key in the memory (a void item converts to bytes, as ``X[i].tobytes()``)."""
-        return X.view(np.dtype((np.void, 4 * X.shape[1]))).ravel().tolist()  # type: ignore[return-value]
+    def _room_for(self, n: int) -> None:
+        """Grow the memory's table (keeping what it holds) so that it stays at most half full after ``n`` more
+        rows, up to :data:`MEMO_ROWS` rows."""
+        need = 2 * min(int(self._count[0]) + n, MEMO_ROWS)
+        size = self._used.size
+        if need <= size:
+            return
+        while size < need:
+            size *= 2
+        keys = np.empty((size, self._keys.shape[1]), dtype=np.int32)
+        values, used = np.empty(size), np.zeros(size, dtype=np.uint8)
+        _rehash(self._keys, self._values, self._used, keys, values, used)
+        self._keys, self._values, self._used = keys, values, used
+
+    def memo_rows(self, X: np.ndarray) -> np.ndarray:
+        """What the memory keys each row by (``(n, width)`` int32): the value's key of each feature, except the
+        features in ``by_cell`` (the task's own, by default), which are keyed by their cell: how many of the
+        forest's thresholds on the feature lie at or below the value (-1 for NaN). Rows keyed the same take the
+        same path through every tree, so their predictions are the same number."""
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        return _memo_rows(X, self._cuts, self._starts, self._by_cell)
+
+    @property
+    def walked(self) -> int:
+        """How many rows :meth:`predict` has walked through the trees (rows not found in the memory)."""
+        return int(self._count[1])
 
     @property
     def remembered(self) -> int:
         """How many rows the predictor remembers now."""
-        return len(self._memo)
+        return int(self._count[0])
 
     def forget(self) -> None:
         """Start the memory of predicted rows afresh."""
-        self._memo.clear()
+        with self._lock:
+            self._used[:] = 0
+            self._count[0] = 0
 
     def _walk(self, X: np.ndarray) -> np.ndarray:
         out = _predict_kernel(X, self._nodes, self._leaves, self._trees, self._base)

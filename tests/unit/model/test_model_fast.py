@@ -192,13 +192,13 @@ def test_each_distinct_row_is_remembered_once(small_booster, monkeypatch):
     got = fp.predict(repeats)
     assert np.array_equal(got[:15], np.concatenate([want[:5], want[:5], want[3:8]]))
     assert np.array_equal(got[15:18], got[18:])
-    assert fp.remembered == 36  # three rows with 0.0, three with -0.0
+    assert fp.remembered == 33  # 0.0 and -0.0: one key (the same path through every tree)
     fp.forget()
     assert fp.remembered == 0 and np.array_equal(fp.predict(X[::-1]), want[::-1])
     monkeypatch.setattr("app.model.fast.MEMO_ROWS", 8)
     assert np.array_equal(fp.predict(X), want) and fp.remembered == 30  # nothing new: nothing changes
     assert np.array_equal(fp.predict(X[:4] + 1), fp.predict(X[:4] + 1)) and fp.remembered == 4  # afresh
-    assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 30  # afresh: the 4 are gone
+    assert np.array_equal(fp.predict(X[::-1]), want[::-1]) and fp.remembered == 8  # afresh, 8 of the 30 kept
 
 
 def test_rows_not_to_remember_give_the_same_numbers_and_leave_the_memory_as_it_was(small_booster):
@@ -211,3 +211,71 @@ def test_rows_not_to_remember_give_the_same_numbers_and_leave_the_memory_as_it_w
     assert np.array_equal(fp.predict(mixed, remember=False), np.concatenate([want[:10], want[20:30]]))
     assert fp.remembered == 10
     assert np.array_equal(fp.predict(X[30:], remember=False), want[30:]) and fp.remembered == 10
+
+
+@pytest.fixture(scope="module")
+def task_booster() -> xgboost.Booster:
+    """Trained on node features and the task's input size (the last column), as the scheduler's models are."""
+    X, y = synthetic_rtt(400, n_features=4, seed=11, missing=0.1)
+    size = np.random.default_rng(12).uniform(10, 900, size=len(X)).astype(np.float32)
+    X = np.column_stack([X, size]).astype(np.float32)
+    names = [f"m{i}__mean" for i in range(4)] + ["task_input_size_mb"]
+    return xgboost.train({"max_depth": 4, "tree_method": "hist", "max_bin": 64, "seed": 0, "nthread": 1},
+                         xgboost.DMatrix(X, label=y + 0.3 * size, feature_names=names), 20)
+
+
+def _input_thresholds(fp: FastPredictor) -> np.ndarray:
+    forest = fp._forest
+    column = forest.feature_names.index("task_input_size_mb")
+    return np.unique(forest.thresholds[(forest.codes >> 1) == column])
+
+
+def test_the_task_input_is_keyed_by_its_cell_the_rest_by_value(task_booster):
+    fp = FastPredictor.from_booster(task_booster)
+    cuts = _input_thresholds(fp)
+    assert cuts.size > 3
+    sizes = np.concatenate([cuts, np.nextafter(cuts, np.float32(np.inf)), np.nextafter(cuts, np.float32(-np.inf)),
+                            [0.0, 5000.0, np.nan]]).astype(np.float32)
+    X = np.zeros((sizes.size, 5), dtype=np.float32)
+    X[:, 0] = np.arange(sizes.size)  # every row another value of a node feature: keyed by value
+    X[:, 4] = sizes
+    rows = fp.memo_rows(X)
+    want = np.searchsorted(cuts, sizes, side="right")  # thresholds at or below the value: x >= t goes right
+    want[np.isnan(sizes)] = -1
+    np.testing.assert_array_equal(rows[:, 4], want)
+    np.testing.assert_array_equal(rows[:, 0], X[:, 0].view(np.int32))  # float keys of non-negative values: the bits
+    X[:, 0] = np.nan
+    assert (fp.memo_rows(X)[:, 0] == np.iinfo(np.int32).min).all()  # NaN: one key
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=hnp.arrays(np.float32, st.integers(1, 60), elements=st.floats(0, 1000, width=32)), seed=st.integers(0, 50))
+def test_rows_in_one_cell_share_a_memory_row_and_predict_what_a_walk_gives(task_booster, sizes, seed):
+    fp = FastPredictor.from_booster(task_booster)
+    node = synthetic_rtt(3, n_features=4, seed=seed)[0]
+    X = np.column_stack([np.repeat(node, sizes.size, axis=0), np.tile(sizes, 3)]).astype(np.float32)
+    first = fp.predict(X)
+    np.testing.assert_array_equal(first, fp._walk(X))  # bit for bit what walking each row gives
+    assert_same(fp, task_booster, X)
+    cells = np.searchsorted(_input_thresholds(fp), sizes, side="right")
+    distinct = len({(r, c) for r in range(3) for c in cells.tolist()})
+    assert fp.remembered == fp.walked == distinct  # one walk and one memory row per node and cell
+    np.testing.assert_array_equal(fp.predict(X[::-1]), first[::-1])
+    assert fp.walked == distinct  # all found
+
+
+def test_the_table_grows_keeps_what_it_holds_and_starts_afresh_when_full(small_booster, monkeypatch):
+    X, _ = synthetic_rtt(3000, seed=13, missing=0.2)
+    fp = FastPredictor.from_booster(small_booster)
+    want = fp._walk(X)
+    for part in np.array_split(np.arange(len(X)), 7):  # the table doubles several times along the way
+        np.testing.assert_array_equal(fp.predict(X[part]), want[part])
+    assert fp.remembered == fp.walked == len(np.unique(fp.memo_rows(X), axis=0))
+    np.testing.assert_array_equal(fp.predict(X[::-1]), want[::-1])
+    assert fp.walked == fp.remembered  # nothing walked again after the growths
+    monkeypatch.setattr("app.model.fast.MEMO_ROWS", 100)
+    np.testing.assert_array_equal(fp.predict(X[:50] + 7), fp._walk(X[:50] + 7))  # full: afresh, then these
+    assert fp.remembered == 50
+    np.testing.assert_array_equal(fp.predict(X[100:400] + 7), fp._walk(X[100:400] + 7))  # more than it holds
+    assert fp.remembered == 100  # the first 100 of them
+    np.testing.assert_array_equal(fp.predict(X[:2]), want[:2])
