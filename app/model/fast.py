@@ -17,14 +17,14 @@ chains' loads); a short tail goes row by row, four trees at a time. Sums are flo
 margin in tree order on both paths, so a row's prediction does not depend on where it stands in ``X``.
 
 Each predictor remembers up to :data:`MEMO_ROWS` rows it has predicted, in an open-addressed table that
-the same compiled call reads and fills: the extender prices the same running pods on the same nodes request
-after request (:mod:`app.scheduler.inflict`), kube-scheduler asks prioritize about the pod and nodes it just
-filtered, a request's idle candidates of one kind share a row, and between two scrapes a node's row changes
-only with what runs there and the pod's own features. A row is keyed by its values, except the task's own
-features (its input size), which are keyed by their *cell*: how many of the forest's thresholds on the
-feature lie at or below the value. Rows in one cell take the same path through every tree, so a new pod
-whose input size falls in a cell seen before finds its candidates' rows remembered, with the very number a
-walk gives. Each distinct row not remembered is walked once.
+compiled code looks up before the walk and fills after it: the extender prices the same running pods on
+the same nodes request after request (:mod:`app.scheduler.inflict`), kube-scheduler asks prioritize about
+the pod and nodes it just filtered, a request's idle candidates of one kind share a row, and between two
+scrapes a node's row changes only with what runs there and the pod's own features. A row is keyed by its
+values, except the task's own features (its input size), which are keyed by their *cell*: how many of the
+forest's thresholds on the feature lie at or below the value. Rows in one cell take the same path through
+every tree, so a new pod whose input size falls in a cell seen before finds its candidates' rows
+remembered, with the very number a walk gives. Each distinct row not remembered is walked once.
 
 The walk kernel holds no state and releases the GIL; the memory serves one call at a time (a lock), so one
 predictor may serve several threads.
@@ -59,6 +59,15 @@ _NAN_LEFT = np.int32(-(2**31))
 _NAN_RIGHT = np.int32(2**31 - 1)
 
 
+@numba.njit(inline="always")
+def _float_key(b: np.int32) -> tuple[np.int32, np.bool_]:
+    """The key of a float32 given by its bits (:func:`~app.model.forest.float_keys`; 0.0 and -0.0 share key 0),
+    and whether it is NaN (its key is then meaningless)."""
+    magnitude = b & np.int32(0x7FFFFFFF)
+    k = np.int32(0) if magnitude == 0 else (b if b >= 0 else b ^ np.int32(0x7FFFFFFF))
+    return k, magnitude > np.int32(0x7F800000)
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _row_keys(X: np.ndarray, n_blocks: int) -> np.ndarray:  # pragma: no cover - compiled
     """``(n_blocks, 2 * width, LANES)`` int32 keys of ``X`` (see the module docstring); padding rows are 0."""
@@ -70,10 +79,7 @@ def _row_keys(X: np.ndarray, n_blocks: int) -> np.ndarray:  # pragma: no cover -
         out[blk, :, rows:] = 0
         for j in range(width):
             for lane in range(rows):
-                b = bits[blk * LANES + lane, j]
-                magnitude = b & np.int32(0x7FFFFFFF)  # 0.0 and -0.0 share key 0; NaN: above +inf
-                k = np.int32(0) if magnitude == 0 else (b if b >= 0 else b ^ np.int32(0x7FFFFFFF))
-                nan = magnitude > np.int32(0x7F800000)
+                k, nan = _float_key(bits[blk * LANES + lane, j])
                 out[blk, j, lane] = _NAN_LEFT if nan else k
                 out[blk, width + j, lane] = _NAN_RIGHT if nan else k
     return out
@@ -97,9 +103,7 @@ def _memo_rows(  # pragma: no cover - compiled
             if cell and i and b == bits[i - 1, j]:  # the task's own features: one value down the column
                 out[i, j] = out[i - 1, j]
                 continue
-            magnitude = b & np.int32(0x7FFFFFFF)
-            nan = magnitude > np.int32(0x7F800000)
-            k = np.int32(0) if magnitude == 0 else (b if b >= 0 else b ^ np.int32(0x7FFFFFFF))
+            k, nan = _float_key(b)
             if not cell:
                 out[i, j] = _NAN_LEFT if nan else k
                 continue
@@ -370,7 +374,7 @@ def _feature_cuts(forest: Forest) -> tuple[np.ndarray, np.ndarray]:
     per = [np.unique(keys[feature == j]) for j in range(forest.num_feature)]
     starts = np.zeros(forest.num_feature + 1, dtype=np.int64)
     starts[1:] = np.cumsum([p.size for p in per])
-    cuts = np.concatenate(per).astype(np.int32) if per else np.empty(0, dtype=np.int32)
+    cuts = np.concatenate(per) if per else np.empty(0, dtype=np.int32)
     return cuts, starts
 
 
@@ -441,7 +445,8 @@ class FastPredictor:
         if not n or not X.shape[1]:
             return self._walk(X)
         with self._lock:
-            self._room_for(n)
+            if remember:
+                self._room_for(n)
             out, rows, hashes, first, new_at = _memo_find(X, self._cuts, self._starts, self._by_cell, self._keys,
                                                           self._values, self._used)
             if new_at.size:
