@@ -47,10 +47,12 @@ def registry_loader(settings: Settings) -> ModelLoader:
         # worker thread, so neither the extender's start nor its event loop waits for them.
         from app.model.errors import RegistryUnavailableError
         from app.registry.store import load_predictor, open_store
+        from app.scheduler.inflict import warm_kernels
 
         with lock:
             if not opened:
                 opened.append(open_store(settings))
+                warm_kernels()  # the slowdown pricing's compiled steps, before the first model serves
         key, version, sha = update["model_key"], int(update["version"]), update["sha256"]
         try:
             predictor, record = load_predictor(opened[0], key, version)

@@ -39,6 +39,7 @@ STATS = ("count", "mean", "m2", "min", "max", "last", "last_ts")
 N_STATS = len(STATS)
 _EMPTY = np.array([0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, -np.inf])
 _COLS_CACHE_MAX = 32
+_AGGS_CACHE_MAX = 64
 
 
 @functools.lru_cache(maxsize=4096)
@@ -53,7 +54,7 @@ class WindowAggregate:
     standard deviation (0 for a single sample). ``count`` is the number of snapshots in the window.
     """
 
-    __slots__ = ("count", "end_ts", "last", "max", "mean", "min", "n", "names", "start_ts", "std")
+    __slots__ = ("_features", "count", "end_ts", "last", "max", "mean", "min", "n", "names", "start_ts", "std")
 
     def __init__(self, names: list[str], count: int, start_ts: float, end_ts: float, stats: np.ndarray) -> None:
         self.names = names
@@ -61,6 +62,7 @@ class WindowAggregate:
         self.start_ts = start_ts
         self.end_ts = end_ts
         self.n, self.mean, self.std, self.min, self.max, self.last = stats
+        self._features: dict[str, float] | None = None
 
     @classmethod
     def merge(cls, cube: np.ndarray, names: list[str], count: int, start_ts: float,
@@ -87,9 +89,11 @@ class WindowAggregate:
 
     def features(self) -> dict[str, float]:
         """``{metric}__{agg}`` for every metric seen in the window and every aggregate."""
-        names = _feature_names(tuple(self.names))
-        values = np.concatenate([getattr(self, agg) for agg in AGGREGATES]).tolist()
-        return dict(zip(names, values, strict=True))
+        if self._features is None:
+            names = _feature_names(tuple(self.names))
+            values = np.concatenate([getattr(self, agg) for agg in AGGREGATES]).tolist()
+            self._features = dict(zip(names, values, strict=True))
+        return dict(self._features)
 
 
 class NodeWindow:
@@ -131,6 +135,7 @@ class NodeWindow:
         self.late_dropped = 0
         self.metrics_dropped = 0
         self.dirty: set[int] = set()
+        self._aggs: dict[tuple[int, int], WindowAggregate] = {}  # aggregates since the last change, by buckets
 
     def _check_window(self, window_s: float) -> float:
         if not 0 < window_s <= self.history_s:
@@ -191,6 +196,7 @@ class NodeWindow:
             self._s = grown
         self.names.append(name)
         self._index[name] = j
+        self._aggs.clear()
         return j
 
     def update(self, ts: float, metrics: Mapping[str, float]) -> bool:
@@ -217,6 +223,7 @@ class NodeWindow:
             self._s[:, slot, :] = _EMPTY[:, None]
         self._n[slot] += 1.0
         self.dirty.add(slot)
+        self._aggs.clear()
         vals = np.fromiter(metrics.values(), dtype=np.float64, count=len(names))
         row = self._s[:, slot, :]
         c = row[0, cols] + 1.0
@@ -242,18 +249,27 @@ class NodeWindow:
         """Aggregates over the ``window_s`` (default: the node's window) ending with ``until_ts``'s bucket.
 
         Without ``until_ts`` the window ends with the newest bucket. Buckets older than the history are
-        gone: such a window covers only what is left (``start_ts`` says where it really starts).
+        gone: such a window covers only what is left (``start_ts`` says where it really starts). Until the
+        window next changes, asking again for the same buckets returns the same aggregate (read it, do not
+        change it).
         """
         w = self.window_s if window_s is None else float(window_s)
         if not w > 0:
             raise ValueError(f"window_s must be > 0 (got {w})")
         hi = self.newest if until_ts is None else self.bucket_of(until_ts)
         lo = max(hi - max(1, round(w / self.bucket_s)) + 1, self.newest - self.n_buckets + 1)
+        agg = self._aggs.get((lo, hi))
+        if agg is not None:
+            return agg
         m = len(self.names)
         sel = (self._bucket >= lo) & (self._bucket <= hi)
         cube = self._s[:, sel, :m]
         start = lo * self.bucket_s
-        return WindowAggregate.merge(cube, self.names, int(self._n[sel].sum()), start, (hi + 1) * self.bucket_s)
+        agg = WindowAggregate.merge(cube, list(self.names), int(self._n[sel].sum()), start, (hi + 1) * self.bucket_s)
+        if len(self._aggs) >= _AGGS_CACHE_MAX:
+            self._aggs.clear()
+        self._aggs[lo, hi] = agg
+        return agg
 
     # -- persistence (the bytes codec lives with the store) ------------------------------------------
     def take_dirty(self) -> list[int]:
@@ -278,6 +294,7 @@ class NodeWindow:
         self.newest = max(self.newest, bucket)
         self._bucket[slot] = bucket
         self._n[slot] = snapshots
+        self._aggs.clear()
         self._s[:, slot, :] = _EMPTY[:, None]
         self._s[:, slot, : stats.shape[1]] = stats
         return True

@@ -402,11 +402,14 @@ def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
     X = entry.matrix[rows]
     for name, col in entry.task_columns.items():
         X[:, col] = task.get(name, math.nan)
-    for j, running in _running_columns(entry.feature_names):
-        X[:, j] = idle.get(running, math.nan)
-        for k, f in enumerate(features):
-            if f is not idle:
-                X[k, j] = f.get(running, math.nan)
+    columns = _running_columns(entry.feature_names)
+    if columns:
+        for j, running in columns:
+            X[:, j] = idle.get(running, math.nan)
+        busy = [k for k, f in enumerate(features) if f is not idle]
+        for j, running in columns:
+            for k in busy:
+                X[k, j] = features[k].get(running, math.nan)
     return X
 
 

@@ -114,3 +114,36 @@ def test_export_and_load_round_trip() -> None:
 def test_bad_settings_raise(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         NodeWindow(**kwargs)  # type: ignore[arg-type]
+
+
+@settings(max_examples=80, deadline=None)
+@given(evts=events, asks=st.lists(st.tuples(st.floats(1000.0, 1095.0), st.integers(1, 40).map(float)), min_size=1,
+                                  max_size=4))
+def test_aggregates_asked_between_updates_follow_every_change(
+    evts: list[tuple[float, dict[str, float]]], asks: list[tuple[float, float]],
+) -> None:
+    """An aggregate asked again before the window changes is the one already merged; after an update it is
+    merged afresh: after every event each window asked (twice) equals the batch over the events so far."""
+    w = NodeWindow(history_s=120.0)
+    for n, (t, m) in enumerate(evts, start=1):
+        assert w.update(t, m)
+        for until, window_s in asks:
+            hi = w.bucket_of(until)
+            first = w.aggregate(until_ts=until, window_s=window_s)
+            assert w.aggregate(until_ts=until, window_s=window_s) is first
+            assert_matches(first, batch(evts[:n], w, hi - int(window_s) + 1, hi))
+
+
+def test_a_new_metric_or_a_loaded_slot_changes_the_aggregate_and_features_are_a_copy() -> None:
+    w = NodeWindow(window_s=10.0, history_s=20.0)
+    w.update(100.0, {"x": 1.0})
+    a = w.aggregate()
+    f = a.features()
+    f["x__mean"] = -1.0  # the caller's copy
+    assert a.features()["x__mean"] == 1.0 and w.aggregate().features()["x__mean"] == 1.0
+    w.declare_metrics(["x", "y"])
+    assert w.aggregate() is not a and w.aggregate().names == ["x"]
+    assert a.names == ["x"]  # an aggregate handed out keeps its own names
+    stats = np.array([[2.0], [5.0], [0.0], [4.0], [6.0], [6.0], [100.5]])
+    assert w.load_slot(100, 2.0, stats)
+    assert w.aggregate().stat("x", "mean") == 5.0 and w.aggregate().count == 2

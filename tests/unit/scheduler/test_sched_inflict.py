@@ -154,3 +154,33 @@ def test_the_batched_sum_is_bit_for_bit_the_one_pod_at_a_time_sum(
     expected = reference_inflicted(snap, app, NODES, d.features, assumed, NOW, pod.task_id, weight)
     got = np.array(d.inflicted_ms) if d.inflicted_ms else np.zeros(len(NODES))
     assert got.tolist() == expected.tolist()
+
+
+WARM_THEN_PRICE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_sched_inflict import NODES, NOW, UPLOAD, gctf_running_on_fast, params, view
+from app.scheduler import inflict
+from app.scheduler.decide import decide
+
+kernels = (inflict._layout, inflict._group_rows, inflict._add_terms)
+inflict.warm_kernels()
+warmed = [list(k.signatures) for k in kernels]
+d = decide(view().build(now=NOW), UPLOAD, NODES, gctf_running_on_fast(), params(1.0), NOW)
+assert max(d.inflicted_ms) > 0, d.inflicted_ms
+print([len(w) for w in warmed], [list(k.signatures) == w for k, w in zip(kernels, warmed)])
+"""
+
+
+def test_warming_the_kernels_compiles_what_a_request_then_uses() -> None:
+    """The extender warms the slowdown pricing's compiled steps when it opens the registry: a fresh process that
+    warms them and then prices a slowdown compiles nothing more (one signature each, the request's)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", WARM_THEN_PRICE, here], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[1, 1, 1] [True, True, True]"
