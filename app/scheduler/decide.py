@@ -403,13 +403,11 @@ def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
     for name, col in entry.task_columns.items():
         X[:, col] = task.get(name, math.nan)
     columns = _running_columns(entry.feature_names)
-    if columns:
-        for j, running in columns:
-            X[:, j] = idle.get(running, math.nan)
-        busy = [k for k, f in enumerate(features) if f is not idle]
-        for j, running in columns:
-            for k in busy:
-                X[k, j] = features[k].get(running, math.nan)
+    busy = [k for k, f in enumerate(features) if f is not idle] if columns else []
+    for j, running in columns:
+        X[:, j] = idle.get(running, math.nan)
+        for k in busy:
+            X[k, j] = features[k].get(running, math.nan)
     return X
 
 

@@ -79,8 +79,7 @@ def inflicted_ms(snapshot: Snapshot, app: str, nodes: Sequence[str], at: np.ndar
         if routes is not None:
             model[:, k] = routes.model[priced_at]
             corr[:, k] = routes.correction[priced_at]
-    pods = _live_pods(live, candidates, names)
-    row_r, mb, scale, bounds, group_k, group_m = _layout(counts, model, corr, *pods, now)
+    row_r, mb, scale, bounds, group_k, group_m = _layout(counts, model, corr, *_live_pods(live, candidates, names), now)
     own = RUNNING_PREFIX + app
     for g in range(group_k.size):
         k, m = int(group_k[g]), int(group_m[g])
@@ -117,7 +116,9 @@ def _live_pods(live: Mapping[int, Sequence[AssumedPod]], candidates: Sequence[in
     column_of = {name[len(RUNNING_PREFIX):]: k for k, name in enumerate(names)}
     r_of: list[int] = []
     k_of: list[int] = []
-    values: list[float] = []
+    mb: list[float] = []
+    placed: list[float] = []
+    until: list[float] = []
     for r, i in enumerate(candidates):
         pods = live.get(i)
         if not pods:
@@ -127,10 +128,11 @@ def _live_pods(live: Mapping[int, Sequence[AssumedPod]], candidates: Sequence[in
             if k is not None:
                 r_of.append(r)
                 k_of.append(k)
-                values += (p.input_mb, p.placed_at, p.until)
-    v = np.array(values, dtype=np.float64).reshape(len(r_of), 3)
-    return (np.array(r_of, dtype=np.int64), np.array(k_of, dtype=np.int64), v[:, 0].copy(), v[:, 1].copy(),
-            v[:, 2].copy())
+                mb.append(p.input_mb)
+                placed.append(p.placed_at)
+                until.append(p.until)
+    return (np.array(r_of, dtype=np.int64), np.array(k_of, dtype=np.int64), np.array(mb, dtype=np.float64),
+            np.array(placed, dtype=np.float64), np.array(until, dtype=np.float64))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -152,8 +154,10 @@ def _layout(counts: np.ndarray, model: np.ndarray, corr: np.ndarray, pod_r: np.n
             pod_mb: np.ndarray, pod_placed: np.ndarray, pod_until: np.ndarray, now: float,
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows, group by group: per row its candidate row, input MB (NaN: unknown) and scale (the node's
-    correction for the app times the pod's remaining share, :meth:`AssumedPod.remaining`); the groups'
-    bounds in those rows, and each group's app column and model index.
+    correction for the app times the pod's remaining share); the groups' bounds in those rows, and each
+    group's app column and model index. The share is :meth:`AssumedPod.remaining`'s rule applied to the
+    pods' times here (calling it once a pod doubled the Python part of the layout); the bit-for-bit test
+    against the one-pod-at-a-time definition, which calls it, keeps the two the same.
 
     A pair (candidate row, app column) is one with pods counted there and a model; its rows are its assumed
     pods in the order given (newest first), as many as it counts, then pods with NaN and ``UNKNOWN_REMAINING``.
@@ -163,6 +167,7 @@ def _layout(counts: np.ndarray, model: np.ndarray, corr: np.ndarray, pod_r: np.n
     pair_r = np.empty(n_c * n_k, dtype=np.int64)
     pair_k = np.empty(n_c * n_k, dtype=np.int64)
     pods_of = np.empty(n_c * n_k, dtype=np.int64)
+    starts = np.empty(n_c * n_k, dtype=np.int64)  # each pair's first row
     n_pairs = 0
     n_rows = 0
     for r in range(n_c):
@@ -171,14 +176,10 @@ def _layout(counts: np.ndarray, model: np.ndarray, corr: np.ndarray, pod_r: np.n
                 pair_at[r, k] = n_pairs
                 pair_r[n_pairs], pair_k[n_pairs] = r, k
                 pods_of[n_pairs] = int(counts[r, k])
+                starts[n_pairs] = n_rows
                 n_rows += pods_of[n_pairs]
                 n_pairs += 1
-    starts = np.empty(n_pairs, dtype=np.int64)
     filled = np.zeros(n_pairs, dtype=np.int64)
-    total = 0
-    for q in range(n_pairs):
-        starts[q] = total
-        total += pods_of[q]
     mb = np.full(n_rows, np.nan)
     left = np.full(n_rows, UNKNOWN_REMAINING)
     for t in range(pod_r.size):
