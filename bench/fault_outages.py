@@ -20,6 +20,7 @@ from fault_stack import (
     Outcome,
     RedisServer,
     Stack,
+    all_counted,
     counted,
     drained,
     get_json,
@@ -209,7 +210,7 @@ async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: 
         await wait_for(lambda: served_version(stack) >= (3, 3), 120, "v3 served by the worker and the extender")
         recover = time.monotonic() - up
         await wait_for(lambda: not worker_degraded(stack), 30, "the worker no longer degraded")
-        await wait_for(lambda: counted(errors.values) >= len(load.tasks), 60, "every pair counted")
+        await all_counted(errors, load, 60, stack)
         await asyncio.sleep(3.0)  # a double count would show by now
         pairs = counted(errors.values)
     ext = get_json(f"{stack.extender_url}/readyz")
@@ -244,7 +245,7 @@ async def redis_wiped(stack: Stack, load: Load, server: RedisServer) -> Outcome:
         stack.group.children.pop("extender").send_signal(signal.SIGTERM)
         stack.start_extender("extender-2")  # reads model-updates from the start: v1 is gone, v2 is there
         await wait_for(lambda: served_version(stack) >= (2, 2), 60, "v2 served by an extender started after")
-        await wait_for(lambda: counted(errors.values) >= len(load.tasks), 60, "every pair counted")
+        await all_counted(errors, load, 60, stack)
         await asyncio.sleep(2.0)  # a double count would show by now
         pairs = counted(errors.values)
     worker_v, ext_v = served_version(stack)

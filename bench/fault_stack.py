@@ -15,6 +15,7 @@ again (its criterion is the scenario's).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import os
@@ -221,6 +222,7 @@ class Load:
         self.rtt_scale = rtt_scale
         self.quiet: set[str] = set()  # nodes that report metrics and run no task
         self.tasks: list[str] = []  # task ids whose completion was produced (ok)
+        self.per_node: collections.Counter[str] = collections.Counter()  # those tasks by node
         self.snapshots = 0
         self._seq = 0
 
@@ -246,6 +248,7 @@ class Load:
                                                    "started_ts": now - 1.0, "finished_ts": now - 1.0 + rtt / 1000,
                                                    "rtt_ms": rtt, "status": "ok", "input_size_mb": 64.0}))
                 self.tasks.append(tid)
+                self.per_node[n] += 1
         await produce(self.s, items)
 
     async def run(self, seconds: float, tasks_per_node: int = 2) -> None:
@@ -289,6 +292,30 @@ async def readers(s: Settings, *topics: str) -> Any:
 
 def counted(errors: list[dict[str, Any]]) -> int:
     return sum(v["apps"][APP]["n"] for v in errors if APP in v["apps"])
+
+
+async def all_counted(errors: Reader, load: Load, timeout_s: float, stack: Stack | None = None) -> None:
+    """Wait until prediction-errors counted every task ``load`` produced; else say which nodes are short of
+    theirs, whether the reader still reads, which of ``stack``'s processes exited and what its worker joined
+    in this life."""
+    try:
+        await wait_for(lambda: counted(errors.values) >= len(load.tasks), timeout_s, "every pair counted")
+    except AssertionError as exc:
+        got: collections.Counter[str] = collections.Counter()
+        for v in errors.values:
+            if APP in v["apps"]:
+                got[v["node"]] += v["apps"][APP]["n"]
+        short = {n: f"{got[n]}/{want}" for n, want in sorted(load.per_node.items()) if got[n] != want}
+        joined = ""
+        if stack is not None:
+            joined = f"; exited: {stack.dead()}"
+            with contextlib.suppress(OSError):
+                text = scrape(stack.worker_url)
+                outcomes = {o: metric(text, "rtt_worker_join_total", outcome=o)
+                            for o in ("matched", "duplicate", "no_prediction", "expired")}
+                joined += f"; the worker joined {outcomes}"
+        raise AssertionError(f"{exc}: {counted(errors.values)} of {len(load.tasks)} in {len(errors.values)} "
+                             f"messages (reader {errors.state()}); counted/produced by node: {short}{joined}") from None
 
 
 def sample_ids(values: list[dict[str, Any]]) -> list[str]:

@@ -87,6 +87,15 @@ class Reader:
         finally:
             await c.stop()
 
+    def state(self) -> str:
+        """``reading``, or how its background read ended (``stopped: <error>``)."""
+        task = self._task
+        if task is None:
+            return "not started"
+        if not task.done():
+            return "reading"
+        return "cancelled" if task.cancelled() else f"stopped: {task.exception()!r}"
+
     async def __aexit__(self, *exc: object) -> None:
         if self._task is None:
             return

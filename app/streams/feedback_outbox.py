@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -38,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.client import client_options
+from app.retry import Backoff
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -188,6 +189,34 @@ class ErrorsOutbox:
         """Forget the entries of revoked partitions (their new owner restores and reconciles them)."""
         for key in [k for k, e in self.entries.items() if e.partition in partitions]:
             del self.entries[key]
+
+    def unchecked(self, partitions: set[int] | None = None) -> int:
+        """Restored entries (of ``partitions``, else all) not yet looked for in the topic: none of them is sent."""
+        return sum(1 for e in self.entries.values()
+                   if not e.checked and (partitions is None or e.partition in partitions))
+
+    async def reconcile_until_done(self, partitions: Callable[[], set[int]], backoff: Backoff, *,
+                                   on_failure: Callable[[int, BaseException], None] | None = None,
+                                   timeout_s: float = 30.0) -> int:
+        """:meth:`reconcile` the partitions ``partitions()`` names (those still held) until a try succeeds.
+
+        A restored entry is only sent once it was looked for, so a try that failed (broker away, partition
+        not read to its end in time) is tried again after ``backoff.next()`` seconds — one that gave up
+        would keep its pairs out of every message. ``on_failure(tries, exc)`` is told of each failure.
+        Returns the entries cleared.
+        """
+        tries = 0
+        while True:
+            held = partitions()
+            if not self.unchecked(held):
+                return 0
+            try:
+                return await self.reconcile(held, timeout_s)
+            except Exception as exc:  # any failure is tried again; the entries wait meanwhile
+                tries += 1
+                if on_failure is not None:
+                    on_failure(tries, exc)
+                await asyncio.sleep(backoff.next())
 
     async def reconcile(self, partitions: set[int], timeout_s: float = 30.0) -> int:
         """Clear the restored entries of ``partitions`` whose message is already in the topic; how many."""

@@ -32,6 +32,7 @@ from app.config import Settings
 from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import HELD, JoinBuffer
 from app.drift.tracker import NodeTracker
+from app.retry import Backoff
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_outbox import ErrorsOutbox
@@ -51,6 +52,9 @@ from app.streams.metrics import WorkerMetrics
 from app.streams.node_features import NodeFeatures
 
 log = logging.getLogger(__name__)
+
+OUTBOX_REASON = "errors_outbox"  # Health reason: restored prediction-errors not yet looked for in the topic
+
 
 @dataclasses.dataclass
 class FeedbackLoop:
@@ -215,13 +219,28 @@ class FeedbackLoop:
                 self._deleted_rows.append((node_row_key(partition, node), None))
 
     async def _reconcile(self, partitions: set[int]) -> None:
-        """Restored outbox entries: clear those already in the topic, send the others."""
-        assert self.outbox is not None
+        """Restored outbox entries: clear those already in the topic, send the others.
+
+        Looking for them is retried until it succeeds (while the partitions are held): an entry not looked
+        for is never sent. Meanwhile the worker is degraded (``errors_outbox``).
+        """
+        outbox = self.outbox
+        assert outbox is not None
+
+        def failed(tries: int, exc: BaseException) -> None:
+            detail = f"prediction-errors outbox of partitions {sorted(partitions)} not reconciled yet: {exc!r}"
+            self.health.degraded(OUTBOX_REASON, detail)
+            log.warning("%s (try %d, tried again)", detail, tries)
+
+        await outbox.reconcile_until_done(lambda: partitions & self.held,
+                                          Backoff.upto(self.settings.retry_max_backoff_s), on_failure=failed)
+        if not outbox.unchecked():
+            self.health.recovered(OUTBOX_REASON)
         try:
-            await self.outbox.reconcile(partitions)
             await self.checkpoint()
         except Exception as exc:  # broker away: the next checkpoints deliver what is left (never lost)
-            log.warning("prediction-errors outbox of partitions %s not reconciled yet: %r", sorted(partitions), exc)
+            log.warning("prediction-errors outbox of partitions %s reconciled; not delivered yet: %r",
+                        sorted(partitions), exc)
 
     async def revoke(self, lost: set[int]) -> None:
         """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""

@@ -4,7 +4,9 @@ A dependency that is away does not stop the worker: without Redis it keeps turni
 node-features and joining completions, serving the models it has; the model registry and the
 extender's cache are retried. While that lasts the worker is *degraded*: :meth:`Health.degraded` records
 a reason (``model_store``: a model-updates message could not be loaded; ``redis_cache``: the node-weights
-cache write failed), ``rtt_worker_degraded{reason}`` is 1, and ``GET /readyz`` lists it::
+cache write failed; ``errors_outbox``: prediction-errors messages restored after a restart could not be
+looked for in their topic yet, so they wait unsent), ``rtt_worker_degraded{reason}`` is 1, and
+``GET /readyz`` lists it::
 
     {"ready": true, "degraded": {"model_store": "model registry at redis://...: unavailable ..."}}
 
@@ -33,7 +35,7 @@ from app.masking import mask_url
 
 log = logging.getLogger(__name__)
 
-REASONS = ("model_store", "redis_cache")
+REASONS = ("model_store", "redis_cache", "errors_outbox")
 
 
 class Health:

@@ -24,8 +24,11 @@ from fault_stack import APP, recreate_topic
 from fault_worker import KILL_NODES, period_kill
 
 from app.config import Settings
+from app.kafka.admin import ensure_topics
 from app.kafka.batches import partition_for
 from app.kafka.client import client_options
+from app.kafka.embedded import EmbeddedBroker
+from app.retry import Backoff
 from app.sim.scripted import Reader
 from app.streams.feedback_outbox import ErrorsOutbox
 
@@ -132,3 +135,51 @@ def test_outbox_finds_a_message_sent_after_its_topic_was_recreated(kafka_setting
     floor, cleared, sent = asyncio.run(run())
     assert floor == 6  # the case at hand: a floor from before the topic was recreated
     assert (cleared, sent) == (1, 0)
+
+
+def test_outbox_reconcile_tried_again_until_the_broker_answers(settings_factory: Any) -> None:
+    """A restarted worker finds its broker away when it looks for its restored messages: looking fails, and is
+    tried again until the broker answers; then the never-sent message is sent. (A worker that gave up after
+    one failure kept the message, and its pairs, out of the topic for good.)"""
+    broker = EmbeddedBroker().start()
+    s = settings_factory(kafka_bootstrap=broker.bootstrap)
+
+    async def run() -> tuple[list[tuple[int, str]], int, int, list[dict[str, Any]]]:
+        await ensure_topics(s)
+        key, raw = await _stage_and_write(ErrorsOutbox(s), "gpu-r1", 3000.0)  # durable, never sent
+        partition = int(key.split(b"|")[0])
+        broker.kill()
+        restarted = ErrorsOutbox(s)
+        restarted.restore(partition, key, raw)
+        failures: list[tuple[int, str]] = []
+        task = asyncio.get_running_loop().create_task(restarted.reconcile_until_done(
+            lambda: {partition}, Backoff(first_s=0.2, max_s=0.5, jitter=0.0),
+            on_failure=lambda tries, exc: failures.append((tries, type(exc).__name__)), timeout_s=5.0))
+        while not failures:
+            await asyncio.sleep(0.05)
+        assert not task.done() and restarted.unchecked() == 1
+        await asyncio.to_thread(broker.start)  # in memory: the topics are gone with the old process
+        await ensure_topics(s)
+        cleared = await asyncio.wait_for(task, 60.0)
+        producer = AIOKafkaProducer(**client_options(s))
+        await producer.start()
+
+        async def send(key: bytes, value: bytes) -> Any:
+            return await producer.send(s.topic("prediction-errors"), value, key=key)
+
+        try:
+            restarted.send = send
+            async with Reader(s, "prediction-errors") as errors:
+                sent = await restarted.deliver()
+                await errors.wait(lambda v: len(v) >= 1, 10.0, "the restored message")
+                return failures, cleared, sent, list(errors.values)
+        finally:
+            await producer.stop()
+
+    try:
+        failures, cleared, sent, values = asyncio.run(run())
+    finally:
+        broker.stop()
+    assert failures and [t for t, _ in failures] == list(range(1, len(failures) + 1))
+    assert (cleared, sent) == (0, 1)
+    assert [(v["node"], v["ts"], v["apps"][APP]["n"]) for v in values] == [("gpu-r1", 3000.0, 3)]

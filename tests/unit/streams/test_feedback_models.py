@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +21,7 @@ from app.contracts import decode, encode
 from app.drift.joinbuffer import JoinBuffer
 from app.features.hardware import hardware_features
 from app.features.vector import matrix
+from app.kafka.embedded import free_port
 from app.model.train import booster_to_bytes
 from app.registry.directory import DirectoryModelStore
 from app.streams.feedback_models import ModelCache
@@ -123,6 +127,39 @@ def test_a_partition_kept_across_a_rebalance_keeps_its_state_in_memory(tmp_path:
     assert ("t1", "m40") not in loop.buffer and len(loop.outbox) == 0  # kept partition 0: memory wins
     assert ("t2", "k20") in loop.buffer  # partition 1 is new here: restored
     assert loop.held == {0, 1}
+
+
+def test_restored_outbox_entries_are_looked_for_again_until_the_broker_answers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A restarted worker whose broker is away when it looks for its restored prediction-errors messages keeps
+    trying (an entry never looked for is never sent) and reports itself degraded meanwhile; it stops once the
+    partition is no longer its own, and is no longer degraded."""
+    clock = ManualClock(1001.0)
+    loop = make_loop(DirectoryModelStore(tmp_path), clock)
+    loop.settings = dataclasses.replace(loop.settings, kafka_bootstrap=f"127.0.0.1:{free_port()}",  # nothing there
+                                        retry_max_backoff_s=0.2)
+    loop.outbox = ErrorsOutbox(loop.settings)
+    row = {outbox_row_key(0, "m40", 1050.0): orjson.dumps({"value": {"node": "m40", "ts": 1050.0}, "floor": 3})}
+
+    async def run() -> tuple[dict, int, dict]:
+        loop.restore(row, {0})  # starts looking for the entry in the background
+        (task,) = loop._background
+        deadline = time.monotonic() + 30.0
+        while len([r for r in caplog.records if "not reconciled yet" in r.getMessage()]) < 3:
+            assert not task.done() and time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        degraded = dict(loop.health.status()["degraded"])
+        assert loop.outbox is not None
+        unchecked = loop.outbox.unchecked()
+        loop.held.discard(0)  # revoked: its new owner looks for it
+        loop.outbox.drop({0})
+        await asyncio.wait_for(task, 10.0)
+        return degraded, unchecked, loop.health.status()["degraded"]
+
+    with caplog.at_level(logging.WARNING, logger="app.streams.feedback_state"):
+        degraded, unchecked, after = asyncio.run(run())
+    assert "errors_outbox" in degraded and "partitions [0]" in degraded["errors_outbox"]
+    assert unchecked == 1 and after == {}
 
 
 def test_a_checkpoint_whose_write_fails_leaves_its_changes_to_the_next(tmp_path: Path) -> None:
