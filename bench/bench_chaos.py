@@ -1,6 +1,6 @@
 """The chaos table: each fault against the real processes -> processes dead, messages lost, counted twice, recovery.
 
-    python3 bench/bench_chaos.py [--only broker,redis,redis-wiped,kill,input]
+    python3 bench/bench_chaos.py [--only broker,away,redis,redis-wiped,kill,input]
 
 Each scenario runs the processes it needs (embedded broker, ``rttsched worker``, ``trainer``, ``extender``,
 a redis-server of its own) from ``bench/fault_outages.py`` and ``bench/fault_worker.py`` — the
@@ -11,7 +11,8 @@ same scenarios the fault tests run — and reports:
   announced or retrains asked for that never reached the worker and the extender (0 wanted);
 * **twice**: pairs counted, or messages emitted, more than once (0 wanted);
 * **recover s**: broker wipe — broker back to the first post-wipe sample (the load resumes 2 s after the
-  broker); Redis outage — Redis back to the retrain's model served by the worker and the extender; Redis
+  broker); broker away — broker back to the first sample after it; Redis outage — Redis back to the
+  retrain's model served by the worker and the extender; Redis
   restarted without its data — Redis back to the worker serving the model the trainer made for the empty
   registry;
   SIGKILL at period close — second kill to every pair reported (a worker start included); hostile input —
@@ -34,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fault_outages import broker_wipe, redis_outage, redis_wiped  # noqa: E402
+from fault_outages import broker_away, broker_wipe, redis_outage, redis_wiped  # noqa: E402
 from fault_stack import Load, Outcome, RedisServer, Stack  # noqa: E402
 from fault_worker import hostile_input, period_kill  # noqa: E402
 
@@ -42,7 +43,7 @@ from app.config import Settings  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 
-SCENARIOS = ("broker", "redis", "redis-wiped", "kill", "input")
+SCENARIOS = ("broker", "away", "redis", "redis-wiped", "kill", "input")
 
 
 def say(msg: str) -> None:
@@ -53,6 +54,14 @@ def run_broker(root: Path) -> Outcome:
     stack = Stack(root).start()
     try:
         return asyncio.run(broker_wipe(stack, Load(stack.settings)))
+    finally:
+        stack.stop()
+
+
+def run_away(root: Path) -> Outcome:
+    stack = Stack(root).start()
+    try:
+        return asyncio.run(broker_away(stack, Load(stack.settings)))
     finally:
         stack.stop()
 
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios {sorted(unknown)} (choose from {', '.join(SCENARIOS)})")
-    runners = {"broker": run_broker, "redis": run_redis, "redis-wiped": run_redis_wiped,
+    runners = {"broker": run_broker, "away": run_away, "redis": run_redis, "redis-wiped": run_redis_wiped,
                "kill": lambda r: _on_own_broker(r, "kill"), "input": lambda r: _on_own_broker(r, "input")}
     rows = []
     with tempfile.TemporaryDirectory(prefix="rtt-chaos-") as tmp:

@@ -102,6 +102,58 @@ async def broker_wipe(stack: Stack, load: Load, pause_s: float = 2.0) -> Outcome
                    f"after the wipe: {missing or 'none'}")
 
 
+def _client_lines(stack: Stack) -> dict[str, int]:
+    """Lines each process has logged from aiokafka's loggers so far."""
+    assert stack.group is not None
+    out = {}
+    for name in stack.group.children:
+        path = stack.group.log_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        out[name] = sum(1 for line in text.splitlines() if re.search(r" (ERROR|WARNING) aiokafka[.:]", line))
+    return out
+
+
+async def broker_away(stack: Stack, load: Load, away_s: float = 20.0) -> Outcome:
+    """The broker is away for ``away_s`` under the running processes, then comes back (empty: memory-only).
+
+    While it is away: nobody exits, the extender keeps answering ready from what it holds, and each process
+    logs aiokafka's per-retry errors once per period (with a count of those held back), not on every retry.
+    After: the load goes on; every task produced after the broker came back has its training sample and its
+    counted pair. Lost = those missing; twice = pairs counted beyond the tasks. ``detail`` gives the aiokafka
+    lines each process logged during the outage.
+    """
+    assert stack.broker is not None
+    await load.run(6)
+    await wait_for(lambda: served_version(stack) >= (1, 1), 90, "v1 served by the worker and the extender")
+    before = _client_lines(stack)
+    stack.broker.kill()
+    t0 = time.monotonic()
+    dead_during: set[str] = set()
+    ready_during = True
+    while time.monotonic() - t0 < away_s:
+        await asyncio.sleep(1.0)
+        dead_during |= set(stack.dead())
+        ready_during = ready_during and _ready(stack)
+    lines = {n: c - before.get(n, 0) for n, c in _client_lines(stack).items()}
+    back = await stack.wipe_broker()  # the processes paused across the restart: topics come from topics/
+    first = len(load.tasks)
+    async with readers(stack.settings, "training-samples", "prediction-errors") as (samples, errors):
+        first_seen = asyncio.ensure_future(_seen_first(samples, load, first))
+        await load.run(6)
+        after = set(load.tasks[first:])
+        seen = await first_seen
+        with contextlib.suppress(AssertionError):
+            await wait_for(lambda: after <= set(sample_ids(samples.values)), 60, "every task's sample after")
+        with contextlib.suppress(AssertionError):
+            await wait_for(lambda: counted(errors.values) >= len(after), 60, "every pair after counted")
+        await asyncio.sleep(2.0)  # a double count would show by now
+        got, pairs = sample_ids(samples.values), counted(errors.values)
+    dead = set(stack.dead()) | dead_during
+    return Outcome(f"broker away {away_s:g} s under the running processes, back empty", len(dead),
+                   len(after - set(got)) + max(0, len(after) - pairs), max(0, pairs - len(after)), seen - back,
+                   f"aiokafka lines logged during the outage: {lines}; extender ready throughout: {ready_during}")
+
+
 async def _restart_restores(stack: Stack, load: Load) -> list[str]:
     """SIGKILL the worker and start another: the nodes whose tracker or window it did not restore from the
     changelogs (one entry per thing missing)."""

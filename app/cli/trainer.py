@@ -25,10 +25,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import signal
 
     from app.errors import ConfigError
+    from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.trainer.cpus import parse_cpus
     from app.trainer.service import TrainerService
 
     log = logging.getLogger("app.cli.trainer")
+    quiet_client_errors(PERIOD_S)
     if args.cpus is None:
         args.cpus = settings.trainer_cpus
     if args.max_samples_per_key is None:

@@ -26,9 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Any) -> int:
     import faust
 
+    from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
 
+    quiet_client_errors(PERIOD_S)
     opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
                                        history_s=args.history_s, datadir=args.datadir)
     app = create_app(settings, id=args.id, options=opts)
