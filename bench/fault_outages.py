@@ -113,7 +113,7 @@ def _client_lines(stack: Stack) -> dict[str, int]:
     return out
 
 
-async def broker_away(stack: Stack, load: Load, away_s: float = 20.0) -> Outcome:
+async def broker_away(stack: Stack, load: Load, away_s: float = 50.0) -> Outcome:
     """The broker is away for ``away_s`` under the running processes, then comes back (empty: memory-only).
 
     While it is away: nobody exits, the extender keeps answering ready from what it holds, and each process

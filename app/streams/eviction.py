@@ -28,6 +28,7 @@ from app.contracts import contract
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.node_features import node_features_of
+from app.streams.timers import timer
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             log.info("evicted %d app(s) silent for %.0f s: %s", len(apps), after, sorted(apps)[:10])
         return silent, apps
 
-    @app.timer(max(0.5, min(after / 4, 30.0)), name="evict-silent")
+    @timer(app, max(0.5, min(after / 4, 30.0)), "evict-silent")
     async def evict() -> None:
         if nodes.intake.running:
             silent, _ = evict_now()

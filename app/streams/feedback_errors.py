@@ -40,6 +40,7 @@ from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.tracker import AppReport
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
+from app.streams.timers import timer
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
@@ -131,11 +132,11 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
             if await retrain(key, reason, float(count), threshold, None):
                 growth.asked(key, count)
 
-    @app.timer(period, name="feedback-errors")
+    @timer(app, period, "feedback-errors")
     async def error_period() -> None:
         await close_period()
 
-    @app.timer(sample_check_s(period), name="feedback-samples")
+    @timer(app, sample_check_s(period), "feedback-samples")
     async def sample_check() -> None:
         await cold_start()
 

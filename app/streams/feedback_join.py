@@ -44,6 +44,7 @@ from app.streams.context import context_of
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.intake import PartitionIntake
 from app.streams.node_state import NodeState
+from app.streams.timers import timer
 
 HELD_RETRY_S = 0.5  # how often held completions look again for their node's class
 
@@ -188,7 +189,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     async def feedback_join() -> None:
         await intake.run()
 
-    @app.timer(HELD_RETRY_S, name="feedback-held-samples")
+    @timer(app, HELD_RETRY_S, "feedback-held-samples")
     async def held_samples() -> None:
         if intake.sender is not None:  # handlers and timers send on the running intake's producer
             for key, h in buffer.held():

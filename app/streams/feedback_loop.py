@@ -28,6 +28,7 @@ from app.streams.feedback_state import FeedbackLoop
 from app.streams.feedback_table import feedback_table
 from app.streams.feedback_weights import register_weights
 from app.streams.node_features import node_features_of
+from app.streams.timers import timer
 
 HANDLE = "feedback"
 TABLE_NAME = "feedback"
@@ -55,7 +56,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
     async def model_updates() -> None:
         await follow_model_updates(settings, loop.models)
 
-    @app.timer(ctx.options.checkpoint_interval_s, name="feedback-checkpoint")
+    @timer(app, ctx.options.checkpoint_interval_s, "feedback-checkpoint")
     async def checkpoint() -> None:
         await loop.checkpoint()
 

@@ -35,6 +35,7 @@ from app.streams.feedback_metrics import FeedbackMetrics
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import Health
 from app.streams.node_state import NodeState
+from app.streams.timers import timer
 from app.streams.topics import contract_topic
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     writer: list[RedisWriter] = []
     out, node_weight = loop.metrics.messages_out.labels("node-weights"), loop.metrics.feedback.node_weight
 
-    @app.timer(settings.error_period_s, name="feedback-weights")
+    @timer(app, settings.error_period_s, "feedback-weights")
     async def node_weights() -> None:
         now = loop.clock.now()
         values = weights_values(loop, now)

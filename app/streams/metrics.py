@@ -56,6 +56,9 @@ class WorkerMetrics:
         self.changelog_rewinds = Counter("rtt_worker_changelog_rewinds_total",
                                          "Changelog partitions found recreated under the worker (the broker lost its"
                                          " data): the state kept of them is written again", ["table"], registry=r)
+        self.timer_failures = Counter("rtt_worker_timer_failures_total",
+                                      "Timer ticks that failed (logged; the next tick runs), by timer", ["timer"],
+                                      registry=r)
         self.feedback = FeedbackMetrics(r)
 
     def value(self, name: str, **labels: str) -> float:

@@ -24,6 +24,7 @@ from app.streams.context import context_of
 from app.streams.intake import PartitionIntake
 from app.streams.node_state import NodeState
 from app.streams.node_table import NodeStateTable, NodeStore, node_state_table
+from app.streams.timers import timer
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     async def node_metrics() -> None:
         await intake.run()
 
-    @app.timer(max(interval, 0.05), name="node-features-flush")
+    @timer(app, max(interval, 0.05), "node-features-flush")
     async def flush() -> None:
         if not intake.running:
             return
@@ -120,7 +121,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
             emit(state)
         await intake.sender.ship()  # type: ignore[union-attr]
 
-    @app.timer(ctx.options.checkpoint_interval_s, name="node-window-checkpoint")
+    @timer(app, ctx.options.checkpoint_interval_s, "node-window-checkpoint")
     async def checkpoint() -> None:
         await table.checkpoint()
 

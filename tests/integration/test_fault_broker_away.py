@@ -1,9 +1,10 @@
-"""The broker goes away for 20 s under the running worker, trainer and extender, then comes back empty.
+"""The broker goes away for 50 s under the running worker, trainer and extender, then comes back empty.
 
-Nobody exits; the extender answers ready from what it holds; and each process logs aiokafka's per-retry
-errors once per period with a count of those held back — before, a worker logged about 310 such lines a
-second and a trainer 160, burying everything else. Once the broker is back, every task produced has its
-training sample and its pair counted once.
+Nobody exits — the worker used to, about 40 s in (the producer's request timeout), when a checkpoint's
+write failed inside a Faust timer; the extender answers ready from what it holds; and each process logs
+aiokafka's per-retry errors once per period with a count of those held back — before, a worker logged
+about 310 such lines a second and a trainer 160, burying everything else. Once the broker is back, every
+task produced has its training sample and its pair counted once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.integration
 def test_broker_away_under_the_running_processes(tmp_path: Path) -> None:
     stack = Stack(tmp_path).start()
     try:
-        outcome = asyncio.run(broker_away(stack, Load(stack.settings), away_s=20.0))
+        outcome = asyncio.run(broker_away(stack, Load(stack.settings), away_s=50.0))
     finally:
         stack.stop()
     assert outcome.dead == 0, stack.dead()
@@ -33,5 +34,6 @@ def test_broker_away_under_the_running_processes(tmp_path: Path) -> None:
     assert found, outcome.detail
     lines = ast.literal_eval(found.group(1))
     assert set(lines) == {"worker", "trainer", "extender"}, lines
-    # at most each of the 9 recurring messages once per 10 s over 20 s (3 periods), and a few others
-    assert max(lines.values()) <= 40, lines
+    # at most each of the 9 recurring messages once per 10 s over 50 s (6 periods), and a few others;
+    # without the limit a worker logs about 15,000
+    assert max(lines.values()) <= 80, lines
