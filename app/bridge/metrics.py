@@ -50,6 +50,9 @@ class BridgeMetrics:
         self.messages = Counter("rtt_bridge_messages", "Messages produced", ["topic"], registry=reg)
         self.skipped = Counter("rtt_bridge_records_skipped", "Input records not turned into messages",
                                ["source", "reason"], registry=reg)
+        self.unpublished = Counter("rtt_bridge_rounds_unpublished",
+                                   "Scrape rounds whose messages the broker did not take (Kafka away): dropped",
+                                   ["topic"], registry=reg)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when absent), e.g. ``value("rtt_bridge_messages_total", topic=...)``."""

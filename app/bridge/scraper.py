@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import redis.asyncio as aioredis
+from aiokafka.errors import KafkaError
 
 from app.bridge.mapping import MetricMap, load_mapping
 from app.bridge.metrics import BridgeMetrics
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # the text format, not OpenMetrics or protobuf
 PROGRESS_EVERY_S = 60.0
+UNPUBLISHED_LOG_S = 10.0  # while Kafka does not take node-metrics, say so at most this often
 
 
 @dataclasses.dataclass
@@ -51,6 +53,7 @@ class BridgeStats:
     messages: int = 0
     failed_scrapes: int = 0
     troubles: int = 0
+    unpublished: int = 0  # rounds whose node-metrics the broker did not take
 
 
 class Bridge:
@@ -185,6 +188,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                           running=running) as bridge:
             next_t = clock.monotonic()
             last_progress = next_t
+            last_unpublished = -math.inf
             while scrapes is None or stats.rounds < scrapes:
                 snaps = await bridge.scrape_all()
                 stats.rounds += 1
@@ -193,8 +197,18 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                 if on_round is not None:
                     on_round(snaps)
                 if publish:
-                    stats.messages += await publish_node_metrics(producer, settings, _valid(snaps, metrics),
-                                                                 metrics=metrics)
+                    try:
+                        stats.messages += await publish_node_metrics(producer, settings, _valid(snaps, metrics),
+                                                                     metrics=metrics)
+                    except KafkaError as exc:  # broker away: this round is dropped, scraping goes on
+                        stats.unpublished += 1
+                        metrics.unpublished.labels(topic="node-metrics").inc()
+                        now = clock.monotonic()
+                        if now - last_unpublished >= UNPUBLISHED_LOG_S:
+                            log.warning("node-metrics not published (%r): Kafka at %s not taking them; scraping "
+                                        "goes on, %d round(s) dropped so far", exc, settings.bootstrap_servers,
+                                        stats.unpublished)
+                            last_unpublished = now
                 if scrapes is not None and stats.rounds >= scrapes:
                     break
                 now = clock.monotonic()

@@ -32,6 +32,9 @@ from app.cli.main import main
 from app.clock import ManualClock
 from app.config import Settings
 from app.contracts import decode
+from app.kafka.admin import ensure_topics
+from app.kafka.client import client_options
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +182,47 @@ def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason
     dl = decode("dead-letters", letter.value)
     assert dl["reason"] == "unknown_node" and "gctf-runner-5d4c7b9f8-q8w3e" in dl["error"]
     assert json.loads(base64.b64decode(dl["raw"])) == json.loads(spans.read_text())
+
+
+async def test_bridge_keeps_scraping_while_the_broker_is_away(settings_factory):
+    """The broker goes away under a running bridge: each round the broker does not take is dropped and counted,
+    scraping goes on (the bridge used to exit once its producer gave up on a round), and node-metrics are
+    produced again once the broker is back."""
+    broker = await asyncio.to_thread(EmbeddedBroker().start)
+    s = settings_factory(kafka_bootstrap=broker.bootstrap, scrape_interval_s=0.5)
+    metrics = BridgeMetrics(CollectorRegistry())
+    name = s.topic("node-metrics")
+
+    async def until(check, what: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.1)
+
+    try:
+        await ensure_topics(s)
+        producer = AIOKafkaProducer(**client_options(s, request_timeout_ms=1500, linger_ms=5))
+        await producer.start()
+        try:
+            async with serve_captures() as urls:
+                task = asyncio.ensure_future(run_bridge(s, [capture_target(urls)], producer=producer,
+                                                        metrics=metrics))
+                await until(lambda: metrics.value("rtt_bridge_messages_total", topic=name) >= 1, "a first round")
+                broker.kill()
+                await until(lambda: metrics.value("rtt_bridge_rounds_unpublished_total", topic="node-metrics") >= 2
+                            or task.done(), "two rounds dropped")
+                assert not task.done(), task.exception()
+                await asyncio.to_thread(broker.start)
+                await ensure_topics(s)
+                sent = metrics.value("rtt_bridge_messages_total", topic=name)
+                await until(lambda: metrics.value("rtt_bridge_messages_total", topic=name) > sent or task.done(),
+                            "node-metrics produced again")
+                assert not task.done(), task.exception()
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        finally:
+            await producer.stop()
+        assert len(await consume(s, "node-metrics", 1)) == 1  # in the topic the restarted broker holds
+    finally:
+        broker.stop()
