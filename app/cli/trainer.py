@@ -25,6 +25,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import signal
 
     from app.errors import ConfigError
+    from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.trainer.cpus import parse_cpus
     from app.trainer.service import TrainerService
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         raise ConfigError("--margin", f"must be in [0, 1) (got {args.margin})")
 
     async def main() -> int:
+        await check_reachable(settings)  # one clear line when there is no broker
         service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=cpus,
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s)

@@ -24,12 +24,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
+    import asyncio
+
     import faust
 
+    from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
 
+    asyncio.run(check_reachable(settings))  # one clear line, not Faust's traceback, when there is no broker
     quiet_client_errors(PERIOD_S)
     opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
                                        history_s=args.history_s, datadir=args.datadir)

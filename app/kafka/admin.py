@@ -41,10 +41,9 @@ class TopicResult:
     created: bool
 
 
-async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = ()) -> list[TopicResult]:
-    """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify partitions of those
-    that exist."""
-    contracts = load_contracts()
+async def started_admin(settings: Settings) -> AIOKafkaAdminClient:
+    """A started admin client on the configured broker (the caller closes it); :class:`TopicError` naming
+    ``RTT_KAFKA_BOOTSTRAP`` when the broker does not answer."""
     admin = AIOKafkaAdminClient(**client_options(settings, request_timeout_ms=10_000))
     try:
         with handled_connect():
@@ -52,6 +51,21 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
     except KafkaError as exc:
         await admin.close()
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
+    return admin
+
+
+async def check_reachable(settings: Settings) -> None:
+    """Raise :class:`TopicError` ("cannot reach Kafka at …") unless the broker answers: a process that needs
+    it from its first step says so in one line instead of failing deep inside its client."""
+    admin = await started_admin(settings)
+    await admin.close()
+
+
+async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = ()) -> list[TopicResult]:
+    """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify partitions of those
+    that exist."""
+    contracts = load_contracts()
+    admin = await started_admin(settings)
     try:
         wanted: dict[str, tuple[int, str, NewTopic]] = {}
         for c in contracts.values():

@@ -39,6 +39,18 @@ def test_unreachable_broker_is_one_clear_line_not_a_traceback():
     assert "Traceback" not in out.stderr + out.stdout
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["worker", "trainer"])
+def test_a_service_started_without_broker_says_so_in_one_line(command):
+    """The worker used to print Faust's traceback, the trainer its client's error and unclosed-client noise."""
+    port = free_port()
+    out = run_cli(command, env={"RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}", "RTT_METRICS_PORT": "0"})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert f"rttsched {command}: error: cannot reach Kafka at 127.0.0.1:{port} (RTT_KAFKA_BOOTSTRAP)" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
 def test_unexpected_errors_become_one_line(monkeypatch, capsys):
     import app.cli.topics as topics
 
