@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,18 +51,11 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_broker(root: Path) -> Outcome:
+def _on_stack(root: Path, scenario: Callable[[Stack, Load], Awaitable[Outcome]]) -> Outcome:
+    """``scenario`` against a stack of its own (broker, worker, trainer, extender), no Redis."""
     stack = Stack(root).start()
     try:
-        return asyncio.run(broker_wipe(stack, Load(stack.settings)))
-    finally:
-        stack.stop()
-
-
-def run_away(root: Path) -> Outcome:
-    stack = Stack(root).start()
-    try:
-        return asyncio.run(broker_away(stack, Load(stack.settings)))
+        return asyncio.run(scenario(stack, Load(stack.settings)))
     finally:
         stack.stop()
 
@@ -114,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios {sorted(unknown)} (choose from {', '.join(SCENARIOS)})")
-    runners = {"broker": run_broker, "away": run_away, "redis": run_redis, "redis-wiped": run_redis_wiped,
+    runners = {"broker": lambda r: _on_stack(r, broker_wipe), "away": lambda r: _on_stack(r, broker_away),
+               "redis": run_redis, "redis-wiped": run_redis_wiped,
                "kill": lambda r: _on_own_broker(r, "kill"), "input": lambda r: _on_own_broker(r, "input")}
     rows = []
     with tempfile.TemporaryDirectory(prefix="rtt-chaos-") as tmp:

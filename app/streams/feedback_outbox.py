@@ -205,7 +205,6 @@ class ErrorsOutbox:
         would keep its pairs out of every message. ``on_failure(tries, exc)`` is told of each failure.
         Returns the entries cleared.
         """
-        tries = 0
         while True:
             held = partitions()
             if not self.unchecked(held):
@@ -213,10 +212,10 @@ class ErrorsOutbox:
             try:
                 return await self.reconcile(held, timeout_s)
             except Exception as exc:  # any failure is tried again; the entries wait meanwhile
-                tries += 1
+                wait_s = backoff.next()  # counts the failure: backoff.failures is the tries that failed
                 if on_failure is not None:
-                    on_failure(tries, exc)
-                await asyncio.sleep(backoff.next())
+                    on_failure(backoff.failures, exc)
+                await asyncio.sleep(wait_s)
 
     async def reconcile(self, partitions: set[int], timeout_s: float = 30.0) -> int:
         """Clear the restored entries of ``partitions`` whose message is already in the topic; how many."""
