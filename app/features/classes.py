@@ -38,7 +38,8 @@ import numpy as np
 
 from app.features.hardware import HARDWARE_FEATURES
 
-CLASS_FEATURES = tuple(n for n in HARDWARE_FEATURES if n != "hw_cpu_cores")  # the GPU model's descriptors
+# the GPU model's descriptors (not the node's counts of cores and GPUs)
+CLASS_FEATURES = tuple(n for n in HARDWARE_FEATURES if n not in ("hw_cpu_cores", "hw_gpu_count"))
 MIN_CLASS_ROWS = 30  # rows a class needs to vote on its own
 POOLED = "*"  # the per_class key of a selection run over all rows
 

@@ -1,10 +1,15 @@
 """Hardware descriptors of a node as model features: GPU memory, memory bandwidth, FP32 throughput, PCIe
-generation (the vendors' data sheets) and CPU cores.
+generation (the vendors' data sheets), CPU cores and the number of GPUs.
 
 They let a model of a node class tell its nodes apart, and predict for an unseen node whose GPU is one of
 the models in :data:`GPUS` (Tesla K20c, Tesla M40 12/24 GB, RTX 4090). For any other GPU model, and for
 a CPU node, the four GPU descriptors (PCIe included) are NaN, as are unknown CPU cores: missing to
 XGBoost, so such a node is predicted the way the trees route missing values, not from its hardware.
+
+The two counts come from the node's own gauges (:data:`CPU_CORES`, :data:`GPU_COUNT`), read the same way by
+the extender, the worker and the trainer. The GPU count tells a node whose pods share one GPU from one of
+the same GPU model whose pods spread over two: a model that sees only the running pods and the GPU model
+cannot (on the simulator's large preset, half the nodes of each GPU model have two GPUs).
 
 >>> gpu_spec("NVIDIA GeForce RTX 4090").mem_bw_gbs
 1008.0
@@ -12,6 +17,8 @@ XGBoost, so such a node is predicted the way the trees route missing values, not
 3.52
 >>> import math; math.isnan(hardware_features("cpu", None, cpu_cores=32)["hw_gpu_mem_gb"])
 True
+>>> hardware_features("gpu", "Tesla M40", gpu_count=2.0)["hw_gpu_count"]
+2.0
 """
 
 from __future__ import annotations
@@ -38,7 +45,13 @@ GPUS: dict[str, GpuSpec] = {
     "rtx 4090": GpuSpec("RTX 4090", 24.0, 1008.0, 82.6, 4),
 }
 
-HARDWARE_FEATURES = ("hw_gpu_mem_gb", "hw_gpu_mem_bw_gbs", "hw_gpu_fp32_tflops", "hw_pcie_gen", "hw_cpu_cores")
+HARDWARE_FEATURES = ("hw_gpu_mem_gb", "hw_gpu_mem_bw_gbs", "hw_gpu_fp32_tflops", "hw_pcie_gen", "hw_cpu_cores",
+                     "hw_gpu_count")
+
+# the count gauges the hardware descriptors ``hw_cpu_cores`` and ``hw_gpu_count`` are read from (the bridge's
+# ``cpu_count`` and ``gpu_count``: distinct ``cpu`` labels of node_exporter, ``gpu`` labels of the GPU exporter)
+CPU_CORES = "cpu_count__last"
+GPU_COUNT = "gpu_count__last"
 
 
 def _normalise(name: str) -> str:
@@ -56,7 +69,8 @@ def gpu_spec(model: str | None) -> GpuSpec | None:
     return GPUS.get(_normalise(model))
 
 
-def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float | None = None) -> dict[str, float]:
+def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float | None = None,
+                      gpu_count: float | None = None) -> dict[str, float]:
     """Hardware descriptors as model features; unknown values are NaN (XGBoost treats them as missing)."""
     spec = gpu_spec(gpu_model) if node_class == "gpu" else None
     nan = math.nan
@@ -66,4 +80,5 @@ def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float |
         "hw_gpu_fp32_tflops": spec.fp32_tflops if spec else nan,
         "hw_pcie_gen": float(spec.pcie_gen) if spec else nan,
         "hw_cpu_cores": float(cpu_cores) if cpu_cores else nan,
+        "hw_gpu_count": float(gpu_count) if gpu_count and node_class == "gpu" else nan,
     }

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from app.contracts.keys import parse_model_key
-from app.features.hardware import hardware_features
+from app.features.hardware import CPU_CORES, GPU_COUNT, hardware_features
 from app.features.vector import TASK_FEATURES, row, split_feature_name
 from app.model.base import Predictor
 from app.scheduler.entries import ModelEntry, NodeState
@@ -55,7 +55,6 @@ class _Model:
 
 ROWS_PER_STEP = 32  # feature rows converted between two yields of a build in steps (~10 us each)
 COPY_ROWS = 1024  # matrix rows copied between two yields (a 46-feature row is 184 bytes)
-CPU_CORES = "cpu_count__last"  # the bridge's ``cpu_count`` gauge (distinct ``cpu`` labels of node_exporter)
 
 
 def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
@@ -74,18 +73,24 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
         features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in gone}
     else:
         features = {k: float(v) for k, v in raw.items()}
-    cores = features.get(CPU_CORES)
-    cores = cores if cores is not None and math.isfinite(cores) and cores > 0 else None
-    for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), cores):
+    for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), _count(features, CPU_CORES),
+                                _count(features, GPU_COUNT)):
         if k not in features:
             features[k] = v
     return features
 
 
+def _count(features: Mapping[str, float], name: str) -> float | None:
+    """A positive count gauge of the node's features (None: not reported, or not a usable count)."""
+    v = features.get(name)
+    return v if v is not None and math.isfinite(v) and v > 0 else None
+
+
 @functools.lru_cache(maxsize=4096)
-def _known_hardware(node_class: str, gpu_model: str | None, cores: float | None) -> tuple[tuple[str, float], ...]:
-    """The hardware descriptors that are known (not NaN): the same few per node class, GPU model and core count."""
-    return tuple((k, v) for k, v in hardware_features(node_class, gpu_model, cores).items() if not math.isnan(v))
+def _known_hardware(node_class: str, gpu_model: str | None, cores: float | None,
+                    gpus: float | None = None) -> tuple[tuple[str, float], ...]:
+    """The hardware descriptors that are known (not NaN): the same few per node class, GPU model and counts."""
+    return tuple((k, v) for k, v in hardware_features(node_class, gpu_model, cores, gpus).items() if not math.isnan(v))
 
 
 _NO_APP_FEATURES: Mapping[str, Mapping[str, float]] = MappingProxyType({})

@@ -60,7 +60,8 @@ class NodeSpec:
         return PCIE_GBS[self.gpu.pcie_gen] if self.gpu else PCIE_GBS[3]
 
     def hardware_features(self) -> dict[str, float]:
-        return hardware_features(self.node_class, self.gpu_model, cpu_cores=self.cpu_cores)
+        return hardware_features(self.node_class, self.gpu_model, cpu_cores=self.cpu_cores,
+                                 gpu_count=self.gpu_count or None)
 
 
 def _gpu(model: str) -> GpuSpec:

@@ -36,6 +36,7 @@ GPU_METRICS = (
     "gpu_sm_clock_mhz",  # MHz
     "pcie_rx_bytes",  # B/s
     "pcie_tx_bytes",  # B/s
+    "gpu_count",  # GPUs (the bridge's gauge of the GPU exporter's distinct ``gpu`` labels)
 )
 HOST_METRICS = (
     "cpu_usage_user", "cpu_usage_system", "cpu_iowait", "cpu_idle",  # fractions of all cores
@@ -72,6 +73,7 @@ def scrape(rt: NodeRuntime, rng: np.random.Generator, now: float) -> dict[str, f
         out["gpu_sm_clock_mhz"] = max(0.0, clock / rt.cond.throttle + 5.0 * z[4])
         out["pcie_rx_bytes"] = max(0.0, pcie)
         out["pcie_tx_bytes"] = max(0.0, 0.3 * pcie)
+        out["gpu_count"] = float(spec.gpu_count)
     cpu = (d["cpu"] + bg.get("cpu", 0.0)) / spec.cpu_cores
     disk = d["disk"] + bg.get("disk", 0.0)
     user = _clip01(0.85 * cpu + 0.01 * z[5])

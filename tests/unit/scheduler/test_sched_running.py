@@ -108,3 +108,13 @@ def test_running_features_are_the_larger_count_per_app(running: dict[str, int], 
     assert set(f) == {f"running_pods_{a}" for a in apps}
     for a in apps:
         assert f[f"running_pods_{a}"] == max(running.get(a, 0), placed.get(a, 0)) >= 0
+
+
+def test_hw_gpu_count_comes_from_the_gpu_count_gauge() -> None:
+    two = node_features_map(features_msg("g", 1.0, 0.0, gpu_count__last=2.0, cpu_count__last=16.0))
+    assert two["hw_gpu_count"] == 2.0 and two["hw_cpu_cores"] == 16.0
+    assert "hw_gpu_count" not in node_features_map(features_msg("g", 1.0, 0.0))  # no gauge: missing
+    assert "hw_gpu_count" not in node_features_map(features_msg("c", 1.0, 0.0, node_class="cpu", gpu_count__last=2.0))
+    stale = features_msg("g", 1.0, 0.0, gpu_count__last=2.0)
+    stale["stale"] = ["gpu_count"]  # the GPU exporter is down: its gauge is not read
+    assert "hw_gpu_count" not in node_features_map(stale)

@@ -61,3 +61,17 @@ def test_gpu_nodes_fluctuate_more_than_cpu_nodes():
 
     assert 3.0 <= NOISE_SIGMA["gpu"] / NOISE_SIGMA["cpu"] <= 5.0
     assert np.isfinite(NOISE_SIGMA["gpu"])
+
+
+def test_gpu_nodes_report_their_gpu_count_as_the_bridge_does():
+    from app.sim.hardware import large_preset
+    from app.sim.metrics import scrape
+    from app.sim.state import NodeRuntime
+
+    nodes = large_preset(20)
+    counts = {}
+    for spec in nodes:
+        m = scrape(NodeRuntime(spec, 2), np.random.default_rng(0), now=1.0)
+        counts[spec.name] = m.get("gpu_count")
+        assert m.get("gpu_count") == (float(spec.gpu_count) if spec.node_class == "gpu" else None)
+    assert {counts[n.name] for n in nodes if n.node_class == "gpu"} == {1.0, 2.0}

@@ -215,3 +215,36 @@ def test_a_rewrite_writes_every_kept_row_of_its_partitions_again(tmp_path: Path)
     loop.rewrite({0})
     asyncio.run(loop.checkpoint())
     assert sorted(k for k, _ in loop.table.rows) == [b"0|e|m40|1000.0", b"0|j|m40|t1", b"0|n|m40"]  # type: ignore[attr-defined]
+
+
+def test_node_weights_read_the_node_counts_as_the_extender_does(tmp_path: Path) -> None:
+    """A model reading ``hw_gpu_count`` and ``hw_cpu_cores`` gets them from the node's ``gpu_count`` and
+    ``cpu_count`` gauges in node-weights, as in the extender's node features and the trainer's samples."""
+    names = ["hw_gpu_count", "hw_cpu_cores"]
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.choice([1.0, 2.0], 200), rng.choice([8.0, 16.0], 200)]).astype(np.float32)
+    b = xgboost.train({"max_depth": 2, "eta": 0.5}, xgboost.DMatrix(X, label=200.0 / X[:, 0] + X[:, 1],
+                                                                      feature_names=names), 40)
+    store = DirectoryModelStore(tmp_path)
+    r = store.save("gCTF:gpu", booster_to_bytes(b, "ubj"), fmt="ubj", features=names, params={}, metrics={},
+                   n_samples=200)
+    store.promote("gCTF:gpu", r.version)
+    clock = ManualClock(1001.0)
+    settings = Settings(scrape_interval_s=1.0, stale_after_scrapes=3.0)
+    nodes = NodeStore(10.0, WorkerOptions(), 1.0)
+    loop = FeedbackLoop(settings, FeedbackOptions(), clock, SimpleNamespace(store=nodes),  # type: ignore[arg-type]
+                        ModelCache(settings, store=store), JoinBuffer(60.0, clock=clock), None)  # type: ignore[arg-type]
+    for name, gpus, cores in [("one", 1.0, 8.0), ("two", 2.0, 16.0)]:
+        state = nodes.state(name, 0, lambda _k: None)
+        for t in range(992, 1001):
+            state.update({"node": name, "ts": float(t), "node_class": "gpu", "gpu_model": "Tesla M40",
+                          "metrics": {"gpu_count": gpus, "cpu_count": cores}}, partition=0)
+    asyncio.run(loop.models.apply({"model_key": "gCTF:gpu", "version": r.version, "sha256": r.sha256}))
+    got = {v["node"]: v["predicted_rtt_ms"]["gCTF"] for v in weights_values(loop, clock.now())}
+    predictor = loop.models.predictor("gCTF:gpu")
+    assert predictor is not None
+    for name, gpus, cores in [("one", 1.0, 8.0), ("two", 2.0, 16.0)]:
+        row = hardware_features("gpu", "Tesla M40", cpu_cores=cores, gpu_count=gpus)
+        assert row["hw_gpu_count"] == gpus and row["hw_cpu_cores"] == cores
+        assert got[name] == pytest.approx(float(predictor.predict(matrix([row], names))[0]))
+    assert got["one"] > 150.0 > got["two"]

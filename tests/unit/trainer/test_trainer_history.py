@@ -65,3 +65,11 @@ def test_cpu_sample_without_size_has_missing_values() -> None:
 def test_bad_bound_raises() -> None:
     with pytest.raises(ValueError):
         SampleHistory(max_per_key=0)
+
+
+def test_sample_hardware_counts_come_from_the_gauges_the_extender_reads() -> None:
+    values = sample_values({"node_class": "gpu", "gpu_model": "Tesla M40",
+                            "features": {"gpu_count__last": 2.0, "cpu_count__last": 16.0}})
+    assert values["hw_gpu_count"] == 2.0 and values["hw_cpu_cores"] == 16.0 and values["hw_gpu_fp32_tflops"] == 7.0
+    cpu = sample_values({"node_class": "cpu", "gpu_model": None, "features": {"gpu_count__last": 2.0}})
+    assert math.isnan(cpu["hw_gpu_count"])
