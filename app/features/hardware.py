@@ -71,7 +71,8 @@ def gpu_spec(model: str | None) -> GpuSpec | None:
 
 def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float | None = None,
                       gpu_count: float | None = None) -> dict[str, float]:
-    """Hardware descriptors as model features; unknown values are NaN (XGBoost treats them as missing)."""
+    """Hardware descriptors as model features; unknown values are NaN (XGBoost treats them as missing), and so
+    is a count that is not a positive number (a gauge that could not be read)."""
     spec = gpu_spec(gpu_model) if node_class == "gpu" else None
     nan = math.nan
     return {
@@ -79,6 +80,15 @@ def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float |
         "hw_gpu_mem_bw_gbs": spec.mem_bw_gbs if spec else nan,
         "hw_gpu_fp32_tflops": spec.fp32_tflops if spec else nan,
         "hw_pcie_gen": float(spec.pcie_gen) if spec else nan,
-        "hw_cpu_cores": float(cpu_cores) if cpu_cores else nan,
-        "hw_gpu_count": float(gpu_count) if gpu_count and node_class == "gpu" else nan,
+        "hw_cpu_cores": _count(cpu_cores),
+        "hw_gpu_count": _count(gpu_count) if node_class == "gpu" else nan,
     }
+
+
+def _count(value: float | None) -> float:
+    """A positive, finite count as a float; NaN otherwise.
+
+    >>> _count(2), _count(0.0), _count(None), _count(float("inf"))
+    (2.0, nan, nan, nan)
+    """
+    return float(value) if value is not None and math.isfinite(value) and value > 0 else math.nan
