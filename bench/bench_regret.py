@@ -2,6 +2,7 @@
 
     python3 bench/bench_regret.py                                  # default scenario, seed 1, second half
     python3 bench/bench_regret.py --scenario join --seed 2 --part all
+    python3 bench/bench_regret.py --by-running                     # also: model / true by pods running there
 
 For every placement rtt_aware decides with its models (not one left to Kubernetes' default scoring, not an
 explored one), every candidate's true cost in the same state is taken beside the decision's own terms: the
@@ -20,6 +21,11 @@ lowest true cost:
 * slowdown: the predicted time added to the running pods minus the true one.
 
 A term that is off on one side only is what moved the placement.
+
+``--by-running`` adds, per app, hardware (GPU model, or ``cpu``) and number of pods running on the candidate
+when the pod was placed (the decision's running-pods features, all apps), the model's prediction over the
+true service time (geometric mean) over every candidate and over the nodes picked: how steeply the models
+price the pods already there against the truth.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from bench_policies import SCENARIO_DIR
@@ -55,6 +61,8 @@ class Placement:
     slowdown_ms: np.ndarray  # predicted time added to the running pods
     true_ms: np.ndarray  # true service time if started now, nothing else changing
     true_slowdown_ms: np.ndarray  # true time added to the running pods
+    running: np.ndarray = field(default_factory=lambda: np.zeros(0))  # pods running on each candidate (all apps)
+    hardware: tuple[str, ...] = ()  # each candidate's GPU model, or "cpu"
 
     @property
     def best(self) -> int:
@@ -79,8 +87,10 @@ def placement(task: Task, d: Decision, chosen: NodeSpec, view: ClusterView) -> P
         model = corrected / correction
     slowdown = np.array(d.inflicted_ms, dtype=np.float64) if d.inflicted_ms else np.zeros(n)
     truth = np.array([view.clairvoyant_cost(task, name) for name in d.nodes], dtype=np.float64).reshape(n, 2)
+    running = np.array([sum(f.values()) if f else 0.0 for f in d.features] if d.features else np.zeros(n))
+    hardware = tuple(view.node(name).gpu_model or "cpu" for name in d.nodes)
     return Placement(task.idx, task.app, d.nodes.index(chosen.name), model, correction, penalty, slowdown,
-                     truth[:, 0], truth[:, 1])
+                     truth[:, 0], truth[:, 1], running, hardware)
 
 
 @dataclass(frozen=True)
@@ -137,11 +147,51 @@ def table(rows: Sequence[AppSummary]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class SlopeRow:
+    app: str
+    hardware: str
+    running: int
+    candidates: int
+    ratio: float  # geometric mean of model / true over the candidates in this state
+    picked: int
+    picked_ratio: float  # the same over the nodes picked in this state (NaN: none)
+
+
+def by_running(records: Sequence[Placement]) -> list[SlopeRow]:
+    """Model over true service time per (app, hardware, pods running there), sorted."""
+    every: dict[tuple[str, str, int], list[float]] = {}
+    picked: dict[tuple[str, str, int], list[float]] = {}
+    for r in records:
+        for i, hw in enumerate(r.hardware):
+            if not (np.isfinite(r.model_ms[i]) and r.model_ms[i] > 0 and r.true_ms[i] > 0):
+                continue
+            key = (r.app, hw, int(round(float(r.running[i]))))
+            err = float(np.log(r.model_ms[i] / r.true_ms[i]))
+            every.setdefault(key, []).append(err)
+            if i == r.picked:
+                picked.setdefault(key, []).append(err)
+    return [SlopeRow(*key, len(v), float(np.exp(np.mean(v))), len(picked.get(key, ())),
+                     float(np.exp(np.mean(picked[key]))) if key in picked else float("nan"))
+            for key, v in sorted(every.items())]
+
+
+def slope_table(rows: Sequence[SlopeRow]) -> str:
+    lines = [f"{'app':<12}{'hardware':<16}{'running':>8}{'candidates':>12}{'model/true':>12}{'picked':>8}"
+             f"{'model/true':>12}"]
+    for s in rows:
+        lines.append(f"{s.app:<12}{s.hardware:<16}{s.running:>8}{s.candidates:>12}{s.ratio:>12.2f}{s.picked:>8}"
+                     f"{s.picked_ratio:>12.2f}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--part", default="second", choices=PARTS, help="which tasks count (default: the second half)")
+    ap.add_argument("--by-running", action="store_true",
+                    help="also model / true by app, hardware and pods running on the candidate")
     args = ap.parse_args()
     path = SCENARIO_DIR / f"{args.scenario}.yaml"
     if not path.exists():
@@ -174,6 +224,12 @@ def main() -> int:
     print("(same: the node picked had the lowest true cost; regret: true cost given up per placement; differ: "
           "placements where they are not the same, over which the four terms are averaged; no prediction: of "
           "those, the node of lowest true cost had none)")
+    if args.by_running:
+        print(f"\n== the model's prediction over the true service time, by the pods running on the candidate "
+              f"(geometric means; {args.part if args.part == 'all' else args.part + ' half'}) ==")
+        print(slope_table(by_running(part)))
+        print("(true: the service time if the task started there now and nothing else changed; a model that "
+              "learnt what later arrivals add reads above it)")
     return 0
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from bench_regret import Placement, placement, summarise, table
+from bench_regret import Placement, by_running, placement, slope_table, summarise, table
 
 from app.scheduler.decide import Decision
 from app.sim.hardware import NodeSpec
@@ -40,6 +40,24 @@ def test_the_lowest_true_cost_counts_both_terms_and_the_terms_are_read_on_each_s
     assert lines[2].split()[:5] == ["gCTF", "2", "50%", "10.0", "1"]
 
 
+def test_model_over_true_is_read_by_app_hardware_and_pods_running_there() -> None:
+    def rec(picked: int, model: list[float], true: list[float], running: list[float]) -> Placement:
+        n = len(model)
+        return Placement(0, "gCTF", picked, np.array(model), np.ones(n), np.ones(n), np.zeros(n), np.array(true),
+                         np.zeros(n), np.array(running), ("RTX 4090", "Tesla M40"))
+
+    rows = by_running([rec(0, [200.0, 100.0], [100.0, 100.0], [0.0, 2.0]),
+                       rec(1, [50.0, 400.0], [100.0, 100.0], [0.0, 2.0]),
+                       rec(1, [100.0, float("nan")], [100.0, 100.0], [1.0, 2.0])])  # no prediction: left out
+    got = {(r.hardware, r.running): r for r in rows}
+    assert set(got) == {("RTX 4090", 0), ("RTX 4090", 1), ("Tesla M40", 2)}
+    assert got[("RTX 4090", 0)].ratio == pytest.approx(1.0)  # geometric mean of 2 and 0.5
+    assert (got[("RTX 4090", 0)].picked, got[("RTX 4090", 0)].picked_ratio) == (1, pytest.approx(2.0))
+    assert got[("Tesla M40", 2)].ratio == pytest.approx(2.0) and got[("Tesla M40", 2)].picked == 1
+    assert got[("RTX 4090", 1)].picked == 0 and math.isnan(got[("RTX 4090", 1)].picked_ratio)
+    assert slope_table(rows).splitlines()[1].split() == ["gCTF", "RTX", "4090", "0", "2", "1.00", "1", "2.00"]
+
+
 def test_a_short_run_records_the_placements_the_models_decided() -> None:
     records: list[Placement] = []
     seen: dict[int, Decision] = {}  # task idx -> its decision (placements come in start order, not arrival order)
@@ -64,7 +82,10 @@ def test_a_short_run_records_the_placements_the_models_decided() -> None:
         assert r.app == m.apps[r.idx] and m.node_names[m.node_idx[r.idx]] == seen[r.idx].nodes[r.picked]
         assert np.all(np.isfinite(r.true_ms) & (r.true_ms > 0)) and np.all(r.true_slowdown_ms >= 0)
         assert r.model_ms[r.picked] > 0 and r.penalty[r.picked] >= 1.0
+        assert len(r.running) == len(r.hardware) == len(r.model_ms) and np.all(r.running >= 0)
     assert {s.app for s in summarise(records)} <= {"Motioncor2", "gCTF", "upload"}
+    assert any(r.running.any() for r in records)  # pods run beside some candidates
+    assert {hw for r in records for hw in r.hardware} >= {"RTX 4090", "cpu"}
 
 
 @pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--part", "third"]])
