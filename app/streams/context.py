@@ -8,6 +8,7 @@ has its own Prometheus registry (``metrics.registry``) and :class:`~app.streams.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import weakref
 from typing import Any
@@ -37,6 +38,10 @@ class WorkerContext:
     """The topic whose assigned partitions are this worker's (:mod:`app.streams.ownership`)."""
     bounds: Bounds = dataclasses.field(default_factory=lambda: Bounds(5_000, 64))
     """Caps on nodes and apps, and when each was last heard of (:mod:`app.streams.bounds`)."""
+    weights_lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    """Held while a node-weights message is checked and sent: a period's values (:mod:`app.streams.feedback_weights`)
+    and eviction's tombstones (:mod:`app.streams.eviction`) never interleave, so a node's tombstone stays its
+    last word."""
 
 
 _CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()

@@ -89,7 +89,9 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
         if nodes.intake.running:
             silent, _ = evict_now()
             await nodes.intake.sender.ship()  # type: ignore[union-attr]
-            for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
-                await weights_topic.send(key=n.encode(), value=None)
+            if silent:
+                async with ctx.weights_lock:  # never between a period's check of a node and its send
+                    for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
+                        await weights_topic.send(key=n.encode(), value=None)
 
     ctx.handles["evict"] = evict_now

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 import faust
@@ -31,6 +32,7 @@ from app.contracts import encode
 from app.features.hardware import CPU_CORES, GPU_COUNT, hardware_features
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
+from app.streams.context import context_of
 from app.streams.feedback_metrics import FeedbackMetrics
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import Health
@@ -85,6 +87,25 @@ def weights_values(loop: FeedbackLoop, now: float) -> list[dict[str, Any]]:
     return out
 
 
+async def send_held(values: list[dict[str, Any]], held: Container[str],
+                    send: Callable[[dict[str, Any]], Awaitable[None]], lock: asyncio.Lock) -> int:
+    """Send each value whose node is still ``held``; values sent.
+
+    A value is checked and sent under ``lock``, which eviction holds while it sends its tombstones: a node
+    evicted while the period is being sent is skipped, and one evicted after its value went out gets its
+    tombstone after it. (Checking outside the lock lost that race: the send yields to the event loop before
+    the message is queued, and an eviction in between queued the tombstone first.)
+    """
+    sent = 0
+    for v in values:
+        async with lock:
+            if v["node"] not in held:
+                continue  # evicted while this period was being sent: its tombstone must stay the last word
+            await send(v)
+            sent += 1
+    return sent
+
+
 class RedisWriter:
     """Best-effort batched writes of the latest values; one batch in flight at most (counted in ``metrics``,
     a failure reported to ``health``)."""
@@ -132,17 +153,19 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     writer: list[RedisWriter] = []
     out, node_weight = loop.metrics.messages_out.labels("node-weights"), loop.metrics.feedback.node_weight
 
+    lock = context_of(app).weights_lock
+
+    async def send(v: dict[str, Any]) -> None:
+        node_weight.labels(v["node"]).set(v["weight"])
+        await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
+        out.inc()
+
     @timer(app, settings.error_period_s, "feedback-weights")
     async def node_weights() -> None:
         now = loop.clock.now()
         values = weights_values(loop, now)
         states = loop.nodes.store.states
-        for v in values:
-            if v["node"] not in states:
-                continue  # evicted while this period was being sent: its tombstone must stay the last word
-            node_weight.labels(v["node"]).set(v["weight"])
-            await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
-            out.inc()
+        await send_held(values, states, send, lock)
         if settings.redis_url:
             if not writer:
                 timeout_s = loop.options.feedback_redis_timeout_s
