@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +81,29 @@ def hardware_features(node_class: str, gpu_model: str | None, cpu_cores: float |
         "hw_gpu_mem_bw_gbs": spec.mem_bw_gbs if spec else nan,
         "hw_gpu_fp32_tflops": spec.fp32_tflops if spec else nan,
         "hw_pcie_gen": float(spec.pcie_gen) if spec else nan,
-        "hw_cpu_cores": _count(cpu_cores),
-        "hw_gpu_count": _count(gpu_count) if node_class == "gpu" else nan,
+        "hw_cpu_cores": _or_nan(usable_count(cpu_cores)),
+        "hw_gpu_count": _or_nan(usable_count(gpu_count)) if node_class == "gpu" else nan,
     }
 
 
-def _count(value: float | None) -> float:
-    """A positive, finite count as a float; NaN otherwise.
+def usable_count(value: float | None) -> float | None:
+    """A positive, finite count as a float; None otherwise (a gauge not reported or not readable).
 
-    >>> _count(2), _count(0.0), _count(None), _count(float("inf"))
-    (2.0, nan, nan, nan)
+    >>> usable_count(2), usable_count(0.0), usable_count(None), usable_count(float("inf"))
+    (2.0, None, None, None)
     """
-    return float(value) if value is not None and math.isfinite(value) and value > 0 else math.nan
+    return float(value) if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def node_counts(features: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """``(cpu_cores, gpu_count)`` from a node's features (its :data:`CPU_CORES` and :data:`GPU_COUNT` gauges),
+    each None when not usable: what :func:`hardware_features` takes after the GPU model.
+
+    >>> node_counts({"cpu_count__last": 16.0, "gpu_count__last": 0.0})
+    (16.0, None)
+    """
+    return usable_count(features.get(CPU_CORES)), usable_count(features.get(GPU_COUNT))
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from app.contracts.keys import parse_model_key
-from app.features.hardware import CPU_CORES, GPU_COUNT, hardware_features
+from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, row, split_feature_name
 from app.model.base import Predictor
 from app.scheduler.entries import ModelEntry, NodeState
@@ -73,17 +73,10 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
         features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in gone}
     else:
         features = {k: float(v) for k, v in raw.items()}
-    for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), _count(features, CPU_CORES),
-                                _count(features, GPU_COUNT)):
+    for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), *node_counts(features)):
         if k not in features:
             features[k] = v
     return features
-
-
-def _count(features: Mapping[str, float], name: str) -> float | None:
-    """A positive count gauge of the node's features (None: not reported, or not a usable count)."""
-    v = features.get(name)
-    return v if v is not None and math.isfinite(v) and v > 0 else None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -29,7 +29,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from app.contracts import encode
-from app.features.hardware import CPU_CORES, GPU_COUNT, hardware_features
+from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
 from app.streams.context import context_of
@@ -61,7 +61,7 @@ def predict_nodes(loop: FeedbackLoop, states: list[NodeState]) -> dict[str, dict
                 tracker = loop.trackers.get(s.node)
                 window = tracker.window(app) if tracker is not None else s.window.window_s
                 values = s.window.aggregate(window_s=window).features()
-                values.update(hardware_features(node_class, s.gpu_model, values.get(CPU_CORES), values.get(GPU_COUNT)))
+                values.update(hardware_features(node_class, s.gpu_model, *node_counts(values)))
                 values[TASK_FEATURES[0]] = math.nan
                 rows.append(values)
             predicted = predictor.predict(matrix(rows, predictor.feature_names))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.features.hardware import CPU_CORES, GPU_COUNT, hardware_features
+from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, row
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,8 @@ class Dataset:
 def sample_values(sample: Mapping[str, Any]) -> dict[str, float]:
     """Every model input of one training sample: metric features, hardware descriptors, task size."""
     values: dict[str, float] = dict(sample.get("features") or {})
-    # the same sources the extender reads hw_cpu_cores and hw_gpu_count from
-    values.update(hardware_features(str(sample.get("node_class", "")), sample.get("gpu_model"), values.get(CPU_CORES),
-                                    values.get(GPU_COUNT)))
+    # the counts from the same gauges as the extender's
+    values.update(hardware_features(str(sample.get("node_class", "")), sample.get("gpu_model"), *node_counts(values)))
     size = sample.get("input_size_mb")
     values[TASK_FEATURES[0]] = float(size) if size is not None else float("nan")
     return values

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+
 import pytest
 
 from app.sim.runner import SimConfig
@@ -8,3 +11,18 @@ from app.sim.runner import SimConfig
 @pytest.fixture
 def small_config() -> SimConfig:
     return SimConfig(n_tasks=800)
+
+
+@pytest.fixture
+def bench_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[[str, list[str]], str]:
+    """Run bench script ``name``'s ``main()`` with ``argv``; assert it exits with argparse's status 2 and return
+    what it printed on stderr."""
+
+    def run(name: str, argv: list[str]) -> str:
+        monkeypatch.setattr("sys.argv", [f"{name}.py", *argv])
+        with pytest.raises(SystemExit) as exc:
+            importlib.import_module(name).main()
+        assert exc.value.code == 2
+        return capsys.readouterr().err
+
+    return run

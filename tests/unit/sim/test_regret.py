@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -89,12 +90,5 @@ def test_a_short_run_records_the_placements_the_models_decided() -> None:
 
 
 @pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--part", "third"]])
-def test_bad_arguments_are_named(argv: list[str], monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
-    import bench_regret
-
-    monkeypatch.setattr("sys.argv", ["bench_regret.py", *argv])
-    with pytest.raises(SystemExit) as exc:
-        bench_regret.main()
-    assert exc.value.code == 2
-    assert argv[0] in capsys.readouterr().err
+def test_bad_arguments_are_named(argv: list[str], bench_error: Callable[[str, list[str]], str]) -> None:
+    assert argv[0] in bench_error("bench_regret", argv)

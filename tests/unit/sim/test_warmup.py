@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from bench_warmup import POLICIES, rows
@@ -31,12 +33,5 @@ def test_the_slices_add_up_to_the_difference_of_the_means() -> None:
 
 
 @pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--edges", "0,x"], ["--edges", "2,1"]])
-def test_bad_arguments_are_named(argv: list[str], monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
-    import bench_warmup
-
-    monkeypatch.setattr("sys.argv", ["bench_warmup.py", *argv])
-    with pytest.raises(SystemExit) as exc:
-        bench_warmup.main()
-    assert exc.value.code == 2
-    assert argv[0] in capsys.readouterr().err
+def test_bad_arguments_are_named(argv: list[str], bench_error: Callable[[str, list[str]], str]) -> None:
+    assert argv[0] in bench_error("bench_warmup", argv)
