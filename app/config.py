@@ -167,9 +167,10 @@ class Settings:
                                " against; empty = the system's")
     kafka_ssl_certfile: str = _f("", _readable_file, doc="client certificate (PEM) for mutual TLS")
     kafka_ssl_keyfile: str = _f("", _readable_file, doc="client private key (PEM) for mutual TLS")
-    kafka_fetch_max_wait_ms: int = _f(50, _fetch_wait, doc="longest a fetch of the extender's view and the worker's"
-                                      " intakes waits for data (a broker that holds a fetch to this bound"
-                                      " delays every message by up to it)")
+    kafka_fetch_max_wait_ms: int = _f(50, _fetch_wait, doc="longest a fetch of the extender's view, the worker's"
+                                      " intakes and model-updates and the trainer's consumers waits for data"
+                                      " (a broker that holds a fetch to this bound delays every message by up"
+                                      " to it)")
     redis_password_file: str = _f("", _readable_file, doc="file holding the Redis password (a mounted Secret);"
                                   " added to REDIS_URL when connecting")
     metrics_host: str = _f("0.0.0.0", doc="address the /metrics server of the worker, trainer, bridge and pods"

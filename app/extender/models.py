@@ -32,6 +32,26 @@ class ModelLoadError(RttError):
         self.transient = transient
 
 
+_prepare_lock = threading.Lock()
+_prepared: list[bool] = []
+
+
+def prepare_model_code() -> None:
+    """Import the registry and model code (XGBoost, numba: ~0.2 s) and compile the slowdown pricing's steps
+    (:func:`~app.scheduler.inflict.warm_kernels`: ~0.2 s from numba's cache), once per process and blocking:
+    for a worker thread. The extender runs it in one from its start, so that the first model announced does
+    not wait for it (0.4-0.5 s on a busy two-core machine, most of a first model's way from retrain-event to
+    serving)."""
+    with _prepare_lock:
+        if _prepared:
+            return
+        import app.registry.store  # noqa: F401  (XGBoost and numba with it)
+        from app.scheduler.inflict import warm_kernels
+
+        warm_kernels()
+        _prepared.append(True)
+
+
 def registry_loader(settings: Settings) -> ModelLoader:
     """A loader reading blobs from the registry :func:`app.registry.store.open_store` opens for ``settings``.
 
@@ -47,12 +67,11 @@ def registry_loader(settings: Settings) -> ModelLoader:
         # worker thread, so neither the extender's start nor its event loop waits for them.
         from app.model.errors import RegistryUnavailableError
         from app.registry.store import load_predictor, open_store
-        from app.scheduler.inflict import warm_kernels
 
+        prepare_model_code()  # at once when the extender's start already did
         with lock:
             if not opened:
                 opened.append(open_store(settings))
-                warm_kernels()  # the slowdown pricing's compiled steps, before the first model serves
         key, version, sha = update["model_key"], int(update["version"]), update["sha256"]
         try:
             predictor, record = load_predictor(opened[0], key, version)

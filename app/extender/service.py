@@ -26,7 +26,7 @@ from app.extender.boosters import BoosterCache, registry_boosters
 from app.extender.feed import ViewFeed
 from app.extender.metrics import AppLabels, Children, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
-from app.extender.models import ModelLoader, install_model, registry_loader
+from app.extender.models import ModelLoader, install_model, prepare_model_code, registry_loader
 from app.extender.options import ExtenderOptions
 from app.extender.pacing import release_sliced, run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body_of
@@ -246,6 +246,8 @@ class ExtenderService:
         """Start the background work and return at once: nothing here waits on Kafka or Redis."""
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._rebuilder(), name="extender-rebuilder"))
+        if self._kafka or self._redis_on:  # models will load: their code, before the first one is announced
+            self._tasks.append(loop.create_task(asyncio.to_thread(prepare_model_code), name="extender-model-code"))
         if self._redis_on:
             self._warming = True
             self._tasks.append(loop.create_task(self._redis_work(), name="extender-redis"))

@@ -29,7 +29,7 @@ from app.contracts import contract, decode
 from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError, RttError
-from app.kafka.client import client_options
+from app.kafka.client import consumer_options
 from app.kafka.positions import PositionGuard
 from app.model.errors import RegistryUnavailableError
 from app.model.fast import FastPredictor
@@ -181,8 +181,8 @@ class ModelCache:
 async def follow_model_updates(settings: Settings, cache: ModelCache, started: asyncio.Event | None = None) -> None:
     """Apply every model-updates message, from the beginning of every partition, until cancelled."""
     topic = settings.topic("model-updates")
-    consumer = AIOKafkaConsumer(**client_options(settings, group_id=None, enable_auto_commit=False,
-                                                 auto_offset_reset="none"))
+    consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
+                                                   auto_offset_reset="none"))
     await consumer.start()
     guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates",
                           registry=cache.metrics.registry)

@@ -62,7 +62,7 @@ from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
 from app.kafka.batches import partition_for
-from app.kafka.client import client_options
+from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
 from app.model.errors import NotEnoughSamplesError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
@@ -174,13 +174,13 @@ class TrainerService:
         s = self.settings
         self.crashed = asyncio.Event()
         self._producer = AIOKafkaProducer(**client_options(s, acks="all"))
-        self._samples = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
-                                                          auto_offset_reset="none"))
-        self._events = AIOKafkaConsumer(s.topic("retrain-events"), **client_options(
+        self._samples = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
+                                                            auto_offset_reset="none"))
+        self._events = AIOKafkaConsumer(s.topic("retrain-events"), **consumer_options(
             s, group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest", session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000))
-        self._updates = AIOKafkaConsumer(**client_options(s, group_id=None, enable_auto_commit=False,
-                                                          auto_offset_reset="none"))
+        self._updates = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
+                                                            auto_offset_reset="none"))
         topic = s.topic("training-samples")
         self._sample_tps = [TopicPartition(topic, p) for p in range(contract("training-samples").partitions)]
         self._update_tps = [TopicPartition(s.topic("model-updates"), p)

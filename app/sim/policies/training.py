@@ -50,17 +50,17 @@ class VerdictDelay:
     registry round trips, the extender's fetch), ``vote_s`` more from there on (the feature vote runs),
     and ``per_fit_row_s`` for each fit row (fit rows: the rows less the newest ``holdout_fraction``, as
     the plain split). Calibrated on the live system, worker's retrain-event → extender's "model …
-    installed" (docs/simulator.md): 29 updates below 500 fit rows in two demo runs, median 0.59 s
-    (0.32–1.11); 4 of 517–1,068 fit rows, 1.22–1.51 s (median 1.30); a key of 50,000 samples (40,000
-    fit rows), 1.3–2.1 s (``bench/bench_promotion.py``, docs/feedback.md).
+    installed" (docs/simulator.md): 40 updates below 500 fit rows in two demo runs, median 0.15 s
+    (0.10–0.48); 4 of 553–946 fit rows, 0.42–0.95 s (median 0.72); a key of 50,000 samples (40,000
+    fit rows), 1.1–1.3 s (``bench/bench_promotion.py``, docs/feedback.md).
 
     >>> d = VerdictDelay()
     >>> round(d(100), 3), round(d(625), 3), round(d(50_000), 3)
-    (0.601, 1.306, 1.78)
+    (0.151, 0.706, 1.18)
     """
 
-    base_s: float = 0.6
-    vote_s: float = 0.7
+    base_s: float = 0.15
+    vote_s: float = 0.55
     per_fit_row_s: float = 12e-6
     holdout_fraction: float = HOLDOUT_FRACTION
     metric_min_rows: int = METRIC_MIN_ROWS

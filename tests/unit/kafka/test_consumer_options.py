@@ -16,11 +16,20 @@ def test_consumer_options_carry_the_fetch_wait_and_the_connection():
     assert {k: v for k, v in opts.items() if k in client_options(s)} == client_options(s)
 
 
-def test_the_extender_view_and_the_worker_intakes_use_them():
-    from app.extender import feed
-    from app.streams import intake
+def test_every_consumer_on_the_way_from_a_completion_to_a_serving_model_uses_them():
+    """The extender's view, the worker's intakes and its model-updates, and the trainer's three consumers
+    (samples, retrain-events, model-updates): with aiokafka's default 500 ms, a broker that holds a fetch
+    to its bound (Tansu) kept a retrain-event, the samples' catch-up and the trainer's model-updates
+    catch-up waiting up to half a second each before a model was announced."""
+    import re
 
-    for module in (feed, intake):
+    from app.extender import feed
+    from app.streams import feedback_models, intake
+    from app.trainer import service
+
+    for module, consumers in ((feed, 1), (intake, 1), (feedback_models, 1), (service, 3)):
         source = inspect.getsource(module)
-        assert "AIOKafkaConsumer(**consumer_options(" in source, module.__name__
+        made = re.findall(r"AIOKafkaConsumer\(([^*]*\*\*\w+)\(", source)
+        assert len(made) == consumers, (module.__name__, made)
+        assert all(m.endswith("**consumer_options") for m in made), (module.__name__, made)
         assert "fetch_max_wait_ms=" not in source, module.__name__

@@ -248,11 +248,11 @@ def test_a_verdict_is_due_after_the_calibrated_delay_for_its_rows(monkeypatch):
     500 fit rows, the vote's time from there, and a little more for each fit row (live measurements)."""
     monkeypatch.setattr(training, "_run", lambda *_args: (None, None))
     delay = training.VerdictDelay()
-    assert delay(100) == pytest.approx(0.6 + 80 * 12e-6)
-    assert delay(624) == pytest.approx(0.6 + 499 * 12e-6)  # 499 fit rows: no vote yet
-    assert delay(625) == pytest.approx(0.6 + 0.7 + 500 * 12e-6)  # 500 fit rows: the vote runs
-    assert delay(50_000) == pytest.approx(0.6 + 0.7 + 40_000 * 12e-6)
-    assert training.VerdictDelay(vote_s=0.0, per_fit_row_s=0.0)(50_000) == 0.6
+    assert delay(100) == pytest.approx(0.15 + 80 * 12e-6)
+    assert delay(624) == pytest.approx(0.15 + 499 * 12e-6)  # 499 fit rows: no vote yet
+    assert delay(625) == pytest.approx(0.15 + 0.55 + 500 * 12e-6)  # 500 fit rows: the vote runs
+    assert delay(50_000) == pytest.approx(0.15 + 0.55 + 40_000 * 12e-6)
+    assert training.VerdictDelay(vote_s=0.0, per_fit_row_s=0.0)(50_000) == 0.15
     with pytest.raises(ValueError, match="vote_s"):
         training.VerdictDelay(vote_s=-1.0)
     trainer = training.SimulatedTrainer(background=False)
