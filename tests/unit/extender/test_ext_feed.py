@@ -125,3 +125,39 @@ async def test_records_a_fetch_waited_for_are_applied_in_a_later_loop_step() -> 
     await asyncio.gather(*tasks, return_exceptions=True)
     fetched, applied = events.index("fetched"), events.index("applied")
     assert "tick" in events[fetched:applied]
+
+
+async def test_the_model_code_is_prepared_from_the_start_before_any_model_is_announced(monkeypatch) -> None:
+    """A service that will load models (Kafka or Redis on) imports the model code and compiles the slowdown
+    pricing's steps in a worker thread from its start, so the first model announced does not wait for them;
+    one with neither never does."""
+    import threading
+
+    from app.extender import service as service_module
+    from app.extender.options import ExtenderOptions
+    from app.extender.service import ExtenderService
+
+    calls: list[str] = []
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def prepare() -> None:
+        calls.append(threading.current_thread().name)
+        loop.call_soon_threadsafe(done.set)
+
+    monkeypatch.setattr(service_module, "prepare_model_code", prepare)
+    settings = Settings.from_env({"RTT_KAFKA_BOOTSTRAP": "127.0.0.1:1"})  # nothing there: the feed keeps retrying
+    opts = ExtenderOptions.from_settings(settings)
+    offline = ExtenderService(settings, opts, kafka=False, redis=False, publish=False)
+    await offline.start()
+    await asyncio.sleep(0.05)
+    await offline.stop()
+    assert calls == []
+    online = ExtenderService(settings, opts, kafka=True, redis=False, publish=False)
+    await online.start()
+    try:
+        await asyncio.wait_for(done.wait(), 10.0)
+    finally:
+        await online.stop()
+    assert len(calls) == 1 and calls[0] != threading.current_thread().name  # once, off the event loop's thread
+    assert online.builder.model_version("gCTF:gpu") is None  # no model was announced
