@@ -91,6 +91,7 @@ class ExtenderService:
         self._serving = False
         self._stale_reason: str | None = None
         self._wanted = asyncio.Event()
+        self._urgent = asyncio.Event()  # a model arrived: build without waiting out the interval
         self._warming = False
         self.warmed = asyncio.Event()  # set once the Redis warm start is over (or was not attempted)
         self.on_ready: list[Callable[[], object]] = []  # called once, when the first snapshot is installed
@@ -127,11 +128,14 @@ class ExtenderService:
         self._install(self.builder.build(self.clock.now()))
         return True
 
-    def request_rebuild(self, force: bool = False) -> None:
-        """Ask the background rebuilder for a new snapshot (``force``: the view may be served from now on)."""
+    def request_rebuild(self, force: bool = False, *, urgent: bool = False) -> None:
+        """Ask the background rebuilder for a new snapshot (``force``: the view may be served from now on;
+        ``urgent``: without waiting for ``rebuild_interval_s`` since the last build, for a new model)."""
         if force:
             self._serving = True
         self._wanted.set()
+        if urgent:
+            self._urgent.set()
 
     def _should_build(self, force: bool) -> bool:
         if force:
@@ -144,6 +148,10 @@ class ExtenderService:
         snap = self.holder.swap(snap)
         if old is not None:
             self._retire(old)
+        before = old.models if old is not None else {}
+        for key, entry in snap.models.items():
+            if key not in before or before[key].version != entry.version:
+                log.info("model %s v%d serving", key, entry.version)
         self.metrics.snapshot_nodes.set(len(snap.nodes))
         self.metrics.snapshot_models.set(len(snap.models))
         self.app_labels.update(key.split(":", 1)[0] for key in snap.models)
@@ -171,9 +179,11 @@ class ExtenderService:
         while True:
             await self._wanted.wait()
             self._wanted.clear()
+            self._urgent.clear()
             if self._should_build(False):
                 self._install(await run_sliced(self.builder.build_steps(self.clock.now())))
-            await asyncio.sleep(self.options.rebuild_interval_s)
+            with contextlib.suppress(TimeoutError):  # at most one build per interval, unless a model arrived
+                await asyncio.wait_for(self._urgent.wait(), self.options.rebuild_interval_s)
 
     # -- verbs
     def _decide(self, verb: str, args: ExtenderArgs) -> Decision:
@@ -257,7 +267,8 @@ class ExtenderService:
             self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
                                  on_model=self._cache_model, report_s=self.options.report_s, clock=self.clock,
-                                 on_completion=self.assumed.forget)
+                                 on_completion=self.assumed.forget,
+                                 on_installed=lambda: self.request_rebuild(urgent=True))
             self.feed.start()
         if self._publish:
             sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)

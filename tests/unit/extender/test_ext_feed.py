@@ -161,3 +161,48 @@ async def test_the_model_code_is_prepared_from_the_start_before_any_model_is_ann
         await online.stop()
     assert len(calls) == 1 and calls[0] != threading.current_thread().name  # once, off the event loop's thread
     assert online.builder.model_version("gCTF:gpu") is None  # no model was announced
+
+
+async def test_a_model_loaded_after_the_catch_up_asks_its_owner_to_serve_it_at_once() -> None:
+    async def loader(u: Any) -> LinearPredictor:
+        return LinearPredictor({"load__mean": 1.0})
+
+    asked: list[str] = []
+    builder, metrics = SnapshotBuilder(), ExtenderMetrics()
+    feed = ViewFeed(Settings.from_env({}), builder, loader, metrics, rebuild=lambda force: None,
+                    on_installed=lambda: asked.append("now"))
+    assert await feed.load_model(update(1))
+    assert asked == []  # still catching up: the catch-up's own rebuild serves what loaded meanwhile
+    feed.caught_up.set()
+    assert await feed.load_model(update(2))
+    assert asked == ["now"] and builder.model_version("gCTF:gpu") == 2
+
+
+async def test_an_urgent_rebuild_does_not_wait_out_the_interval_and_logs_the_model_serving(caplog) -> None:
+    import logging
+
+    from extender_fixtures import make_service
+
+    service = make_service(rebuild_interval_s=30.0)
+    await service.start()
+    try:
+        service.request_rebuild(force=True)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if service.holder.ready:
+                break
+        assert service.holder.ready and "upload:cpu" not in service.holder.current.models
+        service.builder.set_model("upload:cpu", 1, LinearPredictor({"load__mean": 1.0}))
+        service.request_rebuild()  # an ordinary change waits for the interval (30 s here)
+        await asyncio.sleep(0.2)
+        assert "upload:cpu" not in service.holder.current.models
+        with caplog.at_level(logging.INFO, logger="app.extender.service"):
+            service.request_rebuild(urgent=True)
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if "upload:cpu" in service.holder.current.models:
+                    break
+        assert service.holder.current.models["upload:cpu"].version == 1
+        assert "model upload:cpu v1 serving" in caplog.text
+    finally:
+        await service.stop()

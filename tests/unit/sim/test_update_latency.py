@@ -29,8 +29,10 @@ TRAINER = """\
 EXTENDER = """\
 rttsched extender: listening on http://127.0.0.1:38411
 2026-12-05 00:52:23,180 INFO app.extender.models: model gCTF:gpu v1 installed (6 features)
+2026-12-05 00:52:23,230 INFO app.extender.service: model gCTF:gpu v1 serving
 2026-12-05 00:52:23,500 INFO app.extender.models: model Motioncor2:gpu v1 installed (6 features)
 2026-12-05 00:53:41,400 INFO app.extender.models: model gCTF:gpu v2 installed (9 features)
+2026-12-05 00:53:41,480 INFO app.extender.service: model gCTF:gpu v2 serving
 """
 
 
@@ -54,16 +56,26 @@ def test_each_event_is_paired_with_its_own_verdict_and_install(tmp_path):
     assert got["gCTF:gpu", "growth", 720].to_installed_s == pytest.approx(1.4, abs=1e-3)  # v2, not v1 again
 
 
+def test_serving_is_paired_by_key_and_version_and_stands_for_the_install_where_logged(tmp_path):
+    got = {(u.key, u.reason): u for u in bul.updates(_demo(tmp_path))}
+    assert got["gCTF:gpu", "cold_start"].to_serving_s == pytest.approx(1.157, abs=1e-3)  # v1's line, not v2's
+    assert got["gCTF:gpu", "growth"].to_serving_s == pytest.approx(1.48, abs=1e-3)
+    assert got["gCTF:gpu", "growth"].served_s == got["gCTF:gpu", "growth"].to_serving_s
+    motioncor2 = got["Motioncor2:gpu", "cold_start"]  # no serving line (an older extender): the install time
+    assert motioncor2.to_serving_s is None and motioncor2.served_s == motioncor2.to_installed_s
+    assert got["upload:cpu", "growth"].served_s is None
+
+
 def test_the_bands_are_printed_beside_the_simulated_delay(tmp_path, capsys):
     assert bul.main([str(_demo(tmp_path))]) == 0
     out = capsys.readouterr().out
     below = next(line for line in out.splitlines() if line.startswith("< 500"))
     above = next(line for line in out.splitlines() if line.startswith(">= 500"))
     n, lo, med, hi, simulated, ratio = below.split()[2:]
-    assert (int(n), float(lo), float(med), float(hi)) == (2, 1.11, 1.27, 1.43)
+    assert (int(n), float(lo), float(med), float(hi)) == (2, 1.16, 1.29, 1.43)  # gCTF serving, Motioncor2 installed
     expected = (VerdictDelay()(bul._rows_for(37)) + VerdictDelay()(bul._rows_for(28))) / 2
     assert float(simulated) == pytest.approx(expected, abs=0.005)
-    assert float(ratio) == pytest.approx(1.2665 / expected, abs=0.01)
+    assert float(ratio) == pytest.approx(1.2915 / expected, abs=0.01)
     assert above.split()[2] == "1" and float(above.split()[6]) == pytest.approx(VerdictDelay()(900), abs=0.005)
 
 
