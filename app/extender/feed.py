@@ -56,8 +56,8 @@ class ViewFeed:
     """The background consumer of the view's topics.
 
     ``rebuild(force)`` asks the owner for a new snapshot (``force``: the view may now be served);
-    ``on_model`` is awaited after a model from a message was installed, e.g. to cache it in Redis;
-    ``on_installed`` is called once a model loaded after the feed caught up (the owner rebuilds at once).
+    ``on_model`` is awaited after a model from a message was installed, e.g. to rebuild at once and cache it
+    in Redis.
     """
 
     def __init__(
@@ -65,7 +65,6 @@ class ViewFeed:
         rebuild: Callable[[bool], object], rebuild_interval_s: float = 0.2,
         on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, report_s: float = 10.0,
         clock: Clock | None = None, on_completion: Callable[[str], object] | None = None,
-        on_installed: Callable[[], object] | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
@@ -77,7 +76,6 @@ class ViewFeed:
         self._on_model = on_model
         self._report_s = report_s
         self._on_completion = on_completion
-        self._on_installed = on_installed
         self._topic_of = {settings.topic(t): t for t in (*TOPICS, *((COMPLETIONS,) if on_completion else ()))}
         self._decoders = {t: EdgeDecoder(t) for t in (*TOPICS, COMPLETIONS)}  # the worker's intakes' decoding
         self._counted: dict[tuple[str, str], Any] = {}  # (topic, result) -> its feed_messages child
@@ -271,7 +269,4 @@ class ViewFeed:
         return "applied"
 
     async def load_model(self, update: Mapping[str, Any]) -> bool:
-        loaded = await install_model(update, self._loader, self._builder, self._metrics, self._on_model)
-        if loaded and self.caught_up.is_set() and self._on_installed is not None:
-            self._on_installed()  # serve it now, not after the next fetch and the rebuild interval
-        return loaded
+        return await install_model(update, self._loader, self._builder, self._metrics, self._on_model)

@@ -150,7 +150,7 @@ class ExtenderService:
             self._retire(old)
         before = old.models if old is not None else {}
         for key, entry in snap.models.items():
-            if key not in before or before[key].version != entry.version:
+            if (prev := before.get(key)) is None or prev.version != entry.version:
                 log.info("model %s v%d serving", key, entry.version)
         self.metrics.snapshot_nodes.set(len(snap.nodes))
         self.metrics.snapshot_models.set(len(snap.models))
@@ -266,9 +266,8 @@ class ExtenderService:
         if self._kafka:
             self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
-                                 on_model=self._cache_model, report_s=self.options.report_s, clock=self.clock,
-                                 on_completion=self.assumed.forget,
-                                 on_installed=lambda: self.request_rebuild(urgent=True))
+                                 on_model=self._model_installed, report_s=self.options.report_s, clock=self.clock,
+                                 on_completion=self.assumed.forget)
             self.feed.start()
         if self._publish:
             sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)
@@ -320,7 +319,10 @@ class ExtenderService:
         if result.usable:
             self.request_rebuild(force=True)
 
-    async def _cache_model(self, update: Any) -> None:
+    async def _model_installed(self, update: Any) -> None:
+        """A model from model-updates changed the view: serve it now (not after the rebuild interval; before
+        the catch-up nothing is built either way), and cache its announcement in Redis."""
+        self.request_rebuild(urgent=True)
         if self._redis is not None:
             await store_model_update(self._redis, self.keys, update)
 

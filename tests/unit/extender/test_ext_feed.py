@@ -163,21 +163,6 @@ async def test_the_model_code_is_prepared_from_the_start_before_any_model_is_ann
     assert online.builder.model_version("gCTF:gpu") is None  # no model was announced
 
 
-async def test_a_model_loaded_after_the_catch_up_asks_its_owner_to_serve_it_at_once() -> None:
-    async def loader(u: Any) -> LinearPredictor:
-        return LinearPredictor({"load__mean": 1.0})
-
-    asked: list[str] = []
-    builder, metrics = SnapshotBuilder(), ExtenderMetrics()
-    feed = ViewFeed(Settings.from_env({}), builder, loader, metrics, rebuild=lambda force: None,
-                    on_installed=lambda: asked.append("now"))
-    assert await feed.load_model(update(1))
-    assert asked == []  # still catching up: the catch-up's own rebuild serves what loaded meanwhile
-    feed.caught_up.set()
-    assert await feed.load_model(update(2))
-    assert asked == ["now"] and builder.model_version("gCTF:gpu") == 2
-
-
 async def test_an_urgent_rebuild_does_not_wait_out_the_interval_and_logs_the_model_serving(caplog) -> None:
     import logging
 
@@ -197,12 +182,41 @@ async def test_an_urgent_rebuild_does_not_wait_out_the_interval_and_logs_the_mod
         await asyncio.sleep(0.2)
         assert "upload:cpu" not in service.holder.current.models
         with caplog.at_level(logging.INFO, logger="app.extender.service"):
-            service.request_rebuild(urgent=True)
+            service.request_rebuild(urgent=True)  # what the feed's hook asks once a model changed the view
             for _ in range(100):
                 await asyncio.sleep(0.01)
                 if "upload:cpu" in service.holder.current.models:
                     break
         assert service.holder.current.models["upload:cpu"].version == 1
         assert "model upload:cpu v1 serving" in caplog.text
+    finally:
+        await service.stop()
+
+
+async def test_a_model_the_feed_installs_is_built_into_the_served_snapshot_at_once() -> None:
+    """The feed's model hook (``on_model``, awaited only when a model changed the view) asks for an
+    immediate build: the new model serves without waiting out the rebuild interval."""
+    from extender_fixtures import make_service
+
+    async def loader(u: Any) -> LinearPredictor:
+        return LinearPredictor({"load__mean": 1.0})
+
+    service = make_service(rebuild_interval_s=30.0)
+    await service.start()
+    try:
+        service.request_rebuild(force=True)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if service.holder.ready:
+                break
+        await asyncio.sleep(0.05)  # the rebuilder is now waiting out its 30 s
+        feed = ViewFeed(Settings.from_env({}), service.builder, loader, service.metrics,
+                        rebuild=service.request_rebuild, on_model=service._model_installed)
+        assert await feed.load_model(update(1, "upload:cpu"))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if "upload:cpu" in service.holder.current.models:
+                break
+        assert service.holder.current.models["upload:cpu"].version == 1
     finally:
         await service.stop()
