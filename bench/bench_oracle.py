@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import SCENARIO_DIR
+from bench_policies import SCENARIO_DIR, captured_share
 from tqdm import tqdm
 
 import app.scheduler.decide as decide_module
@@ -56,11 +56,16 @@ class Truth:
         self.task: Task | None = None
         self.view: ClusterView | None = None
         self.names: list[str] = []
+        self._costs: dict[int, tuple[float, float]] = {}  # this decision's true costs, by candidate
         self._saved: dict[str, Any] = {}
 
     def cost(self, i: int) -> tuple[float, float]:
-        assert self.task is not None and self.view is not None
-        return self.view.clairvoyant_cost(self.task, self.names[i])
+        """Candidate ``i``'s true (own, inflicted) cost in the decision under way (taken once per decision)."""
+        c = self._costs.get(i)
+        if c is None:
+            assert self.task is not None and self.view is not None
+            c = self._costs[i] = self.view.clairvoyant_cost(self.task, self.names[i])
+        return c
 
     def __enter__(self) -> Truth:
         original_predict = decide_module._predict
@@ -75,7 +80,7 @@ class Truth:
                 rtt[i] = self.cost(i)[0]
 
         def decide(snapshot: Any, pod: Any, nodes: Sequence[str], *args: Any, **kwargs: Any) -> Any:
-            self.names = list(nodes)
+            self.names, self._costs = list(nodes), {}
             return original_decide(snapshot, pod, nodes, *args, **kwargs)
 
         def inflicted(snapshot: Any, app: str, nodes: Sequence[str], at: Any, candidates: Sequence[int],
@@ -116,7 +121,7 @@ def room_captured(baseline: float, clairvoyant: float, mean: float) -> float:
     >>> room_captured(150.0, 130.0, 140.0), room_captured(150.0, 130.0, 125.0)
     (0.5, 1.25)
     """
-    return (baseline - mean) / (baseline - clairvoyant) if baseline > clairvoyant else float("nan")
+    return captured_share(baseline, clairvoyant, mean, (clairvoyant / baseline - 1.0, 0.0), False)
 
 
 def _seeds(text: str) -> list[int]:

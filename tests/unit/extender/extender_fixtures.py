@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,19 @@ def make_service(policy: Policy | None = None, populate: bool = True, **options:
         b.set_model("Motioncor2:gpu", 1, predictor)
         service.rebuild(force=True)
     return service
+
+
+async def until(check: Callable[[], bool], tries: int = 100, step_s: float = 0.01) -> bool:
+    """Poll ``check`` every ``step_s`` until it holds (True) or ``tries`` polls have passed (False)."""
+    for _ in range(tries):
+        await asyncio.sleep(step_s)
+        if check():
+            return True
+    return False
+
+
+async def start_served(service: ExtenderService) -> None:
+    """Start ``service`` and wait for its first snapshot (a forced build)."""
+    await service.start()
+    service.request_rebuild(force=True)
+    assert await until(lambda: service.holder.ready), "no snapshot served"

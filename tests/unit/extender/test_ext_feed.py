@@ -166,27 +166,19 @@ async def test_the_model_code_is_prepared_from_the_start_before_any_model_is_ann
 async def test_an_urgent_rebuild_does_not_wait_out_the_interval_and_logs_the_model_serving(caplog) -> None:
     import logging
 
-    from extender_fixtures import make_service
+    from extender_fixtures import make_service, start_served, until
 
     service = make_service(rebuild_interval_s=30.0)
-    await service.start()
     try:
-        service.request_rebuild(force=True)
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if service.holder.ready:
-                break
-        assert service.holder.ready and "upload:cpu" not in service.holder.current.models
+        await start_served(service)
+        assert "upload:cpu" not in service.holder.current.models
         service.builder.set_model("upload:cpu", 1, LinearPredictor({"load__mean": 1.0}))
         service.request_rebuild()  # an ordinary change waits for the interval (30 s here)
         await asyncio.sleep(0.2)
         assert "upload:cpu" not in service.holder.current.models
         with caplog.at_level(logging.INFO, logger="app.extender.service"):
             service.request_rebuild(urgent=True)  # what the feed's hook asks once a model changed the view
-            for _ in range(100):
-                await asyncio.sleep(0.01)
-                if "upload:cpu" in service.holder.current.models:
-                    break
+            await until(lambda: "upload:cpu" in service.holder.current.models)
         assert service.holder.current.models["upload:cpu"].version == 1
         assert "model upload:cpu v1 serving" in caplog.text
     finally:
@@ -196,27 +188,19 @@ async def test_an_urgent_rebuild_does_not_wait_out_the_interval_and_logs_the_mod
 async def test_a_model_the_feed_installs_is_built_into_the_served_snapshot_at_once() -> None:
     """The feed's model hook (``on_model``, awaited only when a model changed the view) asks for an
     immediate build: the new model serves without waiting out the rebuild interval."""
-    from extender_fixtures import make_service
+    from extender_fixtures import make_service, start_served, until
 
     async def loader(u: Any) -> LinearPredictor:
         return LinearPredictor({"load__mean": 1.0})
 
     service = make_service(rebuild_interval_s=30.0)
-    await service.start()
     try:
-        service.request_rebuild(force=True)
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if service.holder.ready:
-                break
+        await start_served(service)
         await asyncio.sleep(0.05)  # the rebuilder is now waiting out its 30 s
         feed = ViewFeed(Settings.from_env({}), service.builder, loader, service.metrics,
                         rebuild=service.request_rebuild, on_model=service._model_installed)
         assert await feed.load_model(update(1, "upload:cpu"))
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if "upload:cpu" in service.holder.current.models:
-                break
+        await until(lambda: "upload:cpu" in service.holder.current.models)
         assert service.holder.current.models["upload:cpu"].version == 1
     finally:
         await service.stop()
