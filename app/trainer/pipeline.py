@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 ALWAYS_KEPT = frozenset(HARDWARE_FEATURES) | frozenset(TASK_FEATURES)
 HOLDOUT_FRACTION = 0.2
-SELECTION_MAX_ROWS = 2_000
+SELECTION_MAX_ROWS = 1_000  # the vote's newest fit rows (docs/feedback.md: measured against 2,000 and 500)
 MIN_AFTER_ONSET = 10  # rows after a drift's onset needed to share them between fit and holdout
 AFTER_ONSET_COPIES = 10  # weight of a fit row from after a drift's onset (as repeated rows)
 FALLBACKS = ("all", "none")

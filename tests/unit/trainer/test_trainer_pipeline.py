@@ -184,3 +184,23 @@ def test_an_unknown_fallback_is_refused() -> None:
     fit, _ = split(dataset(200))
     with pytest.raises(ValueError, match="fallback"):
         choose_features(fit, None, fallback="some")
+
+
+def test_the_vote_sees_the_newest_fit_rows_only() -> None:
+    """The selector gets the newest ``SELECTION_MAX_ROWS`` fit rows (MIC's cost grows about as n^1.8)."""
+    from app.trainer.pipeline import SELECTION_MAX_ROWS
+
+    seen: list[np.ndarray] = []
+
+    def record(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
+        seen.append(np.asarray(y))
+        return []
+
+    fit, _ = split(dataset(SELECTION_MAX_ROWS * 2))
+    assert len(fit) > SELECTION_MAX_ROWS
+    choose_features(fit, record)
+    assert len(seen) == 1 and seen[0].size == SELECTION_MAX_ROWS
+    assert np.array_equal(seen[0], fit.y[-SELECTION_MAX_ROWS:])
+    seen.clear()
+    choose_features(fit, record, max_rows=len(fit))
+    assert seen[0].size == len(fit)
