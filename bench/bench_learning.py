@@ -21,10 +21,10 @@ Prints, each with the command's settings:
 3. **exploration**: its placements, their mean time on the node against every task's, and what turning
    it off does to the mean RTT;
 4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large, seed 1), the
-   simulation thread's CPU per task and the wall time it waited for retrains, with the mean RTT of each fifth
-   of the run beside kube_default's and the calibrated table's (how long learning takes); and rtt_aware's
-   predictions alone (:class:`PredictTimer`): their time per task, the rows asked and walked per task, and the
-   tasks/s they would allow if nothing else ran.
+   simulation thread's CPU per task, the wall time the retrains ran and the time it waited for them, with the mean
+   RTT of each fifth of the run beside kube_default's and the calibrated table's (how long learning takes); and
+   rtt_aware's predictions alone (:class:`PredictTimer`): their time per task, the rows asked and walked per
+   task, and the tasks/s they would allow if nothing else ran.
 """
 
 from __future__ import annotations
@@ -158,8 +158,8 @@ class PredictTimer:
 
 def speed(preset: str, n_tasks: int) -> None:
     print(f"\n== speed: rtt_aware on the {preset} preset, {n_tasks} tasks (simulated tasks per second of wall time) ==")
-    print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}{'CPU ms/task':>12}{'waited s':>9}"
-          f"{'mean ms':>9}   mean ms by fifth of the run")
+    print(f"{'policy':<14}{'wall s':>9}{'tasks/s':>10}{'vs goal 3k':>12}{'CPU ms/task':>12}{'retrains s':>11}"
+          f"{'waited s':>9}{'mean ms':>9}   mean ms by fifth of the run")
     models = PredictTimer()
     for policy in ("kube_default", "static_best", "rtt_aware"):
         t0, cpu0 = time.perf_counter(), time.thread_time()
@@ -170,10 +170,12 @@ def speed(preset: str, n_tasks: int) -> None:
             m = run_offline(SimConfig(preset=preset, n_tasks=n_tasks), policy, 1)
         dt, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
         print(f"{policy:<14}{dt:>9.1f}{n_tasks / dt:>10.0f}{n_tasks / dt / SPEED_GOAL:>11.2f}x"
-              f"{1000 * cpu / n_tasks:>12.3f}{m.trace.notes.get('retrain_wait_s', 0.0):>9.1f}"
+              f"{1000 * cpu / n_tasks:>12.3f}{m.trace.notes.get('retrain_s', 0.0):>11.1f}"
+              f"{m.trace.notes.get('retrain_wait_s', 0.0):>9.1f}"
               f"{float(m.rtt_ms[m.ok].mean()):>9.1f}   " + " ".join(f"{x:6.1f}" for x in fifths(m)), flush=True)
-    print("(CPU ms/task: the simulation thread's CPU per task, retrains in their own threads excluded; waited s: "
-          "wall time it waited for a retrain still running when its verdict was due)")
+    print("(CPU ms/task: the simulation thread's CPU per task, retrains in their own threads excluded; retrains s: "
+          "the wall time the retrains ran in their thread, on the cores the simulation shares; waited s: wall time "
+          "it waited for a retrain still running when its verdict was due)")
     per_task = models.seconds / n_tasks
     print(f"rtt_aware's predictions alone: {1000 * per_task:.3f} ms a task ({models.rows / n_tasks:.0f} rows a task "
           f"in {models.calls / n_tasks:.1f} calls, {models.walked / n_tasks:.0f} of them walked, the rest found in "

@@ -176,6 +176,7 @@ class RttAware(BasePolicy):
         self._sample_timer(view, ts)
         self._models_due(view)
         self.trace.notes["retrain_wait_s"] = self.trainer.waited_s  # wall time, not simulated: not reproducible
+        self.trace.notes["retrain_s"] = self.trainer.trained_s  # likewise
         self.assumed.expire(ts)
         self.snap = self.builder.build(ts)
 

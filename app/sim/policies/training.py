@@ -133,6 +133,15 @@ class SimulatedTrainer:
         self._due: dict[str, tuple[float, str, float, concurrent.futures.Future[tuple[Challenger, Verdict]]]] = {}
         self.coalesced = 0
         self.waited_s = 0.0  # wall seconds ready() spent waiting for a retrain still running when its verdict was due
+        self.trained_s = 0.0  # wall seconds the retrains ran, in their thread (failed ones included)
+
+    def _timed(self, ds: Dataset, key: str, champion: Predictor | None,
+               options: Mapping[str, Any]) -> tuple[Challenger, Verdict]:
+        started = time.perf_counter()
+        try:
+            return _run(ds, key, champion, options)
+        finally:
+            self.trained_s += time.perf_counter() - started  # one retrain at a time: one thread adds
 
     def busy(self, key: str) -> bool:
         return key in self._due
@@ -149,7 +158,7 @@ class SimulatedTrainer:
             self.coalesced += 1
             return False
         options = {**self.options, "onset_ts": onset_ts, "gpu_app": parse_model_key(key)[0] in self.gpu_apps}
-        job: Callable[[], tuple[Challenger, Verdict]] = functools.partial(_run, ds, key, champion, options)
+        job: Callable[[], tuple[Challenger, Verdict]] = functools.partial(self._timed, ds, key, champion, options)
         if self._pool is not None:
             future = self._pool.submit(job)
         else:

@@ -270,7 +270,8 @@ def test_a_verdict_is_due_after_the_calibrated_delay_for_its_rows(monkeypatch):
 
 def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
     """A verdict due while its retrain still runs holds the simulation until it is done: ``waited_s`` says how long
-    (bench_learning's speed table), and the run's trace carries it."""
+    and ``trained_s`` how long the retrains ran in their thread (bench_learning's speed table), and the run's trace
+    carries both."""
     import threading
 
     release = threading.Event()
@@ -289,9 +290,11 @@ def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
         threading.Timer(0.3, release.set).start()
         done = trainer.ready(11.0)
         assert [d.detail for d in done] == ["no rows"] and 0.25 <= trainer.waited_s < 5.0
+        assert trainer.waited_s <= trainer.trained_s < 5.0  # it ran from the ask, the wait only from the due time
     finally:
         release.set()
         trainer.close()
     sim = build_simulation(SimConfig(n_tasks=300), _factory, seed=7)
     sim.run()
-    assert sim.metrics().trace.notes["retrain_wait_s"] >= 0.0
+    notes = sim.metrics().trace.notes
+    assert notes["retrain_wait_s"] >= 0.0 and notes["retrain_s"] > 0.0 and sim.metrics().trace.retrains
