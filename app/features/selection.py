@@ -266,6 +266,38 @@ def select_features(X: np.ndarray, y: np.ndarray, names: Sequence[str],
     )
 
 
+def consensus(X: np.ndarray, y: np.ndarray, names: Sequence[str],
+              rule: SelectionRule = SelectionRule(), costly: str = "mic") -> tuple[str, ...]:  # noqa: B008
+    """The features :func:`select_features` chooses, in the order of ``names``, with ``costly`` measured only
+    when its votes can change the choice.
+
+    Each measure votes on its own (its threshold, its own top-k), so a feature is chosen or not whatever
+    ``costly`` says unless the other measures give it exactly ``min_votes - 1`` votes. When no feature is in
+    that position, ``costly`` (MIC: most of a vote's time, about n^1.8) is not computed at all; otherwise it is
+    computed for every column, as its top-k needs. Only the choice is returned (no scores, no strongest
+    measure): what a retrain needs (:func:`app.trainer.pipeline.default_selector`).
+
+    >>> rng = np.random.default_rng(7)
+    >>> y = rng.normal(size=300)
+    >>> X = np.column_stack([y + rng.normal(scale=0.3, size=300), rng.normal(size=300), np.ones(300)])
+    >>> consensus(X, y, ["load", "noise", "flat"])
+    ('load',)
+    """
+    if len(set(names)) != len(names):
+        raise ValueError("names: must be distinct")
+    if costly not in rule.measures:
+        chosen = set(select_features(X, y, names, rule).chosen)
+        return tuple(n for n in names if n in chosen)
+    rest = tuple(m for m in rule.measures if m != costly)
+    votes = np.zeros(len(names), dtype=np.int64)
+    if rest:
+        cheap = measure_table(X, y, list(names), rest)
+        votes = _votes(cheap, rule).sum(axis=1)
+    if (votes == rule.min_votes - 1).any():
+        votes = votes + _votes(measure_table(X, y, list(names), (costly,)), rule)[:, 0]
+    return tuple(n for n, v in zip(names, votes.tolist(), strict=True) if v >= rule.min_votes)
+
+
 def strongest_share(results_by_app: Mapping[str, SelectionResult],
                     over: str = "chosen") -> dict[str, dict[str, float]]:
     """Per app, the percentage of features whose strongest association came from each measure.

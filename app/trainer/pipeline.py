@@ -82,12 +82,13 @@ class Challenger:
 
 def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
     """The project's feature selection: five correlation measures, 3-of-5 vote, each measure voting for its
-    :data:`SELECTION_TOP_K` strongest features at most."""
+    :data:`SELECTION_TOP_K` strongest features at most (:func:`app.features.selection.consensus`: the same
+    choice as ``select_features``, with MIC computed only when its votes can change it)."""
     # Late on purpose: scipy.stats and the MIC/dcor kernels (~0.5 s) load on the first retrain, in the
     # training thread, not when the trainer (or the simulator) starts.
-    from app.features.selection import SelectionRule, select_features
+    from app.features.selection import SelectionRule, consensus
 
-    return tuple(select_features(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K)).chosen)
+    return consensus(X, y, list(names), SelectionRule(top_k=SELECTION_TOP_K))
 
 
 def fit_rows(n: int, holdout_fraction: float = HOLDOUT_FRACTION) -> int:

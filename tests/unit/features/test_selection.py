@@ -325,3 +325,44 @@ def test_strongest_measure_reads_mic_at_the_sample_size_used(monkeypatch) -> Non
         table = MeasureTable(("g",), MEASURES, strength, strength, np.array([n_used]), (), dict.fromkeys(MEASURES, 0.0))
         monkeypatch.setattr(selection, "measure_table", lambda X, y, names, measures, t=table: t)
         assert select_features(np.zeros((n_used, 1)), np.zeros(n_used), ["g"]).strongest["g"] == winner
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), min_votes=st.integers(1, 5), top_k=st.sampled_from([None, 1, 2, 4]),
+       n=st.sampled_from([40, 120]), weak=st.floats(0.0, 1.5))
+def test_consensus_chooses_what_select_features_chooses(seed: int, min_votes: int, top_k: int | None, n: int,
+                                                        weak: float) -> None:
+    """The same choice, in the order of the names, whether or not MIC had to be measured."""
+    rng = np.random.default_rng(seed)
+    X, y, names = synthetic(seed, n=n)
+    X[:, 4] = y * weak + rng.normal(size=n)  # a column anywhere from noise to a strong relation
+    X[rng.random(n) < 0.2, 5] = np.nan
+    rule = SelectionRule(min_votes=min_votes, top_k=top_k)
+    chosen = set(select_features(X, y, names, rule).chosen)
+    assert selection.consensus(X, y, names, rule) == tuple(n for n in names if n in chosen)
+
+
+def test_consensus_measures_mic_only_when_its_vote_can_change_the_choice(monkeypatch) -> None:
+    from app.features import measures
+
+    calls: list[int] = []
+    mic = measures._KERNELS["mic"]
+
+    def counted(x: np.ndarray, y: np.ndarray) -> float:
+        calls.append(x.size)
+        return mic(x, y)
+
+    monkeypatch.setitem(measures._KERNELS, "mic", counted)
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, 400)
+    clear = np.column_stack([x, rng.normal(size=400)])  # linear: four votes; noise: none
+    assert selection.consensus(clear, 3 * x + rng.normal(scale=0.1, size=400), ["lin", "noise"]) == ("lin",)
+    assert calls == []
+    # a non-monotone relation: dcor votes, Pearson/Spearman/Kendall do not, so with two votes needed MIC decides
+    sq = np.column_stack([x, rng.normal(size=400)])
+    target = x ** 2 + rng.normal(scale=0.05, size=400)
+    assert selection.consensus(sq, target, ["sq", "noise"], SelectionRule(min_votes=2)) == ("sq",)
+    assert len(calls) == 2  # every column's MIC (its top-k ranks them all)
+    calls.clear()
+    assert selection.consensus(sq, target, ["sq", "noise"], SelectionRule(min_votes=2, measures=MEASURES[:4])) == ()
+    assert calls == []
