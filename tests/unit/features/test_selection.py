@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.cli.main import main
 from app.contracts import encode
-from app.features import selection
+from app.features import measures, selection
 from app.features.measures import MEASURES, MeasureTable
 from app.features.selection import (
     DEFAULT_THRESHOLDS,
@@ -343,8 +343,6 @@ def test_consensus_chooses_what_select_features_chooses(seed: int, min_votes: in
 
 
 def test_consensus_measures_mic_only_when_its_vote_can_change_the_choice(monkeypatch) -> None:
-    from app.features import measures
-
     calls: list[int] = []
     mic = measures._KERNELS["mic"]
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.model.errors import NotEnoughSamplesError
 from app.trainer.history import Dataset
-from app.trainer.pipeline import choose_features, emphasise_after, score, split, train_challenger
+from app.trainer.pipeline import SELECTION_MAX_ROWS, choose_features, emphasise_after, score, split, train_challenger
 
 FAST = {"n_estimators": 30}
 
@@ -188,8 +188,6 @@ def test_an_unknown_fallback_is_refused() -> None:
 
 def test_the_vote_sees_the_newest_fit_rows_only() -> None:
     """The selector gets the newest ``SELECTION_MAX_ROWS`` fit rows (MIC's cost grows about as n^1.8)."""
-    from app.trainer.pipeline import SELECTION_MAX_ROWS
-
     seen: list[np.ndarray] = []
 
     def record(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
