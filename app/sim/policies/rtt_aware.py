@@ -292,7 +292,9 @@ class RttAware(BasePolicy):
         ts = view.ts
         self.assumed.forget(task.task_id)
         self._pods_changed(node, task.app, -1, ts)
-        spec = self.specs.get(node) or view.node(node)
+        spec = self.specs.get(node)
+        if spec is None:  # a node that joined and ran a task before its first scrape: its tracker needs its class
+            spec = self.specs[node] = view.node(node)
         completion = {"task_id": task.task_id, "app": task.app, "node": node, "submitted_ts": ts - rtt_ms / 1000.0,
                       "started_ts": started_ts, "finished_ts": ts, "rtt_ms": rtt_ms, "status": "ok",
                       "input_size_mb": task.input_mb}

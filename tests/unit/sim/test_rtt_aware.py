@@ -298,3 +298,38 @@ def test_the_trainer_counts_the_wall_time_a_due_verdict_waited_for(monkeypatch):
     sim.run()
     notes = sim.metrics().trace.notes
     assert notes["retrain_wait_s"] >= 0.0 and notes["retrain_s"] > 0.0 and sim.metrics().trace.retrains
+
+
+def test_a_node_that_runs_tasks_before_its_first_scrape_is_tracked_with_its_class(monkeypatch):
+    """A node that joins is scraped at the next round; the pods placed there before it complete as usual.
+    Their completions make its tracker (errors, residuals, samples), and a model promoted meanwhile resets
+    the trackers of its class, so the tracker must know the node's class from the completion, not wait for
+    the node's metrics (this run ended in a KeyError when it did)."""
+    first_scrape: dict[str, float] = {}
+    before_scrape: list[float] = []
+    installed: list[float] = []
+    observe_metrics, observe_completion, install = (RttAware.observe_metrics, RttAware.observe_completion,
+                                                    RttAware._install)
+
+    def metrics(self, node, ts, values, view):
+        first_scrape.setdefault(node, view.now)
+        return observe_metrics(self, node, ts, values, view)
+
+    def completion(self, task, node, rtt_ms, view):
+        if node not in first_scrape:
+            before_scrape.append(view.now)
+        return observe_completion(self, task, node, rtt_ms, view)
+
+    def record(self, done, view):
+        installed.append(view.now)
+        return install(self, done, view)
+
+    monkeypatch.setattr(RttAware, "observe_metrics", metrics)
+    monkeypatch.setattr(RttAware, "observe_completion", completion)
+    monkeypatch.setattr(RttAware, "_install", record)
+    sim = build_simulation(SimConfig(n_tasks=1500, scrape_interval_s=1000.0), _factory, seed=1)  # joins half-way
+    sim.run()
+    assert before_scrape and any(t > min(before_scrape) for t in installed)  # the case this test is about
+    policy = sim.policy
+    assert policy.specs["worker-join"].node_class == "gpu" and "worker-join" in policy.trackers
+    assert sum(policy.trackers["worker-join"].weights_fields()["samples"].values()) > 0
