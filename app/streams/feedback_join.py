@@ -129,6 +129,9 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         value = sample_value(c, node_class, state, window_s, prediction)
         key = value["model_key"]
         loop.samples_per_key[key] += 1
+        counted = loop.handles.get("sample_counted")
+        if counted is not None:  # a key without a model may ask its cold start now (feedback_errors)
+            counted(key)
         fm.samples.inc()
         samples_out.inc()
         kb = key.encode()

@@ -23,6 +23,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
@@ -81,6 +82,12 @@ class FeedbackLoop:
     held: set[int] = dataclasses.field(default_factory=set)  # partitions whose state is in memory
     _background: set[asyncio.Task[Any]] = dataclasses.field(default_factory=set)
     _deleted_rows: list[tuple[bytes, bytes | None]] = dataclasses.field(default_factory=list)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Run ``coro`` in the background, kept referenced until it is done."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def tracker(self, node: str) -> NodeTracker:
         t = self.trackers.get(node)
@@ -188,9 +195,7 @@ class FeedbackLoop:
         if self.intake is not None:
             self.intake.assign(active, offsets)
         if self.outbox is not None and fresh and len(self.outbox):
-            task = asyncio.get_running_loop().create_task(self._reconcile(fresh), name="outbox-reconcile")
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.spawn(self._reconcile(fresh), "outbox-reconcile")
         log.info("partitions %s: restored %d join entries, %d node trackers, join positions %s (state kept in"
                  " memory: %s)", sorted(active), len(entries), len(self.trackers),
                  {f"{n}[{p}]": o for (n, p), o in sorted(offsets.items())}, sorted(active - fresh) or "none")

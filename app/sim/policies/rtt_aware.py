@@ -205,9 +205,10 @@ class RttAware(BasePolicy):
             self._next_samples = ts + sample_check_s(self.settings.error_period_s)
             self._check_samples(view)
 
-    def _check_samples(self, view: ClusterView) -> None:
-        """Cold-start and growth retrains (the worker's sample check)."""
-        for key, count in list(self.samples_per_key.items()):
+    def _check_samples(self, view: ClusterView, keys: Sequence[str] | None = None) -> None:
+        """Cold-start and growth retrains (the worker's sample check; ``keys``: only those)."""
+        for key in list(self.samples_per_key if keys is None else keys):
+            count = self.samples_per_key[key]
             has_model = key in self.models
             reason = self.growth.due(key, count, has_model=has_model)
             if reason is not None and self._ask(key, reason, view, None):
@@ -314,5 +315,8 @@ class RttAware(BasePolicy):
         value = sample_value(completion, spec.node_class, self.windows.get(node), spec.gpu_model,
                              tracker.window(task.app), prediction)
         self.history.add(value)
-        self.samples_per_key[value["model_key"]] += 1
+        key = value["model_key"]
+        self.samples_per_key[key] += 1
         self._sample_timer(view, ts)
+        if key not in self.models:  # the worker asks a key's first model at the sample that calls for it
+            self._check_samples(view, (key,))

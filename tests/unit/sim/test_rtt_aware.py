@@ -333,3 +333,28 @@ def test_a_node_that_runs_tasks_before_its_first_scrape_is_tracked_with_its_clas
     policy = sim.policy
     assert policy.specs["worker-join"].node_class == "gpu" and "worker-join" in policy.trackers
     assert sum(policy.trackers["worker-join"].weights_fields()["samples"].values()) > 0
+
+
+def test_a_cold_start_is_asked_at_the_completion_that_reaches_the_count(monkeypatch):
+    """As the worker does, a key without a model asks its first model at the sample that brings it to the
+    cold-start count, not at the sample check after it (every 0.25 s)."""
+    reached: dict[str, float] = {}
+    asked: dict[str, float] = {}
+    complete, submit = RttAware.observe_completion, training.SimulatedTrainer.submit
+
+    def observe_completion(self, task, node, rtt_ms, view):
+        before = {k for k, n in self.samples_per_key.items() if n >= self.growth.cold_start}
+        complete(self, task, node, rtt_ms, view)
+        for key, n in self.samples_per_key.items():
+            if n >= self.growth.cold_start and key not in before:
+                reached.setdefault(key, view.now)
+
+    def record(self, key, reason, now_s, *args, **kwargs):
+        if reason == "cold_start":
+            asked.setdefault(key, now_s)
+        return submit(self, key, reason, now_s, *args, **kwargs)
+
+    monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
+    monkeypatch.setattr(training.SimulatedTrainer, "submit", record)
+    run_offline(SimConfig(n_tasks=800), _factory, seed=3)
+    assert len(asked) >= 3 and asked == reached, (asked, reached)
