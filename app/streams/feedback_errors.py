@@ -143,18 +143,25 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
             finally:
                 asking.discard(key)
 
+    spawned: set[str] = set()  # keys with an ask started at a sample and not yet done
+
     async def ask_first_model(key: str) -> None:
         try:
             await cold_start((key,))
         except Exception as e:  # the next sample check asks again
             log.warning("cold start of %s not asked at its sample (%s); the sample check asks again", key, e)
+        finally:
+            spawned.discard(key)
 
     def sample_counted(key: str) -> None:
         """A sample of ``key`` was counted: a key without a model asks its cold start at once when its count
         calls for it (the first models of a new cluster, every quarter of a second sooner), not at the next
         sample check; growth retrains wait for the check."""
-        if key in asking or loop.models.has(key) or growth.due(key, loop.samples_per_key[key], has_model=False) is None:
+        if key in spawned or key in asking or loop.models.has(key):
             return
+        if growth.due(key, loop.samples_per_key[key], has_model=False) is None:
+            return
+        spawned.add(key)  # the samples after it in this batch need not start another
         loop.spawn(ask_first_model(key), f"cold-start {key}")
 
     @timer(app, period, "feedback-errors")

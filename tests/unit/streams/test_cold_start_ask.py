@@ -88,6 +88,22 @@ def test_the_sample_that_reaches_the_cold_start_count_asks_the_first_model(tmp_p
     asyncio.run(run())
 
 
+def test_a_batch_of_samples_past_the_count_starts_one_ask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples counted in one batch (no await between them) start one background ask, which sends one event."""
+    loop, sent = worker(tmp_path, monkeypatch)
+
+    async def run() -> None:
+        for _ in range(40):
+            loop.samples_per_key["gCTF:gpu"] += 1
+            loop.handles["sample_counted"]("gCTF:gpu")
+        assert len(loop._background) == 1
+        while loop._background:
+            await asyncio.sleep(0)
+        assert [(e["reason"], e["cumulative_error"]) for e in sent.values["retrain-events"]] == [("cold_start", 40.0)]
+
+    asyncio.run(run())
+
+
 def test_a_key_with_a_model_waits_for_the_sample_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Growth retrains are not asked at the sample; nor is anything while the ask cannot be sent, and the sample
     check asks it then."""
