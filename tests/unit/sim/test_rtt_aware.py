@@ -197,12 +197,9 @@ def test_a_cold_start_is_asked_once_the_samples_are_there_not_at_the_period_clos
     assert not m.trace.errors or min(t for t, *_ in m.trace.errors) >= 60.0  # no period closed before
 
 
-def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
-    """The worker's sample-check timer ticks every SAMPLE_CHECK_S whatever the scrape interval: with metrics
-    scraped every 3 s the simulator checks at the completions in between, so a cold start is asked soon after
-    its sample is in, not at the next scrape round."""
-    from app.drift.growth import SAMPLE_CHECK_S
-
+def _cold_starts(monkeypatch, cfg: SimConfig) -> tuple[dict[str, float], dict[str, float]]:
+    """Run ``cfg`` (seed 3); per key, when its samples first reached the cold-start count (at a completion) and
+    when its first cold start was asked."""
     reached: dict[str, float] = {}
     asked: dict[str, float] = {}
     complete, submit = RttAware.observe_completion, training.SimulatedTrainer.submit
@@ -220,7 +217,17 @@ def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
 
     monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
     monkeypatch.setattr(training.SimulatedTrainer, "submit", record)
-    run_offline(SimConfig(n_tasks=1200, scrape_interval_s=3.0), _factory, seed=3)
+    run_offline(cfg, _factory, seed=3)
+    return reached, asked
+
+
+def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
+    """The worker's sample-check timer ticks every SAMPLE_CHECK_S whatever the scrape interval: with metrics
+    scraped every 3 s the simulator checks at the completions in between, so a cold start is asked soon after
+    its sample is in, not at the next scrape round."""
+    from app.drift.growth import SAMPLE_CHECK_S
+
+    reached, asked = _cold_starts(monkeypatch, SimConfig(n_tasks=1200, scrape_interval_s=3.0))
     assert len(asked) >= 3 and set(asked) <= set(reached)
     late = {key: round(t - reached[key], 3) for key, t in asked.items()}
     assert all(0.0 <= s <= 2 * SAMPLE_CHECK_S for s in late.values()), late  # the next tick, then a completion
@@ -338,23 +345,5 @@ def test_a_node_that_runs_tasks_before_its_first_scrape_is_tracked_with_its_clas
 def test_a_cold_start_is_asked_at_the_completion_that_reaches_the_count(monkeypatch):
     """As the worker does, a key without a model asks its first model at the sample that brings it to the
     cold-start count, not at the sample check after it (every 0.25 s)."""
-    reached: dict[str, float] = {}
-    asked: dict[str, float] = {}
-    complete, submit = RttAware.observe_completion, training.SimulatedTrainer.submit
-
-    def observe_completion(self, task, node, rtt_ms, view):
-        before = {k for k, n in self.samples_per_key.items() if n >= self.growth.cold_start}
-        complete(self, task, node, rtt_ms, view)
-        for key, n in self.samples_per_key.items():
-            if n >= self.growth.cold_start and key not in before:
-                reached.setdefault(key, view.now)
-
-    def record(self, key, reason, now_s, *args, **kwargs):
-        if reason == "cold_start":
-            asked.setdefault(key, now_s)
-        return submit(self, key, reason, now_s, *args, **kwargs)
-
-    monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
-    monkeypatch.setattr(training.SimulatedTrainer, "submit", record)
-    run_offline(SimConfig(n_tasks=800), _factory, seed=3)
+    reached, asked = _cold_starts(monkeypatch, SimConfig(n_tasks=800))
     assert len(asked) >= 3 and asked == reached, (asked, reached)
