@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,20 @@ def test_pods_of_gpu_apps_on_a_flat_gpu_mark_it_hung(redis_url: str, settings_fa
     assert busy == [[], [], [], ["gpu_hang"], ["gpu_hang"]]  # flat from 0 s; 30 s at the fourth round
     assert seen["gpu-busy"][3].message["stale"] == ["gpu"]
     assert "1 pod(s) of GPU apps" in seen["gpu-busy"][3].troubles[0].detail
+    assert len(seen["gpu-idle"]) == 5
     assert all(snap.troubles == () for snap in seen["gpu-idle"])  # only upload pods: not GPU apps
     assert metrics.value("rtt_bridge_exporter_trouble_total", node="gpu-busy", exporter="dcgm_exporter",
                          kind="gpu_hang") == 2
 
 
-def test_an_unreachable_redis_leaves_the_check_to_the_exporters(settings_factory) -> None:
+def test_an_unreachable_redis_leaves_the_check_to_the_exporters(settings_factory, caplog) -> None:
     from app.kafka.embedded import free_port
 
     s = settings_factory(redis_url=f"redis://127.0.0.1:{free_port()}/0", scrape_interval_s=INTERVAL_S)
-    seen = asyncio.run(rounds(s, BridgeMetrics(CollectorRegistry())))
-    assert all(snap.troubles == () and snap.message["metrics"] for snap in seen["gpu-busy"])
+    with caplog.at_level(logging.WARNING, logger="app.bridge.running"):
+        seen = asyncio.run(rounds(s, BridgeMetrics(CollectorRegistry())))
+    assert len(seen["gpu-busy"]) == 5  # every round scraped and published
+    assert all(snap.troubles == () and snap.message["metrics"] and snap.message["stale"] == []
+               for snap in seen["gpu-busy"])  # the same flat GPU that is hung with the view is not without it
+    unreadable = [r for r in caplog.records if "running-pods view unreadable from Redis" in r.getMessage()]
+    assert len(unreadable) == 1  # the failure happened, was logged once, and raised nothing

@@ -4,9 +4,10 @@ import asyncio
 import os
 
 import pytest
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from app.contracts import load_contracts
-from app.kafka.admin import ensure_topics
+from app.kafka.admin import ensure_topics, started_admin
 from app.kafka.embedded import BrokerError, EmbeddedBroker
 
 pytestmark = pytest.mark.integration
@@ -28,11 +29,35 @@ def test_broker_refuses_a_busy_port(kafka_bootstrap):
         EmbeddedBroker(int(port), host).start()
 
 
-def test_topic_creation_is_idempotent_and_follows_the_contracts(kafka_settings):
-    again = asyncio.run(ensure_topics(kafka_settings))
-    assert not any(r.created for r in again)
+async def _broker_cleanup_policies(settings, topics: list[str]) -> dict[str, str]:
+    """``cleanup.policy`` of each topic as the broker describes it."""
+    admin = await started_admin(settings)
+    try:
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in topics])
+    finally:
+        await admin.close()
+    out = {}
+    for response in responses:
+        for error_code, _message, _type, name, entries in (tuple(r)[:5] for r in response.resources):
+            assert error_code == 0, name
+            out[name] = {tuple(e)[0]: tuple(e)[1] for e in entries}["cleanup.policy"]
+    return out
+
+
+def test_topic_creation_is_idempotent_and_follows_the_contracts(kafka_bootstrap, settings_factory):
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)  # a fresh prefix: nothing exists yet
     contracts = load_contracts()
+    expected = {s.topic(name) for name in contracts}
+    first = asyncio.run(ensure_topics(s))
+    assert {r.topic for r in first} == expected
+    assert all(r.created for r in first)
+    again = asyncio.run(ensure_topics(s))
+    assert {r.topic for r in again} == expected
+    assert not any(r.created for r in again)
+    on_broker = asyncio.run(_broker_cleanup_policies(s, sorted(expected)))
+    assert set(on_broker) == expected
     for r in again:
-        c = contracts[r.topic.removeprefix(kafka_settings.topic_prefix)]
+        c = contracts[r.topic.removeprefix(s.topic_prefix)]
         assert r.partitions == c.partitions
-        assert r.cleanup_policy == c.cleanup_policy
+        assert on_broker[r.topic] == c.cleanup_policy  # what the broker keeps, not what was asked
+    assert {on_broker[s.topic(n)] for n in ("node-features", "node-weights", "model-updates")} == {"compact"}

@@ -60,7 +60,7 @@ def test_samples_carry_the_features_of_their_own_prediction(kafka_settings: Sett
     by_task = {v["task_id"]: v for v in values}
     assert not any(k.startswith("running_pods_") for k in by_task["bare"]["features"])
     with_features = [t for t in ("t0", "t1", "t2") if f"running_pods_{app}" in by_task[t]["features"]]
-    assert with_features, [by_task[t]["features"] for t in ("t0", "t1", "t2")]
+    assert with_features == ["t0", "t1", "t2"], [by_task[t]["features"] for t in ("t0", "t1", "t2")]
     for t in with_features:
         f = by_task[t]["features"]
         assert f[f"running_pods_{app}"] == int(t[1]) + 1 and f["running_pods_other"] == 0.0

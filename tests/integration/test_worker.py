@@ -136,7 +136,10 @@ def test_restart_reads_state_back(kafka_settings: Settings, tmp_path: Path) -> N
         asyncio.run(consume_until(s, "node-features", lambda v: any(x["count"] == 8 for x in v)))
         group.stop()  # SIGTERM: a clean stop commits offsets and flushes the changelog
 
-        start_worker(group, s, "second")
+        url = start_worker(group, s, "second")
         asyncio.run(produce(s, msgs[8:]))
         features = asyncio.run(consume_until(s, "node-features", lambda v: any(x["count"] == 9 for x in v)))
         check_features([x for x in features if x["count"] == 9][-1], raw)
+        # the window of 9 came from the changelog and the committed position: the second worker read one message
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert 'rtt_worker_messages_in_total{topic="node-metrics"} 1.0' in text

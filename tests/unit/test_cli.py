@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -20,6 +21,9 @@ def test_every_registered_command_has_a_module_and_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == set(COMMANDS)
+    helps = {name: str(getattr(importlib.import_module(f"app.cli.{name}"), "HELP", "")).strip() for name in COMMANDS}
+    assert all(helps.values()), helps
+    assert {name: sub.choices[name].description for name in COMMANDS} == helps  # what `rttsched CMD -h` says
 
 
 def test_bad_setting_fails_at_start_naming_the_variable(monkeypatch, capsys):

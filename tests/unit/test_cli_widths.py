@@ -30,6 +30,7 @@ def test_sim_fits_100_columns_and_shows_intervals_with_two_seeds(tmp_path, capsy
     assert too_wide == []
     table = out.split("\n\n")[0].splitlines()
     assert table[0].startswith("policy") and "mean RTT ms" in table[0]
+    assert [line.split()[0] for line in table[2:5]] == ["kube_default", "static_best", "clairvoyant"]
     assert all("±" in line for line in table[2:5])  # three policies, two seeds each: an interval per cell
     assert "mean over 2 seeds" in out
     assert " INFO " not in err and "WARNING" not in err

@@ -40,12 +40,14 @@ def test_a_fresh_tracker_would_not_have_fired() -> None:
     assert not any(drift for _, drift in feed(fresh, random.Random(2), range(20, 25), 2.0))
 
 
-@given(st.lists(st.floats(0.0, 2.0), min_size=1, max_size=60), st.lists(st.floats(0.0, 2.0), max_size=20))
+@given(st.lists(st.floats(0.0, 2.0), min_size=1, max_size=60), st.lists(st.floats(0.0, 2.0), min_size=1,
+                                                                          max_size=20))
 def test_page_hinkley_round_trip(before: list[float], after: list[float]) -> None:
     a = PageHinkley()
     for x in before:
         a.update(x, ts=1.0)
     b = PageHinkley().load(orjson.loads(orjson.dumps(a.to_dict())))
+    assert b.to_dict() == a.to_dict()
     for x in after:
         a.update(x, ts=2.0)
         b.update(x, ts=2.0)

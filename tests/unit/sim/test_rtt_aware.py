@@ -223,14 +223,36 @@ def _cold_starts(monkeypatch, cfg: SimConfig) -> tuple[dict[str, float], dict[st
 
 def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
     """The worker's sample-check timer ticks every SAMPLE_CHECK_S whatever the scrape interval: with metrics
-    scraped every 3 s the simulator checks at the completions in between, so a cold start is asked soon after
-    its sample is in, not at the next scrape round."""
+    scraped every 3 s the simulator checks at the completions in between, so a growth retrain is asked soon
+    after the sample that calls for it, not at the next scrape round."""
     from app.drift.growth import SAMPLE_CHECK_S
 
-    reached, asked = _cold_starts(monkeypatch, SimConfig(n_tasks=1200, scrape_interval_s=3.0))
-    assert len(asked) >= 3 and set(asked) <= set(reached)
-    late = {key: round(t - reached[key], 3) for key, t in asked.items()}
+    reached: dict[tuple[str, float], float] = {}
+    asked: dict[tuple[str, float], float] = {}
+    complete, ask = RttAware.observe_completion, RttAware._ask
+
+    def observe_completion(self, task, node, rtt_ms, view):
+        complete(self, task, node, rtt_ms, view)
+        for key in self.models:
+            due = self.growth.threshold(key, has_model=True)
+            if self.samples_per_key[key] >= due:
+                reached.setdefault((key, due), view.now)
+
+    def record(self, key, reason, view, onset_ts):
+        due = self.growth.threshold(key, has_model=True)
+        sent = ask(self, key, reason, view, onset_ts)
+        if sent and reason == "growth":
+            asked.setdefault((key, due), view.now)
+        return sent
+
+    monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
+    monkeypatch.setattr(RttAware, "_ask", record)
+    run_offline(SimConfig(n_tasks=1500, scrape_interval_s=3.0), _factory, seed=3)
+    both = sorted(set(asked) & set(reached))
+    assert len(both) >= 3, (asked, reached)
+    late = {k: round(asked[k] - reached[k], 3) for k in both}
     assert all(0.0 <= s <= 2 * SAMPLE_CHECK_S for s in late.values()), late  # the next tick, then a completion
+    assert any(asked[k] % 3.0 > 1e-6 for k in both)  # asked between the scrape rounds
 
 
 def test_a_model_serves_from_its_verdict_not_from_the_next_scrape_round(monkeypatch):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.cli.main import main
-from app.sim.runner import run_offline
+from app.sim.runner import build_simulation, run_offline
 from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[3] / "scenarios").glob("*.yaml"))
@@ -33,6 +33,41 @@ def test_shipped_scenario_runs(path):
     m = run_offline(_short(sc.config), "kube_default", sc.seeds[0])
     s = m.summary()
     assert s["tasks"] > 0 and np.isfinite(s["mean_rtt_ms"]) and s["throughput"] > 0
+
+
+SCRIPTED = [p for p in SCENARIOS if not isinstance(e := load_scenario(p).config.events, str) and e]
+
+
+@pytest.mark.parametrize("path", SCRIPTED, ids=lambda p: p.stem)
+def test_a_shipped_scenario_s_events_happen(path):
+    """Each scripted event shows in the tasks: a joining node runs tasks, none before it joins; a throttle or
+    slowdown stretches the tasks that run within it on its node by its factor (service time against the
+    task's work at the node's own speed); a noisy neighbour stretches them more than outside it."""
+    sc = load_scenario(path)
+    sim = build_simulation(_short(sc.config), "kube_default", sc.seeds[0])
+    sim.run()
+    m = sim.metrics()
+    names = list(m.node_names)
+    stretch = (m.finish_s - m.start_s) * 1000.0 / m.work_ms
+    checked = 0
+    for node in sim.cluster.nodes:
+        if node.join_at_s > 0:
+            on = m.node_idx == names.index(node.name)
+            assert on.sum() > 0 and m.start_s[on].min() >= node.join_at_s, node.name
+            checked += 1
+    for ev in sim.events:
+        on = m.node_idx == names.index(ev.node)
+        during = on & (m.start_s >= ev.start_s) & (m.finish_s <= ev.end_s)
+        outside = on & ((m.finish_s <= ev.start_s) | (m.start_s >= ev.end_s))
+        if not during.any() or not outside.any():
+            continue  # the short run put no task on the node on one side of it
+        inside, before_after = float(np.median(stretch[during])), float(np.median(stretch[outside]))
+        if ev.kind in ("throttle", "slowdown"):
+            assert inside >= 0.9 * ev.factor and inside > before_after, (ev, inside, before_after)
+        elif ev.kind == "neighbour":
+            assert inside > 1.2 * before_after, (ev, inside, before_after)
+        checked += 1
+    assert checked >= 1  # every scenario with events shows at least one of them
 
 
 @pytest.mark.parametrize("text, field", [

@@ -24,6 +24,7 @@ def test_the_slices_add_up_to_the_difference_of_the_means() -> None:
     assert sum(int(r[2]) for r in body) == 400
     for r in body:
         shares = [float(x) for x in r[6:9] if x != "–"]
+        assert shares, r  # every slice has tasks of its app under at least one policy
         assert all(0.0 <= s <= 1.0 for s in shares)
         if r[1] != "upload":  # a GPU app never runs on a CPU node
             assert shares == [0.0] * len(shares)
