@@ -41,4 +41,4 @@ def test_the_resync_period_set_there_is_a_valid_option():
     (c,) = _one("Deployment")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in c["env"]}
     options = PodWatchOptions(resync_s=float(env["RTT_PODS_RESYNC_S"]))
-    assert options.key_ttl_ms == 3 * 1000 * options.resync_s
+    assert options.key_ttl_ms > 2 * 1000 * options.resync_s  # a view key outlives a missed resync or two
