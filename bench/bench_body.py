@@ -2,6 +2,7 @@
 
     python3 bench/bench_body.py                  # 14 MB bodies (a NodeList of 5,000 nodes), 20 alive at once
     python3 bench/bench_body.py --mb 1 --alive 4
+    python3 bench/bench_body.py --quick          # 4 MB bodies, 8 alive, 3 trials: about a second
 
 The extender receives a body above ``LARGE_BODY`` straight into a buffer of its ``Content-Length``
 (``app/extender/http.py``), and kube-scheduler sends 5,000-node NodeLists of 14 MB, up to 20 at once in the
@@ -59,10 +60,14 @@ def per_body_ms(make: Callable[[int], Any], view: Callable[[Any], memoryview], r
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mb", type=float, default=14.0)
-    ap.add_argument("--alive", type=int, default=20)
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--mb", type=float, default=None, help="body size in MB (default 14; --quick: 4)")
+    ap.add_argument("--alive", type=int, default=None, help="bodies held at once (default 20; --quick: 8)")
+    ap.add_argument("--trials", type=int, default=None, help="trials (default 5; --quick: 3)")
+    ap.add_argument("--quick", action="store_true", help="smaller bodies, fewer alive, fewer trials")
     a = ap.parse_args()
+    a.mb = a.mb if a.mb is not None else (4.0 if a.quick else 14.0)
+    a.alive = a.alive if a.alive is not None else (8 if a.quick else 20)
+    a.trials = a.trials if a.trials is not None else (3 if a.quick else 5)
     n = int(a.mb * 1024 * 1024)
     pool = BodyBuffers()
     ways: dict[str, tuple[Callable[[int], Any], Callable[[Any], memoryview], Callable[[Any], None]]] = {

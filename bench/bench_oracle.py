@@ -2,6 +2,7 @@
 
     python3 bench/bench_oracle.py                                   # default scenario, seeds 1-3
     python3 bench/bench_oracle.py --scenario join --seeds 1,2
+    python3 bench/bench_oracle.py --quick                           # seeds 1-2, a quarter of each run
 
 On each seed it runs the baselines that can be the best one (``static_best``, ``kube_default``,
 ``load_aware``), the clairvoyant reference, ``rtt_aware``, and ``rtt_aware`` twice more with the truth in its
@@ -32,7 +33,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import SCENARIO_DIR, captured_share
+from bench_policies import SCENARIO_DIR, captured_share, shorten
 from tqdm import tqdm
 
 import app.scheduler.decide as decide_module
@@ -147,12 +148,15 @@ def runs() -> dict[str, tuple[Any, Truth | None]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
-    ap.add_argument("--seeds", type=_seeds, default=_seeds("1,2,3"))
+    ap.add_argument("--seeds", type=_seeds, default=None, help="seeds (default 1,2,3; --quick: 1,2)")
+    ap.add_argument("--quick", action="store_true", help="seeds 1 and 2, a quarter of each run")
     args = ap.parse_args()
+    args.seeds = args.seeds or _seeds("1,2" if args.quick else "1,2,3")
     path = SCENARIO_DIR / f"{args.scenario}.yaml"
     if not path.exists():
         ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR}")
     config = load_scenario(path).config
+    config = shorten(config) if args.quick else config
     todo = runs()
     means: dict[str, list[float]] = {name: [] for name in todo}
     with tqdm(total=len(todo) * len(args.seeds), file=sys.stderr, unit="run", desc=args.scenario) as bar:

@@ -2,6 +2,7 @@
 
     python3 bench/bench_publish.py                 # 64 and 5,000 candidates, 5 trials each
     python3 bench/bench_publish.py --nodes 64 --requests 1000
+    python3 bench/bench_publish.py --quick         # about 4,000 records, 2 trials each
 
 Every prioritize answer publishes one rtt-predictions record per fresh candidate, so at 64 nodes the
 extender encodes and batches 64 records a request. Three ways over the same decisions (the extender's own
@@ -94,14 +95,19 @@ async def measure(n: int, requests: int, trials: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, nargs="*", default=[64, 5000])
-    ap.add_argument("--requests", type=int, default=0, help="requests per trial (default: about 20,000 records)")
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--nodes", type=int, nargs="*", default=None, help="candidates per request (default 64 5000)")
+    ap.add_argument("--requests", type=int, default=0,
+                    help="requests per trial (default: about 20,000 records; --quick: about 4,000)")
+    ap.add_argument("--trials", type=int, default=None, help="trials (default 5; --quick: 2)")
+    ap.add_argument("--quick", action="store_true", help="fewer records and trials")
     a = ap.parse_args()
+    nodes = a.nodes or [64, 5000]
+    trials = a.trials or (2 if a.quick else 5)
+    records = 4_000 if a.quick else 20_000
     rows = []
-    for n in a.nodes:
-        requests = a.requests or max(4, 20_000 // n)
-        rows.append((n, asyncio.run(measure(n, requests, a.trials))))
+    for n in nodes:
+        requests = a.requests or max(4, records // n)
+        rows.append((n, asyncio.run(measure(n, requests, trials))))
     print("\n| candidates | way | µs per record | × dicts |")
     print("|---|---|---|---|")
     for n, best in rows:

@@ -3,6 +3,7 @@
     python3 bench/bench_regret.py                                  # default scenario, seed 1, second half
     python3 bench/bench_regret.py --scenario join --seed 2 --part all
     python3 bench/bench_regret.py --by-running                     # also: model / true by pods running there
+    python3 bench/bench_regret.py --quick                          # a quarter of the run
 
 For every placement rtt_aware decides with its models (not one left to Kubernetes' default scoring, not an
 explored one), every candidate's true cost in the same state is taken beside the decision's own terms: the
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from bench_policies import SCENARIO_DIR
+from bench_policies import SCENARIO_DIR, shorten
 from tqdm import tqdm
 
 from app.scheduler.decide import Decision
@@ -192,14 +193,16 @@ def main() -> int:
     ap.add_argument("--part", default="second", choices=PARTS, help="which tasks count (default: the second half)")
     ap.add_argument("--by-running", action="store_true",
                     help="also model / true by app, hardware and pods running on the candidate")
+    ap.add_argument("--quick", action="store_true", help="a quarter of the run")
     args = ap.parse_args()
     path = SCENARIO_DIR / f"{args.scenario}.yaml"
     if not path.exists():
         ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR} (have: "
                  f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
     sc = load_scenario(path)
+    config = shorten(sc.config) if args.quick else sc.config
     records: list[Placement] = []
-    bar = tqdm(total=sc.config.n_tasks or None, file=sys.stderr, unit="task", desc=f"{args.scenario} seed {args.seed}")
+    bar = tqdm(total=config.n_tasks or None, file=sys.stderr, unit="task", desc=f"{args.scenario} seed {args.seed}")
 
     def make(rng: np.random.Generator) -> RttAware:
         policy = RttAware(rng)
@@ -213,7 +216,7 @@ def main() -> int:
         policy.on_decision = seen
         return policy
 
-    m = run_offline(sc.config, make, args.seed)
+    m = run_offline(config, make, args.seed)
     bar.close()
     keep = half_mask(len(m.apps), args.part)
     part = [r for r in records if keep[r.idx]]

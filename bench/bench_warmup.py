@@ -2,6 +2,7 @@
 
     python3 bench/bench_warmup.py                                  # large scenario, seed 1
     python3 bench/bench_warmup.py --scenario default --seed 2 --edges 0,10,30,60,120
+    python3 bench/bench_warmup.py --quick                          # a quarter of the run
 
 Runs the scenario with the clairvoyant reference, the calibrated table (``static_best``) and rtt_aware on
 one seed and splits the tasks by their submission time (``--edges``, simulated seconds). Per slice and app
@@ -19,7 +20,7 @@ import argparse
 import sys
 
 import numpy as np
-from bench_policies import SCENARIO_DIR
+from bench_policies import SCENARIO_DIR, shorten
 from tqdm import tqdm
 
 from app.sim.policies.rtt_aware import RttAware
@@ -69,14 +70,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--edges", type=_edges, default=_edges("0,1,2,4,6"),
                     help="slice starts in simulated seconds; the last slice runs to the end (default: 0,1,2,4,6)")
+    ap.add_argument("--quick", action="store_true", help="a quarter of the run")
     args = ap.parse_args()
     path = SCENARIO_DIR / f"{args.scenario}.yaml"
     if not path.exists():
         ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR}")
     sc = load_scenario(path)
+    config = shorten(sc.config) if args.quick else sc.config
     runs: dict[str, RunMetrics] = {}
     for p in tqdm(POLICIES, file=sys.stderr, unit="run", desc=f"{args.scenario} seed {args.seed}"):
-        runs[p] = run_offline(sc.config, (lambda rng: RttAware(rng)) if p == "rtt_aware" else p, args.seed)
+        runs[p] = run_offline(config, (lambda rng: RttAware(rng)) if p == "rtt_aware" else p, args.seed)
     means = {p: float(m.rtt_ms[m.ok].mean()) for p, m in runs.items()}
     print(f"== {args.scenario}, seed {args.seed}: mean RTT " + ", ".join(f"{p} {v:.2f} ms" for p, v in means.items())
           + f"; rtt_aware over the clairvoyant {means['rtt_aware'] - means['clairvoyant']:+.2f} ms ==")

@@ -31,10 +31,13 @@ def data(n: int, d: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--rows", type=int, default=None, help="training rows (default 20,000; --quick: 2,000)")
     ap.add_argument("--features", type=int, default=30)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=None, help="trainings per preset (default 3; --quick: 1)")
+    ap.add_argument("--quick", action="store_true", help="fewer rows, one training per preset")
     args = ap.parse_args()
+    args.rows = args.rows or (2_000 if args.quick else 20_000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
     X, y = data(args.rows, args.features)
     names = [f"f{i}" for i in range(args.features)]
     info = xgboost.build_info()
