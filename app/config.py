@@ -27,6 +27,9 @@ from app.masking import mask_url, url_password, with_password
 EMBEDDED_BROKER_PORT = 9092
 
 
+KIND_WORDS = {int: "an integer", float: "a number"}  # what a bad value was expected to be, in words
+
+
 def _env_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("env", f"RTT_{field.name.upper()}"))
 
@@ -268,7 +271,7 @@ class Settings:
             try:
                 values[field.name] = kind(raw)
             except ValueError:
-                raise ConfigError(name, f"must be a {kind.__name__} (got {raw!r})") from None
+                raise ConfigError(name, f"must be {KIND_WORDS.get(kind, 'a ' + kind.__name__)} (got {raw!r})") from None
         values.update(overrides)
         return cls(**values)
 

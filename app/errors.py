@@ -23,3 +23,21 @@ class ContractError(RttError, ValueError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+def read_error(exc: BaseException) -> str:
+    """An error reading a YAML/JSON file in one line: a parser error as ``line L, column C: problem`` (PyYAML's
+    own text spans several lines, with a caret under the spot), anything else as its message.
+
+    >>> import yaml
+    >>> try:
+    ...     yaml.safe_load("a: [1\\n")
+    ... except yaml.YAMLError as e:
+    ...     read_error(e)
+    "line 2, column 1: expected ',' or ']', but got '<stream end>'"
+    """
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(getattr(exc, "strerror", None) or exc).replace("\n", " ")
+

@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 import yaml
 from redis.exceptions import RedisError
 
-from app.errors import ConfigError
+from app.errors import ConfigError, read_error
 from app.scheduler.cache import CacheKeys
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def load_node_map(path: str | Path) -> dict[str, str]:
     try:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), f"cannot read node map: {exc}") from None
+        raise ConfigError(str(path), f"cannot read node map: {read_error(exc)}") from None
     if not isinstance(doc, dict):
         raise ConfigError(str(path), f"must map pod or host names to node names (got a {type(doc).__name__})")
     out: dict[str, str] = {}

@@ -23,6 +23,7 @@ import yaml
 from app.bridge.errors import MappingError
 from app.bridge.mapping_build import build
 from app.bridge.mapping_types import MetricMap
+from app.errors import read_error
 
 DEFAULT_PATH = Path(__file__).with_name("mapping.yaml")
 
@@ -34,5 +35,5 @@ def load_mapping(path: Path | str | None = None) -> MetricMap:
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise MappingError(str(p), f"cannot read mapping: {exc}") from None
+        raise MappingError(str(p), f"cannot read mapping: {read_error(exc)}") from None
     return build(doc, p.name)

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from app.bridge.errors import TargetError
+from app.errors import read_error
 
 NODE_CLASSES = ("cpu", "gpu")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -149,7 +150,7 @@ def load_targets(path: Path | str, environ: Mapping[str, str] | None = None) -> 
     try:
         doc = yaml.safe_load(expand_env(p.read_text(encoding="utf-8"), environ))
     except (OSError, yaml.YAMLError) as exc:
-        raise TargetError(str(p), f"cannot read targets: {exc}") from None
+        raise TargetError(str(p), f"cannot read targets: {read_error(exc)}") from None
     if isinstance(doc, dict) and "nodes" in doc:
         if not isinstance(doc["nodes"], list) or not doc["nodes"]:
             raise TargetError(f"{p}: nodes", "must be a non-empty list")

@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-html", action="store_true", help="CSV and JSON only")
 
 
+# SimConfig's fields as the flags that set them, for errors
+FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "load": "--load",
+           "arrivals": "--arrivals", "trace_path": "--trace", "events": "--events", "preset": "--preset"}
+
+
 def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str]:
     """(SimConfig, seeds, policies) from a scenario file or from the flags."""
     from app.errors import ConfigError
@@ -50,8 +55,10 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
                            rate_per_s=args.rate, load=args.load, arrivals=args.arrivals or "poisson",
                            trace_path=args.trace, events=args.events or "default", join_node=not args.no_join,
                            scrape_interval_s=settings.scrape_interval_s)
-    except ValueError as exc:
-        raise ConfigError("rttsched sim", str(exc)) from None
+    except ValueError as exc:  # SimConfig.<field>: ... -> the flag that set it
+        field, _, message = str(exc).partition(": ")
+        flag = FLAG_OF.get(field.removeprefix("SimConfig."))
+        raise ConfigError(flag, message) if flag else ConfigError("rttsched sim", str(exc)) from None
     n = 5 if args.seeds is None else args.seeds
     return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
 

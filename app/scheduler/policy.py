@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from app.errors import ConfigError
+from app.errors import ConfigError, read_error
 
 SLA_WHEN_ALL_FAIL = ("pass", "fail")
 _TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail", "exploration", "objective"}
@@ -147,5 +147,5 @@ def load_policy(path: str | Path | None) -> Policy:
     except OSError as exc:
         raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"cannot read {path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"{path} is not valid YAML/JSON: {exc}") from None
+        raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"{path} is not valid YAML/JSON: {read_error(exc)}") from None
     return policy_from_dict(doc, source=str(path))

@@ -33,6 +33,17 @@ def test_bad_setting_fails_at_start_naming_the_variable(monkeypatch, capsys):
     assert "RTT_SCRAPE_INTERVAL_S" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["--tasks", "-5"], "rttsched sim: error: --tasks: must be > 0 (got -5)"),
+    (["--load", "0"], "rttsched sim: error: --load: must be > 0 (got 0.0)"),
+    (["--arrivals", "trace"], "rttsched sim: error: --trace: required when arrivals is 'trace'"),
+])
+def test_a_bad_sim_flag_is_named_as_typed(argv, line, capsys, tmp_path):
+    assert main(["sim", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [line]
+
+
 @pytest.mark.integration
 def test_unreachable_broker_is_one_clear_line_not_a_traceback():
     port = free_port()

@@ -11,8 +11,10 @@ def test_bad_config_names_the_field():
     with pytest.raises(ConfigError) as info:
         Settings.from_env({"RTT_EXTENDER_PORT": "70000"})
     assert info.value.field == "RTT_EXTENDER_PORT"
-    with pytest.raises(ConfigError, match="RTT_SCRAPE_INTERVAL_S: must be a float"):
+    with pytest.raises(ConfigError, match="RTT_SCRAPE_INTERVAL_S: must be a number"):
         Settings.from_env({"RTT_SCRAPE_INTERVAL_S": "fast"})
+    with pytest.raises(ConfigError, match="RTT_COLD_START_SAMPLES: must be an integer .got '2.5'."):
+        Settings.from_env({"RTT_COLD_START_SAMPLES": "2.5"})
 
 
 def test_fetch_wait_is_bounded_and_named():

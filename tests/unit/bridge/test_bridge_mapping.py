@@ -80,8 +80,9 @@ def test_a_bad_mapping_fails_naming_the_field(path, value, where):
 def test_an_unreadable_mapping_file_names_it(tmp_path):
     p = tmp_path / "m.yaml"
     p.write_text("metrics: [unclosed")
-    with pytest.raises(MappingError, match="m.yaml"):
+    with pytest.raises(MappingError, match="m.yaml") as info:
         load_mapping(p)
+    assert "\n" not in str(info.value) and "line 1, column " in str(info.value)  # one line, the spot named
 
 
 def test_the_simulator_emits_canonical_names_only():

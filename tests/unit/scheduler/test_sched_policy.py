@@ -55,5 +55,6 @@ def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
         load_policy(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("sla_ms: {gCTF: [\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
         load_policy(bad)
+    assert "\n" not in str(info.value) and "line 2, column 1: " in str(info.value)  # one line, the spot named
