@@ -40,4 +40,3 @@ def read_error(exc: BaseException) -> str:
     if mark is not None and problem:
         return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
     return str(getattr(exc, "strerror", None) or exc).replace("\n", " ")
-

@@ -58,7 +58,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
     except ValueError as exc:  # SimConfig.<field>: ... -> the flag that set it
         field, _, message = str(exc).partition(": ")
         flag = FLAG_OF.get(field.removeprefix("SimConfig."))
-        raise ConfigError(flag, message) if flag else ConfigError("rttsched sim", str(exc)) from None
+        raise ConfigError(flag or field, message) from None
     n = 5 if args.seeds is None else args.seeds
     return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
 

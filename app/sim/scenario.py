@@ -27,7 +27,7 @@ from typing import Any
 import fastjsonschema
 import yaml
 
-from app.errors import ConfigError
+from app.errors import ConfigError, read_error
 from app.sim.events import SELECTORS, EventSpec
 from app.sim.hardware import NodeSpec, cpu_node, gpu_node, preset
 from app.sim.policies import PolicyError, parse_policies
@@ -181,7 +181,5 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}" if mark is not None else "YAML"
-        raise ScenarioError(str(p), at, str(getattr(exc, "problem", None) or exc)) from None
+        raise ScenarioError(str(p), "", read_error(exc)) from None
     return parse_scenario(doc, str(p), p.parent)

@@ -197,26 +197,38 @@ def test_a_cold_start_is_asked_once_the_samples_are_there_not_at_the_period_clos
     assert not m.trace.errors or min(t for t, *_ in m.trace.errors) >= 60.0  # no period closed before
 
 
-def _cold_starts(monkeypatch, cfg: SimConfig) -> tuple[dict[str, float], dict[str, float]]:
-    """Run ``cfg`` (seed 3); per key, when its samples first reached the cold-start count (at a completion) and
-    when its first cold start was asked."""
-    reached: dict[str, float] = {}
-    asked: dict[str, float] = {}
-    complete, submit = RttAware.observe_completion, training.SimulatedTrainer.submit
+Due = tuple[str, float]  # (model key, the sample count its next retrain is due at)
+
+
+def _asks(monkeypatch, cfg: SimConfig, reason: str) -> tuple[dict[Due, float], dict[Due, float]]:
+    """Run ``cfg`` (seed 3); for retrains of ``reason`` (cold_start: keys without a model, growth: with one),
+    per (key, count due), when a completion first brought the key's samples to that count and when the
+    retrain was asked."""
+    reached: dict[Due, float] = {}
+    asked: dict[Due, float] = {}
+    complete, ask = RttAware.observe_completion, RttAware._ask
+    with_model = reason == "growth"
 
     def observe_completion(self, task, node, rtt_ms, view):
-        complete(self, task, node, rtt_ms, view)
-        for key, count in self.samples_per_key.items():
-            if count >= self.growth.cold_start:
-                reached.setdefault(key, view.now)
+        def dues() -> dict[str, float]:  # taken before the completion, which may ask (and move them)
+            return {k: self.growth.threshold(k, has_model=with_model) for k in self.samples_per_key
+                    if (k in self.models) == with_model}
 
-    def record(self, key, reason, now_s, *args, **kwargs):
-        if reason == "cold_start":
-            asked.setdefault(key, now_s)
-        return submit(self, key, reason, now_s, *args, **kwargs)
+        before = dues()
+        complete(self, task, node, rtt_ms, view)
+        for key, due in {**dues(), **before}.items():
+            if self.samples_per_key[key] >= due:
+                reached.setdefault((key, due), view.now)
+
+    def record(self, key, why, view, onset_ts):
+        due = self.growth.threshold(key, has_model=key in self.models)
+        sent = ask(self, key, why, view, onset_ts)
+        if sent and why == reason:
+            asked.setdefault((key, due), view.now)
+        return sent
 
     monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
-    monkeypatch.setattr(training.SimulatedTrainer, "submit", record)
+    monkeypatch.setattr(RttAware, "_ask", record)
     run_offline(cfg, _factory, seed=3)
     return reached, asked
 
@@ -227,27 +239,7 @@ def test_sample_counts_are_checked_between_scrape_rounds(monkeypatch):
     after the sample that calls for it, not at the next scrape round."""
     from app.drift.growth import SAMPLE_CHECK_S
 
-    reached: dict[tuple[str, float], float] = {}
-    asked: dict[tuple[str, float], float] = {}
-    complete, ask = RttAware.observe_completion, RttAware._ask
-
-    def observe_completion(self, task, node, rtt_ms, view):
-        complete(self, task, node, rtt_ms, view)
-        for key in self.models:
-            due = self.growth.threshold(key, has_model=True)
-            if self.samples_per_key[key] >= due:
-                reached.setdefault((key, due), view.now)
-
-    def record(self, key, reason, view, onset_ts):
-        due = self.growth.threshold(key, has_model=True)
-        sent = ask(self, key, reason, view, onset_ts)
-        if sent and reason == "growth":
-            asked.setdefault((key, due), view.now)
-        return sent
-
-    monkeypatch.setattr(RttAware, "observe_completion", observe_completion)
-    monkeypatch.setattr(RttAware, "_ask", record)
-    run_offline(SimConfig(n_tasks=1500, scrape_interval_s=3.0), _factory, seed=3)
+    reached, asked = _asks(monkeypatch, SimConfig(n_tasks=1500, scrape_interval_s=3.0), "growth")
     both = sorted(set(asked) & set(reached))
     assert len(both) >= 3, (asked, reached)
     late = {k: round(asked[k] - reached[k], 3) for k in both}
@@ -367,5 +359,5 @@ def test_a_node_that_runs_tasks_before_its_first_scrape_is_tracked_with_its_clas
 def test_a_cold_start_is_asked_at_the_completion_that_reaches_the_count(monkeypatch):
     """As the worker does, a key without a model asks its first model at the sample that brings it to the
     cold-start count, not at the sample check after it (every 0.25 s)."""
-    reached, asked = _cold_starts(monkeypatch, SimConfig(n_tasks=800))
+    reached, asked = _asks(monkeypatch, SimConfig(n_tasks=800), "cold_start")
     assert len(asked) >= 3 and asked == reached, (asked, reached)
