@@ -3,6 +3,8 @@
     python3 bench/bench_learning.py                 # small preset, 3 seeds x 5000 tasks, every variant
     python3 bench/bench_learning.py --quick         # 2 seeds x 1500 tasks
     python3 bench/bench_learning.py --speed-only --preset large --tasks 20000
+    python3 bench/bench_learning.py --scenario pulsing --seeds 5 --no-speed \
+        --variants "fixed 5 s window,fixed 30 s window,fixed 60 s window,no residual correction"
 
 Prints, each with the command's settings:
 
@@ -11,13 +13,13 @@ Prints, each with the command's settings:
    at 50 or 200 samples, metric columns from the first model on (no ``metric_min_rows``), ranking by the
    pod's own predicted RTT (no inflicted slowdown), no penalty for pods the metrics cannot show yet, no
    residual correction, no exploration, exploring every node until it has completed 3 tasks of the app
-   (``min_samples: 3``), a fixed 30 s window - mean / p99 / second-half
+   (``min_samples: 3``), a fixed 5, 30 or 60 s window - mean / p99 / second-half
    RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
    defaults as a ratio (mean over seeds, 95 % CI of the mean RTT); under them the clairvoyant reference on the
    same seeds, whose accuracy is that of its own estimate at placement (the true work with its noise draw and
    every running task's state, as if nothing else changed): what knowing everything at placement time buys a
    prediction while later arrivals still change the RTT;
-2. **DWA vs a fixed 30 s window**: prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
+2. **DWA vs fixed windows** (those run): prediction RMSE of gCTF and Motioncor2 on GPU nodes after warm-up;
 3. **exploration**: its placements, their mean time on the node against every task's, and what turning
    it off does to the mean RTT;
 4. **speed**: simulated tasks per second of wall time on ``--speed-preset`` (default large, seed 1), the
@@ -25,15 +27,21 @@ Prints, each with the command's settings:
    RTT of each fifth of the run beside kube_default's and the calibrated table's (how long learning takes); and
    rtt_aware's predictions alone (:class:`PredictTimer`): their time per task, the rows asked and walked per
    task, and the tasks/s they would allow if nothing else ran.
+
+``--scenario NAME`` (a file of ``scenarios/``, or a path) runs the variants on that scenario's cluster,
+workload and events instead of ``--preset``'s default run, with its own number of tasks unless ``--tasks``
+says otherwise; ``--no-speed`` leaves out the speed run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -43,12 +51,19 @@ from tqdm import tqdm
 from app.config import Settings
 from app.features.selection import SelectionRule, select_features
 from app.model.fast import FastPredictor
+from app.scheduler.decide import Decision
+from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.report.stats import mean_ci
 from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, run_offline
+from app.sim.scenario import ScenarioError, load_scenario
+from app.sim.view import ClusterView, Task
+
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
 SPEED_GOAL = 3_000.0
+RMSE_APPS = ("gCTF", "Motioncor2")
 
 
 def no_top_k(X: np.ndarray, y: np.ndarray, names: Any) -> Any:
@@ -69,15 +84,32 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no residual correction": {"correction": False},
     "no exploration": {"explore_share": 0.0},
     "per-node exploration": {"policy": {"exploration": {"min_samples": 3}}},
+    "fixed 5 s window": {"dwa": False, "settings": {"feature_window_s": 5.0}},
     "fixed 30 s window": {"dwa": False},
+    "fixed 60 s window": {"dwa": False, "settings": {"feature_window_s": 60.0}},
 }
+FIXED_WINDOWS = {name: name.removeprefix("fixed ").removesuffix(" window")
+                 for name in VARIANTS if name.startswith("fixed ")}
 
 
-def factory(kw: dict[str, Any]) -> Callable[[np.random.Generator], RttAware]:
+def factory(kw: dict[str, Any], windows: list[tuple[str, float]] | None = None,
+            ) -> Callable[[np.random.Generator], RttAware]:
+    """RttAware with the variant's options; ``windows`` (if given) gets, for every placement of a GPU app on a
+    GPU node, (app, the node's feature window for the app at that moment)."""
     kw = dict(kw)
     if "settings" in kw:
         kw["settings"] = Settings(**kw["settings"])
-    return lambda rng: RttAware(rng, **kw)
+
+    def make(rng: np.random.Generator) -> RttAware:
+        policy = RttAware(rng, **kw)
+        if windows is not None:
+            def seen(task: Task, decision: Decision, node: NodeSpec, view: ClusterView) -> None:
+                tracker = policy.trackers.get(node.name)
+                if tracker is not None and node.node_class == "gpu" and task.app in RMSE_APPS:
+                    windows.append((task.app, tracker.window(task.app)))
+            policy.on_decision = seen
+        return policy
+    return make
 
 
 def rmse_on_gpu(m: RunMetrics, app: str) -> float:
@@ -92,7 +124,7 @@ def figures(m: RunMetrics) -> dict[str, float]:
     s = m.summary()
     out = {"mean": s["mean_rtt_ms"], "p99": s["p99_rtt_ms"], "2nd half": float(m.rtt_ms[late & m.ok].mean()),
            **{k.removeprefix("acc:"): v for k, v in m.accuracy().items()}}
-    for app in ("gCTF", "Motioncor2"):
+    for app in RMSE_APPS:
         out[f"rmse {app}"] = rmse_on_gpu(m, app)
     notes = m.trace.notes
     out["explored"] = float(notes.get("explored", 0))
@@ -193,29 +225,46 @@ def main() -> int:
     ap.add_argument("--speed-preset", default="large")
     ap.add_argument("--speed-tasks", type=int, default=20_000)
     ap.add_argument("--speed-only", action="store_true")
+    ap.add_argument("--scenario", default=None, help="a scenario of scenarios/ by name, or a path to one")
+    ap.add_argument("--no-speed", action="store_true", help="leave out the speed run")
     args = ap.parse_args()
     if args.speed_only:
         speed(args.preset, args.tasks or args.speed_tasks)
         return 0
     seeds = list(range(1, 1 + (args.seeds or (2 if args.quick else 3))))
-    n_tasks = args.tasks or (1500 if args.quick else 5000)
+    cfg = SimConfig(preset=args.preset)
+    where = f"preset {args.preset}"
+    if args.scenario:
+        path = Path(args.scenario)
+        path = path if path.suffix in (".yaml", ".yml") else SCENARIO_DIR / f"{args.scenario}.yaml"
+        if not path.is_file():
+            ap.error(f"--scenario: no such scenario {args.scenario!r} "
+                     f"(have: {', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
+        try:
+            cfg = load_scenario(path).config
+        except ScenarioError as exc:
+            ap.error(f"--scenario: {exc}")
+        where = f"scenario {path.stem}"
+    n_tasks = args.tasks or (1500 if args.quick else cfg.n_tasks if args.scenario else 5000)
     names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         ap.error(f"--variants: unknown {', '.join(map(repr, unknown))}; known: {', '.join(VARIANTS)}")
     names = ["production defaults"] + [n for n in names if n != "production defaults"]  # every ratio's base
-    cfg = SimConfig(preset=args.preset, n_tasks=n_tasks)
+    cfg = dataclasses.replace(cfg, n_tasks=n_tasks)
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in names}
+    base = names[0]
+    windows: list[tuple[str, float]] = []  # the defaults' DWA windows at their GPU placements
     with tqdm(total=len(names) * len(seeds), file=sys.stderr, unit="run") as bar:
         for name in names:
             for seed in seeds:
                 bar.set_postfix_str(f"{name} seed {seed}")
-                runs[name].append(figures(run_offline(cfg, factory(VARIANTS[name]), seed)))
+                runs[name].append(figures(run_offline(cfg, factory(VARIANTS[name], windows if name == base else None),
+                                                      seed)))
                 bar.update(1)
     reference = [figures(run_offline(cfg, "clairvoyant", seed)) for seed in seeds]
 
-    base = names[0]
-    print(f"\n== learning-path variants: preset {args.preset}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
+    print(f"\n== learning-path variants: {where}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
     accs = sorted({k for rs in runs.values() for r in rs for k in r if k.count(":") == 1})
     head = f"{'variant':<24}{'mean RTT ms':>18}{'vs defaults':>12}{'p99 ms':>9}{'2nd half':>10}"
     print(head + "".join(f"{a:>17}" for a in accs))
@@ -232,12 +281,23 @@ def main() -> int:
     print("(accuracy = 1 - MAPE after warm-up; the clairvoyant's is its estimate at placement, knowing the true work "
           "and every running task, as if nothing else changed)")
 
-    if "fixed 30 s window" in runs:
-        print("\n== DWA vs a fixed 30 s window: prediction RMSE on GPU nodes after warm-up (ms, mean over seeds) ==")
-        print(f"{'app':<12}{'DWA':>10}{'fixed 30 s':>12}{'change':>9}")
-        for app in ("gCTF", "Motioncor2"):
-            d, f = mean_of(runs[base], f"rmse {app}"), mean_of(runs["fixed 30 s window"], f"rmse {app}")
-            print(f"{app:<12}{d:>10.1f}{f:>12.1f}{d / f - 1:>+9.1%}")
+    fixed = [name for name in FIXED_WINDOWS if name in runs]
+    if fixed:
+        print("\n== DWA vs fixed windows: prediction RMSE on GPU nodes after warm-up (ms, mean over seeds; "
+              "change: DWA against each) ==")
+        print(f"{'app':<12}{'DWA':>10}" + "".join(f"{'fixed ' + FIXED_WINDOWS[f]:>13}{'change':>9}" for f in fixed))
+        for app in RMSE_APPS:
+            d = mean_of(runs[base], f"rmse {app}")
+            row = f"{app:<12}{d:>10.1f}"
+            for name in fixed:
+                f = mean_of(runs[name], f"rmse {app}")
+                row += f"{f:>13.1f}{d / f - 1:>+9.1%}"
+            print(row)
+    if windows:
+        print("DWA's window at each GPU placement of the defaults (the node's window for the app, s): "
+              + "; ".join(f"{app} 10th percentile / median / 90th "
+                          + " / ".join(f"{np.percentile(w, q):.0f}" for q in (10, 50, 90))
+                          for app in RMSE_APPS if (w := [v for a, v in windows if a == app])))
 
     print("\n== exploration (mean over seeds) ==")
     explored, share = mean_of(runs[base], "explored"), mean_of(runs[base], "explored") / n_tasks
@@ -248,7 +308,8 @@ def main() -> int:
         off = mean_of(runs["no exploration"], "mean")
         print(f"mean RTT with exploration {mean_of(runs[base], 'mean'):.1f} ms, without {off:.1f} ms "
               f"({mean_of(runs[base], 'mean') / off - 1:+.1%})")
-    speed(args.speed_preset, args.speed_tasks if not args.quick else 5_000)
+    if not args.no_speed:
+        speed(args.speed_preset, args.speed_tasks if not args.quick else 5_000)
     return 0
 
 

@@ -3,6 +3,7 @@
     python3 bench/bench_regret.py                                  # default scenario, seed 1, second half
     python3 bench/bench_regret.py --scenario join --seed 2 --part all
     python3 bench/bench_regret.py --by-running                     # also: model / true by pods running there
+    python3 bench/bench_regret.py --scenario pulsing --by-event    # also: placements by the events' state
     python3 bench/bench_regret.py --quick                          # a quarter of the run
 
 For every placement rtt_aware decides with its models (not one left to Kubernetes' default scoring, not an
@@ -27,6 +28,11 @@ A term that is off on one side only is what moved the placement.
 when the pod was placed (the decision's running-pods features, all apps), the model's prediction over the
 true service time (geometric mean) over every candidate and over the nodes picked: how steeply the models
 price the pods already there against the truth.
+
+``--by-event`` adds, for rtt_aware, the calibrated table and the clairvoyant on the same run (tasks of the part
+chosen, every placement): per app and node that carries one of the scenario's events (a throttle, a neighbour,
+a slowdown), the share of the app's tasks that started on that node while none of its events was on and while
+one was, and each policy's mean RTT per app: whether a placement follows what the events do to a node.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from app.scheduler.decide import Decision
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.report.halves import PARTS, half_mask
-from app.sim.runner import run_offline
+from app.sim.results import RunMetrics
+from app.sim.runner import SimConfig, build_simulation, run_offline
 from app.sim.scenario import load_scenario
 from app.sim.view import ClusterView, Task
 
@@ -186,6 +193,53 @@ def slope_table(rows: Sequence[SlopeRow]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class EventShare:
+    app: str
+    node: str
+    share: dict[str, tuple[float, float]]  # policy -> (share while no event of the node is on, while one is)
+
+
+def event_shares(config: SimConfig, seed: int, runs: dict[str, RunMetrics], keep: np.ndarray,
+                 ) -> tuple[list[EventShare], dict[str, dict[str, float]]]:
+    """Per app and evented node, each run's share of the app's tasks started on the node outside and during the
+    node's events; and each run's mean RTT per app (tasks kept by ``keep``)."""
+    sim = build_simulation(config, "kube_default", seed)  # only for the events as this run resolves them
+    events = [e for e in sim.events if e.kind in ("throttle", "neighbour", "slowdown")]
+    nodes = sorted({e.node for e in events})
+    first = next(iter(runs.values()))
+    apps = np.array(first.apps)
+    rows: list[EventShare] = []
+    means = {name: {app: float(m.rtt_ms[keep & m.ok & (apps == app)].mean()) for app in sorted(set(first.apps))}
+             for name, m in runs.items()}
+    for app in sorted(set(first.apps)):
+        for node in nodes:
+            spans = [(e.start_s, e.end_s) for e in events if e.node == node]
+            share: dict[str, tuple[float, float]] = {}
+            for name, m in runs.items():
+                t = m.start_s
+                during = np.zeros(len(t), dtype=bool)
+                for lo, hi in spans:
+                    during |= (t >= lo) & (t < hi)
+                on_node = np.array(m.node_names)[m.node_idx] == node
+                mine = keep & (apps == app)
+                share[name] = tuple(float(on_node[mine & w].mean()) if (mine & w).any() else float("nan")
+                                    for w in (~during, during))
+            rows.append(EventShare(app, node, share))
+    return rows, means
+
+
+def event_table(rows: Sequence[EventShare], means: dict[str, dict[str, float]]) -> str:
+    names = list(means)
+    out = [f"{'app':<12}{'node':<12}" + "".join(f"{n + ' off / on':>26}" for n in names)]
+    out += [f"{r.app:<12}{r.node:<12}" + "".join(f"{r.share[n][0]:>19.2f} / {r.share[n][1]:<4.2f}" for n in names)
+            for r in rows]
+    out.append(f"{'mean RTT ms':<24}" + "".join(f"{'':>26}" for _ in names))
+    for app in next(iter(means.values())):
+        out.append(f"{app:<24}" + "".join(f"{means[n][app]:>26.1f}" for n in names))
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
@@ -193,6 +247,8 @@ def main() -> int:
     ap.add_argument("--part", default="second", choices=PARTS, help="which tasks count (default: the second half)")
     ap.add_argument("--by-running", action="store_true",
                     help="also model / true by app, hardware and pods running on the candidate")
+    ap.add_argument("--by-event", action="store_true",
+                    help="also the share of each app on each node carrying events, while they are off and on")
     ap.add_argument("--quick", action="store_true", help="a quarter of the run")
     args = ap.parse_args()
     path = SCENARIO_DIR / f"{args.scenario}.yaml"
@@ -233,6 +289,14 @@ def main() -> int:
         print(slope_table(by_running(part)))
         print("(true: the service time if the task started there now and nothing else changed; a model that "
               "learnt what later arrivals add reads above it)")
+    if args.by_event:
+        runs = {"rtt_aware": m}
+        for name in ("static_best", "clairvoyant"):
+            runs[name] = run_offline(config, name, args.seed)
+        rows, means = event_shares(config, args.seed, runs, keep)
+        print(f"\n== share of each app's tasks on the nodes that carry events, while none of the node's events is on "
+              f"/ while one is ({args.part if args.part == 'all' else args.part + ' half'}; every placement) ==")
+        print(event_table(rows, means) if rows else "(the scenario has no throttle, neighbour or slowdown)")
     return 0
 
 

@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from bench_regret import Placement, by_running, placement, slope_table, summarise, table
+from bench_regret import Placement, by_running, event_shares, event_table, placement, slope_table, summarise, table
 
 from app.scheduler.decide import Decision
+from app.sim.events import EventSpec
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.runner import SimConfig, run_offline
@@ -87,6 +88,36 @@ def test_a_short_run_records_the_placements_the_models_decided() -> None:
     assert {s.app for s in summarise(records)} <= {"Motioncor2", "gCTF", "upload"}
     assert any(r.running.any() for r in records)  # pods run beside some candidates
     assert {hw for r in records for hw in r.hardware} >= {"RTX 4090", "cpu"}
+
+
+def test_shares_by_event_follow_the_node_s_events_and_count_each_task_once() -> None:
+    """The share of an app's tasks on a node while its events are off and on, per run: counted task by task
+    here; a neighbour that triples the RTX 4090's GPU load sends the clairvoyant's gCTF elsewhere while it is on."""
+    heavy = EventSpec("neighbour", "worker-3", at=6.0, until=14.0, loads={"gpu": 3.0, "membw": 1.0})
+    config = SimConfig(n_tasks=700, load=0.5, events=(heavy, EventSpec("slowdown", "cpu-1", at=20.0, factor=2.0)))
+    runs = {name: run_offline(config, name, 1) for name in ("clairvoyant", "kube_default")}
+    keep = np.ones(len(runs["clairvoyant"].apps), dtype=bool)
+    keep[:50] = False  # a part: the first 50 tasks left out
+    rows, means = event_shares(config, 1, runs, keep)
+    assert [(r.app, r.node) for r in rows] == [(a, n) for a in ("Motioncor2", "gCTF", "upload")
+                                               for n in ("cpu-1", "worker-3")]
+    for r in rows:
+        start, end = (6.0, 14.0) if r.node == "worker-3" else (20.0, math.inf)
+        for name, m in runs.items():
+            counts = {False: [0, 0], True: [0, 0]}  # during -> [on the node, all]
+            for i in range(len(m.apps)):
+                if keep[i] and m.apps[i] == r.app:
+                    during = start <= m.start_s[i] < end
+                    counts[during][1] += 1
+                    counts[during][0] += m.node_names[m.node_idx[i]] == r.node
+            assert r.share[name] == pytest.approx((counts[False][0] / counts[False][1],
+                                                   counts[True][0] / counts[True][1]))
+    gctf = next(r for r in rows if (r.app, r.node) == ("gCTF", "worker-3"))
+    assert gctf.share["clairvoyant"][1] < gctf.share["clairvoyant"][0] - 0.2
+    for name, m in runs.items():
+        ok = keep & m.ok & (np.array(m.apps) == "upload")
+        assert means[name]["upload"] == pytest.approx(float(m.rtt_ms[ok].mean()))
+    assert "worker-3" in event_table(rows, means) and "mean RTT ms" in event_table(rows, means)
 
 
 @pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--part", "third"]])

@@ -13,7 +13,7 @@ from app.sim.runner import build_simulation, run_offline
 from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[3] / "scenarios").glob("*.yaml"))
-SHIPPED = {"default", "bursty", "saturated", "closed-loop", "degrade", "join", "large"}
+SHIPPED = {"default", "bursty", "saturated", "closed-loop", "degrade", "join", "large", "pulsing"}
 
 
 def _short(config):
