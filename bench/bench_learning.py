@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+from bench_policies import SCENARIO_DIR, shorten
 from tqdm import tqdm
 
 from app.config import Settings
@@ -59,8 +60,6 @@ from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, run_offline
 from app.sim.scenario import ScenarioError, load_scenario
 from app.sim.view import ClusterView, Task
-
-SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
 SPEED_GOAL = 3_000.0
 RMSE_APPS = ("gCTF", "Motioncor2")
@@ -122,7 +121,8 @@ def rmse_on_gpu(m: RunMetrics, app: str) -> float:
 def figures(m: RunMetrics) -> dict[str, float]:
     late = np.arange(len(m.apps)) >= len(m.apps) // 2
     s = m.summary()
-    out = {"mean": s["mean_rtt_ms"], "p99": s["p99_rtt_ms"], "2nd half": float(m.rtt_ms[late & m.ok].mean()),
+    out = {"mean": s["mean_rtt_ms"], "p99": s["p99_rtt_ms"], "tasks": float(len(m.apps)),
+           "2nd half": float(m.rtt_ms[late & m.ok].mean()),
            **{k.removeprefix("acc:"): v for k, v in m.accuracy().items()}}
     for app in RMSE_APPS:
         out[f"rmse {app}"] = rmse_on_gpu(m, app)
@@ -245,13 +245,17 @@ def main() -> int:
         except ScenarioError as exc:
             ap.error(f"--scenario: {exc}")
         where = f"scenario {path.stem}"
-    n_tasks = args.tasks or (1500 if args.quick else cfg.n_tasks if args.scenario else 5000)
+    closed = cfg.arrivals == "closed"
+    if closed:  # a closed loop runs for its duration: --quick a quarter of it, --tasks does not apply
+        cfg = shorten(cfg) if args.quick else cfg
+    else:
+        cfg = dataclasses.replace(cfg, n_tasks=args.tasks or (
+            1500 if args.quick else cfg.n_tasks if args.scenario else 5000))
     names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         ap.error(f"--variants: unknown {', '.join(map(repr, unknown))}; known: {', '.join(VARIANTS)}")
     names = ["production defaults"] + [n for n in names if n != "production defaults"]  # every ratio's base
-    cfg = dataclasses.replace(cfg, n_tasks=n_tasks)
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in names}
     base = names[0]
     windows: list[tuple[str, float]] = []  # the defaults' DWA windows at their GPU placements
@@ -264,7 +268,8 @@ def main() -> int:
                 bar.update(1)
     reference = [figures(run_offline(cfg, "clairvoyant", seed)) for seed in seeds]
 
-    print(f"\n== learning-path variants: {where}, {n_tasks} tasks, seeds {seeds[0]}..{seeds[-1]} ==")
+    size = f"{cfg.clients} clients for {cfg.duration_s:g} s" if closed else f"{cfg.n_tasks} tasks"
+    print(f"\n== learning-path variants: {where}, {size}, seeds {seeds[0]}..{seeds[-1]} ==")
     accs = sorted({k for rs in runs.values() for r in rs for k in r if k.count(":") == 1})
     head = f"{'variant':<24}{'mean RTT ms':>18}{'vs defaults':>12}{'p99 ms':>9}{'2nd half':>10}"
     print(head + "".join(f"{a:>17}" for a in accs))
@@ -300,7 +305,7 @@ def main() -> int:
                           for app in RMSE_APPS if (w := [v for a, v in windows if a == app])))
 
     print("\n== exploration (mean over seeds) ==")
-    explored, share = mean_of(runs[base], "explored"), mean_of(runs[base], "explored") / n_tasks
+    explored, share = mean_of(runs[base], "explored"), mean_of(runs[base], "explored") / mean_of(runs[base], "tasks")
     print(f"explored placements {explored:.0f} ({share:.1%} of tasks), their time on the node "
           f"{mean_of(runs[base], 'explored ms'):.1f} ms against {mean_of(runs[base], 'service ms'):.1f} ms "
           "for all tasks")
