@@ -41,12 +41,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import SCENARIO_DIR, shorten
+from bench_policies import scenario_path, shorten
 from tqdm import tqdm
 
 from app.config import Settings
@@ -58,7 +57,7 @@ from app.sim.policies.rtt_aware import RttAware
 from app.sim.report.stats import mean_ci
 from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, run_offline
-from app.sim.scenario import ScenarioError, load_scenario
+from app.sim.scenario import load_scenario
 from app.sim.view import ClusterView, Task
 
 SPEED_GOAL = 3_000.0
@@ -235,14 +234,10 @@ def main() -> int:
     cfg = SimConfig(preset=args.preset)
     where = f"preset {args.preset}"
     if args.scenario:
-        path = Path(args.scenario)
-        path = path if path.suffix in (".yaml", ".yml") else SCENARIO_DIR / f"{args.scenario}.yaml"
-        if not path.is_file():
-            ap.error(f"--scenario: no such scenario {args.scenario!r} "
-                     f"(have: {', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
         try:
+            path = scenario_path(args.scenario)
             cfg = load_scenario(path).config
-        except ScenarioError as exc:
+        except ValueError as exc:  # no such file, or a ScenarioError naming the field
             ap.error(f"--scenario: {exc}")
         where = f"scenario {path.stem}"
     closed = cfg.arrivals == "closed"

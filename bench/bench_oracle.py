@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import SCENARIO_DIR, captured_share, shorten
+from bench_policies import captured_share, scenario_path, shorten
 from tqdm import tqdm
 
 import app.scheduler.decide as decide_module
@@ -147,14 +147,15 @@ def runs() -> dict[str, tuple[Any, Truth | None]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
+    ap.add_argument("--scenario", default="default", help="a name in scenarios/ or a path (default: default)")
     ap.add_argument("--seeds", type=_seeds, default=None, help="seeds (default 1,2,3; --quick: 1,2)")
     ap.add_argument("--quick", action="store_true", help="seeds 1 and 2, a quarter of each run")
     args = ap.parse_args()
     args.seeds = args.seeds or _seeds("1,2" if args.quick else "1,2,3")
-    path = SCENARIO_DIR / f"{args.scenario}.yaml"
-    if not path.exists():
-        ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR}")
+    try:
+        path = scenario_path(args.scenario)
+    except ValueError as exc:
+        ap.error(f"--scenario: {exc}")
     config = load_scenario(path).config
     config = shorten(config) if args.quick else config
     todo = runs()

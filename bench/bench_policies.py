@@ -47,6 +47,16 @@ SPEED_GOAL = 10_000.0
 QUICK_PARAMS = {"n_estimators": 30, "learning_rate": 0.25}
 
 
+def scenario_path(name: str) -> Path:
+    """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml`` file; ValueError (naming the
+    shipped ones) when there is none."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"no such scenario {name!r} (have: "
+                         f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
+    return path
+
+
 def shorten(config: SimConfig) -> SimConfig:
     """A --quick version of a scenario's run: a quarter of the tasks or the duration (at least 1,000 tasks)."""
     if config.arrivals == "closed":

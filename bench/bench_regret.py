@@ -43,15 +43,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from bench_policies import SCENARIO_DIR, shorten
+from bench_policies import scenario_path, shorten
 from tqdm import tqdm
 
 from app.scheduler.decide import Decision
+from app.sim.events import NodeEvent
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.report.halves import PARTS, half_mask
 from app.sim.results import RunMetrics
-from app.sim.runner import SimConfig, build_simulation, run_offline
+from app.sim.runner import build_simulation, run_offline
 from app.sim.scenario import load_scenario
 from app.sim.view import ClusterView, Task
 
@@ -200,33 +201,39 @@ class EventShare:
     share: dict[str, tuple[float, float]]  # policy -> (share while no event of the node is on, while one is)
 
 
-def event_shares(config: SimConfig, seed: int, runs: dict[str, RunMetrics], keep: np.ndarray,
+def event_shares(events: Sequence[NodeEvent], runs: dict[str, RunMetrics], keep: np.ndarray,
                  ) -> tuple[list[EventShare], dict[str, dict[str, float]]]:
-    """Per app and evented node, each run's share of the app's tasks started on the node outside and during the
-    node's events; and each run's mean RTT per app (tasks kept by ``keep``)."""
-    sim = build_simulation(config, "kube_default", seed)  # only for the events as this run resolves them
-    events = [e for e in sim.events if e.kind in ("throttle", "neighbour", "slowdown")]
-    nodes = sorted({e.node for e in events})
+    """Per app and node carrying one of ``events`` (throttles, neighbours, slowdowns, as the runs resolved
+    them), each run's share of the app's tasks started on the node outside and during the node's events; and
+    each run's mean RTT per app (tasks kept by ``keep``; the runs share their workload)."""
+    events = [e for e in events if e.kind in ("throttle", "neighbour", "slowdown")]
     first = next(iter(runs.values()))
     apps = np.array(first.apps)
+    names = sorted(set(first.apps))
+    means = {run: {app: float(m.rtt_ms[keep & m.ok & (apps == app)].mean()) for app in names}
+             for run, m in runs.items()}
+    where = {run: np.array(m.node_names)[m.node_idx] for run, m in runs.items()}  # each task's node
     rows: list[EventShare] = []
-    means = {name: {app: float(m.rtt_ms[keep & m.ok & (apps == app)].mean()) for app in sorted(set(first.apps))}
-             for name, m in runs.items()}
-    for app in sorted(set(first.apps)):
-        for node in nodes:
-            spans = [(e.start_s, e.end_s) for e in events if e.node == node]
-            share: dict[str, tuple[float, float]] = {}
-            for name, m in runs.items():
-                t = m.start_s
-                during = np.zeros(len(t), dtype=bool)
-                for lo, hi in spans:
-                    during |= (t >= lo) & (t < hi)
-                on_node = np.array(m.node_names)[m.node_idx] == node
-                mine = keep & (apps == app)
-                share[name] = tuple(float(on_node[mine & w].mean()) if (mine & w).any() else float("nan")
-                                    for w in (~during, during))
+    for node in sorted({e.node for e in events}):
+        during: dict[str, np.ndarray] = {}  # run -> the tasks that started while one of the node's events was on
+        for run, m in runs.items():
+            during[run] = np.zeros(len(m.start_s), dtype=bool)
+            for e in events:
+                if e.node == node:
+                    during[run] |= (m.start_s >= e.start_s) & (m.start_s < e.end_s)
+        here = {run: where[run] == node for run in runs}  # the tasks that ran on the node
+        for app in names:
+            mine = keep & (apps == app)
+            share = {run: (_share(here[run], mine & ~during[run]), _share(here[run], mine & during[run]))
+                     for run in runs}
             rows.append(EventShare(app, node, share))
+    rows.sort(key=lambda r: (r.app, r.node))
     return rows, means
+
+
+def _share(on_node: np.ndarray, tasks: np.ndarray) -> float:
+    """The share of ``tasks`` that ran on the node (NaN: no such task)."""
+    return float(on_node[tasks].mean()) if tasks.any() else float("nan")
 
 
 def event_table(rows: Sequence[EventShare], means: dict[str, dict[str, float]]) -> str:
@@ -242,7 +249,7 @@ def event_table(rows: Sequence[EventShare], means: dict[str, dict[str, float]]) 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="default", help="a scenario of scenarios/ (default: default)")
+    ap.add_argument("--scenario", default="default", help="a name in scenarios/ or a path (default: default)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--part", default="second", choices=PARTS, help="which tasks count (default: the second half)")
     ap.add_argument("--by-running", action="store_true",
@@ -251,10 +258,10 @@ def main() -> int:
                     help="also the share of each app on each node carrying events, while they are off and on")
     ap.add_argument("--quick", action="store_true", help="a quarter of the run")
     args = ap.parse_args()
-    path = SCENARIO_DIR / f"{args.scenario}.yaml"
-    if not path.exists():
-        ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR} (have: "
-                 f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
+    try:
+        path = scenario_path(args.scenario)
+    except ValueError as exc:
+        ap.error(f"--scenario: {exc}")
     sc = load_scenario(path)
     config = shorten(sc.config) if args.quick else sc.config
     records: list[Placement] = []
@@ -272,7 +279,9 @@ def main() -> int:
         policy.on_decision = seen
         return policy
 
-    m = run_offline(config, make, args.seed)
+    sim = build_simulation(config, make, args.seed)
+    sim.run()
+    m = sim.metrics()
     bar.close()
     keep = half_mask(len(m.apps), args.part)
     part = [r for r in records if keep[r.idx]]
@@ -293,7 +302,7 @@ def main() -> int:
         runs = {"rtt_aware": m}
         for name in ("static_best", "clairvoyant"):
             runs[name] = run_offline(config, name, args.seed)
-        rows, means = event_shares(config, args.seed, runs, keep)
+        rows, means = event_shares(sim.events, runs, keep)
         print(f"\n== share of each app's tasks on the nodes that carry events, while none of the node's events is on "
               f"/ while one is ({args.part if args.part == 'all' else args.part + ' half'}; every placement) ==")
         print(event_table(rows, means) if rows else "(the scenario has no throttle, neighbour or slowdown)")

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 import numpy as np
-from bench_policies import SCENARIO_DIR, shorten
+from bench_policies import scenario_path, shorten
 from tqdm import tqdm
 
 from app.sim.policies.rtt_aware import RttAware
@@ -66,15 +66,16 @@ def rows(runs: dict[str, RunMetrics], edges: list[float]) -> list[list[str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="large", help="a scenario of scenarios/ (default: large)")
+    ap.add_argument("--scenario", default="large", help="a name in scenarios/ or a path (default: large)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--edges", type=_edges, default=_edges("0,1,2,4,6"),
                     help="slice starts in simulated seconds; the last slice runs to the end (default: 0,1,2,4,6)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the run")
     args = ap.parse_args()
-    path = SCENARIO_DIR / f"{args.scenario}.yaml"
-    if not path.exists():
-        ap.error(f"--scenario: no {path.name} in {SCENARIO_DIR}")
+    try:
+        path = scenario_path(args.scenario)
+    except ValueError as exc:
+        ap.error(f"--scenario: {exc}")
     sc = load_scenario(path)
     config = shorten(sc.config) if args.quick else sc.config
     runs: dict[str, RunMetrics] = {}

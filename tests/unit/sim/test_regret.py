@@ -13,7 +13,7 @@ from app.scheduler.decide import Decision
 from app.sim.events import EventSpec
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
-from app.sim.runner import SimConfig, run_offline
+from app.sim.runner import SimConfig, build_simulation, run_offline
 from app.sim.view import ClusterView, Task
 
 
@@ -95,10 +95,12 @@ def test_shares_by_event_follow_the_node_s_events_and_count_each_task_once() -> 
     here; a neighbour that triples the RTX 4090's GPU load sends the clairvoyant's gCTF elsewhere while it is on."""
     heavy = EventSpec("neighbour", "worker-3", at=6.0, until=14.0, loads={"gpu": 3.0, "membw": 1.0})
     config = SimConfig(n_tasks=700, load=0.5, events=(heavy, EventSpec("slowdown", "cpu-1", at=20.0, factor=2.0)))
-    runs = {name: run_offline(config, name, 1) for name in ("clairvoyant", "kube_default")}
+    sim = build_simulation(config, "clairvoyant", 1)
+    sim.run()
+    runs = {"clairvoyant": sim.metrics(), "kube_default": run_offline(config, "kube_default", 1)}
     keep = np.ones(len(runs["clairvoyant"].apps), dtype=bool)
     keep[:50] = False  # a part: the first 50 tasks left out
-    rows, means = event_shares(config, 1, runs, keep)
+    rows, means = event_shares(sim.events, runs, keep)
     assert [(r.app, r.node) for r in rows] == [(a, n) for a in ("Motioncor2", "gCTF", "upload")
                                                for n in ("cpu-1", "worker-3")]
     for r in rows:
