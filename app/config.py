@@ -98,6 +98,8 @@ class Settings:
                               doc="host:port[,host:port]; empty = embedded broker on 127.0.0.1:9092")
     redis_url: str = _f("", env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
     topic_prefix: str = _f("", doc="prefix for every topic name (tests use a uuid)")
+    topic_replication_factor: int = _f(0, _non_negative, doc="replicas of every topic the project creates (its"
+                                       " contracts' and the worker's own); 0 = the contract's (1, one broker)")
     models_dir: str = _f("var/models", doc="model registry directory when no Redis is configured")
     metrics_port: int = _f(0, _port, doc="Prometheus /metrics port of this process; 0 = none")
     # -- bridge
@@ -257,6 +259,14 @@ class Settings:
     def topic(self, name: str) -> str:
         """The real topic name of a contract (with the configured prefix)."""
         return f"{self.topic_prefix}{name}"
+
+    def replicas(self, contract_replicas: int = 1) -> int:
+        """The replication factor a created topic gets: ``RTT_TOPIC_REPLICATION_FACTOR``, else the contract's.
+
+        >>> Settings().replicas(1), Settings(topic_replication_factor=3).replicas(1)
+        (1, 3)
+        """
+        return self.topic_replication_factor or contract_replicas
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

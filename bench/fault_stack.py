@@ -60,12 +60,14 @@ class Outcome:
 
 class RedisServer:
     """A redis-server of the test's own on a free port, stopped and started at will (data kept in memory
-    only while it runs: a restart comes back empty unless ``persist``)."""
+    only while it runs: a restart comes back empty unless ``persist``; ``password`` makes it ask for one, which
+    ``url`` leaves out, as ``REDIS_URL`` does beside ``RTT_REDIS_PASSWORD_FILE``)."""
 
-    def __init__(self, workdir: Path, persist: bool = True) -> None:
+    def __init__(self, workdir: Path, persist: bool = True, password: str = "") -> None:
         self.port = free_port()
         self.workdir = workdir
         self.persist = persist
+        self.password = password
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -78,10 +80,11 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server not found: apt-get install redis-server, or set REDIS_URL")
         save = ["--save", "1 1", "--appendonly", "yes"] if self.persist else ["--save", "", "--appendonly", "no"]
+        auth = ["--requirepass", self.password] if self.password else []
         proc = self._proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                                              str(self.workdir), *save], stdout=subprocess.DEVNULL,
+                                              str(self.workdir), *save, *auth], stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL, start_new_session=True)
-        client = redis.Redis(host="127.0.0.1", port=self.port)
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password or None)
         deadline = time.monotonic() + 10
         try:
             while True:

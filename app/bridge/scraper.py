@@ -176,7 +176,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
     if settings.redis_url:
-        redis_client = aioredis.from_url(settings.redis_url)
+        redis_client = aioredis.from_url(settings.redis_client_url)
         apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
         running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
                               refresh_s=settings.bridge_running_refresh_s)

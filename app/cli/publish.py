@@ -69,7 +69,7 @@ async def _span_options(args: argparse.Namespace, settings: Any) -> Any:
 
     node_map = load_node_map(args.node_map) if args.node_map else {}
     targets = load_targets(args.targets) if args.targets else []
-    known = await known_nodes(settings.redis_url, settings.topic_prefix, targets)
+    known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets)
     return SpanOptions(node_map, frozenset(known) if known is not None else None)
 
 

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", default=None,
                    help="Faust app id = consumer group (default {RTT_TOPIC_PREFIX}rttsched-worker)")
     p.add_argument("--session-timeout-s", type=float, default=None,
-                   help="Kafka group session timeout (default 10; RTT_WORKER_SESSION_TIMEOUT_S once in Settings)")
+                   help="Kafka group session timeout (default RTT_WORKER_SESSION_TIMEOUT_S, 10)")
     p.add_argument("--history-s", type=float, default=None, help="per-node bucket history (default 120)")
     p.add_argument("--datadir", default=None, help="Faust data directory (default var/faust)")
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])

@@ -71,10 +71,11 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
         for c in contracts.values():
             name = settings.topic(c.name)
             wanted[name] = (c.partitions, c.cleanup_policy,
-                            NewTopic(name, c.partitions, c.replication_factor, topic_configs=c.topic_configs()))
+                            NewTopic(name, c.partitions, settings.replicas(c.replication_factor),
+                                     topic_configs=c.topic_configs()))
         for t in internal:
             wanted[t.name] = (t.partitions, t.configs()["cleanup.policy"],
-                              NewTopic(t.name, t.partitions, 1, topic_configs=t.configs()))
+                              NewTopic(t.name, t.partitions, settings.replicas(), topic_configs=t.configs()))
         resp = await admin.create_topics([new for _, _, new in wanted.values()])
         created: dict[str, bool] = {}
         for topic, code, message in (e[:3] for e in resp.topic_errors):

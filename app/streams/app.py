@@ -91,6 +91,7 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         key_serializer="raw",
         value_serializer="raw",
         topic_partitions=partitions,
+        topic_replication_factor=settings.replicas(),
         topic_disable_leader=True,
         broker_session_timeout=opts.session_timeout_s,
         broker_heartbeat_interval=min(3.0, opts.session_timeout_s / 3),

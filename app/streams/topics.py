@@ -19,7 +19,7 @@ def contract_topic(app: faust.App, settings: Settings, name: str) -> faust.Topic
     if c.retention_ms >= 0:
         config["retention.ms"] = str(c.retention_ms)
     return app.topic(
-        settings.topic(name), partitions=c.partitions, replicas=c.replication_factor,
+        settings.topic(name), partitions=c.partitions, replicas=settings.replicas(c.replication_factor),
         key_serializer="raw", value_serializer="raw", compacting=c.compacted, config=config,
         internal=False,
     )

@@ -81,3 +81,59 @@ def test_an_unreachable_redis_leaves_the_check_to_the_exporters(settings_factory
                for snap in seen["gpu-busy"])  # the same flat GPU that is hung with the view is not without it
     unreadable = [r for r in caplog.records if "running-pods view unreadable from Redis" in r.getMessage()]
     assert len(unreadable) == 1  # the failure happened, was logged once, and raised nothing
+
+
+@pytest.fixture(scope="module")
+def redis_with_password(tmp_path_factory: pytest.TempPathFactory):
+    from fault_stack import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis-auth"), persist=False, password="s3cr3t-pw").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_bridge_reads_the_view_with_the_password_of_its_file(redis_with_password, settings_factory, tmp_path,
+                                                                caplog) -> None:
+    pw = tmp_path / "redis-password"
+    pw.write_text("s3cr3t-pw\n")
+    s = settings_factory(redis_url=redis_with_password.url, redis_password_file=str(pw),
+                         scrape_interval_s=INTERVAL_S, bridge_gpu_apps="gCTF")
+    asyncio.run(write_view(s.redis_client_url, CacheKeys(s.topic_prefix)))
+    with caplog.at_level(logging.WARNING, logger="app.bridge.running"):
+        seen = asyncio.run(rounds(s, BridgeMetrics(CollectorRegistry())))
+    assert [[t.kind for t in snap.troubles] for snap in seen["gpu-busy"]][3] == ["gpu_hang"]  # the view was read
+    assert not [r for r in caplog.records if "unreadable" in r.getMessage()]
+
+
+def test_publish_checks_nodes_against_a_redis_with_a_password(redis_with_password, tmp_path, monkeypatch,
+                                                              capsys) -> None:
+    import json
+
+    from app.cli.main import main
+    from app.scheduler.cache import store_features
+
+    pw = tmp_path / "redis-password"
+    pw.write_text("s3cr3t-pw\n")
+    prefix = "pw-"
+
+    async def features() -> None:
+        client = aioredis.from_url(redis_with_password.url, password="s3cr3t-pw")
+        try:
+            await store_features(client, CacheKeys(prefix), {"node": "worker-1", "ts": 1.0, "features": {}})
+        finally:
+            await client.aclose()
+
+    asyncio.run(features())
+    monkeypatch.setenv("REDIS_URL", redis_with_password.url)
+    monkeypatch.setenv("RTT_REDIS_PASSWORD_FILE", str(pw))
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", prefix)
+    done = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0, "started_ts": 2.0,
+            "finished_ts": 5.0, "rtt_ms": 4000.0, "status": "ok"}
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(done) + "\n" + json.dumps(dict(done, task_id="t-2", node="worker-9")) + "\n")
+    assert main(["publish", "task-completions", str(p), "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{p}:2: unknown_node:" in err and "checked 1 message(s), 1 invalid" in out
+    assert "REDIS_URL" not in err  # read, not refused for want of the password

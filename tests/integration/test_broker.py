@@ -61,3 +61,24 @@ def test_topic_creation_is_idempotent_and_follows_the_contracts(kafka_bootstrap,
         assert r.partitions == c.partitions
         assert on_broker[r.topic] == c.cleanup_policy  # what the broker keeps, not what was asked
     assert {on_broker[s.topic(n)] for n in ("node-features", "node-weights", "model-updates")} == {"compact"}
+
+
+async def _replicas(settings, topics: list[str]) -> dict[str, set[int]]:
+    """The number of replicas of each topic's partitions as the broker describes them."""
+    admin = await started_admin(settings)
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {d["topic"]: {len(p["replicas"]) for p in d["partitions"]} for d in described}
+
+
+@pytest.mark.parametrize(("setting", "replicas"), [(0, 1), (3, 3)])
+def test_topics_get_the_configured_replication_factor(kafka_bootstrap, settings_factory, setting, replicas):
+    from app.kafka.admin import InternalTopic
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap, topic_replication_factor=setting)
+    changelog = InternalTopic(s.topic("rttsched-worker-buckets-changelog"), 8, compacted=True)
+    asyncio.run(ensure_topics(s, [changelog]))
+    names = sorted({s.topic(n) for n in load_contracts()} | {changelog.name})
+    assert asyncio.run(_replicas(s, names)) == {n: {replicas} for n in names}  # the contracts' 1 unless set

@@ -20,7 +20,7 @@ from test_manifests import DOCS, _containers, _env_of, _find, _pod_specs, _where
 
 REPO = Path(__file__).resolve().parents[3]
 KUSTOMIZATION = yaml.safe_load((REPO / "k8s" / "kustomization.yaml").read_text())
-REDIS_USERS = {"rttsched-worker", "rttsched-trainer", "rttsched-extender", "rttsched-pods"}
+REDIS_USERS = {"rttsched-worker", "rttsched-trainer", "rttsched-extender", "rttsched-pods", "rttsched-bridge"}
 
 
 def _name(doc: dict[str, Any]) -> str:
@@ -51,6 +51,11 @@ def test_every_container_drops_all_capabilities_and_runs_confined():
             assert seccomp.get("type") == "RuntimeDefault", where
             assert sc.get("allowPrivilegeEscalation") is False and sc.get("privileged") in (None, False), where
             assert sc.get("runAsNonRoot") is True and sc.get("readOnlyRootFilesystem") is True, where
+
+
+def test_only_the_pods_that_call_the_api_server_mount_a_service_account_token():
+    with_token = {_name(doc) for doc, spec in _pod_specs() if spec.get("automountServiceAccountToken", True)}
+    assert with_token == {"rttsched-pods", "rtt-scheduler"}  # the pods watcher and kube-scheduler
 
 
 def test_secrets_come_from_generated_secrets_whose_files_are_not_committed():

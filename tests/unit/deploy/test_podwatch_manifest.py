@@ -28,9 +28,9 @@ def test_one_replica_runs_rttsched_pods_under_its_own_service_account():
     assert spec.get("automountServiceAccountToken", True) is True  # the in-cluster API access needs the token
 
 
-def test_the_service_account_may_only_get_list_and_watch_pods():
+def test_the_service_account_may_only_list_and_watch_pods():
     role, binding, account = _one("ClusterRole"), _one("ClusterRoleBinding"), _one("ServiceAccount")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],

@@ -44,3 +44,15 @@ def test_the_process_injects_its_registry_and_the_intakes_count_on_it(tmp_path: 
     assert ctx.handles["feedback"].models.metrics is mine and ctx.handles["feedback"].models.health is ctx.health
     nodes.store.states["n1"] = object()
     assert mine.value("rtt_worker_nodes") == 1  # read from the store when the page is served
+
+
+def test_the_worker_s_topics_carry_the_configured_replication_factor(tmp_path: Path) -> None:
+    from app.streams.topics import contract_topic
+
+    settings = Settings.from_env({"RTT_METRICS_PORT": "0", "RTT_TOPIC_REPLICATION_FACTOR": "3"})
+    options = WorkerOptions.from_settings(settings, datadir=str(tmp_path / "rf"))
+    app = create_app(settings, id="registry-rf", options=options)
+    assert app.conf.topic_replication_factor == 3  # the tables' changelogs, should Faust declare them
+    assert contract_topic(app, settings, "node-metrics").replicas == 3
+    default = Settings.from_env({"RTT_METRICS_PORT": "0"})
+    assert contract_topic(app, default, "node-metrics").replicas == 1  # the contract's
