@@ -129,9 +129,9 @@ def _seeds(text: str) -> list[int]:
     try:
         seeds = [int(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds: comma-separated integers (got {text!r})") from None
+        raise argparse.ArgumentTypeError(f"comma-separated integers (got {text!r})") from None
     if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds: distinct integers (got {text!r})")
+        raise argparse.ArgumentTypeError(f"distinct integers (got {text!r})")
     return seeds
 
 

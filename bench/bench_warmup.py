@@ -36,9 +36,9 @@ def _edges(text: str) -> list[float]:
     try:
         edges = [float(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--edges: comma-separated seconds (got {text!r})") from None
+        raise argparse.ArgumentTypeError(f"comma-separated seconds (got {text!r})") from None
     if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 0:
-        raise argparse.ArgumentTypeError(f"--edges: at least two increasing seconds from 0 on (got {text!r})")
+        raise argparse.ArgumentTypeError(f"at least two increasing seconds from 0 on (got {text!r})")
     return edges
 
 

@@ -123,7 +123,9 @@ async def test_serves_at_once_without_kafka_and_becomes_ready_when_it_arrives(
                 return None
 
         up_s = await until(healthy, 10, "/healthz")
-        assert up_s <= 1.0, f"/healthz answered {up_s:.2f} s after the start (no broker)"
+        # no broker exists yet: answering at all is serving without Kafka; the bound only keeps it prompt (the
+        # process's own start, imports and model code, takes about 0.6 s on an idle machine, more on a loaded one)
+        assert up_s <= 3.0, f"/healthz answered {up_s:.2f} s after the start (no broker)"
         assert ext.text().startswith(f"rttsched extender: listening on http://127.0.0.1:{ext.port}")
         async with session.post("/prioritize", data=args(NAMES)) as resp:
             assert resp.status == 200 and await resp.json() == [{"Host": n, "Score": 5} for n in NAMES]

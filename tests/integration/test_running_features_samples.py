@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,15 @@ from app.sim.scripted import Node, Reader, Sender, prediction, snapshot, start_w
 pytestmark = pytest.mark.integration
 
 
-async def scenario(s: Settings, app: str) -> list[dict[str, Any]]:
+def predictions_read(metrics_url: str) -> float:
+    """How many rtt-predictions the worker has read (its /metrics)."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+        page = resp.read().decode()
+    found = re.search(r'^rtt_worker_messages_in_total\{topic="rtt-predictions"\} (\S+)$', page, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def scenario(s: Settings, app: str, metrics_url: str) -> list[dict[str, Any]]:
     rng = random.Random(3)
     gpu = Node("gpu-a", "Tesla M40", 300.0)
     async with (Sender(s) as out, Reader(s, "training-samples") as samples,
@@ -45,7 +55,10 @@ async def scenario(s: Settings, app: str) -> list[dict[str, Any]]:
             p["features"] = {f"running_pods_{app}": float(i + 1), "running_pods_other": 0.0}
             await out.send("rtt-predictions", p)
             await out.flush()
-            await asyncio.sleep(1.0)  # the worker consumes live: the prediction is in before the completion
+            deadline = time.monotonic() + 20
+            while predictions_read(metrics_url) < i + 1:  # the prediction is in before its completion is sent
+                assert time.monotonic() < deadline, f"the worker did not read prediction {tid}"
+                await asyncio.sleep(0.05)
             await out.send("task-completions", task(tid, app, gpu, now, rng))
             await out.flush()
         await samples.wait(lambda vs: {"bare", "t0", "t1", "t2"} <= {v["task_id"] for v in vs}, 30, "4 samples")
@@ -55,8 +68,8 @@ async def scenario(s: Settings, app: str) -> list[dict[str, Any]]:
 def test_samples_carry_the_features_of_their_own_prediction(kafka_settings: Settings, tmp_path: Path) -> None:
     app = f"fft{uuid.uuid4().hex[:6]}"
     with ProcessGroup(tmp_path) as group:
-        start_worker(group, kafka_settings)
-        values = asyncio.run(scenario(kafka_settings, app))
+        url = start_worker(group, kafka_settings)
+        values = asyncio.run(scenario(kafka_settings, app, url))
     by_task = {v["task_id"]: v for v in values}
     assert not any(k.startswith("running_pods_") for k in by_task["bare"]["features"])
     with_features = [t for t in ("t0", "t1", "t2") if f"running_pods_{app}" in by_task[t]["features"]]

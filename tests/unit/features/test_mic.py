@@ -94,7 +94,7 @@ def test_constant_and_short_inputs_score_zero() -> None:
 
 @pytest.mark.parametrize("kwargs, field", [({"alpha": 0.0}, "alpha"), ({"alpha": 1.5}, "alpha"), ({"c": 0.0}, "c")])
 def test_bad_parameters_name_the_field(kwargs, field) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
         mine(np.arange(10.0), np.arange(10.0), **kwargs)
 
 

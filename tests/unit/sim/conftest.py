@@ -16,13 +16,15 @@ def small_config() -> SimConfig:
 @pytest.fixture
 def bench_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[[str, list[str]], str]:
     """Run bench script ``name``'s ``main()`` with ``argv``; assert it exits with argparse's status 2 and return
-    what it printed on stderr."""
+    its error line (``NAME.py: error: ...``, without the usage lines above it, which name every option)."""
 
     def run(name: str, argv: list[str]) -> str:
         monkeypatch.setattr("sys.argv", [f"{name}.py", *argv])
         with pytest.raises(SystemExit) as exc:
             importlib.import_module(name).main()
         assert exc.value.code == 2
-        return capsys.readouterr().err
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{name}.py: error: ")]
+        assert len(errors) == 1
+        return errors[0].removeprefix(f"{name}.py: error: ")
 
     return run

@@ -35,4 +35,5 @@ def test_the_slices_add_up_to_the_difference_of_the_means() -> None:
 
 @pytest.mark.parametrize("argv", [["--scenario", "nope"], ["--edges", "0,x"], ["--edges", "2,1"]])
 def test_bad_arguments_are_named(argv: list[str], bench_error: Callable[[str, list[str]], str]) -> None:
-    assert argv[0] in bench_error("bench_warmup", argv)
+    line = bench_error("bench_warmup", argv)
+    assert line.removeprefix("argument ").startswith(f"{argv[0]}: ") and line.count(argv[0]) == 1  # named once
