@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.errors import ConfigError
 from app.masking import mask_url, url_password, with_password
@@ -40,6 +42,43 @@ def _positive(v: float) -> str | None:
 
 def _non_negative(v: float) -> str | None:
     return None if v >= 0 else f"must be >= 0 (got {v})"
+
+
+def _host_port(address: str) -> str | None:
+    """What is wrong with one ``host:port`` (an IPv6 host in brackets), or None."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) <= 65535:
+        return f"{address!r} is not host:port"
+    return None
+
+
+def _bootstrap(v: str) -> str | None:
+    """``host:port[,host:port...]`` or empty (the embedded broker)."""
+    problems = [p for p in (_host_port(a.strip()) for a in v.split(",")) if p] if v else []
+    return f"must be host:port[,host:port] ({problems[0]})" if problems else None
+
+
+def _redis_url(v: str) -> str | None:
+    """A URL redis-py opens (``redis://``, ``rediss://``, ``unix://``) or empty (no Redis)."""
+    if not v:
+        return None
+    try:
+        parts = urlsplit(v)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a URL redis://host:port/db ({exc})"
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return f"must start with redis://, rediss:// or unix:// (got {mask_url(v)!r})"
+    if parts.scheme != "unix" and not parts.hostname:
+        return f"names no host (got {mask_url(v)!r}; redis://host:port/db)"
+    if port == 0 or (parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit()):
+        return f"port 1-65535 and a database number, redis://host:port/db (got {mask_url(v)!r})"
+    return None
+
+
+def _topic_name_part(v: str) -> str | None:
+    """Kafka's topic names are ``[a-zA-Z0-9._-]`` only."""
+    return None if re.fullmatch(r"[A-Za-z0-9._-]*", v) else f"letters, digits, '.', '_' and '-' only (got {v!r})"
 
 
 def _port(v: int) -> str | None:
@@ -94,10 +133,10 @@ def read_secret(path: str, field: str = "") -> str:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     # -- connections
-    kafka_bootstrap: str = _f("", env="RTT_KAFKA_BOOTSTRAP",
+    kafka_bootstrap: str = _f("", _bootstrap, env="RTT_KAFKA_BOOTSTRAP",
                               doc="host:port[,host:port]; empty = embedded broker on 127.0.0.1:9092")
-    redis_url: str = _f("", env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
-    topic_prefix: str = _f("", doc="prefix for every topic name (tests use a uuid)")
+    redis_url: str = _f("", _redis_url, env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
+    topic_prefix: str = _f("", _topic_name_part, doc="prefix for every topic name (tests use a uuid)")
     topic_replication_factor: int = _f(0, _non_negative, doc="replicas of every topic the project creates (its"
                                        " contracts' and the worker's own); 0 = the contract's (1, one broker)")
     models_dir: str = _f("var/models", doc="model registry directory when no Redis is configured")
@@ -318,8 +357,8 @@ def display_value(value: Any) -> str:
     """A setting's value as printed: a password inside a URL is masked.
 
     >>> display_value("redis://user:secret@host:6379/0"), display_value(2.5), display_value("")
-    ('redis://user:***@host:6379/0', '2.5', "''")
+    ('redis://user:***@host:6379/0', '2.5', '')
     """
     if isinstance(value, str):
-        return mask_url(value) if value else "''"
+        return mask_url(value)
     return str(value)

@@ -36,25 +36,14 @@ from app.sim.report.halves import half_figures
 from app.sim.report.stats import mean_ci
 from app.sim.runner import SimConfig, run_offline
 from app.sim.scenario import Scenario, load_scenario
+from app.sim.scenario_paths import scenario_path, shipped  # scenario_path: the other benches import it from here
 
-SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
-ORDER = ("default", "bursty", "saturated", "closed-loop", "degrade", "join", "large")
 FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "throughput", "gpu_util",
            "load_diff", "tasks_per_wall_s")
 RATIO_FIGURES = ("mean_rtt_ms", "p99_rtt_ms", "throughput", "gpu_util", "rtt_std_ms", "load_diff")
 HIGHER = ("throughput", "gpu_util")
 SPEED_GOAL = 10_000.0
 QUICK_PARAMS = {"n_estimators": 30, "learning_rate": 0.25}
-
-
-def scenario_path(name: str) -> Path:
-    """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml`` file; ValueError (naming the
-    shipped ones) when there is none."""
-    path = Path(name) if name.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"no such scenario {name!r} (have: "
-                         f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})")
-    return path
 
 
 def shorten(config: SimConfig) -> SimConfig:
@@ -241,12 +230,11 @@ def main() -> int:
     if args.markdown:
         print(markdown(orjson.loads(Path(args.markdown).read_bytes())))
         return 0
-    paths = {p.stem: p for p in SCENARIO_DIR.glob("*.yaml")}
-    names = args.scenarios.split(",") if args.scenarios else sorted(paths, key=lambda n: (
-        ORDER.index(n) if n in ORDER else len(ORDER), n))
-    unknown = [n for n in names if n not in paths]
-    if unknown:
-        print(f"bench_policies: unknown scenario {unknown[0]!r} (have: {', '.join(sorted(paths))})", file=sys.stderr)
+    names = args.scenarios.split(",") if args.scenarios else shipped()
+    try:
+        paths = {n: scenario_path(n) for n in names}
+    except ValueError as exc:
+        print(f"bench_policies: --scenarios: {exc}", file=sys.stderr)
         return 2
     policies = list(POLICY_NAMES) if not args.policies else [p for p in POLICY_NAMES if p in args.policies.split(",")
                                                              or p in ("rtt_aware", REFERENCE, "kube_default")]

@@ -123,6 +123,9 @@ def otlp_to_completions(doc: Any, options: SpanOptions | None = None) -> SpanBat
     """
     if not isinstance(doc, dict):
         raise ContractError("not_an_object", f"an OTLP export is a JSON object, got {type(doc).__name__}")
+    other = sorted(set(doc) - {"resourceSpans"})
+    if other:  # an export has resourceSpans only (none at all when empty); anything else is another document
+        raise ContractError("bad_export", f"an OTLP export has resourceSpans, not {', '.join(other[:5])}")
     batch = SpanBatch(options or SpanOptions())
     for i, rs in enumerate(_list(doc, "resourceSpans", "")):
         if not isinstance(rs, dict):

@@ -126,7 +126,9 @@ class Bridge:
             key = (node, t.exporter, t.kind)
             now.add(key)
             if key not in self._active:
-                log.warning("%s: %s %s, withholding %s: %s", node, t.exporter, t.kind, list(t.groups), t.detail)
+                source = "an exporter not identified yet" if t.exporter == "unknown" else t.exporter
+                withheld = f"; withholding {', '.join(t.groups)}" if t.groups else ""
+                log.warning("%s: %s from %s: %s%s", node, t.kind, source, t.detail, withheld)
         for key in {k for k in self._active if k[0] == node} - now:
             log.info("%s: %s %s cleared", *key)
         self._active = {k for k in self._active if k[0] != node} | now

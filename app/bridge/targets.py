@@ -77,13 +77,18 @@ def _check_url(where: str, url: str) -> str:
     return url
 
 
+def _at(where: str, key: str) -> str:
+    """A key of a target: ``targets.yaml[0].class`` in a file, ``--target 'node=...', class`` in a flag."""
+    return f"{where}, {key}" if where.startswith("--") else f"{where}.{key}"
+
+
 def _make(where: str, node: Any, node_class: Any, gpu_model: Any, endpoints: Sequence[Endpoint]) -> Target:
     if not isinstance(node, str) or not node or len(node) > 253:
-        raise TargetError(f"{where}.node", f"must be a node name of 1..253 characters (got {node!r})")
+        raise TargetError(_at(where, "node"), f"must be a node name of 1..253 characters (got {node!r})")
     if node_class is not None and node_class not in NODE_CLASSES:
-        raise TargetError(f"{where}.class", f"must be one of {list(NODE_CLASSES)} (got {node_class!r})")
+        raise TargetError(_at(where, "class"), f"must be one of {list(NODE_CLASSES)} (got {node_class!r})")
     if gpu_model is not None and not isinstance(gpu_model, str):
-        raise TargetError(f"{where}.gpu_model", f"must be a string (got {gpu_model!r})")
+        raise TargetError(_at(where, "gpu_model"), f"must be a string (got {gpu_model!r})")
     if not endpoints:
         raise TargetError(where, "at least one url= is required" if where.startswith("--") else "no targets")
     urls = [e.url for e in endpoints]
@@ -94,7 +99,7 @@ def _make(where: str, node: Any, node_class: Any, gpu_model: Any, endpoints: Seq
 
 def parse_target_flag(flag: str) -> Target:
     """``node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,url=URL...]``."""
-    where = f"--target {flag}"
+    where = f"--target {flag!r}"
     fields: dict[str, str] = {}
     urls: list[Endpoint] = []
     for part in flag.split(","):

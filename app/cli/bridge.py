@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 HELP = "scrape node_exporter / dcgm-exporter / nvidia_gpu_exporter endpoints and produce node-metrics"
@@ -56,7 +57,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         asyncio.run(run_bridge(settings, targets, scrapes=2, publish=False, mapping=mapping, on_round=keep))
         for snap in last:
             print(orjson.dumps(snap.message).decode())
-        return 0
+        silent = [snap.message["node"] for snap in last if not snap.message["metrics"]]
+        if silent:
+            print(f"rttsched bridge: no metrics from {', '.join(silent)} (the warnings above say why)", file=sys.stderr)
+        return 1 if silent else 0
 
     metrics = BridgeMetrics()
     serve_metrics(metrics, settings.metrics_port, settings.metrics_host)

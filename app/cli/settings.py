@@ -29,15 +29,15 @@ def table(rows: list[SettingRow], width: int = MAX_WIDTH) -> list[str]:
                               is long enough to wrap
     """
     head = ("VARIABLE", "VALUE", "SOURCE")
-    cols = [max(len(h), *(len(getattr(r, f)) for r in rows)) for h, f in zip(head, ("variable", "value", "source"),
-                                                                               strict=True)]
+    cells = [(r.variable, r.value or "''", r.source) for r in rows]  # an empty value shown as ''
+    cols = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
     lead = sum(cols) + 2 * len(cols)
     doc_width = max(width - lead, 20)
     out = ["  ".join(h.ljust(w) for h, w in zip(head, cols, strict=True)) + "  DESCRIPTION"]
-    for r in rows:
-        cells = "  ".join(v.ljust(w) for v, w in zip((r.variable, r.value, r.source), cols, strict=True)) + "  "
+    for r, row in zip(rows, cells, strict=True):
+        lead_text = "  ".join(v.ljust(w) for v, w in zip(row, cols, strict=True)) + "  "
         wrapped = textwrap.wrap(r.doc, doc_width) or [""]
-        out.append(cells + wrapped[0])
+        out.append(lead_text + wrapped[0])
         out.extend(" " * lead + more for more in wrapped[1:])
     return out
 

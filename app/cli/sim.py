@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 HELP = "compare placement policies on the simulated heterogeneous cluster (offline) and write CSV/JSON/HTML"
@@ -12,9 +13,11 @@ SETUP_FLAGS = ("preset", "nodes", "tasks", "rate", "load", "arrivals", "trace", 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default=None,
-                   help="scenario file (YAML, see scenarios/ and docs/simulator.md); replaces the setup flags")
+                   help="a shipped scenario's name (a file of scenarios/, e.g. default, pulsing) or a scenario file "
+                        "(YAML, see docs/simulator.md); replaces the setup flags")
     p.add_argument("--preset", choices=["small", "large"], default=None, help="cluster preset (default small)")
-    p.add_argument("--nodes", type=int, default=None, help="node count of the large preset (default 300)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="node count of the large preset (default 300; the small preset's nodes are fixed)")
     p.add_argument("--policies", default=None, help="'all' (default) or a comma-separated list of policy names")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, or the scenario's)")
     p.add_argument("--first-seed", type=int, default=1)
@@ -32,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # SimConfig's fields as the flags that set them, for errors
 FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "load": "--load",
-           "arrivals": "--arrivals", "trace_path": "--trace", "events": "--events", "preset": "--preset"}
+           "arrivals": "--arrivals", "trace_path": "--trace", "events": "--events", "preset": "--preset",
+           "large_preset.n_nodes": "--nodes"}
 
 
 def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str]:
@@ -40,6 +44,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
     from app.errors import ConfigError
     from app.sim.runner import SimConfig
     from app.sim.scenario import load_scenario
+    from app.sim.scenario_paths import scenario_path
 
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError("--seeds", "must be >= 1")
@@ -47,15 +52,23 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         given = [f"--{f.replace('_', '-')}" for f in SETUP_FLAGS if getattr(args, f) is not None]
         if given:
             raise ConfigError(given[0], "the scenario file describes the cluster and workload; drop the flag")
-        sc = load_scenario(args.scenario)
+        try:
+            path = scenario_path(args.scenario)
+        except ValueError as exc:
+            raise ConfigError("--scenario", str(exc)) from None
+        sc = load_scenario(path)
         seeds = sc.seeds if args.seeds is None else list(range(args.first_seed, args.first_seed + args.seeds))
         return sc.config, seeds, args.policies or sc.policies or "all"
+    preset = args.preset or "small"
+    if args.nodes is not None and preset != "large":  # the small preset is a fixed cluster: no count to set
+        raise ConfigError("--nodes", "a node count applies to the large preset only (add --preset large)")
     try:
-        config = SimConfig(preset=args.preset or "small", n_nodes=args.nodes, n_tasks=args.tasks or 5000,
+        config = SimConfig(preset=preset, n_nodes=args.nodes, n_tasks=5000 if args.tasks is None else args.tasks,
                            rate_per_s=args.rate, load=args.load, arrivals=args.arrivals or "poisson",
                            trace_path=args.trace, events=args.events or "default", join_node=not args.no_join,
                            scrape_interval_s=settings.scrape_interval_s)
-    except ValueError as exc:  # SimConfig.<field>: ... -> the flag that set it
+        config.base_nodes()  # the cluster, built now rather than in the first run: a bad --nodes fails here
+    except ValueError as exc:  # SimConfig.<field>: ... (large_preset.n_nodes: ...) -> the flag that set it
         field, _, message = str(exc).partition(": ")
         flag = FLAG_OF.get(field.removeprefix("SimConfig."))
         raise ConfigError(flag or field, message) from None
@@ -63,9 +76,29 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
     return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
 
 
+def _out_dir(out: str) -> Path:
+    """``--out``, created (and tried with a file) before any run, so a bad one fails at once, not after them."""
+    import tempfile
+
+    from app.errors import ConfigError
+
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError("--out", f"{out} exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError("--out", f"cannot create {out}: {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError("--out", f"cannot write in {out}: {exc.strerror or exc}") from None
+    return path
+
+
 def run(args: argparse.Namespace, settings: Any) -> int:
     import sys
-    from pathlib import Path
 
     from tqdm import tqdm
 
@@ -76,6 +109,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     config, seeds, spec = _setup(args, settings)
     policies = parse_policies(spec)
+    out = _out_dir(args.out)
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim", ncols=bar_width()) as bar:
         for seed in seeds:
@@ -88,7 +122,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     info = describe(config)
     if args.scenario:
         info["scenario"] = Path(args.scenario).stem
-    write_report(runs, args.out, info, html=not args.no_html, hardware=hardware_labels(config))
+    write_report(runs, out, info, html=not args.no_html, hardware=hardware_labels(config))
     print()
-    print("\n".join(output_lines(Path(args.out), not args.no_html)))
+    print("\n".join(output_lines(out, not args.no_html)))
     return 0

@@ -43,9 +43,15 @@ def summary_lines(agg: Mapping[str, Any], goals: Sequence[Mapping[str, Any]]) ->
 
 
 def output_lines(out: Path, html: bool) -> list[str]:
-    """Where the report went (the one path on its own line)."""
-    main = out / ("report.html" if html else "policies.json")
-    return [f"report: {main}", "        beside it: policies.csv (the table), policies.json (every figure and run)"]
+    """Where the report went (the one path on its own line), and the other files beside it, each named once.
+
+    >>> output_lines(Path("out"), html=False)
+    ['report: out/policies.json', '        beside it: policies.csv (the table)']
+    """
+    if not html:
+        return [f"report: {out / 'policies.json'}", "        beside it: policies.csv (the table)"]
+    return [f"report: {out / 'report.html'}",
+            "        beside it: policies.csv (the table), policies.json (every figure and run)"]
 
 
 def live_lines(live: Mapping[str, Any], halves: Mapping[str, Sequence[float]], live_name: str,

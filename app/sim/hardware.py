@@ -114,5 +114,5 @@ def preset(name: str, n_nodes: int | None = None) -> list[NodeSpec]:
     if name == "small":
         return small_preset()
     if name == "large":
-        return large_preset(n_nodes or 300)
+        return large_preset(300 if n_nodes is None else n_nodes)
     raise ValueError(f"preset: must be 'small' or 'large' (got {name!r})")

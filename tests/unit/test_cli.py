@@ -125,6 +125,18 @@ def test_settings_lists_every_setting_within_100_columns_with_source(monkeypatch
     assert next(line for line in lines if line.startswith("RTT_SCRAPE_INTERVAL_S ")).split()[2] == "default"
 
 
+def test_settings_json_keeps_empty_values_empty_and_the_table_shows_them(monkeypatch, capsys):
+    import json
+
+    monkeypatch.setenv("REDIS_URL", "")
+    assert main(["settings", "--json"]) == 0
+    rows = {r["variable"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["REDIS_URL"]["value"] == "" and rows["REDIS_URL"]["source"] == "environment"
+    assert main(["settings"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("REDIS_URL "))
+    assert line.split()[1:3] == ["''", "environment"]
+
+
 def test_every_setting_is_described():
     from app.config import Settings
 

@@ -26,3 +26,32 @@ def test_fetch_wait_is_bounded_and_named():
         with pytest.raises(ConfigError) as info:
             Settings.from_env({"RTT_KAFKA_FETCH_MAX_WAIT_MS": bad})
         assert info.value.field == "RTT_KAFKA_FETCH_MAX_WAIT_MS"
+
+
+@pytest.mark.parametrize(("env", "field", "words"), [
+    ({"REDIS_URL": "notaurl"}, "REDIS_URL", "must start with redis://, rediss:// or unix://"),
+    ({"REDIS_URL": "redis://db:abc/0"}, "REDIS_URL", "not a URL"),
+    ({"REDIS_URL": "redis://db:6379/cache"}, "REDIS_URL", "a database number"),
+    ({"REDIS_URL": "redis://:hunter2@/0"}, "REDIS_URL", "names no host"),
+    ({"RTT_KAFKA_BOOTSTRAP": "127.0.0.1:abc"}, "RTT_KAFKA_BOOTSTRAP", "'127.0.0.1:abc' is not host:port"),
+    ({"RTT_KAFKA_BOOTSTRAP": "a:9092,b:0"}, "RTT_KAFKA_BOOTSTRAP", "'b:0' is not host:port"),
+    ({"RTT_TOPIC_PREFIX": "bad prefix!"}, "RTT_TOPIC_PREFIX", "letters, digits"),
+])
+def test_connection_settings_are_checked_at_start(env, field, words):
+    from app.config import Settings
+
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(env)
+    assert info.value.field == field and words in info.value.message
+    assert "hunter2" not in str(info.value)  # a password in the URL stays masked
+
+
+@pytest.mark.parametrize("env", [
+    {"REDIS_URL": "redis://127.0.0.1:6379/0"}, {"REDIS_URL": "rediss://:pw@redis.example:6380"},
+    {"REDIS_URL": "unix:///run/redis.sock?db=1"}, {"REDIS_URL": "redis://redis"},
+    {"RTT_KAFKA_BOOTSTRAP": "[::1]:9092, kafka-0.kafka:9093"}, {"RTT_TOPIC_PREFIX": "t0a1.b_c-"},
+])
+def test_good_connection_settings_pass(env):
+    from app.config import Settings
+
+    Settings.from_env(env)  # raises if refused

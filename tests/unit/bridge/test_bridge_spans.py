@@ -91,10 +91,16 @@ def test_a_task_span_without_a_node_is_malformed():
     assert len(batch.errors) == 1 and "k8s.node.name" in str(batch.errors[0])
 
 
-@pytest.mark.parametrize("doc", [[], "x", {"resourceSpans": {}}, {"resourceSpans": [1]}])
+@pytest.mark.parametrize("doc", [[], "x", {"resourceSpans": {}}, {"resourceSpans": [1]}, {"foo": 1},
+                                 {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "rtt_ms": 4000.0}])
 def test_a_document_that_is_no_otlp_export_raises(doc):
     with pytest.raises(ContractError):
         otlp_to_completions(doc)
+
+
+def test_an_empty_export_is_an_empty_batch():
+    batch = otlp_to_completions({})  # OTLP's JSON leaves an empty resourceSpans out
+    assert batch.completions == [] and batch.errors == []
 
 
 json_values = st.recursive(

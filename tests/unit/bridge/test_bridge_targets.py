@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,19 +20,20 @@ def test_flag_with_class_model_and_two_urls():
     assert t.endpoints[1].port == 9400
 
 
-@pytest.mark.parametrize(("flag", "message"), [
-    ("node=w,class=tpu,url=http://h:1/", "class"),
-    ("node=w,url=ftp://h/metrics", "http"),
-    ("node=w,url=http://h:99999/", "(?i)port"),
-    ("node=w,colour=red,url=http://h/", "unknown key"),
-    ("node=w,url", "key=value"),
-    ("class=gpu,url=http://h/", "node"),
-    ("node=w,url=http://h/,url=http://h/", "twice"),
+@pytest.mark.parametrize(("flag", "key", "message"), [
+    ("node=w,class=tpu,url=http://h:1/", ", class", "must be one of"),
+    ("node=w,url=ftp://h/metrics", "", "not an http"),
+    ("node=w,url=http://h:99999/", "", "(?i)port"),
+    ("node=w,colour=red,url=http://h/", "", "unknown key"),
+    ("node=w,url", "", "key=value"),
+    ("class=gpu,url=http://h/", ", node", "node name"),
+    ("node=w,url=http://h/,url=http://h/", "", "twice"),
 ])
-def test_bad_flags_name_the_flag(flag, message):
-    with pytest.raises(TargetError, match=message) as err:
+def test_bad_flags_name_the_flag(flag, key, message):
+    with pytest.raises(TargetError) as err:
         parse_target_flag(flag)
-    assert err.value.field.startswith("--target")
+    assert err.value.field == f"--target {flag!r}{key}"  # the flag as typed, then the key at fault
+    assert re.search(message, err.value.message)
 
 
 def test_the_daemonset_targets_file_with_environment_variables(tmp_path):

@@ -1,0 +1,37 @@
+"""The shipped scenarios: the YAML files in ``scenarios/`` at the repository root (beside the ``app`` package),
+found by name. ``rttsched sim --scenario`` and the benchmarks (``bench/``) take a name or a file's path.
+
+>>> scenario_path("default") == SCENARIO_DIR / "default.yaml"
+True
+>>> shipped()[:2]
+['default', 'bursty']
+>>> scenario_path("nope")
+Traceback (most recent call last):
+...
+ValueError: no such scenario 'nope' (shipped: default, bursty, ...)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+# the order a listing shows them in (benchmarks run them in it); any other file comes after, by name
+ORDER = ("default", "bursty", "saturated", "closed-loop", "degrade", "join", "large")
+
+
+def shipped() -> list[str]:
+    """The names of the scenarios in :data:`SCENARIO_DIR`, in :data:`ORDER` first."""
+    names = (p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+
+
+def scenario_path(name: str) -> Path:
+    """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml``/``.yml`` file; ValueError (naming the
+    shipped ones) when there is none."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{name}.yaml"
+    if not path.is_file():
+        names = shipped()
+        have = f"shipped: {', '.join(names)}" if names else f"none shipped: no scenarios in {SCENARIO_DIR}"
+        raise ValueError(f"no such scenario {name!r} ({have})")
+    return path

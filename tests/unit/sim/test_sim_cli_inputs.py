@@ -1,0 +1,134 @@
+"""``rttsched sim``'s bad input: one line naming the flag as typed (exit 2), before any run; and what it prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import sim
+from app.cli.main import build_parser, main
+from app.config import Settings
+from app.sim.hardware import preset
+from app.sim.runner import SimConfig
+from app.sim.scenario import load_scenario
+from app.sim.scenario_paths import SCENARIO_DIR, scenario_path
+
+FAST = ["--tasks", "50", "--seeds", "1", "--policies", "kube_default", "--no-html"]
+
+
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Records every simulated run; a bad flag must stop the command before the first."""
+    calls: list[object] = []
+
+    def run_offline(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr("app.sim.runner.run_offline", run_offline)
+    return calls
+
+
+def error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["sim", *argv]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "Traceback" not in out.err
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def setup(argv: list[str]) -> tuple[SimConfig, list[int], str]:
+    return sim._setup(build_parser().parse_args(["sim", *argv]), Settings.from_env())
+
+
+def test_zero_tasks_is_rejected_like_a_negative_count(capsys, tmp_path, no_run):
+    line = error_line(["--tasks", "0", "--out", str(tmp_path)], capsys)
+    assert line == "rttsched sim: error: --tasks: must be > 0 (got 0)"
+    assert not no_run
+
+
+def test_without_tasks_a_run_has_5000():
+    config, _, _ = setup([])
+    assert config.n_tasks == 5000
+
+
+LARGE_ONLY = "--nodes: a node count applies to the large preset only (add --preset large)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "large", "--nodes", "0"], "--nodes: must be >= 4 (got 0)"),
+    (["--preset", "large", "--nodes", "-3"], "--nodes: must be >= 4 (got -3)"),
+    (["--nodes", "10"], LARGE_ONLY),
+    (["--preset", "small", "--nodes", "10"], LARGE_ONLY),
+])
+def test_a_bad_node_count_is_named_as_typed(argv, message, capsys, tmp_path, no_run):
+    assert error_line([*argv, *FAST, "--out", str(tmp_path)], capsys) == f"rttsched sim: error: {message}"
+    assert not no_run
+
+
+def test_nodes_sets_the_large_presets_size_and_zero_is_not_the_default():
+    config, _, _ = setup(["--preset", "large", "--nodes", "8"])
+    assert len(config.base_nodes()) == 8
+    assert len(preset("large")) == 300
+    with pytest.raises(ValueError, match=r"n_nodes: must be >= 4 \(got 0\)"):
+        preset("large", 0)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("file", "{out} exists and is not a directory"),
+    ("file/sub", "cannot create {out}: Not a directory"),
+])
+def test_a_bad_out_fails_before_any_run(where, message, capsys, tmp_path, no_run):
+    (tmp_path / "file").write_text("")
+    out = str(tmp_path / where)
+    line = error_line([*FAST, "--out", out], capsys)
+    assert line == f"rttsched sim: error: --out: {message.format(out=out)}"
+    assert not no_run
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_out_under_proc_fails_before_any_run(capsys, no_run):
+    line = error_line([*FAST, "--out", "/proc/nope"], capsys)
+    assert line.startswith("rttsched sim: error: --out: cannot create /proc/nope: ")
+    assert not no_run
+
+
+def test_out_is_created_before_the_runs(capsys, tmp_path, no_run):
+    out = tmp_path / "a" / "b"
+    assert main(["sim", *FAST, "--out", str(out)]) == 1  # the stand-in run's AssertionError, as main reports it
+    assert "a run started" in capsys.readouterr().err
+    assert out.is_dir() and len(no_run) == 1
+
+
+def test_an_unknown_scenario_is_named_with_the_shipped_ones(capsys, tmp_path, no_run):
+    line = error_line(["--scenario", "nope", "--out", str(tmp_path)], capsys)
+    assert line.startswith("rttsched sim: error: --scenario: no such scenario 'nope' (shipped: default, bursty, ")
+    assert "pulsing" in line
+    assert not no_run
+
+
+def test_a_shipped_scenario_is_found_by_name_from_anywhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config, seeds, _ = setup(["--scenario", "pulsing"])
+    sc = load_scenario(SCENARIO_DIR / "pulsing.yaml")
+    assert config == sc.config and seeds == sc.seeds
+    assert scenario_path("pulsing") == SCENARIO_DIR / "pulsing.yaml"
+
+
+def test_the_benches_use_the_same_scenario_lookup():
+    import bench_policies
+
+    assert bench_policies.scenario_path is scenario_path
+
+
+def test_the_report_lines_name_each_file_once(capsys, tmp_path):
+    assert main(["sim", *FAST, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    tail = out[out.index(next(line for line in out if line.startswith("report: "))):]
+    assert tail == [f"report: {Path(tmp_path) / 'policies.json'}", "        beside it: policies.csv (the table)"]
+    text = "\n".join(tail)
+    assert text.count("policies.json") == 1 and text.count("policies.csv") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policies.csv", "policies.json"]
