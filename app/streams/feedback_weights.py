@@ -154,6 +154,7 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     out, node_weight = loop.metrics.messages_out.labels("node-weights"), loop.metrics.feedback.node_weight
 
     lock = context_of(app).weights_lock
+    shown: set[str] = set()  # nodes with a node-weight series on this worker's /metrics
 
     async def send(v: dict[str, Any]) -> None:
         node_weight.labels(v["node"]).set(v["weight"])
@@ -166,6 +167,12 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
         values = weights_values(loop, now)
         states = loop.nodes.store.states
         await send_held(values, states, send, lock)
+        held = {v["node"] for v in values if v["node"] in states}
+        for node in shown - held:  # revoked to another worker, or evicted: its series goes, not frozen
+            with contextlib.suppress(KeyError):
+                node_weight.remove(node)
+        shown.clear()
+        shown.update(held)
         if settings.redis_url:
             if not writer:
                 timeout_s = loop.options.feedback_redis_timeout_s

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_group import scrape, start_workers, wait_settled
+from worker_group import labelled, scrape, start_workers, wait_settled
 
 from app.cli.processes import ProcessGroup
 from app.config import Settings
@@ -107,3 +107,6 @@ def test_a_worker_joining_mid_stream_takes_over_state_and_positions(kafka_settin
     assert moved
     assert metric_value(pages["w2"], 'rtt_worker_join_total{outcome="matched"}') == 6 * len(moved)
     assert metric_value(pages["w2"], 'rtt_worker_join_total{outcome="duplicate"}') == 0
+    # a node weight is shown by the worker that holds the node: none left frozen on the one that lost it
+    assert set(labelled(pages["w2"], "rtt_worker_node_weight", "node")) == moved
+    assert set(labelled(pages["w1"], "rtt_worker_node_weight", "node")) == {n.name for n in NODES} - moved
