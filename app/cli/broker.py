@@ -15,23 +15,33 @@ HELP = ("run the embedded Kafka-protocol broker (Tansu; memory-only unless --sto
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=EMBEDDED_BROKER_PORT)
+    p.add_argument("--port", type=int, default=EMBEDDED_BROKER_PORT,
+                   help=f"listen port (default {EMBEDDED_BROKER_PORT}; 0: a free one, printed)")
     p.add_argument("--no-topics", action="store_true", help="do not create the topics from topics/")
     p.add_argument("--storage-engine", default=None, metavar="URL",
-                   help="where Tansu keeps its data, e.g. postgres://user:pass@host/db (default memory://: a"
-                        " restart loses every topic, message and consumer group)")
+                   help="where Tansu keeps its data: memory:// (default: a restart loses every topic, message and"
+                        " consumer group) or s3://BUCKET/ on an S3-compatible store (AWS_ENDPOINT,"
+                        " AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ALLOW_HTTP=true for"
+                        " http); this Tansu build has no postgres:// or sqlite://. For a broker that keeps its"
+                        " data, run Apache Kafka (docker-compose.yml, docs/deploy.md)")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
 
+    from app.errors import ConfigError
     from app.kafka.admin import ensure_topics
-    from app.kafka.embedded import EmbeddedBroker
+    from app.kafka.embedded import EmbeddedBroker, storage_problem
 
+    if not 0 <= args.port <= 65535:
+        raise ConfigError("--port", f"must be a port between 0 and 65535 (got {args.port})")
+    problem = storage_problem(args.storage_engine) if args.storage_engine is not None else None
+    if problem:
+        raise ConfigError("--storage-engine", problem)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedBroker(args.port, args.host, storage_engine=args.storage_engine) as broker:
+    with EmbeddedBroker(args.port or None, args.host, storage_engine=args.storage_engine) as broker:
         print(f"embedded broker listening on {broker.bootstrap} (pid {broker.pid})", flush=True)
         if not args.no_topics:
             from dataclasses import replace

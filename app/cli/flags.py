@@ -1,0 +1,41 @@
+"""A command's flags that override settings: errors name the flag when the value came from it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+
+
+@contextlib.contextmanager
+def flag_errors(args: argparse.Namespace, flags: Mapping[str, str]) -> Iterator[None]:
+    """Name the flag, not its environment variable, in a :class:`~app.errors.ConfigError` about a value the
+    flag gave.
+
+    ``flags``: flag -> the environment variable it overrides, e.g. ``{"--ttl": "RTT_PODS_TTL_S"}``; a flag
+    counts as given when its ``args`` attribute is not None. The variable of a given flag is replaced in the
+    error's field and in its message; an error about a value from the environment keeps naming the variable.
+
+    >>> from app.errors import ConfigError
+    >>> args = argparse.Namespace(ttl=5.0, resync=10.0)
+    >>> with flag_errors(args, {"--ttl": "RTT_PODS_TTL_S", "--resync": "RTT_PODS_RESYNC_S"}):
+    ...     raise ConfigError("RTT_PODS_TTL_S", "must be >= RTT_PODS_RESYNC_S (got 5.0)")
+    Traceback (most recent call last):
+    ...
+    app.errors.ConfigError: --ttl: must be >= --resync (got 5.0)
+    """
+    from app.errors import ConfigError
+
+    given = {env: flag for flag, env in flags.items()
+             if getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None}
+    try:
+        yield
+    except ConfigError as exc:
+        if not given:
+            raise
+        names = re.compile(r"\b(" + "|".join(map(re.escape, given)) + r")\b")
+        field, message = (names.sub(lambda m: given[m[1]], text) for text in (exc.field, exc.message))
+        if (field, message) == (exc.field, exc.message):
+            raise
+        raise ConfigError(field, message) from None
