@@ -81,6 +81,10 @@ def _topic_name_part(v: str) -> str | None:
     return None if re.fullmatch(r"[A-Za-z0-9._-]*", v) else f"letters, digits, '.', '_' and '-' only (got {v!r})"
 
 
+def _directory(v: str) -> str | None:
+    return None if not v or Path(v).is_dir() else f"no such directory ({v!r})"
+
+
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
 
@@ -137,6 +141,8 @@ class Settings:
                               doc="host:port[,host:port]; empty = embedded broker on 127.0.0.1:9092")
     redis_url: str = _f("", _redis_url, env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
     topic_prefix: str = _f("", _topic_name_part, doc="prefix for every topic name (tests use a uuid)")
+    topics_dir: str = _f("", _directory, doc="the topic contracts' directory (the image sets it); empty = topics/"
+                         " beside the package (read by app.contracts, which needs it before any settings)")
     topic_replication_factor: int = _f(0, _non_negative, doc="replicas of every topic the project creates (its"
                                        " contracts' and the worker's own); 0 = the contract's (1, one broker)")
     models_dir: str = _f("var/models", doc="model registry directory when no Redis is configured")
@@ -198,6 +204,15 @@ class Settings:
     extender_tls_cert: str = _f("", doc="PEM certificate (chain) file: serve HTTPS; needs RTT_EXTENDER_TLS_KEY")
     extender_tls_key: str = _f("", doc="PEM private key file of RTT_EXTENDER_TLS_CERT")
     extender_report_s: float = _f(10.0, _positive, doc="while Kafka or its topics are missing, say so every this")
+    # -- pods watcher (``rttsched pods``; its flags override these)
+    pods_api_url: str = _f("", doc="Kubernetes API of the pods watcher, e.g. http://127.0.0.1:8001 behind kubectl"
+                           " proxy; empty = in cluster, with the pod's service account")
+    pods_token_file: str = _f("", doc="bearer token file of the pods watcher, re-read on every request; empty ="
+                              " the service account's in cluster")
+    pods_ca_file: str = _f("", doc="CA bundle of the pods watcher for an https API URL")
+    pods_resync_s: float = _f(30.0, _positive, doc="seconds between the pods watcher's full lists (a watch between)")
+    pods_ttl_s: float = _f(0.0, _non_negative, doc="life of a node's running-pods key without a list confirming it;"
+                           " 0 = 3 x RTT_PODS_RESYNC_S")
     # -- model registry
     model_keep: int = _f(5, _positive, doc="model versions kept per key (plus the current one)")
     # -- faults, bounds and secure transport (docs/runbook.md, docs/deploy.md)

@@ -2,8 +2,8 @@
 
 Options (flag, else environment variable, else default): ``--api-url`` / ``RTT_PODS_API_URL`` (empty: the
 in-cluster API with the pod's service account), ``--token-file`` / ``RTT_PODS_TOKEN_FILE``, ``--ca-file`` /
-``RTT_PODS_CA_FILE``, ``--resync`` / ``RTT_PODS_RESYNC_S`` (30), ``--ttl`` / ``RTT_PODS_TTL_S`` (3 x resync).
-``REDIS_URL``, ``RTT_TOPIC_PREFIX`` and ``RTT_METRICS_PORT`` come from the shared settings.
+``RTT_PODS_CA_FILE``, ``--resync`` / ``RTT_PODS_RESYNC_S`` (30), ``--ttl`` / ``RTT_PODS_TTL_S`` (3 x resync);
+the variables are settings like ``REDIS_URL``, ``RTT_TOPIC_PREFIX`` and ``RTT_METRICS_PORT`` (``rttsched settings``).
 """
 
 from __future__ import annotations
@@ -33,34 +33,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="list once, write the view, print it and exit")
 
 
-def _env_float(name: str, flag: float | None, default: float) -> float:
-    from app.errors import ConfigError
-
-    if flag is not None:
-        return flag
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number of seconds (got {raw!r})") from None
-
-
-def _options(args: argparse.Namespace) -> Any:
+def _options(args: argparse.Namespace, settings: Any) -> Any:
     from app.extender.podwatch import PodWatchOptions
 
-    resync = _env_float("RTT_PODS_RESYNC_S", args.resync, 30.0)
-    ttl = _env_float("RTT_PODS_TTL_S", args.ttl, 0.0)
+    resync = args.resync if args.resync is not None else settings.pods_resync_s
+    ttl = args.ttl if args.ttl is not None else settings.pods_ttl_s
     return PodWatchOptions(resync_s=resync, ttl_s=ttl, watch=not args.poll)
 
 
-def _access(args: argparse.Namespace) -> Any:
+def _access(args: argparse.Namespace, settings: Any) -> Any:
     from app.extender.podwatch_api import KubeAccess
 
-    url = args.api_url if args.api_url is not None else os.environ.get("RTT_PODS_API_URL", "")
-    token = args.token_file if args.token_file is not None else os.environ.get("RTT_PODS_TOKEN_FILE", "")
-    ca = args.ca_file if args.ca_file is not None else os.environ.get("RTT_PODS_CA_FILE", "")
+    url = args.api_url if args.api_url is not None else settings.pods_api_url
+    token = args.token_file if args.token_file is not None else settings.pods_token_file
+    ca = args.ca_file if args.ca_file is not None else settings.pods_ca_file
     if url.strip():
         return KubeAccess.from_url(url, token, ca)
     return KubeAccess.in_cluster(os.environ)
@@ -84,8 +70,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.flags import flag_errors
 
     with flag_errors(args, FLAGS):  # a bad flag is named as typed, before anything else is looked at
-        options = _options(args)
-        access = _access(args)
+        options = _options(args, settings)
+        access = _access(args, settings)
         access.ssl_context()  # a CA file that does not load
     if not settings.redis_url:
         raise ConfigError("REDIS_URL", "the pods watcher writes the running-apps view to Redis: set REDIS_URL")
