@@ -16,6 +16,7 @@ app.errors.ConfigError: RTT_FEATURE_WINDOW_S: must be > 0 (got -1.0)
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -37,11 +38,15 @@ def _env_name(field: dataclasses.Field[Any]) -> str:
 
 
 def _positive(v: float) -> str | None:
-    return None if v > 0 else f"must be > 0 (got {v})"
+    if not v > 0:
+        return f"must be > 0 (got {v})"
+    return None if v < math.inf else f"must be finite (got {v})"
 
 
 def _non_negative(v: float) -> str | None:
-    return None if v >= 0 else f"must be >= 0 (got {v})"
+    if not v >= 0:
+        return f"must be >= 0 (got {v})"
+    return None if v < math.inf else f"must be finite (got {v})"
 
 
 def _host_port(address: str) -> str | None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -39,3 +41,30 @@ def flag_errors(args: argparse.Namespace, flags: Mapping[str, str]) -> Iterator[
         if (field, message) == (exc.field, exc.message):
             raise
         raise ConfigError(field, message) from None
+
+
+def writable_dir(path: str, field: str) -> Path:
+    """``path`` created if missing and tried with a file, so that a directory a command cannot use fails at its
+    start naming ``field`` (a flag or a variable), not in its first write.
+
+    >>> writable_dir("/proc/nope", "--out")
+    Traceback (most recent call last):
+    ...
+    app.errors.ConfigError: --out: cannot create /proc/nope: No such file or directory
+    """
+    from app.errors import ConfigError
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(field, f"{path} exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create {path}: {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write in {path}: {exc.strerror or exc}") from None
+    return out
+

@@ -76,32 +76,12 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
     return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
 
 
-def _out_dir(out: str) -> Path:
-    """``--out``, created (and tried with a file) before any run, so a bad one fails at once, not after them."""
-    import tempfile
-
-    from app.errors import ConfigError
-
-    path = Path(out)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ConfigError("--out", f"{out} exists and is not a directory") from None
-    except OSError as exc:
-        raise ConfigError("--out", f"cannot create {out}: {exc.strerror or exc}") from None
-    try:
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise ConfigError("--out", f"cannot write in {out}: {exc.strerror or exc}") from None
-    return path
-
-
 def run(args: argparse.Namespace, settings: Any) -> int:
     import sys
 
     from tqdm import tqdm
 
+    from app.cli.flags import writable_dir
     from app.cli.summary import bar_width, output_lines, summary_lines
     from app.sim.policies import parse_policies
     from app.sim.report import goal_rows, hardware_labels, summarise, write_report
@@ -109,7 +89,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     config, seeds, spec = _setup(args, settings)
     policies = parse_policies(spec)
-    out = _out_dir(args.out)
+    out = writable_dir(args.out, "--out")  # before the runs: a bad one fails at once, not after them
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim", ncols=bar_width()) as bar:
         for seed in seeds:

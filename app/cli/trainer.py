@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import logging
     import signal
 
-    from app.cli.flags import flag_errors
+    from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
@@ -56,6 +56,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             raise ConfigError("--max-event-age", f"must be > 0 seconds (got {args.max_event_age:g})")
         if cpus is not None:  # pinned here, before any thread starts, so that a CPU that is not there is named
             pin_cpus(cpus, field="RTT_TRAINER_CPUS")
+    if not settings.redis_url:  # the registry is a local directory: one it cannot write fails now, named
+        writable_dir(settings.models_dir, "RTT_MODELS_DIR")
 
     async def main() -> int:
         await check_reachable(settings)  # one clear line when there is no broker

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     import faust
 
-    from app.cli.flags import flag_errors
+    from app.cli.flags import flag_errors, writable_dir
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.streams.app import create_app
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     with flag_errors(args, FLAGS):  # bad flags first, named as typed
         opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
                                            history_s=args.history_s, datadir=args.datadir)
+        writable_dir(opts.datadir, "RTT_WORKER_DATADIR")
     asyncio.run(check_reachable(settings))  # one clear line, not Faust's traceback, when there is no broker
     quiet_client_errors(PERIOD_S)
     app = create_app(settings, id=args.id, options=opts)

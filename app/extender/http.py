@@ -267,8 +267,11 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._state, self._need = _CHUNKED, -1
             self._chunks = bytearray()
         elif cl is not None:
-            if not cl.isdigit() or len(cl) > 18:
+            if not cl.isdigit():
                 raise HttpError(400, "Content-Length must be a number")
+            if len(cl) > 18:  # beyond any limit, before int() of an unbounded string
+                raise HttpError(413, f"request body of {cl[:24]} bytes exceeds the limit of "
+                                     f"{self._limits.max_body_bytes}")
             self._need = int(cl)
             if self._need > self._limits.max_body_bytes:
                 raise HttpError(413, f"request body of {self._need} bytes exceeds the limit of "

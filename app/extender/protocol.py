@@ -56,8 +56,11 @@ class _Pod(msgspec.Struct):
     metadata: _Metadata | None = None
 
 
+_NodeName = Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class _NodeMetadata(msgspec.Struct):
-    name: Annotated[str, msgspec.Meta(min_length=1)]
+    name: _NodeName
 
 
 class _Node(msgspec.Struct):
@@ -75,13 +78,13 @@ _Unset = msgspec.UnsetType
 class _Args(msgspec.Struct):
     Pod: _Pod | None | _Unset = msgspec.UNSET
     Nodes: _NodeList | None | _Unset = msgspec.UNSET
-    NodeNames: list[str] | None | _Unset = msgspec.UNSET
+    NodeNames: list[_NodeName] | None | _Unset = msgspec.UNSET
 
 
 class _ArgsKeepNodes(msgspec.Struct):
     Pod: _Pod | None | _Unset = msgspec.UNSET
     Nodes: msgspec.Raw | _Unset = msgspec.UNSET
-    NodeNames: list[str] | None | _Unset = msgspec.UNSET
+    NodeNames: list[_NodeName] | None | _Unset = msgspec.UNSET
 
 
 _DECODE_ARGS = msgspec.json.Decoder(_Args)
@@ -89,7 +92,7 @@ _DECODE_ARGS_KEEP = msgspec.json.Decoder(_ArgsKeepNodes)
 _DECODE_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DECODE_POD = msgspec.json.Decoder(_Pod | None)
 _DECODE_NODES = msgspec.json.Decoder(_NodeList | None)
-_DECODE_NAMES = msgspec.json.Decoder(list[str] | None)
+_DECODE_NAMES = msgspec.json.Decoder(list[_NodeName] | None)
 _DECODE_NODELIST_RAW = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DECODE_ITEMS_RAW = msgspec.json.Decoder(list[msgspec.Raw] | None)
 _ENCODE = msgspec.json.Encoder()
@@ -137,6 +140,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | memory
         raise _problem(exc, prefix) from None
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's own bound on nesting, hit below the interpreter's limit
+        raise ProtocolError("body is nested too deeply to be an ExtenderArgs") from None
 
 
 def _field(doc: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw | None:

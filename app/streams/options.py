@@ -43,9 +43,12 @@ class WorkerOptions:
             raise ConfigError("RTT_WORKER_SESSION_TIMEOUT_S", f"must be > 0 (got {self.session_timeout_s})")
         if not self.bucket_s > 0:
             raise ConfigError("RTT_FEATURE_BUCKET_S", f"must be > 0 (got {self.bucket_s})")
-        if self.history_s < self.max_window_s:
+        if not self.history_s >= self.max_window_s:
             raise ConfigError("RTT_FEATURE_HISTORY_S",
                               f"must be >= RTT_DWA_MAX_WINDOW_S ({self.max_window_s}) (got {self.history_s})")
+        if not self.bucket_s <= self.history_s:  # a window holds at least one bucket
+            raise ConfigError("RTT_FEATURE_BUCKET_S",
+                              f"must be <= RTT_FEATURE_HISTORY_S ({self.history_s}) (got {self.bucket_s})")
         if not self.checkpoint_interval_s > 0:
             raise ConfigError("RTT_WORKER_CHECKPOINT_INTERVAL_S", f"must be > 0 (got {self.checkpoint_interval_s})")
         if self.max_metrics < 1:

@@ -48,7 +48,7 @@ def bad_cpu() -> int:
     return max(os.cpu_count() or 1, *os.sched_getaffinity(0)) + 7
 
 
-# -- item 1: a storage engine the shipped Tansu does not have is refused up front, its password masked
+# -- a storage engine the shipped Tansu does not have is refused up front, its password masked
 
 @pytest.mark.parametrize("url", ["postgres://u:secretpw@127.0.0.1:1/db", "sqlite://x.db", "foo://bar", "notaurl"])
 def test_broker_refuses_a_storage_engine_tansu_lacks(url, capsys):
@@ -60,7 +60,7 @@ def test_broker_refuses_a_storage_engine_tansu_lacks(url, capsys):
     assert "memory://" in line and "s3://" in line and "secretpw" not in line
 
 
-# -- item 2: ports
+# -- ports
 
 @pytest.mark.parametrize("command", ["extender", "broker"])
 @pytest.mark.parametrize("port", ["99999", "-1", "65536"])
@@ -86,7 +86,7 @@ def test_extender_port_0_is_a_port_the_os_picks_as_with_the_setting(monkeypatch,
     assert host == "127.0.0.1" and port not in (0, 8888)
 
 
-# -- item 3: explain --timeout
+# -- explain --timeout
 
 @pytest.mark.parametrize(("value", "shown"), [("-1", "-1"), ("0", "0"), ("nan", "nan")])
 def test_explain_timeout_must_be_positive(value, shown, capsys):
@@ -94,7 +94,7 @@ def test_explain_timeout_must_be_positive(value, shown, capsys):
     assert error_line(capsys) == f"rttsched explain: error: --timeout: must be > 0 (got {shown})"
 
 
-# -- item 4: explain's head is wrapped, not cut, and names only what the pod has
+# -- explain's head is wrapped, not cut, and names only what the pod has
 
 def _answer(pod: dict, nodes: int = 2) -> dict:
     return {"pod": pod, "contributions_method": "approx", "best": "n0",
@@ -130,7 +130,7 @@ def test_explain_head_leaves_out_what_the_pod_lacks(pod, head):
     assert first.startswith(head) and "None" not in first, first
 
 
-# -- item 5: trainer --cpus and --max-event-age
+# -- trainer --cpus and --max-event-age
 
 def test_trainer_cpus_that_do_not_exist_are_named_with_those_that_do(affinity, capsys):
     cpu = bad_cpu()
@@ -164,7 +164,7 @@ def test_trainer_max_event_age_must_be_positive(value, shown, capsys):
     assert error_line(capsys) == f"rttsched trainer: error: --max-event-age: must be > 0 seconds (got {shown})"
 
 
-# -- item 6: the flag is named when the value came from it, the variable when it came from the environment
+# -- the flag is named when the value came from it, the variable when it came from the environment
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["worker", "--history-s", "-1"],
@@ -207,3 +207,21 @@ def test_a_bad_variable_is_still_named_as_the_variable(env, argv, start, monkeyp
         monkeypatch.setenv(name, value)
     assert main(argv) == 2
     assert error_line(capsys).startswith(start)
+
+
+# -- a directory the command cannot use, named before anything is started
+
+@pytest.mark.parametrize(("env", "argv", "line"), [
+    ({"RTT_WORKER_DATADIR": "/proc/nope"}, ["worker"],
+     "rttsched worker: error: RTT_WORKER_DATADIR: cannot create /proc/nope: No such file or directory"),
+    ({}, ["worker", "--datadir", "/proc/nope"],
+     "rttsched worker: error: --datadir: cannot create /proc/nope: No such file or directory"),
+    ({"RTT_MODELS_DIR": "/proc/nope"}, ["trainer"],
+     "rttsched trainer: error: RTT_MODELS_DIR: cannot create /proc/nope: No such file or directory"),
+])
+def test_a_directory_that_cannot_be_written_is_named_at_start(env, argv, line, monkeypatch, capsys):
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached: the directory fails first
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    assert error_line(capsys) == line

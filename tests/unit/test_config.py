@@ -55,3 +55,21 @@ def test_good_connection_settings_pass(env):
     from app.config import Settings
 
     Settings.from_env(env)  # raises if refused
+
+
+@pytest.mark.parametrize("name", ["RTT_EXTENDER_REBUILD_INTERVAL_S", "RTT_ERROR_PERIOD_S", "RTT_DRIFT_DELTA"])
+def test_an_infinite_duration_or_bound_fails_at_start(name):
+    from app.config import Settings
+
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: "inf"})
+    assert info.value.field == name and info.value.message == "must be finite (got inf)"
+
+
+def test_a_bucket_longer_than_the_history_fails_at_start():
+    from app.config import Settings
+    from app.streams.options import WorkerOptions
+
+    with pytest.raises(ConfigError) as info:
+        WorkerOptions.from_settings(Settings.from_env({"RTT_FEATURE_BUCKET_S": "1000"}))
+    assert info.value.field == "RTT_FEATURE_BUCKET_S" and "RTT_FEATURE_HISTORY_S (120.0)" in info.value.message

@@ -116,6 +116,8 @@ async def test_pod_without_app_label_is_neutral(client: Client, service: Extende
     (b'{"Pod": {}, "Nodes": []}', "Nodes must be a NodeList"),
     (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0].metadata.name"),
     (b'{"Pod": {"metadata": {"labels": ["a"]}}, "NodeNames": []}', "Pod.metadata.labels"),
+    (b'{"Pod": {}, "NodeNames": ["n1", ""]}', "NodeNames[1] must be a non-empty string"),
+    (b'{"Pod": {"spec": ' + b"[" * 5000 + b"]" * 5000 + b'}, "NodeNames": ["n1"]}', "nested too deeply"),
 ])
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 async def test_malformed_body_is_400_with_error(client: Client, verb: str, body: bytes, needle: str) -> None:

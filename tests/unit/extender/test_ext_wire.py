@@ -84,6 +84,7 @@ async def test_chunked_body_expect_continue_http10_and_head() -> None:
     (b"GET /healthz HTTP/2.0\r\n\r\n", 505),
     (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", 400),
     (b"POST /filter HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", 400),
+    (b"POST /filter HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 413),
     (b"POST /filter HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
     (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
     (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400),
