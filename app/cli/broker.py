@@ -49,7 +49,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             from app.streams.app import worker_topics
 
             local = replace(settings, kafka_bootstrap=broker.bootstrap)
-            results = asyncio.run(ensure_topics(local, worker_topics(local)))
+            in_memory = (args.storage_engine or "memory://").startswith("memory://")
+            results = asyncio.run(ensure_topics(local, worker_topics(local), recreate=in_memory))
             print(f"{sum(r.created for r in results)} topics created, {len(results)} in all", flush=True)
         stop.wait()
     print("embedded broker stopped", flush=True)

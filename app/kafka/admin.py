@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -15,6 +16,7 @@ from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
 TOPIC_ALREADY_EXISTS = 36
+log = logging.getLogger(__name__)
 
 
 class TopicError(RttError):
@@ -61,9 +63,43 @@ async def check_reachable(settings: Settings) -> None:
     await admin.close()
 
 
-async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = ()) -> list[TopicResult]:
+async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = (),
+                        recreate: bool = False) -> list[TopicResult]:
     """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify partitions of those
-    that exist."""
+    that exist.
+
+    ``recreate``: a topic with another partition count is deleted and created again (its messages lost)
+    instead of an error — for a broker just started in memory, where a client that reached it first had a
+    topic auto-created with the broker's default count.
+    """
+    for attempt in range(3):
+        try:
+            return await _ensure_topics(settings, internal)
+        except _WrongPartitions as exc:
+            if not recreate or attempt == 2:
+                raise TopicError(f"{exc}: delete and create them again") from None
+            log.warning("%s: deleting and creating again (a client had them auto-created first; their messages "
+                        "are dropped)", exc)
+            names = [new.name for new, _ in exc.wrong]
+            admin = await started_admin(settings)
+            try:  # at once, the same connection: a client retrying meanwhile would have it auto-created again
+                await admin.delete_topics(names)
+                await admin.create_topics([new for new, _ in exc.wrong])
+            finally:
+                await admin.close()
+    raise AssertionError("unreachable")
+
+
+class _WrongPartitions(Exception):
+    """Topics whose partition count is not the wanted one: ``(the topic wanted, the count it has)``."""
+
+    def __init__(self, wrong: list[tuple[NewTopic, int]]) -> None:
+        self.wrong = wrong
+        super().__init__("; ".join(f"topic {new.name} has {have} partitions, {new.num_partitions} expected"
+                                   for new, have in wrong) + " (topics/ or the worker's partition count)")
+
+
+async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) -> list[TopicResult]:
     contracts = load_contracts()
     admin = await started_admin(settings)
     try:
@@ -83,15 +119,16 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
                 raise TopicError(f"creating {topic}: error {code}: {message}")
             created[topic] = code == 0
         described = await admin.describe_topics(list(wanted))
-        results = []
+        results, wrong = [], []
         for d in described:
             name = d["topic"]
-            partitions, cleanup, _ = wanted[name]
+            partitions, cleanup, new = wanted[name]
             have = len(d["partitions"])
             if have != partitions:
-                raise TopicError(f"topic {name} has {have} partitions, {partitions} expected (topics/ or the"
-                                 " worker's partition count); delete it and create it again")
+                wrong.append((new, have))
             results.append(TopicResult(name, have, cleanup, created.get(name, False)))
+        if wrong:
+            raise _WrongPartitions(wrong)
         return sorted(results, key=lambda r: r.topic)
     finally:
         await admin.close()

@@ -82,3 +82,31 @@ def test_topics_get_the_configured_replication_factor(kafka_bootstrap, settings_
     asyncio.run(ensure_topics(s, [changelog]))
     names = sorted({s.topic(n) for n in load_contracts()} | {changelog.name})
     assert asyncio.run(_replicas(s, names)) == {n: {replicas} for n in names}  # the contracts' 1 unless set
+
+
+def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_bootstrap, settings_factory, caplog):
+    """A client that reached a fresh in-memory broker first had node-metrics auto-created with the broker's
+    default count: `rttsched broker` recreates it with the contract's; anywhere else it is an error."""
+    import logging
+
+    from aiokafka.admin import NewTopic
+
+    from app.kafka.admin import TopicError
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)
+    name = s.topic("node-metrics")
+
+    async def auto_created() -> None:
+        admin = await started_admin(s)
+        try:
+            await admin.create_topics([NewTopic(name, 4, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(auto_created())
+    with pytest.raises(TopicError, match=f"topic {name} has 4 partitions, 8 expected"):
+        asyncio.run(ensure_topics(s))
+    with caplog.at_level(logging.WARNING, logger="app.kafka.admin"):
+        results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
+    assert results[name].partitions == load_contracts()["node-metrics"].partitions == 8
+    assert any("deleting and creating again" in r.getMessage() for r in caplog.records)
