@@ -8,16 +8,19 @@ topic, partition, offset, error, stable ``reason``, raw bytes (base64), key and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import encode
 from app.errors import ContractError
+from app.retry import Backoff
 from app.streams.metrics import WorkerMetrics
 from app.streams.topics import contract_topic
 
@@ -57,12 +60,60 @@ class DeadLetters:
         self.topic = contract_topic(app, settings, "dead-letters")
         self.clock = clock or SystemClock()
         self.metrics = metrics if metrics is not None else WorkerMetrics()
+        self.retry_max_s = settings.retry_max_backoff_s
         self.sent = 0
 
     async def send(self, message: Any, source: str, exc: ContractError) -> None:
-        record = dead_letter_record(message, source, exc, self.clock.now())
-        self.metrics.dead_letters.labels(source, exc.reason).inc()
-        self.metrics.messages_out.labels("dead-letters").inc()
-        log.debug("dead letter from %s[%s]@%s: %s", source, record["partition"], record["offset"], exc)
-        await self.topic.send(key=record["topic"].encode(), value=encode("dead-letters", record))
-        self.sent += 1
+        await self.send_all([(message, source, exc)])
+
+    async def send_all(self, bad: list[tuple[Any, str, ContractError]]) -> None:
+        """Send in order and wait until the broker has them all (what it refused is sent again while it is
+        away): the intake moves its read positions past bad messages only once their dead letters are stored,
+        and each is counted then."""
+        now = self.clock.now()
+        pending = []
+        for message, source, exc in bad:
+            record = dead_letter_record(message, source, exc, now)
+            log.debug("dead letter from %s[%s]@%s: %s", source, record["partition"], record["offset"], exc)
+            pending.append((source, exc.reason, record["topic"].encode(), encode("dead-letters", record)))
+        backoff = Backoff.upto(self.retry_max_s)
+        while pending:
+            sent = [await self.topic.send(key=key, value=value) for _, _, key, value in pending]  # in order
+            outcomes = await asyncio.gather(*(await_delivery(f) for f in sent), return_exceptions=True)
+            refused = []
+            for item, outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, KafkaError):
+                    refused.append(item)
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    self.metrics.dead_letters.labels(item[0], item[1]).inc()
+                    self.metrics.messages_out.labels("dead-letters").inc()
+                    self.sent += 1
+            if refused:
+                wait = backoff.next()
+                (log.warning if backoff.failures == 1 else log.debug)(
+                    "%d dead letter(s) not stored (%r); retrying in %.1f s", len(refused),
+                    next(o for o in outcomes if isinstance(o, KafkaError)), wait)
+                await asyncio.sleep(wait)
+            pending = refused
+
+
+async def await_delivery(sent: Any) -> None:
+    """Wait for what Faust's ``topic.send`` returned (a future of the broker's acknowledgement) to resolve."""
+    if isinstance(sent, asyncio.Future):
+        await sent
+
+
+def note_failure(sent: Any, what: str) -> None:
+    """For a send whose loss the next period makes good (node-weights): its failure logged at DEBUG once it is
+    known, instead of asyncio's "exception was never retrieved" with a traceback."""
+    if not isinstance(sent, asyncio.Future):
+        return
+
+    def done(fut: asyncio.Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.debug("%s not delivered: %r", what, fut.exception())
+
+    sent.add_done_callback(done)
+

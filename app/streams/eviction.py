@@ -27,6 +27,7 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
+from app.streams.deadletter import note_failure
 from app.streams.node_features import node_features_of
 from app.streams.timers import timer
 from app.streams.topics import contract_topic
@@ -92,6 +93,6 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             if silent:
                 async with ctx.weights_lock:  # never between a period's check of a node and its send
                     for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
-                        await weights_topic.send(key=n.encode(), value=None)
+                        note_failure(await weights_topic.send(key=n.encode(), value=None), f"tombstone of {n}")
 
     ctx.handles["evict"] = evict_now

@@ -35,12 +35,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 
 from app.contracts import encode
 from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
 from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.tracker import AppReport
+from app.streams.deadletter import await_delivery
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.timers import timer
@@ -79,7 +81,11 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
             return False
         value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),
                  "threshold": float(threshold), "ts": clock.now(), "onset_ts": onset}
-        await retrain_topic.send(key=key.encode(), value=encode("retrain-events", value))
+        try:  # counted once the trainer can read it (a cold start or growth ask not stored is asked again)
+            await await_delivery(await retrain_topic.send(key=key.encode(), value=encode("retrain-events", value)))
+        except KafkaError as exc:
+            log.warning("retrain-event %s (%s) not stored: %r", key, reason, exc)
+            return False
         fm.retrain_events.labels(reason).inc()
         retrain_out.inc()
         log.info("retrain-event %s (%s): cumulative %.3f > %.3f", key, reason, cumulative, threshold)

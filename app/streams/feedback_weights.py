@@ -33,6 +33,7 @@ from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
 from app.streams.context import context_of
+from app.streams.deadletter import note_failure
 from app.streams.feedback_metrics import FeedbackMetrics
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import Health
@@ -158,7 +159,8 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
 
     async def send(v: dict[str, Any]) -> None:
         node_weight.labels(v["node"]).set(v["weight"])
-        await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False))
+        note_failure(await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False)),
+                     f"node-weights of {v['node']}")  # the next period sends it again
         out.inc()
 
     @timer(app, settings.error_period_s, "feedback-weights")

@@ -281,8 +281,8 @@ class PartitionIntake:
             n += len(records)
         if n:
             self.metrics.processing.labels(self.name).observe((time.perf_counter() - t0) / n)
-        for rec, source, error in bad:
-            await self.dead.send(rec, source, error)
+        if bad:  # stored before the positions move past them
+            await self.dead.send_all(bad)
         for tp, off in done.items():
             if tp.partition in self.owned:
                 self.positions[tp] = off

@@ -36,3 +36,42 @@ def test_huge_and_empty_payloads() -> None:
     assert len(base64.b64decode(rec["raw"])) == MAX_RAW_BYTES and rec["key"] is None
     rec = dead_letter_record(Msg(None, None), "node-metrics", ContractError("empty"), 1.0)
     assert rec["raw"] == "" and decode("dead-letters", encode("dead-letters", rec))
+
+
+def test_dead_letters_are_counted_once_stored_in_order_and_sent_again_when_refused(tmp_path) -> None:
+    import asyncio
+
+    import orjson
+    from aiokafka.errors import KafkaTimeoutError
+
+    from app.config import Settings
+    from app.streams.app import create_app
+    from app.streams.deadletter import DeadLetters
+    from app.streams.options import WorkerOptions
+
+    settings = Settings.from_env({"RTT_METRICS_PORT": "0", "RTT_RETRY_MAX_BACKOFF_S": "0.01"})
+    app = create_app(settings, id="dead", options=WorkerOptions.from_settings(settings, datadir=str(tmp_path)))
+
+    class Topic:  # the broker refuses the second message once, then takes everything
+        def __init__(self) -> None:
+            self.stored: list[int] = []
+            self.refusals = 1
+
+        async def send(self, key: bytes, value: bytes) -> asyncio.Future[None]:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            offset = orjson.loads(value)["offset"]
+            if offset == 2 and self.refusals:
+                self.refusals -= 1
+                fut.set_exception(KafkaTimeoutError())
+            else:
+                self.stored.append(offset)
+                fut.set_result(None)
+            return fut
+
+    dead = DeadLetters(app, settings)
+    dead.topic = Topic()  # type: ignore[assignment]
+    bad = [(Msg(b"{", b"n1", offset=o), "node-metrics", ContractError("invalid_json", "x")) for o in (1, 2, 3)]
+    asyncio.run(dead.send_all(bad))
+    assert dead.topic.stored == [1, 3, 2]  # in order, the refused one sent again
+    assert dead.sent == 3
+    assert dead.metrics.value("rtt_worker_dead_letters_total", topic="node-metrics", reason="invalid_json") == 3

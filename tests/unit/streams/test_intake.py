@@ -31,8 +31,8 @@ class Dead:
     def __init__(self) -> None:
         self.sent: list[tuple[int, str, str]] = []
 
-    async def send(self, message: Any, source: str, exc: ContractError) -> None:
-        self.sent.append((message.offset, source, exc.reason))
+    async def send_all(self, bad: list[tuple[Any, str, ContractError]]) -> None:
+        self.sent.extend((message.offset, source, exc.reason) for message, source, exc in bad)
 
 
 def completion(task: str, node: str = "n1") -> bytes:
