@@ -209,8 +209,9 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                     try:
                         update = decode("model-updates", rec.value)
                         check_key("model-updates", rec.key, update)
-                    except ContractError as exc:
+                    except ContractError as exc:  # read from the start by every worker: counted and logged here
                         cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
+                        log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
                         continue
                     await cache.apply(update)
     finally:

@@ -59,6 +59,7 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode, encode
 from app.contracts.admission import check_key
+from app.contracts.dead import dead_letter_record
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
 from app.kafka.batches import partition_for
@@ -289,11 +290,23 @@ class TrainerService:
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
                         log.warning("bad retrain event at offset %d: %s", rec.offset, exc)
+                        await self._dead_letter(rec, "retrain-events", exc)
                         continue
                     if self.clock.now() - float(event["ts"]) > self.max_event_age_s:
                         log.info("skipping stale retrain event for %s (ts %.0f)", event["model_key"], event["ts"])
                         continue
                     self.submit(event)
+
+    async def _dead_letter(self, rec: Any, source: str, exc: ContractError) -> None:
+        """A bad message of the trainer's own consumer group to dead-letters, with its reason (once: the group's
+        committed position moves past it; the topics it reads from their start are counted and logged only)."""
+        assert self._producer is not None
+        record = dead_letter_record(rec, source, exc, self.clock.now())
+        try:
+            await self._producer.send_and_wait(self.settings.topic("dead-letters"),
+                                               encode("dead-letters", record), key=record["topic"].encode())
+        except KafkaError as error:
+            log.warning("dead letter of %s@%d not stored: %r", source, rec.offset, error)
 
     async def _consume_updates(self) -> None:
         assert self._updates is not None
@@ -306,6 +319,7 @@ class TrainerService:
                         check_key("model-updates", rec.key, update)
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="model-updates", reason=exc.reason).inc()
+                        log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
                         continue
                     self._note_announced(update)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import os
 import signal
@@ -66,6 +67,22 @@ async def produce(settings: Settings, topic: str, items: list[tuple[str, bytes]]
         await producer.flush()
     finally:
         await producer.stop()
+
+
+async def dead_letters(settings: Settings, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The first ``n`` values of the dead-letters topic."""
+    consumer = AIOKafkaConsumer(settings.topic("dead-letters"), bootstrap_servers=settings.bootstrap_servers,
+                                group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(out) < n and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            out += [decode("dead-letters", r.value) for recs in batches.values() for r in recs]
+    finally:
+        await consumer.stop()
+    return out
 
 
 async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
@@ -146,6 +163,9 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
         assert reg.get_sample_value("rtt_trainer_drift_to_promotion_seconds_sum") >= 30.0
         assert reg.get_sample_value("rtt_trainer_bad_messages_total",
                                     {"topic": "retrain-events", "reason": "invalid_json"}) == 1.0
+        letters = await dead_letters(settings, 1)
+        assert [(d["topic"], d["reason"], base64.b64decode(d["raw"])) for d in letters] == [
+            (settings.topic("retrain-events"), "invalid_json", b"{not json")]
 
         # 2. an excellent champion is in service: the challenger is rejected, nothing is announced
         second = samples(200, 700, rng)

@@ -6,9 +6,9 @@ import base64
 import dataclasses
 
 from app.contracts import decode, encode
+from app.contracts.dead import MAX_RAW_BYTES, dead_letter_record
 from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
-from app.streams.deadletter import MAX_RAW_BYTES, dead_letter_record
 
 
 @dataclasses.dataclass
