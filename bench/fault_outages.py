@@ -256,6 +256,9 @@ async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: 
         stack.group.children.pop("extender").send_signal(signal.SIGTERM)
         stack.start_extender("extender-2")
         await wait_for(lambda: _ready(stack), 30, "the restarted extender ready without Redis")
+        await wait_for(lambda: "running_view" in get_json(f"{stack.extender_url}/readyz").get("degraded", {}), 15,
+                       "the extender reporting its running-pods view unreadable")
+        ext_down = sorted(get_json(f"{stack.extender_url}/readyz").get("degraded", {}))
         server.start()
         up = time.monotonic()
         await load.run(2)
@@ -271,7 +274,8 @@ async def redis_outage(stack: Stack, load: Load, server: RedisServer, outage_s: 
                    int(worker_v < 3) + int(ext_v < 3) + max(0, len(load.tasks) - pairs),
                    max(0, pairs - len(load.tasks)), recover,
                    f"degraded while down: running worker {sorted(degraded_running)}, restarted worker "
-                   f"{sorted(degraded_started)}; after: extender degraded {ext.get('degraded')}, "
+                   f"{sorted(degraded_started)}, restarted extender {ext_down}; after: extender degraded "
+                   f"{ext.get('degraded')}, "
                    f"serving v{worker_v} (worker) v{ext_v} (extender)")
 
 

@@ -28,6 +28,7 @@ from app.retry import Backoff
 log = logging.getLogger(__name__)
 
 MODEL_STORE = "model_store"
+RUNNING_VIEW = "running_view"  # the running-pods view in Redis
 
 
 class Degraded:
@@ -37,18 +38,23 @@ class Degraded:
         self.gauge = Gauge("rtt_extender_degraded", "1 while the extender runs without a dependency (by reason)",
                            ["reason"], registry=registry)
         self.gauge.labels(MODEL_STORE).set(0)
+        self.gauge.labels(RUNNING_VIEW).set(0)
         self.reasons: dict[str, str] = {}
-        self._waiting: dict[str, int] = {}
+        self._waiting: dict[str, dict[str, int]] = {}  # reason -> what waits on it -> tries
 
     def waiting(self, reason: str, key: str, detail: str) -> None:
-        if not self._waiting:
+        """``key`` waits for the dependency of ``reason``: logged (WARNING) when the reason starts, not again."""
+        waiting = self._waiting.setdefault(reason, {})
+        if not waiting:
             log.warning("degraded (%s): %s", reason, mask_url(detail))
-        self._waiting[key] = self._waiting.get(key, 0) + 1
+        waiting[key] = waiting.get(key, 0) + 1
         self.reasons[reason] = mask_url(detail)[:300]
         self.gauge.labels(reason).set(1)
 
     def done(self, reason: str, key: str) -> None:
-        if self._waiting.pop(key, None) is not None and not self._waiting:
+        waiting = self._waiting.get(reason, {})
+        if waiting.pop(key, None) is not None and not waiting:
+            del self._waiting[reason]
             self.reasons.pop(reason, None)
             self.gauge.labels(reason).set(0)
             log.info("recovered (%s)", reason)

@@ -301,7 +301,7 @@ class ExtenderService:
             self._warming = False
             self.warmed.set()
         refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
-                                     on_change=self.request_rebuild, now=self.clock.now)
+                                     on_change=self.request_rebuild, now=self.clock.now, degraded=self.degraded)
         await refresher.run()
 
     async def _warm_start(self) -> None:

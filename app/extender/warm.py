@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from app.extender.model_retry import RUNNING_VIEW
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, load_running, load_view
 
@@ -63,8 +64,10 @@ class RunningRefresher:
     def __init__(
         self, client: Any, keys: CacheKeys, builder: SnapshotBuilder, period_s: float,
         on_change: Callable[[], object] | None = None, now: Callable[[], float] | None = None,
+        degraded: Any = None,
     ) -> None:
         self._client = client
+        self._degraded = degraded  # model_retry.Degraded: a failing refresh is reported (/readyz, gauge) once
         self._now = now
         self._on_change = on_change
         self._keys = keys
@@ -88,9 +91,15 @@ class RunningRefresher:
             await asyncio.sleep(self._period)
             try:
                 await self.refresh()
-                if self._builder.dirty and self._on_change is not None:
-                    self._on_change()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                log.warning("running-apps refresh from redis failed: %s", exc)
+            except Exception as exc:  # Redis away: the last view stays; said once, not every period
+                if self._degraded is not None:
+                    self._degraded.waiting(RUNNING_VIEW, "refresh", f"running-apps refresh from redis failed: {exc}")
+                else:
+                    log.warning("running-apps refresh from redis failed: %s", exc)
+                continue
+            if self._degraded is not None:
+                self._degraded.done(RUNNING_VIEW, "refresh")
+            if self._builder.dirty and self._on_change is not None:
+                self._on_change()

@@ -33,4 +33,6 @@ def test_redis_stopped_and_started_under_the_processes(tmp_path: Path) -> None:
     # reasons are listed sorted: model_store first, redis_cache (the cache write) possibly after it
     assert "running worker ['model_store'" in outcome.detail, outcome.detail
     assert "restarted worker ['model_store'" in outcome.detail, outcome.detail
+    # the restarted extender said so while Redis was away: no models from the store, no running-pods view
+    assert "restarted extender ['model_store', 'running_view']" in outcome.detail, outcome.detail
     assert "extender degraded {}" in outcome.detail, outcome.detail
