@@ -19,7 +19,7 @@ An ``optional`` endpoint that has never answered is not trouble (a CPU node with
 >>> parse_target_flag("node=w1")
 Traceback (most recent call last):
 ...
-app.bridge.errors.TargetError: --target node=w1: at least one url= is required
+app.bridge.errors.TargetError: --target 'node=w1': at least one url= is required
 """
 
 from __future__ import annotations
