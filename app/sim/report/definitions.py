@@ -61,3 +61,19 @@ def label(figure: str) -> str:
         _, app, cls = figure.split(":", 2)
         return f"1 − MAPE {app} on {cls}"
     return LABELS.get(figure, figure)
+
+POLICIES = {
+    "kube_default": "Kubernetes' default scoring (NodeResourcesFit LeastAllocated + BalancedAllocation on the "
+                    "pods' requests), as kube-scheduler computes it.",
+    "load_aware": "Trimaran LoadVariationRiskBalancing on a load-watcher's averages, added to the default profile.",
+    "target_load": "Trimaran TargetLoadPacking (target 40 % CPU) on a load-watcher's averages.",
+    "static_best": "a hand-tuned table an operator writes: each hardware class calibrated once, idle, per app "
+                   "and input size, with one contention factor; the task goes where the table says is fastest.",
+    "round_robin": "the next node in turn.",
+    "random": "a node drawn at random.",
+    "rtt_aware": "this project: the extender's decision on models learnt online from the run's own completions.",
+    "clairvoyant": "a reference, not a competitor: it knows each task's true work and every running task's state, "
+                   "which no scheduler can, and ranks by RTT alone; a policy can beat it.",
+}
+"""What each policy row is (the report prints these beside the figures' definitions)."""
+

@@ -3,10 +3,11 @@
 A goal compares a *row* (the offline ``rtt_aware`` and, in the demo, the live ``rtt_aware_live``) with a
 *baseline* on a figure's seed mean. A missed goal gets a reason built from the run's own numbers:
 
-- the *bound*: what the clairvoyant (true service times, no learning) gets against the same baseline; when
-  it misses the goal too, the goal is past what placement can do on this workload;
-- the *second half*: the row's change over the second half of the tasks, after the models' warm-up
-  (RTT figures only, when the runs are at hand).
+- the *reference*: what the clairvoyant (true service times, no learning; a strong reference that ranks by
+  RTT alone, not a bound: a policy can beat it, and on figures other than RTT it may not even try) gets
+  against the same baseline;
+- the *second half*: the row's change over the tasks from the half-way point on (RTT figures only, when
+  the runs are at hand).
 
 >>> agg = {"rtt_aware": {"mean_rtt_ms": {"mean": 90.0}}, "kube_default": {"mean_rtt_ms": {"mean": 100.0}},
 ...        "clairvoyant": {"mean_rtt_ms": {"mean": 80.0}}}
@@ -63,8 +64,7 @@ def _why(agg: Agg, fig: str, row: str, base: str, goal: float, second: Mapping[s
     if base != REFERENCE and REFERENCE in agg and fig in agg[REFERENCE]:
         bound = ratio(agg[REFERENCE][fig]["mean"], agg[base][fig]["mean"])
         if math.isfinite(bound) and not _met(bound, goal, base):
-            parts.append(f"the clairvoyant gets {bound:+.1%} against {base} too: the goal is past what placement "
-                         "can do on this workload")
+            parts.append(f"the clairvoyant reference misses it too ({bound:+.1%} against {base})")
         elif math.isfinite(bound) and bound != 0 and change * bound > 0:
             share = change / bound
             how = "half-way" if 0.4 <= share <= 0.6 else f"{share:.0%} of the way"
@@ -75,7 +75,7 @@ def _why(agg: Agg, fig: str, row: str, base: str, goal: float, second: Mapping[s
         late = ratio(second[row][fig], second[base][fig])
         if math.isfinite(late):
             verdict = "met there" if _met(late, goal, base) else "still missed"
-            parts.append(f"second half of the tasks (after warm-up): {late:+.1%}, {verdict}")
+            parts.append(f"second half of the tasks: {late:+.1%}, {verdict}")
     return "; ".join(parts).replace("%", " %") or "no reference row to compare with"
 
 

@@ -47,7 +47,9 @@ def _title(runs: Mapping[str, Sequence[Any]], live: Collection[str], config: Map
         return (f"{names} live against the real worker, trainer and extender; {len(offline)} policies simulated"
                 f"{where}",
                 f"Live rows ({names}): the simulated cluster ran in real time against the real system (broker, "
-                "worker, trainer, extender over HTTP); every task was placed by the extender. Simulated rows ("
+                "worker, trainer, extender over HTTP); every placement was asked of the extender, and where it had no "
+                "fresh data its neutral answer left the pod to Kubernetes' default scoring (live.extender.neutral "
+                "in the Configuration). Simulated rows ("
                 f"{', '.join(offline)}): the offline simulator on the same workload and seed {seed_list}.")
     return (f"Simulated policy comparison{where}: {len(offline)} policies, {len(seeds)} seed(s)",
             f"Every row ran offline in the discrete-event simulator (seeds {seed_list}); no row is live.")
@@ -87,6 +89,7 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
     title, lead = _title(runs, live, config, seeds)
     scored = [p for p in runs if p in live] + [p for p in ("rtt_aware",) if p in runs]
     first = {p: rs[0] for p, rs in runs.items() if rs}
+    which_seed = f" (seed {seeds[0]}, the first of {len(seeds)})" if len(seeds) > 1 else ""
     second = {p: seed_means(rs, "second") for p, rs in runs.items() if rs}
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -97,24 +100,25 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
     if scored:
         parts += ["<h2>Verdict: change of RTT against each policy</h2>",
                   '<p class="note">Row ÷ other − 1 on seed means; green: the row is faster. "2nd half": the tasks '
-                  "after the models' warm-up.</p>", sections.verdict_table(runs, scored)]
+                  "from the half-way point on (the warm-up shaded below is the first 20 %).</p>",
+                  sections.verdict_table(runs, scored)]
     parts += ["<h2>RTT distribution</h2>", plots_rtt.rtt_cdf(runs, scored, "cdf"), sections.percentile_table(runs)]
     if first:
         ref = first[scored[0]] if scored else next(iter(first.values()))
         warm, half = _times(ref)
-        parts += ["<h2>RTT over time</h2>", plots_rtt.over_time(first, scored, warm, half, "time")]
+        parts += [f"<h2>RTT over time{which_seed}</h2>", plots_rtt.over_time(first, scored, warm, half, "time")]
     parts += ["<h2>Every figure</h2>", sections.policy_table(agg, TABLE_FIGURES, live)]
     goals = goal_rows(agg, closed_loop=config.get("arrivals") == "closed", live=live, second_half=second)
     if goals:
         parts += ["<h2>Goals</h2>", sections.goals_table(goals)]
     acc = accuracy_keys(agg)
     if acc:
-        parts += ["<h2>Prediction accuracy (1 − MAPE after warm-up)</h2>",
+        parts += ["<h2>Prediction accuracy (1 − MAPE after the warm-up: from 20 % of the tasks on)</h2>",
                   sections.policy_table(agg, acc, (), rates=False)]
     learners = {p: first[p] for p in [*scored, *first] if p in first and p != "clairvoyant"
                 and np.isfinite(first[p].predicted_ms).any()}  # the scored rows first
     if learners:
-        parts += ["<h2>What the learning rows learned</h2>",
+        parts += [f"<h2>What the learning rows learned{which_seed}</h2>",
                   plots_learning.predicted_vs_observed(learners, "pvo")]
         for k, (name, run) in enumerate(learners.items()):
             parts += _learning(name, run, hw, k, name in live)
@@ -122,5 +126,5 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         parts += ["<h2>Placements explained</h2>", explain_section(explained, hw)]
     shown = {**config, "nodes": [f"{n} · {h}" for n, h in hw.items()]} if hw else config
     parts += ["<h2>Configuration</h2>", sections.config_table(shown),
-              "<h2>Definitions</h2>", sections.definitions(), "</body></html>"]
+              "<h2>Definitions</h2>", sections.definitions(list(runs)), "</body></html>"]
     return "\n".join(parts)

@@ -144,8 +144,10 @@ def node_weights(run: Any, name: str, hardware: Mapping[str, str], fig_id: str, 
     return to_svg(fig, fig_id, f"{name}: node weights over time, per node and hardware")
 
 
-def _bands(ax: Any, series: Mapping[str, tuple[np.ndarray, np.ndarray]], groups: Mapping[str, Sequence[str]]) -> None:
-    """Median line and 10-90 % band across each group's series, sampled on a common time grid."""
+def _bands(ax: Any, series: Mapping[str, tuple[np.ndarray, np.ndarray]], groups: Mapping[str, Sequence[str]],
+           colours: Mapping[str, str] | None = None) -> None:
+    """Median line and 10-90 % band across each group's series, sampled on a common time grid (a group keeps
+    its colour from ``colours``, so that it reads the same in every panel)."""
     t_all = np.concatenate([series[k][0] for ks in groups.values() for k in ks]) if groups else np.empty(0)
     if not t_all.size:
         return
@@ -156,9 +158,12 @@ def _bands(ax: Any, series: Mapping[str, tuple[np.ndarray, np.ndarray]], groups:
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(stack, axis=0)
             lo, hi = np.nanpercentile(stack, [10, 90], axis=0)
-        colour = f"C{i % 10}"
+        colour = (colours or {}).get(group, f"C{i % 10}")
         ax.plot(grid, med, color=colour, lw=2.0, label=f"{group}: median of {len(keys)}")
         ax.fill_between(grid, lo, hi, color=colour, alpha=0.2, lw=0)
+
+
+CLASS_COLOURS = {"gpu nodes": "C0", "cpu nodes": "C1"}  # the same in every app's panel
 
 
 def dwa_windows(run: Any, name: str, fig_id: str) -> str:
@@ -173,7 +178,7 @@ def dwa_windows(run: Any, name: str, fig_id: str) -> str:
             node, key_app = key.rsplit(":", 1)
             if key_app == app:
                 groups[f"{classes.get(node, 'unknown')} nodes"].append(key)
-        _bands(ax, series, groups)
+        _bands(ax, series, groups, CLASS_COLOURS)
         ax.set_title(app)
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("feature window (s)")

@@ -11,7 +11,7 @@ import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.sim.report.definitions import DEFINITIONS, label
+from app.sim.report.definitions import DEFINITIONS, POLICIES, label
 from app.sim.report.goals import Agg
 from app.sim.report.halves import seed_means
 from app.sim.report.plots_learning import REASON_TEXT, reason_kind
@@ -118,7 +118,11 @@ def config_table(config: Mapping[str, Any]) -> str:
     return f'<table class="config"><tr><th>setting</th><th>value</th></tr>{rows}</table>'
 
 
-def definitions() -> str:
-    """Each figure's definition, as a description list."""
+def definitions(policies: Collection[str] = ()) -> str:
+    """Each of ``policies`` (the report's rows; a live row is its policy run live), then each figure's
+    definition, as description lists."""
+    rows = "".join(f"<dt>{esc(p)}</dt><dd>{esc(POLICIES[p.removesuffix('_live')])}"
+                   f"{' Run live against the real system.' if p.endswith('_live') else ''}</dd>"
+                   for p in policies if p.removesuffix("_live") in POLICIES)
     items = "".join(f"<dt>{esc(label(k))}</dt><dd>{esc(v)}</dd>" for k, v in DEFINITIONS.items())
-    return f'<dl class="definitions">{items}</dl>'
+    return (f'<dl class="definitions">{rows}</dl>' if rows else "") + f'<dl class="definitions">{items}</dl>'

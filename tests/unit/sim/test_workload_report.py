@@ -52,3 +52,7 @@ def test_report_files(tmp_path):
     assert doc["policies"]["clairvoyant"]["mean_rtt_ms"]["n"] == 2
     html = paths.html.read_text()
     assert '<svg class="plot"' in html and "clairvoyant" in html
+    assert "RTT over time (seed 1, the first of 2)" in html  # the plots over time show one seed, and say which
+    assert "<dt>clairvoyant</dt><dd>a reference, not a competitor" in html  # each row says what it is
+    assert "<dt>kube_default</dt>" in html and "<dt>static_best</dt>" not in html  # the rows of this report only
+
