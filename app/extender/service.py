@@ -181,7 +181,10 @@ class ExtenderService:
             self._wanted.clear()
             self._urgent.clear()
             if self._should_build(False):
-                self._install(await run_sliced(self.builder.build_steps(self.clock.now())))
+                try:
+                    self._install(await run_sliced(self.builder.build_steps(self.clock.now())))
+                except Exception as exc:  # a value the build cannot take: keep serving the last snapshot
+                    log.error("snapshot build failed (%r); serving the last one until a build succeeds", exc)
             with contextlib.suppress(TimeoutError):  # at most one build per interval, unless a model arrived
                 await asyncio.wait_for(self._urgent.wait(), self.options.rebuild_interval_s)
 

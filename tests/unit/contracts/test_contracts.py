@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,3 +78,20 @@ def test_any_finite_metric_map_within_bounds_is_accepted(metrics):
     bounded = {k: v for k, v in metrics.items() if abs(v) <= 1e15}
     out = decode("node-metrics", encode("node-metrics", _metrics(metrics=bounded)))
     assert all(math.isfinite(v) for v in out["metrics"].values())
+
+
+@pytest.mark.parametrize("extra", [
+    {"predicted_rtt_ms": {"": 5.0}},  # an app named "" took over the extender's per-app table
+    {"predicted_rtt_ms": {"gCTF": 5.0}, "correction": {"": 2.0}},
+    {"predicted_rtt_ms": {"gCTF": 5.0}, "samples": {"": 3}},
+    {"predicted_rtt_ms": {"gCTF": 5.0}, "samples": {"gCTF": 10**13}},  # past the extender's int64 count
+])
+def test_node_weights_refuse_what_the_extender_cannot_take(extra):
+    from app.contracts.edge import EdgeDecoder
+
+    value = {"node": "n1", "ts": 1.0, "weight": 1.0, "stale": False, **extra}
+    raw = orjson.dumps(value)
+    with pytest.raises(ContractError):
+        decode("node-weights", raw)
+    with pytest.raises(ContractError):
+        EdgeDecoder("node-weights")(raw)
