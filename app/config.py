@@ -90,6 +90,11 @@ def _directory(v: str) -> str | None:
     return None if not v or Path(v).is_dir() else f"no such directory ({v!r})"
 
 
+def _a_day_at_most(v: float) -> str | None:
+    """A feature window or history: > 0 and at most a day (node-features' ``window_s`` bound)."""
+    return _positive(v) or (None if v <= 86_400 else f"must be <= 86400 s, a day (got {v})")
+
+
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
 
@@ -159,17 +164,17 @@ class Settings:
                               " hang check, from the running-pods view in Redis); empty = every app")
     bridge_running_refresh_s: float = _f(5.0, _positive, doc="running-pods view refresh period of the bridge")
     # -- worker
-    feature_window_s: float = _f(30.0, _positive, doc="initial per-node feature window (DWA tunes it)")
+    feature_window_s: float = _f(30.0, _a_day_at_most, doc="initial per-node feature window (DWA tunes it)")
     feature_emit_interval_s: float = _f(1.0, _non_negative, doc="at most one node-features per node per this")
-    dwa_min_window_s: float = _f(5.0, _positive, doc="smallest feature window DWA may shrink to")
-    dwa_max_window_s: float = _f(60.0, _positive, doc="largest feature window DWA may grow to")
+    dwa_min_window_s: float = _f(5.0, _a_day_at_most, doc="smallest feature window DWA may shrink to")
+    dwa_max_window_s: float = _f(60.0, _a_day_at_most, doc="largest feature window DWA may grow to")
     error_period_s: float = _f(5.0, _positive, doc="prediction-errors / node-weights period")
     join_ttl_s: float = _f(600.0, _positive, doc="how long an unmatched completion or prediction waits")
     retrain_debounce_s: float = _f(15.0, _non_negative, doc="at most one retrain event per key per this")
     stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
     credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
     worker_session_timeout_s: float = _f(10.0, _positive, doc="Kafka group session timeout of the worker")
-    feature_history_s: float = _f(120.0, _positive, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
+    feature_history_s: float = _f(120.0, _a_day_at_most, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
     feature_bucket_s: float = _f(1.0, _positive, doc="window edge resolution")
     feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
     worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")

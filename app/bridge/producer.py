@@ -21,6 +21,7 @@ from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
+from app.contracts.dead import MAX_RAW_BYTES
 from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
@@ -82,7 +83,7 @@ def dead_letter(settings: Settings, topic: str, raw: bytes | str, error: str, *,
     >>> d["topic"], d["raw"], d["offset"]
     ('task-completions', 'ew==', 3)
     """
-    data = raw.encode() if isinstance(raw, str) else raw
+    data = (raw.encode() if isinstance(raw, str) else raw)[:MAX_RAW_BYTES]  # as the worker's: the letter stays small
     return {
         "topic": settings.topic(topic), "partition": partition, "offset": offset, "error": error,
         "reason": reason, "raw": base64.b64encode(data).decode("ascii"), "key": key,

@@ -46,10 +46,21 @@ def validate(topic: str, value: Any) -> dict[str, Any]:
 
 
 def encode(topic: str, value: dict[str, Any], *, check: bool = True) -> bytes:
-    """Serialise a value for ``topic``; with ``check`` the contract is enforced on the way out too."""
-    if check:
-        validate(topic, value)
+    """Serialise a value for ``topic``; with ``check`` the contract is enforced on the way out too, on the bytes
+    a consumer will read (a NaN passes a schema's bounds but is written as ``null``).
+
+    >>> encode("dead-letters", {"topic": "t", "partition": 0, "offset": 0, "error": "e", "reason": "r",
+    ...                         "raw": "", "key": None, "ts": float("nan")})
+    Traceback (most recent call last):
+    ...
+    app.errors.ContractError: schema: data.ts must be number
+    """
+    if not isinstance(value, dict):
+        raise ContractError("not_an_object", f"expected a JSON object, got {type(value).__name__}")
     try:
-        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+        out = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError as exc:
         raise ContractError("unserialisable", str(exc)) from None
+    if check:
+        decode(topic, out)
+    return out

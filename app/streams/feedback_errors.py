@@ -42,6 +42,7 @@ from app.contracts.keys import model_key
 from app.drift.errorstats import ErrorStats
 from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.tracker import AppReport
+from app.errors import ContractError
 from app.streams.deadletter import await_delivery
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
@@ -82,7 +83,12 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         value = {"model_key": key, "reason": reason, "cumulative_error": float(cumulative),
                  "threshold": float(threshold), "ts": clock.now(), "onset_ts": onset}
         try:  # counted once the trainer can read it (a cold start or growth ask not stored is asked again)
-            await await_delivery(await retrain_topic.send(key=key.encode(), value=encode("retrain-events", value)))
+            raw = encode("retrain-events", value)
+        except ContractError as exc:  # figures past the contract's bounds: said, not raised into the period
+            log.error("retrain-event %s (%s) not sent: %s", key, reason, exc)
+            return False
+        try:
+            await await_delivery(await retrain_topic.send(key=key.encode(), value=raw))
         except KafkaError as exc:
             log.warning("retrain-event %s (%s) not stored: %r", key, reason, exc)
             return False

@@ -73,3 +73,12 @@ def test_a_bucket_longer_than_the_history_fails_at_start():
     with pytest.raises(ConfigError) as info:
         WorkerOptions.from_settings(Settings.from_env({"RTT_FEATURE_BUCKET_S": "1000"}))
     assert info.value.field == "RTT_FEATURE_BUCKET_S" and "RTT_FEATURE_HISTORY_S (120.0)" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["RTT_FEATURE_WINDOW_S", "RTT_FEATURE_HISTORY_S", "RTT_DWA_MAX_WINDOW_S"])
+def test_a_feature_window_longer_than_a_day_fails_at_start(name):
+    from app.config import Settings
+
+    with pytest.raises(ConfigError) as info:  # node-features' window_s is at most a day
+        Settings.from_env({name: "90000"})
+    assert info.value.field == name and "86400" in info.value.message

@@ -95,3 +95,25 @@ def test_node_weights_refuse_what_the_extender_cannot_take(extra):
         decode("node-weights", raw)
     with pytest.raises(ContractError):
         EdgeDecoder("node-weights")(raw)
+
+
+def test_a_metric_name_leaves_room_for_its_feature_suffix():
+    snapshot = {"node": "n1", "ts": 1.0, "node_class": "cpu", "metrics": {"m" * 195: 1.0}}
+    with pytest.raises(ContractError):
+        decode("node-metrics", orjson.dumps(snapshot))
+    name = "m" * 194 + "__mean"  # the longest feature a 194-character metric makes
+    features = {"node": "n1", "ts": 1.0, "node_class": "cpu", "window_s": 30.0, "count": 1, "features": {name: 1.0}}
+    assert decode("node-features", orjson.dumps(features))["features"] == {name: 1.0}
+
+
+def test_a_dead_letter_of_a_huge_line_keeps_only_its_first_bytes():
+    import base64
+
+    from app.bridge.producer import dead_letter
+    from app.config import Settings
+    from app.contracts.dead import MAX_RAW_BYTES
+
+    letter = dead_letter(Settings(), "task-completions", b"x" * 900_000, "invalid_json: ...", reason="invalid_json",
+                         offset=1, ts=0.0)
+    assert len(base64.b64decode(letter["raw"])) == MAX_RAW_BYTES
+    assert len(encode("dead-letters", letter)) < 1_048_576  # within the codec's message bound
