@@ -117,3 +117,12 @@ def test_a_dead_letter_of_a_huge_line_keeps_only_its_first_bytes():
                          offset=1, ts=0.0)
     assert len(base64.b64decode(letter["raw"])) == MAX_RAW_BYTES
     assert len(encode("dead-letters", letter)) < 1_048_576  # within the codec's message bound
+
+
+
+def test_a_training_sample_s_input_size_is_bounded():
+    sample = {"model_key": "gCTF:gpu", "task_id": "t1", "app": "gCTF", "node": "n1", "node_class": "gpu",
+              "started_ts": 1.0, "rtt_ms": 100.0, "features": {}, "input_size_mb": 512.0}
+    assert decode("training-samples", orjson.dumps(sample))["input_size_mb"] == 512.0
+    with pytest.raises(ContractError):  # 1e39 is inf in the trainer's float32 history: no retrain could use it
+        decode("training-samples", orjson.dumps({**sample, "input_size_mb": 1e39}))
