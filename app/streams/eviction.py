@@ -94,5 +94,8 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
                 async with ctx.weights_lock:  # never between a period's check of a node and its send
                     for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
                         note_failure(await weights_topic.send(key=n.encode(), value=None), f"tombstone of {n}")
+                writers = loop.handles.get("redis_writer") if loop is not None else None
+                if writers:  # the cached copies go too: a restarted extender would warm up with the node
+                    await writers[0].forget(sorted(silent))
 
     ctx.handles["evict"] = evict_now

@@ -140,6 +140,19 @@ class RedisWriter:
             self.writes.labels("failed").inc()
             self.health.degraded("redis_cache", f"redis cache write failed: {exc!r}")
 
+    async def forget(self, nodes: list[str]) -> None:
+        """Delete the cached values of evicted ``nodes`` (a restarted extender would warm up with them, and
+        ``rttsched publish`` count them as nodes with metrics); best effort, like the writes."""
+        keys = [k for n in nodes for k in (self.keys.features(n), self.keys.weights(n))]
+        if not keys:
+            return
+        try:
+            await asyncio.wait_for(self.client.delete(*keys), self.timeout_s)
+            self.writes.labels("ok").inc()
+        except Exception as exc:  # the key then lives on in Redis until the next eviction of the node
+            self.writes.labels("failed").inc()
+            self.health.degraded("redis_cache", f"redis cache delete failed: {exc!r}")
+
     async def close(self) -> None:
         if self._task is not None:
             with contextlib.suppress(Exception):
