@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.contracts import contract
 from app.scheduler.decide import Decision, NodeVerdict
 
 Record = tuple[bytes, bytes]  # key, value
@@ -44,6 +45,8 @@ Record = tuple[bytes, bytes]  # key, value
 Prepared = tuple[bytes, tuple[str, ...], np.ndarray, tuple[bytes, ...], np.ndarray, tuple[bytes, ...], np.ndarray,
                  np.ndarray | None]
 _dumps = orjson.dumps
+# the contract's bound on a prediction: a larger one (an absurd model times a correction) is sent at the bound
+MAX_PREDICTED_MS = float(contract("rtt-predictions").value_schema["properties"]["predicted_rtt_ms"]["maximum"])
 
 
 def prediction_value(task_id: str, app: str, node: str, ts: float, rtt_ms: float, model_version: int | None,
@@ -52,7 +55,7 @@ def prediction_value(task_id: str, app: str, node: str, ts: float, rtt_ms: float
     """One rtt-predictions value; a candidate's task features that node-features cannot supply
     (``running_pods_<app>``) go in ``features``; a NaN prediction is null."""
     value: dict[str, Any] = {"task_id": task_id, "app": app, "node": node, "ts": ts,
-                             "predicted_rtt_ms": rtt_ms if math.isfinite(rtt_ms) else None,
+                             "predicted_rtt_ms": min(rtt_ms, MAX_PREDICTED_MS) if math.isfinite(rtt_ms) else None,
                              "model_version": model_version, "model_key": model_key}
     if features:
         value["features"] = dict(features)
@@ -119,7 +122,9 @@ def prepare(decision: Decision, ts: float) -> Prepared | None:
     else:
         slots = {key: j for j, key in enumerate(dict.fromkeys(ids))}
         maps, map_of = list(dict(zip(ids, features, strict=True)).values()), [slots[i] for i in ids]
-    return (head, nodes, np.array(rtts, dtype=np.float64),
+    rtt = np.array(rtts, dtype=np.float64)
+    np.copyto(rtt, MAX_PREDICTED_MS, where=np.isfinite(rtt) & (rtt > MAX_PREDICTED_MS))
+    return (head, nodes, rtt,
             tuple([b',"model_version":%s,"model_key":%s' % (_dumps(v), _dumps(k)) for k, v in models]),
             _slots(model_of, n), tuple([b',"features":' + _dumps(dict(f)) if f else b"" for f in maps]),
             _slots(map_of, n), np.array(corr, dtype=np.float64) if corr and corr.count(1.0) != n else None)

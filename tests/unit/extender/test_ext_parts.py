@@ -177,14 +177,15 @@ def test_encoded_records_of_one_shared_model_and_map_are_the_contract_values() -
     """The usual request (one model, one feature map, no correction) takes the shared-parts path; NaN and
     infinite predictions still become null."""
     idle = {"running_pods_gCTF": 0.0}
-    rtts = [120.0, float("nan"), 1e-7, float("inf"), 123456789.125]
+    rtts = [120.0, float("nan"), 1e-7, float("inf"), 123456789.125, 2e13]
     nodes = tuple(f"n{i}" for i in range(len(rtts)))
-    d = Decision(PodInfo("p", "ns", "uid-2", "gCTF", 1.0), nodes, [5] * 5, rtts, ["gCTF:gpu"] * 5, [4] * 5,
-                 [1.0] * 5, [None] * 5, [True] * 5, rtts, [idle] * 5, correction=[1.0] * 5)
+    n = len(rtts)
+    d = Decision(PodInfo("p", "ns", "uid-2", "gCTF", 1.0), nodes, [5] * n, rtts, ["gCTF:gpu"] * n, [4] * n,
+                 [1.0] * n, [None] * n, [True] * n, rtts, [idle] * n, correction=[1.0] * n)
     records = [r for part in encode_decision(d, 1_700_000_000.5, chunk=3) for r in part]
     expected = list(decision_values(d, 1_700_000_000.5))
     assert [decode("rtt-predictions", v) for _, v in records] == expected
-    assert [v["predicted_rtt_ms"] for v in expected] == [120.0, None, 1e-7, None, 123456789.125]
+    assert [v["predicted_rtt_ms"] for v in expected] == [120.0, None, 1e-7, None, 123456789.125, 1e12]  # at the bound
 
 
 def test_records_appended_past_the_batch_layer_read_back_as_appended() -> None:
