@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from app.contracts.keys import parse_model_key
+from app.features.groups import is_stale
 from app.features.hardware import hardware_features, node_counts
-from app.features.vector import TASK_FEATURES, row, split_feature_name
+from app.features.vector import TASK_FEATURES, row
 from app.model.base import Predictor
 from app.scheduler.entries import ModelEntry, NodeState
 from app.scheduler.snapshot import Snapshot
@@ -69,8 +70,8 @@ def node_features_map(value: Mapping[str, Any]) -> dict[str, float]:
     stale = value.get("stale")
     raw = value["features"]
     if stale:
-        gone = set(stale)
-        features = {k: float(v) for k, v in raw.items() if split_feature_name(k)[0] not in gone}
+        gone = frozenset(stale)
+        features = {k: float(v) for k, v in raw.items() if not is_stale(k, gone)}
     else:
         features = {k: float(v) for k, v in raw.items()}
     for k, v in _known_hardware(value["node_class"], value.get("gpu_model"), *node_counts(features)):
@@ -114,7 +115,7 @@ class SnapshotBuilder:
         gone = frozenset(stale) if stale else frozenset()
         per_app = value.get("app_features")
         app_features = MappingProxyType({str(a): MappingProxyType({k: float(v) for k, v in f.items()
-                                                                   if split_feature_name(k)[0] not in gone})
+                                                                   if not is_stale(k, gone)})
                                          for a, f in per_app.items()}) if per_app else _NO_APP_FEATURES
         # built field by field rather than with dataclasses.replace: this runs for every message of the feed
         self._nodes[name] = NodeState(

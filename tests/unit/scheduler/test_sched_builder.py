@@ -43,6 +43,19 @@ def test_hardware_descriptors_join_features_and_stale_metrics_drop() -> None:
     assert f["hw_gpu_mem_bw_gbs"] == 1008.0 and "cpu_iowait__mean" not in f and "hw_cpu_cores" not in f
 
 
+def test_a_stale_group_drops_its_metrics_features() -> None:
+    """node-features carry node-metrics' stale *groups* (what the bridge withholds): their metrics' features
+    leave the model row, the other groups' stay."""
+    b = SnapshotBuilder()
+    msg = features_msg("n1", 10.0, 1.0, gpu_model="NVIDIA GeForce RTX 4090", nvidia_smi_utilization_gpu__mean=0.0,
+                       gpu_memory_copy_util__last=0.0, cpu_iowait__mean=0.5)
+    msg["stale"] = ["gpu"]
+    b.apply_node_features(msg)
+    f = b.build(now=10.0).nodes["n1"].features
+    assert "nvidia_smi_utilization_gpu__mean" not in f and "gpu_memory_copy_util__last" not in f
+    assert f["cpu_iowait__mean"] == 0.5 and f["hw_gpu_mem_bw_gbs"] == 1008.0  # hardware is no reading
+
+
 def test_node_features_replace_only_what_they_carry() -> None:
     """Every field of a node's state that node-features do not carry survives a new node-features message
     (the state is rebuilt field by field: a field added to NodeState and forgotten there fails here)."""
