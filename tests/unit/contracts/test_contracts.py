@@ -126,3 +126,13 @@ def test_a_training_sample_s_input_size_is_bounded():
     assert decode("training-samples", orjson.dumps(sample))["input_size_mb"] == 512.0
     with pytest.raises(ContractError):  # 1e39 is inf in the trainer's float32 history: no retrain could use it
         decode("training-samples", orjson.dumps({**sample, "input_size_mb": 1e39}))
+
+
+def test_a_uid_less_pod_s_task_id_fits_every_contract_that_carries_it():
+    from app.scheduler.podinfo import pod_info
+
+    pod = pod_info({"metadata": {"name": "p" * 253, "namespace": "n" * 63, "labels": {"rttsched.io/app": "gCTF"}}})
+    assert len(pod.task_id) == 317  # namespace/name, Kubernetes' longest
+    prediction = {"task_id": pod.task_id, "app": "gCTF", "node": "n1", "ts": 1.0, "predicted_rtt_ms": 5.0,
+                  "model_version": None, "model_key": None}
+    assert decode("rtt-predictions", orjson.dumps(prediction))["task_id"] == pod.task_id
