@@ -239,7 +239,7 @@ class Load:
         for n in self.nodes:
             util = self.util[n] + self.rng.uniform(-2, 2)
             items.append(("node-metrics", {"node": n, "ts": now, "node_class": "gpu", "gpu_model": "Tesla M40",
-                                           "metrics": {"nvidia_smi_utilization_gpu": util,
+                                           "metrics": {"nvidia_smi_utilization_gpu": util / 100.0,  # 0..1
                                                        "cpu_iowait": self.rng.uniform(0, 1)}}))
             self.snapshots += 1
             for _ in range(0 if n in self.quiet else tasks_per_node):

@@ -97,7 +97,7 @@ async def period_kill(s: Settings, root: Path, waves: int = 12) -> tuple[Outcome
 CAP_NODES, CAP_APPS = 1000, 8
 
 
-def snap(node: str, ts: float, util: float = 30.0) -> dict[str, Any]:
+def snap(node: str, ts: float, util: float = 0.3) -> dict[str, Any]:  # GPU utilisation 0..1, as the bridge sends it
     return {"node": node, "ts": ts, "node_class": "gpu", "gpu_model": "Tesla M40",
             "metrics": {"nvidia_smi_utilization_gpu": util, "cpu_iowait": 0.2}}
 
@@ -177,12 +177,12 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
                 await produce(s, [("node-metrics", snap("gpu-future", 9.9e10)),
                                   ("node-metrics", snap("gpu-future", now - 2 * 86_400))])
                 valid_at = time.monotonic()
-                await produce(s, [("node-metrics", snap("gpu-future", time.time() + 0.1 * k, util=55.0))
+                await produce(s, [("node-metrics", snap("gpu-future", time.time() + 0.1 * k, util=0.55))
                                   for k in range(5)])
                 # a node's clock 200 s ahead (within the skew), then right again
                 await produce(s, [("node-metrics", snap("gpu-jump", time.time() + 200 + 0.1 * k)) for k in range(3)])
                 await asyncio.sleep(1.5)
-                await produce(s, [("node-metrics", snap("gpu-jump", time.time() + 0.1 * k, util=77.0))
+                await produce(s, [("node-metrics", snap("gpu-jump", time.time() + 0.1 * k, util=0.77))
                                   for k in range(3)])
                 await wait_for(lambda: any(k == "gpu-future" and v and v["ts"] < now + 60 for k, v in feats.records),
                              30, "node-features of gpu-future after its far-future snapshot")

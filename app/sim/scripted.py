@@ -157,12 +157,13 @@ class Node:
     name: str
     gpu_model: str
     base_ms: float
-    util: float = 20.0
+    util: float = 20.0  # GPU utilisation, percent
 
 
 def snapshot(node: Node, ts: float, rng: random.Random) -> dict[str, Any]:
+    """One scrape of ``node`` as the bridge sends it: GPU utilisation a fraction (0..1), as the mapping scales it."""
     return {"node": node.name, "ts": ts, "node_class": "gpu", "gpu_model": node.gpu_model,
-            "metrics": {"nvidia_smi_utilization_gpu": node.util + rng.uniform(-2.0, 2.0),
+            "metrics": {"nvidia_smi_utilization_gpu": (node.util + rng.uniform(-2.0, 2.0)) / 100.0,
                         "cpu_iowait": rng.uniform(0.0, 1.0)}}
 
 

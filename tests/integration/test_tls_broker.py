@@ -66,7 +66,7 @@ def test_clients_and_a_worker_talk_to_the_broker_over_mutual_tls(tls: tuple[TlsF
 
     node = "gpu-tls-1"
     snap = {"node": node, "ts": time.time(), "node_class": "gpu", "gpu_model": "Tesla M40",
-            "metrics": {"nvidia_smi_utilization_gpu": 42.0}}
+            "metrics": {"nvidia_smi_utilization_gpu": 0.42}}
 
     async def roundtrip() -> list[dict[str, object]]:
         async with Sender(s) as out, Reader(s, "node-metrics") as back:
@@ -91,7 +91,7 @@ def test_clients_and_a_worker_talk_to_the_broker_over_mutual_tls(tls: tuple[TlsF
 
         got = asyncio.run(features())
         group.check()
-    assert got[-1]["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(42.0)
+    assert got[-1]["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(0.42)
     assert front.handshakes > 0
 
     # no way in without TLS, nor with TLS but without a client certificate

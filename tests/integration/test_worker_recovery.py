@@ -106,7 +106,7 @@ def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path:
     assert len(late) == 30
     for x in late.values():
         node = next(n for n in NODES if n.name == x["node"])
-        assert x["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(node.util, abs=2.0)
+        assert x["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(node.util / 100, abs=0.02)
         assert x["gpu_model"] == node.gpu_model and x["window_s"] == s.feature_window_s
 
 
