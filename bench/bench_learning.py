@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import scenario_path, shorten
+from bench_policies import shorten
 from tqdm import tqdm
 
 from app.config import Settings
@@ -58,6 +58,7 @@ from app.sim.report.stats import mean_ci
 from app.sim.results import RunMetrics
 from app.sim.runner import SimConfig, run_offline
 from app.sim.scenario import load_scenario
+from app.sim.scenario_paths import scenario_path
 from app.sim.view import ClusterView, Task
 
 SPEED_GOAL = 3_000.0

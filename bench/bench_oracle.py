@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from bench_policies import captured_share, scenario_path, shorten
+from bench_policies import captured_share, shorten
 from tqdm import tqdm
 
 import app.scheduler.decide as decide_module
@@ -42,6 +42,7 @@ from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.runner import run_offline
 from app.sim.scenario import load_scenario
+from app.sim.scenario_paths import scenario_path
 from app.sim.view import ClusterView, Task
 
 BASELINES = ("static_best", "kube_default", "load_aware")

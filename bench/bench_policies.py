@@ -36,7 +36,7 @@ from app.sim.report.halves import half_figures
 from app.sim.report.stats import mean_ci
 from app.sim.runner import SimConfig, run_offline
 from app.sim.scenario import Scenario, load_scenario
-from app.sim.scenario_paths import scenario_path, shipped  # scenario_path: the other benches import it from here
+from app.sim.scenario_paths import scenario_path, shipped
 
 FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "throughput", "gpu_util",
            "load_diff", "tasks_per_wall_s")

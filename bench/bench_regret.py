@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from bench_policies import scenario_path, shorten
+from bench_policies import shorten
 from tqdm import tqdm
 
 from app.scheduler.decide import Decision
@@ -54,6 +54,7 @@ from app.sim.report.halves import PARTS, half_mask
 from app.sim.results import RunMetrics
 from app.sim.runner import build_simulation, run_offline
 from app.sim.scenario import load_scenario
+from app.sim.scenario_paths import scenario_path
 from app.sim.view import ClusterView, Task
 
 

@@ -20,13 +20,14 @@ import argparse
 import sys
 
 import numpy as np
-from bench_policies import scenario_path, shorten
+from bench_policies import shorten
 from tqdm import tqdm
 
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.results import RunMetrics
 from app.sim.runner import run_offline
 from app.sim.scenario import load_scenario
+from app.sim.scenario_paths import scenario_path
 
 POLICIES = ("clairvoyant", "static_best", "rtt_aware")
 SHORT = {"clairvoyant": "clairv.", "static_best": "table", "rtt_aware": "rtt_aware"}

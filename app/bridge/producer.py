@@ -9,7 +9,6 @@ topic the bad record was meant for.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -21,7 +20,7 @@ from app.bridge.errors import BridgeError
 from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
-from app.contracts.dead import MAX_RAW_BYTES
+from app.contracts.dead import dead_letter_value
 from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
@@ -83,12 +82,8 @@ def dead_letter(settings: Settings, topic: str, raw: bytes | str, error: str, *,
     >>> d["topic"], d["raw"], d["offset"]
     ('task-completions', 'ew==', 3)
     """
-    data = (raw.encode() if isinstance(raw, str) else raw)[:MAX_RAW_BYTES]  # as the worker's: the letter stays small
-    return {
-        "topic": settings.topic(topic), "partition": partition, "offset": offset, "error": error,
-        "reason": reason, "raw": base64.b64encode(data).decode("ascii"), "key": key,
-        "ts": time.time() if ts is None else ts,
-    }
+    return dead_letter_value(settings.topic(topic), partition, offset, error, reason, raw, key,
+                             time.time() if ts is None else ts)
 
 
 async def publish_dead_letters(producer: AIOKafkaProducer, settings: Settings, letters: Iterable[dict[str, Any]],

@@ -17,6 +17,20 @@ def _text(b: Any) -> str | None:
     return b.decode("utf-8", "replace") if isinstance(b, bytes | bytearray) else str(b)
 
 
+def dead_letter_value(topic: str, partition: int, offset: int, error: str, reason: str, raw: bytes | bytearray | str,
+                      key: str | None, ts: float) -> dict[str, Any]:
+    """The dead-letters value of one record: its first :data:`MAX_RAW_BYTES` in base64, the error cut to 2,000
+    characters.
+
+    >>> d = dead_letter_value("t", -1, 3, "invalid_json: ...", "invalid_json", b"{", None, 0.0)
+    >>> d["raw"], d["offset"]
+    ('ew==', 3)
+    """
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    return {"topic": topic, "partition": partition, "offset": offset, "error": error[:2000], "reason": reason,
+            "raw": base64.b64encode(data[:MAX_RAW_BYTES]).decode("ascii"), "key": key, "ts": ts}
+
+
 def dead_letter_record(message: Any, source: str, exc: ContractError, now: float) -> dict[str, Any]:
     """The dead-letters value for ``message`` (a Faust/aiokafka message) that failed with ``exc``.
 
@@ -24,11 +38,5 @@ def dead_letter_record(message: Any, source: str, exc: ContractError, now: float
     as the bridge writes it; ``source`` (the contract name) is the fallback and the metric label.
     """
     raw = message.value if isinstance(message.value, bytes | bytearray) else _text(message.value) or ""
-    raw_b = raw.encode() if isinstance(raw, str) else bytes(raw)
-    return {
-        "topic": str(getattr(message, "topic", None) or source),
-        "partition": int(message.partition), "offset": int(message.offset),
-        "error": str(exc)[:2000], "reason": exc.reason,
-        "raw": base64.b64encode(raw_b[:MAX_RAW_BYTES]).decode("ascii"),
-        "key": _text(message.key), "ts": now,
-    }
+    return dead_letter_value(str(getattr(message, "topic", None) or source), int(message.partition),
+                             int(message.offset), str(exc), exc.reason, raw, _text(message.key), now)

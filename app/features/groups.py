@@ -36,5 +36,7 @@ def metric_group(metric: str) -> str | None:
 
 def is_stale(feature: str, stale: Collection[str]) -> bool:
     """Whether ``feature``'s metric is in ``stale``: by its group, or by its own name."""
+    if not stale:  # the usual node-features message: nothing withheld, nothing to look up
+        return False
     metric = split_feature_name(feature)[0]
     return metric in stale or metric_group(metric) in stale

@@ -22,7 +22,7 @@ from app.contracts.dead import dead_letter_record
 from app.errors import ContractError
 from app.retry import Backoff
 from app.streams.metrics import WorkerMetrics
-from app.streams.topics import contract_topic
+from app.streams.topics import await_delivery, contract_topic
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,6 @@ class DeadLetters:
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.retry_max_s = settings.retry_max_backoff_s
         self.sent = 0
-
-    async def send(self, message: Any, source: str, exc: ContractError) -> None:
-        await self.send_all([(message, source, exc)])
 
     async def send_all(self, bad: list[tuple[Any, str, ContractError]]) -> None:
         """Send in order and wait until the broker has them all (what it refused is sent again while it is
@@ -71,23 +68,3 @@ class DeadLetters:
                     next(o for o in outcomes if isinstance(o, KafkaError)), wait)
                 await asyncio.sleep(wait)
             pending = refused
-
-
-async def await_delivery(sent: Any) -> None:
-    """Wait for what Faust's ``topic.send`` returned (a future of the broker's acknowledgement) to resolve."""
-    if isinstance(sent, asyncio.Future):
-        await sent
-
-
-def note_failure(sent: Any, what: str) -> None:
-    """For a send whose loss the next period makes good (node-weights): its failure logged at DEBUG once it is
-    known, instead of asyncio's "exception was never retrieved" with a traceback."""
-    if not isinstance(sent, asyncio.Future):
-        return
-
-    def done(fut: asyncio.Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            log.debug("%s not delivered: %r", what, fut.exception())
-
-    sent.add_done_callback(done)
-

@@ -27,10 +27,9 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
-from app.streams.deadletter import note_failure
 from app.streams.node_features import node_features_of
 from app.streams.timers import timer
-from app.streams.topics import contract_topic
+from app.streams.topics import contract_topic, note_failure
 
 log = logging.getLogger(__name__)
 

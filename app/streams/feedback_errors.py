@@ -43,11 +43,10 @@ from app.drift.errorstats import ErrorStats
 from app.drift.growth import Debounce, SampleGrowth, sample_check_s
 from app.drift.tracker import AppReport
 from app.errors import ContractError
-from app.streams.deadletter import await_delivery
 from app.streams.feedback_outbox import ErrorsOutbox
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.timers import timer
-from app.streams.topics import contract_topic
+from app.streams.topics import await_delivery, contract_topic
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,12 @@ from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, matrix
 from app.scheduler.cache import CacheKeys
 from app.streams.context import context_of
-from app.streams.deadletter import note_failure
 from app.streams.feedback_metrics import FeedbackMetrics
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import Health
 from app.streams.node_state import NodeState
 from app.streams.timers import timer
-from app.streams.topics import contract_topic
+from app.streams.topics import contract_topic, note_failure
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,16 @@ happens at the edge and failures reach dead-letters with their reason.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from typing import Any
+
 import faust
 
 from app.config import Settings
 from app.contracts import contract
+
+log = logging.getLogger(__name__)
 
 
 def contract_topic(app: faust.App, settings: Settings, name: str) -> faust.TopicT:
@@ -23,3 +29,22 @@ def contract_topic(app: faust.App, settings: Settings, name: str) -> faust.Topic
         key_serializer="raw", value_serializer="raw", compacting=c.compacted, config=config,
         internal=False,
     )
+
+
+async def await_delivery(sent: Any) -> None:
+    """Wait for what Faust's ``topic.send`` returned (a future of the broker's acknowledgement) to resolve."""
+    if isinstance(sent, asyncio.Future):
+        await sent
+
+
+def note_failure(sent: Any, what: str) -> None:
+    """For a send whose loss the next period makes good (node-weights): its failure logged at DEBUG once it is
+    known, instead of asyncio's "exception was never retrieved" with a traceback."""
+    if not isinstance(sent, asyncio.Future):
+        return
+
+    def done(fut: asyncio.Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.debug("%s not delivered: %r", what, fut.exception())
+
+    sent.add_done_callback(done)

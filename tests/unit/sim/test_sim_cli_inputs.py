@@ -119,9 +119,10 @@ def test_a_shipped_scenario_is_found_by_name_from_anywhere(tmp_path, monkeypatch
 
 
 def test_the_benches_use_the_same_scenario_lookup():
-    import bench_policies
+    import importlib
 
-    assert bench_policies.scenario_path is scenario_path
+    for name in ("bench_policies", "bench_learning", "bench_oracle", "bench_regret", "bench_warmup"):
+        assert importlib.import_module(name).scenario_path is scenario_path, name
 
 
 def test_the_report_lines_name_each_file_once(capsys, tmp_path):
