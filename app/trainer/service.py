@@ -399,8 +399,13 @@ class TrainerService:
             return None
         self._training.add(key)
         task: asyncio.Task[Outcome] = self._spawn(self.retrain(event), f"retrain:{key}")
-        task.add_done_callback(lambda _t: self._training.discard(key))
+        task.add_done_callback(lambda _t: self._done(key))
         return task
+
+    def _done(self, key: str) -> None:
+        """A retrain of ``key`` ended: an event coalesced during it is dropped (it ran on every sample up to then)."""
+        self._training.discard(key)
+        self._latest.pop(key, None)
 
     async def catch_up(self) -> bool:
         """Wait until the samples consumer reached the end offsets of now; False on timeout."""
@@ -430,7 +435,6 @@ class TrainerService:
         key = event["model_key"]
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
         while True:
-            event = self._latest.pop(key, event)
             reason = event["reason"]
             try:
                 outcome = await self._retrain(key, reason, event)
@@ -438,6 +442,7 @@ class TrainerService:
                 self.metrics.retries.labels(step="registry").inc()
                 log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
                 await self._registry_back(key, backoff)
+                event = self._latest.pop(key, event)  # the newest event that arrived while it waited
                 continue
             except Exception as exc:
                 log.exception("retrain of %s failed", key)

@@ -184,10 +184,14 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
 
         # 3. events for a key that is training are coalesced
         t1 = service.submit({"model_key": KEY, "reason": "manual", "ts": time.time()})
-        t2 = service.submit({"model_key": KEY, "reason": "manual", "ts": time.time()})
+        await asyncio.sleep(0.05)  # the retrain has started
+        t2 = service.submit({"model_key": KEY, "reason": "growth", "ts": time.time()})
         assert t1 is not None and t2 is None
         assert (await t1).outcome == "rejected"
         assert reg.get_sample_value("rtt_trainer_events_coalesced_total") == 1.0
+        # the coalesced event is dropped: the key's next retrain runs on its own event, not the older one
+        t3 = service.submit({"model_key": KEY, "reason": "drift", "ts": time.time(), "onset_ts": time.time()})
+        assert t3 is not None and (await t3).reason == "drift"
     store.close()
 
 

@@ -26,8 +26,8 @@ Nothing here predicts, learns or decides by a rule of its own; each step calls w
   arrives, not at a scrape round), and the residuals and drift detectors of its app on its class's nodes start afresh.
 
 Settings are the production defaults (:class:`app.config.Settings`); keyword arguments override them.
-Until the simulator filters nodes by a pod's requests, a GPU app is offered the GPU nodes only, as
-kube-scheduler does for a pod that requests ``nvidia.com/gpu``.
+The candidates are the nodes the cluster's filter passes (a pod requesting ``nvidia.com/gpu`` is offered
+the nodes with a GPU share free, as kube-scheduler's resource filter does).
 """
 
 from __future__ import annotations
@@ -248,8 +248,6 @@ class RttAware(BasePolicy):
 
     # -- the extender's side
     def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
-        if task.profile.on_gpu is not None:  # a pod requesting nvidia.com/gpu (see the module docstring)
-            candidates = [c for c in candidates if c.node_class == "gpu"] or candidates
         ts = view.ts
         if self._models_due(view) or (self.builder.dirty and self.running_refresh_s == 0):
             self.snap = self.builder.build(ts)
