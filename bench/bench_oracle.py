@@ -36,8 +36,8 @@ import numpy as np
 from bench_policies import captured_share, shorten
 from tqdm import tqdm
 
+import app.scheduler.cycle as cycle_module
 import app.scheduler.decide as decide_module
-import app.sim.policies.rtt_aware as rtt_aware_module
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.runner import run_offline
@@ -71,7 +71,7 @@ class Truth:
 
     def __enter__(self) -> Truth:
         original_predict = decide_module._predict
-        original_decide = rtt_aware_module.decide
+        original_decide = cycle_module.decide
         self._saved = {"predict": original_predict, "decide": original_decide,
                        "inflicted": decide_module.inflicted_ms}
 
@@ -93,14 +93,14 @@ class Truth:
             return out
 
         decide_module._predict = predict
-        rtt_aware_module.decide = decide
+        cycle_module.decide = decide
         if self.slowdown:
             decide_module.inflicted_ms = inflicted
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         decide_module._predict = self._saved["predict"]
-        rtt_aware_module.decide = self._saved["decide"]
+        cycle_module.decide = self._saved["decide"]
         decide_module.inflicted_ms = self._saved["inflicted"]
 
 
@@ -112,7 +112,7 @@ class TruthAware(RttAware):
         self.truth = truth
         self.name = "rtt_aware_truth" + ("" if truth.slowdown else "_own")
 
-    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec | None:
         self.truth.task, self.truth.view = task, view
         return super().choose(task, candidates, view)
 

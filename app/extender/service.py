@@ -35,6 +35,7 @@ from app.extender.warm import RunningRefresher, warm_start
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, store_model_update
+from app.scheduler.cycle import assume, filter_answer
 from app.scheduler.decide import DecideParams, Decision, decide
 from app.scheduler.explain import explain
 from app.scheduler.policy import Policy, load_policy
@@ -220,12 +221,10 @@ class ExtenderService:
             self.metrics.failed_nodes.labels("anti_affinity" if reason.startswith("anti-affinity") else "sla").inc()
         if d.sla_relaxed and d.pod.app:
             self.metrics.sla_relaxed.labels(self.app_labels.of(d.pod.app)).inc()
-        app = args.pod.app
-        passing = [i for i, f in enumerate(d.failed) if f is None] if d.neutral is None and app else []
-        if len(passing) == 1 and app:  # kube-scheduler binds a single feasible node without prioritize
-            self.metrics.single_node.labels(self.app_labels.of(app)).inc()
-            i = passing[0]  # expected to run as long as predicted (NaN: AssumedPods' TTL)
-            self._place(d, args, app, d.nodes[i], d.rtt_ms[i] / 1000.0)
+        answer = filter_answer(d)
+        if answer.bound is not None and d.pod.app:  # kube-scheduler binds a single feasible node without prioritize
+            self.metrics.single_node.labels(self.app_labels.of(d.pod.app)).inc()
+            self._place(d, d.nodes[answer.bound], answer.bound_expected_s)
         return filter_body(args, failed)
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
@@ -234,17 +233,15 @@ class ExtenderService:
         app = args.pod.app
         if d.neutral is None and app is not None:
             self._scored(self.app_labels.of(app)).inc()
-            self._place(d, args, app, d.best())
+            self._place(d, d.best())
         return priority_body_of(d.nodes, d.score)
 
-    def _place(self, d: Decision, args: ExtenderArgs, app: str, node: str | None,
-               expected_s: float | None = None) -> None:
-        """Assume the pod of a scored decision on ``node`` (``expected_s``: its expected run, else the one
-        ``decide`` noted) and queue its predictions."""
+    def _place(self, d: Decision, node: str | None, expected_s: float | None = None) -> None:
+        """Assume the pod of a scored decision on ``node`` (:func:`app.scheduler.cycle.assume`) and queue its
+        predictions."""
         now = self.clock.now()
         if node is not None:
-            self.assumed.assume(args.pod.task_id, app, node, now, expected_s=expected_s,
-                                input_mb=args.pod.input_size_mb)
+            assume(self.assumed, d, node, now, expected_s)
         if self.publisher is not None:
             self.publisher.offer(d, now)
 

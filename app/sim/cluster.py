@@ -5,8 +5,9 @@ kube-scheduler's filter step: GPU apps only on GPU nodes whose GPU holds the inp
 is free), the policy picks one, and the task starts with its work fixed (:meth:`NodeRuntime.work_ms`).
 Its rate then changes with every start, end or event on its node (:mod:`app.sim.state`), so its finish
 time moves; each node keeps one completion timer for its earliest finish, re-armed on every change. With
-no candidate the task waits in :class:`~app.sim.pending.PendingQueue` until a completion or a joining
-node lets it fit. RTT = finish - arrival (waiting included).
+no candidate (or when the policy places it nowhere, as an extender's filter failing every node) the task
+waits in :class:`~app.sim.pending.PendingQueue` until a completion or a joining node lets it fit.
+RTT = finish - arrival (waiting included).
 
 The same class runs in real time when given a ``simpy.rt.RealtimeEnvironment``.
 """
@@ -179,7 +180,8 @@ class Cluster:
         self.log.submitted(task.idx, task.app, task.input_mb, task.submit_s)
         cands = self.candidates(task)
         if cands:
-            self._place(task, cands)
+            if not self._place(task, cands):
+                self.pending.push(task)
         elif not any(task.profile.fits(rt.spec, task.input_mb) for rt in self.rt.values() if not rt.cordoned):
             self._unschedulable(task)
         else:
@@ -191,8 +193,11 @@ class Cluster:
             self._complete_message(task, None, "failed")
         self._client_done(task.idx)
 
-    def _place(self, task: Task, cands: list[NodeSpec]) -> None:
+    def _place(self, task: Task, cands: list[NodeSpec]) -> bool:
+        """Start ``task`` where the policy chooses; False when it chose no node (the task waits)."""
         chosen = self.policy.choose(task, cands, self.view)
+        if chosen is None:
+            return False
         rt = self.rt.get(chosen.name)
         p, mb = task.profile, task.input_mb
         if rt is None or rt not in self._active or not p.fits(rt.spec, mb) or not rt.has_room(p, mb):
@@ -204,6 +209,7 @@ class Cluster:
         self._tasks[task.idx] = task
         self.log.started(task.idx, rt.idx, now, rt.ideal_ms(p, mb) * run.start_factor, work)
         self._arm(rt)
+        return True
 
     def _arm(self, rt: NodeRuntime) -> None:
         nxt = rt.next_finish()
@@ -241,11 +247,15 @@ class Cluster:
         if not len(self.pending):
             return
         self.pending.begin()
+        refused: list[Task] = []  # placed nowhere by the policy: they wait for the next drain
         while True:
             task = self.pending.pop_fitting({app: self._room(app) for app in self.pending.apps()})
             if task is None:
-                return
-            self._place(task, self.candidates(task))
+                break
+            if not self._place(task, self.candidates(task)):
+                refused.append(task)
+        for task in refused:
+            self.pending.push(task)
 
     # -- observation
     def scrape_all(self) -> None:

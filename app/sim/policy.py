@@ -39,8 +39,9 @@ class Policy(Protocol):
     name: str
     trace: PolicyTrace
 
-    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
-        """One of ``candidates`` (never empty) for ``task``."""
+    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec | None:
+        """One of ``candidates`` (never empty) for ``task``; None leaves it pending (a scheduler extender's
+        filter that fails every candidate), to be tried again at the next completion or join."""
         ...
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:

@@ -17,7 +17,7 @@ class BasePolicy:
     def __init__(self) -> None:
         self.trace = PolicyTrace()
 
-    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec | None:
         raise NotImplementedError
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:

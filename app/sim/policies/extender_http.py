@@ -1,6 +1,9 @@
 """Ask the real scheduler extender over HTTP where each task goes, as kube-scheduler would.
 
-For every task the policy POSTs an ``ExtenderArgs`` to ``{url}/prioritize``: a realistic v1 Pod (label
+For every task the policy POSTs an ``ExtenderArgs`` to ``{url}/filter`` and then, when more than one node
+passed, to ``{url}/prioritize`` over the nodes that passed, as kube-scheduler does (``schedulePod``: one
+feasible node is bound without prioritize, none leaves the pod pending: the policy returns None and the
+cluster tries it again at the next completion). The args hold a realistic v1 Pod (label
 ``rttsched.io/app``, annotation ``rttsched.io/input-size-mb``, ``metadata.uid`` = the task's id, so the
 extender's rtt-predictions join the simulator's task-completions on ``task_id``) and the candidates, as
 ``NodeNames`` (``nodeCacheCapable: true``) or as a full ``NodeList`` (``false``). It takes the top score.
@@ -9,7 +12,8 @@ Tie-break: among the candidates sharing the top score - all of them when the ext
 (every score 5: no model or no fresh data yet) - the choice is Kubernetes' default scoring
 (:class:`~app.sim.policies.kube_default.KubeDefault`), which is what kube-scheduler's own plugins would
 decide. When the extender cannot be reached or answers garbage, the policy falls back to that default over
-all candidates and counts the error (kube-scheduler ignores a failed ``prioritize`` the same way).
+all candidates and counts the error (kube-scheduler ignores a failed call of an ``ignorable`` extender the
+same way).
 
 >>> pod = pod_json("t0000007", "gCTF", 512.0)
 >>> pod["metadata"]["uid"], pod["metadata"]["labels"]["rttsched.io/app"]
@@ -117,22 +121,23 @@ class ExtenderPolicy(BasePolicy):
             raise ValueError(f"timeout_s: must be > 0 (got {timeout_s})")
         self.url = url
         self._host, self._port = parsed.hostname, parsed.port or 80
-        self._path = parsed.path.rstrip("/") + "/prioritize"
+        self._prefix = parsed.path.rstrip("/")
         self.node_cache_capable = node_cache_capable
         self.timeout_s = timeout_s
         self.namespace = namespace
         self._fallback = KubeDefault(rng)
         self._conn: http.client.HTTPConnection | None = None
         self.recent_rtt_ms: deque[float] = deque(maxlen=200)
-        self.stats = {"requests": 0, "scored": 0, "neutral": 0, "errors": 0, "http_s": 0.0}
+        self.stats = {"requests": 0, "scored": 0, "neutral": 0, "errors": 0, "bound": 0, "filtered_out": 0,
+                      "http_s": 0.0}
         self.trace.notes["extender"] = self.stats
 
-    def _post(self, body: bytes) -> Any:
+    def _post(self, verb: str, body: bytes) -> Any:
         for attempt in (0, 1):  # one retry on a connection the server closed while idle
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
             try:
-                self._conn.request("POST", self._path, body, {"Content-Type": "application/json"})
+                self._conn.request("POST", f"{self._prefix}/{verb}", body, {"Content-Type": "application/json"})
                 resp = self._conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
@@ -142,12 +147,30 @@ class ExtenderPolicy(BasePolicy):
                     raise
                 continue
             if resp.status != 200:
-                raise http.client.HTTPException(f"prioritize answered {resp.status}: {data[:200]!r}")
+                raise http.client.HTTPException(f"{verb} answered {resp.status}: {data[:200]!r}")
             return orjson.loads(data)
         raise AssertionError("unreachable")
 
     def prioritize(self, task: Task, candidates: Sequence[NodeSpec]) -> Any:
         """The extender's raw HostPriorityList for ``task`` over ``candidates``."""
+        return self._post("prioritize", self._args(task, candidates))
+
+    def filter(self, task: Task, candidates: Sequence[NodeSpec]) -> list[str]:
+        """The names of ``candidates`` that pass the extender's filter for ``task``, in their order."""
+        answer = self._post("filter", self._args(task, candidates))
+        if not isinstance(answer, dict) or answer.get("Error"):
+            raise http.client.HTTPException(f"filter answered an error: {str(answer)[:200]}")
+        if self.node_cache_capable:
+            names = answer.get("NodeNames")
+        else:
+            nodes = answer.get("Nodes")
+            names = [it.get("metadata", {}).get("name") for it in (nodes or {}).get("items") or ()]
+        if not isinstance(names, list):
+            raise http.client.HTTPException(f"filter answered no node list: {str(answer)[:200]}")
+        asked = {c.name for c in candidates}
+        return [n for n in names if n in asked]
+
+    def _args(self, task: Task, candidates: Sequence[NodeSpec]) -> bytes:
         place = task.profile.place
         pod = pod_json(task.task_id, task.app, task.input_mb, namespace=self.namespace, cpu=place.cpu_cores,
                        mem_gb=place.mem_gb, gpus=place.gpu_share)
@@ -156,21 +179,29 @@ class ExtenderPolicy(BasePolicy):
         else:
             args = {"Pod": pod, "Nodes": {"metadata": {}, "items": [node_json(n) for n in candidates]},
                     "NodeNames": None}
-        return self._post(orjson.dumps(args))
+        return orjson.dumps(args)
 
-    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec | None:
         self.stats["requests"] += 1
         t0 = time.perf_counter()
-        asked = candidates
-        if task.profile.on_gpu is not None:  # the pod requests nvidia.com/gpu: kube-scheduler filters the others
-            asked = [c for c in candidates if c.node_class == "gpu"] or candidates
+        by_name = {n.name: n for n in candidates}
+        answer: Any = None
         try:
-            answer = self.prioritize(task, asked)
+            passing = self.filter(task, candidates)
+            if len(passing) > 1:
+                answer = self.prioritize(task, [by_name[n] for n in passing])
         except (OSError, http.client.HTTPException, orjson.JSONDecodeError):
-            answer = None
+            self.stats["http_s"] += time.perf_counter() - t0
+            self.stats["errors"] += 1
+            return self._fallback.choose(task, candidates, view)
         self.stats["http_s"] += time.perf_counter() - t0
-        by_name = {n.name: n for n in asked}
-        top = top_hosts(answer, by_name)
+        if not passing:  # every node failed the filter: the pod stays pending
+            self.stats["filtered_out"] += 1
+            return None
+        if len(passing) == 1:  # bound without prioritize
+            self.stats["bound"] += 1
+            return by_name[passing[0]]
+        top = top_hosts(answer, set(passing))
         if not top:
             self.stats["errors"] += 1
             return self._fallback.choose(task, candidates, view)

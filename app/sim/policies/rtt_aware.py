@@ -8,20 +8,25 @@ Nothing here predicts, learns or decides by a rule of its own; each step calls w
   :class:`~app.scheduler.builder.SnapshotBuilder`; a podwatch-like running view of the pods per app on
   each node every ``running_refresh_s`` (:meth:`SnapshotBuilder.apply_running`; 0: at every start and end;
   None, the default: none, as in the demo);
-- **placement** (extender): :func:`app.scheduler.decide.decide` with :data:`SIM_POLICY` (the demo's
-  extender policy) — models, residual correction, credibility, assumed pods, exploration — and the
-  winner (:meth:`Decision.best`), assumed as the extender assumes it and forgotten when its completion
-  arrives (the extender reads task-completions, :mod:`app.extender.feed`); when there is none, the
-  top-scored candidates go to Kubernetes' default scoring, as kube-scheduler (and the live
-  :class:`~app.sim.policies.extender_http.ExtenderPolicy`) would;
+- **placement** (extender): :func:`app.scheduler.cycle.schedule` with :data:`SIM_POLICY` (the demo's
+  extender policy; ``policy`` adds rules): the extender's filter and prioritize
+  (:func:`app.scheduler.decide.decide`: models, residual correction, credibility, assumed pods, exploration)
+  in kube-scheduler's order — no node left: the pod stays pending; one: bound without prioritize and
+  assumed there; several: the winner of prioritize over them (:meth:`Decision.best`) — assumed as the
+  extender assumes it and forgotten when its completion arrives (the extender reads task-completions,
+  :mod:`app.extender.feed`); when there is no winner, the top-scored candidates go to Kubernetes' default
+  scoring, as kube-scheduler (and the live :class:`~app.sim.policies.extender_http.ExtenderPolicy`) would;
 - **feedback** (worker): each completion is one pair of the join (``NodeTracker.add``: errors and the
   residual, from the model's own prediction) and one training sample (:func:`app.features.node_value.sample_value`
   into the trainer's :class:`~app.trainer.history.SampleHistory`); every error period
-  ``NodeTracker.close`` (DWA, Page-Hinkley with drift episodes, credibility) gives node-weights
-  (``NodeTracker.weights_fields``) and drift retrains with their onset, and every ``SAMPLE_CHECK_S``
+  ``NodeTracker.close`` (DWA, Page-Hinkley with drift episodes, credibility) gives node-weights for every
+  node with metrics (``NodeTracker.weights_fields``, the prior for a node without completions yet, ``stale``
+  as the worker marks it; no ``predicted_rtt_ms``: the extender holds every model the worker would predict
+  it with) and drift retrains with their onset, and every ``SAMPLE_CHECK_S``
   :class:`~app.drift.growth.SampleGrowth` asks cold-start and growth retrains, each debounced per key;
 - **retrains** (trainer): :class:`~app.sim.policies.training.SimulatedTrainer` runs
-  :func:`app.trainer.pipeline.retrain` off the decision path; a promoted model serves from its verdict
+  :func:`app.trainer.pipeline.retrain` off the decision path, with the trainer's seed and
+  ``Settings.trainer_margin``; a promoted model serves from its verdict
   on (the first placement or scrape round at or after it: the extender takes a model-updates message when it
   arrives, not at a scrape round), and the residuals and drift detectors of its app on its class's nodes start afresh.
 
@@ -50,13 +55,13 @@ from app.features.window import NodeWindow
 from app.model.fast import FastPredictor
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
-from app.scheduler.decide import DecideParams, Decision, decide
+from app.scheduler.cycle import schedule
+from app.scheduler.decide import DecideParams, Decision
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
 from app.scheduler.snapshot import Snapshot
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
-from app.sim.policies.extender_http import top_scored
 from app.sim.policies.kube_default import KubeDefault
 from app.sim.policies.training import SimulatedTrainer, VerdictDelay
 from app.sim.view import ClusterView, Task
@@ -71,7 +76,6 @@ from app.trainer.pipeline import default_selector
 SIM_POLICY: dict[str, Any] = {"contention": {"interfering": 0.5, "other": 0.3},
                               "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
 SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine
-HISTORY_S = 120.0
 
 
 class RttAware(BasePolicy):
@@ -109,10 +113,10 @@ class RttAware(BasePolicy):
         self.growth = SampleGrowth(s.cold_start_samples, s.retrain_growth)
         self.debounce = Debounce(s.retrain_debounce_s)
         self.trainer = SimulatedTrainer(
-            delay_s=VerdictDelay() if train_delay_s is None else train_delay_s, seed=int(rng.integers(2**31)),
+            delay_s=VerdictDelay() if train_delay_s is None else train_delay_s,
             params={**SIM_TRAIN_PARAMS, **(train_params or {})},
-            selector=default_selector if select else None, background=background, options=train_options,
-            gpu_apps=s.gpu_apps)
+            selector=default_selector if select else None, background=background,
+            options={"margin": s.trainer_margin, **(train_options or {})}, gpu_apps=s.gpu_apps)
         self.kube = KubeDefault(rng)
         self.windows: dict[str, NodeWindow] = {}
         self.trackers: dict[str, NodeTracker] = {}
@@ -121,6 +125,7 @@ class RttAware(BasePolicy):
         self.samples_per_key: collections.Counter[str] = collections.Counter()
         self.pods: dict[str, collections.Counter[str]] = {}  # node -> app -> running (the podwatch's truth)
         self._scraped: set[str] = set()
+        self._newest: dict[str, float] = {}  # node -> its newest scrape's time
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
         # called with (task, decision, chosen node, view) after each placement (bench/bench_regret.py)
@@ -151,9 +156,12 @@ class RttAware(BasePolicy):
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
         w = self.windows.get(node)
         if w is None:
-            w = self.windows[node] = NodeWindow(self.settings.feature_window_s, history_s=HISTORY_S)
+            s = self.settings
+            w = self.windows[node] = NodeWindow(s.feature_window_s, history_s=s.feature_history_s,
+                                                bucket_s=s.feature_bucket_s, max_metrics=s.feature_max_metrics)
             self.specs[node] = view.node(node)
         w.update(ts, metrics)
+        self._newest[node] = max(ts, self._newest.get(node, ts))
         self._scraped.add(node)
 
     def tick(self, view: ClusterView) -> None:
@@ -191,11 +199,15 @@ class RttAware(BasePolicy):
                 self.trace.windows.append((t, f"{node}:{app}", r.window_s))
                 if r.drift:
                     self._ask(model_key(app, node_class), "drift", view, r.onset_ts)
-        for node, tracker in self.trackers.items():
-            fields = tracker.weights_fields()
+        s = self.settings
+        stale_after = s.stale_after_scrapes * s.scrape_interval_s
+        for node, newest in self._newest.items():  # every node with metrics, as the worker's weights_values
+            kept = self.trackers.get(node)
+            fields = kept.weights_fields() if kept is not None else {"weight": s.credibility_prior}
             if not self.correction:
                 fields.pop("correction", None)
-            self.builder.apply_node_weights({"node": node, "ts": ts, **fields, "predicted_rtt_ms": {}, "stale": False})
+            self.builder.apply_node_weights({"node": node, "ts": ts, **fields, "predicted_rtt_ms": {},
+                                             "stale": ts - newest > stale_after})
             self.trace.weights.append((t, node, float(fields["weight"])))
 
     def _sample_timer(self, view: ClusterView, ts: float) -> None:
@@ -247,21 +259,21 @@ class RttAware(BasePolicy):
         self.trace.notes["promotions"] = self.trace.notes.get("promotions", 0) + 1
 
     # -- the extender's side
-    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec:
+    def choose(self, task: Task, candidates: Sequence[NodeSpec], view: ClusterView) -> NodeSpec | None:
         ts = view.ts
         if self._models_due(view) or (self.builder.dirty and self.running_refresh_s == 0):
             self.snap = self.builder.build(ts)
         by_name = {c.name: c for c in candidates}
         pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
-        d = decide(self.snap, pod, list(by_name), self.assumed, self.params, ts)
-        best = d.best()
+        cycle = schedule(self.snap, pod, list(by_name), self.assumed, self.params, ts)
+        d = cycle.decision
+        if d is None:  # the extender's filter left no node: the pod stays pending
+            return None
+        if cycle.node is not None:
+            chosen = by_name[cycle.node]
+        else:  # kube-scheduler places it by its own scores among the top-scored
+            chosen = self.kube.choose(task, [by_name[h] for h in cycle.top], view)
         prediction: dict[str, Any] | None = None
-        if best is not None:
-            self.assumed.assume(task.task_id, task.app, best, ts, input_mb=task.input_mb)
-            chosen = by_name[best]
-        else:
-            hosts = top_scored(d.scores())  # the candidates sharing the highest score go to kube-scheduler
-            chosen = self.kube.choose(task, [by_name[h] for h in hosts] or candidates, view)
         if d.neutral is None:  # what rtt-predictions carries for the node the pod went to
             v = d.verdict(d.nodes.index(chosen.name))
             if not v.stale:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from bench_oracle import Truth, TruthAware, room_captured
 
+import app.scheduler.cycle as cycle_module
 import app.scheduler.decide as decide_module
-import app.sim.policies.rtt_aware as rtt_aware_module
 from app.scheduler.decide import Decision
 from app.sim.hardware import NodeSpec
 from app.sim.policies.rtt_aware import RttAware
@@ -64,10 +64,10 @@ def test_with_the_truth_every_modelled_candidate_is_predicted_its_true_cost_and_
 
 
 def test_the_truth_of_own_time_leaves_the_models_slowdown_and_is_undone_on_exit() -> None:
-    original = decide_module._predict, decide_module.inflicted_ms, rtt_aware_module.decide
+    original = decide_module._predict, decide_module.inflicted_ms, cycle_module.decide
     truth = Truth(slowdown=False)
     seen = decisions(lambda rng: TruthAware(rng, truth, background=False), truth)
-    assert (decide_module._predict, decide_module.inflicted_ms, rtt_aware_module.decide) == original
+    assert (decide_module._predict, decide_module.inflicted_ms, cycle_module.decide) == original
     own = [(d.model_rtt_ms[i], costs[i][0]) for d, costs in seen for i in modelled(d)]
     assert own and all(got == pytest.approx(true, rel=1e-12) for got, true in own)
     priced = [(d.inflicted_ms[i], costs[i][1]) for d, costs in seen if d.inflicted_ms

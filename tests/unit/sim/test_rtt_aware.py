@@ -10,6 +10,7 @@ import pytest
 from sim_invariants import assert_invariants
 
 from app.config import Settings
+from app.scheduler import cycle
 from app.sim.policies import rtt_aware, training
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.results import WARMUP_FRACTION
@@ -34,7 +35,7 @@ class Calls:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.n: collections.Counter[str] = collections.Counter()
-        for module, name in [(rtt_aware, "decide"), (rtt_aware, "sample_value"), (rtt_aware, "features_value"),
+        for module, name in [(cycle, "decide"), (rtt_aware, "sample_value"), (rtt_aware, "features_value"),
                              (training, "retrain")]:
             monkeypatch.setattr(module, name, self._count(name, getattr(module, name)))
         for cls, method in [(rtt_aware.NodeTracker, "add"), (rtt_aware.NodeTracker, "close"),
@@ -67,7 +68,8 @@ def test_the_simulator_and_the_live_processes_share_their_learning_functions():
     from app.trainer import service as trainer
 
     assert training.retrain is trainer.retrain is pipeline.retrain
-    assert rtt_aware.decide is extender.decide
+    assert rtt_aware.schedule is cycle.schedule and cycle.decide is extender.decide
+    assert extender.filter_answer is cycle.filter_answer and extender.assume is cycle.assume
     assert rtt_aware.sample_value is feedback_join.node_sample_value
     assert rtt_aware.features_value is node_state.features_value
     assert rtt_aware.NodeTracker is feedback_state.NodeTracker
@@ -361,3 +363,38 @@ def test_a_cold_start_is_asked_at_the_completion_that_reaches_the_count(monkeypa
     cold-start count, not at the sample check after it (every 0.25 s)."""
     reached, asked = _asks(monkeypatch, SimConfig(n_tasks=800), "cold_start")
     assert len(asked) >= 3 and asked == reached, (asked, reached)
+
+
+def test_the_simulated_trainer_judges_and_seeds_as_the_trainer_process():
+    """The trainer process passes no seed (the pipeline's) and ``Settings.trainer_margin``; so does the sim."""
+    import dataclasses
+    import inspect
+
+    from app.trainer import pipeline
+
+    p = RttAware(np.random.default_rng(1), settings=dataclasses.replace(SETTINGS, trainer_margin=0.1))
+    assert p.trainer.options["margin"] == 0.1
+    assert p.trainer.options["seed"] == inspect.signature(pipeline.train_challenger).parameters["seed"].default
+
+
+def test_node_weights_go_to_every_scraped_node_and_say_stale_as_the_worker_does():
+    from app.sim.hardware import small_preset
+    from app.sim.state import NodeRuntime
+    from app.sim.view import ClusterView
+
+    specs = small_preset()[:2]
+    now = [0.0]
+    view = ClusterView({s.name: NodeRuntime(s, i) for i, s in enumerate(specs)}, lambda: now[0], 1_700_000_000.0)
+    p = RttAware(np.random.default_rng(1))
+    for t in np.arange(0.0, 12.0, 1.0):
+        now[0] = float(t)
+        p.observe_metrics(specs[0].name, view.ts, {"cpu_util": 0.1}, view)
+        if t < 4:  # the second node's metrics stop after 3 s
+            p.observe_metrics(specs[1].name, view.ts, {"cpu_util": 0.1}, view)
+        p.tick(view)
+    nodes = p.snap.nodes
+    assert set(nodes) == {specs[0].name, specs[1].name}
+    assert nodes[specs[0].name].weight == SETTINGS.credibility_prior  # no completion yet: the prior
+    stale_after = SETTINGS.stale_after_scrapes * SETTINGS.scrape_interval_s
+    assert 11.0 - 3.0 > stale_after
+    assert (nodes[specs[0].name].weights_stale, nodes[specs[1].name].weights_stale) == (False, True)
