@@ -240,8 +240,7 @@ class ExtenderService:
         """Assume the pod of a scored decision on ``node`` (:func:`app.scheduler.cycle.assume`) and queue its
         predictions."""
         now = self.clock.now()
-        if node is not None:
-            assume(self.assumed, d, node, now, expected_s)
+        assume(self.assumed, d, node, now, expected_s)
         if self.publisher is not None:
             self.publisher.offer(d, now)
 

@@ -36,6 +36,7 @@ from collections.abc import KeysView, Sequence
 
 EMPTY: tuple[AssumedPod, ...] = ()
 MAX_APPS = 64
+MAX_HINTS = 256  # notes of expected runs kept for the placement that follows them (each holds a node list)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class AssumedPods:
     scrape_delay_s
         Metrics need this long after a placement before node-features can reflect it.
     max_pods
-        Upper bound on remembered placements (and on pending RTT hints).
+        Upper bound on remembered placements.
     rtt_multiple
         A placement with a predicted RTT ends after ``rtt_multiple`` times that RTT (capped at ``ttl_s``).
     """
@@ -111,11 +112,19 @@ class AssumedPods:
         return tuple(self._apps)
 
     def expect(self, task_id: str, nodes: Sequence[str], rtt_ms: Sequence[float]) -> None:
-        """Note the RTT (ms; NaN: unknown) predicted for ``task_id`` on each of ``nodes``, for :meth:`assume`."""
+        """Note the RTT (ms; NaN: unknown) predicted for ``task_id`` on each of ``nodes``, for :meth:`assume`.
+
+        A note is for the placement that follows in the same scheduling step (prioritize, then assume): at most
+        :data:`MAX_HINTS` are kept, the oldest dropped first, and :meth:`unexpect` drops one no placement used.
+        """
         self._hints.pop(task_id, None)
-        while len(self._hints) >= self.max_pods:
+        while len(self._hints) >= MAX_HINTS:
             del self._hints[next(iter(self._hints))]
         self._hints[task_id] = (nodes, rtt_ms)
+
+    def unexpect(self, task_id: str) -> None:
+        """Drop what :meth:`expect` noted for ``task_id`` (the pod was placed nowhere the extender expected)."""
+        self._hints.pop(task_id, None)
 
     def _until(self, task_id: str, node: str, now: float, expected_s: float | None) -> float:
         hint = self._hints.pop(task_id, None)

@@ -148,9 +148,18 @@ class SnapshotBuilder:
         return True
 
     def apply_running(self, node: str, apps: Mapping[str, int], ts: float | None = None) -> None:
-        """Replace the running-apps view of ``node`` (app -> running pods), read at ``ts`` when known."""
-        old = self._nodes.get(node) or NodeState(node)
+        """Replace the running-apps view of ``node`` (app -> running pods), read at ``ts`` when known.
+
+        A node known from this view only (no node-features, no node-weights: never scraped, or removed by its
+        tombstone while pods still ran there) is forgotten when nothing runs there any more.
+        """
+        known = self._nodes.get(node)
         clean = {str(a): int(c) for a, c in apps.items() if int(c) > 0}
+        if not clean and (known is None or (known.features_ts <= 0 and known.weights_ts <= 0)):
+            if known is not None:
+                self.remove_node(node)
+            return
+        old = known or NodeState(node)
         if dict(old.running) != clean or (ts is not None and ts > old.running_ts):
             self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean),
                                                     running_ts=max(old.running_ts, ts or 0.0))

@@ -51,11 +51,13 @@ def filter_answer(d: Decision) -> FilterAnswer:
     return FilterAnswer(d, passing, bound)
 
 
-def assume(assumed: AssumedPods, d: Decision, node: str, now: float, expected_s: float | None = None) -> None:
+def assume(assumed: AssumedPods, d: Decision, node: str | None, now: float, expected_s: float | None = None) -> None:
     """Note ``d``'s pod as placed on ``node`` at ``now`` (``expected_s``: its expected run, else the one ``decide``
-    noted for the node)."""
+    noted for the node); ``node`` None: placed nowhere the extender expects, and what ``decide`` noted goes."""
     pod = d.pod
-    assert pod.app is not None  # noqa: S101 - only a pod of an app is assumed
+    if node is None or pod.app is None:
+        assumed.unexpect(pod.task_id)
+        return
     assumed.assume(pod.task_id, pod.app, node, now, expected_s=expected_s, input_mb=pod.input_size_mb)
 
 
@@ -102,8 +104,7 @@ def schedule(snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assu
     # the filter's rows are remembered for prioritize (a skipped filter remembered none)
     d = decide(snapshot, pod, feasible, assumed, params, now, remember_rows=skipped)
     winner = d.best()
-    if winner is not None and pod.app is not None:
-        assume(assumed, d, winner, now)
+    assume(assumed, d, winner, now)
     best = max(d.score, default=None)
     top = tuple(n for n, s in zip(d.nodes, d.score, strict=True) if s == best)
     return Cycle(feasible, d, winner, top)

@@ -63,6 +63,17 @@ async def test_only_prioritize_notes_expected_run_times(client: Client, service:
     assert [p.placed_at < p.until < p.placed_at + ttl for p in service.assumed.on_node("gpu-4090-1", NOW)] == [True]
 
 
+async def test_a_pod_placed_nowhere_leaves_no_expected_run_times(client: Client, service: ExtenderService) -> None:
+    """Pods of an app no model covers get no winner, so nothing is assumed: what prioritize noted for them
+    goes at once (kept, a list per candidate per pod piled up until max_pods: ~30 KB a pod at 300 nodes)."""
+    args = fixture("args_names_gctf.json")
+    args["Pod"]["metadata"]["labels"]["rttsched.io/app"] = "newapp"
+    for i in range(300):
+        args["Pod"]["metadata"]["uid"] = f"uid-{i}"
+        assert (await post(client, "prioritize", args))[0] == 200
+    assert len(service.assumed) == 0 and service.assumed.hinted == 0
+
+
 async def test_a_filter_that_leaves_one_node_places_the_pod(client: Client, service: ExtenderService) -> None:
     """With a single feasible node kube-scheduler binds it without calling prioritize: the filter assumes
     the pod there and publishes its predictions (else its completion would find no prediction to join)."""

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.scheduler.assumed import MAX_APPS, AssumedPods
+from app.scheduler.assumed import MAX_APPS, MAX_HINTS, AssumedPods
 
 
 def test_pending_until_features_newer_than_placement_plus_scrape_delay() -> None:
@@ -67,13 +67,16 @@ def test_a_predicted_rtt_shortens_the_placement_but_never_past_the_ttl() -> None
 
 def test_hints_are_used_once_and_bounded() -> None:
     a = AssumedPods(ttl_s=30, max_pods=2)
-    for i in range(3):
+    for i in range(MAX_HINTS + 1):
         a.expect(f"p{i}", ["n1"], [1000.0])
+    assert a.hinted == MAX_HINTS
     a.assume("p0", "gCTF", "n1", now=0.0)  # its hint was dropped (oldest first): the TTL applies
     a.assume("p2", "gCTF", "n1", now=0.0)
     assert {p.task_id: p.until for p in a.on_node("n1", now=0.0)} == {"p0": 30.0, "p2": 1.5}
     a.assume("p2", "gCTF", "n1", now=1.0)  # scored again without a new prediction: the TTL
     assert a.on_node("n1", now=2.0)[-1].until == 31.0
+    a.unexpect("p3")  # placed nowhere the extender expected: its note goes
+    assert a.hinted == MAX_HINTS - 2
 
 
 def test_apps_are_remembered_first_seen_first_and_bounded() -> None:

@@ -118,3 +118,25 @@ def test_hw_gpu_count_comes_from_the_gpu_count_gauge() -> None:
     stale = features_msg("g", 1.0, 0.0, gpu_count__last=2.0)
     stale["stale"] = ["gpu_count"]  # the GPU exporter is down: its gauge is not read
     assert "hw_gpu_count" not in node_features_map(stale)
+
+
+def test_a_node_known_only_from_the_running_view_goes_when_nothing_runs_there() -> None:
+    """A node's tombstone while its pods still run, then the pods end: nothing of it is left (else every
+    node that ever left that way stayed in every snapshot)."""
+    b = SnapshotBuilder()
+    for i in range(50):
+        node = f"gone-{i}"
+        b.apply_node_features({"node": node, "ts": NOW, "node_class": "gpu", "gpu_model": "Tesla M40",
+                               "window_s": 30.0, "count": 30, "features": {"load__mean": 1.0}})
+        b.apply_running(node, {"gCTF": 2}, NOW)
+        b.remove_node(node)  # the worker's tombstone
+        b.apply_running(node, {"gCTF": 2}, NOW + 1)  # the pods are still listed
+        assert b.node_count == 1
+        b.apply_running(node, {}, NOW + 2)  # and then gone
+        assert b.node_count == 0
+    b.apply_running("never-scraped", {}, NOW)
+    assert b.node_count == 0
+    b.apply_node_features({"node": "kept", "ts": NOW, "node_class": "cpu", "gpu_model": None, "window_s": 30.0,
+                           "count": 30, "features": {"load__mean": 1.0}})
+    b.apply_running("kept", {}, NOW)  # a scraped node stays with nothing running
+    assert b.node_count == 1 and "kept" in b.build(NOW).nodes
