@@ -10,7 +10,10 @@ also sent to the dead-letters topic, ``partition`` -1 and the line number as ``o
 are produced. Exit status 0 when every line was valid, 1 when some were not.
 
 A completion must land on a node that has metrics (the nodes of ``--targets``, and those with node-features
-in Redis when ``REDIS_URL`` is set): one on any other node is invalid (``unknown_node``). Spans find their
+in Redis when ``REDIS_URL`` is set): one on any other node is invalid (``unknown_node``). Redis is read again
+every :data:`NODES_REFRESH_S` and, at most every :data:`NODES_MISS_S`, when a line names a node not in the set
+(a node that joined while a long stream runs): the line is then checked against the new set; a read that
+fails keeps the set it has. Spans find their
 node from ``k8s.node.name``, then ``--node-map`` (pod or host name -> node), then ``host.name`` -- counted
 and warned about, since in Kubernetes that is the pod's name (:mod:`app.bridge.attribution`).
 """
@@ -25,6 +28,8 @@ HELP = "produce JSON lines (or Jaeger / OTLP span JSON) to a topic; invalid line
 TOPICS = ("task-completions", "node-metrics")
 BATCH = 1000
 PROGRESS_EVERY = 50_000
+NODES_REFRESH_S = 60.0  # the nodes with metrics, read again from Redis this often
+NODES_MISS_S = 5.0  # and on a line naming a node not in the set, at most this often
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,22 +52,22 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     if args.source != "values" and args.topic != "task-completions":
         raise ConfigError("--from", f"span conversion produces task-completions, not {args.topic}")
-    options = None
+    options, targets = None, ()
     if args.topic == "task-completions":
-        options = asyncio.run(_span_options(args, settings))
+        options, targets = asyncio.run(_span_options(args, settings))
     name = "<stdin>" if args.file == "-" else args.file
     try:
         stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(args.file, f"cannot read: {exc.strerror}") from None
     try:
-        return asyncio.run(_publish(args, settings, stream, name, options))
+        return asyncio.run(_publish(args, settings, stream, name, options, targets))
     finally:
         if stream is not sys.stdin:
             stream.close()
 
 
-async def _span_options(args: argparse.Namespace, settings: Any) -> Any:
+async def _span_options(args: argparse.Namespace, settings: Any) -> tuple[Any, tuple[Any, ...]]:
     from app.bridge.attribution import known_nodes, load_node_map
     from app.bridge.spans import SpanOptions
     from app.bridge.targets import load_targets
@@ -70,10 +75,51 @@ async def _span_options(args: argparse.Namespace, settings: Any) -> Any:
     node_map = load_node_map(args.node_map) if args.node_map else {}
     targets = load_targets(args.targets) if args.targets else []
     known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets)
-    return SpanOptions(node_map, frozenset(known) if known is not None else None)
+    return SpanOptions(node_map, frozenset(known) if known is not None else None), tuple(targets)
 
 
-async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: str, options: Any) -> int:
+class _Nodes:
+    """Reads the nodes with metrics again (Redis) every :data:`NODES_REFRESH_S`, and on a miss at most every
+    :data:`NODES_MISS_S`; a failed read keeps the nodes it has and is said once."""
+
+    def __init__(self, settings: Any, options: Any, targets: tuple[Any, ...]) -> None:
+        import time
+
+        self._settings = settings
+        self._targets = targets
+        self._clock = time.monotonic
+        self._read_at = self._clock()
+        self.options = options
+        self.on = bool(settings.redis_client_url) and options is not None and options.known_nodes is not None
+        self._warned = False
+
+    def due(self) -> bool:
+        return self.on and self._clock() - self._read_at >= NODES_REFRESH_S
+
+    def may_miss(self) -> bool:
+        return self.on and self._clock() - self._read_at >= NODES_MISS_S
+
+    async def read(self) -> None:
+        import dataclasses
+
+        from app.bridge.attribution import known_nodes
+        from app.errors import ConfigError
+
+        self._read_at = self._clock()
+        try:
+            known = await known_nodes(self._settings.redis_client_url, self._settings.topic_prefix,
+                                      self._targets)
+        except ConfigError as exc:
+            if not self._warned:
+                print(f"publish: warning: {exc}; checking nodes against the last set read", file=sys.stderr)
+                self._warned = True
+            return
+        self._warned = False
+        self.options = dataclasses.replace(self.options, known_nodes=frozenset(known or ()))
+
+
+async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: str, options: Any,
+                   targets: tuple[Any, ...] = ()) -> int:
     from app.bridge.metrics import BridgeMetrics
     from app.bridge.producer import dead_letter, publish, publish_dead_letters, start_producer
     from app.bridge.records import convert, read_records
@@ -96,9 +142,15 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
         pending.clear()
         letters.clear()
 
+    nodes = _Nodes(settings, options, targets)
     try:
         for record in read_records(stream):
-            out = convert(record, args.topic, args.source, options)
+            if nodes.due():
+                await nodes.read()
+            out = convert(record, args.topic, args.source, nodes.options)
+            if out.problems and nodes.may_miss() and any(p.error.reason == "unknown_node" for p in out.problems):
+                await nodes.read()  # a node that joined since the set was read
+                out = convert(record, args.topic, args.source, nodes.options)
             pending.extend(out.values)
             skipped += out.skipped
             for attribute, n in out.fallbacks.items():

@@ -137,3 +137,48 @@ def test_publish_checks_nodes_against_a_redis_with_a_password(redis_with_passwor
     out, err = capsys.readouterr()
     assert f"{p}:2: unknown_node:" in err and "checked 1 message(s), 1 invalid" in out
     assert "REDIS_URL" not in err  # read, not refused for want of the password
+
+
+def test_publish_of_a_long_stream_takes_nodes_that_join_while_it_runs(redis_url: str, monkeypatch, capsys) -> None:
+    """A node whose metrics arrive after ``publish -`` started: its completions are accepted (the set of nodes
+    is read again on a miss), and a node never scraped is still refused."""
+    import concurrent.futures
+    import io
+    import json
+
+    import app.cli.publish as publish
+    from app.cli.main import main
+    from app.scheduler.cache import store_features
+
+    prefix = "join-"
+    keys = CacheKeys(prefix)
+
+    async def features(node: str) -> None:
+        client = aioredis.from_url(redis_url)
+        try:
+            await store_features(client, keys, {"node": node, "ts": 1.0, "features": {}})
+        finally:
+            await client.aclose()
+
+    asyncio.run(features("worker-1"))
+    done = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0, "started_ts": 2.0,
+            "finished_ts": 5.0, "rtt_ms": 4000.0, "status": "ok"}
+
+    class Stream(io.StringIO):
+        """Two lines; worker-2 gets its node-features between them."""
+
+        def __iter__(self):
+            yield json.dumps(done) + "\n"
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # publish's event loop runs this iterator
+                pool.submit(asyncio.run, features("worker-2")).result()
+            yield json.dumps(dict(done, task_id="t-2", node="worker-2")) + "\n"
+            yield json.dumps(dict(done, task_id="t-3", node="worker-9")) + "\n"
+
+    monkeypatch.setattr(publish, "NODES_MISS_S", 0.0)
+    monkeypatch.setattr("sys.stdin", Stream())
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", prefix)
+    assert main(["publish", "task-completions", "-", "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert "<stdin>:3: unknown_node:" in err and "<stdin>:2:" not in err
+    assert "checked 2 message(s), 1 invalid" in out
