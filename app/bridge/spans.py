@@ -8,7 +8,8 @@ span is skipped and counted. For a task span:
 field          taken from (first that is present)
 ============== ===================================================================================
 task_id        ``rtt.task_id``; the span id (hex)
-app            ``rtt.app`` on the span, then on the resource; the span name; the service name
+app            ``rtt.app`` on the span, then on the resource; else the span name, then the service name,
+               made a Kubernetes label value (:func:`label_value`; a name with nothing left is passed over)
 node           ``k8s.node.name`` on the span, then on the resource; the node map's entry for the
                span's or resource's ``k8s.pod.name``, ``host.name`` or ``hostname``; ``host.name``,
                then Jaeger's process tag ``hostname`` -- a *fallback*: in Kubernetes these name the pod,
@@ -22,16 +23,20 @@ status         ``rtt.status`` (ok | failed | cancelled); ``failed`` when the spa
 input_size_mb  ``rtt.input_size_mb`` when present
 ============== ===================================================================================
 
-A task span that lacks what a completion needs (no node, bad times, end before start) raises
+A task span that lacks what a completion needs (no node, no app, bad times, end before start) raises
 :class:`~app.errors.ContractError` (``bad_span``); so does a result that breaks the task-completions
-contract. With :attr:`SpanOptions.known_nodes` (the nodes that have metrics), a completion on any other
-node raises ``unknown_node``: it could never join its node's features, so it is reported (or
-dead-lettered) rather than published.
+contract (an ``rtt.app`` that is no label value, say). With :attr:`SpanOptions.known_nodes` (the nodes that
+have metrics), a completion on any other node raises ``unknown_node``: it could never join its node's
+features, so it is reported (or dead-lettered) rather than published.
 
 >>> completion_from_span(span_id="00000000000000ab", name="gCTF", service="cryoem", start_s=100.0, end_s=112.5,
 ...                      attrs={"rtt.task_id": "t-1", "k8s.node.name": "worker-1"}, resource={}, error=False)[0]
 {'task_id': 't-1', 'app': 'gCTF', 'node': 'worker-1', 'submitted_ts': 100.0, 'started_ts': 100.0, \
 'finished_ts': 112.5, 'rtt_ms': 12500.0, 'status': 'ok'}
+>>> completion_from_span(span_id="00000000000000ab", name="POST /upload", service="cryoem", start_s=100.0,
+...                      end_s=101.0, attrs={"rtt.task_id": "t-2", "k8s.node.name": "worker-1"}, resource={},
+...                      error=False)[0]["app"]
+'POST-upload'
 >>> resolve_node({}, {"k8s.pod.name": "runner-x2k4q", "host.name": "runner-x2k4q"}, {"runner-x2k4q": "worker-2"})
 ('worker-2', 'node_map')
 >>> resolve_node({}, {"host.name": "runner-x2k4q"}, {})
@@ -56,6 +61,8 @@ STATUSES = ("ok", "failed", "cancelled")
 NODE_ATTRIBUTE = "k8s.node.name"
 MAPPED_ATTRIBUTES = ("k8s.pod.name", "host.name", "hostname")  # looked up in the node map, in this order
 FALLBACK_ATTRIBUTES = ("host.name", "hostname")  # used as the node name itself, counted and warned about
+LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value (the pods' app label)
+_NOT_LABEL = re.compile(r"[^-A-Za-z0-9_.]+")
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$")
 
 
@@ -156,6 +163,30 @@ def _first(*candidates: Any) -> Any:
     return next((c for c in candidates if c not in (None, "")), None)
 
 
+def label_value(name: Any) -> str:
+    """``name`` as a Kubernetes label value, the form of an app name: each run of characters other than letters,
+    digits, ``-``, ``_`` and ``.`` becomes one ``-``, cut to 63 characters, a letter or digit at each end
+    (``''`` when nothing is left).
+
+    >>> label_value("POST /upload"), label_value("gCTF run"), label_value("grpc:Process"), label_value("上传")
+    ('POST-upload', 'gCTF-run', 'grpc-Process', '')
+    """
+    return _NOT_LABEL.sub("-", str(name))[:LABEL_VALUE_MAX].strip("-_.") if name is not None else ""
+
+
+def app_of(name: str, service: str | None, attrs: Mapping[str, Any], resource: Mapping[str, Any]) -> str:
+    """The app of a task span: ``rtt.app`` (span, then resource) as it is, else the span name, then the service
+    name, as label values (:func:`label_value`); ``bad_span`` when none gives one."""
+    declared = _first(attrs.get("rtt.app"), resource.get("rtt.app"))
+    if declared is not None:
+        return str(declared)
+    app = label_value(name) or label_value(service)
+    if not app:
+        raise ContractError("bad_span", f"task span without rtt.app whose name {name!r} and service {service!r} "
+                                        f"leave no app name (letters, digits, '-', '_', '.')")
+    return app
+
+
 def tagged_error(attrs: Mapping[str, Any]) -> bool:
     """A Jaeger span whose tags mark it as an error (``error=true``, or OTel's ``otel.status_code=ERROR``).
 
@@ -207,7 +238,7 @@ def completion_from_span(*, span_id: str, name: str, service: str | None, start_
         raise ContractError("bad_span", f"rtt.status must be one of {list(STATUSES)} (got {status!r})")
     out: dict[str, Any] = {
         "task_id": str(_first(attrs.get("rtt.task_id"), span_id)),
-        "app": str(_first(attrs.get("rtt.app"), resource.get("rtt.app"), name, service)),
+        "app": app_of(name, service, attrs, resource),
         "node": node,
         "submitted_ts": submitted,
         "started_ts": start_s,

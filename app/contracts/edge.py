@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import keyword
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
@@ -56,10 +57,11 @@ def _number_map(schema: dict[str, Any]) -> tuple[int, float, float] | None:
 
 
 _NOTES = {"description", "$schema", "title", "$comment"}  # keywords that do not constrain
-_TYPED_KEYS = _NOTES | {"type", "enum", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+_TYPED_KEYS = _NOTES | {"type", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
                         "exclusiveMaximum", "items", "minItems", "maxItems", "properties", "required",
                         "additionalProperties", "propertyNames"}
 _INT64 = (-(2**63), 2**63 - 1)  # msgspec bounds fit int64; orjson reads integers beyond 64 bits as floats
+_DOLLAR = re.compile(r"(?<!\\)\$")  # an unescaped ``$``
 
 
 class _Unsupported(Exception):
@@ -69,10 +71,10 @@ class _Unsupported(Exception):
 def typed_decoder(schema: dict[str, Any], name: str = "Value") -> msgspec.json.Decoder[Any] | None:
     """A msgspec decoder that accepts a subset of what ``schema`` accepts (None if the schema is beyond it).
 
-    Supported: ``type`` (one or a list), ``enum`` of strings, string lengths, number bounds (draft-07
+    Supported: ``type`` (one or a list), ``enum`` of strings, string lengths and ``pattern``, number bounds (draft-07
     ``exclusiveMinimum`` / ``exclusiveMaximum`` numbers), arrays with ``items`` and lengths, objects with
     ``properties`` and ``additionalProperties: false`` (a struct; fields not ``required`` may be absent),
-    and maps (``additionalProperties`` a schema, ``propertyNames`` lengths). A ``number`` is ``int |
+    and maps (``additionalProperties`` a schema, ``propertyNames`` lengths and pattern). A ``number`` is ``int |
     float``, so integers stay integers; integers beyond 64 bits are refused (``orjson`` reads them as
     floats). What it refuses may still be valid: :class:`EdgeDecoder` then asks the reference decoder.
 
@@ -80,7 +82,7 @@ def typed_decoder(schema: dict[str, Any], name: str = "Value") -> msgspec.json.D
     ...                    "required": ["n"], "additionalProperties": False})
     >>> msgspec.to_builtins(d.decode(b'{"n": 3}'))
     {'n': 3}
-    >>> typed_decoder({"type": "string", "pattern": "^a"}) is None
+    >>> typed_decoder({"type": "string", "format": "date"}) is None
     True
     """
     try:
@@ -111,7 +113,7 @@ def _members(kind: Any, schema: dict[str, Any], name: str) -> list[Any]:
     if kind == "boolean":
         return [bool]
     if kind == "string":
-        return [Annotated[str, meta(min_length=schema.get("minLength"), max_length=schema.get("maxLength"))]]
+        return [_string(schema)]
     if kind in ("number", "integer"):
         lo, hi = schema.get("minimum"), schema.get("maximum")
         above, below = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
@@ -133,6 +135,16 @@ def _members(kind: Any, schema: dict[str, Any], name: str) -> list[Any]:
     raise _Unsupported(name)
 
 
+def _string(schema: dict[str, Any]) -> Any:
+    """A string with the schema's lengths and ``pattern``, matched as the contract's validator does: searched,
+    with ``$`` the end of the string (Python's ``$`` also matches before a final newline)."""
+    pattern = schema.get("pattern")
+    if pattern is not None:
+        pattern = _DOLLAR.sub(r"\\Z", pattern)
+    return Annotated[str, msgspec.Meta(min_length=schema.get("minLength"), max_length=schema.get("maxLength"),
+                                       pattern=pattern)]
+
+
 def _object(schema: dict[str, Any], name: str) -> Any:
     extra = schema.get("additionalProperties", True)
     if "properties" in schema:
@@ -149,9 +161,9 @@ def _object(schema: dict[str, Any], name: str) -> Any:
             raise _Unsupported(name)
         return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
     keys = schema.get("propertyNames", {})
-    if set(keys) - {"minLength", "maxLength"} or extra is False:
+    if set(keys) - {"minLength", "maxLength", "pattern"} or extra is False:
         raise _Unsupported(name)
-    key = Annotated[str, msgspec.Meta(min_length=keys.get("minLength"), max_length=keys.get("maxLength"))]
+    key = _string(keys)
     value = Any if extra is True else _typed(extra, name + "Value")
     return dict[key, value]  # type: ignore[valid-type]
 

@@ -1,7 +1,9 @@
 """Message keys that are not plain node names.
 
 A model key names one model: per app × node class (hardware descriptors are features, so an unseen node
-still gets a prediction), or per app × node once that node has enough samples of its own.
+still gets a prediction), or per app × node once that node has enough samples of its own. An app is a
+Kubernetes label value (the topic contracts' ``app`` pattern), so its keys are names the model registry
+stores (:func:`app.registry.base.check_model_key`).
 
 >>> model_key("gCTF", "gpu")
 'gCTF:gpu'
@@ -13,7 +15,11 @@ still gets a prediction), or per app × node once that node has enough samples o
 
 from __future__ import annotations
 
+import re
+
 from app.errors import ContractError
+
+APP_PATTERN = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")  # a label value: the contracts' ``app``
 
 
 def model_key(app: str, node_class: str, node: str | None = None) -> str:

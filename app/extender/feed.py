@@ -240,7 +240,7 @@ class ViewFeed:
             if topic in ("node-features", "node-weights") and key:
                 self._builder.remove_node(key.decode("utf-8", "replace"))
                 return "deleted"
-            return "ignored"
+            return "tombstone" if topic == "model-updates" else "ignored"  # a model is never deleted
         try:
             value = self._decoders[topic](raw)
             check_key(topic, key, value)

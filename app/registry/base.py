@@ -13,6 +13,12 @@ caller. Only the newest ``keep`` versions are kept, plus the current one whateve
 Traceback (most recent call last):
 ...
 app.model.errors.RegistryError: model key '../etc' must match ^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$
+>>> check_model_key("gCTF:gpu\\n")
+Traceback (most recent call last):
+...
+app.model.errors.RegistryError: model key 'gCTF:gpu\\n' must match ^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$
+
+Every app the topic contracts accept (a Kubernetes label value) gives keys it accepts, ``app:cpu`` and ``app:gpu``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$")
 
 def check_model_key(model_key: str) -> str:
     """The key itself if it is safe as a Redis key part and a directory name, else :class:`RegistryError`."""
-    if not isinstance(model_key, str) or not _KEY.match(model_key):
+    if not isinstance(model_key, str) or not _KEY.fullmatch(model_key):
         raise RegistryError(f"model key {model_key!r} must match {_KEY.pattern}")
     return model_key
 

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from app.contracts.keys import APP_PATTERN
 from app.errors import RttError
 
 APP_LABEL = "rttsched.io/app"
@@ -88,7 +89,8 @@ def _size(raw: Any) -> float:
 def pod_info(pod: Any) -> PodInfo:
     """Read a v1.Pod JSON object; :class:`PodError` when its metadata has the wrong JSON types.
 
-    Label values that are not usable app names (empty, too long, not a string) count as no label.
+    Label values that are not usable app names (empty, too long, not a string, not a Kubernetes label value:
+    the contracts' ``app``) count as no label.
     """
     if not isinstance(pod, dict):
         raise PodError(f"Pod must be an object (got {type(pod).__name__})")
@@ -108,9 +110,11 @@ def pod_from_metadata(
 
     >>> pod_from_metadata("p", "ns", "", {APP_LABEL: "x" * 65}, {INPUT_SIZE_ANNOTATION: "-1"})
     PodInfo(name='p', namespace='ns', uid='', app=None, input_size_mb=nan)
+    >>> pod_from_metadata("p", "ns", "", {APP_LABEL: "POST /upload"}, {}).app is None  # no label value
+    True
     """
     app = labels.get(APP_LABEL)
-    if not isinstance(app, str) or not app or len(app) > MAX_APP_LEN:
+    if not isinstance(app, str) or not app or len(app) > MAX_APP_LEN or not APP_PATTERN.fullmatch(app):
         app = None
     return PodInfo(name=name, namespace=namespace, uid=uid, app=app,
                    input_size_mb=_size(annotations.get(INPUT_SIZE_ANNOTATION)))

@@ -5,6 +5,10 @@ group; the run's topics are fresh under its own prefix) in a background thread, 
 report needs: the extender's predicted RTT per ``(task_id, node)`` (rtt-predictions), per node × app error
 per period (prediction-errors), node credibility (node-weights), retrain-events and model-updates. Readers
 in the simulator's thread only read counters and append-only lists.
+
+A message is taken as the production consumers take it: one that breaks its contract, or whose key is not
+its node (or model key) or missing, is counted in ``rejected``; a tombstone (no value: the worker's eviction
+on node-weights; on model-updates a model is never deleted) in ``tombstones``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.config import Settings
 from app.contracts import contract, decode
+from app.contracts.admission import check_key
 from app.errors import ContractError
 from app.kafka.client import client_options
 from app.sim.kafka_sink import LoopThread, SinkError
@@ -39,6 +44,7 @@ class FeedbackWatcher:
         self.retrains: list[tuple[float, str, str]] = []  # (ts, model key, reason)
         self.models: list[tuple[float, str, int]] = []  # (ts, model key, version)
         self.rejected = 0
+        self.tombstones = 0
         self._loop: LoopThread | None = None
         self._task: asyncio.Future[None] | None = None
         self._consumer: Any = None
@@ -78,12 +84,16 @@ class FeedbackWatcher:
                 continue
             for tp, messages in batches.items():
                 for msg in messages:
-                    self.apply(names.get(tp.topic, tp.topic), msg.value)
+                    self.apply(names.get(tp.topic, tp.topic), msg.key, msg.value)
 
-    def apply(self, topic: str, raw: bytes | None) -> None:
-        """Record one message of ``topic`` (contract name); invalid ones are counted and skipped."""
+    def apply(self, topic: str, key: bytes | None, raw: bytes | None) -> None:
+        """Record one message of ``topic`` (contract name); tombstones and invalid ones are counted and skipped."""
+        if raw is None:
+            self.tombstones += 1
+            return
         try:
             v = decode(topic, raw)
+            check_key(topic, key, v)
         except ContractError:
             self.rejected += 1
             return

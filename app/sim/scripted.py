@@ -56,11 +56,16 @@ def start_worker(group: Children, s: Settings, name: str = "worker", **env: str)
 
 
 class Reader:
-    """Reads one topic from the beginning (every partition, no group) in the background."""
+    """Reads one topic from the beginning (every partition, no group) in the background.
+
+    A tombstone (a key without value: the worker's eviction sends them on node-features and node-weights) is
+    not a value: its key goes to :attr:`tombstones`, and reading goes on.
+    """
 
     def __init__(self, s: Settings, topic: str, on_value: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.s, self.topic = s, topic
         self.values: list[dict[str, Any]] = []
+        self.tombstones: list[bytes | None] = []
         self.on_value = on_value
         self.poll_ms = 200
         self._task: asyncio.Task[None] | None = None
@@ -80,6 +85,9 @@ class Reader:
                 batch = await c.getmany(timeout_ms=self.poll_ms)
                 for msgs in batch.values():
                     for m in msgs:
+                        if m.value is None:
+                            self.tombstones.append(m.key)
+                            continue
                         v = orjson.loads(m.value)
                         self.values.append(v)
                         if self.on_value is not None:

@@ -7,6 +7,10 @@ from the registry (:func:`app.registry.store.load_predictor`: the blob's sha256 
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
 that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
 
+A tombstone (a message without value) does not delete a model: deleting one is not supported, so the
+key's model keeps serving; it is counted (``rtt_worker_model_rejected_total{reason="tombstone"}``) and logged
+at INFO.
+
 When the registry cannot be reached (Redis away: :class:`~app.model.errors.RegistryUnavailableError`),
 the update is kept and tried again with backoff (up to ``RTT_RETRY_MAX_BACKOFF_S`` between tries) until
 it loads or a newer version of the key supersedes it; meanwhile the worker serves with what it has and
@@ -41,6 +45,7 @@ from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 DEGRADED_REASON = "model_store"
+TOMBSTONE = "tombstone"  # the reason a model-updates message without value is counted under
 
 
 class ModelCache:
@@ -150,6 +155,13 @@ class ModelCache:
         log.info("model %s: now v%d (was v%s)", key, version, current)
         return True
 
+    def tombstone(self, key: bytes | None, where: str) -> None:
+        """Count a model-updates tombstone of ``key`` read at ``where``; the key's model keeps serving."""
+        name = key.decode("utf-8", "replace") if key is not None else None
+        version = self.version(name) if name is not None else None
+        self.metrics.feedback.model_rejected.labels(TOMBSTONE).inc()
+        log.info("model-updates tombstone of %r at %s: deleting a model is not supported (%s)", name, where,
+                 f"v{version} keeps serving" if version is not None else "no model of it in use")
 
     def _defer(self, update: dict[str, Any], exc: Exception) -> None:
         key = update["model_key"]
@@ -206,6 +218,9 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 continue
             for records in batches.values():
                 for rec in records:
+                    if rec.value is None:
+                        cache.tombstone(rec.key, f"{rec.topic}:{rec.offset}")
+                        continue
                     try:
                         update = decode("model-updates", rec.value)
                         check_key("model-updates", rec.key, update)

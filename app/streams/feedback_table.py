@@ -9,6 +9,11 @@ Row keys carry the source partition they belong to, so rows can be written outsi
     b"{partition}|e|{node}|{ts}"        a prediction-errors message not yet acknowledged (the outbox,
                                         app.streams.feedback_outbox)
 
+A node name is written with ``%`` and ``|`` escaped (``%25``, ``%7C``), so a ``|`` in it cannot move the
+boundary to the next field; names without either are written as they are. A task id, the last field, is
+written as it is (it runs to the key's end). An outbox row's key is read for its partition only: the
+message's node and time are in the row's value.
+
 A checkpoint writes the changed rows (a deletion is a tombstone) and waits for them, then the positions
 row, then the markers (:func:`app.streams.changelog.write_rows`): recorded positions never run ahead of
 the state they describe. After a recovery the table
@@ -23,6 +28,10 @@ b'3|j|gpu-1|task|7'
 (5, 'n', 'gpu-1', '')
 >>> parse_row_key(b'#checkpoint') is None
 True
+>>> join_row_key(0, "gpu|r1", "t"), join_row_key(0, "gpu", "r1|t")
+(b'0|j|gpu%7Cr1|t', b'0|j|gpu|r1|t')
+>>> parse_row_key(node_row_key(0, "rack%7C|gpu"))
+(0, 'n', 'rack%7C|gpu', '')
 """
 
 from __future__ import annotations
@@ -43,12 +52,20 @@ JOIN, NODE, OFFSETS, OUTBOX = "j", "n", "o", "e"
 RowKey = tuple[int, str, str, str]
 
 
+def _escape(name: str) -> str:
+    return name.replace("%", "%25").replace("|", "%7C") if "%" in name or "|" in name else name
+
+
+def _unescape(field: str) -> str:
+    return field.replace("%7C", "|").replace("%25", "%") if "%" in field else field
+
+
 def join_row_key(partition: int, node: str, task_id: str) -> bytes:
-    return f"{partition}|{JOIN}|{node}|{task_id}".encode()
+    return f"{partition}|{JOIN}|{_escape(node)}|{task_id}".encode()
 
 
 def node_row_key(partition: int, node: str) -> bytes:
-    return f"{partition}|{NODE}|{node}".encode()
+    return f"{partition}|{NODE}|{_escape(node)}".encode()
 
 
 def offsets_row_key(partition: int) -> bytes:
@@ -61,7 +78,7 @@ def parse_row_key(key: bytes | str) -> RowKey | None:
     parts = k.split("|", 3)
     if len(parts) < 3 or not parts[0].isdigit() or parts[1] not in (JOIN, NODE, OFFSETS, OUTBOX):
         return None
-    return int(parts[0]), parts[1], parts[2], parts[3] if len(parts) == 4 else ""
+    return int(parts[0]), parts[1], _unescape(parts[2]), parts[3] if len(parts) == 4 else ""
 
 
 class FeedbackTable(faust.Table):

@@ -22,7 +22,8 @@ retrain already uses every sample up to its start, and a drift that persists is 
 the worker once the new model serves.
 
 The registry and model-updates are kept in agreement. A third consumer reads model-updates (no group,
-from the start) for the newest version announced per key; a save always takes a version above it, so a
+from the start) for the newest version announced per key (a tombstone deletes nothing: it is counted as
+``rtt_trainer_bad_messages_total{reason="tombstone"}``); a save always takes a version above it, so a
 registry that lost its data (a Redis restarted empty, or from an older snapshot) never hands out a version
 the workers and extenders already hold (they would ignore it as old). Every ``registry_check_s`` the
 trainer compares each key's current version in the registry with the newest announced: where the
@@ -65,8 +66,9 @@ from app.errors import ContractError
 from app.kafka.batches import partition_for
 from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
-from app.model.errors import NotEnoughSamplesError, RegistryUnavailableError
+from app.model.errors import NotEnoughSamplesError, RegistryError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
+from app.registry.base import check_model_key
 from app.retry import Backoff
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
@@ -80,6 +82,22 @@ log = logging.getLogger(__name__)
 
 GROUP_ID = "rttsched-trainer"
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
+
+
+def storable(key: str) -> None:
+    """``bad_model_key`` unless ``key`` is a model key the registry can store (a model trained for it would be lost).
+
+    >>> storable("gCTF:gpu")
+    >>> storable("POST /upload:cpu")
+    Traceback (most recent call last):
+    ...
+    app.errors.ContractError: bad_model_key: model key 'POST /upload:cpu' must match ^...$
+    """
+    parse_model_key(key)
+    try:
+        check_model_key(key)
+    except RegistryError as exc:
+        raise ContractError("bad_model_key", str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +304,7 @@ class TrainerService:
                     try:
                         event = decode("retrain-events", rec.value)
                         check_key("retrain-events", rec.key, event)
-                        parse_model_key(event["model_key"])
+                        storable(event["model_key"])
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
                         log.warning("bad retrain event at offset %d: %s", rec.offset, exc)
@@ -314,6 +332,11 @@ class TrainerService:
             batches = await self._fetch(self._updates, self._update_guard, self._updates_reset, timeout_ms=500)
             for records in batches.values():
                 for rec in records:
+                    if rec.value is None:  # deleting a model is not supported: what it announced stays known
+                        self.metrics.bad_messages.labels(topic="model-updates", reason="tombstone").inc()
+                        log.info("model-updates tombstone of %r at %s:%d: ignored (deleting a model is not "
+                                 "supported)", rec.key, rec.topic, rec.offset)
+                        continue
                     try:
                         update = decode("model-updates", rec.value)
                         check_key("model-updates", rec.key, update)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from fault_stack import recreate_topic
 
 from app.config import Settings
-from app.contracts import decode, encode
+from app.contracts import decode, encode, topics_dir
 from app.model.train import booster_to_bytes
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor
@@ -283,3 +286,41 @@ async def test_a_registry_that_lost_its_data_is_brought_back_above_what_was_anno
                                                          {"reason": "registry", "outcome": "promoted"}) == 2.0
     store.close()
     raw.close()
+
+
+@pytest.mark.parametrize(("contracts", "reason"), [("shipped", "schema"), ("without the key pattern", "bad_model_key")])
+async def test_a_key_the_registry_could_not_store_is_dead_lettered_before_training(
+        kafka_settings: Settings, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, contracts: str,
+        reason: str) -> None:
+    """Samples and a cold-start event of app ``POST /upload`` (a span name): refused, not trained into a model the
+    registry then refuses. The shipped contracts refuse the app; where a deployment's contracts lack the
+    pattern, the trainer checks the key itself."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    if contracts != "shipped":
+        shutil.copytree(topics_dir(), tmp_path / "topics")
+        path = tmp_path / "topics" / "retrain-events.json"
+        doc = json.loads(path.read_text())
+        del doc["value_schema"]["properties"]["model_key"]["pattern"]
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("RTT_TOPICS_DIR", str(tmp_path / "topics"))
+    key = "POST /upload:cpu"
+    rows = [{**s, "model_key": key, "app": "POST /upload", "node_class": "cpu", "gpu_model": None}
+            for s in samples(700, 0, np.random.default_rng(3))]
+    await produce(settings, "training-samples", [(key, encode("training-samples", s, check=False)) for s in rows])
+    await produce(settings, "retrain-events", [(key, encode("retrain-events", {
+        "model_key": key, "reason": "cold_start", "cumulative_error": 0.0, "threshold": 0.5, "ts": time.time(),
+        "onset_ts": None}, check=False))])
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    service = TrainerService(settings, registry=ModelRegistry(store=store), train_params=FAST,
+                             catch_up_timeout_s=15.0, registry_check_s=0)
+    async with service:
+        letters = await dead_letters(settings, 1)
+        assert [(d["topic"], d["reason"], d["key"]) for d in letters] == [(settings.topic("retrain-events"), reason,
+                                                                           key)]
+        reg = service.metrics.registry
+        assert reg.get_sample_value("rtt_trainer_bad_messages_total",
+                                    {"topic": "retrain-events", "reason": reason}) == 1.0
+        await wait_for(lambda: reg.get_sample_value("rtt_trainer_bad_messages_total", {
+            "topic": "training-samples", "reason": "schema"}) == 700.0, 10.0, "the samples refused")
+        assert service.outcomes == [] and service.history.count(key) == 0 and store.keys() == []
+    store.close()

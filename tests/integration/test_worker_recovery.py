@@ -3,7 +3,8 @@
 The first worker sees node metrics, predictions for 60 tasks and the completions of 30 of them, reports
 their errors, and is killed. The second one gets the other 30 completions (whose predictions it only
 knows from the recovered join state), redeliveries of completions and predictions the first one had
-already counted, and no new metrics: its samples' features come from the recovered node windows.
+already counted, and no new metrics: its samples' features come from the recovered node windows. Node names
+with ``|`` (the separator of the feedback table's row keys) come back as the nodes they are.
 """
 
 from __future__ import annotations
@@ -27,21 +28,22 @@ pytestmark = pytest.mark.integration
 
 APP = "gCTF"
 NODES = [Node("gpu-r1", "Tesla K20c", 200.0, util=30.0), Node("gpu-r2", "Tesla M40", 120.0, util=60.0)]
+BARRED = [dataclasses.replace(n, name=n.name.replace("-", "|")) for n in NODES]  # gpu|r1, gpu|r2
 
 
 def counted(errors: list[dict[str, Any]]) -> int:
     return sum(e["apps"][APP]["n"] for e in errors if APP in e["apps"])
 
 
-def tasks(lo: int, hi: int, t0: float) -> list[dict[str, Any]]:
+def tasks(lo: int, hi: int, t0: float, nodes: list[Node] = NODES) -> list[dict[str, Any]]:
     rng = random.Random(lo)
-    return [task(f"task-{i}", APP, NODES[i % 2], t0 + i * 0.05, rng) for i in range(lo, hi)]
+    return [task(f"task-{i}", APP, nodes[i % 2], t0 + i * 0.05, rng) for i in range(lo, hi)]
 
 
-async def send_metrics(out: Sender, t0: float, rng: random.Random) -> None:
+async def send_metrics(out: Sender, t0: float, rng: random.Random, nodes: list[Node] = NODES) -> None:
     """Eight snapshots of every node in the 4 s before ``t0``."""
     for k in range(8):
-        for n in NODES:
+        for n in nodes:
             await out.send("node-metrics", snapshot(n, t0 - 4.0 + k * 0.5, rng))
 
 
@@ -50,11 +52,11 @@ def predicted(c: dict[str, Any], t0: float) -> dict[str, Any]:
     return prediction(c["task_id"], APP, c["node"], t0, c["rtt_ms"] * 1.1)
 
 
-async def first_life(s: Settings, t0: float) -> list[dict[str, Any]]:
+async def first_life(s: Settings, t0: float, nodes: list[Node]) -> list[dict[str, Any]]:
     rng = random.Random(1)
-    done = tasks(0, 60, t0)
+    done = tasks(0, 60, t0, nodes)
     async with Sender(s) as out, Reader(s, "prediction-errors") as errors:
-        await send_metrics(out, t0, rng)
+        await send_metrics(out, t0, rng, nodes)
         for c in done:
             await out.send("rtt-predictions", predicted(c, t0))
         await out.flush()
@@ -81,12 +83,13 @@ async def second_life(s: Settings, done: list[dict[str, Any]], t0: float) -> dic
         return {"errors": list(errors.values), "samples": list(samples.values)}
 
 
-def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("nodes", [NODES, BARRED], ids=["plain", "bar-in-name"])
+def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path: Path, nodes: list[Node]) -> None:
     s = dataclasses.replace(kafka_settings, redis_url=redis_url, error_period_s=1.0)
     t0 = time.time()
     with ProcessGroup(tmp_path) as group:
         start_worker(group, s, "first")
-        done = asyncio.run(first_life(s, t0))
+        done = asyncio.run(first_life(s, t0, nodes))
         first = group.children.pop("first")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -97,7 +100,7 @@ def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path:
 
     # every task's pair is counted exactly once over both lives, per node too
     assert counted(r["errors"]) == 60
-    for n in NODES:
+    for n in nodes:
         assert sum(e["apps"][APP]["n"] for e in r["errors"] if e["node"] == n.name) == 30
     # the redeliveries were recognised as duplicates by the second worker (from the recovered state)
     assert metric_value(text, 'rtt_worker_join_total{outcome="duplicate"}') >= 20
@@ -105,7 +108,7 @@ def test_sigkill_and_restart(kafka_settings: Settings, redis_url: str, tmp_path:
     late = {x["task_id"]: x for x in r["samples"] if int(x["task_id"].split("-")[1]) >= 30}
     assert len(late) == 30
     for x in late.values():
-        node = next(n for n in NODES if n.name == x["node"])
+        node = next(n for n in nodes if n.name == x["node"])
         assert x["features"]["nvidia_smi_utilization_gpu__mean"] == pytest.approx(node.util / 100, abs=0.02)
         assert x["gpu_model"] == node.gpu_model and x["window_s"] == s.feature_window_s
 

@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 
 from app.bridge.jaeger import jaeger_span_to_completion, jaeger_to_completions, parse_duration
 from app.bridge.otlp import otlp_to_completions
-from app.bridge.spans import STATUSES, SpanOptions, parse_rfc3339
+from app.bridge.spans import STATUSES, SpanOptions, completion_from_span, parse_rfc3339
 from app.contracts.codec import validate
+from app.contracts.keys import model_key
 from app.errors import ContractError
+from app.features.node_value import sample_value
+from app.registry.base import check_model_key
+from app.registry.directory import DirectoryModelStore
 
 JAEGER = json.loads((SPANS / "jaeger-span.json").read_text())
 OTLP = json.loads((SPANS / "otlp-export.json").read_text())
@@ -164,6 +168,7 @@ def check_completion(c: dict) -> None:
     assert c["started_ts"] <= c["finished_ts"] and c["submitted_ts"] <= c["finished_ts"]
     assert c["rtt_ms"] == pytest.approx((c["finished_ts"] - c["submitted_ts"]) * 1000.0, rel=1e-9, abs=1e-3)
     assert c["status"] in STATUSES
+    assert check_model_key(model_key(c["app"], "gpu")) == model_key(c["app"], "gpu")  # its models can be stored
 
 
 @settings(max_examples=300, deadline=None)
@@ -321,6 +326,33 @@ def test_the_app_on_the_span_beats_the_resource_and_the_resource_beats_the_span_
     assert otlp_to_completions(doc).completions[0]["app"] == "gCTF"  # not "estimate-ctf"
     span["attributes"].append({"key": "rtt.app", "value": {"stringValue": "Motioncor2"}})
     assert otlp_to_completions(doc).completions[0]["app"] == "Motioncor2"
+
+
+@pytest.mark.parametrize(("name", "service", "app"), [
+    ("POST /upload", "cryoem", "POST-upload"), ("gCTF run", None, "gCTF-run"), ("grpc:Process", None, "grpc-Process"),
+    ("上传", "cryoem-runner", "cryoem-runner"), ("  /ctf/estimate.  ", None, "ctf-estimate"),
+    ("x" * 70 + "-y", None, "x" * 63), ("gCTF", "cryoem", "gCTF")])
+def test_a_span_name_taken_as_the_app_is_made_a_label_value_whose_model_the_registry_stores(name, service, app,
+                                                                                            tmp_path):
+    c, _ = completion_from_span(span_id="00000000000000ab", name=name, service=service, start_s=100.0, end_s=112.5,
+                                attrs={"rtt.task_id": "t-1", "k8s.node.name": "worker-1"}, resource={}, error=False)
+    assert c["app"] == app
+    sample = sample_value(c, "gpu", None, None, 30.0)  # what the worker makes of it
+    assert validate("training-samples", sample) == sample and sample["model_key"] == f"{app}:gpu"
+    DirectoryModelStore(tmp_path).save(sample["model_key"], b"blob", fmt="json", features=["a"], params={}, metrics={},
+                                       n_samples=1)
+    assert DirectoryModelStore(tmp_path).keys() == [f"{app}:gpu"]
+
+
+def test_a_span_with_no_usable_app_name_is_a_bad_span_and_a_declared_app_is_taken_as_it_is():
+    span = {"span_id": "00000000000000ab", "start_s": 100.0, "end_s": 101.0, "resource": {}, "error": False}
+    task = {"rtt.task_id": "t-1", "k8s.node.name": "worker-1"}
+    with pytest.raises(ContractError) as err:
+        completion_from_span(name="上传", service="/", attrs=task, **span)
+    assert err.value.reason == "bad_span" and "rtt.app" in str(err.value)
+    with pytest.raises(ContractError) as err:  # rtt.app names the app: never rewritten, refused by the contract
+        completion_from_span(name="gCTF", service=None, attrs={**task, "rtt.app": "g CTF"}, **span)
+    assert err.value.reason == "schema" and "app" in str(err.value)
 
 
 @pytest.mark.parametrize("doc", [{"data": {}}, {"data": [1]}, {"data": [{"spans": {}}]},

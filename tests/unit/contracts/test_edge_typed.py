@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import fastjsonschema
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -49,9 +50,29 @@ def number(data: st.DataObject, schema: dict[str, Any], integer: bool, inside: b
 
 
 def string(data: st.DataObject, schema: dict[str, Any], inside: bool) -> str:
+    pattern = schema.get("pattern")
+    if pattern is not None:
+        return patterned(data, pattern, schema.get("minLength", 0), schema.get("maxLength", 1 << 30), inside)
     lo, hi = schema.get("minLength", 0), schema.get("maxLength", 12)
     n = data.draw(st.sampled_from([lo, hi, (lo + hi) // 2] if inside else [n for n in (lo - 1, hi + 1) if n >= 0]))
     return data.draw(st.text(CHARS, min_size=n, max_size=n))
+
+
+def patterned(data: st.DataObject, pattern: str, lo: int, hi: int, inside: bool) -> str:
+    """A string of ``pattern`` within the lengths, or one that breaks one rule: too long, a character the pattern
+    refuses, a final newline (which Python's ``$`` would let through), or any text."""
+    ok = data.draw(st.from_regex(pattern, fullmatch=True).filter(lambda v: lo <= len(v) <= hi))
+    if inside:
+        return ok
+    how = data.draw(st.sampled_from(["long", "char", "newline", "text"]))
+    if how == "long" and hi < 1 << 30:
+        return ok + ok[-1] * (hi + 1 - len(ok))
+    if how == "char":
+        i = data.draw(st.integers(0, len(ok)))
+        return ok[:i] + data.draw(st.sampled_from(" |%:/é😀")) + ok[i:]
+    if how == "newline":
+        return ok + "\n"
+    return data.draw(st.text(CHARS, max_size=min(hi + 1, 80)))
 
 
 def value(data: st.DataObject, schema: dict[str, Any], wrong: bool = False) -> Any:
@@ -158,11 +179,33 @@ VALID = {
 }
 
 
-def test_shipped_contracts_are_decoded_typed_except_the_ones_with_a_pattern() -> None:
-    """Every contract the typed subset covers uses it; model-updates (a ``pattern``) keeps the number-map path."""
-    assert set(TOPIC_NAMES) - set(TYPED) == {"model-updates"}
-    assert typed_decoder(contract("model-updates").value_schema) is None
-    assert EdgeDecoder("model-updates").mode == "maps"
+def test_shipped_contracts_are_all_decoded_typed() -> None:
+    """The typed subset covers every shipped contract, patterns included; without it model-updates checks its
+    number maps in C."""
+    assert set(TYPED) == set(TOPIC_NAMES)
+    assert typed_decoder(contract("model-updates").value_schema) is not None
+    assert EdgeDecoder("model-updates", typed=False).mode == "maps"
+
+
+@pytest.mark.parametrize("raw", [b'"gCTF"', b'"gCTF\\n"', b'"\\ngCTF"', b'"g CTF"', b'"-gCTF"', b'"gCTF."', b'"a"',
+                                 b'"g\\u00e9"', b'"POST /upload"'])
+def test_a_pattern_is_matched_as_the_contract_validator_matches_it(raw: bytes) -> None:
+    """``$`` is the end of the string (not before a final newline), as in the contract's validator."""
+    schema = contract("task-completions").value_schema["properties"]["app"]
+    typed = typed_decoder(schema)
+    assert typed is not None
+    try:
+        typed.decode(raw)
+        got = True
+    except Exception:
+        got = False
+    try:
+        fastjsonschema.compile(schema)(orjson.loads(raw))
+        want = True
+    except fastjsonschema.JsonSchemaValueException:
+        want = False
+    assert got == want
+    assert got == (raw in (b'"gCTF"', b'"a"'))
 
 
 def test_a_valid_value_keeps_its_number_kinds_and_fields() -> None:

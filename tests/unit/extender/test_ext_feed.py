@@ -42,8 +42,11 @@ async def test_messages_applied_ignored_rejected_deleted() -> None:
     assert feed.apply("node-features", b"n1", b'{"node": "n1"}') == "rejected"
     assert feed.apply("node-weights", b"n1", b"not json") == "rejected"
     assert feed.apply("node-features", b"n1", None) == "deleted" and builder.node_count == 0
-    assert feed.apply("model-updates", b"gCTF:gpu", None) == "ignored"
+    assert feed.apply("model-updates", b"gCTF:gpu", None) == "tombstone"
     assert feed.apply("model-updates", b"gCTF:gpu", orjson.dumps(update(2))) == "applied"
+    await asyncio.sleep(0.05)
+    assert builder.model_version("gCTF:gpu") == 2
+    assert feed.apply("model-updates", b"gCTF:gpu", None) == "tombstone"  # deleting a model is not supported
     await asyncio.sleep(0.05)
     assert builder.model_version("gCTF:gpu") == 2
     assert feed.apply("model-updates", b"gCTF:gpu", orjson.dumps(update(1))) == "ignored"
