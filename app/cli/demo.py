@@ -124,7 +124,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, free_port
     from app.sim.live import run_live, scaled_worker_env
-    from app.sim.policies.rtt_aware import SIM_POLICY
+    from app.sim.policies.rtt_aware import shipped_policy
 
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     old_int = signal.getsignal(signal.SIGINT)
@@ -156,7 +156,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
                     env={"RTT_METRICS_PORT": str(worker_port)})
         group.start("trainer", ["trainer"], env={"RTT_METRICS_PORT": str(trainer_port)})
         policy_file = Path(tmp.name) / "extender-policy.json"
-        policy_file.write_bytes(orjson.dumps(SIM_POLICY))  # the extender policy the offline rtt_aware uses
+        policy_file.write_bytes(orjson.dumps(dict(shipped_policy())))  # the policy the offline rtt_aware runs
         group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(ext_port),
                                  "--policy", str(policy_file)])
         pids.update({name: proc.pid for name, proc in group.children.items()})

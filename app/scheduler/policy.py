@@ -6,8 +6,8 @@ Read from a YAML or JSON file (``RTT_EXTENDER_POLICY_FILE``); every field is opt
     anti_affinity:                               # apps that must not share a node
       - [Motioncor2, Motioncor2]                 # e.g. two Motioncor2 on one GPU
       - [Motioncor2, gCTF]
-    contention: {interfering: 0.5, other: 0.1}   # RTT inflation per assumed pod (fraction)
-    assumed: {ttl_s: 120, scrape_delay_s: 5}     # how long a placed pod counts before metrics show it
+    contention: {interfering: 0.5, other: 0.3}   # RTT inflation per assumed pod (fraction)
+    assumed: {ttl_s: 120, scrape_delay_s: 1}     # how long a placed pod counts before metrics show it
     sla_when_all_fail: pass                      # pass | fail: when SLA would reject every candidate
     exploration: {share: 0.25, min_samples: 0}   # app/scheduler/explore.py (share 0: off)
     objective: {inflicted: 1.0}                  # app/scheduler/inflict.py: weight of the slowdown a pod
@@ -48,9 +48,9 @@ class Policy:
     sla_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     anti_affinity: frozenset[frozenset[str]] = frozenset()
     contention_interfering: float = 0.5  # RTT x (1 + this) per assumed pod of an interfering app
-    contention_other: float = 0.1  # RTT x (1 + this) per assumed pod of any other app
+    contention_other: float = 0.3  # RTT x (1 + this) per assumed pod of any other app
     assumed_ttl_s: float = 120.0  # an assumed placement is forgotten after this long
-    scrape_delay_s: float = 5.0  # node-features newer than placement + this already show the pod
+    scrape_delay_s: float = 1.0  # node-features newer than placement + this already show the pod (a scrape interval)
     sla_when_all_fail: str = "pass"
     explore_share: float = 0.25  # fraction of an app's pods that may go to a node not yet learnt (0: never)
     explore_min_samples: int = 0  # a node with fewer completed tasks of the app is not yet learnt (0: only
@@ -142,10 +142,14 @@ def load_policy(path: str | Path | None) -> Policy:
     """The policy in a YAML/JSON file; the default policy when ``path`` is empty."""
     if not path:
         return Policy()
+    return policy_from_dict(load_policy_document(path), source=str(path))
+
+
+def load_policy_document(path: str | Path) -> Any:
+    """The document of a YAML/JSON policy file, as read (:func:`policy_from_dict` checks it)."""
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"cannot read {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"{path} is not valid YAML/JSON: {read_error(exc)}") from None
-    return policy_from_dict(doc, source=str(path))

@@ -8,10 +8,10 @@ Nothing here predicts, learns or decides by a rule of its own; each step calls w
   :class:`~app.scheduler.builder.SnapshotBuilder`; a podwatch-like running view of the pods per app on
   each node every ``running_refresh_s`` (:meth:`SnapshotBuilder.apply_running`; 0: at every start and end;
   None, the default: none, as in the demo);
-- **placement** (extender): :func:`app.scheduler.cycle.schedule` with :data:`SIM_POLICY` (the demo's
-  extender policy; ``policy`` adds rules): the extender's filter and prioritize
-  (:func:`app.scheduler.decide.decide`: models, residual correction, credibility, assumed pods, exploration)
-  in kube-scheduler's order — no node left: the pod stays pending; one: bound without prioritize and
+- **placement** (extender): :func:`app.scheduler.cycle.schedule` with the deployed extender policy
+  (:func:`shipped_policy`, which the demo runs too; ``policy`` overrides its fields): the extender's filter
+  and prioritize (:func:`app.scheduler.decide.decide`: models, residual correction, credibility, assumed
+  pods, exploration) in kube-scheduler's order — no node left: the pod stays pending; one: bound without prioritize and
   assumed there; several: the winner of prioritize over them (:meth:`Decision.best`) — assumed as the
   extender assumes it and forgotten when its completion arrives (the extender reads task-completions,
   :mod:`app.extender.feed`); when there is no winner, the top-scored candidates go to Kubernetes' default
@@ -38,8 +38,11 @@ the nodes with a GPU share free, as kube-scheduler's resource filter does).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -58,7 +61,7 @@ from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cycle import schedule
 from app.scheduler.decide import DecideParams, Decision
 from app.scheduler.podinfo import PodInfo
-from app.scheduler.policy import policy_from_dict
+from app.scheduler.policy import load_policy_document, policy_from_dict
 from app.scheduler.snapshot import Snapshot
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
@@ -68,13 +71,17 @@ from app.sim.view import ClusterView, Task
 from app.trainer.history import SampleHistory
 from app.trainer.pipeline import default_selector
 
-# The extender's scheduling policy here and in the demo (app/cli/demo.py): tasks last ~100 ms and arrive
-# 24/s, so a pod counts as not yet in the metrics for 1 s (the scrape interval), not the default 5 s; each
-# such pod adds 30 % to a node's predicted RTT: a model trained on a few dozen tasks has rarely seen more
-# than one or two pods beside a task and prices the third like the second, so without it a burst piled
-# onto one node within a second (docs/simulator.md: measured 0, 0.1, 0.3, 0.5).
-SIM_POLICY: dict[str, Any] = {"contention": {"interfering": 0.5, "other": 0.3},
-                              "assumed": {"ttl_s": 120, "scrape_delay_s": 1.0}}
+SHIPPED_POLICY = Path(__file__).resolve().parents[3] / "deploy" / "extender" / "policy.yaml"
+
+
+@functools.cache
+def shipped_policy() -> Mapping[str, Any]:
+    """The extender's policy as deployed (``deploy/extender/policy.yaml``, the same as k8s/config.yaml's), which
+    the simulated extender and the demo's run: its anti-affinity pairs and SLAs, and each pod not yet in the
+    metrics adding 50 % (an interfering app) or 30 % (any other) to its node's predicted RTT for a scrape
+    interval (docs/simulator.md measured 0, 0.1, 0.3, 0.5: a model trained on a few dozen tasks has rarely seen
+    more than one or two pods beside a task and prices the third like the second)."""
+    return MappingProxyType(load_policy_document(SHIPPED_POLICY))
 SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine
 
 
@@ -88,7 +95,7 @@ class RttAware(BasePolicy):
     simulated delay of a retrain's verdict (None: :class:`~app.sim.policies.training.VerdictDelay`'s, by the
     key's rows); ``train_options``: other arguments of :func:`app.trainer.pipeline.retrain`; ``settings``: the
     production settings (defaults when None); ``policy``: fields of the extender's policy document over
-    :data:`SIM_POLICY` (e.g. ``{"objective": {"inflicted": 0}}``).
+    :func:`shipped_policy` (e.g. ``{"objective": {"inflicted": 0}}``).
     """
 
     name = "rtt_aware"
@@ -103,7 +110,8 @@ class RttAware(BasePolicy):
         if running_refresh_s is not None and not running_refresh_s >= 0:
             raise ValueError(f"RttAware: running_refresh_s must be >= 0 or None (got {running_refresh_s})")
         self.dwa, self.correction, self.running_refresh_s = dwa, correction, running_refresh_s
-        doc = {**SIM_POLICY, "exploration": {} if explore_share is None else {"share": explore_share}, **(policy or {})}
+        explore = {} if explore_share is None else {"share": explore_share}
+        doc = {**shipped_policy(), "exploration": explore, **(policy or {})}
         self.params = DecideParams(policy_from_dict(doc), s.credibility_prior, s.extender_stale_after_s)
         chosen = self.params.policy
         self.assumed = AssumedPods(chosen.assumed_ttl_s, chosen.scrape_delay_s)

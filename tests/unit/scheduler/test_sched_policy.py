@@ -21,7 +21,7 @@ def test_yaml_file(tmp_path: Path) -> None:
     assert p.sla("gCTF") == 8000.0 and p.sla("upload") is None
     assert p.interferes("Motioncor2", "gCTF") and p.interferes("gCTF", "Motioncor2")
     assert not p.interferes("gCTF", "gCTF")
-    assert (p.contention_interfering, p.contention_other) == (0.3, 0.1)
+    assert (p.contention_interfering, p.contention_other) == (0.3, Policy().contention_other)
     assert (p.assumed_ttl_s, p.scrape_delay_s, p.sla_when_all_fail) == (60.0, 2.0, "fail")
 
 

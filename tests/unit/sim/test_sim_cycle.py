@@ -19,14 +19,14 @@ from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.policy import policy_from_dict
 from app.sim.hardware import small_preset
 from app.sim.policies.extender_http import pod_json
-from app.sim.policies.rtt_aware import SIM_POLICY, RttAware
+from app.sim.policies.rtt_aware import RttAware, shipped_policy
 from app.sim.state import NodeRuntime
 from app.sim.view import ClusterView, Task
 
 T0, NOW = 1_700_000_000.0, 100.0
 TS = T0 + NOW
 # a filter rule of each kind: two Motioncor2 or a Motioncor2 and a gCTF never share a node
-RULES: dict[str, Any] = {**SIM_POLICY, "anti_affinity": [["Motioncor2", "Motioncor2"], ["Motioncor2", "gCTF"]],
+RULES: dict[str, Any] = {**shipped_policy(), "anti_affinity": [["Motioncor2", "Motioncor2"], ["Motioncor2", "gCTF"]],
                          "sla_ms": {"gCTF": 8000}}
 SPECS = {s.name: s for s in small_preset()[:3]}
 
