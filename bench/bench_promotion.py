@@ -239,7 +239,7 @@ async def run_trials(s: Settings, url: str, args: argparse.Namespace) -> tuple[d
                         detail["after_mape"] = after[0]
                         break
                 await asyncio.sleep(0.05)
-            detail["outcomes"] = trainer.outcomes[detail.pop("outcomes_before"):]
+            detail["outcomes"] = list(trainer.outcomes)[detail.pop("outcomes_before"):]
             trials.append(Trial(drifted.name, t0, marks, detail))
             drifted.util = 20.0  # back to normal: a change too, which the next warm-up lets settle
             print(f"  marks (s after t0): { {k: round(v - t0, 1) for k, v in marks.items()} }", flush=True)

@@ -4,7 +4,10 @@ Both tables of the worker are written by checkpoints (timers, rebalances, a clea
 changelog partition known to the caller (the partition of the node it belongs to). :func:`write_rows`
 writes the rows, waits until they are stored, then writes the ``last`` rows (the intake's read
 positions) and waits again, so within a partition the log never holds positions ahead of the state they
-describe. The table's in-memory data is kept equal to what the changelog holds.
+describe. The table's in-memory data is kept equal to what the changelog holds, for the partitions the
+worker holds: Faust's memory store forgets, once a recovery ends, only the keys it read from the changelog
+itself, not the rows written here, so on a rebalance each table removes the rows of the partitions it lost
+(:func:`drop_partitions`). A partition that comes back is read again from its changelog.
 
 Each checkpoint ends with one marker record alone in its batch on every partition it wrote: the embedded
 broker (Tansu) answers a "latest offset" request with the base offset of the last record batch + 1, so
@@ -23,7 +26,7 @@ the worker — else through Faust's producer (before the intake starts, after it
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from app.kafka.batches import BatchSender
@@ -82,6 +85,15 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
         if on_rewound is not None:
             on_rewound(rewound)
     return len(first) + len(tail)
+
+
+def drop_partitions(data: Any, partitions: Collection[int], partition_of: Callable[[Any], int | None]) -> int:
+    """Remove from the table's in-memory ``data`` every row whose partition (``partition_of(key)``, None for
+    a key of no partition) is in ``partitions``; how many. Nothing is written to the changelog."""
+    gone = [key for key in data.keys() if partition_of(key) in partitions]
+    for key in gone:
+        data.pop(key, None)
+    return len(gone)
 
 
 def compact(value: bytes) -> bytes:

@@ -248,7 +248,8 @@ class FeedbackLoop:
                         sorted(partitions), exc)
 
     async def revoke(self, lost: set[int]) -> None:
-        """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them)."""
+        """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them):
+        join entries, trackers, partitions and classes."""
         if self.intake is not None:
             self.intake.release(lost)
         self.held -= lost
@@ -258,6 +259,7 @@ class FeedbackLoop:
         for n in gone:
             self.trackers.pop(n, None)
             self.partitions.pop(n, None)
+            self.node_class.pop(n, None)
         if self.outbox is not None:
             self.outbox.drop(lost)
         if self.intake is not None:

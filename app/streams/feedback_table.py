@@ -18,7 +18,8 @@ A checkpoint writes the changed rows (a deletion is a tombstone) and waits for t
 row, then the markers (:func:`app.streams.changelog.write_rows`): recorded positions never run ahead of
 the state they describe. After a recovery the table
 hands the rows of its active partitions to ``on_restore``; on a rebalance it calls ``on_revoke`` with the
-partitions lost, before Faust drops them.
+partitions lost (which checkpoints them), then removes their rows from its in-memory data
+(:func:`~app.streams.changelog.drop_partitions`): a partition that comes back is read again from its changelog.
 
 >>> join_row_key(3, "gpu-1", "task|7")
 b'3|j|gpu-1|task|7'
@@ -43,7 +44,7 @@ from typing import Any
 import faust
 
 from app.kafka.batches import BatchSender
-from app.streams.changelog import Row, write_rows
+from app.streams.changelog import Row, drop_partitions, write_rows
 from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,12 @@ def parse_row_key(key: bytes | str) -> RowKey | None:
     return int(parts[0]), parts[1], _unescape(parts[2]), parts[3] if len(parts) == 4 else ""
 
 
+def row_partition(key: bytes | str) -> int | None:
+    """The partition a row key carries; None for other keys (the checkpoint marker)."""
+    parsed = parse_row_key(key)
+    return parsed[0] if parsed is not None else None
+
+
 class FeedbackTable(faust.Table):
     """Rows of the join buffer and node trackers; a row's changelog partition is in its key."""
 
@@ -91,8 +98,8 @@ class FeedbackTable(faust.Table):
     on_rewound: Callable[[set[int]], None] | None = None
 
     def partition_for_key(self, key: Any) -> int | None:
-        parsed = parse_row_key(key)
-        return parsed[0] if parsed is not None else super().partition_for_key(key)
+        partition = row_partition(key)
+        return partition if partition is not None else super().partition_for_key(key)
 
     async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *, last: Iterable[Row] = (),
                     sender: BatchSender | None = None) -> int:
@@ -106,8 +113,11 @@ class FeedbackTable(faust.Table):
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)
-        if lost and self.on_revoke is not None:
-            await self.on_revoke(lost)
+        if lost:
+            if self.on_revoke is not None:
+                await self.on_revoke(lost)
+            n = drop_partitions(self.data, lost, row_partition)
+            log.info("partitions %s revoked: dropped %d feedback rows from memory", sorted(lost), n)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     async def on_stop(self) -> None:

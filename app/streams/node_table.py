@@ -3,8 +3,9 @@
 :class:`NodeStateTable` is a Faust table whose changelog partition of a row is the node-metrics partition
 its node came from (so a worker that takes over a partition recovers exactly those nodes' rows), which
 also lets rows be written outside stream iteration (the checkpoint timer). On a rebalance, the states of
-revoked partitions are checkpointed and dropped from memory; a node seen again is rebuilt from the
-recovered rows. A clean stop checkpoints too.
+revoked partitions are checkpointed and dropped from memory, their rows with them
+(:func:`~app.streams.changelog.drop_partitions`); a partition that comes back is read again from its
+changelog, and a node seen again is rebuilt from the recovered rows. A clean stop checkpoints too.
 
 Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
 it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
@@ -19,7 +20,7 @@ from typing import Any
 
 import faust
 
-from app.streams.changelog import Row, write_rows
+from app.streams.changelog import Row, drop_partitions, write_rows
 from app.streams.intake import PartitionIntake, decode_positions
 from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.options import WorkerOptions
@@ -139,13 +140,22 @@ class NodeStateTable(faust.Table):
                     self.send_changelog(partition, key, None)
         return n
 
+    def drop_rows(self, partitions: set[int]) -> int:
+        """Remove from the in-memory rows those of ``partitions``: the rows of their nodes held in the store (call
+        it before the store drops them) and their read positions; how many. Nothing is written to the changelog."""
+        nodes = {n: s.partition for n, s in self.store.states.items() if s.partition in partitions}
+        positions = {positions_key(p): p for p in partitions}
+        return drop_partitions(self.data, partitions, lambda key: positions.get(key, nodes.get(node_of_key(key))))
+
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)
         if lost:
             if self.intake is not None:
                 self.intake.release(lost)
             await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
-            log.info("partitions %s revoked: dropped %d node states", sorted(lost), self.store.drop_partitions(lost))
+            rows = self.drop_rows(lost)
+            log.info("partitions %s revoked: dropped %d node states, %d rows from memory", sorted(lost),
+                     self.store.drop_partitions(lost), rows)
             if self.intake is not None:
                 self.intake.forget(lost)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)

@@ -44,6 +44,7 @@ again from its start.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -82,6 +83,7 @@ log = logging.getLogger(__name__)
 
 GROUP_ID = "rttsched-trainer"
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
+OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
 
 
 def storable(key: str) -> None:
@@ -173,7 +175,7 @@ class TrainerService:
         self.announced: dict[str, tuple[int, str]] = {}  # key -> newest (version, sha256) on model-updates
         self._floor: dict[str, int] = {}  # key -> newest version ever seen announced (kept across topic resets)
         self._unannounced: dict[str, int] = {}  # key -> current version the last check found not announced
-        self.outcomes: list[Outcome] = []
+        self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
         self._tasks: set[asyncio.Task[Any]] = set()

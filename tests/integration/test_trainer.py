@@ -322,5 +322,5 @@ async def test_a_key_the_registry_could_not_store_is_dead_lettered_before_traini
                                     {"topic": "retrain-events", "reason": reason}) == 1.0
         await wait_for(lambda: reg.get_sample_value("rtt_trainer_bad_messages_total", {
             "topic": "training-samples", "reason": "schema"}) == 700.0, 10.0, "the samples refused")
-        assert service.outcomes == [] and service.history.count(key) == 0 and store.keys() == []
+        assert not service.outcomes and service.history.count(key) == 0 and store.keys() == []
     store.close()

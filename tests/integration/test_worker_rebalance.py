@@ -7,6 +7,10 @@ and drops their nodes; the second restores their join entries, node trackers and
 second batch's completions and a third batch of pairs follow. Every pair must be counted exactly once
 over both workers, every completion must have made a training sample, and the second worker must have
 matched completions against predictions it only knows from the restored state.
+
+When the second worker leaves again, the first gets back the partitions it lost. It no longer keeps their
+rows in memory (a revoke drops them), so what it serves of them comes from their changelogs: the join
+entries waiting there and every node's window.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -47,15 +52,16 @@ def batch(name: str, t0: float, rng: random.Random) -> list[dict[str, Any]]:
     return [task(f"{name}-{n.name}-{i}", APP, n, t0 + i * 0.1, rng) for n in NODES for i in range(3)]
 
 
+def pred(c: dict[str, Any]) -> dict[str, Any]:
+    return prediction(c["task_id"], APP, c["node"], c["started_ts"], c["rtt_ms"] * 1.1)
+
+
 def test_a_worker_joining_mid_stream_takes_over_state_and_positions(kafka_settings: Settings,
                                                                      tmp_path: Path) -> None:
     s = kafka_settings
     rng = random.Random(11)
     t0 = time.time()
     first, second, third = batch("a", t0, rng), batch("b", t0 + 1, rng), batch("c", t0 + 2, rng)
-
-    def pred(c: dict[str, Any]) -> dict[str, Any]:
-        return prediction(c["task_id"], APP, c["node"], c["started_ts"], c["rtt_ms"] * 1.1)
 
     with ProcessGroup(tmp_path) as group:
         urls = start_workers(group, s, ["w1"], **ENV)
@@ -110,3 +116,63 @@ def test_a_worker_joining_mid_stream_takes_over_state_and_positions(kafka_settin
     # a node weight is shown by the worker that holds the node: none left frozen on the one that lost it
     assert set(labelled(pages["w2"], "rtt_worker_node_weight", "node")) == moved
     assert set(labelled(pages["w1"], "rtt_worker_node_weight", "node")) == {n.name for n in NODES} - moved
+
+
+def test_partitions_given_back_are_restored_from_their_changelogs(kafka_settings: Settings, tmp_path: Path) -> None:
+    s = kafka_settings
+    rng = random.Random(12)
+    t0 = time.time()
+    waiting = batch("a", t0, rng)  # predictions whose completions come once the first worker holds everything again
+    snapshots = 6
+
+    with ProcessGroup(tmp_path) as group:
+        urls = start_workers(group, s, ["w1"], **ENV)
+        wait_settled(group, ["w1"], PARTITIONS)
+
+        async def before_join() -> None:
+            async with Sender(s) as out:
+                for k in range(snapshots):
+                    for n in NODES:
+                        await out.send("node-metrics", snapshot(n, t0 - 3.0 + k * 0.5, rng))
+                for c in waiting:
+                    await out.send("rtt-predictions", pred(c))
+                await out.flush()
+            deadline = time.monotonic() + 30.0
+            while metric_value(scrape(urls["w1"]), "rtt_worker_join_entries") < len(waiting):
+                assert time.monotonic() < deadline, "the first worker did not read the predictions"
+                await asyncio.sleep(0.2)
+
+        asyncio.run(before_join())
+        start_workers(group, s, ["w2"], **ENV)
+        settled = wait_settled(group, ["w1", "w2"], PARTITIONS)
+        second = group.children.pop("w2")
+        second.send_signal(signal.SIGTERM)  # a clean stop: it leaves the group, the first worker gets all back
+        assert second.wait(30) == 0
+        back = wait_settled(group, ["w1"], PARTITIONS)
+        assert back["w1"].generation > settled["w1"].generation
+
+        async def given_back() -> dict[str, Any]:
+            async with (Sender(s) as out, Reader(s, "node-features") as features,
+                        Reader(s, "prediction-errors") as errors):
+                for n in NODES:
+                    await out.send("node-metrics", snapshot(n, t0, rng))
+                for c in waiting:
+                    await out.send("task-completions", c)
+                await out.flush()
+                names = {n.name for n in NODES}
+                await features.wait(lambda vs: {v["node"] for v in vs if v["count"] == snapshots + 1} >= names,
+                                    30.0, "node-features with every snapshot of every node")
+                await errors.wait(lambda v: sum(counted(v).values()) >= len(waiting), 30.0, "every pair counted")
+                return {"errors": list(errors.values)}
+
+        r = asyncio.run(given_back())
+        page = scrape(urls["w1"])
+        log_text = (group.log_dir / "w1.log").read_text(errors="replace")
+
+    moved = settled["w2"].partitions
+    assert moved and back["w1"].partitions == frozenset(range(PARTITIONS))
+    # the join entries of the partitions given back came from their changelog (the latest restore)
+    restored = log_text.rsplit(f"partitions {sorted(range(PARTITIONS))}: restored ", 1)[1]
+    assert restored.startswith(f"{3 * len(moved)} join entries"), restored[:80]
+    assert metric_value(page, 'rtt_worker_join_total{outcome="matched"}') == len(waiting)
+    assert counted(r["errors"]) == collections.Counter({n.name: 3 for n in NODES})
