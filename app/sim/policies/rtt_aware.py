@@ -134,6 +134,11 @@ class RttAware(BasePolicy):
         self.pods: dict[str, collections.Counter[str]] = {}  # node -> app -> running (the podwatch's truth)
         self._scraped: set[str] = set()
         self._newest: dict[str, float] = {}  # node -> its newest scrape's time
+        self._changes = 0  # placements and completions so far
+        self._refused: set[tuple[Any, ...]] = set()  # pods the filter left no node (app, nodes, input) ...
+        self._refused_in: tuple[float, int, int] | None = None  # ... in this state (time, snapshot, changes)
+        policy_doc = self.params.policy
+        self._input_free = policy_doc.sla_when_all_fail == "pass" or not policy_doc.sla_ms
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
         # called with (task, decision, chosen node, view) after each placement (bench/bench_regret.py)
@@ -272,11 +277,23 @@ class RttAware(BasePolicy):
         if self._models_due(view) or (self.builder.dirty and self.running_refresh_s == 0):
             self.snap = self.builder.build(ts)
         by_name = {c.name: c for c in candidates}
+        # a pod the filter left no node is tried again at each completion, with every other such pod: one asking
+        # what was refused while nothing changed (no placement or completion, the same snapshot and time) gets
+        # the same answer; with the SLA passing every node when it would fail them all, only anti-affinity
+        # fails them all, whatever the pod's input
+        state = (view.now, id(self.snap), self._changes)
+        if state != self._refused_in:
+            self._refused_in, self._refused = state, set()
+        asked = (task.app, tuple(by_name), None if self._input_free else task.input_mb)
+        if asked in self._refused:
+            return None
         pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
         cycle = schedule(self.snap, pod, list(by_name), self.assumed, self.params, ts)
         d = cycle.decision
         if d is None:  # the extender's filter left no node: the pod stays pending
+            self._refused.add(asked)
             return None
+        self._changes += 1
         if cycle.node is not None:
             chosen = by_name[cycle.node]
         else:  # kube-scheduler places it by its own scores among the top-scored
@@ -309,6 +326,7 @@ class RttAware(BasePolicy):
     def observe_completion(self, task: Task, node: str, rtt_ms: float, view: ClusterView) -> None:
         wait_ms, started_ts, prediction = self._inflight.pop(task.idx)
         ts = view.ts
+        self._changes += 1
         self.assumed.forget(task.task_id)
         self._pods_changed(node, task.app, -1, ts)
         spec = self.specs.get(node)

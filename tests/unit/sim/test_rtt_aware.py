@@ -35,8 +35,8 @@ class Calls:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.n: collections.Counter[str] = collections.Counter()
-        for module, name in [(cycle, "decide"), (rtt_aware, "schedule"), (rtt_aware, "sample_value"), (rtt_aware, "features_value"),
-                             (training, "retrain")]:
+        for module, name in [(cycle, "decide"), (rtt_aware, "schedule"), (rtt_aware, "sample_value"),
+                             (rtt_aware, "features_value"), (training, "retrain")]:
             monkeypatch.setattr(module, name, self._count(name, getattr(module, name)))
         for cls, method in [(rtt_aware.NodeTracker, "add"), (rtt_aware.NodeTracker, "close"),
                             (rtt_aware.SampleHistory, "add"), (rtt_aware.SampleGrowth, "due")]:

@@ -122,3 +122,39 @@ def test_a_pod_every_node_refuses_waits_and_runs_after_a_completion() -> None:
     starts = np.sort(m.start_s)
     ends = np.sort(m.finish_s)
     assert np.all(starts[1:] >= ends[:-1] - 1e-9)  # never two at once
+
+
+
+class Asking(RttAware):
+    """rtt_aware that puts every pod through a cycle, refused before or not."""
+
+    def choose(self, task: Task, candidates: Any, view: ClusterView) -> Any:
+        self._refused_in = None
+        return super().choose(task, candidates, view)
+
+
+def test_pods_refused_while_nothing_changed_get_the_same_answer_without_asking_again(monkeypatch) -> None:
+    """The simulated extender answers a pod the filter left no node, asked again in the same state (the cluster
+    tries every waiting pod at each completion), without a second cycle: the run is the same to the bit as one
+    that asks every time, in fewer cycles."""
+    import dataclasses
+
+    import app.sim.policies.rtt_aware as module
+    from app.sim.runner import run_offline
+    from app.sim.scenario import load_scenario
+    from app.sim.scenario_paths import scenario_path
+
+    cycles = [0]
+    schedule = module.schedule
+
+    def counted(*a: Any, **k: Any) -> Any:
+        cycles[0] += 1
+        return schedule(*a, **k)
+
+    monkeypatch.setattr(module, "schedule", counted)
+    cfg = dataclasses.replace(load_scenario(scenario_path("saturated")).config, n_tasks=400)
+    a = run_offline(cfg, RttAware, seed=1)
+    cached, cycles[0] = cycles[0], 0
+    b = run_offline(cfg, Asking, seed=1)
+    assert a.fingerprint() == b.fingerprint()
+    assert 400 < cached < cycles[0] / 2, (cached, cycles[0])
