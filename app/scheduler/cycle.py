@@ -86,23 +86,28 @@ def schedule(snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assu
     side effects (the candidates' expected runs noted by prioritize, the pod assumed where it is expected to go).
 
     When the policy has no filter rule (no anti-affinity, no SLA) and there are several nodes, the filter can
-    fail none of them: its answer is every node, and it is not computed.
+    fail none of them: its answer is every node, and it is not computed. When the filter passes every node,
+    prioritize over the same nodes in the same state would decide the same: the filter's decision is taken.
     """
     policy = params.policy
     names = tuple(nodes)
     skipped = len(names) > 1 and not policy.anti_affinity and not policy.sla_ms
+    d: Decision | None = None
     if skipped:
         feasible = names
-    else:
-        f = filter_answer(decide(snapshot, pod, names, assumed, params, now, note_expected=False))
+    else:  # noting the expected runs as prioritize would (used only if the filter keeps every node)
+        f = filter_answer(decide(snapshot, pod, names, assumed, params, now))
         feasible = f.passing
         if len(feasible) <= 1:
             if f.bound is not None:
                 assume(assumed, f.decision, feasible[0], now, f.bound_expected_s)
                 return Cycle(feasible, f.decision, feasible[0], feasible)
+            assumed.unexpect(pod.task_id)
             return Cycle(feasible, f.decision if feasible else None, None, feasible)
-    # the filter's rows are remembered for prioritize (a skipped filter remembered none)
-    d = decide(snapshot, pod, feasible, assumed, params, now, remember_rows=skipped)
+        if feasible == names:
+            d = f.decision
+    if d is None:  # the filter's rows are remembered for prioritize (a skipped filter remembered none)
+        d = decide(snapshot, pod, feasible, assumed, params, now, remember_rows=skipped)
     winner = d.best()
     assume(assumed, d, winner, now)
     best = max(d.score, default=None)

@@ -77,9 +77,9 @@ SHIPPED_POLICY = Path(__file__).resolve().parents[3] / "deploy" / "extender" / "
 @functools.cache
 def shipped_policy() -> Mapping[str, Any]:
     """The extender's policy as deployed (``deploy/extender/policy.yaml``, the same as k8s/config.yaml's), which
-    the simulated extender and the demo's run: its anti-affinity pairs and SLAs, and each pod not yet in the
-    metrics adding 50 % (an interfering app) or 30 % (any other) to its node's predicted RTT for a scrape
-    interval (docs/simulator.md measured 0, 0.1, 0.3, 0.5: a model trained on a few dozen tasks has rarely seen
+    the simulated extender and the demo's run: its SLAs and anti-affinity pairs (none by default), and each pod
+    not yet in the metrics adding 50 % (an interfering app) or 30 % (any other) to its node's predicted RTT for a
+    scrape interval (docs/simulator.md measured 0, 0.1, 0.3, 0.5: a model trained on a few dozen tasks has rarely seen
     more than one or two pods beside a task and prices the third like the second)."""
     return MappingProxyType(load_policy_document(SHIPPED_POLICY))
 SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine

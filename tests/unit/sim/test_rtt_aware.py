@@ -84,8 +84,8 @@ def test_a_run_goes_through_them(monkeypatch):
     m = run_offline(SimConfig(n_tasks=1200), _factory, seed=3)
     n = calls.n
     # every task goes through one cycle at least (more while the filter leaves it no node), whose filter and
-    # prioritize each decide (the shipped policy has filter rules)
-    assert n["schedule"] >= 1200 and n["schedule"] < n["decide"] <= 2 * n["schedule"]
+    # prioritize each decide (once when the filter keeps every node)
+    assert n["schedule"] >= 1200 and n["schedule"] <= n["decide"] <= 2 * n["schedule"]
     assert n["NodeTracker.add"] > 500 and n["SampleHistory.add"] == 1200
     assert n["sample_value"] == 1200 and n["features_value"] > 100 and n["NodeTracker.close"] > 10
     assert n["retrain"] >= 3 and n["SampleGrowth.due"] > 10

@@ -93,12 +93,16 @@ CASES = {
         "gCTF", ["worker-3"]),
     "one node passes: bound and assumed, no model needed": (
         {"worker-1": 1.0, "worker-2": 1.05}, {}, [], "Motioncor2", ["worker-1"]),
+    "every node passes: prioritize decides as the filter did": (
+        {"worker-1": 2.0, "worker-2": 1.5, "worker-3": 1.0}, {"worker-1": 0.9, "worker-2": 0.2, "worker-3": 0.9},
+        [], "gCTF", ["worker-1", "worker-2", "worker-3"]),
     "one of two passes": (
         {"worker-1": 1.0, "worker-2": 1.05}, {}, [("prev", "Motioncor2", "worker-1", TS - 2)], "gCTF",
         ["worker-1", "worker-2"]),
 }
 EXPECTED = {"scores over the nodes that passed": ("worker-1", 2), "every node fails: pending": (None, 1),
             "one node passes: bound and assumed, no model needed": ("worker-1", 1),
+            "every node passes: prioritize decides as the filter did": ("worker-3", 1),
             "one of two passes": ("worker-2", 2)}
 
 
@@ -153,8 +157,9 @@ def test_pods_refused_while_nothing_changed_get_the_same_answer_without_asking_a
 
     monkeypatch.setattr(module, "schedule", counted)
     cfg = dataclasses.replace(load_scenario(scenario_path("saturated")).config, n_tasks=400)
-    a = run_offline(cfg, RttAware, seed=1)
+    pairs = {"anti_affinity": [["Motioncor2", "Motioncor2"], ["Motioncor2", "gCTF"]]}
+    a = run_offline(cfg, lambda rng: RttAware(rng, policy=pairs), seed=1)
     cached, cycles[0] = cycles[0], 0
-    b = run_offline(cfg, Asking, seed=1)
+    b = run_offline(cfg, lambda rng: Asking(rng, policy=pairs), seed=1)
     assert a.fingerprint() == b.fingerprint()
     assert 400 < cached < cycles[0] / 2, (cached, cycles[0])
