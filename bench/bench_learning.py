@@ -12,8 +12,8 @@ Prints, each with the command's settings:
    every varying column when the vote keeps nothing (``fallback="all"``), no per-measure top-k, cold start
    at 50 or 200 samples, metric columns from the first model on (no ``metric_min_rows``), ranking by the
    pod's own predicted RTT (no inflicted slowdown), no penalty for pods the metrics cannot show yet (or 0.1 a
-   pod of another app instead of the deployed policy's 0.3), the deployed policy without its anti-affinity
-   pairs or without its SLAs, no
+   pod of another app instead of the deployed policy's 0.3), the deployed policy with the anti-affinity
+   pairs it has as an example or without its SLAs, no
    residual correction, no exploration, exploring every node until it has completed 3 tasks of the app
    (``min_samples: 3``), a fixed 5, 30 or 60 s window - mean / p99 / second-half
    RTT, accuracy (1 - MAPE after warm-up) per app x node class, and each one's mean RTT against the
@@ -83,7 +83,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "own RTT only": {"policy": {"objective": {"inflicted": 0.0}}},
     "no pending penalty": {"policy": {"contention": {"interfering": 0.5, "other": 0.0}}},
     "pending penalty 0.1": {"policy": {"contention": {"interfering": 0.5, "other": 0.1}}},
-    "no anti-affinity": {"policy": {"anti_affinity": []}},
+    "anti-affinity pairs": {"policy": {"anti_affinity": [["Motioncor2", "Motioncor2"], ["Motioncor2", "gCTF"]]}},
     "no SLA": {"policy": {"sla_ms": {}}},
     "no residual correction": {"correction": False},
     "no exploration": {"explore_share": 0.0},
