@@ -102,7 +102,7 @@ def repo_apps() -> set[str]:
     """The apps of the simulator, the shipped policy, the pod and span fixtures."""
     names = set(APPS)
     policy = yaml.safe_load((ROOT / "deploy" / "extender" / "policy.yaml").read_text())
-    names |= set(policy["sla_ms"]) | {a for pair in policy["anti_affinity"] for a in pair}
+    names |= set(policy["sla_ms"]) | {a for pair in policy.get("anti_affinity") or () for a in pair}
     for path in (ROOT / "tests" / "fixtures" / "kube").glob("*.json"):
         text = path.read_text()
         names |= {v for k, v in _pairs(json.loads(text)) if k == "rttsched.io/app"}
