@@ -15,7 +15,7 @@ kube-scheduler calls them (the simulator's ``rtt_aware``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.decide import DecideParams, Decision, decide
@@ -102,7 +102,7 @@ def schedule(snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assu
             if f.bound is not None:
                 assume(assumed, f.decision, feasible[0], now, f.bound_expected_s)
                 return Cycle(feasible, f.decision, feasible[0], feasible)
-            assumed.unexpect(pod.task_id)
+            assume(assumed, f.decision, None, now)
             return Cycle(feasible, f.decision if feasible else None, None, feasible)
         if feasible == names:
             d = f.decision
@@ -110,6 +110,12 @@ def schedule(snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assu
         d = decide(snapshot, pod, feasible, assumed, params, now, remember_rows=skipped)
     winner = d.best()
     assume(assumed, d, winner, now)
-    best = max(d.score, default=None)
-    top = tuple(n for n, s in zip(d.nodes, d.score, strict=True) if s == best)
-    return Cycle(feasible, d, winner, top)
+    return Cycle(feasible, d, winner, tuple(top_scored(d.scores())))
+
+
+def top_scored(scores: Iterable[tuple[str, int]]) -> list[str]:
+    """The hosts sharing the highest score of (host, score) pairs, in their order (empty if none): where
+    kube-scheduler's own scores decide among the extender's best."""
+    pairs = list(scores)
+    best = max((s for _, s in pairs), default=None)
+    return [h for h, s in pairs if s == best]

@@ -28,12 +28,13 @@ import http.client
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
+from app.scheduler.cycle import top_scored
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.kube_default import KubeDefault
@@ -85,13 +86,6 @@ def top_hosts(answer: Any, candidates: Collection[str]) -> list[str]:
         if isinstance(item, dict) and item.get("Host") in candidates and isinstance(item.get("Score"), int):
             scores[item["Host"]] = item["Score"]
     return top_scored(scores.items())
-
-
-def top_scored(scores: Iterable[tuple[str, int]]) -> list[str]:
-    """The hosts sharing the highest score of (host, score) pairs, in their order (empty if none)."""
-    pairs = list(scores)
-    best = max((s for _, s in pairs), default=None)
-    return [h for h, s in pairs if s == best]
 
 
 class ExtenderPolicy(BasePolicy):

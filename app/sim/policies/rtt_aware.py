@@ -82,6 +82,8 @@ def shipped_policy() -> Mapping[str, Any]:
     scrape interval (docs/simulator.md measured 0, 0.1, 0.3, 0.5: a model trained on a few dozen tasks has rarely seen
     more than one or two pods beside a task and prices the third like the second)."""
     return MappingProxyType(load_policy_document(SHIPPED_POLICY))
+
+
 SIM_TRAIN_PARAMS: dict[str, Any] = {"nthread": 1}  # one background thread: reproducible on any machine
 
 
@@ -137,8 +139,7 @@ class RttAware(BasePolicy):
         self._changes = 0  # placements and completions so far
         self._refused: set[tuple[Any, ...]] = set()  # pods the filter left no node (app, nodes, input) ...
         self._refused_in: tuple[float, int, int] | None = None  # ... in this state (time, snapshot, changes)
-        policy_doc = self.params.policy
-        self._input_free = policy_doc.sla_when_all_fail == "pass" or not policy_doc.sla_ms
+        self._input_free = chosen.sla_when_all_fail == "pass" or not chosen.sla_ms
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
         # called with (task, decision, chosen node, view) after each placement (bench/bench_regret.py)
