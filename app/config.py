@@ -192,6 +192,8 @@ class Settings:
                                " fraction since the last retrain asked (0: never)")
     # -- trainer
     trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
+    trainer_key_idle_s: float = _f(86_400.0, _positive, doc="a model key with no new training sample for this"
+                                   " long has its sample history dropped (its model keeps serving)")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
     trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
     trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "

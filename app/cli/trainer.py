@@ -63,7 +63,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         await check_reachable(settings)  # one clear line when there is no broker
         service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=None,  # pinned above
                                  margin=args.margin, max_event_age_s=args.max_event_age,
-                                 gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s)
+                                 gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s,
+                                 key_idle_s=settings.trainer_key_idle_s)
         if settings.metrics_port:
             from prometheus_client import start_http_server
 

@@ -26,6 +26,7 @@ Two rules, on the samples of a key seen by one worker (``count``), checked every
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 COLD_START, GROWTH = "cold_start", "growth"
 SAMPLE_CHECK_S = 0.25  # how often sample counts are checked against these rules (s; at most the error period)
@@ -70,6 +71,11 @@ class SampleGrowth:
         """Record that a retrain of ``key`` was asked at ``count`` samples."""
         self._asked[key] = int(count)
 
+    def forget(self, drop: Callable[[str], bool]) -> None:
+        """Forget the keys ``drop`` says (their app retired: its count starts again from 0)."""
+        for key in [k for k in self._asked if drop(k)]:
+            del self._asked[key]
+
 
 class Debounce:
     """At most one event of the debounced ``reasons`` per key per ``interval_s`` (monotonic seconds).
@@ -97,3 +103,8 @@ class Debounce:
             return False
         self._last[key] = now
         return True
+
+    def forget(self, drop: Callable[[str], bool]) -> None:
+        """Forget the keys ``drop`` says (their app retired)."""
+        for key in [k for k in self._last if drop(k)]:
+            del self._last[key]

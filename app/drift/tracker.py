@@ -33,12 +33,14 @@ worker keeps its references. :meth:`NodeTracker.weights_fields` is what node-wei
 >>> t.count_sample("gCTF")
 >>> f = t.weights_fields(); round(f["correction"]["gCTF"], 3), f["samples"]
 (1.379, {'gCTF': 1})
+>>> t.forget({"gCTF"}), t.weights_fields()["samples"], t.window("gCTF")  # an app retired: back to the start
+(True, {}, 30.0)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from app.drift.base import DriftDetector
@@ -174,6 +176,14 @@ class NodeTracker:
         s.detector = self.detector()
         s.residual.reset()
         return True
+
+    def forget(self, apps: Collection[str]) -> bool:
+        """Drop everything kept of ``apps`` (retired from the worker); True if any was kept. The credibility,
+        over all apps, stays."""
+        gone = [app for app in apps if app in self.apps]
+        for app in gone:
+            del self.apps[app]
+        return bool(gone)
 
     def weights_fields(self) -> dict[str, Any]:
         """What node-weights carries of this node's feedback: ``weight`` (credibility), ``correction`` (the

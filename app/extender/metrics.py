@@ -48,6 +48,11 @@ class ExtenderMetrics:
                                 ["verb", "code"], registry=r)
         self.stale_answers = Counter("rtt_extender_stale_answers_total",
                                      "Neutral answers for lack of fresh data", ["reason"], registry=r)
+        self.candidates = Counter("rtt_extender_candidates_total",
+                                  "Candidate nodes of labeled pods, per filter and prioritize request", registry=r)
+        self.stale_candidates = Counter("rtt_extender_stale_candidates_total",
+                                        "Candidates scored neutral for stale data (a whole neutral answer's too)",
+                                        registry=r)
         self.unlabeled_pods = Counter("rtt_extender_unlabeled_pods_total", "Pods without the app label",
                                       ["verb"], registry=r)
         self.scored_pods = Counter("rtt_extender_scored_pods_total", "Pods scored with predictions", ["app"],

@@ -3,7 +3,9 @@
 ``predicted_rtt_ms`` is the model's prediction times the node's residual correction (before the contention
 penalty), null for a candidate no model covers yet: its task features still make its training sample
 complete (:meth:`~app.scheduler.decide.Decision.published`); ``correction`` says which factor was applied
-when it is not 1.
+when it is not 1. ``chosen: true`` marks the candidate the extender assumed the pod on (the ``chosen``
+arguments below: :meth:`~app.scheduler.decide.Decision.best` after prioritize, the single passing node after
+filter), absent on the others: the worker's join keeps that prediction when it must let predictions go early.
 
 
 The publisher encodes tens to thousands of records per scored request, so the JSON is written from
@@ -28,6 +30,7 @@ at 64 nodes). :func:`encode_prepared` then writes the records, in the publisher'
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,9 +44,9 @@ from app.scheduler.decide import Decision, NodeVerdict
 
 Record = tuple[bytes, bytes]  # key, value
 # head, nodes, predictions, model parts, each node's model part, feature-map parts, each node's map part,
-# corrections (None: all 1)
+# corrections (None: all 1), the chosen node's place in nodes (-1: none)
 Prepared = tuple[bytes, tuple[str, ...], np.ndarray, tuple[bytes, ...], np.ndarray, tuple[bytes, ...], np.ndarray,
-                 np.ndarray | None]
+                 np.ndarray | None, int]
 _dumps = orjson.dumps
 # the contract's bound on a prediction: a larger one (an absurd model times a correction) is sent at the bound
 MAX_PREDICTED_MS = float(contract("rtt-predictions").value_schema["properties"]["predicted_rtt_ms"]["maximum"])
@@ -51,9 +54,9 @@ MAX_PREDICTED_MS = float(contract("rtt-predictions").value_schema["properties"][
 
 def prediction_value(task_id: str, app: str, node: str, ts: float, rtt_ms: float, model_version: int | None,
                      model_key: str | None, features: Mapping[str, float] | None,
-                     correction: float = 1.0) -> dict[str, Any]:
+                     correction: float = 1.0, chosen: bool = False) -> dict[str, Any]:
     """One rtt-predictions value; a candidate's task features that node-features cannot supply
-    (``running_pods_<app>``) go in ``features``; a NaN prediction is null."""
+    (``running_pods_<app>``) go in ``features``; a NaN prediction is null; ``chosen`` only when true."""
     value: dict[str, Any] = {"task_id": task_id, "app": app, "node": node, "ts": ts,
                              "predicted_rtt_ms": min(rtt_ms, MAX_PREDICTED_MS) if math.isfinite(rtt_ms) else None,
                              "model_version": model_version, "model_key": model_key}
@@ -61,13 +64,17 @@ def prediction_value(task_id: str, app: str, node: str, ts: float, rtt_ms: float
         value["features"] = dict(features)
     if correction != 1.0:
         value["correction"] = correction
+    if chosen:
+        value["chosen"] = True
     return value
 
 
-def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict]) -> list[dict[str, Any]]:
-    """The rtt-predictions values of ``verdicts`` (:meth:`Decision.published`)."""
+def prediction_values(task_id: str, app: str, ts: float, verdicts: Sequence[NodeVerdict],
+                      chosen: str | None = None) -> list[dict[str, Any]]:
+    """The rtt-predictions values of ``verdicts`` (:meth:`Decision.published`); ``chosen``: the node the pod
+    was assumed on."""
     return [prediction_value(task_id, app, v.node, ts, v.predicted_rtt_ms, v.model_version, v.model_key, v.features,
-                             v.correction) for v in verdicts]
+                             v.correction, v.node == chosen) for v in verdicts]
 
 
 def _published(decision: Decision) -> list[int]:
@@ -77,21 +84,38 @@ def _published(decision: Decision) -> list[int]:
     return [i for i, fresh in enumerate(decision.fresh) if fresh]
 
 
-def decision_values(decision: Decision, ts: float) -> Iterator[dict[str, Any]]:
-    """The values of one request as dicts, in candidate order (:meth:`Decision.published`)."""
+def decision_values(decision: Decision, ts: float, chosen: str | None = None) -> Iterator[dict[str, Any]]:
+    """The values of one request as dicts, in candidate order (:meth:`Decision.published`); ``chosen``: the node
+    the pod was assumed on (its first place among the candidates)."""
     task_id, app = decision.pod.task_id, decision.pod.app or ""
     rtts = decision.model_rtt_ms or decision.rtt_ms
     features = decision.features
     corr = decision.correction
+    at = _place(decision, chosen)
     for i in _published(decision):
         yield prediction_value(task_id, app, decision.nodes[i], ts, rtts[i], decision.model_version[i],
-                               decision.model_key[i], features[i] if features else None, corr[i] if corr else 1.0)
+                               decision.model_key[i], features[i] if features else None, corr[i] if corr else 1.0,
+                               i == at)
 
 
-def prepare(decision: Decision, ts: float) -> Prepared | None:
+def _place(decision: Decision, node: str | None) -> int:
+    """The place of ``node`` among the decision's candidates: its winner's when it is that node, else the first
+    (-1: None or not a candidate)."""
+    if node is None:
+        return -1
+    w = decision.winner
+    if w is not None and decision.nodes[w] == node:
+        return w
+    try:
+        return decision.nodes.index(node)
+    except ValueError:
+        return -1
+
+
+def prepare(decision: Decision, ts: float, chosen: str | None = None) -> Prepared | None:
     """What the publisher needs of one request (None: nothing to publish), held as objects the garbage
     collector soon stops traversing (module docstring); the parts common to several candidates are encoded
-    here, once."""
+    here, once. ``chosen``: the node the pod was assumed on (:func:`decision_values`)."""
     if decision.neutral is not None or not decision.nodes:
         return None
     every = len(decision.fresh) == len(decision.nodes) and False not in decision.fresh
@@ -104,7 +128,10 @@ def prepare(decision: Decision, ts: float) -> Prepared | None:
     nodes, keys, versions = decision.nodes, decision.model_key, decision.model_version
     features: Sequence[Mapping[str, float] | None] = decision.features or [None] * len(nodes)
     corr = decision.correction
-    if not every:
+    at = _place(decision, chosen)
+    if not every:  # its place among the published candidates (in order)
+        j = bisect.bisect_left(published, at)
+        at = j if at >= 0 and j < len(published) and published[j] == at else -1
         nodes, rtts, keys, versions = (tuple(nodes[i] for i in published), [rtts[i] for i in published],
                                        [keys[i] for i in published], [versions[i] for i in published])
         features, corr = [features[i] for i in published], [corr[i] for i in published] if corr else corr
@@ -127,7 +154,7 @@ def prepare(decision: Decision, ts: float) -> Prepared | None:
     return (head, nodes, rtt,
             tuple([b',"model_version":%s,"model_key":%s' % (_dumps(v), _dumps(k)) for k, v in models]),
             _slots(model_of, n), tuple([b',"features":' + _dumps(dict(f)) if f else b"" for f in maps]),
-            _slots(map_of, n), np.array(corr, dtype=np.float64) if corr and corr.count(1.0) != n else None)
+            _slots(map_of, n), np.array(corr, dtype=np.float64) if corr and corr.count(1.0) != n else None, at)
 
 
 def _slots(slots: list[int] | None, n: int) -> np.ndarray:
@@ -145,9 +172,10 @@ def encode_prepared(prepared: Prepared, chunk: int = 128) -> Iterator[list[Recor
 
     The predictions are written as JSON in one call (a list's items, split at their commas: a number has
     none; NaN and infinities become ``null``), and where every candidate shares one model and one feature
-    map and has no correction, each value is three joins of parts made once.
+    map and has no correction, each value is three joins of parts made once; the chosen candidate's value then
+    gets its mark.
     """
-    head, nodes, rtts, model_parts, model_of, map_parts, map_of, corr = prepared
+    head, nodes, rtts, model_parts, model_of, map_parts, map_of, corr, chosen = prepared
     rtt_parts = _dumps(rtts.tolist())[1:-1].split(b",") if len(nodes) else []
     corrs = corr.tolist() if corr is not None else None
     shared = corrs is None and len(model_parts) == 1 and len(map_parts) == 1
@@ -157,21 +185,25 @@ def encode_prepared(prepared: Prepared, chunk: int = 128) -> Iterator[list[Recor
     for start in range(0, len(nodes), chunk):
         stop = min(start + chunk, len(nodes))
         if shared:
-            yield [(key, join((head, node, rtt_parts[i], tail)))
+            out = [(key, join((head, node, rtt_parts[i], tail)))
                    for i, (key, node) in zip(range(start, stop), map(_node_parts, nodes[start:stop]), strict=True)]
-            continue
-        out: list[Record] = []
-        for i in range(start, stop):
-            key, node = _node_parts(nodes[i])
-            c = corrs[i] if corrs is not None else 1.0
-            out.append((key, join((head, node, rtt_parts[i], model_parts[models[i]], map_parts[maps[i]],
-                                   b',"correction":' + _dumps(c) + b"}" if c != 1.0 else b"}"))))
+        else:
+            out = []
+            for i in range(start, stop):
+                key, node = _node_parts(nodes[i])
+                c = corrs[i] if corrs is not None else 1.0
+                out.append((key, join((head, node, rtt_parts[i], model_parts[models[i]], map_parts[maps[i]],
+                                       b',"correction":' + _dumps(c) + b"}" if c != 1.0 else b"}"))))
+        if start <= chosen < stop:
+            key, value = out[chosen - start]
+            out[chosen - start] = (key, value[:-1] + b',"chosen":true}')
         yield out
 
 
-def encode_decision(decision: Decision, ts: float, chunk: int = 128) -> Iterator[list[Record]]:
+def encode_decision(decision: Decision, ts: float, chunk: int = 128,
+                    chosen: str | None = None) -> Iterator[list[Record]]:
     """:func:`decision_values` as (key, JSON value) records: :func:`encode_prepared` of :func:`prepare`."""
-    prepared = prepare(decision, ts)
+    prepared = prepare(decision, ts, chosen)
     if prepared is not None:
         yield from encode_prepared(prepared, chunk)
 

@@ -58,12 +58,13 @@ class PredictionPublisher:
         self.connected = False
         self.down = False  # a connection attempt failed and none succeeded since: offers are dropped
 
-    def offer(self, decision: Decision, ts: float) -> bool:
-        """Queue one scored request; False (its predictions counted as dropped) when full or the sink is down."""
+    def offer(self, decision: Decision, ts: float, chosen: str | None = None) -> bool:
+        """Queue one scored request (``chosen``: the node its pod was assumed on, marked in its prediction); False
+        (its predictions counted as dropped) when full or the sink is down."""
         if decision.neutral is not None or decision.pod.app is None:
             return True
         if not self.down and not self._queue.full():
-            prepared = prepare(decision, ts)
+            prepared = prepare(decision, ts, chosen)
             if prepared is not None:
                 self._queue.put_nowait(prepared)
             return True

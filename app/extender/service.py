@@ -206,6 +206,11 @@ class ExtenderService:
             self.metrics.stale_answers.labels(reason).inc()
         if d.neutral is not None and not d.stale:
             return  # an unlabeled pod says nothing about the data
+        n = len(d.nodes)
+        self.metrics.candidates.inc(n)
+        stale = n if d.stale else d.fresh.count(False)  # a stale node among fresh ones scores neutral too
+        if stale:
+            self.metrics.stale_candidates.inc(stale)
         if reason != self._stale_reason:
             if reason is not None:
                 log.warning("no fresh data (%s): answering neutral (all pass, score 5) until it returns", reason)
@@ -238,11 +243,11 @@ class ExtenderService:
 
     def _place(self, d: Decision, node: str | None, expected_s: float | None = None) -> None:
         """Assume the pod of a scored decision on ``node`` (:func:`app.scheduler.cycle.assume`) and queue its
-        predictions."""
+        predictions, the one for ``node`` marked ``chosen``."""
         now = self.clock.now()
         assume(self.assumed, d, node, now, expected_s)
         if self.publisher is not None:
-            self.publisher.offer(d, now)
+            self.publisher.offer(d, now, node)
 
     def explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> bytes:
         """Why each candidate gets its score (:func:`app.scheduler.explain.explain`), as JSON; changes nothing."""

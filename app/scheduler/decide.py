@@ -7,7 +7,8 @@ Per request (one pod, N candidate nodes):
    with score 5 (:data:`NEUTRAL_REASONS`).
 2. Otherwise each fresh candidate gets a predicted RTT: one ``predict`` call per model for all candidates
    that use it (the node's own model, else app × node class), or node-weights' own prediction when no
-   model covers the node. Stale or unknown nodes get no prediction: they pass and score neutral.
+   model covers the node. Stale or unknown nodes get no prediction: they pass and score neutral (stale: older
+   than ``stale_after_s``, node-weights' ``stale``, or a metric group marked stale in node-features).
    Each fresh candidate also gets the task's *running-pods* features, one per known app
    (``running_pods_<app>``, :func:`running_features`): the pods of that app the scheduler believes run on the
    node — per app the larger of the running-apps view and the node's assumed pods not yet expected to have

@@ -1,12 +1,14 @@
 """Column views of a snapshot, so that a decision over N candidates is a few array gathers, not N loops.
 
 :class:`NodeTable` gives every node of the view a position and keeps, per position, what a decision reads
-of every candidate: the features timestamp, the credibility (NaN: never evaluated), the node-weights stale
-flag, whether the running-apps view shows anything on the node and when that view was read. :class:`AppRoutes`
-gives, per position, the model that predicts an app there — the node's own model when it covers the node,
-else the app × node class model, as :meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the
-node's row in that model's matrix, plus what node-weights say of the app there: its own prediction, the
-residual correction (:mod:`app.drift.residual`) and how many of the app's tasks the node completed. A
+of every candidate: the features timestamp, the credibility (NaN: never evaluated), whether its data are
+stale (node-weights say so, or its node-features mark a metric group stale: a hung GPU's zeros, an
+exporter that did not answer), whether the running-apps view shows anything on the node and when that view
+was read. :class:`AppRoutes` gives, per position, the model that predicts an app there — the node's own model
+when it covers the node, else the app × node class model, as
+:meth:`~app.scheduler.snapshot.Snapshot.model_for` decides — and the node's row in that model's matrix, plus
+what node-weights say of the app there: its own prediction, the residual correction
+(:mod:`app.drift.residual`) and how many of the app's tasks the node completed. A
 request turns its candidate names into positions (one dict lookup each) and gathers (:class:`Candidates`);
 the snapshot keeps the gathers of its last few node lists, since kube-scheduler sends the same list pod after
 pod.
@@ -51,7 +53,7 @@ class NodeTable:
     pos: Mapping[str, int]  # node -> position
     features_ts: np.ndarray  # float64, 0 until node-features arrived
     weight: np.ndarray  # float64 credibility, NaN when never evaluated
-    weights_stale: np.ndarray  # bool
+    stale: np.ndarray  # bool: node-weights say stale, or node-features mark a metric group stale
     busy: np.ndarray  # bool: the running-apps view shows pods on the node
     running_ts: np.ndarray  # float64: when the running-apps view was read (0: unknown)
 
@@ -81,7 +83,7 @@ class Candidates:
     at: np.ndarray  # int64 positions in the table (0 for unknown names)
     known: np.ndarray  # bool
     features_ts: np.ndarray  # float64
-    has_data: np.ndarray  # bool: known, node-weights not stale, node-features received (fresh once recent)
+    has_data: np.ndarray  # bool: known, not stale (:attr:`NodeTable.stale`), node-features received (fresh once recent)
     credibility: np.ndarray  # float64: the node's weight, else the prior
     busy: np.ndarray  # bool: known and the running-apps view shows pods on it
     routes: AppRoutes | None
@@ -139,7 +141,7 @@ def gather_candidates(table: NodeTable, routes: AppRoutes | None, nodes: tuple[s
     else:
         model, row, predicted = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, math.nan)
         correction, samples = np.ones(n), np.zeros(n, dtype=np.int64)
-    has_data = known & ~table.weights_stale[at] & (ts > 0)
+    has_data = known & ~table.stale[at] & (ts > 0)
     groups = model_groups(model, row)
     out = Candidates(
         at=at, known=known, features_ts=ts, has_data=has_data,
@@ -174,12 +176,12 @@ def node_table_steps(nodes: Mapping[str, NodeState]) -> Generator[None, None, No
         end = start + len(chunk)
         ts[start:end] = [st.features_ts for st in chunk]
         weight[start:end] = [math.nan if st.weight is None else st.weight for st in chunk]
-        stale[start:end] = [st.weights_stale for st in chunk]
+        stale[start:end] = [st.weights_stale or bool(st.stale_metrics) for st in chunk]
         busy[start:end] = [bool(st.running) for st in chunk]
         running_ts[start:end] = [st.running_ts for st in chunk]
         pos.update(zip(names[start:end], range(start, end), strict=True))
         yield
-    return NodeTable(pos=MappingProxyType(pos), features_ts=ts, weight=weight, weights_stale=stale, busy=busy,
+    return NodeTable(pos=MappingProxyType(pos), features_ts=ts, weight=weight, stale=stale, busy=busy,
                      running_ts=running_ts)
 
 

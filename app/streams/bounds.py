@@ -9,7 +9,9 @@ series). Both are bounded:
   whatever names producers invent;
 * **silence** — a node with no message of any kind for ``RTT_NODE_EVICT_AFTER_S`` (its last *arrival*
   on this worker's clock, not its own ``ts``) is evicted (:mod:`app.streams.eviction`), and so is an app
-  no message named for as long, which frees their places under the caps.
+  no message named for as long, which frees their places under the caps. An app admitted that is not held
+  (new, or evicted before) is handed to the ``on_new_app`` callbacks (the feedback loop loads a returning
+  app's models again).
 
 >>> b = Bounds(max_nodes=2, max_apps=1)
 >>> b.admit_node("a", 0.0); b.admit_node("b", 0.0); b.admit_node("a", 5.0)
@@ -22,6 +24,8 @@ app.errors.ContractError: node_cap: node 'c' would be number 3; this worker hold
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from app.errors import ContractError
 
@@ -36,6 +40,7 @@ class Bounds:
         self.max_apps = max_apps
         self.nodes: dict[str, float] = {}
         self.apps: dict[str, float] = {}
+        self.on_new_app: list[Callable[[str], None]] = []
 
     def admit_node(self, node: str, now: float) -> None:
         """Note ``node`` as heard of at ``now``; ``node_cap`` if it is new and the worker is full."""
@@ -45,10 +50,16 @@ class Bounds:
         self.nodes[node] = now
 
     def admit_app(self, app: str, now: float) -> None:
-        if app not in self.apps and len(self.apps) >= self.max_apps:
+        """Note ``app`` as heard of at ``now``; ``app_cap`` if it is not held and the worker is full."""
+        if app in self.apps:
+            self.apps[app] = now
+            return
+        if len(self.apps) >= self.max_apps:
             raise ContractError("app_cap", f"app {app!r} would be number {len(self.apps) + 1}; this worker"
                                 f" tracks at most {self.max_apps} (RTT_WORKER_MAX_APPS)")
         self.apps[app] = now
+        for callback in self.on_new_app:
+            callback(app)
 
     def silent_nodes(self, now: float, after_s: float) -> list[str]:
         return [n for n, t in self.nodes.items() if now - t >= after_s]
@@ -60,6 +71,6 @@ class Bounds:
         for n in nodes:
             self.nodes.pop(n, None)
 
-    def forget_apps(self, apps: list[str]) -> None:
+    def forget_apps(self, apps: set[str] | list[str]) -> None:
         for a in apps:
             self.apps.pop(a, None)

@@ -11,10 +11,18 @@ Every ``min(RTT_NODE_EVICT_AFTER_S / 4, 30 s)`` the worker looks for nodes no me
   compacted reader forget the node as well — each on the producer that sends that topic's values, so
   the tombstone is the last word of its partition.
 
-An app no completion or prediction named for as long leaves the app cap and its
-``rtt_worker_prediction_rmse_ms`` / ``rtt_worker_prediction_mape`` series go. Nodes a rebalance moved to
-another worker leave the caps' count here without tombstones (their new owner holds them).
-Evictions are counted in ``rtt_worker_evicted_total{kind}``.
+An app no completion or prediction named for as long is retired: it leaves the app cap, its
+``rtt_worker_prediction_rmse_ms`` / ``rtt_worker_prediction_mape`` series go, and so does everything the
+feedback loop keeps of it (:meth:`~app.streams.feedback_state.FeedbackLoop.forget_apps`): its state in every
+node's tracker and their changelog rows (rewritten without it), its DWA windows, sample counts and per-key
+retrain bookkeeping, its entries in the next node-weights values (``predicted_rtt_ms``, ``correction``,
+``samples``), and its models, unloaded (no more predictions every period). The announced version of each
+of its model keys is kept; the app's next message loads them again from the registry
+(:meth:`~app.streams.feedback_state.FeedbackLoop.app_heard`). An app the worker holds state of without it
+being named — restored from a checkpoint, or a model read from model-updates at start — is retired the
+same way once no message has named it for ``RTT_NODE_EVICT_AFTER_S``.
+Nodes a rebalance moved to another worker leave the caps' count here without tombstones (their new owner
+holds them). Evictions are counted in ``rtt_worker_evicted_total{kind}`` (``node``, ``app``).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     fm, evicted = ctx.metrics.feedback, ctx.metrics.evicted
     features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
     weights_topic = contract_topic(app, settings, "node-weights")
+    unheard: dict[str, float] = {}  # app held by the loop but not admitted -> when first found so
 
     def evict_now() -> tuple[set[str], list[str]]:
         now = clock.monotonic()
@@ -73,16 +82,30 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             bounds.forget_nodes(silent)
             evicted.labels("node").inc(len(silent))
             log.info("evicted %d node(s) silent for %.0f s: %s", len(silent), after, sorted(silent)[:10])
-        apps = bounds.silent_apps(now, after)
+        apps = set(bounds.silent_apps(now, after)) | held_unheard(now)
         if apps:
             for a in apps:
                 for cls in NODE_CLASSES:
                     _remove(fm.prediction_rmse, a, cls)
                     _remove(fm.prediction_mape, a, cls)
             bounds.forget_apps(apps)
+            released = loop.forget_apps(apps) if loop is not None else {}
             evicted.labels("app").inc(len(apps))
-            log.info("evicted %d app(s) silent for %.0f s: %s", len(apps), after, sorted(apps)[:10])
-        return silent, apps
+            log.info("evicted %d app(s) silent for %.0f s: %s; released %s", len(apps), after, sorted(apps)[:10],
+                     released)
+        return silent, sorted(apps)
+
+    def held_unheard(now: float) -> set[str]:
+        """Apps the feedback loop holds that no message has named for ``after`` (restored, or models at start)."""
+        if loop is None:
+            return set()
+        held = loop.apps() - bounds.apps.keys()
+        for a in list(unheard):
+            if a not in held:
+                del unheard[a]
+        for a in held:
+            unheard.setdefault(a, now)
+        return {a for a in held if now - unheard[a] >= after}
 
     @timer(app, max(0.5, min(after / 4, 30.0)), "evict-silent")
     async def evict() -> None:

@@ -183,6 +183,14 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
     async def sample_check() -> None:
         await cold_start()
 
+    def forget_apps(apps: set[str]) -> None:
+        def retired(key: str) -> bool:
+            return key.partition(":")[0] in apps
+
+        growth.forget(retired)
+        debounce.forget(retired)
+
+    loop.on_forget_apps.append(forget_apps)
     loop.handles["close_period"] = close_period
     loop.handles["cold_start"] = cold_start
     loop.handles["sample_counted"] = sample_counted

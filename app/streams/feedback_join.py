@@ -4,7 +4,9 @@ Both topics are keyed by node with node-metrics' partition count, so a worker se
 its predictions and its metrics together; a :class:`~app.streams.intake.PartitionIntake` reads both
 topics' partitions that the worker owns, in batches. Each side goes into the
 :class:`~app.drift.joinbuffer.JoinBuffer`; a match adds the pair (predicted, observed RTT)
-to the node × app errors of the open period. A redelivered message is a duplicate and does nothing.
+to the node × app errors of the open period. A redelivered message is a duplicate and does nothing. A
+prediction marked ``chosen`` (for the node the extender expects the pod on) leaves a full buffer only after
+every waiting prediction not so marked (:class:`~app.drift.joinbuffer.JoinBuffer`).
 
 Every new ``ok`` completion becomes a training sample (with the prediction when it arrived first): the
 node's features over the node × app DWA window *before the task started* (event time, from the node's
@@ -173,7 +175,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         node = p["node"]
         admit(node, p["app"])
         loop.partitions[node] = partition
-        r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p))
+        r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p), chosen=p.get("chosen") is True)
         if r.outcome == DUPLICATE:
             duplicate.inc()
         elif r.outcome == MATCHED:

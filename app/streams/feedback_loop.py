@@ -48,6 +48,7 @@ def register_feedback(app: faust.App, settings: Settings) -> FeedbackLoop:
     table.on_rewound = loop.rewrite
     table.on_stopping = loop.checkpoint
     loop.models.on_swap.append(loop.model_swapped)
+    ctx.bounds.on_new_app.append(loop.app_heard)  # a retired app named again gets its models back
     loop.intake = register_join(app, loop)
     register_errors(app, loop)
     register_weights(app, loop)

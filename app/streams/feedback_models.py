@@ -7,6 +7,14 @@ from the registry (:func:`app.registry.store.load_predictor`: the blob's sha256 
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
 that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
 
+An app retired from the worker (no message named it for ``RTT_NODE_EVICT_AFTER_S``:
+:mod:`app.streams.eviction`) has its models unloaded (:meth:`ModelCache.park`): what is kept of each key is
+the newest update announced for it (key, version, sha256), and updates announced while the app is retired
+only replace that. When the app is named again, :meth:`ModelCache.unpark` hands those updates back and the
+worker loads them from the registry as any update (sha256 checked, retried while the registry is away);
+until each is loaded or rejected, :meth:`ModelCache.has` still says the key has a model, so no cold start is
+asked for it.
+
 A tombstone (a message without value) does not delete a model: deleting one is not supported, so the
 key's model keeps serving; it is counted (``rtt_worker_model_rejected_total{reason="tombstone"}``) and logged
 at INFO.
@@ -72,6 +80,9 @@ class ModelCache:
         self.models: dict[str, tuple[FastPredictor, ModelRecord]] = {}
         self.on_swap: list[Callable[[str, int], None]] = []
         self.pending: dict[str, dict[str, Any]] = {}  # key -> newest update that could not be loaded yet
+        self.retired: set[str] = set()  # apps with parked keys: their updates are parked too, not loaded
+        self.parked: dict[str, dict[str, Any]] = {}  # key of a retired app -> newest update announced (not loaded)
+        self.returning: set[str] = set()  # keys handed back by unpark, not loaded or rejected yet
         self.backoff = Backoff.upto(settings.retry_max_backoff_s)
         self._retry: asyncio.Task[None] | None = None
 
@@ -86,7 +97,8 @@ class ModelCache:
         return m[1].version if m is not None else None
 
     def has(self, key: str) -> bool:
-        return key in self.models
+        """Whether ``key`` has a model in use, or one being loaded again for its returning app."""
+        return key in self.models or key in self.returning
 
     def predictor(self, key: str) -> FastPredictor | None:
         m = self.models.get(key)
@@ -105,6 +117,56 @@ class ModelCache:
             if cls == node_class and node is None:
                 out[app] = key
         return out
+
+    def apps(self) -> set[str]:
+        """Apps with a model loaded."""
+        return {parse_model_key(key)[0] for key in self.models}
+
+    def park(self, apps: set[str] | frozenset[str]) -> list[str]:
+        """Unload every model of ``apps`` (retired), keeping the newest update of each key (loaded or still
+        waiting for the registry) for :meth:`unpark`; the keys unloaded."""
+        unloaded = []
+        for key in [k for k in self.models if parse_model_key(k)[0] in apps]:
+            _, record = self.models.pop(key)
+            self._park_update({"model_key": key, "version": record.version, "sha256": record.sha256})
+            with contextlib.suppress(KeyError):
+                self.metrics.feedback.model_version.remove(key)
+            unloaded.append(key)
+        for key in [k for k in self.pending if parse_model_key(k)[0] in apps]:
+            self._park_update(self.pending.pop(key))
+        self.returning = {k for k in self.returning if parse_model_key(k)[0] not in apps}
+        if not self.pending:
+            self.health.recovered(DEGRADED_REASON)
+        return unloaded
+
+    def unpark(self, app: str) -> list[dict[str, Any]]:
+        """``app`` is named again: the updates of its parked keys, to be applied (loaded) again."""
+        if app not in self.retired:
+            return []
+        self.retired.discard(app)
+        keys = [k for k in self.parked if parse_model_key(k)[0] == app]
+        self.returning.update(keys)
+        return [self.parked.pop(k) for k in keys]
+
+    def _park_update(self, update: dict[str, Any]) -> None:
+        key, version = update["model_key"], int(update["version"])
+        self.retired.add(parse_model_key(key)[0])
+        kept = self.parked.get(key)
+        if kept is None or int(kept["version"]) < version:
+            self.parked[key] = {"model_key": key, "version": version, "sha256": update["sha256"]}
+
+    def _retired(self, update: dict[str, Any]) -> bool:
+        """Park ``update`` if its app is retired; whether it was."""
+        key = update["model_key"]
+        if parse_model_key(key)[0] not in self.retired:
+            return False
+        self._park_update(update)
+        waiting = self.pending.pop(key, None)
+        if waiting is not None:
+            self._park_update(waiting)
+        if not self.pending:
+            self.health.recovered(DEGRADED_REASON)
+        return True
 
     def _load(self, key: str, version: int, sha256: str) -> tuple[FastPredictor, ModelRecord]:
         predictor, record = load_predictor(self.store, key, version)
@@ -125,25 +187,33 @@ class ModelCache:
 
     async def _try(self, update: dict[str, Any]) -> bool:
         key, version = update["model_key"], int(update["version"])
+        if self._retired(update):
+            return False
         current = self.version(key)
         if current is not None and current >= version:
             self.pending.pop(key, None)
+            self.returning.discard(key)
             return False
         loop = asyncio.get_running_loop()
         try:
             loaded = await loop.run_in_executor(None, self._load, key, version, update["sha256"])
         except RegistryUnavailableError as exc:
-            self._defer(update, exc)
+            if not self._retired(update):
+                self._defer(update, exc)
             return False
         except (RttError, ValueError, OSError) as exc:
             self.pending.pop(key, None)
+            self.returning.discard(key)
             if not self.pending:
                 self.health.recovered(DEGRADED_REASON)
             reason = getattr(exc, "reason", type(exc).__name__)
             self.metrics.feedback.model_rejected.labels(reason).inc()
             log.warning("model %s v%d not loaded (%s): keeping v%s", key, version, exc, current)
             return False
+        if self._retired(update):  # its app was retired while this loaded
+            return False
         self.pending.pop(key, None)
+        self.returning.discard(key)
         if not self.pending:
             self.health.recovered(DEGRADED_REASON)
         if (self.version(key) or 0) >= version:  # a newer one landed while this loaded

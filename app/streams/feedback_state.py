@@ -15,6 +15,12 @@ becomes the new model's error, and the old model's errors cannot mask or fake a 
 of the nodes carry, from then on, the features the app's models read over the app's DWA window
 (``app_features``). A drift the new model does not fix is signalled again by the node × app drift
 episode (:class:`~app.drift.episode.DriftEpisode`), which compares the error with its pre-drift level.
+
+An app retired from the worker (:mod:`app.streams.eviction`) leaves all of it (:meth:`FeedbackLoop.forget_apps`):
+its state in every node's tracker (the node's row is written again without it by the next checkpoint, so a
+restart does not bring it back), its DWA windows on the node states (their rows too), its sample counts and its models
+(unloaded, kept as the announced key → version, sha256: :meth:`~app.streams.feedback_models.ModelCache.park`).
+Named again, it starts afresh, and its models are loaded again from the registry (:meth:`FeedbackLoop.app_heard`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -76,6 +82,7 @@ class FeedbackLoop:
     samples_per_key: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     dirty_nodes: set[str] = dataclasses.field(default_factory=set)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    on_forget_apps: list[Callable[[set[str]], None]] = dataclasses.field(default_factory=list)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     intake: PartitionIntake | None = None
     outbox: ErrorsOutbox | None = None
@@ -222,6 +229,49 @@ class FeedbackLoop:
             partition = self.partitions.pop(node, None)
             if partition is not None:
                 self._deleted_rows.append((node_row_key(partition, node), None))
+
+    def apps(self) -> set[str]:
+        """Every app some state of this loop holds: trackers, sample counts, loaded models, node windows."""
+        out = self.models.apps() | {parse_model_key(k)[0] for k in self.samples_per_key}
+        for t in self.trackers.values():
+            out.update(t.apps)
+        for st in self.nodes.store.states.values():
+            out.update(st.windows)
+        return out
+
+    def forget_apps(self, apps: set[str]) -> dict[str, int]:
+        """Release everything kept of retired ``apps``; what was released, counted.
+
+        Their state leaves every node's tracker (the node's row is rewritten by the next checkpoint), their DWA
+        windows leave the node states (the node's meta row is rewritten by the node table's next checkpoint),
+        their sample counts go, and their models are unloaded
+        (:meth:`~app.streams.feedback_models.ModelCache.park`); ``on_forget_apps`` callbacks drop what the
+        components keep per model key.
+        """
+        trackers = 0
+        for node, t in self.trackers.items():
+            if t.forget(apps):
+                trackers += 1
+                self.dirty_nodes.add(node)
+        keys = [k for k in self.samples_per_key if parse_model_key(k)[0] in apps]
+        for k in keys:
+            del self.samples_per_key[k]
+        store = self.nodes.store
+        for app in apps:
+            store.app_names.pop(app, None)
+        for st in store.states.values():
+            if any(app in st.windows for app in apps):
+                st.windows = {a: w for a, w in st.windows.items() if a not in apps}
+                st.meta_dirty = True
+        models = self.models.park(apps)
+        for callback in self.on_forget_apps:
+            callback(apps)
+        return {"trackers": trackers, "sample_keys": len(keys), "models": len(models)}
+
+    def app_heard(self, app: str) -> None:
+        """``app`` is named again after it was retired: load its models again (in the background)."""
+        for update in self.models.unpark(app):
+            self.spawn(self.models.apply(update), f"reload {update['model_key']}")
 
     async def _reconcile(self, partitions: set[int]) -> None:
         """Restored outbox entries: clear those already in the topic, send the others.

@@ -20,6 +20,15 @@ A sample of a task the history holds (same ``task_id`` and ``node``) is a redeli
 ...      "rtt_ms": 10.0, "features": {}}
 >>> h.add(s), h.add(s), h.count("k:gpu")
 (True, False, 1)
+
+A key no sample was added to for a while can be dropped (:meth:`SampleHistory.drop_idle`, by the time ``now``
+given with each sample); a sample of it afterwards starts its history again, from that sample:
+
+>>> _ = h.add({**s, "task_id": "t2"}, now=100.0)  # the samples above were added at now=0
+>>> h.drop_idle(now=150.0, idle_s=60.0), h.drop_idle(now=160.0, idle_s=60.0), h.count("k:gpu")
+(['gCTF:gpu'], ['k:gpu'], 0)
+>>> h.add(s, now=170.0), h.count("k:gpu")  # t1 again: a new history, not a redelivery of the dropped one
+(True, 1)
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,12 +99,15 @@ class _KeyHistory:
         self.rows: collections.deque[tuple[float, np.ndarray, float]] = collections.deque(maxlen=maxlen)
         self.ids: collections.deque[str | None] = collections.deque(maxlen=maxlen)  # task of each row
         self.held: set[str] = set()
+        self.last_added = 0.0  # the ``now`` of the newest sample added
+        self.nbytes = 0  # of the rows' arrays
 
     def add(self, ts: float, values: Mapping[str, float], rtt_ms: float, task: str | None = None) -> bool:
         if task is not None and task in self.held:
             return False
         if len(self.ids) == self.ids.maxlen:
             self.held.discard(self.ids[0])  # type: ignore[arg-type]  # the row about to fall out
+            self.nbytes -= self.rows[0][1].nbytes
         self.ids.append(task)
         if task is not None:
             self.held.add(task)
@@ -106,7 +118,9 @@ class _KeyHistory:
                     continue
                 self.index[name] = len(self.names)
                 self.names.append(name)
-        self.rows.append((ts, row(values, self.names), rtt_ms))
+        values_row = row(values, self.names)
+        self.nbytes += values_row.nbytes
+        self.rows.append((ts, values_row, rtt_ms))
         return True
 
 
@@ -125,17 +139,32 @@ class SampleHistory:
         self.max_per_key = int(max_per_key)
         self._keys: dict[str, _KeyHistory] = {}
 
-    def add(self, sample: Mapping[str, Any]) -> bool:
-        """Add one decoded training-samples value (its ``model_key`` says where); False for a sample of a
-        task (``task_id`` and ``node``) the key's history already holds — the worker sends samples at least
-        once, so a crash may repeat some."""
+    def add(self, sample: Mapping[str, Any], now: float = 0.0) -> bool:
+        """Add one decoded training-samples value (its ``model_key`` says where) at time ``now`` (for
+        :meth:`drop_idle`); False for a sample of a task (``task_id`` and ``node``) the key's history already
+        holds — the worker sends samples at least once, so a crash may repeat some."""
         key = str(sample["model_key"])
         hist = self._keys.get(key)
         if hist is None:
             hist = self._keys[key] = _KeyHistory(self.max_per_key)
         task = sample.get("task_id")
         ident = f"{task}|{sample.get('node')}" if task is not None else None
+        hist.last_added = now
         return hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
+
+    def drop_idle(self, now: float, idle_s: float, keep: Container[str] = ()) -> list[str]:
+        """Drop the history of every key (but those in ``keep``) no sample was added to in the last ``idle_s``
+        before ``now``; the keys dropped, sorted."""
+        gone = sorted(k for k, h in self._keys.items() if now - h.last_added >= idle_s and k not in keep)
+        for k in gone:
+            del self._keys[k]
+        return gone
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows' feature arrays, all keys (the bulk of the history; a row's tuple and the deques
+        add about 150 bytes a row)."""
+        return sum(h.nbytes for h in self._keys.values())
 
     def __len__(self) -> int:
         return sum(len(h.rows) for h in self._keys.values())

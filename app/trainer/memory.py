@@ -3,8 +3,10 @@
 A retrain allocates its dataset, the feature-selection matrices and XGBoost's quantile sketches, then frees
 them. glibc's allocator keeps freed pages of its arenas mapped for later use, so the trainer's resident
 memory stays at the peak of the largest retrain and wanders with the next one. ``malloc_trim(0)`` after each
-retrain returns the free pages at the top and inside every arena (glibc ≥ 2.8); elsewhere (musl, macOS)
-there is nothing to call and this does nothing.
+retrain, and after the sample history of idle keys is dropped (``RTT_TRAINER_KEY_IDLE_S``), returns the free
+pages at the top and inside every arena (glibc ≥ 2.8); elsewhere (musl, macOS) there is nothing to call and
+this does nothing. What the history holds is counted apart (``rtt_trainer_samples``,
+``rtt_trainer_history_bytes``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,10 @@ class TrainerMetrics:
       of when the error began to rise; the event's ``ts`` without one) to the model-updates message;
     * ``rtt_trainer_model_version{model_key}``: version announced last;
     * ``rtt_trainer_training_seconds``: feature selection + training + validation, wall time;
-    * ``rtt_trainer_samples``: samples held in the history, all keys.
+    * ``rtt_trainer_samples``: samples held in the history, all keys;
+    * ``rtt_trainer_history_bytes``: bytes of their feature rows;
+    * ``rtt_trainer_keys_dropped_total``: keys whose history was dropped after ``RTT_TRAINER_KEY_IDLE_S``
+      without a sample.
 
     >>> m = TrainerMetrics()
     >>> m.retrains.labels(reason="drift", outcome="promoted").inc()
@@ -43,6 +46,10 @@ class TrainerMetrics:
         self.training_seconds = Histogram("rtt_trainer_training_seconds", "Selection + training + validation",
                                           buckets=TRAINING_BUCKETS_S, registry=self.registry)
         self.samples = Gauge("rtt_trainer_samples", "Training samples held in memory", registry=self.registry)
+        self.history_bytes = Gauge("rtt_trainer_history_bytes", "Bytes of the feature rows of the sample history",
+                                   registry=self.registry)
+        self.keys_dropped = Counter("rtt_trainer_keys_dropped", "Model keys whose sample history was dropped:"
+                                    " no sample for RTT_TRAINER_KEY_IDLE_S", registry=self.registry)
         self.duplicates = Counter("rtt_trainer_duplicate_samples", "Training samples of a task already held",
                                   registry=self.registry)
         self.retries = Counter("rtt_trainer_retrain_retries", "Retrain steps tried again because Redis or Kafka"

@@ -9,6 +9,16 @@ Three consumers share one event loop (the third, of model-updates, is described 
   deployments on one cluster apart); from the earliest offset when the group has none, skipping events
   older than ``max_event_age_s``.
 
+A key no sample arrived for in ``RTT_TRAINER_KEY_IDLE_S`` (default a day, by arrival on the trainer's
+clock, checked every ``min(idle / 4, 60 s)``) has its history dropped (``rtt_trainer_keys_dropped_total``),
+and the freed heap pages go back to the OS (:mod:`app.trainer.memory`): an app whose pipeline versions come
+and go (each a new app label, so new model keys) no longer holds the trainer's memory until a restart. A
+key that comes back starts its history again from its next sample: its retrains are ``insufficient_data``
+until it has enough rows, and its model stays the champion (served by workers and extenders, and judged
+on the new rows' holdout against each challenger) until a challenger beats it. What the trainer keeps of
+announcements (versions, sha256) stays. A restarted trainer reads the retained samples again and drops
+the keys idle by then ``RTT_TRAINER_KEY_IDLE_S`` after its start.
+
 On an event, after the samples consumer has caught up with the samples topic's end offsets as they
 were at that moment (so a sample produced before the event is in the history), the key's rows go
 through :func:`app.trainer.pipeline.train_challenger` in a one-thread executor. A thread, not a
@@ -50,6 +60,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -83,6 +94,7 @@ log = logging.getLogger(__name__)
 
 GROUP_ID = "rttsched-trainer"
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
+IDLE_CHECK_MAX_S = 60.0  # idle keys are looked for at least this often (seconds)
 OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
 
 
@@ -141,6 +153,9 @@ class TrainerService:
         (:func:`app.model.constraints.direction`).
     registry_check_s
         Seconds between two comparisons of the registry with model-updates (0: none).
+    key_idle_s
+        A key with no new sample for this long (seconds, ``clock.monotonic``) has its history dropped;
+        default ``settings.trainer_key_idle_s``.
     """
 
     _sample_guard: PositionGuard
@@ -153,9 +168,12 @@ class TrainerService:
                  selector: Selector | None = default_selector, metrics: TrainerMetrics | None = None,
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
                  train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = (),
-                 registry_check_s: float = 30.0) -> None:
+                 registry_check_s: float = 30.0, key_idle_s: float | None = None) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
+        key_idle_s = settings.trainer_key_idle_s if key_idle_s is None else key_idle_s
+        if not 0.0 < key_idle_s < math.inf:
+            raise ValueError(f"key_idle_s must be > 0 and finite (got {key_idle_s})")
         if not 0.0 < holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
         self.settings = settings
@@ -172,6 +190,9 @@ class TrainerService:
         self.train_params = train_params
         self.gpu_apps = frozenset(gpu_apps)
         self.registry_check_s = registry_check_s
+        self.key_idle_s = key_idle_s
+        self._idle_check_s = min(key_idle_s / 4, IDLE_CHECK_MAX_S)
+        self._idle_checked: float | None = None  # clock.monotonic() of the last idle check
         self.announced: dict[str, tuple[int, str]] = {}  # key -> newest (version, sha256) on model-updates
         self._floor: dict[str, int] = {}  # key -> newest version ever seen announced (kept across topic resets)
         self._unannounced: dict[str, int] = {}  # key -> current version the last check found not announced
@@ -285,17 +306,34 @@ class TrainerService:
         assert self._samples is not None
         while True:
             batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
+            now = self.clock.monotonic()
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
                         sample = decode("training-samples", rec.value)
                         check_key("training-samples", rec.key, sample)
-                        if not self.history.add(sample):
+                        if not self.history.add(sample, now):
                             self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
                         log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
+            if self._idle_checked is None or now - self._idle_checked >= self._idle_check_s:
+                self._idle_checked = now
+                self.drop_idle(now)
             self.metrics.samples.set(len(self.history))
+            self.metrics.history_bytes.set(self.history.nbytes)
+
+    def drop_idle(self, now: float) -> list[str]:
+        """Drop the history of every key no sample arrived for in ``key_idle_s`` before ``now`` (but a key
+        training: its next check drops it); the keys dropped."""
+        gone = self.history.drop_idle(now, self.key_idle_s, keep=self._training)
+        if gone:
+            self.metrics.keys_dropped.inc(len(gone))
+            log.info("dropped the sample history of %d key(s) with no sample for %.0f s: %s", len(gone),
+                     self.key_idle_s, gone[:10])
+            with contextlib.suppress(RuntimeError):  # stopping: the executor is shut down
+                self._executor.submit(release_freed_memory)  # the freed rows' pages back to the OS
+        return gone
 
     async def _consume_events(self) -> None:
         assert self._events is not None

@@ -130,6 +130,7 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
             (POD["metadata"]["uid"], "gCTF", "gCTF:gpu", update["version"])}
         by = {p["node"]: p["predicted_rtt_ms"] for p in predictions}
         assert by["gpu-fast"] < by["gpu-slow"]
+        assert [p["node"] for p in predictions if p.get("chosen")] == ["gpu-fast"]  # where it assumed the pod
 
         # a newer node-features message moves the view: the slow node becomes idle and fast
         await publish(settings, [("node-features", "gpu-slow", {

@@ -24,6 +24,7 @@ import xgboost
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from fault_stack import recreate_topic
 
+from app.clock import ManualClock
 from app.config import Settings
 from app.contracts import decode, encode, topics_dir
 from app.model.train import booster_to_bytes
@@ -323,4 +324,45 @@ async def test_a_key_the_registry_could_not_store_is_dead_lettered_before_traini
         await wait_for(lambda: reg.get_sample_value("rtt_trainer_bad_messages_total", {
             "topic": "training-samples", "reason": "schema"}) == 700.0, 10.0, "the samples refused")
         assert not service.outcomes and service.history.count(key) == 0 and store.keys() == []
+    store.close()
+
+
+async def test_an_idle_key_s_history_is_dropped_and_a_new_sample_starts_it_again(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """RTT_TRAINER_KEY_IDLE_S: a key no sample arrived for that long (the trainer's clock) loses its history; a
+    key still fed keeps it. Its model stays current: a retrain on the few samples since is insufficient_data."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    rng = np.random.default_rng(3)
+    rows = samples(40, 0, rng)
+    champion = excellent_champion(store, rows, ("nvidia_smi_utilization_gpu__mean",))
+    live = [{**s, "model_key": "upload:cpu", "app": "upload", "node_class": "cpu", "gpu_model": None}
+            for s in samples(11, 100, rng)]
+    clock = ManualClock(time.time())
+    service = TrainerService(settings, registry=ModelRegistry(store=store), clock=clock, key_idle_s=100.0,
+                             registry_check_s=0, catch_up_timeout_s=5.0)
+
+    def send(items: list[dict[str, Any]]) -> Any:
+        return produce(settings, "training-samples", [(s["model_key"], encode("training-samples", s)) for s in items])
+
+    async with service:
+        await send(rows + live[:10])
+        await wait_for(lambda: service.history.count(KEY) == 40 and service.history.count("upload:cpu") == 10,
+                       10.0, "the samples")
+        clock.advance(60.0)
+        await send(live[10:])  # upload:cpu gets one more sample; gCTF:gpu none
+        await wait_for(lambda: service.history.count("upload:cpu") == 11, 10.0, "the new sample")
+        clock.advance(60.0)  # gCTF:gpu idle 120 s, upload:cpu 60 s
+        reg = service.metrics.registry
+        await wait_for(lambda: service.history.count(KEY) == 0, 10.0, "the idle key dropped")
+        assert service.history.keys() == ["upload:cpu"]
+        assert reg.get_sample_value("rtt_trainer_keys_dropped_total") == 1.0
+        await wait_for(lambda: reg.get_sample_value("rtt_trainer_samples") == 11.0, 5.0, "the samples gauge")
+        assert reg.get_sample_value("rtt_trainer_history_bytes") == service.history.nbytes > 0
+
+        await send(samples(1, 500, rng))  # the key comes back: its history starts from this sample
+        await wait_for(lambda: service.history.count(KEY) == 1, 10.0, "the returning key's sample")
+        outcome = service.submit({"model_key": KEY, "reason": "drift", "ts": clock.now(), "onset_ts": None})
+        assert outcome is not None and (await outcome).outcome == "insufficient_data"
+        assert store.current(KEY).version == champion  # the model in service stays the champion
     store.close()

@@ -82,3 +82,17 @@ def test_a_feature_window_longer_than_a_day_fails_at_start(name):
     with pytest.raises(ConfigError) as info:  # node-features' window_s is at most a day
         Settings.from_env({name: "90000"})
     assert info.value.field == name and "86400" in info.value.message
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "inf", "a day"])
+def test_the_trainer_key_idle_time_is_checked_at_start(bad):
+    from app.config import Settings
+    from app.trainer.service import TrainerService
+
+    assert Settings.from_env({}).trainer_key_idle_s == 86_400.0
+    assert Settings.from_env({"RTT_TRAINER_KEY_IDLE_S": "3600"}).trainer_key_idle_s == 3600.0
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"RTT_TRAINER_KEY_IDLE_S": bad})
+    assert info.value.field == "RTT_TRAINER_KEY_IDLE_S"
+    with pytest.raises(ValueError, match="key_idle_s"):
+        TrainerService(Settings(), key_idle_s=0.0)

@@ -136,3 +136,28 @@ def test_a_uid_less_pod_s_task_id_fits_every_contract_that_carries_it():
     prediction = {"task_id": pod.task_id, "app": "gCTF", "node": "n1", "ts": 1.0, "predicted_rtt_ms": 5.0,
                   "model_version": None, "model_key": None}
     assert decode("rtt-predictions", orjson.dumps(prediction))["task_id"] == pod.task_id
+
+
+def test_a_prediction_may_mark_the_node_the_pod_was_assumed_on():
+    """``chosen`` is optional (a prediction without it, as older extenders send, is not chosen) and a boolean:
+    anything else goes to dead-letters with the contract's reason."""
+    from app.contracts.dead import dead_letter_value
+    from app.contracts.edge import EdgeDecoder
+
+    edge = EdgeDecoder("rtt-predictions")
+    prediction = {"task_id": "uid-1", "app": "gCTF", "node": "n1", "ts": 1.0, "predicted_rtt_ms": 5.0,
+                  "model_version": 3, "model_key": "gCTF:gpu"}
+    assert "chosen" not in edge(orjson.dumps(prediction))
+    for chosen in (True, False):
+        raw = encode("rtt-predictions", {**prediction, "chosen": chosen})
+        assert edge(raw)["chosen"] is chosen and decode("rtt-predictions", raw)["chosen"] is chosen
+    for bad in (1, 0, "true", None, [True]):
+        raw = orjson.dumps({**prediction, "chosen": bad})
+        with pytest.raises(ContractError) as info:
+            edge(raw)
+        with pytest.raises(ContractError) as reference:
+            decode("rtt-predictions", raw)
+        assert (info.value.reason, str(info.value)) == (reference.value.reason, str(reference.value))
+        letter = dead_letter_value("rtt-predictions", 0, 7, str(info.value), info.value.reason, raw, "n1", 1.0)
+        assert letter["reason"] == "schema" and "data.chosen must be boolean" in letter["error"]
+        assert decode("dead-letters", encode("dead-letters", letter)) == letter

@@ -87,6 +87,7 @@ async def test_a_filter_that_leaves_one_node_places_the_pod(client: Client, serv
     await service.publisher.drain()
     sent = service.publisher._sink.sent  # type: ignore[attr-defined]
     assert [decode("rtt-predictions", v)["node"] for _, v in sent] == ["gpu-m40-1"]
+    assert decode("rtt-predictions", sent[0][1])["chosen"] is True  # the node it is bound to
     assert service.metrics.single_node.labels("gCTF")._value.get() == 1
 
 
@@ -106,6 +107,28 @@ async def test_prioritize_both_modes_rank_fast_node_first(client: Client, servic
     assert by["gpu-4090-1"]["predicted_rtt_ms"] == pytest.approx(201.2)
     assert (by["gpu-4090-1"]["model_key"], by["gpu-4090-1"]["model_version"]) == ("gCTF:gpu", 2)
     assert (by["cpu-1"]["model_key"], by["cpu-1"]["predicted_rtt_ms"]) == (None, 5000.0)
+
+
+async def test_one_prediction_per_placed_pod_is_chosen_the_node_it_was_assumed_on(client: Client,
+                                                                                   service: ExtenderService) -> None:
+    """``chosen: true`` on the node the extender assumed each pod on — its top-scored node, or the node it explores
+    (cpu-1: no model covers it) — and on no other candidate; the filter of a pod prioritize follows publishes none."""
+    args = fixture("args_names_gctf.json")
+    for i in range(40):
+        args["Pod"]["metadata"]["uid"] = f"uid-{i}"
+        assert (await post(client, "filter", args))[0] == 200
+        assert (await post(client, "prioritize", args))[0] == 200
+    assert service.publisher is not None
+    await service.publisher.drain()
+    values = [decode("rtt-predictions", v) for _, v in service.publisher._sink.sent]  # type: ignore[attr-defined]
+    assert len(values) == 40 * len(NAMES) and {v.get("chosen", True) for v in values} == {True}  # never false
+    chosen: dict[str, list[str]] = {}
+    for v in values:
+        if v.get("chosen"):
+            chosen.setdefault(v["task_id"], []).append(v["node"])
+    assumed = {p.task_id: [p.node] for n in NAMES for p in service.assumed.on_node(n, NOW)}
+    assert len(assumed) == 40 and chosen == assumed
+    assert {nodes[0] for nodes in assumed.values()} >= {"gpu-4090-1", "cpu-1"}  # won, and explored
 
 
 async def test_pod_without_app_label_is_neutral(client: Client, service: ExtenderService) -> None:
@@ -178,6 +201,25 @@ async def test_stale_snapshot_answers_neutral_counts_and_logs_once(caplog: pytes
         metrics = await (await client.get("/metrics")).text()
         assert 'rtt_extender_stale_answers_total{reason="stale_snapshot"} 6.0' in metrics
         assert len(service.assumed) == 0
+
+
+async def test_a_hung_gpu_node_scores_neutral_and_counts_as_a_stale_candidate() -> None:
+    """A node whose GPU group the bridge withheld (a hung GPU's zeros) gets the neutral score among fresh
+    nodes, and the stale candidates are counted: the whole answer is not neutral, so no stale answer is."""
+    service = make_service()
+    service.builder.apply_node_features({"node": "gpu-m40-1", "ts": NOW, "node_class": "gpu", "gpu_model": "Tesla M40",
+                                         "window_s": 30.0, "count": 30, "features": {"load__mean": 0.0},
+                                         "stale": ["gpu"]})
+    service.rebuild(force=True)
+    async with http_client(service) as client:
+        status, result = await post(client, "prioritize", fixture("args_names_gctf.json"))
+        assert status == 200 and {r["Host"]: r["Score"] for r in result}["gpu-m40-1"] == 5
+        assert max(result, key=lambda r: r["Score"])["Host"] != "gpu-m40-1"
+        await post(client, "filter", fixture("args_names_gctf.json"))
+        metrics = await (await client.get("/metrics")).text()
+        assert f"rtt_extender_candidates_total {2.0 * len(NAMES)}" in metrics
+        assert "rtt_extender_stale_candidates_total 2.0" in metrics
+        assert "rtt_extender_stale_answers_total{" not in metrics
 
 
 async def test_sla_and_anti_affinity_filter_with_reasons() -> None:

@@ -188,6 +188,33 @@ def test_encoded_records_of_one_shared_model_and_map_are_the_contract_values() -
     assert [v["predicted_rtt_ms"] for v in expected] == [120.0, None, 1e-7, None, 123456789.125, 1e12]  # at the bound
 
 
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(("chosen", "marked"), [("n2", "n2"), ("n0", "n0"), ("n1", None), ("n9", None), (None, None)])
+def test_the_chosen_candidate_s_record_alone_is_marked(shared: bool, chosen: str | None, marked: str | None) -> None:
+    """Whichever way the records are written (shared parts or not, a stale candidate before the chosen one), only
+    the chosen node's value has ``chosen: true``; a stale (unpublished) or unknown node marks none."""
+    n = 4
+    d = Decision(PodInfo("p", "ns", "uid-3", "gCTF", 1.0), tuple(f"n{i}" for i in range(n)), [5] * n,
+                 [100.0, 110.0, 120.0, float("nan")], ["gCTF:gpu"] * n, [4] * n, [1.0] * n, [None] * n,
+                 [True, False, True, True], correction=[1.0, 1.0, 1.0 if shared else 1.5, 1.0], winner=0)
+    records = [r for part in encode_decision(d, 1_700_000_000.5, chunk=2, chosen=chosen) for r in part]
+    expected = list(decision_values(d, 1_700_000_000.5, chosen))
+    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert [v["node"] for v in expected if v.get("chosen")] == ([marked] if marked else [])
+    assert all("chosen" not in v for v in expected if v["node"] != marked)
+
+
+async def test_the_publisher_marks_the_node_it_is_told() -> None:
+    sink = ListSink()
+    pub = PredictionPublisher(sink, ExtenderMetrics(), max_pending=10)
+    pub.start()
+    assert pub.offer(decision("uid-1", 3), 1.0, "n1") and pub.offer(decision("uid-2", 3), 1.0)
+    await pub.drain()
+    values = [decode("rtt-predictions", v) for _, v in sink.sent]
+    assert [(v["task_id"], v["node"]) for v in values if v.get("chosen")] == [("uid-1", "n1")]
+    await pub.stop()
+
+
 def test_records_appended_past_the_batch_layer_read_back_as_appended() -> None:
     from aiokafka.producer.message_accumulator import BatchBuilder
     from aiokafka.record.default_records import DefaultRecordBatch

@@ -214,4 +214,4 @@ def test_the_node_table_reads_its_states_a_chunk_per_step() -> None:
     assert yields == 3
     assert table.features_ts.tolist() == [float(i) for i in range(n)] and dict(table.pos)["n7"] == 7
     assert np.isnan(table.weight[1]) and table.weight[2] == 0.5
-    assert table.busy.tolist() == [i % 3 == 0 for i in range(n)] and not table.weights_stale.any()
+    assert table.busy.tolist() == [i % 3 == 0 for i in range(n)] and not table.stale.any()

@@ -89,6 +89,21 @@ def test_a_stale_node_among_fresh_ones_passes_with_the_neutral_score(view: Snaps
     assert "mid" in d.failed_nodes() and "fast" not in d.failed_nodes()
 
 
+def test_a_node_whose_metric_group_is_stale_passes_with_the_neutral_score(view: SnapshotBuilder) -> None:
+    """A hung GPU's zeros are withheld (its group marked stale in node-features): the node is scored neutral,
+    as a stale node, not predicted from what is left of its row (it looked fast: an idle GPU)."""
+    hung = features_msg("slow", 1002.0, 0.0)
+    hung["stale"] = ["gpu"]
+    view.apply_node_features(hung)
+    d = run(view)
+    by = {v.node: v for v in d.verdicts}
+    assert by["slow"].stale and by["slow"].score == 5 and by["slow"].failed is None
+    assert math.isnan(by["slow"].predicted_rtt_ms) and d.best() == "fast"
+    back = features_msg("slow", 1003.0, 0.0)  # good scrapes return: scored again (and fastest now)
+    view.apply_node_features(back)
+    assert not {v.node: v for v in run(view).verdicts}["slow"].stale and run(view).best() == "slow"
+
+
 def test_sla_filter_with_reason(view: SnapshotBuilder) -> None:
     d = run(view, sla_ms={"gCTF": 350.0})
     assert d.failed_nodes() == {"slow": "predicted RTT 501 ms exceeds the SLA of gCTF (350 ms)"}

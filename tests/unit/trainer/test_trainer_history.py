@@ -73,3 +73,23 @@ def test_sample_hardware_counts_come_from_the_gauges_the_extender_reads() -> Non
     assert values["hw_gpu_count"] == 2.0 and values["hw_cpu_cores"] == 16.0 and values["hw_gpu_fp32_tflops"] == 7.0
     cpu = sample_values({"node_class": "cpu", "gpu_model": None, "features": {"gpu_count__last": 2.0}})
     assert math.isnan(cpu["hw_gpu_count"])
+
+
+def test_an_idle_key_is_dropped_and_a_new_sample_starts_it_again() -> None:
+    h = SampleHistory()
+    for i in range(50):
+        h.add(sample(i, a__mean=float(i)), now=float(i))
+        h.add(sample(i, key="upload:cpu", a__mean=float(i)), now=float(i) if i < 10 else 9.0)
+    assert h.nbytes == 100 * h.snapshot("gCTF:gpu")[1][0][1].nbytes
+    assert h.drop_idle(now=100.0, idle_s=91.0, keep={"upload:cpu"}) == []  # a key training is kept
+    assert h.drop_idle(now=100.0, idle_s=91.0) == ["upload:cpu"]  # its newest sample came at 9
+    assert h.keys() == ["gCTF:gpu"] and len(h) == 50 and h.nbytes == 50 * h.snapshot("gCTF:gpu")[1][0][1].nbytes
+    assert h.add(sample(3, key="upload:cpu"), now=101.0)  # not a redelivery: the dropped history is gone
+    assert h.count("upload:cpu") == 1 and h.dataset("upload:cpu").y.tolist() == [30.0]
+
+
+def test_the_history_bytes_follow_the_rows_that_fall_out() -> None:
+    h = SampleHistory(max_per_key=3)
+    for i in range(10):
+        h.add(sample(i, a__mean=1.0, b__mean=2.0))
+    assert h.nbytes == sum(r[1].nbytes for r in h.snapshot("gCTF:gpu")[1])

@@ -1,0 +1,65 @@
+"""deploy/prometheus/rules.yml evaluated by Prometheus' own rule engine (``promtool test rules``, Debian's
+``prometheus`` package): alerts fire on the series the code exports, and stay quiet when all is well.
+
+A counter's label child exists only once it has been incremented, so an alert that compares against one
+(retrains *promoted*) must hold when that child was never created — the very case it is there for.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from test_alerts import RULES, RULES_FILE
+
+
+def _annotations(alert: str) -> dict[str, str]:
+    (rule,) = [r for r in RULES if r.get("alert") == alert]
+    return dict(rule["annotations"])
+
+
+def _promtool(tmp_path: Path, tests: list[dict[str, Any]]) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        raise RuntimeError("promtool not found: apt-get install prometheus (bash .ci/run does)")
+    spec = tmp_path / "rules_test.yml"
+    spec.write_text(yaml.safe_dump({"rule_files": [str(RULES_FILE)], "evaluation_interval": "1m", "tests": tests}))
+    done = subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_retrains_rejected_fires_before_any_promotion_and_not_while_promotions_keep_pace(tmp_path: Path) -> None:
+    alert = "RttschedRetrainsRejected"
+    fired = {"exp_labels": {"alertname": alert, "severity": "info"}, "exp_annotations": _annotations(alert)}
+    rejected = {"series": 'rtt_trainer_retrains_total{reason="drift", outcome="rejected"}', "values": "0+2x120"}
+    promoted = {"series": 'rtt_trainer_retrains_total{reason="drift", outcome="promoted"}', "values": "0+2x120"}
+    _promtool(tmp_path, [
+        # nothing ever promoted: the `promoted` child was never created, the alert must still fire
+        {"interval": "1m", "input_series": [rejected],
+         "alert_rule_test": [{"eval_time": "10m", "alertname": alert, "exp_alerts": []},
+                             {"eval_time": "90m", "alertname": alert, "exp_alerts": [fired]}]},
+        # as many promotions as rejections: quiet
+        {"interval": "1m", "input_series": [rejected, promoted],
+         "alert_rule_test": [{"eval_time": "90m", "alertname": alert, "exp_alerts": []}]},
+    ])
+
+
+def test_gpu_hang_fires_for_the_node_whose_readings_are_withheld(tmp_path: Path) -> None:
+    """The trouble counter's child of a node appears at its first hung scrape and grows every scrape after."""
+    alert = "RttschedGpuHangOrReset"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.node }}", "gpu-1")
+    hung = {"series": 'rtt_bridge_exporter_trouble_total{node="gpu-1", exporter="dcgm", kind="gpu_hang"}',
+            "values": "_x10 1+60x5"}
+    healthy = {"series": 'rtt_bridge_exporter_trouble_total{node="gpu-2", exporter="dcgm", kind="no_data"}',
+               "values": "0+60x15"}
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [hung, healthy], "alert_rule_test": [
+        {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "13m", "alertname": alert,
+         "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "gpu-1"},
+                         "exp_annotations": note}]},
+    ]}])
