@@ -37,13 +37,13 @@ def _env_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("env", f"RTT_{field.name.upper()}"))
 
 
-def _positive(v: float) -> str | None:
+def positive(v: float) -> str | None:
     if not v > 0:
         return f"must be > 0 (got {v})"
     return None if v < math.inf else f"must be finite (got {v})"
 
 
-def _non_negative(v: float) -> str | None:
+def non_negative(v: float) -> str | None:
     if not v >= 0:
         return f"must be >= 0 (got {v})"
     return None if v < math.inf else f"must be finite (got {v})"
@@ -81,7 +81,7 @@ def _redis_url(v: str) -> str | None:
     return None
 
 
-def _topic_name_part(v: str) -> str | None:
+def topic_name_part(v: str) -> str | None:
     """Kafka's topic names are ``[a-zA-Z0-9._-]`` only."""
     return None if re.fullmatch(r"[A-Za-z0-9._-]*", v) else f"letters, digits, '.', '_' and '-' only (got {v!r})"
 
@@ -90,9 +90,9 @@ def _directory(v: str) -> str | None:
     return None if not v or Path(v).is_dir() else f"no such directory ({v!r})"
 
 
-def _a_day_at_most(v: float) -> str | None:
+def a_day_at_most(v: float) -> str | None:
     """A feature window or history: > 0 and at most a day (node-features' ``window_s`` bound)."""
-    return _positive(v) or (None if v <= 86_400 else f"must be <= 86400 s, a day (got {v})")
+    return positive(v) or (None if v <= 86_400 else f"must be <= 86400 s, a day (got {v})")
 
 
 def _port(v: int) -> str | None:
@@ -124,6 +124,22 @@ def _readable_file(v: str) -> str | None:
     return None
 
 
+def check_flag(flag: str, value: Any, *checks: Callable[[Any], str | None]) -> Any:
+    """``value`` of ``flag`` put through the checks the settings use (:func:`positive`, :func:`topic_name_part`
+    ...), so that a flag holds to the bounds its variable does; a :class:`ConfigError` naming the flag if not.
+
+    >>> check_flag("--rate", float("inf"), positive)
+    Traceback (most recent call last):
+    ...
+    app.errors.ConfigError: --rate: must be finite (got inf)
+    """
+    for check in checks:
+        problem = check(value)
+        if problem:
+            raise ConfigError(flag, problem)
+    return value
+
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -150,49 +166,53 @@ class Settings:
     kafka_bootstrap: str = _f("", _bootstrap, env="RTT_KAFKA_BOOTSTRAP",
                               doc="host:port[,host:port]; empty = embedded broker on 127.0.0.1:9092")
     redis_url: str = _f("", _redis_url, env="REDIS_URL", doc="redis://host:port/db; empty = local directory registry")
-    topic_prefix: str = _f("", _topic_name_part, doc="prefix for every topic name (tests use a uuid)")
+    redis_timeout_s: float = _f(5.0, positive, doc="socket and connect timeout of every Redis client: a call to a"
+                                " Redis that takes connections but does not answer fails after this, never hangs")
+    topic_prefix: str = _f("", topic_name_part, doc="prefix for every topic name (tests use a uuid)")
     topics_dir: str = _f("", _directory, doc="the topic contracts' directory (the image sets it); empty = topics/"
                          " beside the package (read by app.contracts, which needs it before any settings)")
-    topic_replication_factor: int = _f(0, _non_negative, doc="replicas of every topic the project creates (its"
+    topic_replication_factor: int = _f(0, non_negative, doc="replicas of every topic the project creates (its"
                                        " contracts' and the worker's own); 0 = the contract's (1, one broker)")
     models_dir: str = _f("var/models", doc="model registry directory when no Redis is configured")
     metrics_port: int = _f(0, _port, doc="Prometheus /metrics port of this process; 0 = none")
     # -- bridge
-    scrape_interval_s: float = _f(1.0, _positive, doc="exporter scrape interval")
-    scrape_timeout_s: float = _f(2.0, _positive, doc="bound on one exporter scrape (a slower one counts as failed)")
+    scrape_interval_s: float = _f(1.0, positive, doc="exporter scrape interval")
+    scrape_timeout_s: float = _f(2.0, positive, doc="bound on one exporter scrape (a slower one counts as failed)")
     bridge_gpu_apps: str = _f("", doc="comma-separated apps whose running pods mean a node's GPU has work (GPU"
                               " hang check, from the running-pods view in Redis); empty = every app")
-    bridge_running_refresh_s: float = _f(5.0, _positive, doc="running-pods view refresh period of the bridge")
+    bridge_running_refresh_s: float = _f(5.0, positive, doc="running-pods view refresh period of the bridge")
     # -- worker
-    feature_window_s: float = _f(30.0, _a_day_at_most, doc="initial per-node feature window (DWA tunes it)")
-    feature_emit_interval_s: float = _f(1.0, _non_negative, doc="at most one node-features per node per this")
-    dwa_min_window_s: float = _f(5.0, _a_day_at_most, doc="smallest feature window DWA may shrink to")
-    dwa_max_window_s: float = _f(60.0, _a_day_at_most, doc="largest feature window DWA may grow to")
-    error_period_s: float = _f(5.0, _positive, doc="prediction-errors / node-weights period")
-    join_ttl_s: float = _f(600.0, _positive, doc="how long an unmatched completion or prediction waits")
-    retrain_debounce_s: float = _f(15.0, _non_negative, doc="at most one retrain event per key per this")
-    stale_after_scrapes: float = _f(3.0, _positive, doc="metrics older than this many scrapes are stale")
+    feature_window_s: float = _f(30.0, a_day_at_most, doc="initial per-node feature window (DWA tunes it)")
+    feature_emit_interval_s: float = _f(1.0, non_negative, doc="at most one node-features per node per this")
+    dwa_min_window_s: float = _f(5.0, a_day_at_most, doc="smallest feature window DWA may shrink to")
+    dwa_max_window_s: float = _f(60.0, a_day_at_most, doc="largest feature window DWA may grow to")
+    error_period_s: float = _f(5.0, positive, doc="prediction-errors / node-weights period")
+    join_ttl_s: float = _f(600.0, positive, doc="how long an unmatched completion or prediction waits")
+    retrain_debounce_s: float = _f(15.0, non_negative,
+                                   doc="at most one drift retrain event per key per this (growth and cold start"
+                                       " events are not debounced)")
+    stale_after_scrapes: float = _f(3.0, positive, doc="metrics older than this many scrapes are stale")
     credibility_prior: float = _f(0.5, _fraction, doc="credibility of a node never evaluated")
-    worker_session_timeout_s: float = _f(10.0, _positive, doc="Kafka group session timeout of the worker")
-    feature_history_s: float = _f(120.0, _a_day_at_most, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
-    feature_bucket_s: float = _f(1.0, _positive, doc="window edge resolution")
-    feature_max_metrics: int = _f(256, _positive, doc="distinct metric names kept per node")
-    worker_checkpoint_interval_s: float = _f(1.0, _positive, doc="how often node state is written to the changelog")
+    worker_session_timeout_s: float = _f(10.0, positive, doc="Kafka group session timeout of the worker")
+    feature_history_s: float = _f(120.0, a_day_at_most, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
+    feature_bucket_s: float = _f(1.0, positive, doc="window edge resolution")
+    feature_max_metrics: int = _f(256, positive, doc="distinct metric names kept per node")
+    worker_checkpoint_interval_s: float = _f(1.0, positive, doc="how often node state is written to the changelog")
     worker_datadir: str = _f("var/faust", doc="Faust data directory")
-    cold_start_samples: int = _f(25, _positive, doc="samples of a key with no model that trigger a retrain"
+    cold_start_samples: int = _f(25, positive, doc="samples of a key with no model that trigger a retrain"
                                  " (25: the fewest that train, 20 fit rows after the holdout)")
-    drift_threshold: float = _f(0.5, _positive, doc="Page-Hinkley threshold on per-period MAPE excess")
-    drift_delta: float = _f(0.02, _non_negative, doc="Page-Hinkley tolerated MAPE increase")
-    drift_min_instances: int = _f(12, _positive, doc="error periods before a node x app may signal a drift")
-    drift_jump: float = _f(0.25, _non_negative, doc="one-period MAPE jump over the reference that is a drift"
+    drift_threshold: float = _f(0.5, positive, doc="Page-Hinkley threshold on per-period MAPE excess")
+    drift_delta: float = _f(0.02, non_negative, doc="Page-Hinkley tolerated MAPE increase")
+    drift_min_instances: int = _f(12, positive, doc="error periods before a node x app may signal a drift")
+    drift_jump: float = _f(0.25, non_negative, doc="one-period MAPE jump over the reference that is a drift"
                            " at once (level-shift rule; 0: off)")
-    join_max_entries: int = _f(500_000, _positive, doc="keys the join buffer of one worker holds at most")
-    feedback_redis_timeout_s: float = _f(1.0, _positive, doc="longest batched Redis cache write of the worker")
-    retrain_growth: float = _f(0.5, _non_negative, doc="retrain a key with a model when its samples grew by this"
+    join_max_entries: int = _f(500_000, positive, doc="keys the join buffer of one worker holds at most")
+    feedback_redis_timeout_s: float = _f(1.0, positive, doc="longest batched Redis cache write of the worker")
+    retrain_growth: float = _f(0.5, non_negative, doc="retrain a key with a model when its samples grew by this"
                                " fraction since the last retrain asked (0: never)")
     # -- trainer
-    trainer_max_samples_per_key: int = _f(50_000, _positive, doc="training samples kept in memory per model key")
-    trainer_key_idle_s: float = _f(86_400.0, _positive, doc="a model key with no new training sample for this"
+    trainer_max_samples_per_key: int = _f(50_000, positive, doc="training samples kept in memory per model key")
+    trainer_key_idle_s: float = _f(86_400.0, positive, doc="a model key with no new training sample for this"
                                    " long has its sample history dropped (its model keeps serving)")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
     trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
@@ -201,32 +221,32 @@ class Settings:
     # -- extender
     extender_host: str = _f("0.0.0.0", doc="address the extender's HTTP server binds")
     extender_port: int = _f(8888, _port, doc="port of the extender's HTTP server (and its /metrics)")
-    extender_max_body_bytes: int = _f(8 * 1024 * 1024, _positive, doc="largest request body accepted (413 above)")
-    extender_stale_after_s: float = _f(30.0, _positive, doc="node data older than this is stale: neutral score")
+    extender_max_body_bytes: int = _f(8 * 1024 * 1024, positive, doc="largest request body accepted (413 above)")
+    extender_stale_after_s: float = _f(30.0, positive, doc="node data older than this is stale: neutral score")
     extender_policy_file: str = _f("", doc="YAML/JSON policy: SLA per app, anti-affinity pairs, assumed pods")
-    extender_publish_queue: int = _f(10_000, _positive, doc="pending rtt-predictions requests before dropping")
-    extender_read_timeout_s: float = _f(5.0, _positive, doc="bound on reading one request body (408)")
-    extender_rebuild_interval_s: float = _f(0.2, _positive, doc="at most one snapshot rebuild per this")
-    extender_warm_timeout_s: float = _f(2.0, _positive, doc="bound on the Redis warm start")
-    extender_running_refresh_s: float = _f(2.0, _positive, doc="running-apps refresh period from Redis")
+    extender_publish_queue: int = _f(10_000, positive, doc="pending rtt-predictions requests before dropping")
+    extender_read_timeout_s: float = _f(5.0, positive, doc="bound on reading one request body (408)")
+    extender_rebuild_interval_s: float = _f(0.2, positive, doc="at most one snapshot rebuild per this")
+    extender_warm_timeout_s: float = _f(2.0, positive, doc="bound on the Redis warm start")
+    extender_running_refresh_s: float = _f(2.0, positive, doc="running-apps refresh period from Redis")
     # -- extender: connection bounds, HTTPS, start-up reports
-    extender_header_timeout_s: float = _f(5.0, _positive, doc="bound on receiving one request's header block (408)")
-    extender_idle_timeout_s: float = _f(75.0, _positive, doc="idle keep-alive connections are closed after this")
-    extender_max_connections: int = _f(1024, _positive, doc="open connections beyond this are answered 503")
+    extender_header_timeout_s: float = _f(5.0, positive, doc="bound on receiving one request's header block (408)")
+    extender_idle_timeout_s: float = _f(75.0, positive, doc="idle keep-alive connections are closed after this")
+    extender_max_connections: int = _f(1024, positive, doc="open connections beyond this are answered 503")
     extender_tls_cert: str = _f("", doc="PEM certificate (chain) file: serve HTTPS; needs RTT_EXTENDER_TLS_KEY")
     extender_tls_key: str = _f("", doc="PEM private key file of RTT_EXTENDER_TLS_CERT")
-    extender_report_s: float = _f(10.0, _positive, doc="while Kafka or its topics are missing, say so every this")
+    extender_report_s: float = _f(10.0, positive, doc="while Kafka or its topics are missing, say so every this")
     # -- pods watcher (``rttsched pods``; its flags override these)
     pods_api_url: str = _f("", doc="Kubernetes API of the pods watcher, e.g. http://127.0.0.1:8001 behind kubectl"
                            " proxy; empty = in cluster, with the pod's service account")
     pods_token_file: str = _f("", doc="bearer token file of the pods watcher, re-read on every request; empty ="
                               " the service account's in cluster")
     pods_ca_file: str = _f("", doc="CA bundle of the pods watcher for an https API URL")
-    pods_resync_s: float = _f(30.0, _positive, doc="seconds between the pods watcher's full lists (a watch between)")
-    pods_ttl_s: float = _f(0.0, _non_negative, doc="life of a node's running-pods key without a list confirming it;"
+    pods_resync_s: float = _f(30.0, positive, doc="seconds between the pods watcher's full lists (a watch between)")
+    pods_ttl_s: float = _f(0.0, non_negative, doc="life of a node's running-pods key without a list confirming it;"
                            " 0 = 3 x RTT_PODS_RESYNC_S")
     # -- model registry
-    model_keep: int = _f(5, _positive, doc="model versions kept per key (plus the current one)")
+    model_keep: int = _f(5, positive, doc="model versions kept per key (plus the current one)")
     # -- faults, bounds and secure transport (docs/runbook.md, docs/deploy.md)
     kafka_security_protocol: str = _f("PLAINTEXT", _one_of(*SECURITY_PROTOCOLS),
                                       doc="PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (every Kafka client and Faust)")
@@ -246,19 +266,19 @@ class Settings:
                                   " added to REDIS_URL when connecting")
     metrics_host: str = _f("0.0.0.0", doc="address the /metrics server of the worker, trainer, bridge and pods"
                            " binds (127.0.0.1: this machine only)")
-    max_clock_skew_s: float = _f(300.0, _positive, doc="a message ts further than this in the future is a"
+    max_clock_skew_s: float = _f(300.0, positive, doc="a message ts further than this in the future is a"
                                  " dead letter (ts_in_future)")
-    max_event_age_s: float = _f(86_400.0, _positive, doc="a message ts older than this is a dead letter"
+    max_event_age_s: float = _f(86_400.0, positive, doc="a message ts older than this is a dead letter"
                                 " (ts_too_old)")
-    node_evict_after_s: float = _f(600.0, _positive, doc="a node silent this long leaves the worker's state,"
+    node_evict_after_s: float = _f(600.0, positive, doc="a node silent this long leaves the worker's state,"
                                    " metrics and the compacted topics")
-    worker_max_nodes: int = _f(5_000, _positive, doc="nodes one worker holds at most; a new one beyond is a"
+    worker_max_nodes: int = _f(5_000, positive, doc="nodes one worker holds at most; a new one beyond is a"
                                " dead letter (node_cap)")
-    worker_max_apps: int = _f(64, _positive, doc="apps one worker tracks at most; a new one beyond is a dead"
+    worker_max_apps: int = _f(64, positive, doc="apps one worker tracks at most; a new one beyond is a dead"
                               " letter (app_cap)")
-    retry_max_backoff_s: float = _f(5.0, _positive, doc="longest wait between two tries of a model load or"
+    retry_max_backoff_s: float = _f(5.0, positive, doc="longest wait between two tries of a model load or"
                                     " retrain that failed because Redis was away")
-    registry_check_s: float = _f(30.0, _non_negative, doc="the trainer compares the registry with model-updates"
+    registry_check_s: float = _f(30.0, non_negative, doc="the trainer compares the registry with model-updates"
                                  " this often and repairs a registry that lost its data (0: never)")
 
     def __post_init__(self) -> None:

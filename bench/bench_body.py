@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from arguments import positive_float, positive_int
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,9 +61,9 @@ def per_body_ms(make: Callable[[int], Any], view: Callable[[Any], memoryview], r
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mb", type=float, default=None, help="body size in MB (default 14; --quick: 4)")
-    ap.add_argument("--alive", type=int, default=None, help="bodies held at once (default 20; --quick: 8)")
-    ap.add_argument("--trials", type=int, default=None, help="trials (default 5; --quick: 3)")
+    ap.add_argument("--mb", type=positive_float, default=None, help="body size in MB (default 14; --quick: 4)")
+    ap.add_argument("--alive", type=positive_int, default=None, help="bodies held at once (default 20; --quick: 8)")
+    ap.add_argument("--trials", type=positive_int, default=None, help="trials (default 5; --quick: 3)")
     ap.add_argument("--quick", action="store_true", help="smaller bodies, fewer alive, fewer trials")
     a = ap.parse_args()
     a.mb = a.mb if a.mb is not None else (4.0 if a.quick else 14.0)

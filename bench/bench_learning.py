@@ -47,6 +47,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+from arguments import positive_int
 from bench_policies import shorten
 from tqdm import tqdm
 
@@ -223,12 +224,12 @@ def speed(preset: str, n_tasks: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seeds", type=int, default=None)
-    ap.add_argument("--tasks", type=int, default=None)
-    ap.add_argument("--preset", default="small")
+    ap.add_argument("--seeds", type=positive_int, default=None)
+    ap.add_argument("--tasks", type=positive_int, default=None)
+    ap.add_argument("--preset", choices=["small", "large"], default="small")
     ap.add_argument("--variants", default="all", help="comma-separated names (default all)")
-    ap.add_argument("--speed-preset", default="large")
-    ap.add_argument("--speed-tasks", type=int, default=20_000)
+    ap.add_argument("--speed-preset", choices=["small", "large"], default="large")
+    ap.add_argument("--speed-tasks", type=positive_int, default=20_000)
     ap.add_argument("--speed-only", action="store_true")
     ap.add_argument("--scenario", default=None, help="a scenario of scenarios/ by name, or a path to one")
     ap.add_argument("--no-speed", action="store_true", help="leave out the speed run")

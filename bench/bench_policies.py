@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from arguments import positive_int
 from tqdm import tqdm
 
 from app.sim.policies import BASELINES, POLICY_NAMES, REFERENCE
@@ -221,14 +222,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 seeds, a quarter of each run, small rtt_aware models")
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: all)")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds per scenario (default: the scenario's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per scenario (default: the scenario's)")
     ap.add_argument("--policies", default=None, help="comma-separated subset (rtt_aware, clairvoyant always in)")
     ap.add_argument("--json", default=None, help="write every aggregate and ratio to this file")
     ap.add_argument("--learning", action="store_true", help="also rtt_aware with a fixed 30 s window")
     ap.add_argument("--markdown", default=None, metavar="JSON", help="print markdown tables of a --json file and stop")
     args = ap.parse_args()
     if args.markdown:
-        print(markdown(orjson.loads(Path(args.markdown).read_bytes())))
+        try:
+            doc = orjson.loads(Path(args.markdown).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            ap.error(f"--markdown: cannot read {args.markdown}: {getattr(exc, 'strerror', None) or exc}")
+        if not isinstance(doc, dict):
+            ap.error(f"--markdown: {args.markdown} is not a --json file of this script (no JSON object)")
+        print(markdown(doc))
         return 0
     names = args.scenarios.split(",") if args.scenarios else shipped()
     try:
@@ -236,8 +243,12 @@ def main() -> int:
     except ValueError as exc:
         print(f"bench_policies: --scenarios: {exc}", file=sys.stderr)
         return 2
-    policies = list(POLICY_NAMES) if not args.policies else [p for p in POLICY_NAMES if p in args.policies.split(",")
-                                                             or p in ("rtt_aware", REFERENCE, "kube_default")]
+    asked = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else []
+    unknown = [p for p in asked if p not in POLICY_NAMES]
+    if unknown:
+        ap.error(f"--policies: unknown {', '.join(map(repr, unknown))}; known: {', '.join(POLICY_NAMES)}")
+    policies = list(POLICY_NAMES) if not asked else [p for p in POLICY_NAMES if p in asked
+                                                     or p in ("rtt_aware", REFERENCE, "kube_default")]
     scenarios = [load_scenario(paths[n]) for n in names]
     plan = []
     for sc in scenarios:

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import xgboost
+from arguments import positive_int
 
 from app.model.fast import FastPredictor
 from app.model.presets import xgb_params
@@ -50,8 +51,8 @@ def timings_us(fn, X: np.ndarray, reps: int) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer training rows and repetitions")
-    ap.add_argument("--features", type=int, default=30)
-    ap.add_argument("--nthread", type=int, default=1,
+    ap.add_argument("--features", type=positive_int, default=30)
+    ap.add_argument("--nthread", type=positive_int, default=1,
                     help="XGBoost threads for training and inplace_predict (0 = all cores; on a busy machine "
                          "OpenMP's waits make that far slower per call)")
     args = ap.parse_args(argv)

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 from aiokafka.producer.message_accumulator import BatchBuilder
+from arguments import positive_int
 from extender_setup import in_process_service, payload, train, view, with_input_size
 
 from app.config import Settings
@@ -95,10 +96,11 @@ async def measure(n: int, requests: int, trials: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, nargs="*", default=None, help="candidates per request (default 64 5000)")
+    ap.add_argument("--nodes", type=positive_int, nargs="*", default=None,
+                    help="candidates per request (default 64 5000)")
     ap.add_argument("--requests", type=int, default=0,
                     help="requests per trial (default: about 20,000 records; --quick: about 4,000)")
-    ap.add_argument("--trials", type=int, default=None, help="trials (default 5; --quick: 2)")
+    ap.add_argument("--trials", type=positive_int, default=None, help="trials (default 5; --quick: 2)")
     ap.add_argument("--quick", action="store_true", help="fewer records and trials")
     a = ap.parse_args()
     nodes = a.nodes or [64, 5000]

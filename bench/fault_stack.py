@@ -105,6 +105,15 @@ class RedisServer:
             os.killpg(proc.pid, signal.SIGKILL)  # an outage, not a shutdown: nothing flushed now
             proc.wait(5)
 
+    def freeze(self) -> None:
+        """SIGSTOP it: connections are still accepted (by the kernel), nothing is answered."""
+        assert self._proc is not None
+        os.killpg(self._proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._proc is not None
+        os.killpg(self._proc.pid, signal.SIGCONT)
+
 
 @dataclasses.dataclass
 class Stack:

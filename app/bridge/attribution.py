@@ -31,11 +31,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
 import yaml
 from redis.exceptions import RedisError
 
 from app.errors import ConfigError, read_error
+from app.redis_client import DEFAULT_TIMEOUT_S, async_redis_client
 from app.scheduler.cache import CacheKeys
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def load_node_map(path: str | Path) -> dict[str, str]:
     """Read a node map file; :class:`ConfigError` naming the file (and the entry) when it is not one."""
     try:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(str(path), f"cannot read node map: {read_error(exc)}") from None
     if not isinstance(doc, dict):
         raise ConfigError(str(path), f"must map pod or host names to node names (got a {type(doc).__name__})")
@@ -70,8 +70,10 @@ async def nodes_with_features(client: Any, keys: CacheKeys) -> set[str]:
     return out
 
 
-async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = ()) -> set[str] | None:
-    """The nodes that have metrics (targets, Redis); None when there is no source to ask.
+async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = (),
+                      timeout_s: float = DEFAULT_TIMEOUT_S) -> set[str] | None:
+    """The nodes that have metrics (targets, Redis, a call failing after ``timeout_s`` without an answer); None
+    when there is no source to ask.
 
     A Redis that cannot be reached is an error naming ``REDIS_URL``: publishing unchecked would hide it.
     """
@@ -79,7 +81,7 @@ async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = ()) 
     if not redis_url:
         return nodes or None
 
-    client = aioredis.from_url(redis_url)
+    client = async_redis_client(redis_url, timeout_s)
     try:
         nodes |= await nodes_with_features(client, CacheKeys(prefix))
     except (RedisError, OSError) as exc:

@@ -34,6 +34,6 @@ def load_mapping(path: Path | str | None = None) -> MetricMap:
     p = Path(path) if path else DEFAULT_PATH
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise MappingError(str(p), f"cannot read mapping: {read_error(exc)}") from None
     return build(doc, p.name)

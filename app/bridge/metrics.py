@@ -22,6 +22,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from app.listen import listen_error
+
 log = logging.getLogger(__name__)
 
 SCRAPE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -61,9 +63,13 @@ class BridgeMetrics:
 
 
 def serve_metrics(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 - scraped from other pods
-    """Serve ``metrics`` as ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0."""
+    """Serve ``metrics`` as ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0. A port
+    that is taken (an address not this host's) is a :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT``."""
     if port <= 0:
         return False
-    start_http_server(port, addr=addr, registry=metrics.registry)
+    try:
+        start_http_server(port, addr=addr, registry=metrics.registry)
+    except OSError as exc:  # socket.gaierror included
+        raise listen_error("RTT_METRICS_PORT", addr, port, exc) from None
     log.info("serving /metrics on %s:%d", addr, port)
     return True

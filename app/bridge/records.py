@@ -14,12 +14,15 @@ node as :mod:`app.bridge.spans` says, and a completion on a node without metrics
 (``unknown_node``) -- task-completion values included.
 
 Nothing here raises for bad input: a bad record becomes a :class:`Problem` with its line number and the
-contract's stable ``reason``.
+contract's stable ``reason`` -- a line that is not UTF-8 too (``invalid_json``, as the worker's decoder says of
+such a message), so one bad line never stops the lines after it.
 
 >>> import io
->>> recs = list(read_records(io.StringIO('{"a": 1}\\n\\nnot json\\n')))
+>>> recs = list(read_records(io.BytesIO(b'{"a": 1}\\n\\nnot json\\n\\xff\\n')))
 >>> [(r.line, r.error.reason if r.error else r.doc) for r in recs]
-[(1, {'a': 1}), (3, 'invalid_json')]
+[(1, {'a': 1}), (3, 'invalid_json'), (4, 'invalid_json')]
+>>> str(recs[-1].error)
+'invalid_json: not UTF-8: byte 0xff at column 1'
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -67,21 +70,27 @@ def _parse(line: int, raw: bytes) -> Record:
     try:
         return Record(line, raw, orjson.loads(raw))
     except orjson.JSONDecodeError as exc:
-        return Record(line, raw, error=ContractError("invalid_json", str(exc)))
+        detail = str(exc)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:  # said plainly (orjson says "str is not valid UTF-8: surrogates ...")
+        detail = f"not UTF-8: byte 0x{raw[bad.start]:02x} at column {bad.start + 1}"
+    return Record(line, raw, error=ContractError("invalid_json", detail))
 
 
-def read_records(stream: TextIO) -> Iterator[Record]:
-    """The records of a JSON-lines stream (or of one multi-line JSON document)."""
+def read_records(stream: BinaryIO) -> Iterator[Record]:
+    """The records of a JSON-lines byte stream (or of one multi-line JSON document). The stream is read as
+    bytes, split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the end of the file."""
     first: Record | None = None
-    for n, text in enumerate(stream, start=1):
-        raw = text.strip().encode()
+    for n, line in enumerate(stream, start=1):
+        raw = line.strip()
         if not raw:
             continue
         rec = _parse(n, raw)
         if first is None:
             first = rec
             if rec.error is not None and raw[:1] in (b"{", b"["):
-                rest = raw + b"\n" + stream.read().encode()
+                rest = raw + b"\n" + stream.read()
                 whole = _parse(n, rest)
                 if whole.error is None:
                     yield whole

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 from aiokafka.errors import KafkaError
 
 from app.bridge.mapping import MetricMap, load_mapping
@@ -37,6 +36,7 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts.codec import validate
 from app.errors import ContractError
+from app.redis_client import settings_redis
 from app.scheduler.cache import CacheKeys
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
     if settings.redis_url:
-        redis_client = aioredis.from_url(settings.redis_client_url)
+        redis_client = settings_redis(settings)
         apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
         running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
                               refresh_s=settings.bridge_running_refresh_s)

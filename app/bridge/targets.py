@@ -66,15 +66,26 @@ class Target:
         return tuple(e.url for e in self.endpoints)
 
 
+_NODE_KEYS = ("node", "class", "gpu_model", "targets", "urls")
+_ENDPOINT_KEYS = ("url", "exporter", "optional")
+
+
 def _check_url(where: str, url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetError(where, f"{url!r} is not an http(s) URL")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
+    try:  # urlsplit raises on a bad [IPv6] address, .port on a port that is no number or out of range
+        parts = urlsplit(url)
+        parts.port  # noqa: B018
     except ValueError as exc:
         raise TargetError(where, f"{url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetError(where, f"{url!r} is not an http(s) URL")
     return url
+
+
+def _known(where: str, raw: Mapping[Any, Any], known: Sequence[str]) -> None:
+    """A key of a file's mapping that is not in ``known`` is an error naming it (a typo is never ignored)."""
+    for key in raw:
+        if key not in known:
+            raise TargetError(f"{where}.{key}", f"unknown key (known: {', '.join(known)})")
 
 
 def _at(where: str, key: str) -> str:
@@ -133,15 +144,20 @@ def _endpoint(where: str, raw: Any) -> Endpoint:
         return Endpoint(_check_url(where, raw))
     if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
         raise TargetError(where, "must be a URL or a mapping with url (and exporter, optional)")
+    _known(where, raw, _ENDPOINT_KEYS)
     exporter = raw.get("exporter")
     if exporter is not None and not isinstance(exporter, str):
         raise TargetError(f"{where}.exporter", f"must be a string (got {exporter!r})")
-    return Endpoint(_check_url(f"{where}.url", raw["url"]), exporter, bool(raw.get("optional", False)))
+    optional = raw.get("optional", False)
+    if not isinstance(optional, bool):
+        raise TargetError(f"{where}.optional", f"must be true or false (got {optional!r})")
+    return Endpoint(_check_url(f"{where}.url", raw["url"]), exporter, optional)
 
 
 def _node(where: str, raw: Any) -> Target:
     if not isinstance(raw, dict):
         raise TargetError(where, "must be a mapping with node and targets")
+    _known(where, raw, _NODE_KEYS)
     eps = raw.get("targets", raw.get("urls"))
     if not isinstance(eps, list):
         raise TargetError(f"{where}.targets", "must be a list of URLs or {exporter, url, optional}")
@@ -154,9 +170,12 @@ def load_targets(path: Path | str, environ: Mapping[str, str] | None = None) -> 
     p = Path(path)
     try:
         doc = yaml.safe_load(expand_env(p.read_text(encoding="utf-8"), environ))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise TargetError(str(p), f"cannot read targets: {read_error(exc)}") from None
+    except TargetError as exc:  # a ${VAR} that is not set: which file asked for it
+        raise TargetError(f"{p}: {exc.field}", exc.message) from None
     if isinstance(doc, dict) and "nodes" in doc:
+        _known(str(p), doc, ("nodes",))
         if not isinstance(doc["nodes"], list) or not doc["nodes"]:
             raise TargetError(f"{p}: nodes", "must be a non-empty list")
         targets = [_node(f"{p}: nodes[{i}]", n) for i, n in enumerate(doc["nodes"])]

@@ -32,12 +32,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, storage_problem
+    from app.listen import check_host
 
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port", f"must be a port between 0 and 65535 (got {args.port})")
     problem = storage_problem(args.storage_engine) if args.storage_engine is not None else None
     if problem:
         raise ConfigError("--storage-engine", problem)
+    check_host(args.host, "--host")  # a host that does not resolve, or is not this machine's: named, at once
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import signal
 import socket
 import sys
@@ -24,6 +23,7 @@ LIVE_NAME = "rtt_aware_live"
 OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "target_load", "static_best", "rtt_aware",
                     "clairvoyant")
 READY_TIMEOUT_S = 120.0
+MAX_MINUTES = 1440  # a day of live run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,12 +48,14 @@ def _raise_interrupt(_signum: int, _frame: Any) -> None:
 
 def demo_config(minutes: float, tasks: int | None, speed: float, scrape_interval_s: float = 1.0) -> Any:
     """The workload: ``tasks`` over ``minutes`` wall minutes at ``speed`` (default rate: 4 per node per s)."""
+    from app.config import check_flag, positive
     from app.errors import ConfigError
     from app.sim.hardware import preset
     from app.sim.runner import RATE_PER_NODE_S, SimConfig
 
-    if not (math.isfinite(minutes) and minutes > 0):
-        raise ConfigError("--minutes", f"must be > 0 (got {minutes})")
+    check_flag("--minutes", minutes, positive)  # > 0 and finite, as the settings' durations
+    if minutes > MAX_MINUTES:  # its workload is drawn up front: 1e300 minutes would be a workload without end
+        raise ConfigError("--minutes", f"must be <= {MAX_MINUTES}, a day (got {minutes:g})")
     if tasks is not None and tasks < 1:
         raise ConfigError("--tasks", f"must be >= 1 (got {tasks})")
     sim_s = minutes * 60.0 * speed
@@ -195,20 +197,22 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from tqdm import tqdm
 
+    from app.cli.flags import writable_dir
     from app.cli.summary import bar_width, live_lines, output_lines, summary_lines
+    from app.errors import ConfigError
     from app.sim.report import goal_rows, hardware_labels, summarise, write_report
     from app.sim.report.halves import half_figures
     from app.sim.runner import describe, run_offline
 
     if not 0 < args.speed <= 20:
-        from app.errors import ConfigError
-
         raise ConfigError("--speed", f"must be in (0, 20] (got {args.speed})")
+    if args.seed < 0:  # numpy seeds are >= 0
+        raise ConfigError("--seed", f"must be >= 0 (got {args.seed})")
     config = demo_config(args.minutes, args.tasks, args.speed, settings.scrape_interval_s)
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # progress bars and the table; -v for every log line
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retried connects while the broker starts
-    out = Path(args.out)
+    out = writable_dir(args.out, "--out")  # before the runs: a bad one fails at once, not after them
     t_start = time.monotonic()
     runs: dict[str, list[Any]] = {}
     explained: list[dict[str, Any]] = []

@@ -82,20 +82,31 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def post(url: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
     """POST ``body`` to ``url/explain``; one-line errors (:class:`RttError`) when that fails."""
+    import http.client
     import urllib.error
     import urllib.request
+    from urllib.parse import urlsplit
 
     import orjson
 
     from app.errors import ConfigError, RttError
 
-    if not url.startswith(("http://", "https://")):
+    try:  # parsed once, here: a bad [IPv6] address or port is the flag's error, not urllib's traceback
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is no number or out of range
+    except ValueError as exc:
+        raise ConfigError("--url", f"not a URL: {exc} (got {url!r})") from None
+    if parts.scheme not in ("http", "https"):
         raise ConfigError("--url", f"must start with http:// or https:// (got {url!r})")
+    if not parts.hostname:
+        raise ConfigError("--url", f"names no host (got {url!r})")
     req = urllib.request.Request(url.rstrip("/") + "/explain", data=orjson.dumps(body), method="POST",  # noqa: S310
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only, checked above
             return dict(orjson.loads(resp.read()))
+    except http.client.InvalidURL as exc:  # what urlsplit lets through (a control character ...)
+        raise ConfigError("--url", f"not a URL: {exc} (got {url!r})") from None
     except urllib.error.HTTPError as exc:
         try:
             detail = orjson.loads(exc.read()).get("Error") or exc.reason

@@ -58,12 +58,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import signal
 
     import aiohttp
-    import redis.asyncio as aioredis
 
     from app.errors import ConfigError
     from app.extender.podwatch import PodWatcher, PodWatchMetrics
     from app.extender.podwatch_api import PodsApi
+    from app.listen import check_listen, listen_error
     from app.masking import mask_url
+    from app.redis_client import settings_redis
     from app.scheduler.cache import CacheKeys
 
     log = logging.getLogger("app.cli.pods")
@@ -75,11 +76,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         access.ssl_context()  # a CA file that does not load
     if not settings.redis_url:
         raise ConfigError("REDIS_URL", "the pods watcher writes the running-apps view to Redis: set REDIS_URL")
+    if not args.once:  # a port taken: one line naming the variable, before the API or Redis is asked
+        check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
     metrics = PodWatchMetrics()
 
     async def main() -> int:
         async with aiohttp.ClientSession() as session:
-            client = aioredis.from_url(settings.redis_client_url)
+            client = settings_redis(settings)
             watcher = PodWatcher(PodsApi(session, access), client, CacheKeys(settings.topic_prefix), options, metrics)
             try:
                 if args.once:
@@ -97,7 +100,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
+            try:
+                start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
+            except OSError as exc:
+                raise listen_error("RTT_METRICS_PORT", settings.metrics_host, settings.metrics_port, exc) from None
             log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
         mode = "list only" if not options.watch else "list + watch"
         print(f"rttsched pods: {access.base_url} -> {mask_url(settings.redis_url)} (prefix {settings.topic_prefix!r}), "

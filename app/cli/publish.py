@@ -7,7 +7,8 @@
 
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
-are produced. Exit status 0 when every line was valid, 1 when some were not.
+are produced. A line that is not UTF-8 is one such line (``invalid_json: not UTF-8 ...``): the lines after it
+are read on. Exit status 0 when every line was valid, 1 when some were not.
 
 A completion must land on a node that has metrics (the nodes of ``--targets``, and those with node-features
 in Redis when ``REDIS_URL`` is set): one on any other node is invalid (``unknown_node``). Redis is read again
@@ -56,14 +57,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if args.topic == "task-completions":
         options, targets = asyncio.run(_span_options(args, settings))
     name = "<stdin>" if args.file == "-" else args.file
-    try:
-        stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
+    try:  # bytes, split into lines by read_records: a line that is not UTF-8 is one invalid line, not the end
+        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise ConfigError(args.file, f"cannot read: {exc.strerror}") from None
     try:
         return asyncio.run(_publish(args, settings, stream, name, options, targets))
     finally:
-        if stream is not sys.stdin:
+        if args.file != "-":
             stream.close()
 
 
@@ -74,7 +75,7 @@ async def _span_options(args: argparse.Namespace, settings: Any) -> tuple[Any, t
 
     node_map = load_node_map(args.node_map) if args.node_map else {}
     targets = load_targets(args.targets) if args.targets else []
-    known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets)
+    known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets, settings.redis_timeout_s)
     return SpanOptions(node_map, frozenset(known) if known is not None else None), tuple(targets)
 
 
@@ -108,7 +109,7 @@ class _Nodes:
         self._read_at = self._clock()
         try:
             known = await known_nodes(self._settings.redis_client_url, self._settings.topic_prefix,
-                                      self._targets)
+                                      self._targets, self._settings.redis_timeout_s)
         except ConfigError as exc:
             if not self._warned:
                 print(f"publish: warning: {exc}; checking nodes against the last set read", file=sys.stderr)
@@ -131,8 +132,11 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
     pending: list[dict[str, Any]] = []
     letters: list[dict[str, Any]] = []
 
+    failed = False  # a flush that raised (Kafka away) is not tried again on the way out
+
     async def flush() -> None:
-        nonlocal sent
+        nonlocal sent, failed
+        failed = True
         if producer is not None:
             sent += await publish(producer, settings, args.topic, pending, metrics=metrics)
             if letters:
@@ -141,37 +145,43 @@ async def _publish(args: argparse.Namespace, settings: Any, stream: Any, name: s
             sent += len(pending)
         pending.clear()
         letters.clear()
+        failed = False
 
     nodes = _Nodes(settings, options, targets)
     try:
-        for record in read_records(stream):
-            if nodes.due():
-                await nodes.read()
-            out = convert(record, args.topic, args.source, nodes.options)
-            if out.problems and nodes.may_miss() and any(p.error.reason == "unknown_node" for p in out.problems):
-                await nodes.read()  # a node that joined since the set was read
+        try:
+            for record in read_records(stream):
+                if nodes.due():
+                    await nodes.read()
                 out = convert(record, args.topic, args.source, nodes.options)
-            pending.extend(out.values)
-            skipped += out.skipped
-            for attribute, n in out.fallbacks.items():
-                if attribute not in fallbacks:
-                    print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes is the "
-                          "pod's name: set k8s.node.name (span or resource) or give --node-map", file=sys.stderr)
-                fallbacks[attribute] = fallbacks.get(attribute, 0) + n
-                metrics.node_fallbacks.labels(attribute=attribute).inc(n)
-            for p in out.problems:
-                invalid += 1
-                metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
-                print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
-                if args.dead_letters:
-                    letters.append(dead_letter(settings, args.topic, p.raw, str(p.error), reason=p.error.reason,
-                                               offset=p.line))
-            if len(pending) >= BATCH:
-                before = sent
+                if (out.problems and nodes.may_miss()
+                        and any(p.error.reason == "unknown_node" for p in out.problems)):
+                    await nodes.read()  # a node that joined since the set was read
+                    out = convert(record, args.topic, args.source, nodes.options)
+                pending.extend(out.values)
+                skipped += out.skipped
+                for attribute, n in out.fallbacks.items():
+                    if attribute not in fallbacks:
+                        print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes is "
+                              "the pod's name: set k8s.node.name (span or resource) or give --node-map",
+                              file=sys.stderr)
+                    fallbacks[attribute] = fallbacks.get(attribute, 0) + n
+                    metrics.node_fallbacks.labels(attribute=attribute).inc(n)
+                for p in out.problems:
+                    invalid += 1
+                    metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
+                    print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
+                    if args.dead_letters:
+                        letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
+                                                   reason=p.error.reason, offset=p.line))
+                if len(pending) >= BATCH or len(letters) >= BATCH:
+                    before = sent
+                    await flush()
+                    if sent // PROGRESS_EVERY > before // PROGRESS_EVERY:
+                        print(f"publish: {sent} messages so far", file=sys.stderr, flush=True)
+        finally:  # what was read goes out, also when reading stops early (an unreadable file, Ctrl-C)
+            if not failed:
                 await flush()
-                if sent // PROGRESS_EVERY > before // PROGRESS_EVERY:
-                    print(f"publish: {sent} messages so far", file=sys.stderr, flush=True)
-        await flush()
     finally:
         if producer is not None:
             await producer.stop()

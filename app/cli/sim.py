@@ -48,6 +48,8 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
 
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError("--seeds", "must be >= 1")
+    if args.first_seed < 0:  # numpy seeds are >= 0
+        raise ConfigError("--first-seed", f"must be >= 0 (got {args.first_seed})")
     if args.scenario:
         given = [f"--{f.replace('_', '-')}" for f in SETUP_FLAGS if getattr(args, f) is not None]
         if given:
@@ -83,12 +85,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from app.cli.flags import writable_dir
     from app.cli.summary import bar_width, output_lines, summary_lines
-    from app.sim.policies import parse_policies
+    from app.errors import ConfigError
+    from app.sim.policies import PolicyError, parse_policies
     from app.sim.report import goal_rows, hardware_labels, summarise, write_report
     from app.sim.runner import describe, run_offline
 
     config, seeds, spec = _setup(args, settings)
-    policies = parse_policies(spec)
+    try:
+        policies = parse_policies(spec)
+    except PolicyError as exc:  # a scenario's policies were checked when it was read: this is the flag
+        raise ConfigError("--policies", str(exc)) from None
     out = writable_dir(args.out, "--out")  # before the runs: a bad one fails at once, not after them
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim", ncols=bar_width()) as bar:

@@ -16,8 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
+    from app.config import check_flag, topic_name_part
     from app.contracts import load_contracts
 
+    for worker_id in args.worker_id or ():  # a part of topic names, as RTT_TOPIC_PREFIX is
+        check_flag("--worker-id", worker_id, topic_name_part)
     if args.action == "list":
         print(f"{'topic':<22} {'key':<14} {'parts':>5} {'cleanup':<8} retention_ms")
         for c in load_contracts().values():

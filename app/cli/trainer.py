@@ -31,6 +31,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
+    from app.listen import check_listen, listen_error
     from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             pin_cpus(cpus, field="RTT_TRAINER_CPUS")
     if not settings.redis_url:  # the registry is a local directory: one it cannot write fails now, named
         writable_dir(settings.models_dir, "RTT_MODELS_DIR")
+    check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")  # taken: one line, named
 
     async def main() -> int:
         await check_reachable(settings)  # one clear line when there is no broker
@@ -68,7 +70,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=service.metrics.registry)
+            try:
+                start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                                  registry=service.metrics.registry)
+            except OSError as exc:  # taken since the check above
+                raise listen_error("RTT_METRICS_PORT", settings.metrics_host, settings.metrics_port, exc) from None
             log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -28,19 +28,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
+    import dataclasses
 
     import faust
 
     from app.cli.flags import flag_errors, writable_dir
+    from app.config import check_flag, topic_name_part
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
+    from app.listen import check_listen
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
 
+    if args.id is not None:  # the consumer group and a part of its changelog topics' names
+        check_flag("--id", args.id, topic_name_part)
     with flag_errors(args, FLAGS):  # bad flags first, named as typed
         opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
                                            history_s=args.history_s, datadir=args.datadir)
+        given = {field: value for field, value in (("worker_session_timeout_s", args.session_timeout_s),
+                                                   ("feature_history_s", args.history_s)) if value is not None}
+        dataclasses.replace(settings, **given)  # and the checks of their variables (finite, at most a day ...)
         writable_dir(opts.datadir, "RTT_WORKER_DATADIR")
+    # Faust's web server binds /metrics late, with a page of traceback when the port is taken: tried here first
+    check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
     asyncio.run(check_reachable(settings))  # one clear line, not Faust's traceback, when there is no broker
     quiet_client_errors(PERIOD_S)
     app = create_app(settings, id=args.id, options=opts)

@@ -84,12 +84,8 @@ def registry_boosters(settings: Settings) -> BoosterCache:
         from app.registry.store import open_store
 
         if not opened:
-            store = open_store(settings)
-            client = getattr(store, "client", None)
-            if client is not None:  # Redis: never hang an explanation on a registry that does not answer
-                client.connection_pool.connection_kwargs.update(socket_timeout=REDIS_TIMEOUT_S,
-                                                                socket_connect_timeout=REDIS_TIMEOUT_S)
-            opened.append(store)
+            # Redis: never hang an explanation on a registry that does not answer
+            opened.append(open_store(settings, timeout_s=min(REDIS_TIMEOUT_S, settings.redis_timeout_s)))
         blob, _record = opened[0].load(key, version)
         booster = booster_from_bytes(blob)
         booster.set_param({"nthread": 1})  # one pod's candidates: OpenMP's start-up costs more than it saves

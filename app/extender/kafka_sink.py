@@ -50,8 +50,9 @@ class KafkaSink:
 
     The partition of a key is the default partitioner's (:func:`app.kafka.batches.partition_for`), so the
     worker's join sees a node's predictions where any producer would have put them. A failed delivery counts
-    its batch's records as dropped. :meth:`start` fails (and the publisher retries) while the broker or the
-    topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
+    its batch's records as dropped, an acknowledged one as published: ``rtt_extender_predictions_published_total``
+    counts what the broker has, not what was handed over. :meth:`start` fails (and the publisher retries) while
+    the broker or the topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
     """
 
     def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = LINGER_S) -> None:
@@ -117,8 +118,12 @@ class KafkaSink:
             fut.add_done_callback(lambda f: self._delivered(f, n))
 
     def _delivered(self, fut: asyncio.Future[Any], n: int) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
+        if fut.cancelled():
+            self._failed(n, asyncio.CancelledError())
+        elif fut.exception() is not None:
             self._failed(n, fut.exception())
+        elif self._metrics is not None:
+            self._metrics.published.inc(n)
 
     def _failed(self, n: int, exc: BaseException | None) -> None:
         if self._metrics is not None:

@@ -9,7 +9,7 @@ rtt_extender_scored_pods_total{app}              pods scored by prioritize with 
 rtt_extender_single_node_placements_total{app}   pods a filter left one node for: assumed there (no prioritize)
 rtt_extender_failed_nodes_total{reason}          candidates the filter rejected (anti_affinity, sla)
 rtt_extender_sla_relaxed_total{app}              SLA would have rejected every candidate: all passed
-rtt_extender_predictions_published_total         rtt-predictions messages sent
+rtt_extender_predictions_published_total         rtt-predictions messages the broker acknowledged
 rtt_extender_predictions_dropped_total           ... dropped (queue full or send failed)
 rtt_extender_feed_messages_total{topic,result}   view messages applied / ignored / rejected
 rtt_extender_model_loads_total{result}           model blobs loaded / failed
@@ -63,7 +63,8 @@ class ExtenderMetrics:
                                     ["reason"], registry=r)
         self.sla_relaxed = Counter("rtt_extender_sla_relaxed_total", "SLA rejected every candidate: all passed",
                                    ["app"], registry=r)
-        self.published = Counter("rtt_extender_predictions_published_total", "rtt-predictions sent", registry=r)
+        self.published = Counter("rtt_extender_predictions_published_total", "rtt-predictions the broker"
+                                 " acknowledged", registry=r)
         self.dropped = Counter("rtt_extender_predictions_dropped_total", "rtt-predictions dropped", registry=r)
         self.feed_messages = Counter("rtt_extender_feed_messages_total", "View messages by topic and result",
                                      ["topic", "result"], registry=r)

@@ -23,6 +23,7 @@ import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -68,7 +69,12 @@ class KubeAccess:
     @classmethod
     def from_url(cls, url: str, token_file: str = "", ca_file: str = "") -> KubeAccess:
         url = url.strip().rstrip("/")
-        if not url.startswith(("http://", "https://")):
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - a port that is no number raises here, not at the first request
+        except ValueError as exc:
+            raise ConfigError("RTT_PODS_API_URL", f"not a URL: {exc} (got {url!r})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError("RTT_PODS_API_URL", f"must be an http:// or https:// URL (got {url!r})")
         for name, path in (("RTT_PODS_TOKEN_FILE", token_file), ("RTT_PODS_CA_FILE", ca_file)):
             if path and not Path(path).is_file():

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
@@ -32,6 +31,7 @@ from app.extender.pacing import release_sliced, run_sliced
 from app.extender.protocol import ExtenderArgs, filter_body, priority_body_of
 from app.extender.publisher import KafkaSink, PredictionPublisher, Sink
 from app.extender.warm import RunningRefresher, warm_start
+from app.redis_client import settings_redis
 from app.scheduler.assumed import AssumedPods
 from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, store_model_update
@@ -298,7 +298,7 @@ class ExtenderService:
                                superseded=superseded, on_wait=waiting)
 
     async def _redis_work(self) -> None:
-        self._redis = aioredis.from_url(self.settings.redis_client_url)
+        self._redis = settings_redis(self.settings)
         try:
             await self._warm_start()
         finally:

@@ -7,7 +7,8 @@ partition starts again at offset 0, and a consumer at offset 500 would silently 
 new messages. :class:`PositionGuard` catches both sides of the range:
 
 * **below the log start** (retention deleted what the position points at): checked on every
-  assignment against the partition's earliest offset (:meth:`PositionGuard.on_assigned`), and by the
+  assignment against the partition's earliest offset (:meth:`PositionGuard.on_assigned`; a consumer group's
+  committed offsets: :meth:`PositionGuard.check_committed`, which checks the end too), and by the
   broker on fetch (``OffsetOutOfRange``; :meth:`PositionGuard.out_of_range`);
 * **beyond the log end** (the partition was wiped): after every fetch, a position above the
   partition's high watermark in the fetch response (:meth:`PositionGuard.after_fetch`). A watermark can
@@ -27,6 +28,7 @@ skipped (docs/runbook.md, "Broker lost its data").
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
@@ -110,6 +112,39 @@ class PositionGuard:
                 self._report(tp, pos, start, BEFORE_START)
         self.next_offsets.update(out)
         return out
+
+    async def check_committed(self, tps: Iterable[TopicPartition],
+                              ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
+        """Seek a group consumer's newly assigned partitions (call it from ``on_partitions_assigned``): each to
+        the group's committed offset, or to the partition's start where the group has none, or where the
+        committed offset lies before the start or beyond the end (still so ``confirm_s`` later: a watermark can
+        dip while leadership moves); the positions sought, and the partitions among them that were reset."""
+        tps = list(tps)
+        if not tps:
+            return {}, []
+        committed = {tp: await self.consumer.committed(tp) for tp in tps}
+        starts = await self.consumer.beginning_offsets(tps)
+        ends = await self.consumer.end_offsets(tps)
+        beyond = [tp for tp, pos in committed.items() if pos is not None and pos > int(ends.get(tp, 0))]
+        if beyond:
+            await asyncio.sleep(self.confirm_s)
+            ends.update(await self.consumer.end_offsets(beyond))
+        out: dict[TopicPartition, int] = {}
+        reset: list[TopicPartition] = []
+        for tp, pos in committed.items():
+            start, end = int(starts.get(tp, 0)), int(ends.get(tp, 0))
+            if pos is None:  # a new group: from the start
+                out[tp] = start
+            elif start <= pos <= end:
+                out[tp] = pos
+            else:
+                out[tp] = start
+                reset.append(tp)
+                self._report(tp, pos, start, BEFORE_START if pos < start else BEYOND_END)
+            self.consumer.seek(tp, out[tp])
+        self._suspect = {tp: t for tp, t in self._suspect.items() if tp not in out}
+        self.next_offsets.update(out)
+        return out, reset
 
     async def out_of_range(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Reset the partitions of an ``OffsetOutOfRangeError`` (``{tp: fetch offset}``); their new positions."""

@@ -8,7 +8,8 @@ records are dropped unless debug logging is on (``rttsched -v``).
 A service that goes on while the broker is away (the worker, the trainer, the extender's feed) lets each
 of aiokafka's per-retry errors (:data:`RECURRING`: connect, metadata, fetch, produce, coordinator) through
 once per period, saying how many like it it held back (:func:`quiet_client_errors`): a worker logged about
-310 such lines a second with its broker away, the trainer 160.
+310 such lines a second with its broker away, the trainer 160. The worker's own delivery failures (a record
+batch sent again, a node-weights message lost) are kept to one per period the same way.
 
 >>> drop = DropConnectionErrors()
 >>> [drop.filter(logging.makeLogRecord({"msg": m})) for m in ('Unable connect to "%s:%s": %s', "Topic missing")]
@@ -54,6 +55,9 @@ RECURRING: dict[str, tuple[str, ...]] = {  # logger -> the messages it repeats o
     "aiokafka.producer.sender": ("Got error produce response",),
     "aiokafka.consumer.group_coordinator": ("Group Coordinator Request failed", "Error sending %s to node",
                                             "Marking the coordinator dead"),
+    # the worker's own: a batch or message the broker did not acknowledge (app.kafka.batches, app.streams.topics)
+    "app.kafka.batches": ("delivery to %s[%d] failed (", "delivery to %s[%d] failed for good"),
+    "app.streams.topics": ("not delivered: ",),
 }
 
 

@@ -29,6 +29,7 @@ import redis
 
 from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError, RegistryUnavailableError
+from app.redis_client import DEFAULT_TIMEOUT_S, redis_client
 from app.registry.base import (
     ModelRecord,
     check_keep,
@@ -66,14 +67,16 @@ def _ints(values: Any) -> list[int]:
 
 
 class RedisModelStore:
-    """:class:`~app.registry.base.ModelStore` in Redis at ``url`` (``redis://host:port/db``)."""
+    """:class:`~app.registry.base.ModelStore` in Redis at ``url`` (``redis://host:port/db``); a call Redis does not
+    answer in ``timeout_s`` raises :class:`~app.model.errors.RegistryUnavailableError`."""
 
-    def __init__(self, url: str, keep: int = 5, namespace: str = "rttsched", clock: Clock | None = None) -> None:
+    def __init__(self, url: str, keep: int = 5, namespace: str = "rttsched", clock: Clock | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if not namespace or any(c.isspace() for c in namespace):
             raise ValueError(f"namespace: must be a non-empty word (got {namespace!r})")
         self.keep = check_keep(keep)
         self.namespace = namespace
-        self._redis = redis.Redis.from_url(url)
+        self._redis = redis_client(url, timeout_s)
         self._clock = clock or SystemClock()
         kw = self._redis.connection_pool.connection_kwargs
         self._where = f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"

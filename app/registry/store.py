@@ -44,14 +44,16 @@ def registry_namespace(topic_prefix: str) -> str:
     return f"rttsched:{topic_prefix}" if topic_prefix else "rttsched"
 
 
-def open_store(settings: Settings, keep: int | None = None) -> ModelStore:
+def open_store(settings: Settings, keep: int | None = None, timeout_s: float | None = None) -> ModelStore:
     """:class:`~app.registry.redis_store.RedisModelStore` at ``settings.redis_url`` (namespace
     :func:`registry_namespace`) when set, else a :class:`~app.registry.directory.DirectoryModelStore` at
-    ``settings.models_path``; ``keep`` defaults to ``settings.model_keep``."""
+    ``settings.models_path``; ``keep`` defaults to ``settings.model_keep``, the Redis client's ``timeout_s`` to
+    ``settings.redis_timeout_s``."""
     keep = settings.model_keep if keep is None else keep
     if settings.redis_url:
         return RedisModelStore(settings.redis_client_url, keep=keep,
-                               namespace=registry_namespace(settings.topic_prefix))
+                               namespace=registry_namespace(settings.topic_prefix),
+                               timeout_s=settings.redis_timeout_s if timeout_s is None else timeout_s)
     return DirectoryModelStore(settings.models_path, keep=keep)
 
 

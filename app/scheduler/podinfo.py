@@ -28,6 +28,7 @@ from app.errors import RttError
 APP_LABEL = "rttsched.io/app"
 INPUT_SIZE_ANNOTATION = "rttsched.io/input-size-mb"
 MAX_APP_LEN = 64  # rtt-predictions contract: app maxLength
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max (no numpy here): feature rows are float32
 
 
 class PodError(RttError, ValueError):
@@ -83,7 +84,8 @@ def _size(raw: Any) -> float:
         size = float(raw.strip())
     except ValueError:
         return math.nan
-    return size if math.isfinite(size) and size >= 0 else math.nan
+    # the models' feature rows are float32: a size beyond its range would be scored as inf, so it is no size
+    return size if 0 <= size <= FLOAT32_MAX else math.nan
 
 
 def pod_info(pod: Any) -> PodInfo:

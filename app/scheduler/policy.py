@@ -39,6 +39,8 @@ from app.errors import ConfigError, read_error
 
 SLA_WHEN_ALL_FAIL = ("pass", "fail")
 _TOP_LEVEL = {"sla_ms", "anti_affinity", "contention", "assumed", "sla_when_all_fail", "exploration", "objective"}
+_NESTED = {"contention": {"interfering", "other"}, "assumed": {"ttl_s", "scrape_delay_s"},
+           "exploration": {"share", "min_samples"}, "objective": {"inflicted"}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +68,31 @@ class Policy:
 
 
 def _number(value: Any, path: str, *, minimum: float = 0.0, strict: bool = True) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
     if ok and (value > minimum if strict else value >= minimum):
         return float(value)
     op = ">" if strict else ">="
     raise ConfigError(path, f"must be a number {op} {minimum:g} (got {value!r})")
 
 
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int with hundreds of digits
+        return False
+
+
+def _mapping(value: Any, path: str, known: set[str] | None = None) -> Mapping[str, Any]:
+    """``value`` as a mapping (None: an empty one); with ``known``, a key not in it is an error naming its path."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ConfigError(path, f"must be a mapping (got {type(value).__name__})")
+    if known is not None:
+        for key in value:
+            if key not in known:
+                name = key if isinstance(key, str) else repr(key)
+                raise ConfigError(f"{path}.{name}", f"unknown field (known: {', '.join(sorted(known))})")
     return value
 
 
@@ -102,23 +117,20 @@ def _pairs(value: Any, path: str) -> frozenset[frozenset[str]]:
 
 def policy_from_dict(doc: Any, source: str = "policy") -> Policy:
     """Validate a parsed policy document; ``source`` prefixes field paths in errors."""
-    doc = _mapping(doc, source)
-    unknown = sorted(set(doc) - _TOP_LEVEL)
-    if unknown:
-        raise ConfigError(f"{source}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(_TOP_LEVEL))})")
+    doc = _mapping(doc, source, _TOP_LEVEL)
     sla = {_app(k, f"{source}.sla_ms"): _number(v, f"{source}.sla_ms.{k}")
            for k, v in _mapping(doc.get("sla_ms"), f"{source}.sla_ms").items()}
-    contention = _mapping(doc.get("contention"), f"{source}.contention")
-    assumed = _mapping(doc.get("assumed"), f"{source}.assumed")
+    contention = _mapping(doc.get("contention"), f"{source}.contention", _NESTED["contention"])
+    assumed = _mapping(doc.get("assumed"), f"{source}.assumed", _NESTED["assumed"])
     defaults = Policy()
-    explore = _mapping(doc.get("exploration"), f"{source}.exploration")
+    explore = _mapping(doc.get("exploration"), f"{source}.exploration", _NESTED["exploration"])
     share = _number(explore.get("share", defaults.explore_share), f"{source}.exploration.share", strict=False)
     if share > 1.0:
         raise ConfigError(f"{source}.exploration.share", f"must be a number between 0 and 1 (got {share!r})")
     min_samples = explore.get("min_samples", defaults.explore_min_samples)
     if not isinstance(min_samples, int) or isinstance(min_samples, bool) or min_samples < 0:
         raise ConfigError(f"{source}.exploration.min_samples", f"must be an integer >= 0 (got {min_samples!r})")
-    objective = _mapping(doc.get("objective"), f"{source}.objective")
+    objective = _mapping(doc.get("objective"), f"{source}.objective", _NESTED["objective"])
     inflicted = _number(objective.get("inflicted", defaults.inflicted_weight), f"{source}.objective.inflicted",
                         strict=False)
     mode = doc.get("sla_when_all_fail", defaults.sla_when_all_fail)
@@ -149,7 +161,7 @@ def load_policy_document(path: str | Path) -> Any:
     """The document of a YAML/JSON policy file, as read (:func:`policy_from_dict` checks it)."""
     try:
         return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"cannot read {path}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"cannot read {path}: {read_error(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("RTT_EXTENDER_POLICY_FILE", f"{path} is not valid YAML/JSON: {read_error(exc)}") from None

@@ -58,6 +58,16 @@ def _node_rate(node: NodeSpec, app: str) -> float:
     return best
 
 
+def unrunnable(nodes: Sequence[NodeSpec], mix: Mapping[str, float]) -> list[str]:
+    """The apps of ``mix`` (weight > 0) that none of ``nodes`` can run (a GPU app on CPU nodes only), by name.
+
+    >>> from app.sim.hardware import cpu_node
+    >>> unrunnable([cpu_node("c")], {"upload": 1, "gCTF": 1, "Motioncor2": 0})
+    ['gCTF']
+    """
+    return [a for a in sorted(mix) if mix[a] > 0 and not any(APPS[a].fits(n, mean_input_mb(a)) for n in nodes)]
+
+
 def capacity_per_s(nodes: Sequence[NodeSpec], mix: Mapping[str, float] | None = None) -> float:
     """The largest arrival rate (tasks/s) of ``mix`` the nodes present at the start could sustain."""
     mix = dict(mix or DEFAULT_MIX)

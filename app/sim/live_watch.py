@@ -6,6 +6,12 @@ report needs: the extender's predicted RTT per ``(task_id, node)`` (rtt-predicti
 per period (prediction-errors), node credibility (node-weights), retrain-events and model-updates. Readers
 in the simulator's thread only read counters and append-only lists.
 
+Its read positions are checked as every consumer's are (:class:`~app.kafka.positions.PositionGuard`): a broker
+that lost its data during the run (the embedded broker is memory-only), or a topic recreated under it, would
+otherwise leave the watcher past the partition's new end, where the broker answers with nothing (Tansu) and
+the first messages after the wipe would be skipped without a word; the partition is read again from its start
+(``resets``; one WARNING each). A broker error is waited out.
+
 A message is taken as the production consumers take it: one that breaks its contract, or whose key is not
 its node (or model key) or missing, is counted in ``rejected``; a tombstone (no value: the worker's eviction
 on node-weights; on model-updates a model is never deleted) in ``tombstones``.
@@ -19,12 +25,15 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
+from prometheus_client import CollectorRegistry
 
 from app.config import Settings
 from app.contracts import contract, decode
 from app.contracts.admission import check_key
 from app.errors import ContractError
 from app.kafka.client import client_options
+from app.kafka.positions import PositionGuard
 from app.sim.kafka_sink import LoopThread, SinkError
 
 log = logging.getLogger(__name__)
@@ -48,6 +57,7 @@ class FeedbackWatcher:
         self._loop: LoopThread | None = None
         self._task: asyncio.Future[None] | None = None
         self._consumer: Any = None
+        self._guard: PositionGuard | None = None
 
     def start(self, timeout_s: float = 20.0) -> FeedbackWatcher:
         if self._loop is not None:
@@ -62,20 +72,33 @@ class FeedbackWatcher:
         return self
 
     async def _start(self) -> None:
+        # "none": a position the broker calls out of range is reset by the guard, logged and counted
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
-                                                     auto_offset_reset="earliest"))
+                                                     auto_offset_reset="none"))
         await consumer.start()
         self._consumer = consumer
+        self._guard = PositionGuard(consumer, "feedback-watcher", registry=CollectorRegistry())
         tps = [TopicPartition(self.settings.topic(t), p) for t in self.topics for p in range(contract(t).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         self._task = asyncio.ensure_future(self._run())
 
+    @property
+    def resets(self) -> int:
+        """Read positions found outside their partition and moved to its start."""
+        return self._guard.resets if self._guard is not None else 0
+
     async def _run(self) -> None:
         names = {self.settings.topic(t): t for t in self.topics}
+        guard = self._guard
+        assert guard is not None
         while True:
             try:
                 batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+                guard.note(batches)
+            except OffsetOutOfRangeError as exc:  # before the log start, or (Kafka) beyond its end
+                await self._check(guard.out_of_range(exc.args[0]))
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -85,6 +108,16 @@ class FeedbackWatcher:
             for tp, messages in batches.items():
                 for msg in messages:
                     self.apply(names.get(tp.topic, tp.topic), msg.key, msg.value)
+            await self._check(guard.after_fetch())  # beyond the end (Tansu answers such a fetch with nothing)
+
+    @staticmethod
+    async def _check(check: Any) -> None:
+        """A position check; a broker error is logged and waited out (the next fetch checks again)."""
+        try:
+            await check
+        except Exception as exc:
+            log.warning("feedback watcher: read positions not checked: %s", exc)
+            await asyncio.sleep(0.5)
 
     def apply(self, topic: str, key: bytes | None, raw: bytes | None) -> None:
         """Record one message of ``topic`` (contract name); tombstones and invalid ones are counted and skipped."""

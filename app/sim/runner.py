@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from app.config import positive
 from app.sim.capacity import capacity_per_s
 from app.sim.closed_loop import ClosedLoop
 from app.sim.cluster import Cluster
@@ -76,8 +77,9 @@ class SimConfig:
             raise ValueError(f"SimConfig.n_tasks: must be > 0 (got {self.n_tasks})")
         for name in ("rate_per_s", "load"):
             v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise ValueError(f"SimConfig.{name}: must be > 0 (got {v})")
+            problem = None if v is None else positive(v)  # the settings' own check: > 0 and finite
+            if problem:
+                raise ValueError(f"SimConfig.{name}: {problem}")
 
     def base_nodes(self) -> list[NodeSpec]:
         return list(self.nodes) if self.nodes else preset(self.preset, self.n_nodes)

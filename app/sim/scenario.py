@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,12 @@ import fastjsonschema
 import yaml
 
 from app.errors import ConfigError, read_error
+from app.sim.capacity import unrunnable
 from app.sim.events import SELECTORS, EventSpec
 from app.sim.hardware import NodeSpec, cpu_node, gpu_node, preset
 from app.sim.policies import PolicyError, parse_policies
 from app.sim.runner import SimConfig
+from app.sim.workload import DEFAULT_MIX, check_mix
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
 DEFAULT_SEEDS = 5
@@ -126,8 +129,42 @@ def _events(raw: list[Mapping[str, Any]], names: set[str], where: str) -> tuple[
     return tuple(out)
 
 
+def _finite(doc: Any, where: str, path: str = "") -> None:
+    """Every number of ``doc`` finite: YAML's ``.inf`` and ``.nan`` pass a schema's bounds (``.inf`` as a
+    factor or a duration never ends a run); the first that is not is an error naming its key path."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        raise ScenarioError(where, path, f"must be a finite number (got {doc})")
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            _finite(value, where, f"{path}.{key}" if path else str(key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            _finite(value, where, f"{path}[{i}]")
+
+
+def _seeds(doc: Any, where: str) -> None:
+    """Seeds are numpy seeds: >= 0 (the schema's own message for a list would not say which one)."""
+    seeds = doc.get("seeds") if isinstance(doc, dict) else None
+    for i, seed in enumerate(seeds if isinstance(seeds, list) else ()):
+        if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
+            raise ScenarioError(where, f"seeds[{i}]", f"must be >= 0 (got {seed})")
+
+
+def _mix(mix: Mapping[str, float] | None, nodes: list[NodeSpec], where: str, at: str = "") -> None:
+    """The app mix: weights not all 0, every app in it one a node can run (``at``: which nodes, in words)."""
+    try:
+        check_mix(mix or DEFAULT_MIX)
+    except ValueError as exc:
+        raise ScenarioError(where, "apps", str(exc).removeprefix("workload.mix: ")) from None
+    for app in unrunnable(nodes, mix or DEFAULT_MIX):
+        given = "" if mix else " (it is in the default mix: give apps)"
+        raise ScenarioError(where, "apps", f"no node{at} can run {app!r}{given}")
+
+
 def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
     """A validated :class:`Scenario` from a parsed YAML document."""
+    _finite(doc, where)
+    _seeds(doc, where)
     try:
         _validator()(doc)
     except fastjsonschema.JsonSchemaValueException as exc:
@@ -135,7 +172,8 @@ def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = 
         msg = msg[5:] if msg.startswith("data.") else msg[5:] if msg.startswith("data ") else msg
         raise ScenarioError(where, "", msg) from None
     preset_name, n_nodes, explicit = _nodes(doc.get("cluster", {}), where)
-    names = {n.name for n in (explicit or preset(preset_name, n_nodes))}
+    at_start = list(explicit or preset(preset_name, n_nodes))
+    names = {n.name for n in at_start}
     w = doc["workload"]
     kind = w["kind"]
     if kind == "closed" and not ("clients" in w and "duration_s" in w):
@@ -150,13 +188,19 @@ def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = 
     seeds = doc.get("seeds", DEFAULT_SEEDS)
     extra: dict[str, Any] = {"sla_ms": dict(doc["sla_ms"])} if "sla_ms" in doc else {}
     events = _events(doc.get("events", []), names, where)
+    mix = dict(doc["apps"]) if "apps" in doc else None
+    if kind != "trace":  # a trace names its apps itself
+        if "load" in w:  # a multiple of the capacity of the nodes there at the start
+            _mix(mix, at_start, where, " present at the start (load is a multiple of their capacity)")
+        else:
+            _mix(mix, at_start + [e.spec for e in events if e.spec is not None], where)
     try:
         config = SimConfig(
             preset=preset_name, n_nodes=n_nodes, nodes=explicit, n_tasks=w.get("tasks", 5000),
             rate_per_s=w.get("rate_per_s"), load=w.get("load"), arrivals=kind, trace_path=trace,
             burst_factor=w.get("burst_factor", 4.0), burst_fraction=w.get("burst_fraction", 0.2),
             mean_burst_s=w.get("mean_burst_s", 5.0), clients=w.get("clients", 0), think_s=w.get("think_s", 0.0),
-            duration_s=w.get("duration_s", 0.0), mix=dict(doc["apps"]) if "apps" in doc else None,
+            duration_s=w.get("duration_s", 0.0), mix=mix,
             events=events, join_node=False,
             scrape_interval_s=doc.get("scrape_interval_s", 1.0), **extra)
     except ValueError as exc:
@@ -175,9 +219,9 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file (YAML)."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ScenarioError(str(p), "", exc.strerror or str(exc)) from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(str(p), "", read_error(exc)) from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -26,10 +26,16 @@ def shipped() -> list[str]:
     return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
 
 
+SUFFIXES = (".yaml", ".yml", ".json")  # JSON is YAML too
+
+
 def scenario_path(name: str) -> Path:
-    """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml``/``.yml`` file; ValueError (naming the
-    shipped ones) when there is none."""
-    path = Path(name) if name.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{name}.yaml"
+    """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml``/``.yml``/``.json`` file; ValueError
+    (naming the shipped ones) when there is none, or saying the suffix of a file that has another."""
+    path = Path(name) if name.endswith(SUFFIXES) else SCENARIO_DIR / f"{name}.yaml"
+    given = Path(name)
+    if not path.is_file() and (given.suffix or "/" in name) and given.is_file():  # a path, not a shipped name
+        raise ValueError(f"{name}: a scenario file ends in {', '.join(SUFFIXES[:-1])} or {SUFFIXES[-1]}")
     if not path.is_file():
         names = shipped()
         have = f"shipped: {', '.join(names)}" if names else f"none shipped: no scenarios in {SCENARIO_DIR}"

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from app.errors import RttError
+from app.errors import RttError, read_error
 
 DEFAULT_MIX: dict[str, float] = {"upload": 0.45, "gCTF": 0.35, "Motioncor2": 0.20}
 # log-normal input sizes (median MB, sigma), clipped to [lo, hi]
@@ -131,9 +132,9 @@ def trace_workload(path: str | Path, rng: np.random.Generator, limit: int | None
     """
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise TraceError(f"{p}: {exc}") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{p}: {read_error(exc)}") from None
     rows: list[dict[str, object]] = []
     if p.suffix in (".jsonl", ".json", ".ndjson"):
         for n, line in enumerate(text.splitlines(), 1):
@@ -150,8 +151,12 @@ def trace_workload(path: str | Path, rng: np.random.Generator, limit: int | None
             ts, app, size = float(r["ts"]), str(r["app"]), float(r["input_size_mb"])  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"{p}: row {n}: needs ts, app, input_size_mb ({exc})") from None
-        if app not in INPUT_MB or size <= 0:
-            raise TraceError(f"{p}: row {n}: unknown app {app!r} or input_size_mb <= 0")
+        if app not in INPUT_MB:
+            raise TraceError(f"{p}: row {n}: unknown app {app!r} (known: {', '.join(sorted(INPUT_MB))})")
+        if not (0 < size < math.inf):
+            raise TraceError(f"{p}: row {n}: input_size_mb must be a number > 0 (got {size:g})")
+        if not math.isfinite(ts):
+            raise TraceError(f"{p}: row {n}: ts must be a finite number of seconds (got {ts:g})")
         parsed.append((ts, app, size))
     if not parsed:
         raise TraceError(f"{p}: no tasks")

@@ -20,7 +20,11 @@ marks the state it keeps of them to be written again, or a restart would restore
 
 Rows go out on the intake's producer as whole record batches (:class:`~app.kafka.batches.BatchSender`)
 when one is running — thousands of rows per second would cost Faust's per-record path a large share of
-the worker — else through Faust's producer (before the intake starts, after it stops).
+the worker — else through Faust's producer (before the intake starts, after it stops). The sender's flush
+also delivers what the intake produced on it (training samples, node-features), sending again whatever
+the broker did not take, and raises while any of it is undelivered: the positions written after it never
+cover a message whose output is not stored. A failed write's rows are written again by the next
+checkpoint, behind the sender's own resend of them, so a row's newest value stays the last in its log.
 """
 
 from __future__ import annotations

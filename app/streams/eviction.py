@@ -37,7 +37,7 @@ from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.node_features import node_features_of
 from app.streams.timers import timer
-from app.streams.topics import contract_topic, note_failure
+from app.streams.topics import contract_topic, track_delivery
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     fm, evicted = ctx.metrics.feedback, ctx.metrics.evicted
     features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
     weights_topic = contract_topic(app, settings, "node-weights")
+    lost_tombstones = ctx.metrics.send_failures.labels("node-weights", "dropped")
     unheard: dict[str, float] = {}  # app held by the loop but not admitted -> when first found so
 
     def evict_now() -> tuple[set[str], list[str]]:
@@ -115,7 +116,8 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             if silent:
                 async with ctx.weights_lock:  # never between a period's check of a node and its send
                     for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
-                        note_failure(await weights_topic.send(key=n.encode(), value=None), f"tombstone of {n}")
+                        track_delivery(await weights_topic.send(key=n.encode(), value=None),
+                                       f"node-weights tombstone of {n}", failed=lost_tombstones)
                 writers = loop.handles.get("redis_writer") if loop is not None else None
                 if writers:  # the cached copies go too: a restarted extender would warm up with the node
                     await writers[0].forget(sorted(silent))

@@ -17,6 +17,11 @@ the other intake, no prediction naming a model key) is held with its join entry,
 makes its sample once either comes; one still held when the entry expires makes no sample, counted in
 ``rtt_worker_training_samples_dropped_total{reason}``.
 
+A sample goes out on the intake's :class:`~app.kafka.batches.BatchSender`: one the broker does not take is
+sent again until it does (at least once: the trainer keeps one row per task and node), the join's read
+positions are recorded only once every sample made so far is acknowledged (the checkpoint's flush), and
+``rtt_worker_training_samples_total`` counts a sample when it is acknowledged.
+
 When the matched prediction carries ``features`` (task features the extender computed at decision time:
 ``running_pods_<app>``), they join the sample's ``features``, so a model is trained on the values it is
 asked with; a completion whose prediction has not arrived gets none (missing, NaN, to the trainer).
@@ -103,7 +108,6 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     buffer, store, get_row = loop.buffer, loop.nodes.store, loop.nodes.table.data.get
     fm = loop.metrics.feedback
     matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
-    samples_out = loop.metrics.messages_out.labels("training-samples")
     dropped_status = fm.samples_dropped.labels("status")
     fm.samples_held.set_function(lambda: len(buffer.held_keys))  # also right after expiry and revocation
 
@@ -134,9 +138,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         counted = loop.handles.get("sample_counted")
         if counted is not None:  # a key without a model may ask its cold start now (feedback_errors)
             counted(key)
-        fm.samples.inc()
-        samples_out.inc()
-        kb = key.encode()
+        kb = key.encode()  # counted once the broker has it (count_delivered below)
         intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
                           encode("training-samples", value, check=False))
         return True
@@ -188,7 +190,9 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
                 retry_held(key, h)
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
-                             ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics)
+                             ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics,
+                             request_timeout_ms=ctx.options.request_timeout_ms)
+    intake.count_delivered("training-samples", fm.samples)
 
     @app.task
     async def feedback_join() -> None:

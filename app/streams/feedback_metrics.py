@@ -32,7 +32,8 @@ class FeedbackMetrics:
                                    ["model_key"], registry=r)
         self.model_rejected = Counter("rtt_worker_model_rejected_total",
                                       "model-updates that could not be loaded, by reason", ["reason"], registry=r)
-        self.samples = Counter("rtt_worker_training_samples_total", "training-samples emitted", registry=r)
+        self.samples = Counter("rtt_worker_training_samples_total", "training-samples the broker acknowledged",
+                               registry=r)
         self.samples_dropped = Counter("rtt_worker_training_samples_dropped_total", "Completions that made no sample",
                                        ["reason"], registry=r)
         self.samples_held = Gauge("rtt_worker_training_samples_held", "Completions waiting for their node's class"

@@ -54,6 +54,7 @@ from app.streams.metrics import WorkerMetrics
 log = logging.getLogger(__name__)
 DEGRADED_REASON = "model_store"
 TOMBSTONE = "tombstone"  # the reason a model-updates message without value is counted under
+RETRY_S = 1.0  # pause after a broker error before model-updates are read again
 
 
 class ModelCache:
@@ -276,15 +277,16 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
             started.set()
         while True:
             try:
-                batches = await consumer.getmany(timeout_ms=500)
+                try:
+                    batches = await consumer.getmany(timeout_ms=500)
+                except OffsetOutOfRangeError as exc:  # the reset's own broker error goes to the handler below
+                    await guard.out_of_range(exc.args[0])
+                    continue
                 guard.note(batches)
                 await guard.after_fetch()
-            except OffsetOutOfRangeError as exc:
-                await guard.out_of_range(exc.args[0])
-                continue
-            except KafkaError as exc:  # broker away: try again, never end the task
+            except KafkaError as exc:  # broker away (reading, or resetting a position): try again, never end the task
                 log.warning("model-updates: %r; retrying", exc)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(RETRY_S)
                 continue
             for records in batches.values():
                 for rec in records:

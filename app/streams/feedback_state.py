@@ -127,8 +127,10 @@ class FeedbackLoop:
         """Expire old join keys, then write every changed join entry and node tracker; rows written.
 
         The join's read positions are taken at the same instant as the state (no message is processed in
-        between) and written after it, once the training samples of those messages are delivered. A write
-        that fails hands its changes back, so the next checkpoint stores them.
+        between) and written after it, once the training samples of those messages are delivered: the write
+        flushes the intake's sender, which sends again every sample the broker did not take and raises while
+        one is undelivered (:class:`~app.kafka.batches.BatchSender`). A write that fails hands its changes
+        back, so the next checkpoint stores them.
         """
         async with self.lock:
             self.expire()

@@ -26,11 +26,11 @@ from typing import Any
 import faust
 import numpy as np
 import orjson
-import redis.asyncio as aioredis
 
 from app.contracts import encode
 from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, matrix
+from app.redis_client import async_redis_client
 from app.scheduler.cache import CacheKeys
 from app.streams.context import context_of
 from app.streams.feedback_metrics import FeedbackMetrics
@@ -38,7 +38,7 @@ from app.streams.feedback_state import FeedbackLoop
 from app.streams.health import Health
 from app.streams.node_state import NodeState
 from app.streams.timers import timer
-from app.streams.topics import contract_topic, note_failure
+from app.streams.topics import contract_topic, track_delivery
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class RedisWriter:
     a failure reported to ``health``)."""
 
     def __init__(self, url: str, prefix: str, timeout_s: float, metrics: FeedbackMetrics, health: Health) -> None:
-        self.client = aioredis.from_url(url)
+        self.client = async_redis_client(url, timeout_s)  # a Redis that never answers: each call gives up
         self.writes = metrics.redis_writes
         self.health = health
         self.keys = CacheKeys(prefix)
@@ -165,15 +165,15 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
     topic = contract_topic(app, settings, "node-weights")
     writer: list[RedisWriter] = []
     out, node_weight = loop.metrics.messages_out.labels("node-weights"), loop.metrics.feedback.node_weight
+    lost = loop.metrics.send_failures.labels("node-weights", "dropped")
 
     lock = context_of(app).weights_lock
     shown: set[str] = set()  # nodes with a node-weight series on this worker's /metrics
 
     async def send(v: dict[str, Any]) -> None:
         node_weight.labels(v["node"]).set(v["weight"])
-        note_failure(await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False)),
-                     f"node-weights of {v['node']}")  # the next period sends it again
-        out.inc()
+        track_delivery(await topic.send(key=v["node"].encode(), value=encode("node-weights", v, check=False)),
+                       f"node-weights of {v['node']} (the next period sends it again)", delivered=out, failed=lost)
 
     @timer(app, settings.error_period_s, "feedback-weights")
     async def node_weights() -> None:

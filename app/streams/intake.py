@@ -5,7 +5,11 @@ every candidate's prediction) — do not go through Faust's per-event machinery,
 the work itself. A :class:`PartitionIntake` reads its topics with one aiokafka consumer assigned by hand,
 in batches (``getmany``), and hands each valid value to a synchronous handler; what the handlers write
 goes out on one producer as whole record batches (:class:`~app.kafka.batches.BatchSender`): features,
-training samples and the tables' changelog rows.
+training samples and the tables' changelog rows. A batch the broker does not acknowledge is sent again
+until it is (the sender keeps it), and a record is counted as sent — ``rtt_worker_messages_out_total`` and
+what :meth:`PartitionIntake.count_delivered` adds — only once acknowledged; a failure is counted in
+``rtt_worker_send_failures_total{topic, outcome}`` (``retried`` | ``dropped``: an error sending again cannot
+cure, such as a record too large).
 
 Ownership comes from the Faust group (:mod:`app.streams.ownership`). Every source topic and changelog
 of the worker has the same partition count and is keyed by node, so partition *p* of each belongs to the
@@ -20,7 +24,10 @@ tables' changelogs:
 What an intake has processed is recorded by its table's checkpoint together with the state it produced:
 the rows first, then the read positions (:meth:`PartitionIntake.positions_of`). A restarted worker
 restores both and reads on from the recorded positions, so a message is either in the restored state or
-read again — never both.
+read again — never both. The positions are written only after a flush of the intake's sender, so never
+ahead of an output of the messages they cover (a training sample, node-features) that the broker does not
+have yet. ``rtt_worker_messages_in_total`` counts messages as they are processed, before any checkpoint:
+a message read again after a restart is counted again.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -52,6 +59,11 @@ log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any], int], None]
 MAX_RECORDS = 10_000
 RETRY_S = 1.0
+REQUEST_TIMEOUT_MS = 40_000  # aiokafka's default
+
+
+class Countable(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
 
 
 def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
@@ -72,12 +84,17 @@ class PartitionIntake:
     dead
         Where undecodable or invalid messages go, with their reason.
     metrics
-        The worker's series (messages in, processing time, lag, position resets); a fresh registry by default.
+        The worker's series (messages in and out, send failures, processing time, lag, position resets); a
+        fresh registry by default.
+    request_timeout_ms
+        How long the producer tries a batch before it fails it (the sender then keeps it to send again).
     """
 
     def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
-                 name: str = "intake", clock: Clock | None = None, metrics: WorkerMetrics | None = None) -> None:
+                 name: str = "intake", clock: Clock | None = None, metrics: WorkerMetrics | None = None,
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
         self.settings = settings
+        self.request_timeout_ms = request_timeout_ms
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.clock = clock or SystemClock()
         self.name = name
@@ -93,6 +110,23 @@ class PartitionIntake:
         self.sender: BatchSender | None = None
         self.guard: PositionGuard | None = None
         self.started = asyncio.Event()
+        self._counted: dict[str, tuple[str, tuple[Countable, ...]]] = {}  # topic -> (contract, more counters)
+
+    def count_delivered(self, contract_name: str, *also: Countable) -> None:
+        """Count each record of ``contract_name``'s topic that the broker acknowledged in
+        ``rtt_worker_messages_out_total{topic=contract_name}`` and in ``also``."""
+        self._counted[self.settings.topic(contract_name)] = (contract_name, also)
+
+    def _delivered(self, topic: str, records: int) -> None:
+        counted = self._counted.get(topic)
+        if counted is not None:
+            self.metrics.messages_out.labels(counted[0]).inc(records)
+            for counter in counted[1]:
+                counter.inc(records)
+
+    def _failed(self, topic: str, records: int, _exc: BaseException, outcome: str) -> None:
+        counted = self._counted.get(topic)  # a changelog: its topic's name (one per table)
+        self.metrics.send_failures.labels(counted[0] if counted is not None else topic, outcome).inc(records)
 
     # -- ownership (called by the feedback table's recovery and rebalance hooks) --------------------
     def assign(self, partitions: set[int], offsets: dict[tuple[str, int], int]) -> None:
@@ -142,9 +176,10 @@ class PartitionIntake:
     async def start(self) -> None:
         s = self.settings
         self._producer = AIOKafkaProducer(**client_options(s, linger_ms=5, acks="all", max_batch_size=512 * 1024,
-                                                           max_request_size=4 * 1024 * 1024))
+                                                           max_request_size=4 * 1024 * 1024,
+                                                           request_timeout_ms=self.request_timeout_ms))
         await self._producer.start()
-        self.sender = BatchSender(self._producer)
+        self.sender = BatchSender(self._producer, on_delivered=self._delivered, on_failed=self._failed)
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
         self._consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                              auto_offset_reset="none",

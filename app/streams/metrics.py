@@ -31,8 +31,11 @@ class WorkerMetrics:
         self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.messages_in = Counter("rtt_worker_messages_in_total", "Messages consumed, by topic", ["topic"],
                                    registry=r)
-        self.messages_out = Counter("rtt_worker_messages_out_total", "Messages produced, by topic", ["topic"],
-                                    registry=r)
+        self.messages_out = Counter("rtt_worker_messages_out_total", "Messages produced (acknowledged by the"
+                                    " broker), by topic", ["topic"], registry=r)
+        self.send_failures = Counter("rtt_worker_send_failures_total", "Messages the broker did not acknowledge,"
+                                     " by topic and outcome (retried: sent again; dropped: not)", ["topic", "outcome"],
+                                     registry=r)
         self.dead_letters = Counter("rtt_worker_dead_letters_total", "Messages sent to dead-letters",
                                     ["topic", "reason"], registry=r)
         self.late_events = Counter("rtt_worker_late_events_total", "Events older than the kept history, dropped",
@@ -46,8 +49,8 @@ class WorkerMetrics:
                                 "Messages not yet read by the worker's intakes (high watermark - read position)",
                                 ["topic", "partition"], registry=r)
         self.nodes = Gauge("rtt_worker_nodes", "Nodes whose window this worker holds", registry=r)
-        self.features_emitted = Counter("rtt_worker_node_features_emitted_total", "node-features messages emitted",
-                                        registry=r)
+        self.features_emitted = Counter("rtt_worker_node_features_emitted_total", "node-features messages the broker"
+                                        " acknowledged", registry=r)
         self.clock_resets = Counter("rtt_worker_clock_resets_total",
                                     "Node windows started afresh because the node's clock went back (docs/worker.md)",
                                     registry=r)

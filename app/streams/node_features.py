@@ -4,9 +4,10 @@ A :class:`~app.streams.intake.PartitionIntake` reads the node-metrics partitions
 batches; each validated snapshot is folded into its node's :class:`~app.features.window.NodeWindow` (a
 few numpy operations, no table write), and the component emits the node's features when the node's last emit is at
 least ``settings.feature_emit_interval_s`` old; a timer emits the nodes whose last snapshots are still
-unsent. A second timer checkpoints the nodes' changed ring slots to the changelogged table
-(:meth:`~app.streams.node_table.NodeStateTable.checkpoint`), so a restarted worker reads its partitions'
-state back.
+unsent. A node-features message is sent until the broker has it (:class:`~app.kafka.batches.BatchSender`)
+and counted then (``rtt_worker_node_features_emitted_total``). A second timer checkpoints the nodes'
+changed ring slots to the changelogged table (:meth:`~app.streams.node_table.NodeStateTable.checkpoint`),
+so a restarted worker reads its partitions' state back.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class NodeFeatures:
     store: NodeStore
     table: NodeStateTable
     intake: PartitionIntake
-    emitted: int = 0
+    emitted: int = 0  # node-features messages made (handed to the sender; counted on /metrics once delivered)
 
 
 def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
@@ -74,16 +75,13 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
     metrics.nodes.set_function(lambda: len(store.states))
     late = metrics.late_events.labels("node-metrics")
     age = metrics.event_age.labels("node-metrics")
-    out_counter = metrics.messages_out.labels("node-features")
 
     def emit(state: NodeState) -> None:
         value = encode("node-features", state.features_value(store.app_names), check=False)
         state.pending = False
         state.last_emit = clock.monotonic()
         handle.emitted += 1
-        metrics.features_emitted.inc()
-        out_counter.inc()
-        key = state.node.encode()
+        key = state.node.encode()  # counted once the broker has it (count_delivered below)
         intake.sender.add(sink_name, partition_for(key, sink_partitions), key, value)  # type: ignore[union-attr]
 
     def on_snapshot(snap: dict[str, Any], partition: int) -> None:
@@ -106,7 +104,8 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
         age.observe(clock.now() - snap["ts"])
 
     intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features", clock=clock,
-                             metrics=metrics)
+                             metrics=metrics, request_timeout_ms=ctx.options.request_timeout_ms)
+    intake.count_delivered("node-features", metrics.features_emitted)
     table.intake = intake
 
     @app.task

@@ -37,6 +37,9 @@ class WorkerOptions:
     checkpoint_interval_s: float = 1.0
     """How often changed node state is written to the changelogged table (what a restart loses at most)."""
     max_window_s: float = 60.0
+    request_timeout_ms: int = 40_000
+    """How long the intakes' producer tries a batch before it fails it (aiokafka's ``request_timeout_ms``): a
+    failed batch is kept and sent again (:class:`~app.kafka.batches.BatchSender`)."""
 
     def __post_init__(self) -> None:
         if not self.session_timeout_s > 0:
@@ -51,6 +54,8 @@ class WorkerOptions:
                               f"must be <= RTT_FEATURE_HISTORY_S ({self.history_s}) (got {self.bucket_s})")
         if not self.checkpoint_interval_s > 0:
             raise ConfigError("RTT_WORKER_CHECKPOINT_INTERVAL_S", f"must be > 0 (got {self.checkpoint_interval_s})")
+        if self.request_timeout_ms < 1:
+            raise ValueError(f"request_timeout_ms must be >= 1 (got {self.request_timeout_ms})")
         if self.max_metrics < 1:
             raise ConfigError("RTT_FEATURE_MAX_METRICS", f"must be >= 1 (got {self.max_metrics})")
 

@@ -37,14 +37,27 @@ async def await_delivery(sent: Any) -> None:
         await sent
 
 
-def note_failure(sent: Any, what: str) -> None:
-    """For a send whose loss the next period makes good (node-weights): its failure logged at DEBUG once it is
-    known, instead of asyncio's "exception was never retrieved" with a traceback."""
+def track_delivery(sent: Any, what: str, *, delivered: Any = None, failed: Any = None) -> None:
+    """For a send nobody waits for, whose loss the next period makes good (node-weights): ``delivered`` counted
+    once the broker acknowledged it; a failure counted in ``failed`` and logged at WARNING (once per period
+    with :func:`app.kafka.quiet.quiet_client_errors`) instead of asyncio's "exception was never retrieved".
+
+    ``sent`` is what Faust's ``topic.send`` returned (a future of the acknowledgement); anything else is
+    taken as delivered. ``delivered`` and ``failed`` have ``inc()`` (Prometheus counter children).
+    """
     if not isinstance(sent, asyncio.Future):
+        if delivered is not None:
+            delivered.inc()
         return
 
     def done(fut: asyncio.Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            log.debug("%s not delivered: %r", what, fut.exception())
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if exc is None:
+            if delivered is not None:
+                delivered.inc()
+            return
+        if failed is not None:
+            failed.inc()
+        log.warning("not delivered: %s: %r", what, exc)
 
     sent.add_done_callback(done)

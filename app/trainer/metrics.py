@@ -20,6 +20,7 @@ class TrainerMetrics:
     * ``rtt_trainer_model_version{model_key}``: version announced last;
     * ``rtt_trainer_training_seconds``: feature selection + training + validation, wall time;
     * ``rtt_trainer_samples``: samples held in the history, all keys;
+    * ``rtt_trainer_key_samples_total{model_key}``: new samples per key (their rate: what a retrain will have);
     * ``rtt_trainer_history_bytes``: bytes of their feature rows;
     * ``rtt_trainer_keys_dropped_total``: keys whose history was dropped after ``RTT_TRAINER_KEY_IDLE_S``
       without a sample.
@@ -46,6 +47,8 @@ class TrainerMetrics:
         self.training_seconds = Histogram("rtt_trainer_training_seconds", "Selection + training + validation",
                                           buckets=TRAINING_BUCKETS_S, registry=self.registry)
         self.samples = Gauge("rtt_trainer_samples", "Training samples held in memory", registry=self.registry)
+        self.key_samples = Counter("rtt_trainer_key_samples", "New training samples by model key (a key's series"
+                                   " goes with its history)", ["model_key"], registry=self.registry)
         self.history_bytes = Gauge("rtt_trainer_history_bytes", "Bytes of the feature rows of the sample history",
                                    registry=self.registry)
         self.keys_dropped = Counter("rtt_trainer_keys_dropped", "Model keys whose sample history was dropped:"

@@ -7,7 +7,11 @@ Three consumers share one event loop (the third, of model-updates, is described 
   (every trainer replica needs every key's samples, since any key's event may reach it);
 * **retrain-events**, group ``{topic_prefix}rttsched-trainer`` (replicas share keys; the prefix keeps
   deployments on one cluster apart); from the earliest offset when the group has none, skipping events
-  older than ``max_event_age_s``.
+  older than ``max_event_age_s``. No auto-commit: an event is committed once its retrain ended (promoted,
+  rejected, insufficient data, failed) or it was skipped, dead-lettered or coalesced into a retrain that
+  ended — each partition up to, never past, its oldest event still in progress
+  (:class:`~app.kafka.commits.GroupCommits`). A trainer stopped mid-retrain leaves that event uncommitted:
+  the next one retrains it.
 
 A key no sample arrived for in ``RTT_TRAINER_KEY_IDLE_S`` (default a day, by arrival on the trainer's
 clock, checked every ``min(idle / 4, 60 s)``) has its history dropped (``rtt_trainer_keys_dropped_total``),
@@ -46,9 +50,10 @@ Redis or Kafka away does not lose a retrain: a retrain whose registry step fails
 :class:`~app.model.errors.RegistryUnavailableError` is tried again with backoff (at most
 ``RTT_RETRY_MAX_BACKOFF_S`` between tries) until it is done, the newest event that arrived for the key
 in the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
-again the same way (``rtt_trainer_retrain_retries_total{step}``). Both consumers check their read
-positions (:class:`~app.kafka.positions.PositionGuard`), so a wiped or recreated samples topic is read
-again from its start.
+again the same way (``rtt_trainer_retrain_retries_total{step}``). Every consumer checks its read
+positions (:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each assignment), so a
+wiped or recreated topic is read again from its start; a broker error while a position is checked is waited
+out like any other.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
@@ -77,6 +82,7 @@ from app.contracts.keys import parse_model_key
 from app.errors import ContractError
 from app.kafka.batches import partition_for
 from app.kafka.client import client_options, consumer_options
+from app.kafka.commits import GroupCommits, Mark
 from app.kafka.positions import PositionGuard
 from app.model.errors import NotEnoughSamplesError, RegistryError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
@@ -96,6 +102,8 @@ GROUP_ID = "rttsched-trainer"
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
 IDLE_CHECK_MAX_S = 60.0  # idle keys are looked for at least this often (seconds)
 OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
+RETRY_S = 1.0  # pause after a broker error of a consumer loop (seconds)
+SESSION_TIMEOUT_MS = 10_000  # retrain-events group: a trainer gone without leaving is replaced after this
 
 
 def storable(key: str) -> None:
@@ -158,6 +166,7 @@ class TrainerService:
         default ``settings.trainer_key_idle_s``.
     """
 
+    session_timeout_ms = SESSION_TIMEOUT_MS
     _sample_guard: PositionGuard
     _event_guard: PositionGuard
     _update_guard: PositionGuard
@@ -199,6 +208,8 @@ class TrainerService:
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
+        self._marks: dict[str, list[Mark]] = {}  # key -> retrain-events its running retrain answers for
+        self._commits: GroupCommits | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer")
         self._samples: AIOKafkaConsumer | None = None
@@ -218,9 +229,10 @@ class TrainerService:
         self._producer = AIOKafkaProducer(**client_options(s, acks="all"))
         self._samples = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                             auto_offset_reset="none"))
-        self._events = AIOKafkaConsumer(s.topic("retrain-events"), **consumer_options(
-            s, group_id=s.topic_prefix + GROUP_ID, auto_offset_reset="earliest", session_timeout_ms=10_000,
-            heartbeat_interval_ms=1_000))
+        # committed by hand once an event's retrain ended (GroupCommits); positions checked on assignment
+        self._events = AIOKafkaConsumer(**consumer_options(
+            s, group_id=s.topic_prefix + GROUP_ID, enable_auto_commit=False, auto_offset_reset="none",
+            session_timeout_ms=self.session_timeout_ms, heartbeat_interval_ms=1_000))
         self._updates = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                             auto_offset_reset="none"))
         topic = s.topic("training-samples")
@@ -237,6 +249,8 @@ class TrainerService:
                                            topic_label=lambda _t: "training-samples")
         self._event_guard = PositionGuard(self._events, "trainer-events", registry=self.metrics.registry,
                                           topic_label=lambda _t: "retrain-events")
+        self._commits = GroupCommits(self._events, self._event_guard)
+        self._events.subscribe([s.topic("retrain-events")], listener=self._commits)
         self._update_guard = PositionGuard(self._updates, "trainer-updates", registry=self.metrics.registry,
                                            topic_label=lambda _t: "model-updates")
         loops = [(self._consume_samples(), "samples"), (self._consume_events(), "events"),
@@ -251,6 +265,8 @@ class TrainerService:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._commits is not None:  # the events whose retrain ended; a cancelled one is read again
+            await self._commits.flush()
         for client in (self._events, self._samples, self._updates, self._producer):
             if client is not None:
                 with contextlib.suppress(Exception):
@@ -281,26 +297,44 @@ class TrainerService:
 
     # -- consuming
     async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard,
-                     on_reset: Callable[[Iterable[TopicPartition]], None] | None = None,
+                     on_reset: Callable[[dict[TopicPartition, int]], None] | None = None,
                      **kw: Any) -> dict[Any, list[Any]]:
         """One ``getmany`` with its read positions checked; an empty batch while the broker is away.
 
-        ``on_reset`` gets the partitions whose positions were reset (read again from their start)."""
+        ``on_reset`` gets the partitions whose positions were reset (read again from their start), with their new
+        positions. A broker error, of the fetch or of a position check, is logged and waited out (``RETRY_S``):
+        never the end of the loop; a fetched batch is returned even when the check after it failed."""
         try:
             batches = await consumer.getmany(**kw)
-            guard.note(batches)
-            reset = await guard.after_fetch()
-            if reset and on_reset is not None:
-                on_reset(reset)
-            return batches  # type: ignore[no-any-return]
         except OffsetOutOfRangeError as exc:
-            reset = await guard.out_of_range(exc.args[0])
-            if reset and on_reset is not None:
-                on_reset(reset)
+            await self._check(guard.out_of_range(exc.args[0]), guard, on_reset)
+            return {}
+        except NoOffsetForPartitionError as exc:  # a group without an offset whose assignment check failed
+            log.info("%s: no committed offset for %s: reading it from its start", guard.client, exc.args)
+            with contextlib.suppress(KafkaError):
+                await consumer.seek_to_beginning(*exc.args)
+            return {}
         except KafkaError as exc:
             log.warning("%s: %r; retrying", guard.client, exc)
-            await asyncio.sleep(1.0)
-        return {}
+            await asyncio.sleep(RETRY_S)
+            return {}
+        guard.note(batches)
+        await self._check(guard.after_fetch(), guard, on_reset)
+        return batches  # type: ignore[no-any-return]
+
+    @staticmethod
+    async def _check(check: Any, guard: PositionGuard,
+                     on_reset: Callable[[dict[TopicPartition, int]], None] | None) -> None:
+        """Await a position check of ``guard``; its resets to ``on_reset``. A broker error is logged and waited out:
+        the next fetch checks again."""
+        try:
+            reset = await check
+        except KafkaError as exc:
+            log.warning("%s: read positions not checked (%r); retrying", guard.client, exc)
+            await asyncio.sleep(RETRY_S)
+            return
+        if reset and on_reset is not None:
+            on_reset(reset)
 
     async def _consume_samples(self) -> None:
         assert self._samples is not None
@@ -312,7 +346,9 @@ class TrainerService:
                     try:
                         sample = decode("training-samples", rec.value)
                         check_key("training-samples", rec.key, sample)
-                        if not self.history.add(sample, now):
+                        if self.history.add(sample, now):
+                            self.metrics.key_samples.labels(sample["model_key"]).inc()
+                        else:
                             self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
@@ -329,6 +365,9 @@ class TrainerService:
         gone = self.history.drop_idle(now, self.key_idle_s, keep=self._training)
         if gone:
             self.metrics.keys_dropped.inc(len(gone))
+            for key in gone:
+                with contextlib.suppress(KeyError):
+                    self.metrics.key_samples.remove(key)
             log.info("dropped the sample history of %d key(s) with no sample for %.0f s: %s", len(gone),
                      self.key_idle_s, gone[:10])
             with contextlib.suppress(RuntimeError):  # stopping: the executor is shut down
@@ -336,11 +375,17 @@ class TrainerService:
         return gone
 
     async def _consume_events(self) -> None:
-        assert self._events is not None
+        """Each event handed to :meth:`submit` with its mark; the group commits it once its retrain ended (or at
+        once: a bad event once dead-lettered, a stale one once skipped)."""
+        assert self._events is not None and self._commits is not None
+        commits = self._commits
         while True:
-            batches = await self._fetch(self._events, self._event_guard, timeout_ms=500)
-            for records in batches.values():
+            batches = await self._fetch(self._events, self._event_guard, commits.reset, timeout_ms=500)
+            for tp, records in batches.items():
                 for rec in records:
+                    mark = commits.read(tp, rec.offset)
+                    if mark is None:  # read twice within this assignment (a seek back): handed out once
+                        continue
                     try:
                         event = decode("retrain-events", rec.value)
                         check_key("retrain-events", rec.key, event)
@@ -349,11 +394,14 @@ class TrainerService:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
                         log.warning("bad retrain event at offset %d: %s", rec.offset, exc)
                         await self._dead_letter(rec, "retrain-events", exc)
+                        commits.done(mark)
                         continue
                     if self.clock.now() - float(event["ts"]) > self.max_event_age_s:
                         log.info("skipping stale retrain event for %s (ts %.0f)", event["model_key"], event["ts"])
+                        commits.done(mark)
                         continue
-                    self.submit(event)
+                    self.submit(event, mark)
+            commits.commit_soon()
 
     async def _dead_letter(self, rec: Any, source: str, exc: ContractError) -> None:
         """A bad message of the trainer's own consumer group to dead-letters, with its reason (once: the group's
@@ -451,24 +499,36 @@ class TrainerService:
                 acted.append(key)
         return acted
 
-    def submit(self, event: dict[str, Any]) -> asyncio.Task[Outcome] | None:
-        """Start a retrain for the event's key, or coalesce it if that key is training (returns None)."""
+    def submit(self, event: dict[str, Any], mark: Mark | None = None) -> asyncio.Task[Outcome] | None:
+        """Start a retrain for the event's key, or coalesce it if that key is training (returns None).
+
+        ``mark``: the event's place on retrain-events, committed once the retrain of its key ends (the one started
+        here, or the running one it was coalesced into); a retrain cancelled by :meth:`stop` leaves it uncommitted,
+        so the next trainer reads the event again."""
         key = event["model_key"]
         if key in self._training:
             self._latest[key] = event  # a retrain waiting to try again uses the newest event
+            if mark is not None:
+                self._marks.setdefault(key, []).append(mark)
             self.metrics.coalesced.inc()
             self.outcomes.append(Outcome(key, event["reason"], "coalesced"))
             log.info("retrain of %s already running: event coalesced", key)
             return None
         self._training.add(key)
+        self._marks[key] = [mark] if mark is not None else []
         task: asyncio.Task[Outcome] = self._spawn(self.retrain(event), f"retrain:{key}")
-        task.add_done_callback(lambda _t: self._done(key))
+        task.add_done_callback(lambda t: self._done(key, t))
         return task
 
-    def _done(self, key: str) -> None:
-        """A retrain of ``key`` ended: an event coalesced during it is dropped (it ran on every sample up to then)."""
+    def _done(self, key: str, task: asyncio.Task[Outcome]) -> None:
+        """A retrain of ``key`` ended: an event coalesced during it is dropped (it ran on every sample up to then);
+        the events it answers for may be committed, unless it was cancelled (the trainer stopping)."""
         self._training.discard(key)
         self._latest.pop(key, None)
+        marks = self._marks.pop(key, [])
+        if self._commits is not None and not task.cancelled():
+            for mark in marks:
+                self._commits.done(mark)
 
     async def catch_up(self) -> bool:
         """Wait until the samples consumer reached the end offsets of now; False on timeout."""

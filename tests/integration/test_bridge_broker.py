@@ -168,6 +168,49 @@ def test_publish_cli_sends_valid_lines_and_dead_letters_the_rest(kafka_settings,
     assert base64.b64decode(dl["raw"]).decode() == bad
 
 
+def test_publish_cli_dead_letters_a_line_that_is_not_utf8_and_publishes_the_lines_after_it(
+        kafka_settings, tmp_path, monkeypatch, capsys):
+    good = {"task_id": "t-11", "app": "upload", "node": "worker-1", "submitted_ts": 10.0, "started_ts": 11.0,
+            "finished_ts": 13.5, "rtt_ms": 3500.0, "status": "ok"}
+    bad = b'{"task_id": "t-\xff"}'
+    p = tmp_path / "completions.jsonl"
+    p.write_bytes(bad + b"\n" + json.dumps(good).encode() + b"\n")
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
+    assert main(["publish", "task-completions", str(p), "--dead-letters"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{p}:1: invalid_json: not UTF-8" in err and "Traceback" not in err
+    assert "1 message(s), 1 invalid record(s) (sent to dead-letters)" in out
+
+    [completion] = asyncio.run(consume(kafka_settings, "task-completions", 1))
+    assert decode("task-completions", completion.value) == good
+    [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
+    dl = decode("dead-letters", letter.value)
+    assert (dl["offset"], dl["reason"]) == (1, "invalid_json") and base64.b64decode(dl["raw"]) == bad
+
+
+def test_publish_cli_sends_what_it_read_when_reading_stops_early(kafka_settings, tmp_path, monkeypatch, capsys):
+    import app.bridge.records as records
+
+    good = {"task_id": "t-12", "app": "upload", "node": "worker-1", "submitted_ts": 10.0, "started_ts": 11.0,
+            "finished_ts": 13.5, "rtt_ms": 3500.0, "status": "ok"}
+    read = records.read_records
+
+    def then_fail(stream):
+        yield from read(stream)
+        raise OSError("Input/output error")  # a disk that went away under a long file
+
+    monkeypatch.setattr(records, "read_records", then_fail)
+    p = tmp_path / "completions.jsonl"
+    p.write_text(json.dumps(good) + "\n")
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
+    assert main(["publish", "task-completions", str(p)]) == 1
+    assert "Input/output error" in capsys.readouterr().err
+    [completion] = asyncio.run(consume(kafka_settings, "task-completions", 1))
+    assert decode("task-completions", completion.value) == good
+
+
 def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason(kafka_settings, tmp_path,
                                                                                   monkeypatch, capsys):
     targets = tmp_path / "targets.yaml"

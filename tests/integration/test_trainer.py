@@ -1,4 +1,5 @@
-"""The trainer on the real broker and a real Redis: cold start promotes v1, a worse challenger is rejected."""
+"""The trainer on the real broker and a real Redis: cold start promotes v1, a worse challenger is rejected; an event
+is committed only once its retrain ended."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -21,18 +23,19 @@ import numpy as np
 import pytest
 import redis
 import xgboost
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fault_stack import recreate_topic
 
 from app.clock import ManualClock
 from app.config import Settings
-from app.contracts import decode, encode, topics_dir
+from app.contracts import contract, decode, encode, topics_dir
+from app.kafka.batches import partition_for
 from app.model.train import booster_to_bytes
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor
 from app.trainer.history import SampleHistory
 from app.trainer.registry import ModelRegistry, update_message
-from app.trainer.service import TrainerService
+from app.trainer.service import GROUP_ID, TrainerService
 
 pytestmark = pytest.mark.integration
 
@@ -359,10 +362,109 @@ async def test_an_idle_key_s_history_is_dropped_and_a_new_sample_starts_it_again
         assert reg.get_sample_value("rtt_trainer_keys_dropped_total") == 1.0
         await wait_for(lambda: reg.get_sample_value("rtt_trainer_samples") == 11.0, 5.0, "the samples gauge")
         assert reg.get_sample_value("rtt_trainer_history_bytes") == service.history.nbytes > 0
+        assert reg.get_sample_value("rtt_trainer_key_samples_total", {"model_key": "upload:cpu"}) == 11.0
+        assert reg.get_sample_value("rtt_trainer_key_samples_total", {"model_key": KEY}) is None  # went with it
 
         await send(samples(1, 500, rng))  # the key comes back: its history starts from this sample
         await wait_for(lambda: service.history.count(KEY) == 1, 10.0, "the returning key's sample")
+        assert reg.get_sample_value("rtt_trainer_key_samples_total", {"model_key": KEY}) == 1.0
         outcome = service.submit({"model_key": KEY, "reason": "drift", "ts": clock.now(), "onset_ts": None})
         assert outcome is not None and (await outcome).outcome == "insufficient_data"
         assert store.current(KEY).version == champion  # the model in service stays the champion
+    store.close()
+
+
+class GatedTrainer(TrainerService):
+    """A trainer whose training waits for ``gate`` (a retrain as long as the test wants) and that records the events
+    handed to it. One stopped at the group's generation 0 does not leave it (aiokafka leaves from generation 1 on, and
+    Tansu starts at 0): a short session lets the next join go on sooner."""
+
+    session_timeout_ms = 3_000
+
+    def __init__(self, *args: Any, gate: threading.Event, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = gate
+        self.training = threading.Event()
+        self.submitted: list[tuple[str, str]] = []
+
+    def _train_and_judge(self, *args: Any, **kwargs: Any) -> Any:
+        self.training.set()
+        self.gate.wait(60.0)
+        return super()._train_and_judge(*args, **kwargs)
+
+    def submit(self, event: dict[str, Any], *args: Any) -> Any:
+        self.submitted.append((event["model_key"], event["reason"]))
+        return super().submit(event, *args)
+
+
+async def test_a_retrain_event_is_committed_only_once_its_retrain_ended(
+        kafka_settings: Settings, redis_url: str, updates: AIOKafkaConsumer) -> None:
+    """A trainer stopped while a retrain runs leaves its event uncommitted: the next trainer retrains it. A retrain
+    that ended is committed: a trainer started after it does not retrain it again."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    other = "upload:gpu"  # no samples (insufficient_data at once), and on the partition of KEY's events
+    n = contract("retrain-events").partitions
+    assert partition_for(other.encode(), n) == partition_for(KEY.encode(), n)
+    rng = np.random.default_rng(4)
+    await produce(settings, "training-samples", [(KEY, encode("training-samples", s)) for s in samples(300, 0, rng)])
+    await produce(settings, "retrain-events", [(KEY, event(KEY, "cold_start"))])
+    gate = threading.Event()
+
+    def trainer() -> GatedTrainer:
+        return GatedTrainer(settings, registry=ModelRegistry(store=store), train_params=FAST, catch_up_timeout_s=15.0,
+                            registry_check_s=0, gate=gate)
+
+    first = trainer()
+    await first.start()
+    try:
+        await wait_for(first.training.is_set, 30.0, "the first trainer's retrain")
+    finally:
+        gate.set()  # the training thread ends; the retrain itself is cancelled by stop(), before it registers
+        await first.stop()
+    assert not first.outcomes and store.current(KEY) is None
+
+    second = trainer()
+    async with second:
+        got = await drain(updates, 30.0)
+        assert [(m["model_key"], m["version"]) for m in got] == [(KEY, 1)]
+        await wait_for(lambda: bool(second.outcomes), 5.0, "the second trainer's outcome")
+        assert [(o.reason, o.outcome) for o in second.outcomes] == [("cold_start", "promoted")]
+
+    third = trainer()
+    async with third:
+        await produce(settings, "retrain-events", [(other, event(other, "cold_start"))])
+        await wait_for(lambda: bool(third.outcomes), 30.0, "the third trainer's outcome")
+        assert third.submitted == [(other, "cold_start")]  # KEY's event, before it on the partition, was committed
+        assert [(o.model_key, o.outcome) for o in third.outcomes] == [(other, "insufficient_data")]
+    store.close()
+
+
+async def test_a_committed_offset_beyond_the_partition_s_end_is_reset_and_counted(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """The group's committed offset of retrain-events lies beyond the partition's end (the topic was recreated, the
+    group's offsets kept): the trainer reads the partition from its start, logs and counts the reset."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    n = contract("retrain-events").partitions
+    tp = TopicPartition(settings.topic("retrain-events"), partition_for(KEY.encode(), n))
+    group = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=settings.topic_prefix + GROUP_ID,
+                             enable_auto_commit=False)
+    await group.start()
+    try:
+        group.assign([tp])
+        await group.commit({tp: 100})
+    finally:
+        await group.stop()
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    service = GatedTrainer(settings, registry=ModelRegistry(store=store), registry_check_s=0, catch_up_timeout_s=5.0,
+                           gate=threading.Event())
+    async with service:
+        reg = service.metrics.registry
+        labels = {"client": "trainer-events", "topic": "retrain-events", "reason": "beyond_end"}
+        await wait_for(lambda: reg.get_sample_value("rtt_kafka_position_resets_total", labels) == 1.0, 30.0,
+                       "the reset")
+        reasons = ["drift", "growth", "manual"]
+        await produce(settings, "retrain-events", [(KEY, event(KEY, r)) for r in reasons])
+        await wait_for(lambda: len(service.submitted) == 3, 10.0, "the three events")
+        assert service.submitted == [(KEY, r) for r in reasons]
     store.close()

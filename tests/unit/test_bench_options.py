@@ -34,3 +34,21 @@ def test_the_readme_lists_the_benchmarks() -> None:
 @pytest.mark.parametrize("script", LISTED)
 def test_each_listed_benchmark_has_a_short_run(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert OWN_OPTION.get(script, "--quick") in _help(script, monkeypatch)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench/bench_learning.py", "--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
+    (["bench/bench_learning.py", "--tasks", "-5"], "argument --tasks: must be an integer >= 1 (got '-5')"),
+    (["bench/bench_body.py", "--mb", "-1"], "argument --mb: must be a number > 0 (got '-1')"),
+    (["bench/bench_predict.py", "--features", "0"], "argument --features: must be an integer >= 1 (got '0')"),
+    (["bench/bench_policies.py", "--policies", "nope"], "--policies: unknown 'nope'; known: kube_default"),
+    (["bench/bench_policies.py", "--markdown", "/nonexistent/p.json"], "--markdown: cannot read /nonexistent/p.json"),
+])
+def test_a_bad_option_is_a_usage_error_before_any_run(argv: list[str], message: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as done:
+        runpy.run_path(str(ROOT / argv[0]), run_name="__main__")
+    assert done.value.code == 2 and message in err.getvalue()

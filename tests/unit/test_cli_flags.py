@@ -225,3 +225,63 @@ def test_a_directory_that_cannot_be_written_is_named_at_start(env, argv, line, m
         monkeypatch.setenv(name, value)
     assert main(argv) == 2
     assert error_line(capsys) == line
+
+
+# -- a /metrics port that is taken, named as its variable before anything is started or reached
+
+@pytest.mark.parametrize("argv", [["worker", "--datadir", "{tmp}"],
+                                  ["bridge", "--target", "node=w,url=http://127.0.0.1:9/metrics"],
+                                  ["trainer"], ["pods", "--api-url", "http://127.0.0.1:9"]])
+def test_a_metrics_port_that_is_taken_is_named(argv, tmp_path, monkeypatch, capsys):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("RTT_METRICS_PORT", str(port))
+        monkeypatch.setenv("RTT_METRICS_HOST", "127.0.0.1")
+        monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached: the port fails first
+        monkeypatch.setenv("RTT_MODELS_DIR", str(tmp_path / "models"))
+        if argv[0] == "pods":  # it writes to Redis (never reached either)
+            monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+        assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert error_line(capsys) == (f"rttsched {argv[0]}: error: RTT_METRICS_PORT: cannot listen on 127.0.0.1:{port}: "
+                                  "Address already in use")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:abc", "http://[::1", "ftp://h", "http://"])
+def test_a_pods_api_url_that_is_no_url_is_named(url, monkeypatch, capsys):
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    assert main(["pods", "--once", "--api-url", url]) == 2
+    assert error_line(capsys).startswith("rttsched pods: error: --api-url: ")
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["worker", "--history-s", "inf"], "rttsched worker: error: --history-s: must be finite (got inf)"),
+    (["worker", "--history-s", "1e6"],
+     "rttsched worker: error: --history-s: must be <= 86400 s, a day (got 1000000.0)"),
+    (["worker", "--session-timeout-s", "inf"], "rttsched worker: error: --session-timeout-s: must be finite (got inf)"),
+    (["worker", "--id", "a b/c"],
+     "rttsched worker: error: --id: letters, digits, '.', '_' and '-' only (got 'a b/c')"),
+    (["topics", "list", "--worker-id", "a b/c"],
+     "rttsched topics: error: --worker-id: letters, digits, '.', '_' and '-' only (got 'a b/c')"),
+])
+def test_a_flag_holds_to_the_bounds_of_its_variable(argv, line, capsys):
+    assert main(argv) == 2
+    assert error_line(capsys) == line
+
+
+@pytest.mark.parametrize("host", ["nonexistent.invalid", "192.0.2.1"])  # no such name; an address not this host's
+def test_a_broker_host_it_cannot_listen_on_is_named(host, capsys):
+    assert main(["broker", "--port", "0", "--host", host, "--no-topics"]) == 2
+    assert error_line(capsys).startswith(f"rttsched broker: error: --host: cannot listen on {host}: ")
+
+
+@pytest.mark.parametrize(("url", "detail"), [
+    ("http://127.0.0.1:abc", "not a URL: Port could not be cast to integer value as 'abc'"),
+    ("http://[::1", "not a URL: Invalid IPv6 URL"),
+    ("http://h:99999", "not a URL: Port out of range 0-65535"),
+    ("http://:80", "names no host"),
+])
+def test_explain_url_that_is_no_url_is_named(url, detail, capsys):
+    assert main(["explain", "--url", url, "--app", "gCTF", "--nodes", "a", "--timeout", "1"]) == 2
+    assert error_line(capsys) == f"rttsched explain: error: --url: {detail} (got {url!r})"

@@ -56,10 +56,17 @@ def parse_policies(spec: str) -> list[str]:
 
     >>> parse_policies("clairvoyant,random")
     ['clairvoyant', 'random']
+    >>> parse_policies(" , ")
+    Traceback (most recent call last):
+    ...
+    app.sim.policy.PolicyError: no policy named (got ' , '); 'all' or a comma-separated list of: kube_default, ...
     """
     if spec.strip() == "all":
         return list(POLICY_NAMES)
     names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:  # a run of nothing would end at once with an empty report and status 0
+        raise PolicyError(f"no policy named (got {spec!r}); 'all' or a comma-separated list of: "
+                          f"{', '.join(POLICY_NAMES)}")
     for n in names:
         if n not in FACTORIES:
             raise PolicyError(f"unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}")

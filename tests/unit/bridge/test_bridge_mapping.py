@@ -85,6 +85,14 @@ def test_an_unreadable_mapping_file_names_it(tmp_path):
     assert "\n" not in str(info.value) and "line 1, column " in str(info.value)  # one line, the spot named
 
 
+def test_a_mapping_file_that_is_not_utf8_names_it(tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_bytes(b"metrics: \xff\n")
+    with pytest.raises(MappingError, match="cannot read mapping: 'utf-8' codec") as info:
+        load_mapping(p)
+    assert info.value.field == str(p)
+
+
 def test_the_simulator_emits_canonical_names_only():
     from app.sim.metrics import ALL_METRICS
 

@@ -27,6 +27,27 @@ def test_invalid_lines_are_reported_with_their_line_number_and_skipped(tmp_path,
     assert "checked 2 message(s), 3 invalid record(s)" in out
 
 
+def test_a_line_that_is_not_utf8_is_one_invalid_line_and_the_rest_are_read(tmp_path, capsys):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(json.dumps(GOOD).encode() + b"\n" + b'{"task_id": "t-\xff"}\n'
+                  + json.dumps(dict(GOOD, task_id="t-3")).encode() + b"\n")
+    assert main(["publish", "task-completions", str(p), "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{p}:2: invalid_json: not UTF-8: byte 0xff at column 16" in err and "Traceback" not in err
+    assert "checked 2 message(s), 1 invalid record(s)" in out
+
+
+def test_stdin_is_read_as_bytes_too(monkeypatch, capsys):
+    import io
+    import sys
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"\xfe\n" + json.dumps(GOOD).encode() + b"\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["publish", "task-completions", "-", "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    assert "<stdin>:1: invalid_json: not UTF-8" in err and "checked 1 message(s), 1 invalid" in out
+
+
 def test_all_valid_lines_exit_zero(tmp_path, capsys):
     p = tmp_path / "c.jsonl"
     p.write_text(json.dumps(GOOD) + "\n")
@@ -122,3 +143,12 @@ def test_a_bad_node_map_is_one_clear_line(tmp_path, capsys):
                  "--node-map", str(node_map), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "nodes.yaml" in err and "Traceback" not in err
+
+
+def test_a_node_map_that_is_not_utf8_is_one_clear_line(tmp_path, capsys):
+    node_map = tmp_path / "nodes.yaml"
+    node_map.write_bytes(b"pod-1: \xff\n")
+    assert main(["publish", "task-completions", str(SPANS / "otlp-export.json"), "--from", "otlp",
+                 "--node-map", str(node_map), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{node_map}: cannot read node map: 'utf-8' codec" in err and "Traceback" not in err

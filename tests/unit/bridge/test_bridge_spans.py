@@ -243,7 +243,7 @@ def test_jaeger_query_api_through_the_records_reader_is_one_record():
 
     from app.bridge.records import convert, read_records
 
-    [record] = list(read_records(io.StringIO((SPANS / "jaeger-query-traces.json").read_text())))
+    [record] = list(read_records(io.BytesIO((SPANS / "jaeger-query-traces.json").read_bytes())))
     out = convert(record, "task-completions", "jaeger")
     assert [c["node"] for c in out.values] == [MC2_POD, "worker-2"] and out.fallbacks == {"host.name": 1}
     with pytest.raises(ValueError, match="source must be one of values, jaeger, otlp"):

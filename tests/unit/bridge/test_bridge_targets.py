@@ -28,6 +28,8 @@ def test_flag_with_class_model_and_two_urls():
     ("node=w,url", "", "key=value"),
     ("class=gpu,url=http://h/", ", node", "node name"),
     ("node=w,url=http://h/,url=http://h/", "", "twice"),
+    ("node=w,url=http://[::1/m", "", "Invalid IPv6 URL"),
+    ("node=w,url=http://h:abc/m", "", "(?i)port"),
 ])
 def test_bad_flags_name_the_flag(flag, key, message):
     with pytest.raises(TargetError) as err:
@@ -72,3 +74,28 @@ def test_bad_files_fail_with_a_clear_message(tmp_path, text, message):
     p.write_text(text)
     with pytest.raises(TargetError, match=message):
         load_targets(p, {})
+
+
+@pytest.mark.parametrize(("text", "field", "message"), [
+    ("node: a\nclas: gpu\ntargets: [http://h/]\n", "t.yaml.clas", "unknown key .known: node, class"),
+    ("node: a\ntargets:\n  - {url: 'http://h/', optinal: true}\n", "t.yaml.targets[0].optinal", "unknown key"),
+    ("node: a\ntargets:\n  - {url: 'http://h/', optional: 'false'}\n", "t.yaml.targets[0].optional",
+     "must be true or false"),
+    ("nodes: [{node: a, targets: ['http://h/']}]\nnode: b\n", "t.yaml.node", "unknown key .known: nodes"),
+    ("node: a\ntargets: ['http://[::1/m']\n", "t.yaml.targets[0]", "Invalid IPv6 URL"),
+    ("node: a\ntargets: [{url: 'http://h:x/m'}]\n", "t.yaml.targets[0].url", "(?i)port"),
+])
+def test_typos_and_bad_values_in_a_file_name_their_path(tmp_path, text, field, message):
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    with pytest.raises(TargetError, match=message) as err:
+        load_targets(p, {})
+    assert err.value.field == str(tmp_path / field)
+
+
+def test_a_file_that_is_not_utf8_names_the_file(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_bytes(b"\xff\xfe\n")
+    with pytest.raises(TargetError, match="cannot read targets: 'utf-8' codec") as err:
+        load_targets(p, {})
+    assert err.value.field == str(p)

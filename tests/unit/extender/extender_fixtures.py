@@ -14,6 +14,7 @@ import numpy as np
 
 from app.clock import ManualClock
 from app.config import Settings
+from app.extender.metrics import ExtenderMetrics
 from app.extender.options import ExtenderOptions
 from app.extender.server import ExtenderServer, running
 from app.extender.service import ExtenderService
@@ -50,16 +51,20 @@ class LinearPredictor:
 
 
 class ListSink:
-    """Collects (key, value) pairs; stands in for Kafka only in unit tests of the HTTP layer."""
+    """Collects (key, value) pairs; stands in for Kafka only in unit tests of the HTTP layer (with ``metrics``,
+    counts them published at once, as the Kafka sink does once the broker acknowledges them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: ExtenderMetrics | None = None) -> None:
         self.sent: list[tuple[bytes, bytes]] = []
+        self.metrics = metrics
 
     async def start(self) -> None:
         return None
 
     async def send_many(self, records: Sequence[tuple[bytes, bytes]]) -> None:
         self.sent.extend(records)
+        if self.metrics is not None:
+            self.metrics.published.inc(len(records))
 
     async def close(self) -> None:
         return None

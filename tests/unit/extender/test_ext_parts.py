@@ -25,7 +25,7 @@ from app.extender.protocol import (
     priority_body_of,
     priority_list,
 )
-from app.extender.publisher import PredictionPublisher
+from app.extender.publisher import KafkaSink, PredictionPublisher
 from app.scheduler.decide import Decision
 from app.scheduler.podinfo import PodInfo
 
@@ -81,7 +81,8 @@ def decision(task_id: str, n: int) -> Decision:
 
 
 async def test_publisher_sends_one_valid_message_per_candidate() -> None:
-    sink, metrics = ListSink(), ExtenderMetrics()
+    metrics = ExtenderMetrics()
+    sink = ListSink(metrics)
     pub = PredictionPublisher(sink, metrics, max_pending=10)
     pub.start()
     assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
@@ -92,6 +93,31 @@ async def test_publisher_sends_one_valid_message_per_candidate() -> None:
     assert decode("rtt-predictions", sink.sent[3][1])["predicted_rtt_ms"] is None  # its features still travel
     assert metrics.published._value.get() == 4
     await pub.stop()
+
+
+async def test_the_publisher_leaves_counting_published_to_the_sink() -> None:
+    """Handed to the sink is not published: the sink counts what the broker acknowledged."""
+    metrics = ExtenderMetrics()
+    pub = PredictionPublisher(ListSink(), metrics, max_pending=10)  # a sink that never confirms anything
+    pub.start()
+    assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
+    await pub.drain()
+    assert metrics.published._value.get() == 0 and metrics.dropped._value.get() == 0
+    await pub.stop()
+
+
+async def test_the_kafka_sink_counts_a_batch_published_once_acknowledged_and_dropped_if_not() -> None:
+    metrics = ExtenderMetrics()
+    sink = KafkaSink(Settings(), metrics)
+    loop = asyncio.get_running_loop()
+    stored, lost, cancelled = loop.create_future(), loop.create_future(), loop.create_future()
+    stored.set_result(object())
+    lost.set_exception(TimeoutError("request timed out"))
+    cancelled.cancel()
+    sink._delivered(stored, 5)
+    sink._delivered(lost, 3)
+    sink._delivered(cancelled, 2)
+    assert metrics.published._value.get() == 5 and metrics.dropped._value.get() == 5
 
 
 async def test_publisher_drops_and_counts_when_full() -> None:

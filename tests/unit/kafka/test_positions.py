@@ -98,3 +98,48 @@ def test_the_broker_s_out_of_range_resets_to_the_start() -> None:
     g, reg = guard(consumer)
     assert run(g.out_of_range({TP: 3})) == {TP: 7}
     assert consumer.seeks == [(TP, 7)] and g.next_offsets[TP] == 7 and resets(reg, "before_start") == 1
+
+
+class GroupConsumer(Consumer):
+    """A group consumer: the group's committed offset (None: the group has none), read by ``committed``."""
+
+    def __init__(self, committed: int | None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.committed_offset = committed
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        return self.committed_offset
+
+
+def test_a_group_s_committed_offset_is_checked_on_assignment(caplog: Any) -> None:
+    cases = [  # committed, (start, end) -> position, reset reason
+        (None, (5, 50), 5, None),  # a new group: from the start, no reset
+        (30, (5, 50), 30, None),
+        (50, (5, 50), 50, None),  # at the end: nothing new yet
+        (2, (5, 50), 5, "before_start"),  # retention deleted what it points at
+        (100, (0, 3), 0, "beyond_end"),  # the topic was recreated, the group's offsets kept
+    ]
+    for committed, (start, end), position, reason in cases:
+        consumer = GroupConsumer(committed, start=start, end=end)
+        g, reg = guard(consumer)
+        g.confirm_s = 0.0
+        assert run(g.check_committed([TP])) == ({TP: position}, [TP] if reason else [])
+        assert consumer.seeks == [(TP, position)] and g.next_offsets[TP] == position
+        counted = {r: resets(reg, r) for r in ("before_start", "beyond_end")}
+        assert counted == {r: float(r == reason) for r in counted}, (committed, counted)
+    assert "t-node-metrics[3] was 100, beyond the partition's end: reset to its start 0" in caplog.text
+
+
+def test_a_committed_offset_beyond_an_end_that_catches_up_is_kept() -> None:
+    """The end offset dips while leadership moves: asked again ``confirm_s`` later, the position is fine."""
+    consumer = GroupConsumer(60, start=0, end=40)
+    ends = iter([40, 70])
+
+    async def end_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: next(ends) for tp in tps}
+
+    consumer.end_offsets = end_offsets  # type: ignore[method-assign]
+    g, reg = guard(consumer)
+    g.confirm_s = 0.0
+    assert run(g.check_committed([TP])) == ({TP: 60}, [])
+    assert resets(reg, "beyond_end") == 0

@@ -24,7 +24,7 @@ def test_realistic_pods_from_the_scheduler() -> None:
     assert web.app is None and math.isnan(web.input_size_mb)
 
 
-@pytest.mark.parametrize("raw", ["", "abc", "-3", "nan", "inf", None, 12])
+@pytest.mark.parametrize("raw", ["", "abc", "-3", "nan", "inf", None, 12, "1e39"])
 def test_unusable_input_size_is_missing(raw: object) -> None:
     p = pod_info({"metadata": {"labels": {APP_LABEL: "gCTF"}, "annotations": {INPUT_SIZE_ANNOTATION: raw}}})
     assert p.app == "gCTF" and math.isnan(p.input_size_mb)
@@ -62,3 +62,16 @@ def test_any_json_is_a_pod_or_a_pod_error(pod: dict) -> None:
         return
     assert info.app is None or isinstance(info.app, str)
     assert math.isnan(info.input_size_mb) or info.input_size_mb >= 0
+
+
+def test_the_largest_float32_size_is_kept_and_one_beyond_is_missing() -> None:
+    import numpy as np
+
+    from app.scheduler.podinfo import FLOAT32_MAX
+
+    assert FLOAT32_MAX == float(np.finfo(np.float32).max)
+    for raw, usable in ((repr(FLOAT32_MAX), True), ("3.5e38", False)):
+        p = pod_info({"metadata": {"labels": {APP_LABEL: "gCTF"}, "annotations": {INPUT_SIZE_ANNOTATION: raw}}})
+        assert math.isnan(p.input_size_mb) is not usable
+        if usable:  # what a float32 feature row holds: no overflow to inf
+            assert np.isfinite(np.float32(p.input_size_mb))

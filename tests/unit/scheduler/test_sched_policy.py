@@ -42,6 +42,12 @@ def test_json_file_and_empty_path(tmp_path: Path) -> None:
     ({"assumed": {"ttl_s": 0}}, "policy.assumed.ttl_s"),
     ({"sla_when_all_fail": "maybe"}, "policy.sla_when_all_fail"),
     ({"slas": {}}, "policy.slas"),
+    ({"contention": {"interfering": 0.5, "othr": 0.9}}, "policy.contention.othr"),
+    ({"assumed": {"ttl": 60}}, "policy.assumed.ttl"),
+    ({"exploration": {"shares": 0.1}}, "policy.exploration.shares"),
+    ({"objective": {"inflict": 1}}, "policy.objective.inflict"),
+    ({1: 2, "sla_ms": {}}, "policy.1"),
+    ({"sla_ms": {"gCTF": 10**400}}, "policy.sla_ms.gCTF"),
     ([1, 2], "policy"),
 ])
 def test_bad_values_name_their_field(doc: object, field: str) -> None:
@@ -58,3 +64,15 @@ def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid YAML") as info:
         load_policy(bad)
     assert "\n" not in str(info.value) and "line 2, column 1: " in str(info.value)  # one line, the spot named
+
+
+def test_an_unknown_nested_key_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"policy.contention.othr: unknown field \(known: interfering, other\)"):
+        policy_from_dict({"contention": {"othr": 0.9}})
+
+
+def test_a_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"\xff\xfebad\n")
+    with pytest.raises(ConfigError, match=r"RTT_EXTENDER_POLICY_FILE: cannot read .*policy.yaml: 'utf-8' codec"):
+        load_policy(path)

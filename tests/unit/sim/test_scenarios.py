@@ -89,6 +89,18 @@ def test_a_shipped_scenario_s_events_happen(path):
     ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: [{class: cpu, gpu: RTX 4090}]}\n", "cluster.nodes[0]"),
     ("name: x\nworkload: {kind: poisson}\npolicies: kube_default,nope\n", "policies"),
     ("name: x\nworkload: [1\n", "line 3"),
+    ("name: x\nworkload: {kind: poisson}\napps: {gCTF: 1}\ncluster: {nodes: [{class: cpu}]}\n",
+     "apps: no node can run 'gCTF'"),
+    ("name: x\nworkload: {kind: poisson, load: 0.5}\ncluster: {nodes: [{class: cpu}]}\n",
+     "apps: no node present at the start (load is a multiple of their capacity) can run 'Motioncor2' (it is in the "
+     "default mix: give apps)"),
+    ("name: x\nworkload: {kind: poisson}\napps: {upload: 0}\n", "apps: weights must be >= 0 and not all 0"),
+    ("name: x\nworkload: {kind: poisson, load: .inf}\n", "workload.load: must be a finite number (got inf)"),
+    ("name: x\nworkload: {kind: closed, clients: 2, duration_s: .inf}\n", "workload.duration_s: must be a finite"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 1, factor: .inf}]\n",
+     "events[0].factor: must be a finite number"),
+    ("name: x\nworkload: {kind: poisson}\nscrape_interval_s: .nan\n", "scrape_interval_s: must be a finite number"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: [3, -1]\n", "seeds[1]: must be >= 0 (got -1)"),
 ])
 def test_bad_scenario_names_the_field_in_one_line(tmp_path, capsys, text, field):
     path = tmp_path / "bad.yaml"
@@ -100,6 +112,31 @@ def test_bad_scenario_names_the_field_in_one_line(tmp_path, capsys, text, field)
     assert main(["sim", "--scenario", str(path)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and field in out.err and "Traceback" not in out.err
+
+
+def test_a_scenario_file_that_is_not_utf8_is_named(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"name: \xff\n")
+    assert main(["sim", "--scenario", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rttsched sim: error: {path}: 'utf-8' codec can't decode byte 0xff") and err.count("\n") == 1
+
+
+def test_the_schema_refuses_negative_seeds_too():
+    import fastjsonschema
+
+    from app.sim.scenario import _validator
+
+    with pytest.raises(fastjsonschema.JsonSchemaValueException, match="seeds"):
+        _validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": [-1]})
+
+
+def test_a_gpu_app_may_run_on_a_node_that_joins_when_the_rate_is_given():
+    sc = parse_scenario({"name": "x", "workload": {"kind": "poisson", "rate_per_s": 1.0}, "apps": {"gCTF": 1},
+                         "cluster": {"nodes": [{"class": "cpu"}]},
+                         "events": [{"kind": "join", "node": "g", "at": 1,
+                                     "spec": {"class": "gpu", "gpu": "RTX 4090"}}]})
+    assert sc.config.mix == {"gCTF": 1}
 
 
 def test_scenario_and_setup_flags_do_not_mix(capsys):

@@ -133,3 +133,82 @@ def test_the_report_lines_name_each_file_once(capsys, tmp_path):
     text = "\n".join(tail)
     assert text.count("policies.json") == 1 and text.count("policies.csv") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policies.csv", "policies.json"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--first-seed", "-3"], "--first-seed: must be >= 0 (got -3)"),
+    (["--policies", ","], "--policies: no policy named (got ','); 'all' or a comma-separated list of: kube_default, "
+                          "round_robin, random, load_aware, target_load, static_best, rtt_aware, clairvoyant"),
+    (["--rate", "inf"], "--rate: must be finite (got inf)"),
+    (["--load", "nan"], "--load: must be > 0 (got nan)"),
+])
+def test_bad_seeds_policies_and_rates_fail_before_any_run(argv, line, capsys, tmp_path, no_run):
+    flags = [f for f in FAST if f not in ("--policies", "kube_default")] if "--policies" in argv else FAST
+    assert error_line([*flags, *argv, "--out", str(tmp_path)], capsys) == f"rttsched sim: error: {line}"
+    assert not no_run
+
+
+def test_a_scenario_file_that_is_not_yaml_by_its_name_is_read_or_said(tmp_path, capsys, no_run):
+    src = (SCENARIO_DIR / "default.yaml").read_text()
+    as_json = tmp_path / "s.json"
+    as_json.write_text(src)  # YAML: JSON is a subset, and the loader reads both
+    assert scenario_path(str(as_json)) == as_json
+    other = tmp_path / "s.txt"
+    other.write_text(src)
+    line = error_line(["--scenario", str(other), "--out", str(tmp_path)], capsys)
+    assert line == f"rttsched sim: error: --scenario: {other}: a scenario file ends in .yaml, .yml or .json"
+    assert not no_run
+
+
+def demo_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["demo", "--no-live", "--no-html", *argv]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
+    (["--minutes", "1e300"], "--minutes: must be <= 1440, a day (got 1e+300)"),
+    (["--minutes", "inf"], "--minutes: must be finite (got inf)"),
+    (["--out", "{file}"], "--out: {file} exists and is not a directory"),
+])
+def test_bad_demo_flags_fail_before_any_run(argv, line, capsys, tmp_path, no_run):
+    file = tmp_path / "file"
+    file.write_text("")
+    argv = [a.format(file=file) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    assert demo_error_line(argv, capsys) == f"rttsched demo: error: {line.format(file=file)}"
+    assert not no_run
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("1,gCTF,-5\n", "row 1: input_size_mb must be a number > 0 (got -5)"),
+    ("1,gCTF,nan\n", "row 1: input_size_mb must be a number > 0 (got nan)"),
+    ("1,ctffind,5\n", "row 1: unknown app 'ctffind' (known: Motioncor2, gCTF, upload)"),
+    ("inf,gCTF,5\n", "row 1: ts must be a finite number of seconds (got inf)"),
+])
+def test_a_bad_trace_row_says_what_is_wrong_with_it(rows, message, tmp_path):
+    import numpy as np
+
+    from app.sim.workload import TraceError, trace_workload
+
+    path = tmp_path / "t.csv"
+    path.write_text("ts,app,input_size_mb\n" + rows)
+    with pytest.raises(TraceError) as err:
+        trace_workload(path, np.random.default_rng(1))
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_a_trace_that_is_not_utf8_is_named(tmp_path):
+    import numpy as np
+
+    from app.sim.workload import TraceError, trace_workload
+
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"ts,app,input_size_mb\n1,\xff,5\n")
+    with pytest.raises(TraceError, match=f"^{path}: 'utf-8' codec can't decode byte 0xff"):
+        trace_workload(path, np.random.default_rng(1))

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 import xgboost
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -24,6 +28,7 @@ from app.features.vector import matrix
 from app.kafka.embedded import free_port
 from app.model.train import booster_to_bytes
 from app.registry.directory import DirectoryModelStore
+from app.streams import feedback_models as fm
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_outbox import ErrorsOutbox, outbox_row_key
@@ -248,3 +253,61 @@ def test_node_weights_read_the_node_counts_as_the_extender_does(tmp_path: Path) 
         assert row["hw_gpu_count"] == gpus and row["hw_cpu_cores"] == cores
         assert got[name] == pytest.approx(float(predictor.predict(matrix([row], names))[0]))
     assert got["one"] > 150.0 > got["two"]
+
+
+async def test_a_broker_error_while_resetting_an_out_of_range_position_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The position is out of range, and asking for the partition's start fails too (the broker went away):
+    the model-updates task — a worker app task, whose end ends the worker — used to end with that error,
+    raised inside the handler of the first; now it pauses and reads again, and resets once the broker answers."""
+    tp = TopicPartition(Settings().topic("model-updates"), 0)
+    calls = {"beginning": 0, "fetch": 0}
+    reset = asyncio.Event()
+
+    class Consumer:
+        """Out of range until reset; the partition's start unknown twice (the broker away), then 0."""
+
+        def __init__(self, *_a: object, **_k: object) -> None:
+            self.seeks: list[tuple[TopicPartition, int]] = []
+
+        async def start(self) -> None: ...
+        async def stop(self) -> None: ...
+        def assign(self, _tps: object) -> None: ...
+        def assignment(self) -> set[TopicPartition]:
+            return {tp}
+        async def seek_to_beginning(self, *_tps: object) -> None: ...
+        def seek(self, p: TopicPartition, offset: int) -> None:
+            self.seeks.append((p, offset))
+            reset.set()
+        def highwater(self, _p: object) -> int:
+            return 0
+
+        async def getmany(self, **_kw: object) -> dict[TopicPartition, list[Any]]:
+            calls["fetch"] += 1
+            if not self.seeks:  # the position stays out of range until it is reset
+                raise OffsetOutOfRangeError({tp: 500})
+            await asyncio.sleep(0.01)
+            return {}
+
+        async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+            calls["beginning"] += 1
+            if calls["beginning"] <= 2:
+                raise KafkaTimeoutError()
+            return {p: 0 for p in tps}
+
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", Consumer)
+    monkeypatch.setattr(fm, "RETRY_S", 0.01)
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    task = asyncio.ensure_future(fm.follow_model_updates(settings, ModelCache(settings, store=DirectoryModelStore(
+        tmp_path / "models"))))
+    waiting = asyncio.ensure_future(reset.wait())
+    try:
+        await asyncio.wait({task, waiting}, timeout=5.0, return_when=asyncio.FIRST_COMPLETED)
+        assert not task.done(), task.exception()  # the task (a worker app task) goes on
+        assert reset.is_set()
+    finally:
+        waiting.cancel()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert calls["beginning"] == 3

@@ -1,0 +1,61 @@
+"""A port a process will serve on, tried at start: taken or not this host's, it fails naming its setting.
+
+The /metrics servers (Faust's web server in the worker, ``prometheus_client`` in the bridge, trainer and
+pods) bind ``RTT_METRICS_HOST``:``RTT_METRICS_PORT`` late and fail with a bare ``OSError`` (the worker with a
+page of traceback). :func:`check_listen` binds the address once, as those servers do (``SO_REUSEADDR``), and lets
+it go, so that the trouble is one line naming the variable before anything else starts.
+
+>>> import socket
+>>> with socket.create_server(("127.0.0.1", 0)) as taken:
+...     check_listen("127.0.0.1", taken.getsockname()[1], "RTT_METRICS_PORT")
+Traceback (most recent call last):
+...
+app.errors.ConfigError: RTT_METRICS_PORT: cannot listen on 127.0.0.1:...: Address already in use
+>>> check_listen("127.0.0.1", 0, "RTT_METRICS_PORT")  # 0: no server, nothing to try
+"""
+
+from __future__ import annotations
+
+import socket
+
+from app.errors import ConfigError
+
+
+def listen_error(field: str, host: str, port: int, exc: OSError) -> ConfigError:
+    """The error of a server that could not bind ``host:port``, naming ``field`` (a variable or a flag)."""
+    return ConfigError(field, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+def check_host(host: str, field: str) -> None:
+    """That ``host`` is an address of this machine to listen on (it resolves, it is this host's): a port the OS
+    picks is bound once and let go; :class:`ConfigError` naming ``field`` when that fails.
+
+    >>> check_host("nonexistent.invalid", "--host")
+    Traceback (most recent call last):
+    ...
+    app.errors.ConfigError: --host: cannot listen on nonexistent.invalid: ...
+    """
+    try:
+        _bind(host, 0)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot listen on {host}: {exc.strerror or exc}") from None
+
+
+def _bind(host: str, port: int) -> None:
+    # socket.create_server would do, but its errors carry the address a second time
+    family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+
+
+def check_listen(host: str, port: int, field: str) -> None:
+    """Bind ``host:port`` and let it go; :class:`ConfigError` naming ``field`` when that fails (the port is
+    taken, the address is not this host's or does not resolve). Nothing for ``port`` 0 (no server)."""
+    if port <= 0:
+        return
+    try:
+        _bind(host, port)
+    except OSError as exc:  # socket.gaierror included: a host that does not resolve
+        raise listen_error(field, host, port, exc) from None

@@ -1,0 +1,163 @@
+"""BatchSender delivers every record until the broker has it, counts it once, and keeps a partition's order.
+
+The producer here is a stand-in whose every batch the test acknowledges or fails (the real broker's
+version of the first case is tests/integration/test_sample_delivery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NodeNotReadyError
+
+from app.kafka.batches import DROPPED, RETRIED, BatchSender, permanent
+
+T = "training-samples"
+
+
+class Batch:
+    def __init__(self, cap: int) -> None:
+        self.cap, self.records = cap, []  # type: ignore[var-annotated]
+
+    def append(self, *, key: bytes | None, value: bytes | None, timestamp: int) -> object | None:
+        if len(self.records) >= self.cap:
+            return None
+        self.records.append((key, value))
+        return object()
+
+    def record_count(self) -> int:
+        return len(self.records)
+
+
+class Producer:
+    """aiokafka's ``create_batch`` / ``send_batch`` over a log per partition. With ``auto``, each batch is
+    settled at once (failed with the next of ``failures``, else stored); otherwise :meth:`settle` does it."""
+
+    def __init__(self, cap: int = 100, auto: bool = True) -> None:
+        self.cap, self.auto = cap, auto
+        self.log: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+        self.flying: list[tuple[asyncio.Future[Any], tuple[str, int], list[Any]]] = []
+        self.failures: list[BaseException | None] = []
+        self.refuse: list[BaseException] = []  # send_batch itself raises these (a full queue, no metadata)
+
+    def create_batch(self) -> Batch:
+        return Batch(self.cap)
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        if self.refuse:
+            raise self.refuse.pop(0)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.flying.append((fut, (topic, partition), list(batch.records)))
+        if self.auto:
+            self.settle(self.failures.pop(0) if self.failures else None)
+        return fut
+
+    def settle(self, error: BaseException | None = None, index: int = 0) -> None:
+        fut, tp, records = self.flying.pop(index)
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            base = len(self.log[tp])
+            self.log[tp] += records
+            fut.set_result(SimpleNamespace(offset=base))
+
+
+def sender_on(producer: Producer) -> tuple[BatchSender, dict[str, list[Any]]]:
+    seen: dict[str, list[Any]] = {"delivered": [], "failed": []}
+    sender = BatchSender(producer,  # type: ignore[arg-type]
+                         on_delivered=lambda topic, n: seen["delivered"].append((topic, n)),
+                         on_failed=lambda topic, n, exc, outcome: seen["failed"].append((topic, n, outcome)))
+    return sender, seen
+
+
+async def test_a_batch_the_broker_did_not_take_is_sent_again_by_the_next_flush() -> None:
+    """The audit's case: shipped while the broker is away, the send expires; the next checkpoint's flush
+    raised the stale error and forgot the batch, so the one after that succeeded without it."""
+    producer = Producer()
+    sender, seen = sender_on(producer)
+    producer.failures = [KafkaTimeoutError()]
+    sender.add(T, 0, b"k", b"sample-1")
+    await sender.ship()
+    await asyncio.sleep(0)  # the failure is settled
+    assert seen == {"delivered": [], "failed": [(T, 1, RETRIED)]}
+    assert len(sender) == 1 and sender.undelivered == 1
+    await sender.flush()  # the broker is back: sent again, ahead of anything newer
+    assert producer.log[(T, 0)] == [(b"k", b"sample-1")]
+    assert seen["delivered"] == [(T, 1)] and sender.delivered == 1 and len(sender) == 0
+
+
+async def test_a_flush_that_waited_for_a_failed_batch_raises_and_the_next_delivers_it() -> None:
+    producer = Producer()
+    sender, seen = sender_on(producer)
+    producer.failures = [NodeNotReadyError()]
+    sender.add(T, 0, b"k", b"sample-1")
+    with pytest.raises(NodeNotReadyError):
+        await sender.flush()
+    assert producer.log[(T, 0)] == []
+    sender.add(T, 0, b"k", b"sample-2")
+    await sender.flush()
+    assert producer.log[(T, 0)] == [(b"k", b"sample-1"), (b"k", b"sample-2")]
+    assert seen["delivered"] == [(T, 2)]
+
+
+async def test_a_batch_failed_for_good_is_dropped_counted_and_never_blocks_its_partition() -> None:
+    producer = Producer()
+    sender, seen = sender_on(producer)
+    producer.failures = [MessageSizeTooLargeError()]
+    sender.add(T, 0, b"k", b"x" * 100)
+    with pytest.raises(MessageSizeTooLargeError):  # the flush waiting for it says so once
+        await sender.flush()
+    sender.add(T, 0, b"k", b"next")
+    await sender.flush()
+    assert producer.log[(T, 0)] == [(b"k", b"next")]
+    assert seen["failed"] == [(T, 1, DROPPED)] and sender.dropped == 1 and len(sender) == 0
+
+
+async def test_a_resent_batch_never_lands_after_a_newer_value_of_its_partition() -> None:
+    """Batch 1 (a=1) fails after batch 2 (a=2, then b's tombstone) was stored: both are sent again, in order,
+    so a compacted reader still ends with a=2 and b deleted; each record is counted delivered once."""
+    producer = Producer(cap=1, auto=False)
+    sender, seen = sender_on(producer)
+    sender.add(T, 0, b"a", b"1")
+    await sender.ship()
+    sender.add(T, 0, b"a", b"2")
+    sender.add(T, 0, b"b", None)
+    await sender.ship()
+    assert len(producer.flying) == 3
+    producer.settle(index=1)  # a=2 stored
+    producer.settle(KafkaTimeoutError(), index=0)  # a=1 expired
+    producer.settle()  # b's tombstone stored
+    await asyncio.sleep(0)
+    assert seen["delivered"] == [(T, 1), (T, 1)]
+    producer.auto = True
+    producer.refuse = [KafkaTimeoutError()]  # the first resend is not even taken: counted once all the same
+    with pytest.raises(KafkaTimeoutError):
+        await sender.flush()
+    await sender.flush()
+    assert producer.log[(T, 0)] == [(b"a", b"2"), (b"b", None), (b"a", b"1"), (b"a", b"2"), (b"b", None)]
+    assert sorted(seen["delivered"]) == [(T, 1), (T, 1), (T, 1)] and sender.delivered == 3
+
+
+async def test_records_the_producer_refuses_to_take_stay_in_order() -> None:
+    """``send_batch`` itself raises (the partition's queue full past the request timeout, no metadata): the
+    records not handed over stay, ahead of those added since."""
+    producer = Producer(cap=2)
+    sender, _ = sender_on(producer)
+    for i in range(5):
+        sender.add(T, 0, b"k", str(i).encode())
+    producer.refuse = [KafkaTimeoutError()]
+    with pytest.raises(KafkaTimeoutError):
+        await sender.ship()
+    assert len(sender) == 5
+    sender.add(T, 0, b"k", b"5")
+    await sender.flush()
+    assert [v for _, v in producer.log[(T, 0)]] == [str(i).encode() for i in range(6)]
+
+
+def test_what_sending_again_cannot_cure() -> None:
+    assert permanent(MessageSizeTooLargeError()) and not permanent(KafkaTimeoutError())
+    assert not permanent(NodeNotReadyError()) and not permanent(OSError("connection reset"))
