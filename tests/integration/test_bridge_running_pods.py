@@ -164,18 +164,18 @@ def test_publish_of_a_long_stream_takes_nodes_that_join_while_it_runs(redis_url:
     done = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0, "started_ts": 2.0,
             "finished_ts": 5.0, "rtt_ms": 4000.0, "status": "ok"}
 
-    class Stream(io.StringIO):
-        """Two lines; worker-2 gets its node-features between them."""
+    class Stream(io.BytesIO):
+        """Two lines; worker-2 gets its node-features between them (publish reads stdin's bytes)."""
 
         def __iter__(self):
-            yield json.dumps(done) + "\n"
+            yield json.dumps(done).encode() + b"\n"
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # publish's event loop runs this iterator
                 pool.submit(asyncio.run, features("worker-2")).result()
-            yield json.dumps(dict(done, task_id="t-2", node="worker-2")) + "\n"
-            yield json.dumps(dict(done, task_id="t-3", node="worker-9")) + "\n"
+            yield json.dumps(dict(done, task_id="t-2", node="worker-2")).encode() + b"\n"
+            yield json.dumps(dict(done, task_id="t-3", node="worker-9")).encode() + b"\n"
 
     monkeypatch.setattr(publish, "NODES_MISS_S", 0.0)
-    monkeypatch.setattr("sys.stdin", Stream())
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(Stream()))
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("RTT_TOPIC_PREFIX", prefix)
     assert main(["publish", "task-completions", "-", "--dry-run"]) == 1
