@@ -87,9 +87,18 @@ class SecretFilter(logging.Filter):
 
 
 def install(secrets: Iterable[str], logger: logging.Logger | None = None) -> SecretFilter:
-    """Add one :class:`SecretFilter` to every handler of ``logger`` (the root logger by default)."""
+    """Give every handler of ``logger`` (the root logger by default) one :class:`SecretFilter` of ``secrets``.
+
+    Called again (``main()`` run twice in one process), it does not stack a second filter on a handler: the
+    filter it finds there is replaced by one that masks the secrets of both calls, so none is forgotten.
+    """
     target = logger or logging.getLogger()
-    flt = SecretFilter(secrets)
+    known = set(secrets)
     for handler in target.handlers:
+        known.update(s for f in handler.filters if isinstance(f, SecretFilter) for s in f.secrets)
+    flt = SecretFilter(known)
+    for handler in target.handlers:
+        for old in [f for f in handler.filters if isinstance(f, SecretFilter)]:
+            handler.removeFilter(old)
         handler.addFilter(flt)
     return flt

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
@@ -53,8 +54,9 @@ def say(msg: str) -> None:
 
 def _on_stack(root: Path, scenario: Callable[[Stack, Load], Awaitable[Outcome]]) -> Outcome:
     """``scenario`` against a stack of its own (broker, worker, trainer, extender), no Redis."""
-    stack = Stack(root).start()
+    stack = Stack(root)
     try:
+        stack.start()
         return asyncio.run(scenario(stack, Load(stack.settings)))
     finally:
         stack.stop()
@@ -62,24 +64,26 @@ def _on_stack(root: Path, scenario: Callable[[Stack, Load], Awaitable[Outcome]])
 
 def run_redis(root: Path) -> Outcome:
     (root / "redis").mkdir(parents=True)
-    server = RedisServer(root / "redis").start()
-    stack = Stack(root, redis_url=server.url).start()
-    try:
+    server = RedisServer(root / "redis")
+    stack = Stack(root, redis_url=server.url)
+    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
+        cleanup.callback(server.stop)
+        server.start()
+        cleanup.callback(stack.stop)
+        stack.start()
         return asyncio.run(redis_outage(stack, Load(stack.settings), server))
-    finally:
-        stack.stop()
-        server.stop()
 
 
 def run_redis_wiped(root: Path) -> Outcome:
     (root / "redis").mkdir(parents=True)
-    server = RedisServer(root / "redis", persist=False).start()
-    stack = Stack(root, redis_url=server.url, trainer_env={"RTT_REGISTRY_CHECK_S": "1"}).start()
-    try:
+    server = RedisServer(root / "redis", persist=False)
+    stack = Stack(root, redis_url=server.url, trainer_env={"RTT_REGISTRY_CHECK_S": "1"})
+    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
+        cleanup.callback(server.stop)
+        server.start()
+        cleanup.callback(stack.stop)
+        stack.start()
         return asyncio.run(redis_wiped(stack, Load(stack.settings), server))
-    finally:
-        stack.stop()
-        server.stop()
 
 
 def _on_own_broker(root: Path, scenario: str) -> Outcome:

@@ -2,7 +2,7 @@
 
     python3 bench/bench_extender.py               # full run (a few minutes)
     python3 bench/bench_extender.py --quick       # about a minute
-    python3 bench/bench_extender.py --http-only   # (or --in-process-only)
+    python3 bench/bench_extender.py --http-only   # (or --in-process-only, --startup-only)
     python3 bench/bench_extender.py --uvloop      # the HTTP server on uvloop instead of asyncio's loop
     python3 bench/bench_extender.py --quick --http-only --seconds 15   # longer 64-node phases
     python3 bench/bench_extender.py --http-only --profile ext.prof   # + the 64-node server's cProfile
@@ -18,6 +18,10 @@ view and the model from the embedded broker, every node's features are republish
 rtt-predictions are published to Kafka throughout. The server runs pinned to core 0, the load generator and
 the broker to core 1. Latencies move with whatever else runs on the machine; the server's CPU per request
 hardly does — read them with the load average printed under the tables.
+
+Start-up: ``rttsched extender`` with no broker at all and no Redis, from its start to its first ``/healthz``
+200 (it serves before Kafka exists), beside ``rttsched extender --help`` from its start to its exit (the
+interpreter and the CLI's imports: the floor of any ``rttsched`` process).
 """
 
 from __future__ import annotations
@@ -79,6 +83,51 @@ def in_process_table(quick: bool) -> dict[str, float]:
           "x = baseline p50 / ours p50;\n same scores: ±1 on 1 of n = the pick made the only top score where another "
           "candidate tied with it)")
     return {"p99_5000_ms": worst}
+
+
+def startup_table(runs: int) -> dict[str, float]:
+    """Prints the start-up table; returns the slowest start to /healthz (s)."""
+    import statistics
+    import urllib.request
+
+    up, floor = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+               "REDIS_URL": "", "RTT_MODELS_DIR": str(Path(tmp) / "models")}
+        cli = [sys.executable, "-m", "app.cli.main", "extender"]
+        for k in range(runs):
+            log(f"start-up {k + 1}/{runs}: rttsched extender --help, then rttsched extender without a broker")
+            t0 = time.monotonic()
+            subprocess.run([*cli, "--help"], env=env, cwd=tmp, check=True, stdout=subprocess.DEVNULL, timeout=60)
+            floor.append(time.monotonic() - t0)
+            port = free_port()
+            t0 = time.monotonic()
+            proc = subprocess.Popen([*cli, "--host", "127.0.0.1", "--port", str(port), "--no-redis"], env=env, cwd=tmp,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                while True:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:  # noqa: S310
+                            if r.status == 200:
+                                break
+                    except OSError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() - t0 > 60:
+                        raise RuntimeError("the extender did not answer /healthz within 60 s")
+                    time.sleep(0.01)
+                up.append(time.monotonic() - t0)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+    med_up, med_floor = statistics.median(up), statistics.median(floor)
+    print("\nstart-up without a broker or Redis: from the process's start")
+    print(f"{'runs':>4} {'/healthz p50':>12} {'/healthz max':>12} {'--help p50':>10} {'--help max':>10} "
+          f"{'x --help':>8}")
+    print(f"{runs:>4} {med_up:>12.2f} {max(up):>12.2f} {med_floor:>10.2f} {max(floor):>10.2f} "
+          f"{med_up / med_floor:>7.1f}x")
+    print("(s; /healthz = first 200 of `rttsched extender`; --help = `rttsched extender --help` to its exit: the "
+          "interpreter and the CLI's imports;\n x --help = /healthz p50 / --help p50)")
+    return {"startup_max_s": max(up)}
 
 
 def agreement(ours_: list[int], *others: list[int]) -> str:
@@ -216,7 +265,7 @@ def http_tables(quick: bool, use_uvloop: bool, profile: str | None = None,
     return goals
 
 
-def goals_line(inproc: dict[str, float], http: dict[str, float]) -> None:
+def goals_line(inproc: dict[str, float], http: dict[str, float], startup: dict[str, float] | None = None) -> None:
     def mark(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
@@ -243,6 +292,9 @@ def goals_line(inproc: dict[str, float], http: dict[str, float]) -> None:
     if inproc:
         lines.append(f"5,000 nodes in process p99 <= 100 ms: {mark(inproc['p99_5000_ms'] <= 100)} "
                      f"({inproc['p99_5000_ms']:.1f} ms worst payload)")
+    if startup:
+        lines.append(f"serves /healthz <= 3 s after its start, no broker: {mark(startup['startup_max_s'] <= 3)} "
+                     f"({startup['startup_max_s']:.2f} s slowest)")
     print("\ngoals:\n  " + "\n  ".join(lines))
 
 
@@ -253,6 +305,8 @@ def main() -> int:
                    "--quick, else 10); long flat-out phases show the collector's passes in the client max")
     p.add_argument("--http-only", action="store_true")
     p.add_argument("--in-process-only", action="store_true")
+    p.add_argument("--startup-only", action="store_true", help="only the start-up table (no broker, no Redis)")
+    p.add_argument("--startup-runs", type=int, metavar="N", help="starts timed (default 3 with --quick, else 10)")
     p.add_argument("--uvloop", action="store_true", help="run the HTTP server on uvloop")
     p.add_argument("--profile", metavar="FILE", help="write the 64-node HTTP server's cProfile to FILE (pstats)")
     p.add_argument("--idle-only", type=int, metavar="N", help="only the idle line of a 5,000-node HTTP server "
@@ -281,10 +335,13 @@ def main() -> int:
             print(idle_line(http_run(5000, [], 8.0, a.uvloop)["idle"]), flush=True)
         print(f"load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} cores")
         return 0
-    inproc = {} if a.http_only else in_process_table(a.quick)
-    http = {} if a.in_process_only else http_tables(a.quick, a.uvloop, a.profile and str(Path(a.profile).resolve()),
-                                                    a.seconds)
-    goals_line(inproc, http)
+    only = a.http_only or a.in_process_only or a.startup_only
+    runs = a.startup_runs or (3 if a.quick else 10)
+    startup = startup_table(runs) if a.startup_only or not only else {}
+    inproc = in_process_table(a.quick) if a.in_process_only or not only else {}
+    http = (http_tables(a.quick, a.uvloop, a.profile and str(Path(a.profile).resolve()), a.seconds)
+            if a.http_only or not only else {})
+    goals_line(inproc, http, startup)
     print(f"load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} cores")
     return 0
 

@@ -2,7 +2,7 @@
 after N apps came and went, with the release on and off.
 
     python3 bench/bench_retire.py            # 10 and 30 apps, under a minute
-    python3 bench/bench_retire.py --quick    # 5 and 10 apps, fewer nodes and samples
+    python3 bench/bench_retire.py --quick    # 5 and 10 apps, fewer nodes and samples, 10,000 rows
 
 **Worker** (in process: the real node-features, feedback and eviction components on a manual clock, a
 directory registry). Apps ``pipe-v0``, ``pipe-v1``, … run one after the other, as pipeline versions with
@@ -22,6 +22,11 @@ the history's tracemalloc size after the last key went idle.
 *release off* is what the worker and trainer did before: the eviction freed the app's place under the cap
 and its two error series only (``FeedbackLoop.forget_apps`` made a no-op here), and the trainer kept every
 key's history (``drop_idle`` not called). Each cell is measured in a fresh interpreter.
+
+**Changelog rows** (``--rows``, 100,000 by default): what one row of a table's in-memory data costs (the
+join's entries: a key and a 34-byte orjson value), kept as the table keeps it
+(:func:`~app.streams.changelog.compact`: a copy of its own size) beside orjson's output kept as it is (what
+the soak found: orjson returns its bytes in a buffer of 4 KB or more). tracemalloc's size over the rows.
 """
 
 from __future__ import annotations
@@ -200,6 +205,26 @@ def trainer_held(keys: int, samples: int, features: int, release: bool) -> dict[
     return {"held": held, "models": 0, "tracked": len(service.history.keys()), "seconds": time.perf_counter() - started}
 
 
+def rows_held(rows: int, copied: bool) -> dict[str, Any]:
+    """Bytes held by ``rows`` changelog rows in a table's data: copied as the table does, or orjson's output."""
+    import orjson
+
+    from app.streams.changelog import compact
+
+    started = time.perf_counter()
+    data: dict[bytes, bytes] = {}
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(rows):
+        value = orjson.dumps({"since": 1_700_000_000.0 + i, "done": True})
+        data[f"0|j|gpu-{i % 50}|task-{i}".encode()] = compact(value) if copied else value
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return {"held": held, "models": 0, "tracked": len(data), "seconds": time.perf_counter() - started}
+
+
 def cell(args: argparse.Namespace, what: str, n: int, release: bool) -> dict[str, Any]:
     """One measurement in a fresh interpreter (nothing of another cell's allocations or compiled code)."""
     cmd = [sys.executable, __file__, "--cell", json.dumps({"what": what, "n": n, "release": release,
@@ -210,6 +235,8 @@ def cell(args: argparse.Namespace, what: str, n: int, release: bool) -> dict[str
 
 
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["what"] == "rows":
+        return rows_held(spec["n"], spec["release"])
     if spec["what"] == "worker":
         return worker_held(spec["n"], spec["nodes"], spec["periods"], spec["release"])
     return trainer_held(spec["n"], spec["samples"], spec["features"], spec["release"])
@@ -227,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--periods", type=int, default=6, help="error periods each app runs")
     p.add_argument("--samples", type=int, default=2_000, help="training samples per model key")
     p.add_argument("--features", type=int, default=30, help="metric features per sample")
+    p.add_argument("--rows", type=int, default=100_000, help="changelog rows kept in a table's memory")
     p.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.cell is not None:
         print(json.dumps(run_cell(json.loads(args.cell))))
         return 0
     if args.quick:
-        args.nodes, args.samples = 10, 500
+        args.nodes, args.samples, args.rows = 10, 500, 10_000
     counts = args.apps or ([5, 10] if args.quick else [10, 30])
     print(f"worker: {args.nodes} GPU nodes, {args.periods} periods of {PERIOD_S:.0f} s per app, one model per app"
           f" (100 trees, depth 6); trainer: {args.samples:,} samples x {args.features} features per key")
@@ -247,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
             ratio = off["held"] / on["held"] if on["held"] > 0 else float("inf")
             print(f"| {label} | {n} | {mib(off['held'])} | {mib(on['held'])} | {ratio:,.1f} |"
                   f" {off['tracked']} → {on['tracked']} | {off['seconds'] + on['seconds']:.1f} |", flush=True)
+    as_is, copied = cell(args, "rows", args.rows, False), cell(args, "rows", args.rows, True)
+    print()
+    print("| changelog rows kept in a table's memory | rows | orjson's output kept (B/row) | copied, as the table"
+          " keeps them (B/row) | kept / copied | held (MiB, kept → copied) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| the join's entries: key + 34-byte value | {args.rows:,} | {as_is['held'] / args.rows:,.0f} |"
+          f" {copied['held'] / args.rows:,.0f} | {as_is['held'] / copied['held']:,.1f} |"
+          f" {mib(as_is['held'])} → {mib(copied['held'])} |", flush=True)
     return 0
 
 

@@ -131,20 +131,28 @@ class Stack:
     extender_name: str = "extender"
 
     def start(self, *, trainer: bool = True, extender: bool = True) -> Stack:
-        self.broker = EmbeddedBroker().start()
-        self.s = Settings.from_env({}, kafka_bootstrap=self.broker.bootstrap, topic_prefix="chaos-",
-                                   models_dir=str(self.root / "models"), redis_url=self.redis_url,
-                                   error_period_s=1.0, retrain_debounce_s=2.0, join_ttl_s=600.0)
-        self.create_topics()
-        # growth retrains off: the versions a scenario announces are the only ones besides v1 (cold start) and
-        # the retrains it asks for, so "v2" is newer than whatever the processes serve when it is announced
-        self.group = ProcessGroup(self.root / "logs", {"RTT_COLD_START_SAMPLES": "60", "RTT_RETRY_MAX_BACKOFF_S": "2",
-                                                       "RTT_RETRAIN_GROWTH": "0"})
-        self.worker_url = start_worker(self.group, self.s, "worker", **self.worker_env)
-        if trainer:
-            self.start_trainer()
-        if extender:
-            self.start_extender()
+        """Start the broker, then the worker, trainer and extender, each ready before the next; when one of
+        them fails (or the start is interrupted) what was already started is stopped before the error goes on:
+        each runs in a session of its own, so nothing else would ever stop it."""
+        try:
+            broker = self.broker = EmbeddedBroker()  # kept before it starts: stop() reaches a half-started one
+            broker.start()
+            self.s = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix="chaos-",
+                                       models_dir=str(self.root / "models"), redis_url=self.redis_url,
+                                       error_period_s=1.0, retrain_debounce_s=2.0, join_ttl_s=600.0)
+            self.create_topics()
+            # growth retrains off: the versions a scenario announces are the only ones besides v1 (cold start)
+            # and the retrains it asks for, so "v2" is newer than whatever the processes serve when it is announced
+            self.group = ProcessGroup(self.root / "logs", {"RTT_COLD_START_SAMPLES": "60",
+                                                           "RTT_RETRY_MAX_BACKOFF_S": "2", "RTT_RETRAIN_GROWTH": "0"})
+            self.worker_url = start_worker(self.group, self.s, "worker", **self.worker_env)
+            if trainer:
+                self.start_trainer()
+            if extender:
+                self.start_extender()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def env(self) -> dict[str, str]:

@@ -202,7 +202,7 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
                                             reason="node_cap") >= 10_000 - CAP_NODES, 60, "node_cap dead letters")
                 await asyncio.sleep(2.5)  # a node-weights period with every held node in it
                 text = scrape(url)
-                out.update(nodes=metric(text, "rtt_worker_nodes"), rss_growth_kb=rss_kb(pid) - rss0,
+                out.update(nodes=metric(text, "rtt_worker_nodes"), rss_before_kb=rss0, rss_growth_kb=rss_kb(pid) - rss0,
                            weight_series=text.count("rtt_worker_node_weight{"),
                            app_cap=metric(text, "rtt_worker_dead_letters_total", reason="app_cap"))
                 # silence: every node is evicted
@@ -225,4 +225,7 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
     return Outcome("hostile input: lying keys, ts 9.9e10 / 2 days old, clock jump, 10k node names",
                    len(r["dead_processes"]), lost, 0, r["future_recover_s"],
                    f"held {r['nodes']:.0f} of 10,000 names (cap {CAP_NODES}), RSS +{r['rss_growth_kb'] / 1024:.0f}"
-                   f" MB, {r['weight_series']} weight series, then all evicted ({r['evicted']:.0f})"), r
+                   f" MB on {r['rss_before_kb'] / 1024:.0f} MB before the names (+"
+                   f"{100 * r['rss_growth_kb'] / max(r['rss_before_kb'], 1):.0f} %; an earlier, uncapped worker:"
+                   f" +660 MB),"
+                   f" {r['weight_series']} weight series, then all evicted ({r['evicted']:.0f})"), r

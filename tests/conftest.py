@@ -7,6 +7,7 @@ Every test that touches Kafka gets its own uuid topic prefix, so tests never see
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,34 @@ settings.register_profile("rttsched", deadline=None)
 # For the mutation check (pytest --hypothesis-profile=mutation): the same examples for every mutant.
 settings.register_profile("mutation", deadline=None, derandomize=True, database=None)
 settings.load_profile("rttsched")
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_found() -> Iterator[None]:
+    """Every test leaves the root logger as it found it: its level, its handlers, each handler's filters.
+
+    ``app.cli.main.main()`` run in process calls ``logging.basicConfig`` (a level, and a handler when the root
+    logger has none) and ``masking.install`` (a filter on every root handler): one test's DEBUG level, handler
+    or filters reached every later test. pytest's own capture handlers come and go with each phase of a test
+    (set-up, call, teardown), so they are left to pytest.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    filters = {h: list(h.filters) for h in handlers}
+    yield
+    root.setLevel(level)
+    for h in root.handlers[:]:
+        if h not in filters and not _pytests(h):
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers and not _pytests(h):
+            root.addHandler(h)
+    for h, kept in filters.items():
+        h.filters[:] = kept
+
+
+def _pytests(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("_pytest.")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
@@ -150,7 +151,7 @@ def test_publish_of_a_long_stream_takes_nodes_that_join_while_it_runs(redis_url:
     from app.cli.main import main
     from app.scheduler.cache import store_features
 
-    prefix = "join-"
+    prefix = f"join{uuid.uuid4().hex[:10]}-"  # a shared REDIS_URL may hold another run's worker-2 under a fixed one
     keys = CacheKeys(prefix)
 
     async def features(node: str) -> None:
@@ -174,11 +175,23 @@ def test_publish_of_a_long_stream_takes_nodes_that_join_while_it_runs(redis_url:
             yield json.dumps(dict(done, task_id="t-2", node="worker-2")).encode() + b"\n"
             yield json.dumps(dict(done, task_id="t-3", node="worker-9")).encode() + b"\n"
 
+    async def forget() -> None:  # the node-features this test wrote
+        client = aioredis.from_url(redis_url)
+        try:
+            written = [key async for key in client.scan_iter(match=keys.pattern("features"))]
+            if written:
+                await client.delete(*written)
+        finally:
+            await client.aclose()
+
     monkeypatch.setattr(publish, "NODES_MISS_S", 0.0)
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(Stream()))
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("RTT_TOPIC_PREFIX", prefix)
-    assert main(["publish", "task-completions", "-", "--dry-run"]) == 1
+    try:
+        assert main(["publish", "task-completions", "-", "--dry-run"]) == 1
+    finally:
+        asyncio.run(forget())
     out, err = capsys.readouterr()
     assert "<stdin>:3: unknown_node:" in err and "<stdin>:2:" not in err
     assert "checked 2 message(s), 1 invalid" in out

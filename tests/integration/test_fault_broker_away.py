@@ -22,8 +22,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_broker_away_under_the_running_processes(tmp_path: Path) -> None:
-    stack = Stack(tmp_path).start()
+    stack = Stack(tmp_path)
     try:
+        stack.start()
         outcome = asyncio.run(broker_away(stack, Load(stack.settings), away_s=50.0))
     finally:
         stack.stop()

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_broker_wiped_and_restarted_mid_stream(tmp_path: Path) -> None:
-    stack = Stack(tmp_path).start()
+    stack = Stack(tmp_path)
     try:
+        stack.start()
         outcome = asyncio.run(broker_wipe(stack, Load(stack.settings)))
     finally:
         stack.stop()

@@ -10,8 +10,9 @@ One worker subprocess, capped at 1,000 nodes and 8 apps, evicting nodes silent f
 * a node whose clock ran 200 s ahead and comes back gets a fresh window (``rtt_worker_clock_resets_total``)
   and its features go on;
 * 10,000 node names: the worker holds 1,000 nodes, the rest are dead letters (``node_cap``), its metric
-  series stay at the cap and its memory does not follow the names; 6 s of silence later the nodes are
-  evicted: from the worker's state and series, and from node-features (tombstones);
+  series stay at the cap (its memory then: ``bench/bench_chaos.py --only input``, 10k unbounded nodes cost
+  ~660 MB before); 6 s of silence later the nodes are evicted: from the worker's state and series, and from
+  node-features (tombstones);
 * 20 app names: 8 tracked, the others ``app_cap``.
 """
 
@@ -39,7 +40,6 @@ def test_hostile_input_goes_to_dead_letters_and_nothing_grows_without_bound(kafk
     assert r["clock_resets"] == 1
     assert r["nodes"] <= CAP_NODES and r["weight_series"] <= CAP_NODES
     assert r["app_cap"] >= 20 - CAP_APPS
-    assert r["rss_growth_kb"] < 150 * 1024, r["rss_growth_kb"]  # 10k unbounded nodes cost ~660 MB before
     assert r["weight_series_after"] == 0 and r["evicted"] >= CAP_NODES - 10
     assert {"gpu-future", "gpu-jump"} <= r["tombstones"] and len(r["tombstones"]) >= r["nodes"]
     assert r["alive_after"] == []  # the tombstones are the last word on node-features and node-weights

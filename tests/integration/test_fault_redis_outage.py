@@ -10,6 +10,7 @@ deferred model loads and the retrain are retried until done: both serve the retr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,14 @@ pytestmark = pytest.mark.integration
 
 def test_redis_stopped_and_started_under_the_processes(tmp_path: Path) -> None:
     (tmp_path / "redis").mkdir()
-    server = RedisServer(tmp_path / "redis").start()
-    stack = Stack(tmp_path, redis_url=server.url).start()
-    try:
+    server = RedisServer(tmp_path / "redis")
+    stack = Stack(tmp_path, redis_url=server.url)
+    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
+        cleanup.callback(server.stop)
+        server.start()
+        cleanup.callback(stack.stop)
+        stack.start()
         outcome = asyncio.run(redis_outage(stack, Load(stack.settings), server))
-    finally:
-        stack.stop()
-        server.stop()
     assert outcome.dead == 0, stack.dead()
     assert (outcome.lost, outcome.twice) == (0, 0), outcome
     # reasons are listed sorted: model_store first, redis_cache (the cache write) possibly after it

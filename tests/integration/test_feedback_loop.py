@@ -107,9 +107,10 @@ def test_drift_retrain_recovers(kafka_settings: Settings, redis_url: str, tmp_pa
 
     # 1. the cold start asked for v1
     assert any(e["model_key"] == key and e["reason"] == "cold_start" for e in r["events"])
-    # 2. prediction-errors show gpu-a's doubling within 10 s; gpu-b stays healthy
+    # 2. prediction-errors show gpu-a's doubling before the model that fixed it (how soon after t0:
+    # bench/bench_promotion.py); gpu-b stays healthy
     shown = [e["ts"] for e in r["errors"] if e["node"] == "gpu-a" and e["ts"] > t0 and e["apps"][app]["mape"] > 0.3]
-    assert shown and shown[0] - t0 <= 10.0
+    assert shown and shown[0] < marks["fixed_by"], (shown[:1], marks)
     healthy = sorted(period_mape(r["errors"], "gpu-b", app, marks["v1"] + 5 * PERIOD_S))
     series = [(round(e["ts"] - t0, 1), e["apps"][app]["mape"]) for e in r["errors"]
               if e["node"] == "gpu-b" and app in e["apps"]]

@@ -4,7 +4,6 @@ loaded again (sha256 checked) from Redis when the app is named again — the new
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import pytest
@@ -36,9 +35,7 @@ async def test_a_retired_app_s_models_are_loaded_again_from_redis(settings_facto
 
     updates = cache.unpark("gCTF")
     assert cache.has(KEY) and cache.unpark("gCTF") == []
-    started = time.monotonic()
     assert [await cache.apply(u) for u in updates] == [True]
     assert cache.version(KEY) == v2["version"] and not cache.returning and not cache.parked
-    assert time.monotonic() - started < 5.0
     assert open_store(s).current(KEY).sha256 == v2["sha256"]
     await cache.close()

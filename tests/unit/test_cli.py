@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,11 +14,12 @@ from app.cli.main import COMMANDS, build_parser, main
 from app.kafka.embedded import free_port
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run([sys.executable, "-m", "app.cli.main", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=120)
 
 
 def test_every_registered_command_has_a_module_and_help():
@@ -56,10 +61,13 @@ def test_unreachable_broker_is_one_clear_line_not_a_traceback():
 
 @pytest.mark.integration
 @pytest.mark.parametrize("command", ["worker", "trainer"])
-def test_a_service_started_without_broker_says_so_in_one_line(command):
+def test_a_service_started_without_broker_says_so_in_one_line(command, tmp_path):
     """The worker used to print Faust's traceback, the trainer its client's error and unclosed-client noise."""
     port = free_port()
-    out = run_cli(command, env={"RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}", "RTT_METRICS_PORT": "0"})
+    # its directories (var/faust, var/models by default) under tmp_path, not in the repository
+    out = run_cli(command, env={"RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}", "RTT_METRICS_PORT": "0",
+                                "RTT_WORKER_DATADIR": str(tmp_path / "faust"),
+                                "RTT_MODELS_DIR": str(tmp_path / "models")}, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().count("\n") == 0, out.stderr
     assert f"rttsched {command}: error: cannot reach Kafka at 127.0.0.1:{port} (RTT_KAFKA_BOOTSTRAP)" in out.stderr
@@ -86,8 +94,6 @@ def test_verbose_is_accepted_before_and_after_the_command():
 
 
 def test_interactive_commands_log_warnings_only_by_default(monkeypatch, capsys):
-    import logging
-
     import app.cli.settings as settings_cmd
 
     def speak(args, settings):
@@ -96,14 +102,32 @@ def test_interactive_commands_log_warnings_only_by_default(monkeypatch, capsys):
         return 0
 
     monkeypatch.setattr(settings_cmd, "run", speak)
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", [])
-    assert main(["settings"]) == 0
+    with bare_root_logger():
+        assert main(["settings"]) == 0
     err = capsys.readouterr().err
     assert "a warning line" in err and "an info line" not in err
-    monkeypatch.setattr(root, "handlers", [])
-    assert main(["settings", "-v"]) == 0
+    with bare_root_logger():
+        assert main(["settings", "-v"]) == 0
     assert "an info line" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def bare_root_logger() -> Iterator[None]:
+    """The root logger without handlers, as in a new process, so that main()'s ``logging.basicConfig`` sets it
+    up; the handlers it had (pytest's) are back afterwards, the one basicConfig added gone. Its level is put
+    back by the autouse fixture of tests/conftest.py. (Monkeypatching ``root.handlers`` with a new list would
+    leave pytest's handlers of this phase on the old one, for every later test.)"""
+    root = logging.getLogger()
+    had = root.handlers[:]
+    for h in had:
+        root.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in root.handlers[:]:
+            root.removeHandler(h)
+        for h in had:
+            root.addHandler(h)
 
 
 def test_settings_lists_every_setting_within_100_columns_with_source(monkeypatch, capsys):

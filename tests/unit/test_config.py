@@ -46,15 +46,26 @@ def test_connection_settings_are_checked_at_start(env, field, words):
     assert "hunter2" not in str(info.value)  # a password in the URL stays masked
 
 
-@pytest.mark.parametrize("env", [
-    {"REDIS_URL": "redis://127.0.0.1:6379/0"}, {"REDIS_URL": "rediss://:pw@redis.example:6380"},
-    {"REDIS_URL": "unix:///run/redis.sock?db=1"}, {"REDIS_URL": "redis://redis"},
-    {"RTT_KAFKA_BOOTSTRAP": "[::1]:9092, kafka-0.kafka:9093"}, {"RTT_TOPIC_PREFIX": "t0a1.b_c-"},
-])
-def test_good_connection_settings_pass(env):
-    from app.config import Settings
+EMBEDDED = ["kafka://127.0.0.1:9092"]  # the brokers when RTT_KAFKA_BOOTSTRAP is not set: the embedded one
 
-    Settings.from_env(env)  # raises if refused
+
+@pytest.mark.parametrize(("env", "redis_url", "brokers", "prefix"), [
+    ({"REDIS_URL": "redis://127.0.0.1:6379/0"}, "redis://127.0.0.1:6379/0", EMBEDDED, ""),
+    ({"REDIS_URL": "rediss://:pw@redis.example:6380"}, "rediss://:pw@redis.example:6380", EMBEDDED, ""),
+    ({"REDIS_URL": "unix:///run/redis.sock?db=1"}, "unix:///run/redis.sock?db=1", EMBEDDED, ""),
+    ({"REDIS_URL": "redis://redis"}, "redis://redis", EMBEDDED, ""),
+    ({"RTT_KAFKA_BOOTSTRAP": "[::1]:9092, kafka-0.kafka:9093"}, "",
+     ["kafka://[::1]:9092", "kafka://kafka-0.kafka:9093"], ""),
+    ({"RTT_TOPIC_PREFIX": "t0a1.b_c-"}, "", EMBEDDED, "t0a1.b_c-"),
+], ids=["redis", "rediss-password", "unix-socket", "redis-no-port", "bootstrap-list", "prefix"])
+def test_good_connection_settings_pass(env, redis_url, brokers, prefix):
+    from app.config import Settings
+    from app.streams.app import broker_urls
+
+    s = Settings.from_env(env)
+    assert (s.redis_url, s.redis_client_url) == (redis_url, redis_url)  # no password file: the URL as given
+    assert broker_urls(s.bootstrap_servers) == brokers
+    assert s.topic_prefix == prefix and s.topic("node-metrics") == f"{prefix}node-metrics"
 
 
 @pytest.mark.parametrize("name", ["RTT_EXTENDER_REBUILD_INTERVAL_S", "RTT_ERROR_PERIOD_S", "RTT_DRIFT_DELTA"])

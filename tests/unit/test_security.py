@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import ssl
 from pathlib import Path
@@ -101,3 +102,24 @@ def test_install_filters_every_root_handler() -> None:
         assert flt in handler.filters
     finally:
         root.removeHandler(handler)
+
+
+def test_install_again_keeps_one_filter_per_handler_masking_every_secret() -> None:
+    """``main()`` run in one process again and again used to add a filter each time (59 after test_cli_flags)."""
+    log = logging.getLogger("rtt.test.install")
+    log.propagate = False
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    other = logging.Filter("rtt")  # a filter of someone else's stays
+    handler.addFilter(other)
+    log.addHandler(handler)
+    try:
+        install(["first-secret"], log)
+        install(["first-secret"], log)
+        flt = install(["second-secret"], log)
+        assert handler.filters == [other, flt]
+        log.warning("first-secret and second-secret")
+        assert out.getvalue() == "*** and ***\n"
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True

@@ -199,7 +199,16 @@ def test_otlp_spans_each_end_as_one_outcome_and_every_completion_is_in_range(spa
     assert len(batch.completions) + batch.skipped + len(batch.errors) == len(spans)
     for c in batch.completions:
         check_completion(c)
-        assert (c["finished_ts"] - c["started_ts"]) * 1e9 >= 0
+    for span in spans:  # a single span: the times are those the span carries
+        if not (isinstance(span, dict) and "startTimeUnixNano" in span):
+            continue
+        one = otlp_to_completions({"resourceSpans": [{"resource": {"attributes": resource},
+                                                      "scopeSpans": [{"spans": [span]}]}]})
+        if one.completions:
+            [c] = one.completions
+            start_ns, end_ns = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+            assert c["started_ts"] == pytest.approx(start_ns / 1e9, rel=1e-12)
+            assert c["finished_ts"] - c["started_ts"] == pytest.approx((end_ns - start_ns) / 1e9, abs=1e-3)
 
 
 @settings(max_examples=150, deadline=None)

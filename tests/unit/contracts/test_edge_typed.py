@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import fastjsonschema
+import msgspec
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -197,7 +198,7 @@ def test_a_pattern_is_matched_as_the_contract_validator_matches_it(raw: bytes) -
     try:
         typed.decode(raw)
         got = True
-    except Exception:
+    except msgspec.ValidationError:  # refused; any other error (a crash of the decoder) fails the test
         got = False
     try:
         fastjsonschema.compile(schema)(orjson.loads(raw))
