@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import os
 import sys
@@ -38,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fault_outages import broker_away, broker_wipe, redis_outage, redis_wiped  # noqa: E402
-from fault_stack import Load, Outcome, RedisServer, Stack  # noqa: E402
+from fault_stack import Load, Outcome, Stack, stack_on_redis  # noqa: E402
 from fault_worker import hostile_input, period_kill  # noqa: E402
 
 from app.config import Settings  # noqa: E402
@@ -63,26 +62,12 @@ def _on_stack(root: Path, scenario: Callable[[Stack, Load], Awaitable[Outcome]])
 
 
 def run_redis(root: Path) -> Outcome:
-    (root / "redis").mkdir(parents=True)
-    server = RedisServer(root / "redis")
-    stack = Stack(root, redis_url=server.url)
-    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
-        cleanup.callback(server.stop)
-        server.start()
-        cleanup.callback(stack.stop)
-        stack.start()
+    with stack_on_redis(root) as (stack, server):
         return asyncio.run(redis_outage(stack, Load(stack.settings), server))
 
 
 def run_redis_wiped(root: Path) -> Outcome:
-    (root / "redis").mkdir(parents=True)
-    server = RedisServer(root / "redis", persist=False)
-    stack = Stack(root, redis_url=server.url, trainer_env={"RTT_REGISTRY_CHECK_S": "1"})
-    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
-        cleanup.callback(server.stop)
-        server.start()
-        cleanup.callback(stack.stop)
-        stack.start()
+    with stack_on_redis(root, persist=False, trainer_env={"RTT_REGISTRY_CHECK_S": "1"}) as (stack, server):
         return asyncio.run(redis_wiped(stack, Load(stack.settings), server))
 
 

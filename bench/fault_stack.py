@@ -25,6 +25,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,22 @@ class Stack:
             self.group.stop()
         if self.broker is not None:
             self.broker.stop()
+
+
+@contextlib.contextmanager
+def stack_on_redis(root: Path, *, persist: bool = True,
+                   trainer_env: dict[str, str] | None = None) -> Iterator[tuple[Stack, RedisServer]]:
+    """A :class:`RedisServer` of its own (under ``root/redis``) and a :class:`Stack` using it, both started;
+    both stopped on leaving, whichever start or step failed."""
+    (root / "redis").mkdir(parents=True, exist_ok=True)
+    server = RedisServer(root / "redis", persist=persist)
+    stack = Stack(root, redis_url=server.url, trainer_env=dict(trainer_env or {}))
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(server.stop)
+        server.start()
+        cleanup.callback(stack.stop)
+        stack.start()
+        yield stack, server
 
 
 def scrape(url: str) -> str:

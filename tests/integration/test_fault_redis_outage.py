@@ -10,25 +10,17 @@ deferred model loads and the retrain are retried until done: both serve the retr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
 from fault_outages import redis_outage
-from fault_stack import Load, RedisServer, Stack
+from fault_stack import Load, stack_on_redis
 
 pytestmark = pytest.mark.integration
 
 
 def test_redis_stopped_and_started_under_the_processes(tmp_path: Path) -> None:
-    (tmp_path / "redis").mkdir()
-    server = RedisServer(tmp_path / "redis")
-    stack = Stack(tmp_path, redis_url=server.url)
-    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
-        cleanup.callback(server.stop)
-        server.start()
-        cleanup.callback(stack.stop)
-        stack.start()
+    with stack_on_redis(tmp_path) as (stack, server):
         outcome = asyncio.run(redis_outage(stack, Load(stack.settings), server))
     assert outcome.dead == 0, stack.dead()
     assert (outcome.lost, outcome.twice) == (0, 0), outcome

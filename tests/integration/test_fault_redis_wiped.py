@@ -6,25 +6,17 @@ its sample history and announces it above v1; the worker and an extender started
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
 from fault_outages import redis_wiped
-from fault_stack import Load, RedisServer, Stack
+from fault_stack import Load, stack_on_redis
 
 pytestmark = pytest.mark.integration
 
 
 def test_redis_restarted_without_its_data(tmp_path: Path) -> None:
-    (tmp_path / "redis").mkdir()
-    server = RedisServer(tmp_path / "redis", persist=False)
-    stack = Stack(tmp_path, redis_url=server.url, trainer_env={"RTT_REGISTRY_CHECK_S": "1"})
-    with contextlib.ExitStack() as cleanup:  # both stopped, whichever start or step fails
-        cleanup.callback(server.stop)
-        server.start()
-        cleanup.callback(stack.stop)
-        stack.start()
+    with stack_on_redis(tmp_path, persist=False, trainer_env={"RTT_REGISTRY_CHECK_S": "1"}) as (stack, server):
         outcome = asyncio.run(redis_wiped(stack, Load(stack.settings), server))
     assert outcome.dead == 0, stack.dead()
     assert (outcome.lost, outcome.twice) == (0, 0), outcome
