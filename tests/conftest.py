@@ -36,12 +36,19 @@ def _root_logger_as_found() -> Iterator[None]:
     ``app.cli.main.main()`` run in process calls ``logging.basicConfig`` (a level, and a handler when the root
     logger has none) and ``masking.install`` (a filter on every root handler): one test's DEBUG level, handler
     or filters reached every later test. pytest's own capture handlers come and go with each phase of a test
-    (set-up, call, teardown), so they are left to pytest.
+    (set-up, call, teardown), so they are left to pytest. The filters that keep recurring client errors to one per
+    period (``app.kafka.quiet``, installed by the services' ``main``) go too: one test's held-back warning hid
+    the next test's.
     """
+    from app.kafka.quiet import RECURRING
+
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     filters = {h: list(h.filters) for h in handlers}
+    named = {name: list(logging.getLogger(name).filters) for name in RECURRING}
     yield
+    for name, kept in named.items():
+        logging.getLogger(name).filters[:] = kept
     root.setLevel(level)
     for h in root.handlers[:]:
         if h not in filters and not _pytests(h):

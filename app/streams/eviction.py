@@ -11,6 +11,15 @@ Every ``min(RTT_NODE_EVICT_AFTER_S / 4, 30 s)`` the worker looks for nodes no me
   compacted reader forget the node as well — each on the producer that sends that topic's values, so
   the tombstone is the last word of its partition.
 
+The node-features tombstone goes out with the intake's records, sent again until the broker acknowledges
+it. A node-weights tombstone the broker did not acknowledge (the broker away past the producer's request
+timeout) is kept and sent again by the next tick, and the ones after, until one is acknowledged; the failure
+is counted in ``rtt_worker_send_failures_total{topic="node-weights", outcome="retried"}`` (``dropped``,
+and not sent again, for an error sending again cannot cure: :func:`app.kafka.batches.permanent`). A node
+heard of again before that (a message named it, or it has state here again) is not sent its tombstone:
+its new values supersede it. Tombstones are checked and sent under ``WorkerContext.weights_lock``, the lock
+the node-weights timer sends its values under, so a tombstone never follows a newer value of its node.
+
 An app no completion or prediction named for as long is retired: it leaves the app cap, its
 ``rtt_worker_prediction_rmse_ms`` / ``rtt_worker_prediction_mape`` series go, and so does everything the
 feedback loop keeps of it (:meth:`~app.streams.feedback_state.FeedbackLoop.forget_apps`): its state in every
@@ -28,12 +37,13 @@ holds them). Evictions are counted in ``rtt_worker_evicted_total{kind}`` (``node
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import faust
 
 from app.config import Settings
 from app.contracts import contract
-from app.kafka.batches import partition_for
+from app.kafka.batches import DROPPED, RETRIED, partition_for, permanent
 from app.streams.context import context_of
 from app.streams.node_features import node_features_of
 from app.streams.timers import timer
@@ -60,7 +70,9 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     fm, evicted = ctx.metrics.feedback, ctx.metrics.evicted
     features_topic, features_partitions = settings.topic("node-features"), contract("node-features").partitions
     weights_topic = contract_topic(app, settings, "node-weights")
-    lost_tombstones = ctx.metrics.send_failures.labels("node-weights", "dropped")
+    retried = ctx.metrics.send_failures.labels("node-weights", RETRIED)
+    dropped = ctx.metrics.send_failures.labels("node-weights", DROPPED)
+    owed: set[str] = set()  # evicted nodes whose node-weights tombstone is to be sent (again)
     unheard: dict[str, float] = {}  # app held by the loop but not admitted -> when first found so
 
     def evict_now() -> tuple[set[str], list[str]]:
@@ -108,16 +120,38 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             unheard.setdefault(a, now)
         return {a for a in held if now - unheard[a] >= after}
 
+    def back(node: str) -> bool:
+        """Whether ``node`` was heard of again, or has state here again, since its eviction."""
+        return node in nodes.store.states or node in bounds.nodes
+
+    def tombstone_failed(node: str) -> Callable[[BaseException], None]:
+        def failed(exc: BaseException) -> None:
+            if permanent(exc):
+                dropped.inc()
+            else:  # the next tick sends it again, unless the node is back by then
+                retried.inc()
+                owed.add(node)
+        return failed
+
+    async def send_tombstones() -> None:
+        """Send the node-weights tombstones owed, each unless its node is back (checked under the lock)."""
+        async with ctx.weights_lock:  # never between a period's check of a node and its send
+            for n in sorted(owed):  # node-weights go out on Faust's producer, like the weights timer's
+                if not back(n):
+                    track_delivery(await weights_topic.send(key=n.encode(), value=None),
+                                   f"node-weights tombstone of {n}", on_failed=tombstone_failed(n))
+                owed.discard(n)  # handed over (a failure owes it again) or superseded by the node's new values
+
     @timer(app, max(0.5, min(after / 4, 30.0)), "evict-silent")
     async def evict() -> None:
         if nodes.intake.running:
+            owed.difference_update([n for n in owed if back(n)])  # before evict_now forgets nodes moved away
             silent, _ = evict_now()
+            owed.update(silent)
             await nodes.intake.sender.ship()  # type: ignore[union-attr]
+            if owed:
+                await send_tombstones()
             if silent:
-                async with ctx.weights_lock:  # never between a period's check of a node and its send
-                    for n in sorted(silent):  # node-weights go out on Faust's producer, like the weights timer's
-                        track_delivery(await weights_topic.send(key=n.encode(), value=None),
-                                       f"node-weights tombstone of {n}", failed=lost_tombstones)
                 writers = loop.handles.get("redis_writer") if loop is not None else None
                 if writers:  # the cached copies go too: a restarted extender would warm up with the node
                     await writers[0].forget(sorted(silent))

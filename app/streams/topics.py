@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -37,10 +38,13 @@ async def await_delivery(sent: Any) -> None:
         await sent
 
 
-def track_delivery(sent: Any, what: str, *, delivered: Any = None, failed: Any = None) -> None:
-    """For a send nobody waits for, whose loss the next period makes good (node-weights): ``delivered`` counted
-    once the broker acknowledged it; a failure counted in ``failed`` and logged at WARNING (once per period
-    with :func:`app.kafka.quiet.quiet_client_errors`) instead of asyncio's "exception was never retrieved".
+def track_delivery(sent: Any, what: str, *, delivered: Any = None, failed: Any = None,
+                   on_failed: Callable[[BaseException], None] | None = None) -> None:
+    """For a send nobody waits for, whose loss a later tick makes good (node-weights values and tombstones):
+    ``delivered`` counted once the broker acknowledged it; a failure counted in ``failed``, handed to
+    ``on_failed`` (the eviction timer keeps the tombstone to send it again) and logged at WARNING (once per
+    period with :func:`app.kafka.quiet.quiet_client_errors`) instead of asyncio's "exception was never
+    retrieved".
 
     ``sent`` is what Faust's ``topic.send`` returned (a future of the acknowledgement); anything else is
     taken as delivered. ``delivered`` and ``failed`` have ``inc()`` (Prometheus counter children).
@@ -58,6 +62,8 @@ def track_delivery(sent: Any, what: str, *, delivered: Any = None, failed: Any =
             return
         if failed is not None:
             failed.inc()
+        if on_failed is not None:
+            on_failed(exc)
         log.warning("not delivered: %s: %r", what, exc)
 
     sent.add_done_callback(done)

@@ -39,6 +39,8 @@ class TrainerMetrics:
                                  registry=self.registry)
         self.bad_messages = Counter("rtt_trainer_bad_messages", "Messages that broke their contract",
                                     ["topic", "reason"], registry=self.registry)
+        self.dead_letters = Counter("rtt_trainer_dead_letters", "Bad messages stored on dead-letters (each once)",
+                                    ["topic", "reason"], registry=self.registry)
         self.drift_to_promotion = Histogram("rtt_trainer_drift_to_promotion_seconds",
                                             "Drift onset to model-updates announcement",
                                             buckets=PROMOTION_BUCKETS_S, registry=self.registry)

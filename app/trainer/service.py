@@ -35,16 +35,9 @@ While a key is training, further events for it are coalesced (dropped and counte
 retrain already uses every sample up to its start, and a drift that persists is signalled again by
 the worker once the new model serves.
 
-The registry and model-updates are kept in agreement. A third consumer reads model-updates (no group,
-from the start) for the newest version announced per key (a tombstone deletes nothing: it is counted as
-``rtt_trainer_bad_messages_total{reason="tombstone"}``); a save always takes a version above it, so a
-registry that lost its data (a Redis restarted empty, or from an older snapshot) never hands out a version
-the workers and extenders already hold (they would ignore it as old). Every ``registry_check_s`` the
-trainer compares each key's current version in the registry with the newest announced: where the
-registry lost it, its current version (if any) is saved again as a new version and announced, else a
-model is trained from the sample history (reason ``registry``); a current version that was never
-announced (the trainer stopped in between, or model-updates was recreated empty) is announced once two
-checks in a row found it so.
+The registry and model-updates are kept in agreement (:mod:`app.trainer.agreement`, the third consumer).
+A message of any of the three that breaks its contract is dead-lettered with its reason, once
+(:mod:`app.trainer.dead_letters`).
 
 Redis or Kafka away does not lose a retrain: a retrain whose registry step fails with
 :class:`~app.model.errors.RegistryUnavailableError` is tried again with backoff (at most
@@ -77,10 +70,8 @@ from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode, encode
 from app.contracts.admission import check_key
-from app.contracts.dead import dead_letter_record
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
-from app.kafka.batches import partition_for
 from app.kafka.client import client_options, consumer_options
 from app.kafka.commits import GroupCommits, Mark
 from app.kafka.positions import PositionGuard
@@ -88,18 +79,19 @@ from app.model.errors import NotEnoughSamplesError, RegistryError, RegistryUnava
 from app.model.train import MIN_SAMPLES
 from app.registry.base import check_model_key
 from app.retry import Backoff
+from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
+from app.trainer.dead_letters import TrainerDeadLetters
 from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
-from app.trainer.registry import ModelRegistry, update_message
+from app.trainer.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
 
 GROUP_ID = "rttsched-trainer"
-REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
 IDLE_CHECK_MAX_S = 60.0  # idle keys are looked for at least this often (seconds)
 OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
 RETRY_S = 1.0  # pause after a broker error of a consumer loop (seconds)
@@ -135,7 +127,7 @@ class Outcome:
     detail: str = ""
 
 
-class TrainerService:
+class TrainerService(RegistryAgreement):
     """Consume, train, judge, register, announce. ``start()``, then ``stop()`` (or ``async with``).
 
     Parameters
@@ -202,9 +194,10 @@ class TrainerService:
         self.key_idle_s = key_idle_s
         self._idle_check_s = min(key_idle_s / 4, IDLE_CHECK_MAX_S)
         self._idle_checked: float | None = None  # clock.monotonic() of the last idle check
-        self.announced: dict[str, tuple[int, str]] = {}  # key -> newest (version, sha256) on model-updates
-        self._floor: dict[str, int] = {}  # key -> newest version ever seen announced (kept across topic resets)
-        self._unannounced: dict[str, int] = {}  # key -> current version the last check found not announced
+        self.dead_letters = TrainerDeadLetters(settings, self.metrics, self.clock)
+        self.announced = {}
+        self._floor = {}
+        self._unannounced = {}
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
@@ -240,6 +233,7 @@ class TrainerService:
         self._update_tps = [TopicPartition(s.topic("model-updates"), p)
                             for p in range(contract("model-updates").partitions)]
         await self._producer.start()
+        self.dead_letters.producer = self._producer
         for consumer, tps in ((self._samples, self._sample_tps), (self._updates, self._update_tps)):
             await consumer.start()
             consumer.assign(tps)
@@ -271,6 +265,7 @@ class TrainerService:
             if client is not None:
                 with contextlib.suppress(Exception):
                     await client.stop()
+        await self.dead_letters.close()
         self._executor.shutdown(wait=True, cancel_futures=True)
         log.info("trainer stopped")
 
@@ -341,6 +336,7 @@ class TrainerService:
         while True:
             batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
             now = self.clock.monotonic()
+            bad: list[tuple[Any, ContractError]] = []
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
@@ -353,6 +349,9 @@ class TrainerService:
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
                         log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
+                        bad.append((rec, exc))
+            if bad:
+                await self.dead_letters.send("training-samples", bad)
             if self._idle_checked is None or now - self._idle_checked >= self._idle_check_s:
                 self._idle_checked = now
                 self.drop_idle(now)
@@ -393,7 +392,7 @@ class TrainerService:
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="retrain-events", reason=exc.reason).inc()
                         log.warning("bad retrain event at offset %d: %s", rec.offset, exc)
-                        await self._dead_letter(rec, "retrain-events", exc)
+                        await self.dead_letters.send("retrain-events", [(rec, exc)], once=False)  # then committed
                         commits.done(mark)
                         continue
                     if self.clock.now() - float(event["ts"]) > self.max_event_age_s:
@@ -402,102 +401,6 @@ class TrainerService:
                         continue
                     self.submit(event, mark)
             commits.commit_soon()
-
-    async def _dead_letter(self, rec: Any, source: str, exc: ContractError) -> None:
-        """A bad message of the trainer's own consumer group to dead-letters, with its reason (once: the group's
-        committed position moves past it; the topics it reads from their start are counted and logged only)."""
-        assert self._producer is not None
-        record = dead_letter_record(rec, source, exc, self.clock.now())
-        try:
-            await self._producer.send_and_wait(self.settings.topic("dead-letters"),
-                                               encode("dead-letters", record), key=record["topic"].encode())
-        except KafkaError as error:
-            log.warning("dead letter of %s@%d not stored: %r", source, rec.offset, error)
-
-    async def _consume_updates(self) -> None:
-        assert self._updates is not None
-        while True:
-            batches = await self._fetch(self._updates, self._update_guard, self._updates_reset, timeout_ms=500)
-            for records in batches.values():
-                for rec in records:
-                    if rec.value is None:  # deleting a model is not supported: what it announced stays known
-                        self.metrics.bad_messages.labels(topic="model-updates", reason="tombstone").inc()
-                        log.info("model-updates tombstone of %r at %s:%d: ignored (deleting a model is not "
-                                 "supported)", rec.key, rec.topic, rec.offset)
-                        continue
-                    try:
-                        update = decode("model-updates", rec.value)
-                        check_key("model-updates", rec.key, update)
-                    except ContractError as exc:
-                        self.metrics.bad_messages.labels(topic="model-updates", reason=exc.reason).inc()
-                        log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
-                        continue
-                    self._note_announced(update)
-
-    def _note_announced(self, update: dict[str, Any]) -> None:
-        key, version = update["model_key"], int(update["version"])
-        if version >= self.announced.get(key, (0, ""))[0]:
-            self.announced[key] = (version, update["sha256"])
-        self._floor[key] = max(self._floor.get(key, 0), version)
-
-    def _updates_reset(self, tps: Iterable[TopicPartition]) -> None:
-        """Partitions of model-updates read again from their start (recreated, or trimmed): what they announced
-        is known again once read; versions stay above everything seen (``_floor``)."""
-        partitions = {tp.partition for tp in tps}
-        n = contract("model-updates").partitions
-        for key in [k for k in self.announced if partition_for(k.encode(), n) in partitions]:
-            del self.announced[key]
-
-    def _newest_announced(self, key: str) -> int:
-        """The newest version this trainer has seen announced for ``key`` (a save goes above it)."""
-        return self._floor.get(key, 0)
-
-    async def _watch_registry(self) -> None:
-        while True:
-            await asyncio.sleep(self.registry_check_s)
-            try:
-                await self.check_registry()
-            except RegistryUnavailableError as exc:  # Redis away: the retrains wait for it anyway
-                log.info("registry check skipped: %s", exc)
-            except Exception as exc:  # never the end of the trainer: the next check tries again
-                log.warning("registry check failed: %r; trying again in %.0f s", exc, self.registry_check_s)
-
-    async def check_registry(self) -> list[str]:
-        """Compare each key's current version in the registry with the newest announced on model-updates, and
-        start what brings them together (see the module docstring); the keys acted on."""
-        await self._caught_up(self._updates, self._update_tps, "model-updates")
-        store = self.registry.store
-        acted: list[str] = []
-        for key in sorted(set(self.announced) | set(await asyncio.to_thread(store.keys))):
-            if key in self._training:
-                continue
-            current = await asyncio.to_thread(store.current, key)
-            version, sha = self.announced.get(key, (0, ""))
-            if current is not None and current.version > version and current.version >= self._newest_announced(key):
-                # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
-                if self._unannounced.get(key) != current.version:
-                    self._unannounced[key] = current.version
-                    continue
-                del self._unannounced[key]
-                log.warning("model %s: the registry's current v%d was never announced (newest announced: v%d): "
-                            "announcing it", key, current.version, version)
-                await self._announce(update_message(current), {"ts": self.clock.now(), "onset_ts": None},
-                                     timed=False)
-                acted.append(key)
-                continue
-            self._unannounced.pop(key, None)
-            newest = self._newest_announced(key)
-            if (current is not None and (current.version, current.sha256) == (version, sha)) or (
-                    current is None and not newest):  # in agreement, or nothing ever served
-                continue
-            found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
-            log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
-                        "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
-                        found, newest)
-            if self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
-                            "onset_ts": None}) is not None:
-                acted.append(key)
-        return acted
 
     def submit(self, event: dict[str, Any], mark: Mark | None = None) -> asyncio.Task[Outcome] | None:
         """Start a retrain for the event's key, or coalesce it if that key is training (returns None).

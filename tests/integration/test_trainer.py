@@ -318,15 +318,60 @@ async def test_a_key_the_registry_could_not_store_is_dead_lettered_before_traini
     service = TrainerService(settings, registry=ModelRegistry(store=store), train_params=FAST,
                              catch_up_timeout_s=15.0, registry_check_s=0)
     async with service:
-        letters = await dead_letters(settings, 1)
-        assert [(d["topic"], d["reason"], d["key"]) for d in letters] == [(settings.topic("retrain-events"), reason,
-                                                                           key)]
+        letters = await dead_letters(settings, 701)
+        assert [(d["topic"], d["reason"], d["key"]) for d in letters if "retrain" in d["topic"]] == [
+            (settings.topic("retrain-events"), reason, key)]
+        assert sorted(d["offset"] for d in letters if d["topic"] == settings.topic("training-samples")) == list(
+            range(700))  # the samples, read from the topic's start, dead-lettered each once
         reg = service.metrics.registry
         assert reg.get_sample_value("rtt_trainer_bad_messages_total",
                                     {"topic": "retrain-events", "reason": reason}) == 1.0
         await wait_for(lambda: reg.get_sample_value("rtt_trainer_bad_messages_total", {
             "topic": "training-samples", "reason": "schema"}) == 700.0, 10.0, "the samples refused")
         assert not service.outcomes and service.history.count(key) == 0 and store.keys() == []
+    store.close()
+
+
+async def test_bad_samples_and_model_updates_are_dead_lettered_once_across_restarts(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """training-samples and model-updates are read from their start by every trainer: a bad message there goes
+    to dead-letters the first time a trainer reads it (a mark in Redis), and is counted, not sent again, by the
+    trainers that read it later; a new bad message is dead-lettered when it comes."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    good = samples(3, 0, np.random.default_rng(5))
+    await produce(settings, "training-samples", [(KEY, encode("training-samples", good[0])), (KEY, b"{not json"),
+                                                 (KEY, encode("training-samples", good[1]))])
+    await produce(settings, "model-updates", [(KEY, b'{"model_key": "gCTF:gpu"}')])
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+
+    def counted(reg: Any, name: str) -> dict[tuple[str, str], float]:
+        return {(x.labels["topic"], x.labels["reason"]): x.value for m in reg.collect() for x in m.samples
+                if x.name == name and x.value}
+
+    async def run(bad: int, good: int) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+        """A trainer that reads both topics: the bad messages it read and the dead letters it stored."""
+        service = TrainerService(settings, registry=ModelRegistry(store=store), catch_up_timeout_s=15.0,
+                                 registry_check_s=0)
+        async with service:
+            reg = service.metrics.registry
+            await wait_for(lambda: sum(counted(reg, "rtt_trainer_bad_messages_total").values()) == bad
+                           and service.history.count(KEY) == good, 15.0, "every message read")
+            await asyncio.sleep(0.5)  # a dead letter would be on its way by now
+            return counted(reg, "rtt_trainer_bad_messages_total"), counted(reg, "rtt_trainer_dead_letters_total")
+
+    first = {("training-samples", "invalid_json"): 1.0, ("model-updates", "schema"): 1.0}
+    assert await run(2, 2) == (first, first)
+    letters = await dead_letters(settings, 2)
+    assert sorted((d["topic"], d["offset"], base64.b64decode(d["raw"])) for d in letters) == [
+        (settings.topic("model-updates"), 0, b'{"model_key": "gCTF:gpu"}'),
+        (settings.topic("training-samples"), 1, b"{not json")]
+    await produce(settings, "training-samples", [(KEY, b"[]"), (KEY, encode("training-samples", good[2]))])
+    # a second trainer reads all of them again: each counted, only the new bad sample dead-lettered
+    read, stored = await run(3, 3)
+    assert read == {**first, ("training-samples", "not_an_object"): 1.0}
+    assert stored == {("training-samples", "not_an_object"): 1.0}
+    letters = await dead_letters(settings, 4, timeout_s=3.0)
+    assert len(letters) == 3 and [d["offset"] for d in letters if base64.b64decode(d["raw"]) == b"[]"] == [3]
     store.close()
 
 

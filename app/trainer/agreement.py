@@ -1,0 +1,158 @@
+"""The registry and model-updates kept in agreement (a mixin of :class:`~app.trainer.service.TrainerService`).
+
+A consumer reads model-updates (no group, from the start) for the newest version announced per key (a
+tombstone deletes nothing: it is counted as ``rtt_trainer_bad_messages_total{reason="tombstone"}``; a value
+that breaks the contract is dead-lettered once, :mod:`app.trainer.dead_letters`); a save always takes a
+version above it, so a registry that lost its data (a Redis restarted empty, or from an older snapshot) never
+hands out a version the workers and extenders already hold (they would ignore it as old). Every
+``registry_check_s`` the trainer compares each key's current version in the registry with the newest
+announced: where the registry lost it, its current version (if any) is saved again as a new version and
+announced, else a model is trained from the sample history (reason ``registry``); a current version that was
+never announced (the trainer stopped in between, or model-updates was recreated empty) is announced once two
+checks in a row found it so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.clock import Clock
+from app.contracts import contract, decode
+from app.contracts.admission import check_key
+from app.errors import ContractError
+from app.kafka.batches import partition_for
+from app.kafka.positions import PositionGuard
+from app.model.errors import RegistryUnavailableError
+from app.trainer.dead_letters import TrainerDeadLetters
+from app.trainer.metrics import TrainerMetrics
+from app.trainer.registry import ModelRegistry, update_message
+
+if TYPE_CHECKING:
+    from app.kafka.commits import Mark
+
+log = logging.getLogger(__name__)
+
+REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
+
+
+class RegistryAgreement:
+    """Reads model-updates and brings the registry back in line with it; the service provides the rest."""
+
+    registry: ModelRegistry
+    metrics: TrainerMetrics
+    clock: Clock
+    dead_letters: TrainerDeadLetters
+    registry_check_s: float
+    announced: dict[str, tuple[int, str]]  # key -> newest (version, sha256) on model-updates
+    _floor: dict[str, int]  # key -> newest version ever seen announced (kept across topic resets)
+    _unannounced: dict[str, int]  # key -> current version the last check found not announced
+    _training: set[str]
+    _updates: AIOKafkaConsumer | None
+    _update_tps: list[TopicPartition]
+    _update_guard: PositionGuard
+
+    if TYPE_CHECKING:  # provided by TrainerService
+        async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard,
+                         on_reset: Callable[[dict[TopicPartition, int]], None] | None = None,
+                         **kw: Any) -> dict[Any, list[Any]]: ...
+
+        async def _caught_up(self, consumer: AIOKafkaConsumer | None, tps: list[TopicPartition],
+                             what: str) -> bool: ...
+
+        def submit(self, event: dict[str, Any], mark: Mark | None = None) -> asyncio.Task[Any] | None: ...
+
+        async def _announce(self, record: dict[str, Any], event: dict[str, Any], *, timed: bool = True) -> None: ...
+
+    async def _consume_updates(self) -> None:
+        assert self._updates is not None
+        while True:
+            batches = await self._fetch(self._updates, self._update_guard, self._updates_reset, timeout_ms=500)
+            bad: list[tuple[Any, ContractError]] = []
+            for records in batches.values():  # no await in here: a batch is noted at once
+                for rec in records:
+                    if rec.value is None:  # deleting a model is not supported: what it announced stays known
+                        self.metrics.bad_messages.labels(topic="model-updates", reason="tombstone").inc()
+                        log.info("model-updates tombstone of %r at %s:%d: ignored (deleting a model is not "
+                                 "supported)", rec.key, rec.topic, rec.offset)
+                        continue
+                    try:
+                        update = decode("model-updates", rec.value)
+                        check_key("model-updates", rec.key, update)
+                    except ContractError as exc:
+                        self.metrics.bad_messages.labels(topic="model-updates", reason=exc.reason).inc()
+                        log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
+                        bad.append((rec, exc))
+                        continue
+                    self._note_announced(update)
+            if bad:
+                await self.dead_letters.send("model-updates", bad)
+
+    def _note_announced(self, update: dict[str, Any]) -> None:
+        key, version = update["model_key"], int(update["version"])
+        if version >= self.announced.get(key, (0, ""))[0]:
+            self.announced[key] = (version, update["sha256"])
+        self._floor[key] = max(self._floor.get(key, 0), version)
+
+    def _updates_reset(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions of model-updates read again from their start (recreated, or trimmed): what they announced
+        is known again once read; versions stay above everything seen (``_floor``)."""
+        partitions = {tp.partition for tp in tps}
+        n = contract("model-updates").partitions
+        for key in [k for k in self.announced if partition_for(k.encode(), n) in partitions]:
+            del self.announced[key]
+
+    def _newest_announced(self, key: str) -> int:
+        """The newest version this trainer has seen announced for ``key`` (a save goes above it)."""
+        return self._floor.get(key, 0)
+
+    async def _watch_registry(self) -> None:
+        while True:
+            await asyncio.sleep(self.registry_check_s)
+            try:
+                await self.check_registry()
+            except RegistryUnavailableError as exc:  # Redis away: the retrains wait for it anyway
+                log.info("registry check skipped: %s", exc)
+            except Exception as exc:  # never the end of the trainer: the next check tries again
+                log.warning("registry check failed: %r; trying again in %.0f s", exc, self.registry_check_s)
+
+    async def check_registry(self) -> list[str]:
+        """Compare each key's current version in the registry with the newest announced on model-updates, and
+        start what brings them together (see the module docstring); the keys acted on."""
+        await self._caught_up(self._updates, self._update_tps, "model-updates")
+        store = self.registry.store
+        acted: list[str] = []
+        for key in sorted(set(self.announced) | set(await asyncio.to_thread(store.keys))):
+            if key in self._training:
+                continue
+            current = await asyncio.to_thread(store.current, key)
+            version, sha = self.announced.get(key, (0, ""))
+            if current is not None and current.version > version and current.version >= self._newest_announced(key):
+                # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
+                if self._unannounced.get(key) != current.version:
+                    self._unannounced[key] = current.version
+                    continue
+                del self._unannounced[key]
+                log.warning("model %s: the registry's current v%d was never announced (newest announced: v%d): "
+                            "announcing it", key, current.version, version)
+                await self._announce(update_message(current), {"ts": self.clock.now(), "onset_ts": None},
+                                     timed=False)
+                acted.append(key)
+                continue
+            self._unannounced.pop(key, None)
+            newest = self._newest_announced(key)
+            if (current is not None and (current.version, current.sha256) == (version, sha)) or (
+                    current is None and not newest):  # in agreement, or nothing ever served
+                continue
+            found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
+            log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
+                        "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
+                        found, newest)
+            if self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
+                            "onset_ts": None}) is not None:
+                acted.append(key)
+        return acted

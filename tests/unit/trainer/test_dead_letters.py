@@ -1,0 +1,122 @@
+"""The trainer's dead letters: each bad message once (marks), again while the broker does not take them, given up
+when it never can, and sent anyway when the marks cannot be read."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.structs import ConsumerRecord
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app.clock import ManualClock
+from app.config import Settings
+from app.contracts import decode
+from app.errors import ContractError
+from app.trainer import dead_letters as module
+from app.trainer.dead_letters import DirectoryMarks, TrainerDeadLetters, open_marks
+from app.trainer.metrics import TrainerMetrics
+
+
+class Producer:
+    """Takes sends in memory; ``failures`` are the errors of the next sends' acknowledgements, one per send."""
+
+    def __init__(self, failures: list[BaseException] | None = None) -> None:
+        self.failures = list(failures or [])
+        self.stored: list[tuple[str, bytes, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.failures:
+            fut.set_exception(self.failures.pop(0))
+        else:
+            self.stored.append((topic, key, value))
+            fut.set_result(None)
+        return fut
+
+
+class AwayMarks:
+    """Marks whose store is away."""
+
+    async def has(self, name: str) -> bool:
+        raise RedisConnectionError("connection refused")
+
+    async def add(self, name: str, ttl_s: float | None) -> None:
+        raise RedisConnectionError("connection refused")
+
+    async def close(self) -> None:
+        return None
+
+
+def record(offset: int, value: bytes, topic: str = "p-training-samples") -> ConsumerRecord:
+    return ConsumerRecord(topic, 2, offset, 0, 0, b"gCTF:gpu", value, None, len(b"gCTF:gpu"), len(value), ())
+
+
+def letters(producer: Producer) -> list[tuple[int, bytes, str]]:
+    out = []
+    for _, _, value in producer.stored:
+        d = decode("dead-letters", value)
+        out.append((d["offset"], base64.b64decode(d["raw"]), d["reason"]))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(module.Backoff, "next", lambda self: 0.0)
+
+
+def dead(tmp_path: Path, producer: Producer, marks: Any = None) -> TrainerDeadLetters:
+    settings = Settings.from_env({}, models_dir=str(tmp_path), topic_prefix="p-")
+    return TrainerDeadLetters(settings, TrainerMetrics(), ManualClock(100.0), marks=marks, producer=producer)
+
+
+def bad(offset: int, value: bytes = b"{") -> tuple[ConsumerRecord, ContractError]:
+    return record(offset, value), ContractError("invalid_json", "not JSON")
+
+
+async def test_each_bad_message_once_in_the_models_directory(tmp_path: Path) -> None:
+    assert isinstance(open_marks(Settings.from_env({}, models_dir=str(tmp_path))), DirectoryMarks)
+    producer = Producer()
+    first = dead(tmp_path, producer)
+    assert await first.send("training-samples", [bad(1), bad(4)]) == 2
+    # a restarted trainer (new marks object, same directory) reads them again, and a new one
+    again = dead(tmp_path, producer)
+    assert await again.send("training-samples", [bad(1), bad(4), bad(9)]) == 1
+    # the same offset with other bytes (a recreated topic) is another message
+    assert await again.send("training-samples", [bad(1, b"[")]) == 1
+    assert letters(producer) == [(1, b"{", "invalid_json"), (4, b"{", "invalid_json"), (9, b"{", "invalid_json"),
+                                 (1, b"[", "invalid_json")]
+    assert {t for t, _, _ in producer.stored} == {"p-dead-letters"}
+    reg = again.metrics.registry
+    assert reg.get_sample_value("rtt_trainer_dead_letters_total",
+                                {"topic": "training-samples", "reason": "invalid_json"}) == 2.0
+
+
+async def test_not_acknowledged_sent_again_until_stored_refused_for_good_given_up(tmp_path: Path) -> None:
+    producer = Producer([KafkaTimeoutError(), MessageSizeTooLargeError(), KafkaTimeoutError()])
+    d = dead(tmp_path, producer)
+    assert await d.send("training-samples", [bad(1), bad(2), bad(3)]) == 2
+    # 1 and 3 timed out, then stored on the next try; 2 refused for good
+    assert sorted(o for o, _, _ in letters(producer)) == [1, 3]
+    # the one given up has no mark: a later read tries it again
+    assert await dead(tmp_path, Producer()).send("training-samples", [bad(1), bad(2), bad(3)]) == 1
+
+
+async def test_marks_away_the_message_is_dead_lettered_anyway(tmp_path: Path) -> None:
+    producer = Producer()
+    d = dead(tmp_path, producer, marks=AwayMarks())
+    assert await d.send("model-updates", [bad(7)]) == 1
+    assert await d.send("model-updates", [bad(7)]) == 1  # a second copy rather than none
+    assert [o for o, _, _ in letters(producer)] == [7, 7]
+
+
+async def test_once_false_never_looks_at_marks(tmp_path: Path) -> None:
+    producer = Producer()
+    d = dead(tmp_path, producer)
+    assert await d.send("retrain-events", [bad(5)], once=False) == 1
+    assert await d.send("retrain-events", [bad(5)], once=False) == 1  # the group's commit makes it once
+    assert not (tmp_path / "dead-letters").exists()
