@@ -10,6 +10,9 @@ until it is (the sender keeps it), and a record is counted as sent — ``rtt_wor
 what :meth:`PartitionIntake.count_delivered` adds — only once acknowledged; a failure is counted in
 ``rtt_worker_send_failures_total{topic, outcome}`` (``retried`` | ``dropped``: an error sending again cannot
 cure, such as a record too large).
+While more than ``HELD_MAX`` (20,000) records wait for the broker — producing fails while fetching works,
+say an output topic deleted — the intake reads nothing more and only tries to send them, once per producer
+request timeout: its memory stays bounded, and it reads on from where it stopped once the broker takes them.
 
 Ownership comes from the Faust group (:mod:`app.streams.ownership`). Every source topic and changelog
 of the worker has the same partition count and is keyed by node, so partition *p* of each belongs to the
@@ -58,6 +61,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], int], None]
 MAX_RECORDS = 10_000
+HELD_MAX = 2 * MAX_RECORDS  # records waiting for the broker beyond which the intake reads no more
 RETRY_S = 1.0
 REQUEST_TIMEOUT_MS = 40_000  # aiokafka's default
 
@@ -237,6 +241,11 @@ class PartitionIntake:
             await self._apply_assignment()
         if not self.owned:
             await asyncio.sleep(0.05)
+            return
+        if len(self.sender) >= HELD_MAX:  # the broker takes none of it: read no more until it does
+            log.warning("%s: %d records wait for the broker; reading paused until it takes them", self.name,
+                        len(self.sender))
+            await self.sender.ship()  # raises while it cannot: run() waits and comes back here
             return
         try:
             batch = await self._consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)

@@ -7,11 +7,16 @@ import dataclasses
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError
+from prometheus_client import CollectorRegistry
 
 from app.clock import ManualClock
 from app.config import Settings
 from app.errors import ContractError
+from app.kafka.positions import PositionGuard
+from app.streams import intake as intake_module
 from app.streams.intake import PartitionIntake
 
 S = Settings.from_env({}, topic_prefix="u-")
@@ -123,3 +128,47 @@ def test_a_handler_refusal_keeps_its_reason() -> None:
     it.assign({0}, {})
     asyncio.run(it.process({TopicPartition(C, 0): [Record(1, completion("t-1"))]}))  # type: ignore[dict-item]
     assert dead.sent == [(1, "task-completions", "node_cap")]
+
+
+class Held:
+    """A sender holding ``n`` records the broker will not take."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.ships = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def ship(self) -> int:
+        self.ships += 1
+        raise KafkaTimeoutError()
+
+
+class Fetches:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def getmany(self, **kw: Any) -> dict[TopicPartition, list[Any]]:
+        self.calls += 1
+        return {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set()
+
+
+async def test_reading_pauses_while_the_broker_takes_none_of_what_waits() -> None:
+    """Producing fails while fetching works (an output topic gone): the intake used to go on reading, one batch
+    per producer timeout, each one's records added to those waiting in memory."""
+    it = intake([], Dead())
+    it.owned = {0}
+    consumer = Fetches()
+    it._consumer = consumer  # type: ignore[assignment]
+    it.sender = Held(intake_module.HELD_MAX)  # type: ignore[assignment]
+    with pytest.raises(KafkaTimeoutError):
+        await it._step()
+    assert consumer.calls == 0 and it.sender.ships == 1  # type: ignore[attr-defined]
+    it.sender.n = intake_module.HELD_MAX - 1  # type: ignore[attr-defined]
+    it.guard = PositionGuard(consumer, "intake", registry=CollectorRegistry())  # type: ignore[arg-type]
+    await it._step()
+    assert consumer.calls == 1
