@@ -24,7 +24,6 @@ but finite inputs (1e300) neither overflow nor lose the result.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import kendalltau, rankdata
 
+from app.cpus import usable_cpus
 from app.errors import RttError
 from app.features import dcor_fast as _dcor_fast
 from app.features import mic as _mic
@@ -40,7 +40,7 @@ from app.features import mic as _mic
 MEASURES: tuple[str, ...] = ("pearson", "spearman", "kendall", "dcor", "mic")
 SIGNED = frozenset({"pearson", "spearman", "kendall"})
 MIN_SAMPLES = 4
-MIC_THREADS = min(4, os.cpu_count() or 1)  # threads for the columns' MIC in measure_table
+MIC_THREADS = min(4, usable_cpus())  # threads for the columns' MIC in measure_table (quota included)
 
 ArrayLike = npt.ArrayLike
 

@@ -1,4 +1,11 @@
-"""Create every topic of ``topics/`` on a broker, idempotently."""
+"""Create every topic of ``topics/`` on a broker, idempotently, and check those that exist.
+
+An existing topic must have the contract's partition count and cleanup policy: a compacted topic
+(model-updates, node-features, node-weights, the changelogs) left on ``delete`` — created by hand or
+auto-created before ``topics create`` ran — loses its values at its retention, and a restarted extender or
+worker then finds no models or state. The policy is read back with DescribeConfigs (a broker that does not
+answer it is warned about, and the contract's policy is printed as wanted, not checked).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from app.config import Settings
@@ -20,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class TopicError(RttError):
-    """A topic could not be created, or exists with another partition count."""
+    """A topic could not be created, or exists with another partition count or cleanup policy."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +47,11 @@ class InternalTopic:
 class TopicResult:
     topic: str
     partitions: int
-    cleanup_policy: str
+    cleanup_policy: str  # the broker's (the contract's where the broker would not say)
     created: bool
+
+
+DEFAULT_CLEANUP = "delete"  # Kafka's log.cleanup.policy default: a topic config the broker does not list
 
 
 async def started_admin(settings: Settings) -> AIOKafkaAdminClient:
@@ -65,17 +76,17 @@ async def check_reachable(settings: Settings) -> None:
 
 async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = (),
                         recreate: bool = False) -> list[TopicResult]:
-    """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify partitions of those
-    that exist.
+    """Create each contract's topic (prefixed), and ``internal`` ones, if missing; verify the partitions and
+    cleanup policy of those that exist.
 
-    ``recreate``: a topic with another partition count is deleted and created again (its messages lost)
+    ``recreate``: a topic with another partition count or policy is deleted and created again (its messages lost)
     instead of an error — for a broker just started in memory, where a client that reached it first had a
     topic auto-created with the broker's default count.
     """
     for attempt in range(3):
         try:
             return await _ensure_topics(settings, internal)
-        except _WrongPartitions as exc:
+        except _WrongTopics as exc:
             if not recreate or attempt == 2:
                 raise TopicError(f"{exc}: delete and create them again") from None
             log.warning("%s: deleting and creating again (a client had them auto-created first; their messages "
@@ -90,13 +101,33 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
     raise AssertionError("unreachable")
 
 
-class _WrongPartitions(Exception):
-    """Topics whose partition count is not the wanted one: ``(the topic wanted, the count it has)``."""
+class _WrongTopics(Exception):
+    """Topics that exist otherwise than wanted: ``(the topic wanted, what it has)``."""
 
-    def __init__(self, wrong: list[tuple[NewTopic, int]]) -> None:
+    def __init__(self, wrong: list[tuple[NewTopic, str]]) -> None:
         self.wrong = wrong
-        super().__init__("; ".join(f"topic {new.name} has {have} partitions, {new.num_partitions} expected"
-                                   for new, have in wrong) + " (topics/ or the worker's partition count)")
+        super().__init__("; ".join(f"topic {new.name} has {have}" for new, have in wrong)
+                         + " (topics/ or the worker's partition count)")
+
+
+async def _cleanup_policies(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, str]:
+    """``{topic: cleanup.policy}`` as the broker has them (its default where a topic sets none); topics it would
+    not describe are left out, with a warning."""
+    try:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
+    except KafkaError as exc:
+        log.warning("the broker did not describe the topics' configs (%r): cleanup policies not checked", exc)
+        return {}
+    out: dict[str, str] = {}
+    for response in responses:
+        for code, message, _, name, entries in (r[:5] for r in response.resources):
+            if code:
+                log.warning("cleanup.policy of %s not checked: error %d: %s", name, code, message)
+                continue
+            found = {e[0]: e[1] for e in entries}
+            out[name] = found.get("cleanup.policy") or DEFAULT_CLEANUP
+    return out
 
 
 async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) -> list[TopicResult]:
@@ -119,16 +150,28 @@ async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) 
                 raise TopicError(f"creating {topic}: error {code}: {message}")
             created[topic] = code == 0
         described = await admin.describe_topics(list(wanted))
-        results, wrong = [], []
+        results: list[TopicResult] = []
+        wrong: list[tuple[NewTopic, str]] = []
         for d in described:
             name = d["topic"]
             partitions, cleanup, new = wanted[name]
             have = len(d["partitions"])
             if have != partitions:
-                wrong.append((new, have))
+                wrong.append((new, f"{have} partitions, {partitions} expected"))
             results.append(TopicResult(name, have, cleanup, created.get(name, False)))
+        policies = await _cleanup_policies(admin, list(wanted))
+        checked = []
+        for r in results:
+            have_policy = policies.get(r.topic)
+            partitions, cleanup, new = wanted[r.topic]
+            if have_policy is not None and set(have_policy.split(",")) != set(cleanup.split(",")):
+                wrong.append((new, f"cleanup.policy {have_policy}, {cleanup} expected"))
+            checked.append(dataclasses.replace(r, cleanup_policy=have_policy or cleanup))
         if wrong:
-            raise _WrongPartitions(wrong)
-        return sorted(results, key=lambda r: r.topic)
+            merged: dict[str, tuple[NewTopic, list[str]]] = {}
+            for new, have in wrong:
+                merged.setdefault(new.name, (new, []))[1].append(have)
+            raise _WrongTopics([(new, " and ".join(haves)) for new, haves in merged.values()])
+        return sorted(checked, key=lambda r: r.topic)
     finally:
         await admin.close()

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import xgboost
 
+from app.cpus import usable_cpus
 from app.model.balance import stratified_sample
 from app.model.errors import ModelFormatError, NotEnoughSamplesError, TrainingError
 from app.model.presets import xgb_params
@@ -81,16 +82,14 @@ def evaluate(predict: Callable[[np.ndarray], np.ndarray], X: np.ndarray, y: np.n
 
 
 def default_nthread() -> int:
-    """XGBoost threads: the CPUs this process may run on, less one when that is every CPU (at least 1).
+    """XGBoost threads: the CPUs this process may use (its affinity, at most its container's CPU quota:
+    :func:`app.cpus.usable_cpus`), less one when that is every CPU of the machine (at least 1).
 
     >>> 1 <= default_nthread() <= (os.cpu_count() or 1)
     True
     """
     total = os.cpu_count() or 1
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        allowed = total
+    allowed = usable_cpus()
     return max(1, allowed - 1) if allowed >= total else max(1, allowed)
 
 

@@ -110,3 +110,30 @@ def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_
         results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
     assert results[name].partitions == load_contracts()["node-metrics"].partitions == 8
     assert any("deleting and creating again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_bootstrap, settings_factory):
+    """model-updates created beforehand (by hand, or auto-created) with the broker's default policy, ``delete``:
+    its models would go at its retention. It used to pass: only the partition count was checked, and the
+    contract's policy was printed as the topic's."""
+    from aiokafka.admin import NewTopic
+
+    from app.kafka.admin import TopicError
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)
+    name = s.topic("model-updates")
+    partitions = load_contracts()["model-updates"].partitions
+
+    async def by_hand() -> None:
+        admin = await started_admin(s)
+        try:
+            await admin.create_topics([NewTopic(name, partitions, 1, topic_configs={"cleanup.policy": "delete"})])
+        finally:
+            await admin.close()
+
+    asyncio.run(by_hand())
+    with pytest.raises(TopicError, match=f"topic {name} has cleanup.policy delete, compact expected"):
+        asyncio.run(ensure_topics(s))
+    results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
+    assert results[name].cleanup_policy == "compact"
+    assert asyncio.run(_broker_cleanup_policies(s, [name])) == {name: "compact"}

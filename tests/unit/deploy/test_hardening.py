@@ -90,11 +90,15 @@ def test_no_configmap_holds_a_password():
 def test_redis_requires_the_secret_password_and_its_users_read_it_from_a_mounted_file():
     redis = _find("Deployment", "rttsched-redis", "rttsched")
     assert redis is not None
-    c = redis["spec"]["template"]["spec"]["containers"][0]
-    args = c["args"]
-    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
-    env = {e["name"]: e for e in c["env"]}
-    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "rttsched-secrets", "key": "redis-password"}
+    spec = redis["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    # the server reads the password from the Secret's file, as its users do (test_redis_password.py runs it)
+    assert '--requirepass "$p"' in c["args"][0] and 'p="$(cat /etc/redis/secrets/redis-password)"' in c["args"][0]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volume = {v["name"]: v for v in spec["volumes"]}[next(n for n, p in mounts.items() if p == "/etc/redis/secrets")]
+    assert volume["secret"]["secretName"] == "rttsched-secrets"
+    assert {i["key"]: i["path"] for i in volume["secret"]["items"]} == {"redis-password": "redis-password"}
+    assert "env" not in c  # no copy of the password in the environment
     users = set()
     for doc, spec in _pod_specs():
         for container in spec["containers"]:
