@@ -169,9 +169,9 @@ async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) 
             checked.append(dataclasses.replace(r, cleanup_policy=have_policy or cleanup))
         if wrong:
             merged: dict[str, tuple[NewTopic, list[str]]] = {}
-            for new, have in wrong:
-                merged.setdefault(new.name, (new, []))[1].append(have)
-            raise _WrongTopics([(new, " and ".join(haves)) for new, haves in merged.values()])
+            for topic, problem in wrong:
+                merged.setdefault(topic.name, (topic, []))[1].append(problem)
+            raise _WrongTopics([(topic, " and ".join(problems)) for topic, problems in merged.values()])
         return sorted(checked, key=lambda r: r.topic)
     finally:
         await admin.close()
