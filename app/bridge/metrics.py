@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from app.listen import listen_error
+from app.health import Heartbeat, serve_metrics_and_health
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +62,14 @@ class BridgeMetrics:
         return 0.0 if v is None else v
 
 
-def serve_metrics(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 - scraped from other pods
-    """Serve ``metrics`` as ``/metrics`` on ``port`` in a background thread; nothing when ``port`` is 0. A port
-    that is taken (an address not this host's) is a :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT``."""
+def serve_metrics(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> Heartbeat | None:  # noqa: S104 - scraped from other pods
+    """Serve ``metrics`` as ``/metrics``, and ``/healthz``, on ``port`` in a background thread; nothing (None)
+    when ``port`` is 0. ``/healthz`` fails while the returned heartbeat does not beat on the bridge's event loop
+    (:func:`app.health.beating`). A port that is taken (an address not this host's) is a
+    :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT``."""
     if port <= 0:
-        return False
-    try:
-        start_http_server(port, addr=addr, registry=metrics.registry)
-    except OSError as exc:  # socket.gaierror included
-        raise listen_error("RTT_METRICS_PORT", addr, port, exc) from None
-    log.info("serving /metrics on %s:%d", addr, port)
-    return True
+        return None
+    heartbeat = Heartbeat()
+    serve_metrics_and_health(port, addr, metrics.registry, heartbeat)
+    log.info("serving /metrics and /healthz on %s:%d", addr, port)
+    return heartbeat

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.bridge.snapshot import Snapshot
     from app.bridge.targets import check_unique, load_targets, parse_target_flag
     from app.errors import ConfigError
+    from app.health import beating
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
 
     targets = [parse_target_flag(t) for t in args.target]
@@ -63,11 +64,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return 1 if silent else 0
 
     metrics = BridgeMetrics()
-    serve_metrics(metrics, settings.metrics_port, settings.metrics_host)
+    heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)
     quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
     print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
           f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
-    stats = asyncio.run(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping, metrics=metrics))
+    stats = asyncio.run(beating(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping, metrics=metrics),
+                                heartbeat))
     print(f"bridge: {stats.rounds} rounds, {stats.messages} messages, {stats.failed_scrapes} failed scrapes, "
           f"{stats.unpublished} rounds not taken by Kafka")
     return 0

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.extender.podwatch import PodWatcher, PodWatchMetrics
     from app.extender.podwatch_api import PodsApi
-    from app.listen import check_listen, listen_error
+    from app.health import Heartbeat, beating, serve_metrics_and_health
+    from app.listen import check_listen
     from app.masking import mask_url
     from app.redis_client import settings_redis
     from app.scheduler.cache import CacheKeys
@@ -97,14 +98,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 await client.aclose()
 
     async def _serve(watcher: PodWatcher) -> int:
-        if settings.metrics_port:
-            from prometheus_client import start_http_server
-
-            try:
-                start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
-            except OSError as exc:
-                raise listen_error("RTT_METRICS_PORT", settings.metrics_host, settings.metrics_port, exc) from None
-            log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
+        heartbeat = None
+        if settings.metrics_port:  # /metrics, and /healthz failing while this event loop is stuck
+            heartbeat = Heartbeat()
+            serve_metrics_and_health(settings.metrics_port, settings.metrics_host, metrics.registry, heartbeat)
+            log.info("metrics on %s:%d/metrics (/healthz)", settings.metrics_host, settings.metrics_port)
         mode = "list only" if not options.watch else "list + watch"
         print(f"rttsched pods: {access.base_url} -> {mask_url(settings.redis_url)} (prefix {settings.topic_prefix!r}), "
               f"{mode}, resync {options.resync_s:g}s", flush=True)
@@ -114,7 +112,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             loop.add_signal_handler(sig, stop.set)
         task = asyncio.ensure_future(watcher.run())
         stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        await beating(asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED), heartbeat)
         stopping.cancel()
         task.cancel()
         await asyncio.gather(task, stopping, return_exceptions=True)

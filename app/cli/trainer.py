@@ -29,9 +29,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
+    from app.health import Heartbeat, beating, serve_metrics_and_health
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
-    from app.listen import check_listen, listen_error
+    from app.listen import check_listen
     from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
 
@@ -67,15 +68,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s,
                                  key_idle_s=settings.trainer_key_idle_s)
-        if settings.metrics_port:
-            from prometheus_client import start_http_server
-
-            try:
-                start_http_server(settings.metrics_port, addr=settings.metrics_host,
-                                  registry=service.metrics.registry)
-            except OSError as exc:  # taken since the check above
-                raise listen_error("RTT_METRICS_PORT", settings.metrics_host, settings.metrics_port, exc) from None
-            log.info("metrics on %s:%d/metrics", settings.metrics_host, settings.metrics_port)
+        heartbeat = None
+        if settings.metrics_port:  # /metrics, and /healthz failing while this event loop is stuck
+            heartbeat = Heartbeat()
+            serve_metrics_and_health(settings.metrics_port, settings.metrics_host, service.metrics.registry,
+                                     heartbeat)
+            log.info("metrics on %s:%d/metrics (/healthz)", settings.metrics_host, settings.metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -84,7 +82,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         assert service.crashed is not None
         try:
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.crashed.wait())]
-            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            _, pending = await beating(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), heartbeat)
             for w in pending:
                 w.cancel()
         finally:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from app.clock import ManualClock
 from app.config import Settings
 from app.contracts import contract, decode, encode, topics_dir
 from app.kafka.batches import partition_for
+from app.kafka.embedded import free_port
 from app.model.train import booster_to_bytes
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor
@@ -203,8 +205,11 @@ async def test_cold_start_promotes_then_worse_challenger_is_rejected(
 
 
 def test_cli_runs_until_sigterm(kafka_settings: Settings, redis_url: str) -> None:
+    """The trainer runs until SIGTERM, serving /metrics and /healthz (its liveness probe) meanwhile."""
+    port = free_port()
     env = {**os.environ, "RTT_KAFKA_BOOTSTRAP": kafka_settings.bootstrap_servers,
-           "RTT_TOPIC_PREFIX": kafka_settings.topic_prefix, "REDIS_URL": redis_url, "RTT_TRAINER_CPUS": "0"}
+           "RTT_TOPIC_PREFIX": kafka_settings.topic_prefix, "REDIS_URL": redis_url, "RTT_TRAINER_CPUS": "0",
+           "RTT_METRICS_PORT": str(port), "RTT_METRICS_HOST": "127.0.0.1"}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "trainer"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -217,6 +222,10 @@ def test_cli_runs_until_sigterm(kafka_settings: Settings, redis_url: str) -> Non
             if "trainer started" in line or not line:
                 break
         assert any("trainer started" in x for x in lines), "".join(lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            assert (response.status, response.read()) == (200, b"ok\n")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            assert b"rtt_trainer_samples " in response.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:
