@@ -64,6 +64,10 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
     preset = args.preset or "small"
     if args.nodes is not None and preset != "large":  # the small preset is a fixed cluster: no count to set
         raise ConfigError("--nodes", "a node count applies to the large preset only (add --preset large)")
+    if args.rate is not None and args.load is not None:  # as a scenario file's workload.load / rate_per_s
+        raise ConfigError("--load", "give --load or --rate, not both")
+    if args.trace is not None and args.arrivals != "trace":  # a trace read by nothing
+        raise ConfigError("--trace", "a trace file is read with --arrivals trace (add it)")
     try:
         config = SimConfig(preset=preset, n_nodes=args.nodes, n_tasks=5000 if args.tasks is None else args.tasks,
                            rate_per_s=args.rate, load=args.load, arrivals=args.arrivals or "poisson",

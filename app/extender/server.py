@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import socket
 import ssl
 import time
@@ -107,7 +108,7 @@ class ExtenderServer:
         if not ready or snap is None:
             return json_response({"ready": False, "Error": reason}, status=503)
         return json_response({"ready": True, "generation": snap.generation, "nodes": len(snap.nodes),
-                              "models": len(snap.models), "age_s": round(min(snap.age(service.clock.now()), 1e9), 3),
+                              "models": len(snap.models), "age_s": _age(snap.age(service.clock.now())),
                               "degraded": service.degraded.reasons})
 
     def handle(self, request: Request) -> Response:
@@ -206,3 +207,9 @@ async def running(service: ExtenderService, host: str | None = None, port: int |
         await server.close()
         if start:
             await service.stop()
+
+
+def _age(age_s: float) -> float | None:
+    """``/readyz``'s ``age_s``: seconds since the newest node-features, None (null) when there are none yet (the
+    metric ``rtt_extender_snapshot_age_seconds`` says -1 then)."""
+    return None if math.isinf(age_s) else round(age_s, 3)

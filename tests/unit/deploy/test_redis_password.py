@@ -80,3 +80,10 @@ def test_an_empty_or_missing_secret_stops_redis(tmp_path: Path, where: str) -> N
     for secret in (empty, tmp_path / "missing"):
         server = start(script, secret_path, secret, free_port(), tmp_path)
         assert server.wait(10) != 0  # before exec: no server without a password
+
+
+def test_the_runbook_s_redis_check_reads_the_password_where_the_container_has_it() -> None:
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    commands = [line for line in runbook.splitlines() if "redis-cli" in line and "rttsched-redis" in line]
+    assert commands and all(f'"$(cat {K8S_SECRET})"' in line for line in commands), commands
+    assert K8S_SECRET in k8s_script()

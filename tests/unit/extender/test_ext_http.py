@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 
 import orjson
@@ -253,6 +254,7 @@ async def test_health_readiness_metrics_openapi() -> None:
         service.rebuild(force=True)
         ready = await (await client.get("/readyz")).json()
         assert ready["ready"] is True and ready["generation"] == 1
+        assert ready["age_s"] is None or ready["age_s"] >= 0  # null while no node-features (the metric's -1)
         metrics = await client.get("/metrics")
         text = await metrics.text()
         assert metrics.headers["Content-Type"].startswith("text/plain")
@@ -293,3 +295,10 @@ async def test_unexpected_error_is_500_with_error_and_logged(caplog: pytest.LogC
         assert status == 500 and result["Error"] == "internal error (logged by the extender)"
         assert any("predictor exploded" in (r.exc_text or "") or r.exc_info for r in caplog.records)
         assert "rtt_extender_errors_total 1.0" in await (await client.get("/metrics")).text()
+
+
+def test_readyz_age_is_null_without_node_features_as_the_metric_is_minus_one() -> None:
+    """/readyz said 1e9 s where rtt_extender_snapshot_age_seconds said -1 (no node-features yet)."""
+    from app.extender.server import _age
+
+    assert _age(math.inf) is None and _age(2.0004) == 2.0

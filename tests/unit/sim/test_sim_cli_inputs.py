@@ -69,6 +69,17 @@ def test_a_bad_node_count_is_named_as_typed(argv, message, capsys, tmp_path, no_
     assert not no_run
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--rate", "5", "--load", "0.5"], "--load: give --load or --rate, not both"),
+    (["--trace", "t.csv"], "--trace: a trace file is read with --arrivals trace (add it)"),
+    (["--arrivals", "bursty", "--trace", "t.csv"], "--trace: a trace file is read with --arrivals trace (add it)"),
+])
+def test_flags_that_contradict_each_other_are_refused(argv, message, capsys, tmp_path, no_run):
+    """--load beside --rate was ignored (the rate won), and a trace without --arrivals trace ran Poisson arrivals."""
+    assert error_line([*argv, *FAST, "--out", str(tmp_path)], capsys) == f"rttsched sim: error: {message}"
+    assert not no_run
+
+
 def test_nodes_sets_the_large_presets_size_and_zero_is_not_the_default():
     config, _, _ = setup(["--preset", "large", "--nodes", "8"])
     assert len(config.base_nodes()) == 8
