@@ -22,6 +22,8 @@ import redis
 import redis.asyncio as aioredis
 
 from app.config import Settings
+from app.errors import ConfigError
+from app.masking import mask_url
 
 DEFAULT_TIMEOUT_S = 5.0  # RTT_REDIS_TIMEOUT_S's default (seconds)
 
@@ -47,3 +49,31 @@ def async_redis_client(url: str, timeout_s: float, **kwargs: Any) -> aioredis.Re
 def settings_redis(settings: Settings) -> aioredis.Redis:
     """The asyncio client of ``settings``' Redis (``REDIS_URL`` with its password, ``RTT_REDIS_TIMEOUT_S``)."""
     return async_redis_client(settings.redis_client_url, settings.redis_timeout_s)
+
+
+async def check_redis(settings: Settings) -> None:
+    """Raise :class:`~app.errors.ConfigError` naming ``REDIS_URL`` unless ``settings``' Redis answers a PING with
+    the password it is given (a run that needs Redis from its first step says so in one line; the services go on
+    without it and retry)."""
+    client = settings_redis(settings)
+    try:
+        await client.ping()
+    except redis.RedisError as exc:  # refused, timed out, NOAUTH / WRONGPASS
+        raise ConfigError("REDIS_URL", f"cannot use Redis at {mask_url(settings.redis_url)}: {exc}") from None
+    finally:
+        await client.aclose()
+
+
+async def delete_prefixed_keys(settings: Settings) -> int:
+    """Delete every key rttsched keeps under ``settings.topic_prefix`` (``rttsched:{prefix}*``: models, the
+    scheduler cache, dead-letter marks); how many. An empty prefix deletes nothing."""
+    if not settings.topic_prefix:
+        return 0
+    client = settings_redis(settings)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"rttsched:{settings.topic_prefix}*", count=1000)]
+        for i in range(0, len(keys), 1000):
+            await client.delete(*keys[i:i + 1000])
+        return len(keys)
+    finally:
+        await client.aclose()

@@ -112,6 +112,28 @@ def explain_examples(url: str, config: Any, input_mb: float = 512.0) -> list[dic
     return out
 
 
+async def remove_leftovers(settings: Any, *, topics: bool = True) -> str:
+    """Delete what the demo made under its own prefix on a broker and a Redis it did not start: its topics
+    (``topics``) and, with ``REDIS_URL``, its Redis keys; what was done, in a line. A failure is said, not
+    raised: the run's results stand."""
+    from app.kafka.admin import delete_prefixed_topics
+    from app.redis_client import delete_prefixed_keys
+
+    done = []
+    if topics:
+        try:
+            done.append(f"removed its {len(await delete_prefixed_topics(settings))} topics ({settings.topic_prefix}*)")
+        except Exception as exc:  # noqa: BLE001 - reported, never the end of a finished run
+            done.append(f"could not remove its topics {settings.topic_prefix}*: {exc}")
+    if settings.redis_url:
+        try:
+            done.append(f"removed its {await delete_prefixed_keys(settings)} Redis keys "
+                        f"(rttsched:{settings.topic_prefix}*)")
+        except Exception as exc:  # noqa: BLE001
+            done.append(f"could not remove its Redis keys rttsched:{settings.topic_prefix}*: {exc}")
+    return "; ".join(done)
+
+
 def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tuple[Any, list[dict[str, Any]]]:
     """Start everything, run live, ask the extender to explain a few placements, stop everything (also on
     errors and interrupts)."""
@@ -125,6 +147,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
     from app.cli.processes import ProcessError, ProcessGroup
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, free_port
+    from app.redis_client import check_redis
     from app.sim.live import run_live, scaled_worker_env
     from app.sim.policies.rtt_aware import shipped_policy
 
@@ -132,6 +155,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
     old_int = signal.getsignal(signal.SIGINT)
     broker: EmbeddedBroker | None = None
     group: ProcessGroup | None = None
+    made: Any = None  # the demo's settings once its topics exist
     tmp = tempfile.TemporaryDirectory(prefix="rttsched-demo-")
     t0 = time.monotonic()
     try:
@@ -149,7 +173,10 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
         prefix = f"demo-{uuid.uuid4().hex[:8]}-"
         s = dataclasses.replace(settings, kafka_bootstrap=bootstrap, topic_prefix=prefix,
                                 models_dir=str(Path(tmp.name) / "models"))
+        if s.redis_url:  # unreachable or refused: one line now, not a run whose every model load fails
+            asyncio.run(check_redis(s))
         asyncio.run(ensure_topics(s))
+        made = s  # what the demo made under its prefix is removed at the end
         ext_port, worker_port, trainer_port = free_port(), free_port(), free_port()
         env = {"RTT_KAFKA_BOOTSTRAP": bootstrap, "RTT_TOPIC_PREFIX": prefix, "RTT_MODELS_DIR": s.models_dir,
                "RTT_METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **scaled_worker_env(settings, args.speed)}
@@ -182,6 +209,8 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
         try:
             if group is not None:
                 group.stop()
+            if made is not None and (broker is None or made.redis_url):  # on the user's broker or Redis
+                _say(asyncio.run(remove_leftovers(made, topics=broker is None)))
             if broker is not None:
                 broker.stop()
             with contextlib.suppress(OSError):

@@ -175,3 +175,18 @@ async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) 
         return sorted(checked, key=lambda r: r.topic)
     finally:
         await admin.close()
+
+
+async def delete_prefixed_topics(settings: Settings) -> list[str]:
+    """Delete every topic whose name starts with ``settings.topic_prefix`` (a run's own, under a prefix of its
+    own: the demo's on a broker it did not start); the names deleted. An empty prefix deletes nothing."""
+    if not settings.topic_prefix:
+        return []
+    admin = await started_admin(settings)
+    try:
+        names = sorted(t for t in await admin.list_topics() if t.startswith(settings.topic_prefix))
+        if names:
+            await admin.delete_topics(names)
+        return names
+    finally:
+        await admin.close()

@@ -219,3 +219,60 @@ def test_a_failing_child_is_one_line_and_everything_stops(tmp_path: Path) -> Non
     pids = _pids(out)
     assert {"broker", "worker", "trainer", "extender"} <= set(pids)
     assert _wait_gone(pids) == []
+
+
+def test_an_unusable_redis_is_one_line_before_anything_but_the_broker_starts(tmp_path: Path) -> None:
+    """REDIS_URL pointing at nothing: the demo used to run to its end, every model load failing in the logs only,
+    and exit 0 with NaN accuracies."""
+    from app.kafka.embedded import free_port
+
+    out = tmp_path / "demo"
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.2"],
+        cwd=ROOT, env={**_env(), "REDIS_URL": url}, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"rttsched demo: error: REDIS_URL: cannot use Redis at {url}")
+    assert "Traceback" not in proc.stderr
+    pids = _pids(out)
+    assert set(pids) == {"broker"} and _wait_gone(pids) == []
+
+
+def test_what_the_demo_made_on_a_broker_and_redis_it_did_not_start_is_removed(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """Its topics and Redis keys stayed behind on every run against a real broker (13 topics, ~90 partitions)."""
+    import asyncio
+    import dataclasses
+    import uuid
+
+    import redis
+
+    from app.cli.demo import remove_leftovers
+    from app.kafka.admin import InternalTopic, ensure_topics, started_admin
+
+    mine = dataclasses.replace(kafka_settings, topic_prefix=f"demo-{uuid.uuid4().hex[:8]}-", redis_url=redis_url)
+    other = dataclasses.replace(kafka_settings, redis_url=redis_url)  # another deployment on the same broker
+    asyncio.run(ensure_topics(mine, [InternalTopic(mine.topic("rttsched-worker-partitions"), 8)]))
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"rttsched:{mine.topic_prefix}models:gCTF:gpu", b"1")
+    client.set(f"rttsched:{mine.topic_prefix}:dead-letters:x", b"1")
+    client.set(f"rttsched:{other.topic_prefix}models:gCTF:gpu", b"1")
+
+    said = asyncio.run(remove_leftovers(mine))
+    assert said.startswith("removed its 11 topics") and "removed its 2 Redis keys" in said, said
+
+    async def topics() -> set[str]:
+        admin = await started_admin(kafka_settings)
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    left = asyncio.run(topics())
+    assert not {t for t in left if t.startswith(mine.topic_prefix)}
+    assert other.topic("node-metrics") in left
+    assert client.exists(f"rttsched:{other.topic_prefix}models:gCTF:gpu") == 1
+    assert client.keys(f"rttsched:{mine.topic_prefix}*") == []
+    client.close()
