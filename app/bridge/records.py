@@ -37,6 +37,7 @@ import orjson
 from app.bridge.jaeger import jaeger_to_completions
 from app.bridge.otlp import otlp_to_completions
 from app.bridge.spans import SpanOptions, check_attribution
+from app.contracts.admission import check_order
 from app.contracts.codec import validate
 from app.errors import ContractError
 
@@ -118,6 +119,7 @@ def convert(record: Record, topic: str, source: str = "values", options: SpanOpt
     try:
         if source == "values":
             value = validate(topic, record.doc)
+            check_order(topic, value)
             if topic == "task-completions" and options is not None:
                 check_attribution(value["node"], "node", options.known_nodes)
             out.values.append(value)

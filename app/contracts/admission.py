@@ -6,6 +6,9 @@
 * **Time**: a message's event time (``ts``; ``finished_ts`` of a completion) later than now plus
   ``max_skew_s`` is ``ts_in_future`` (it would freeze the node's window: every later snapshot would look
   late), earlier than now minus ``max_age_s`` is ``ts_too_old``. Both go to dead-letters with the reason.
+* **Order**: a completion that finished before it started (both stamped on its node) is
+  ``finished_before_start``: its time on the node is negative, and a span ending before it starts is
+  refused the same way (``bad_span``). The submission time may come from another clock and is not compared.
 
 Pure functions: the caller passes "now" (its clock).
 
@@ -19,6 +22,11 @@ Traceback (most recent call last):
 ...
 app.errors.ContractError: ts_in_future: ts 99000000000.0 is 97300000000 s ahead of this clock (limit 300 s)
 >>> check_time("task-completions", {"finished_ts": 1.7e9 - 10}, now=1.7e9, max_skew_s=300, max_age_s=86400)
+>>> check_order("task-completions", {"started_ts": 12.0, "finished_ts": 11.5})
+Traceback (most recent call last):
+...
+app.errors.ContractError: finished_before_start: finished_ts 11.5 is 0.5 s before started_ts 12.0
+>>> check_order("task-completions", {"started_ts": None, "finished_ts": 11.5})
 """
 
 from __future__ import annotations
@@ -58,3 +66,13 @@ def check_time(topic: str, value: dict[str, Any], *, now: float, max_skew_s: flo
                             f" (limit {max_skew_s:g} s)")
     if ts < now - max_age_s:
         raise ContractError("ts_too_old", f"{field} {ts} is {now - ts:.0f} s old (limit {max_age_s:g} s)")
+
+
+def check_order(topic: str, value: dict[str, Any]) -> None:
+    """``finished_before_start`` for a task completion whose ``finished_ts`` is before its ``started_ts``."""
+    if topic != "task-completions":
+        return
+    start, end = value.get("started_ts"), value.get("finished_ts")
+    if isinstance(start, int | float) and isinstance(end, int | float) and end < start:
+        raise ContractError("finished_before_start",
+                            f"finished_ts {end} is {start - end:g} s before started_ts {start}")

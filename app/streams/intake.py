@@ -47,7 +47,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
-from app.contracts.admission import check_key, check_time
+from app.contracts.admission import check_key, check_order, check_time
 from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
 from app.kafka.batches import BatchSender
@@ -310,6 +310,7 @@ class PartitionIntake:
                     value = decode(rec.value)
                     check_key(name, rec.key, value)
                     check_time(name, value, now=now, max_skew_s=skew, max_age_s=age)
+                    check_order(name, value)
                 except ContractError as exc:
                     bad.append((rec, name, exc))
                     continue

@@ -118,6 +118,17 @@ def test_key_and_time_checks_send_messages_to_dead_letters_with_their_reason() -
     assert dead.sent[-1] == (5, "task-completions", "ts_too_old")
 
 
+def test_a_completion_that_finished_before_it_started_is_dead_lettered() -> None:
+    """Its time on the node is negative; `rttsched publish` and the span conversion refuse it as well."""
+    handled: list[tuple[str, int]] = []
+    dead = Dead()
+    it = intake(handled, dead)
+    it.assign({0}, {})
+    backwards = orjson.dumps({**orjson.loads(completion("t-back")), "started_ts": 1.5, "finished_ts": 1.25})
+    asyncio.run(it.process({TopicPartition(C, 0): [Record(1, backwards), Record(2, completion("t-ok"))]}))  # type: ignore[dict-item]
+    assert handled == [("t-ok", 0)] and dead.sent == [(1, "task-completions", "finished_before_start")]
+
+
 def test_a_handler_refusal_keeps_its_reason() -> None:
     dead = Dead()
 
