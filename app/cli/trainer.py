@@ -8,6 +8,7 @@ from typing import Any
 # flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
 FLAGS = {"--cpus": "RTT_TRAINER_CPUS", "--max-samples-per-key": "RTT_TRAINER_MAX_SAMPLES_PER_KEY",
          "--margin": "RTT_TRAINER_MARGIN"}
+TRAINER_TOPICS = ("training-samples", "retrain-events", "model-updates", "dead-letters")  # read or written
 HELP = "retrain models on retrain-events (feature selection + XGBoost), promote winners, announce on model-updates"
 
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")  # taken: one line, named
 
     async def main() -> int:
-        await check_reachable(settings)  # one clear line when there is no broker
+        await check_reachable(settings, TRAINER_TOPICS)  # one clear line: no broker, or topics not created
         service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=None,  # pinned above
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s,

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from app.cli.flags import flag_errors, writable_dir
     from app.config import check_flag, topic_name_part
+    from app.contracts import load_contracts
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import check_listen
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         writable_dir(opts.datadir, "RTT_WORKER_DATADIR")
     # Faust's web server binds /metrics late, with a page of traceback when the port is taken: tried here first
     check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
-    asyncio.run(check_reachable(settings))  # one clear line, not Faust's traceback, when there is no broker
+    # one clear line, not Faust's traceback, when there is no broker or its topics are not created yet
+    asyncio.run(check_reachable(settings, tuple(load_contracts())))
     quiet_client_errors(PERIOD_S)
     app = create_app(settings, id=args.id, options=opts)
     print(f"worker {app.conf.id} on {settings.bootstrap_servers}"

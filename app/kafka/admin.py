@@ -67,11 +67,26 @@ async def started_admin(settings: Settings) -> AIOKafkaAdminClient:
     return admin
 
 
-async def check_reachable(settings: Settings) -> None:
+async def check_reachable(settings: Settings, topics: Sequence[str] = ()) -> None:
     """Raise :class:`TopicError` ("cannot reach Kafka at …") unless the broker answers: a process that needs
-    it from its first step says so in one line instead of failing deep inside its client."""
+    it from its first step says so in one line instead of failing deep inside its client. ``topics``
+    (contract names) must exist under ``RTT_TOPIC_PREFIX``: a process started before ``rttsched topics
+    create`` (or with a mistyped prefix) used to have them auto-created by the broker with its default
+    partition count, which ``topics create`` then refused. The check lists the topics (a metadata request
+    for every topic creates none)."""
     admin = await started_admin(settings)
-    await admin.close()
+    try:
+        if topics:
+            have = set(await admin.list_topics())
+            missing = [settings.topic(name) for name in topics if settings.topic(name) not in have]
+            if missing:
+                raise TopicError(f"no topic {', '.join(missing)} on {settings.bootstrap_servers} (RTT_TOPIC_PREFIX "
+                                 f"{settings.topic_prefix!r}): create them with `rttsched topics create`")
+    except KafkaError as exc:
+        raise TopicError(f"cannot list the topics of {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): "
+                         f"{exc}") from None
+    finally:
+        await admin.close()
 
 
 async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = (),

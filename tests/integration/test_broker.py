@@ -137,3 +137,32 @@ def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_
     results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
     assert results[name].cleanup_policy == "compact"
     assert asyncio.run(_broker_cleanup_policies(s, [name])) == {name: "compact"}
+
+
+@pytest.mark.parametrize("argv", [["worker"], ["trainer"], ["publish", "task-completions", "-"]])
+def test_a_process_started_before_its_topics_exist_says_so_and_creates_none(kafka_bootstrap, settings_factory,
+                                                                            argv, tmp_path):
+    """Started before `rttsched topics create` (or with a mistyped prefix), the worker, trainer and publish had the
+    broker auto-create their topics with its default partition count, which `topics create` then refused."""
+    import subprocess
+    import sys
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)  # a fresh prefix: nothing exists
+    env = {**os.environ, "RTT_KAFKA_BOOTSTRAP": kafka_bootstrap, "RTT_TOPIC_PREFIX": s.topic_prefix,
+           "RTT_MODELS_DIR": str(tmp_path / "models"), "RTT_WORKER_DATADIR": str(tmp_path / "faust")}
+    env.pop("REDIS_URL", None)
+    proc = subprocess.run([sys.executable, "-m", "app.cli.main", *argv], env=env, input=b"", capture_output=True,
+                          timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err[-2000:]
+    assert f"no topic {s.topic_prefix}" in err and "create them with `rttsched topics create`" in err, err
+    assert "Traceback" not in err
+
+    async def listed() -> list[str]:
+        admin = await started_admin(s)
+        try:
+            return [t for t in await admin.list_topics() if t.startswith(s.topic_prefix)]
+        finally:
+            await admin.close()
+
+    assert asyncio.run(listed()) == []

@@ -152,3 +152,36 @@ def test_a_node_map_that_is_not_utf8_is_one_clear_line(tmp_path, capsys):
                  "--node-map", str(node_map), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"{node_map}: cannot read node map: 'utf-8' codec" in err and "Traceback" not in err
+
+
+def test_ctrl_c_ends_a_publish_whose_input_pipe_stays_open():
+    """Interrupted while its input has nothing to say, publish ends at once (130), with no crash at the exit
+    from the thread still blocked reading the pipe."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "-", "--dry-run"],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={k: v for k, v in os.environ.items() if k != "REDIS_URL"})
+    try:
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.write(b"not json\n" + json.dumps(GOOD).encode() + b"\n")  # and the pipe stays open
+        proc.stdin.flush()
+        seen, deadline = b"", time.monotonic() + 60
+        while b"<stdin>:1: invalid_json" not in seen:  # publish runs, and then waits for more input
+            assert time.monotonic() < deadline, seen
+            if select.select([proc.stderr], [], [], 0.5)[0]:
+                seen += os.read(proc.stderr.fileno(), 4096)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        err = (seen + proc.stderr.read()).decode()
+        assert "rttsched publish: interrupted" in err and "Fatal Python error" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,68 @@
+"""``rttsched publish`` as a long-lived pipe, against the real embedded broker: each completion is on the topic
+while its input stays open -- it never waits for a batch to fill or for the end of the input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from app.config import Settings
+from app.contracts import decode
+
+pytestmark = pytest.mark.integration
+
+WITHIN_S = 10.0  # a completion written to the pipe is on the topic this soon (the batch is 1000)
+
+
+def completion(n: int) -> dict[str, Any]:
+    return {"task_id": f"pipe-{n}", "app": "upload", "node": "worker-1", "submitted_ts": 10.0 + n,
+            "started_ts": 11.0 + n, "finished_ts": 13.5 + n, "rtt_ms": 3500.0, "status": "ok"}
+
+
+async def take(consumer: AIOKafkaConsumer, n: int, timeout_s: float) -> list[Any]:
+    """The next ``n`` records of the consumer's topic, or as many as came within ``timeout_s``."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        batch = await consumer.getmany(timeout_ms=200)
+        out.extend(m for msgs in batch.values() for m in msgs)
+    return out
+
+
+async def test_publish_on_an_open_pipe_sends_each_completion_while_the_pipe_stays_open(kafka_settings: Settings):
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # nodes not checked: worker-1 is fine
+    env.update(RTT_KAFKA_BOOTSTRAP=kafka_settings.kafka_bootstrap, RTT_TOPIC_PREFIX=kafka_settings.topic_prefix)
+    consumer = AIOKafkaConsumer(kafka_settings.topic("task-completions"),
+                                bootstrap_servers=kafka_settings.bootstrap_servers, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        for n in (1, 2):
+            proc.stdin.write(json.dumps(completion(n)).encode() + b"\n")
+            proc.stdin.flush()  # and the pipe stays open
+            got = await take(consumer, 1, WITHIN_S)
+            assert proc.poll() is None, "publish ended while its input was open"
+            assert [(m.key, decode("task-completions", m.value)) for m in got] == [(b"worker-1", completion(n))], (
+                f"completion {n} not on the topic within {WITHIN_S}s of its line, the pipe open")
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()  # type: ignore[union-attr]
+        assert out.strip() == (f"publish: published to {kafka_settings.topic('task-completions')}: 2 message(s), "
+                               "0 invalid record(s); nodes not checked (no --targets, no REDIS_URL)"), (out, err)
+        assert "Traceback" not in err, err
+        assert await take(consumer, 1, 1.0) == []  # nothing twice
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await consumer.stop()
