@@ -3,7 +3,9 @@
 Five kinds, each withholding metric groups of the node's message (listed in its ``stale``):
 
 ``scrape_failed``
-    the endpoint did not answer 200 with a valid exposition in time: every group of that exporter.
+    the endpoint did not answer 200 with a valid exposition in time, or answered one without a sample of any
+    metric the mapping reads (a landing page, an empty body): every group of that exporter; every group of
+    the node's class when the exporter is neither declared nor known (see :mod:`app.bridge.snapshot`).
 ``collector_failed``
     the exporter answered but says its own collection failed -- node_exporter's
     ``node_scrape_collector_success{collector="cpu"} 0`` (cpu), ``...{collector="meminfo"} 0`` (memory);

@@ -31,7 +31,7 @@ from app.bridge.metrics import BridgeMetrics
 from app.bridge.producer import publish_node_metrics, start_producer
 from app.bridge.running import RunningPods
 from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
-from app.bridge.targets import Target, check_unique
+from app.bridge.targets import Target, check_exporter, check_unique
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts.codec import validate
@@ -66,6 +66,10 @@ class Bridge:
         self.running = running
         self.settings = settings
         self.mapping = mapping or load_mapping()
+        for t in targets:  # a declared exporter the mapping does not know would withhold nothing when it fails
+            for e in t.endpoints:
+                if e.exporter is not None:
+                    check_exporter(f"{t.node}: {e.url}: exporter", e.exporter, tuple(self.mapping.exporters))
         self.clock = clock or SystemClock()
         self.metrics = metrics or BridgeMetrics()
         self.assemblers = [NodeAssembler(t, self.mapping) for t in targets]
@@ -112,10 +116,10 @@ class Bridge:
         ts = self.clock.now()
         results = await asyncio.gather(*(self.fetch(u) for u in assembler.target.urls))
         node = assembler.target.node
-        for r in results:
-            self.metrics.scrapes.labels(node=node, url=r.url, result="ok" if r.body is not None else "failed").inc()
-            self.metrics.scrape_seconds.observe(r.duration_s)
         snap = assembler.assemble(results, ts, self.running.gpu_pods(node) if self.running else None)
+        for r in results:  # failed: no 200, or a body that is no exposition or has no metric the mapping reads
+            self.metrics.scrapes.labels(node=node, url=r.url, result="failed" if r.url in snap.failed else "ok").inc()
+            self.metrics.scrape_seconds.observe(r.duration_s)
         self._account(node, snap)
         return snap
 

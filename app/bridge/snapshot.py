@@ -9,6 +9,12 @@ baselines; then evaluate the canonical metrics over all endpoints (counting read
 rejected from their range), check for a hung GPU (:mod:`app.bridge.gpu_hang`), and withhold the groups
 of every trouble (listed in ``stale``).
 
+An endpoint that answers 200 without a single sample of the metrics the mapping reads (an exporter's landing
+page, a proxy's page, an empty body) has failed its scrape like one that did not answer. A failed endpoint
+whose exporter is neither declared nor known (detected before, or guessed from its default port) withholds
+every group of the node's class; and a message left without any metric lists every group of its class in
+``stale``, so that no consumer takes it for an idle node.
+
 Rates use the exporter's own clock when it sends one (node_exporter's ``node_time_seconds``), else the
 bridge's monotonic time at the start of the scrape.
 """
@@ -49,6 +55,7 @@ class Snapshot:
     dropped: dict[str, int]  # exporter -> samples dropped as blank / non-finite
     clamped: dict[str, int] = dataclasses.field(default_factory=dict)  # canonical metric -> readings clamped
     rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # ... rejected as far out of range
+    failed: frozenset[str] = frozenset()  # urls without a usable exposition: no 200, invalid, or no sample read
 
 
 @dataclasses.dataclass
@@ -67,6 +74,15 @@ def detect_exporter(mapping: MetricMap, exposition: Exposition) -> str | None:
         if spec.detect_prefix and any(n.startswith(spec.detect_prefix) for n in exposition.samples):
             return spec.name
     return None
+
+
+def class_groups(mapping: MetricMap, node_class: str) -> tuple[str, ...]:
+    """The metric groups a node of ``node_class`` reports: its exporters' (a cpu node's: no GPU exporter's)."""
+    return tuple(sorted({g for e in mapping.exporters.values() if node_class == "gpu" or not e.gpu
+                         for g in e.groups}))
+
+
+NO_SAMPLES = "HTTP 200 without any metric the bridge reads (not an exporter's /metrics page?)"
 
 
 def clean(exposition: Exposition, spec: ExporterSpec | None) -> tuple[Exposition, int]:
@@ -110,6 +126,7 @@ class NodeAssembler:
         parts: list[Part] = []
         troubles: list[Trouble] = []
         dropped: dict[str, int] = {}
+        failed: set[str] = set()
         for r in results:
             endpoint, st = self._endpoints[r.url], self._state[r.url]
             error, exposition = r.error, None
@@ -118,7 +135,10 @@ class NodeAssembler:
                     exposition = parse_exposition(r.body, keep=self.mapping.wanted)
                 except ExpositionError as exc:
                     error = str(exc)
+                if exposition is not None and not exposition.samples:
+                    exposition, error = None, NO_SAMPLES
             if exposition is None:
+                failed.add(r.url)
                 if not (endpoint.optional and not st.answered):
                     name = self.exporter_name(endpoint)
                     troubles.append(scrape_failed(name, self.mapping.exporters.get(name), error or "no answer"))
@@ -145,17 +165,25 @@ class NodeAssembler:
                                               util.exporter if util else "")
             if trouble:
                 troubles.append(trouble)
+        node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
+        every = class_groups(self.mapping, node_class)
+        # a failed endpoint of no known exporter: which groups it served is unknown, so all of them
+        troubles = [dataclasses.replace(t, groups=every)
+                    if t.kind == "scrape_failed" and t.exporter not in self.mapping.exporters else t
+                    for t in troubles]
         stale = sorted({g for t in troubles for g in t.groups})
         groups = {m.name: m.group for m in self.mapping.metrics}
         lo, hi = self._bounds
         metrics = {k: v.value for k, v in values.items() if groups[k] not in stale and lo <= v.value <= hi}
-        node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
+        if not metrics:  # nothing to read this node by: every group withheld, never an idle-looking node
+            stale = sorted({*stale, *every})
         message: dict[str, Any] = {
             "node": self.target.node, "ts": ts, "node_class": node_class,
             "gpu_model": self._gpu_model(parts) if node_class == "gpu" else None,
             "metrics": metrics, "stale": stale,
         }
-        return Snapshot(message, tuple(troubles), dropped, dict(tally.clamped), dict(tally.rejected))
+        return Snapshot(message, tuple(troubles), dropped, dict(tally.clamped), dict(tally.rejected),
+                        frozenset(failed))
 
     def _gpu_model(self, parts: Sequence[Part]) -> str | None:
         if self.target.gpu_model:

@@ -1,8 +1,9 @@
 """Scrape targets: which exporter endpoints belong to which node, from ``--target`` flags or a YAML file.
 
 A flag names one node: ``node=worker-1,class=gpu,url=http://h:9100/metrics,url=http://h:9400/metrics``
-(``class`` and ``gpu_model`` are optional). A targets file is either one node (what the DaemonSet in
-``k8s/`` mounts) or a list of nodes; ``${VAR}`` is replaced by the environment variable ``VAR``::
+(``class`` and ``gpu_model`` are optional; ``exporter=NAME`` after a ``url=`` declares that endpoint's exporter).
+A targets file is either one node (what the DaemonSet in ``k8s/`` mounts) or a list of nodes; ``${VAR}`` is
+replaced by the environment variable ``VAR``::
 
     node: ${NODE_NAME}
     targets:
@@ -12,7 +13,10 @@ A flag names one node: ``node=worker-1,class=gpu,url=http://h:9100/metrics,url=h
     nodes:
       - {node: worker-1, class: gpu, targets: ["http://10.0.0.11:9100/metrics", "http://10.0.0.11:9400/metrics"]}
 
-An ``optional`` endpoint that has never answered is not trouble (a CPU node without a GPU exporter).
+An ``optional`` endpoint that has never answered is not trouble (a CPU node without a GPU exporter). A node
+is named as Kubernetes names it (an RFC 1123 subdomain; any other name could never match a node of the
+cluster), and a declared exporter must be one of the mapping's (``node_exporter``,
+``dcgm_exporter``, ``nvidia_gpu_exporter``).
 
 >>> parse_target_flag("node=w1,class=gpu,url=http://h:9100/metrics,url=http://h:9400/metrics").urls
 ('http://h:9100/metrics', 'http://h:9400/metrics')
@@ -20,6 +24,8 @@ An ``optional`` endpoint that has never answered is not trouble (a CPU node with
 Traceback (most recent call last):
 ...
 app.bridge.errors.TargetError: --target 'node=w1': at least one url= is required
+>>> parse_target_flag("node=w1,url=http://h:19100/metrics,exporter=node_exporter").endpoints[0].exporter
+'node_exporter'
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,10 +41,15 @@ from urllib.parse import urlsplit
 import yaml
 
 from app.bridge.errors import TargetError
+from app.bridge.mapping import load_mapping
 from app.errors import read_error
 
 NODE_CLASSES = ("cpu", "gpu")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# a Kubernetes node name: an RFC 1123 subdomain (k8s.io/apimachinery IsDNS1123Subdomain), at most 253 characters
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+NODE_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+NODE_NAME_MAX = 253
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +104,42 @@ def _at(where: str, key: str) -> str:
     return f"{where}, {key}" if where.startswith("--") else f"{where}.{key}"
 
 
+def _unexpanded(where: str, value: str) -> TargetError:
+    """The error for a ``$VAR`` / ``${VAR}`` left in a flag (which the shell did not expand) or in a file."""
+    var = re.search(r"\$\{[^}]*\}?|\$\w+", value)
+    text = var.group(0) if var else value
+    if where.startswith("--"):
+        return TargetError(where, f"{text} is not expanded in --target: give the value, or use a targets file")
+    return TargetError(where, f"{text} is not expanded: a targets file expands ${{NAME}} only, NAME made of "
+                              "letters, digits and _")
+
+
+def check_node_name(where: str, node: Any) -> str:
+    """``node`` if it is a Kubernetes node name, else a :class:`TargetError` at ``where`` saying why."""
+    if isinstance(node, str) and len(node) <= NODE_NAME_MAX and NODE_NAME.fullmatch(node):
+        return node
+    if isinstance(node, str) and "$" in node:
+        raise _unexpanded(where, node)
+    raise TargetError(where, "must be a Kubernetes node name: lowercase letters, digits, '-' and '.', at most "
+                             f"{NODE_NAME_MAX} characters, a letter or digit at each end (got {node!r})")
+
+
+def known_exporters() -> tuple[str, ...]:
+    """The exporters of the built-in mapping."""
+    return tuple(load_mapping().exporters)
+
+
+def check_exporter(where: str, exporter: Any, known: Collection[str]) -> str:
+    """``exporter`` if it is one of ``known``, else a :class:`TargetError` at ``where`` listing them."""
+    if not isinstance(exporter, str):
+        raise TargetError(where, f"must be a string (got {exporter!r})")
+    if exporter not in known:
+        raise TargetError(where, f"unknown exporter {exporter!r} (known: {', '.join(known)})")
+    return exporter
+
+
 def _make(where: str, node: Any, node_class: Any, gpu_model: Any, endpoints: Sequence[Endpoint]) -> Target:
-    if not isinstance(node, str) or not node or len(node) > 253:
-        raise TargetError(_at(where, "node"), f"must be a node name of 1..253 characters (got {node!r})")
+    check_node_name(_at(where, "node"), node)
     if node_class is not None and node_class not in NODE_CLASSES:
         raise TargetError(_at(where, "class"), f"must be one of {list(NODE_CLASSES)} (got {node_class!r})")
     if gpu_model is not None and not isinstance(gpu_model, str):
@@ -108,22 +152,35 @@ def _make(where: str, node: Any, node_class: Any, gpu_model: Any, endpoints: Seq
     return Target(node, tuple(endpoints), node_class, gpu_model or None)
 
 
-def parse_target_flag(flag: str) -> Target:
-    """``node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,url=URL...]``."""
+def parse_target_flag(flag: str, exporters: Collection[str] | None = None) -> Target:
+    """``node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,exporter=NAME][,url=URL[,exporter=NAME]...]``.
+
+    ``exporter=`` declares the exporter of the ``url=`` before it; ``exporters``: the names it may take
+    (default: the built-in mapping's). ``${VAR}`` is not expanded here (only in a targets file).
+    """
     where = f"--target {flag!r}"
     fields: dict[str, str] = {}
     urls: list[Endpoint] = []
     for part in flag.split(","):
         key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not value.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
             raise TargetError(where, f"expected key=value, got {part!r}")
         if key == "url":
-            urls.append(Endpoint(_check_url(where, value.strip())))
+            if "${" in value:
+                raise _unexpanded(where, value)
+            urls.append(Endpoint(_check_url(where, value)))
+        elif key == "exporter":
+            if not urls:
+                raise TargetError(_at(where, "exporter"), "must follow the url= whose exporter it names")
+            if urls[-1].exporter is not None:
+                raise TargetError(_at(where, "exporter"), f"given twice for {urls[-1].url}")
+            known = known_exporters() if exporters is None else exporters
+            urls[-1] = dataclasses.replace(urls[-1], exporter=check_exporter(_at(where, "exporter"), value, known))
         elif key in ("node", "class", "gpu_model"):
-            fields[key] = value.strip()
+            fields[key] = value
         else:
-            raise TargetError(where, f"unknown key {key!r} (node, class, gpu_model, url)")
+            raise TargetError(where, f"unknown key {key!r} (node, class, gpu_model, url, exporter)")
     return _make(where, fields.get("node"), fields.get("class"), fields.get("gpu_model"), urls)
 
 
@@ -139,35 +196,38 @@ def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
     return _VAR.sub(sub, text)
 
 
-def _endpoint(where: str, raw: Any) -> Endpoint:
+def _endpoint(where: str, raw: Any, exporters: Collection[str]) -> Endpoint:
     if isinstance(raw, str):
         return Endpoint(_check_url(where, raw))
     if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
         raise TargetError(where, "must be a URL or a mapping with url (and exporter, optional)")
     _known(where, raw, _ENDPOINT_KEYS)
     exporter = raw.get("exporter")
-    if exporter is not None and not isinstance(exporter, str):
-        raise TargetError(f"{where}.exporter", f"must be a string (got {exporter!r})")
+    if exporter is not None:
+        check_exporter(f"{where}.exporter", exporter, exporters)
     optional = raw.get("optional", False)
     if not isinstance(optional, bool):
         raise TargetError(f"{where}.optional", f"must be true or false (got {optional!r})")
     return Endpoint(_check_url(f"{where}.url", raw["url"]), exporter, optional)
 
 
-def _node(where: str, raw: Any) -> Target:
+def _node(where: str, raw: Any, exporters: Collection[str]) -> Target:
     if not isinstance(raw, dict):
         raise TargetError(where, "must be a mapping with node and targets")
     _known(where, raw, _NODE_KEYS)
     eps = raw.get("targets", raw.get("urls"))
     if not isinstance(eps, list):
         raise TargetError(f"{where}.targets", "must be a list of URLs or {exporter, url, optional}")
-    endpoints = [_endpoint(f"{where}.targets[{i}]", e) for i, e in enumerate(eps)]
+    endpoints = [_endpoint(f"{where}.targets[{i}]", e, exporters) for i, e in enumerate(eps)]
     return _make(where, raw.get("node"), raw.get("class"), raw.get("gpu_model"), endpoints)
 
 
-def load_targets(path: Path | str, environ: Mapping[str, str] | None = None) -> list[Target]:
-    """Read a targets file (one node, or ``nodes: [...]``)."""
+def load_targets(path: Path | str, environ: Mapping[str, str] | None = None,
+                 exporters: Collection[str] | None = None) -> list[Target]:
+    """Read a targets file (one node, or ``nodes: [...]``). ``exporters``: the names an endpoint's ``exporter``
+    may take (default: the built-in mapping's)."""
     p = Path(path)
+    known = known_exporters() if exporters is None else exporters
     try:
         doc = yaml.safe_load(expand_env(p.read_text(encoding="utf-8"), environ))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -178,9 +238,9 @@ def load_targets(path: Path | str, environ: Mapping[str, str] | None = None) -> 
         _known(str(p), doc, ("nodes",))
         if not isinstance(doc["nodes"], list) or not doc["nodes"]:
             raise TargetError(f"{p}: nodes", "must be a non-empty list")
-        targets = [_node(f"{p}: nodes[{i}]", n) for i, n in enumerate(doc["nodes"])]
+        targets = [_node(f"{p}: nodes[{i}]", n, known) for i, n in enumerate(doc["nodes"])]
     else:
-        targets = [_node(str(p), doc)]
+        targets = [_node(str(p), doc, known)]
     check_unique(targets)
     return targets
 

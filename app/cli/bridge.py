@@ -16,7 +16,8 @@ HELP = "scrape node_exporter / dcgm-exporter / nvidia_gpu_exporter endpoints and
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", default=[], metavar="SPEC",
-                   help="node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,url=URL...] (repeatable)")
+                   help="node=NAME[,class=cpu|gpu][,gpu_model=MODEL],url=URL[,exporter=NAME][,url=URL...] (repeatable; "
+                        "exporter= names the exporter of the url= before it)")
     p.add_argument("--targets", metavar="FILE", help="YAML targets file (one node, or nodes: [...]); ${VAR} expanded")
     p.add_argument("--mapping", metavar="FILE", help="exporter -> canonical mapping (default: the built-in one)")
     p.add_argument("--once", action="store_true",
@@ -37,17 +38,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.bridge.targets import check_unique, load_targets, parse_target_flag
     from app.errors import ConfigError
     from app.health import beating
+    from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
 
-    targets = [parse_target_flag(t) for t in args.target]
+    mapping = load_mapping(args.mapping)
+    exporters = tuple(mapping.exporters)  # what an endpoint's exporter may be declared as
+    targets = [parse_target_flag(t, exporters) for t in args.target]
     if args.targets:
-        targets += load_targets(args.targets)
+        targets += load_targets(args.targets, exporters=exporters)
     if not targets:
         raise ConfigError("--target/--targets", "give at least one scrape target")
     check_unique(targets)
     if args.scrapes is not None and args.scrapes < 1:
         raise ConfigError("--scrapes", f"must be >= 1 (got {args.scrapes})")
-    mapping = load_mapping(args.mapping)
 
     if args.once:
         last: list[Snapshot] = []
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return 1 if silent else 0
 
     metrics = BridgeMetrics()
+    asyncio.run(check_reachable(settings, ("node-metrics",)))  # no broker, or its topic not created: one line
     heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)
     quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
     print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "

@@ -63,7 +63,10 @@ def test_pods_of_gpu_apps_on_a_flat_gpu_mark_it_hung(redis_url: str, settings_fa
     seen = asyncio.run(rounds(s, metrics))
     busy = [[t.kind for t in snap.troubles] for snap in seen["gpu-busy"]]
     assert busy == [[], [], [], ["gpu_hang"], ["gpu_hang"]]  # flat from 0 s; 30 s at the fourth round
-    assert seen["gpu-busy"][3].message["stale"] == ["gpu"]
+    assert seen["gpu-busy"][3].troubles[0].groups == ("gpu",)
+    # its GPU exporter is the node's only endpoint: with gpu withheld no metric is left, so every group is stale
+    assert seen["gpu-busy"][3].message["metrics"] == {}
+    assert seen["gpu-busy"][3].message["stale"] == ["cpu", "gpu", "memory", "node"]
     assert "1 pod(s) of GPU apps" in seen["gpu-busy"][3].troubles[0].detail
     assert len(seen["gpu-idle"]) == 5
     assert all(snap.troubles == () for snap in seen["gpu-idle"])  # only upload pods: not GPU apps

@@ -139,11 +139,12 @@ def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_
     assert asyncio.run(_broker_cleanup_policies(s, [name])) == {name: "compact"}
 
 
-@pytest.mark.parametrize("argv", [["worker"], ["trainer"], ["publish", "task-completions", "-"]])
+@pytest.mark.parametrize("argv", [["worker"], ["trainer"], ["publish", "task-completions", "-"],
+                                  ["bridge", "--target", "node=w1,url=http://127.0.0.1:9/metrics"]])
 def test_a_process_started_before_its_topics_exist_says_so_and_creates_none(kafka_bootstrap, settings_factory,
                                                                             argv, tmp_path):
-    """Started before `rttsched topics create` (or with a mistyped prefix), the worker, trainer and publish had the
-    broker auto-create their topics with its default partition count, which `topics create` then refused."""
+    """Started before `rttsched topics create` (or with a mistyped prefix), the worker, trainer, bridge and publish had
+    the broker auto-create their topics with its default partition count, which `topics create` then refused."""
     import subprocess
     import sys
 

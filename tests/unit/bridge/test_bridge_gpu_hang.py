@@ -29,7 +29,9 @@ def test_flat_zeros_while_pods_of_gpu_apps_run_are_a_hang_once_they_last():
     snaps = rounds(DCGM_URL, [(DCGM_WATCHDOG, 2)] * (n + 1))
     assert all(kinds(s) == [] for s in snaps[:n])
     assert kinds(snaps[n]) == ["gpu_hang"]
-    assert snaps[n].message["stale"] == ["gpu"] and not GPU_METRICS & set(snaps[n].message["metrics"])
+    assert "gpu" in snaps[n].message["stale"] and not GPU_METRICS & set(snaps[n].message["metrics"])
+    # a GPU exporter was this node's only endpoint: nothing is left, so every group of the node is stale
+    assert snaps[n].message["metrics"] == {} and snaps[n].message["stale"] == ["cpu", "gpu", "memory", "node"]
     assert "2 pod(s) of GPU apps" in snaps[n].troubles[0].detail
     # the first flat readings were published: a task may be between GPU phases
     assert snaps[0].message["metrics"]["nvidia_smi_utilization_gpu"] == 0.0
@@ -62,7 +64,8 @@ def test_processes_on_a_gpu_without_memory_in_use_are_a_watchdog_reset_at_once()
     text = NVIDIA_HUNG.read_text()
     series = next(x for x in text.splitlines() if x.startswith("nvidia_smi_memory_used_bytes"))
     [snap] = rounds(NVIDIA_URL, [(with_value(text, series.rsplit(" ", 1)[0], 0), None)])
-    assert kinds(snap) == ["watchdog_reset"] and snap.message["stale"] == ["gpu"]
+    assert kinds(snap) == ["watchdog_reset"] and snap.troubles[0].groups == ("gpu",)
+    assert snap.message["metrics"] == {} and snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
 
 
 @pytest.mark.parametrize("flat_for_s", [0.0, 12.5])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from bridge_fixtures import (
     DCGM_A,
     DCGM_B,
@@ -126,10 +127,64 @@ def test_an_optional_endpoint_that_never_answered_is_not_trouble_until_it_has():
     assert kinds(snap) == [("dcgm_exporter", "scrape_failed")]
 
 
-def test_an_unknown_port_is_an_unknown_exporter_that_withholds_nothing():
+def test_a_failed_endpoint_of_an_unknown_exporter_withholds_every_group_of_the_nodes_class():
+    # an exporter on a port that is no default one, never answered and not declared: which groups it would
+    # have given is unknown, so none of the node's can be trusted (the extender scores such a node neutral)
     url = "http://10.0.0.13:18080/metrics"
     snap = assembler(url).assemble([failed(url, 0.0)], 0.0)
-    assert kinds(snap) == [("unknown", "scrape_failed")] and snap.message["stale"] == []
+    assert kinds(snap) == [("unknown", "scrape_failed")] and snap.troubles[0].groups == ("cpu", "memory", "node")
+    assert snap.message["metrics"] == {} and snap.message["stale"] == ["cpu", "memory", "node"]
+    snap = assembler(url, node_class="gpu").assemble([failed(url, 0.0)], 0.0)
+    assert snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
+    # beside a node_exporter that answers: its readings are withheld too
+    a = assembler(NODE_URL, url, node_class="gpu")
+    snap = a.assemble([ok(NODE_URL, NODE_A, 0.0), failed(url, 0.0)], 0.0)
+    assert snap.message["metrics"] == {} and snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
+
+
+LANDING = ("<html><head><title>Node Exporter</title></head><body><h1>Node Exporter</h1>"
+           "<p><a href='/metrics'>Metrics</a></p></body></html>")
+OTHER = "# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 7\n"
+
+
+@pytest.mark.parametrize("page", [LANDING, "", OTHER], ids=["landing-page", "empty", "no-exporter-metric"])
+def test_a_200_without_any_metric_read_is_a_failed_scrape_of_that_exporter(page):
+    a = assembler(NODE_URL, DCGM_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0), ok(DCGM_URL, DCGM_A, 0.0)], 0.0)
+    snap = a.assemble([ok(NODE_URL, page, GAP_S), ok(DCGM_URL, DCGM_B, GAP_S)], GAP_S)
+    assert kinds(snap) == [("node_exporter", "scrape_failed")]
+    assert snap.troubles[0].detail.startswith("HTTP 200 without any metric")
+    assert snap.message["stale"] == ["cpu", "memory", "node"] and snap.failed == {NODE_URL}
+    assert not CPU_METRICS & set(snap.message["metrics"]) and "nvidia_smi_utilization_gpu" in snap.message["metrics"]
+    snap = a.assemble([ok(NODE_URL, NODE_B, 2 * GAP_S), ok(DCGM_URL, page, 2 * GAP_S)], 2 * GAP_S)
+    assert kinds(snap) == [("dcgm_exporter", "scrape_failed")] and snap.message["stale"] == ["gpu"]
+    assert not GPU_METRICS & set(snap.message["metrics"]) and "memory_cache_usage" in snap.message["metrics"]
+
+
+def test_a_200_without_any_metric_read_from_an_unknown_exporter_withholds_every_group():
+    url = "http://10.0.0.13:18080/"
+    snap = assembler(url, node_class="gpu").assemble([ok(url, LANDING, 0.0)], 0.0)
+    assert kinds(snap) == [("unknown", "scrape_failed")]
+    assert snap.message["metrics"] == {} and snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
+
+
+def test_an_optional_endpoint_that_only_gave_pages_without_metrics_has_never_answered():
+    a = assembler(NODE_URL, DCGM_URL, optional=(DCGM_URL,))
+    snap = a.assemble([ok(NODE_URL, NODE_A, 0.0), ok(DCGM_URL, LANDING, 0.0)], 0.0)
+    assert snap.troubles == () and snap.message["stale"] == [] and snap.message["node_class"] == "cpu"
+
+
+def test_a_message_without_any_metric_lists_every_group_of_its_class_as_stale():
+    # an endpoint that answers, without trouble, with nothing a first scrape can turn into a value (counters
+    # only): no metric, so no group may look fresh -- an empty, fresh message reads as an idle node
+    counters_only = "\n".join(x for x in NODE_A.read_text().splitlines() if x.startswith("node_context_switches_total"))
+    snap = assembler(NODE_URL).assemble([ok(NODE_URL, counters_only, 0.0)], 0.0)
+    assert snap.troubles == () and snap.message["metrics"] == {}
+    assert snap.message["stale"] == ["cpu", "memory", "node"]
+    # a gpu node whose node_exporter fails and has no GPU endpoint: its gpu group is stale as well
+    snap = assembler(NODE_URL, node_class="gpu").assemble([failed(NODE_URL, 0.0)], 0.0)
+    assert snap.message["stale"] == ["cpu", "gpu", "memory", "node"]
+    encode("node-metrics", snap.message)
 
 
 def test_a_value_the_contract_cannot_carry_is_left_out():

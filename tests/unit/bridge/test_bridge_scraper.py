@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from bridge_fixtures import DCGM_A, DCGM_B, GAP_S, NODE_A, NODE_B, ExporterServer, raw_sum
 from prometheus_client import CollectorRegistry
 
+from app.bridge.errors import TargetError
 from app.bridge.metrics import BridgeMetrics
 from app.bridge.scraper import run_bridge
 from app.bridge.targets import Endpoint, Target
@@ -93,3 +95,34 @@ async def test_an_unreachable_endpoint_is_a_failed_scrape_not_an_exception():
                      publish=False, metrics=BridgeMetrics(CollectorRegistry()), on_round=rounds.append)
     [[snap]] = rounds
     assert snap.troubles[0].kind == "scrape_failed" and "ClientConnector" in snap.troubles[0].detail
+
+
+LANDING = "<html><head><title>Node Exporter</title></head><body><a href='/metrics'>Metrics</a></body></html>"
+
+
+async def test_a_page_without_any_metric_read_is_counted_as_a_failed_scrape():
+    metrics = BridgeMetrics(CollectorRegistry())
+    rounds = []
+    clock, sleep = manual()
+    async with ExporterServer({"/": [LANDING], "/empty": [""], "/dcgm": [DCGM_A, DCGM_B]}) as srv:
+        target = Target("worker-3", (Endpoint(srv.url("/"), "node_exporter"), Endpoint(srv.url("/empty")),
+                                     Endpoint(srv.url("/dcgm"), "dcgm_exporter")))
+        stats = await run_bridge(Settings(scrape_interval_s=GAP_S), [target], scrapes=2, clock=clock, sleep=sleep,
+                                 publish=False, metrics=metrics, on_round=rounds.append)
+    assert stats.failed_scrapes == 4  # two endpoints, two rounds
+    [second] = rounds[1]
+    assert sorted((t.exporter, t.kind) for t in second.troubles) == [("node_exporter", "scrape_failed"),
+                                                                       ("unknown", "scrape_failed")]
+    assert second.message["stale"] == ["cpu", "gpu", "memory", "node"] and second.message["metrics"] == {}
+    for url in target.urls[:2]:
+        assert metrics.value("rtt_bridge_scrapes_total", node="worker-3", url=url, result="failed") == 2
+        assert metrics.value("rtt_bridge_scrapes_total", node="worker-3", url=url, result="ok") == 0
+    assert metrics.value("rtt_bridge_scrapes_total", node="worker-3", url=target.urls[2], result="ok") == 2
+    assert metrics.value("rtt_bridge_exporter_trouble_total", node="worker-3", exporter="node_exporter",
+                         kind="scrape_failed") == 2
+
+
+async def test_a_declared_exporter_the_mapping_does_not_know_is_refused():
+    target = Target("w", (Endpoint("http://127.0.0.1:9/metrics", "dcgm"),))
+    with pytest.raises(TargetError, match="unknown exporter 'dcgm' .known: node_exporter, dcgm_exporter"):
+        await run_bridge(Settings(), [target], scrapes=1, publish=False, metrics=BridgeMetrics(CollectorRegistry()))

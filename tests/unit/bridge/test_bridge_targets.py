@@ -99,3 +99,107 @@ def test_a_file_that_is_not_utf8_names_the_file(tmp_path):
     with pytest.raises(TargetError, match="cannot read targets: 'utf-8' codec") as err:
         load_targets(p, {})
     assert err.value.field == str(p)
+
+
+KNOWN = "known: node_exporter, dcgm_exporter, nvidia_gpu_exporter"
+
+
+@pytest.mark.parametrize("exporter", ["dcgm", "nvidia-gpu-exporter", "node-exporter", "DCGM_exporter"])
+def test_an_exporter_that_is_not_known_is_refused_naming_the_key_and_the_known_ones(tmp_path, exporter):
+    # a misspelt exporter used to be taken as is: its failures withheld nothing and its checks never ran
+    p = tmp_path / "t.yaml"
+    p.write_text(f"node: w1\ntargets:\n  - {{url: 'http://h:9400/metrics', exporter: {exporter}}}\n")
+    with pytest.raises(TargetError) as err:
+        load_targets(p, {})
+    assert err.value.field == f"{p}.targets[0].exporter"
+    assert err.value.message == f"unknown exporter {exporter!r} ({KNOWN})"
+    p.write_text(f"nodes:\n  - {{node: w1, targets: [{{url: 'http://h:9400/metrics', exporter: {exporter}}}]}}\n")
+    with pytest.raises(TargetError, match="unknown exporter") as err:
+        load_targets(p, {})
+    assert err.value.field == f"{p}: nodes[0].targets[0].exporter"
+
+
+def test_the_known_exporters_are_the_mappings(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text("node: w1\ntargets:\n  - {url: 'http://h:19100/metrics', exporter: my_exporter}\n")
+    with pytest.raises(TargetError, match="unknown exporter 'my_exporter'"):
+        load_targets(p, {})
+    [t] = load_targets(p, {}, exporters=("node_exporter", "my_exporter"))
+    assert t.endpoints[0].exporter == "my_exporter"
+
+
+def test_a_flag_declares_the_exporter_of_the_url_before_it():
+    t = parse_target_flag("node=w1,class=gpu,url=http://h:19100/metrics,exporter=node_exporter,"
+                          "url=http://h:19400/metrics,exporter=dcgm_exporter,url=http://h:9835/metrics")
+    assert t.endpoints == (Endpoint("http://h:19100/metrics", "node_exporter"),
+                           Endpoint("http://h:19400/metrics", "dcgm_exporter"), Endpoint("http://h:9835/metrics"))
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("node=w,url=http://h:1/metrics,exporter=dcgm", f"unknown exporter 'dcgm' ({KNOWN})"),
+    ("node=w,exporter=dcgm_exporter,url=http://h:1/metrics", "must follow the url= whose exporter it names"),
+    ("node=w,url=http://h:1/metrics,exporter=dcgm_exporter,exporter=node_exporter",
+     "given twice for http://h:1/metrics"),
+])
+def test_a_bad_exporter_in_a_flag_names_the_flag_and_the_key(flag, message):
+    with pytest.raises(TargetError) as err:
+        parse_target_flag(flag)
+    assert (err.value.field, err.value.message) == (f"--target {flag!r}, exporter", message)
+
+
+GOOD_NODES = ["worker-1", "w", "1node", "ip-10-0-0-11.eu-west-1.compute.internal", "a" * 253,
+              "x" * 100 + ".y"]  # Kubernetes limits the name to 253 characters, not each label to 63
+
+
+@pytest.mark.parametrize("node", GOOD_NODES)
+def test_a_kubernetes_node_name_is_taken(tmp_path, node):
+    assert parse_target_flag(f"node={node},url=http://h:9100/metrics").node == node
+    p = tmp_path / "t.yaml"
+    p.write_text(f"node: '{node}'\ntargets: [http://h:9100/metrics]\n")
+    assert load_targets(p, {})[0].node == node
+
+
+BAD_NODES = ["worker 1", "Worker-1", "-w", "w-", "w.", ".w", "a..b", "w_1", "wörker", "a" * 254, "w/1"]
+
+
+@pytest.mark.parametrize("node", BAD_NODES)
+def test_a_node_name_kubernetes_would_refuse_is_refused(tmp_path, node):
+    # it would never match a node of the cluster: its metrics could never be used
+    with pytest.raises(TargetError, match="must be a Kubernetes node name") as err:
+        parse_target_flag(f"node={node},url=http://h:9100/metrics")
+    assert err.value.field.endswith(", node")
+    p = tmp_path / "t.yaml"
+    p.write_text(f"node: '{node}'\ntargets: [http://h:9100/metrics]\n")
+    with pytest.raises(TargetError, match="must be a Kubernetes node name") as err:
+        load_targets(p, {})
+    assert err.value.field == f"{p}.node"
+
+
+def test_an_unexpanded_variable_in_a_flag_says_so():
+    flag = "node=${NODE_NAME},url=http://10.0.0.1:9100/metrics"
+    with pytest.raises(TargetError) as err:
+        parse_target_flag(flag)
+    assert str(err.value) == (f"--target {flag!r}, node: ${{NODE_NAME}} is not expanded in --target: give the "
+                              "value, or use a targets file")
+    with pytest.raises(TargetError) as err:
+        parse_target_flag("node=$NODE_NAME,url=http://10.0.0.1:9100/metrics")
+    assert err.value.message.startswith("$NODE_NAME is not expanded in --target")
+    with pytest.raises(TargetError) as err:
+        parse_target_flag("node=w1,url=http://${NODE_IP}:9100/metrics")
+    assert err.value.message.startswith("${NODE_IP} is not expanded in --target")
+
+
+def test_a_variable_a_file_cannot_expand_says_so(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text("node: ${NODE-NAME}\ntargets: [http://h:9100/metrics]\n")
+    with pytest.raises(TargetError) as err:
+        load_targets(p, {})
+    assert err.value.field == f"{p}.node"
+    assert err.value.message.startswith("${NODE-NAME} is not expanded: a targets file expands ${NAME} only")
+
+
+def test_every_shipped_targets_file_names_its_node_as_kubernetes_does(tmp_path):
+    files = sorted((REPO / "deploy").rglob("targets*.yaml"))
+    assert files
+    for f in files:
+        assert all(t.node for t in load_targets(f, {"NODE_NAME": "gpu-node-1", "NODE_IP": "10.0.0.7"}))
