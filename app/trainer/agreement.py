@@ -68,6 +68,8 @@ class RegistryAgreement:
 
         async def _announce(self, record: dict[str, Any], event: dict[str, Any], *, timed: bool = True) -> None: ...
 
+        def dead_letter_later(self, source: str, bad: list[tuple[Any, ContractError]]) -> None: ...
+
     async def _consume_updates(self) -> None:
         assert self._updates is not None
         while True:
@@ -90,7 +92,7 @@ class RegistryAgreement:
                         continue
                     self._note_announced(update)
             if bad:
-                await self.dead_letters.send("model-updates", bad)
+                self.dead_letter_later("model-updates", bad)
 
     def _note_announced(self, update: dict[str, Any]) -> None:
         key, version = update["model_key"], int(update["version"])

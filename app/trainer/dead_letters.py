@@ -12,9 +12,10 @@ bad message at an old offset of a recreated topic from being taken for the old o
 be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
 
 A dead letter Kafka does not acknowledge is sent again with backoff (``RTT_RETRY_MAX_BACKOFF_S`` at most
-between tries) until it is stored, so the read position (or the retrain-event's commit) moves past a bad
-message only once its dead letter is stored; one the broker refuses for good (the record too large, the
-topic invalid or not writable) is logged at ERROR and given up. ``rtt_trainer_dead_letters_total{topic,
+between tries) until it is stored: a bad retrain-event is committed only then; those of the topics read from
+their start are sent in the background while their consumer reads on (their marks, stored once they are,
+make a restarted trainer send what this one could not). One the broker refuses for good (the record too
+large, the topic invalid or not writable) is logged at ERROR and given up. ``rtt_trainer_dead_letters_total{topic,
 reason}`` counts the dead letters stored; ``rtt_trainer_bad_messages_total{topic, reason}`` every bad
 message read.
 """

@@ -98,6 +98,11 @@ RETRY_S = 1.0  # pause after a broker error of a consumer loop (seconds)
 SESSION_TIMEOUT_MS = 10_000  # retrain-events group: a trainer gone without leaving is replaced after this
 
 
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed: %r", task.get_name(), task.exception())
+
+
 def storable(key: str) -> None:
     """``bad_model_key`` unless ``key`` is a model key the registry can store (a model trained for it would be lost).
 
@@ -351,12 +356,19 @@ class TrainerService(RegistryAgreement):
                         log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
                         bad.append((rec, exc))
             if bad:
-                await self.dead_letters.send("training-samples", bad)
+                self.dead_letter_later("training-samples", bad)
             if self._idle_checked is None or now - self._idle_checked >= self._idle_check_s:
                 self._idle_checked = now
                 self.drop_idle(now)
             self.metrics.samples.set(len(self.history))
             self.metrics.history_bytes.set(self.history.nbytes)
+
+    def dead_letter_later(self, source: str, bad: list[tuple[Any, ContractError]]) -> None:
+        """Dead-letter ``bad`` (of a topic read from its start) in the background: the consumer reads on while
+        the broker does not take them (their marks are stored only once they are, so a restarted trainer sends
+        what this one could not)."""
+        task = self._spawn(self.dead_letters.send(source, bad), f"dead-letters:{source}")
+        task.add_done_callback(_log_failure)
 
     def drop_idle(self, now: float) -> list[str]:
         """Drop the history of every key no sample arrived for in ``key_idle_s`` before ``now`` (but a key
