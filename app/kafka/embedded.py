@@ -47,6 +47,7 @@ tansu_log = logging.getLogger(f"{__name__}.tansu")
 STORAGE_SCHEMES = ("memory", "s3")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TAIL_LINES = 50  # lines of Tansu's output kept for an error message
+STORAGE_ERROR = "error=Storage("  # how Tansu logs a failure of its storage engine (it goes on running)
 
 
 class BrokerError(RttError):
@@ -158,15 +159,20 @@ class EmbeddedBroker:
         assert self._proc is not None
         proc = self._proc
         waiting = asyncio.ensure_future(wait_for_kafka(self.bootstrap, timeout_s))
+        storage_failed = False
         while not waiting.done():
             await asyncio.wait([waiting], timeout=0.1)
-            if not waiting.done() and proc.poll() is not None:
+            # Tansu keeps running while its storage fails (a bucket it cannot reach): no use waiting for it
+            storage_failed = any(STORAGE_ERROR in line for line in list(self._output))
+            if not waiting.done() and (proc.poll() is not None or storage_failed):
                 waiting.cancel()
                 with contextlib.suppress(asyncio.CancelledError, BrokerError):
                     await waiting
                 break
         if waiting.done() and not waiting.cancelled():
             return waiting.result()
+        if storage_failed and proc.poll() is None:
+            raise BrokerError("its storage engine failed (--storage-engine)")
         raise BrokerError(f"exited with code {proc.returncode}")
 
     def start(self, timeout_s: float = 20.0) -> EmbeddedBroker:

@@ -177,3 +177,21 @@ def test_s3_storage_keeps_messages_across_a_restart(s3_store):
         assert asyncio.run(_consume(broker.bootstrap, "kept")) == [b"hello"]
     finally:
         broker.stop()
+
+
+def test_a_store_the_broker_cannot_use_is_said_at_once(monkeypatch):
+    """An S3 endpoint that refuses connections: Tansu logs its storage error and goes on running, and the start
+    used to wait the whole 20 s for an answer (with a client warning every retry) before saying so."""
+    for name, value in {"AWS_ENDPOINT": f"http://127.0.0.1:{free_port()}", "AWS_ALLOW_HTTP": "true",
+                        "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    broker = EmbeddedBroker(storage_engine="s3://tansu/")
+    t0 = time.monotonic()
+    with pytest.raises(BrokerError) as caught:
+        broker.start(timeout_s=60)
+    message = str(caught.value)
+    assert message.startswith("its storage engine failed (--storage-engine); Tansu said: "), message
+    assert "error=Storage(" in message and "\n" not in message
+    assert time.monotonic() - t0 < 30  # once Tansu gave up its own retries (5-11 s), not after the 60 s wait
+    assert broker.pid is None
