@@ -67,8 +67,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return 1 if silent else 0
 
     metrics = BridgeMetrics()
+    heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)  # a taken port: named first
     asyncio.run(check_reachable(settings, ("node-metrics",)))  # no broker, or its topic not created: one line
-    heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)
     quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
     print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
           f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
