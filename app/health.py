@@ -110,3 +110,13 @@ def serve_metrics_and_health(port: int, addr: str, registry: CollectorRegistry,
         raise listen_error("RTT_METRICS_PORT", addr, port, exc) from None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
+
+
+def serve_health(port: int, addr: str, registry: CollectorRegistry) -> Heartbeat | None:
+    """:func:`serve_metrics_and_health` with a new :class:`Heartbeat` (for :func:`beating` on the process's event
+    loop), or nothing (None) when ``port`` is 0."""
+    if port <= 0:
+        return None
+    heartbeat = Heartbeat()
+    serve_metrics_and_health(port, addr, registry, heartbeat)
+    return heartbeat

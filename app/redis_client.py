@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from app.config import Settings
 from app.errors import ConfigError
 from app.masking import mask_url
+from app.scheduler.cache import ROOT
 
 DEFAULT_TIMEOUT_S = 5.0  # RTT_REDIS_TIMEOUT_S's default (seconds)
 
@@ -71,7 +72,7 @@ async def delete_prefixed_keys(settings: Settings) -> int:
         return 0
     client = settings_redis(settings)
     try:
-        keys = [k async for k in client.scan_iter(match=f"rttsched:{settings.topic_prefix}*", count=1000)]
+        keys = [k async for k in client.scan_iter(match=f"{ROOT}:{settings.topic_prefix}*", count=1000)]
         for i in range(0, len(keys), 1000):
             await client.delete(*keys[i:i + 1000])
         return len(keys)

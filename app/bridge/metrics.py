@@ -22,7 +22,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from app.health import Heartbeat, serve_metrics_and_health
+from app.health import Heartbeat, serve_health
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,7 @@ def serve_metrics(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> H
     when ``port`` is 0. ``/healthz`` fails while the returned heartbeat does not beat on the bridge's event loop
     (:func:`app.health.beating`). A port that is taken (an address not this host's) is a
     :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT``."""
-    if port <= 0:
-        return None
-    heartbeat = Heartbeat()
-    serve_metrics_and_health(port, addr, metrics.registry, heartbeat)
-    log.info("serving /metrics and /healthz on %s:%d", addr, port)
+    heartbeat = serve_health(port, addr, metrics.registry)
+    if heartbeat is not None:
+        log.info("serving /metrics and /healthz on %s:%d", addr, port)
     return heartbeat

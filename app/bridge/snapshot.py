@@ -108,6 +108,7 @@ class NodeAssembler:
         self._gpu_seen = False
         self._bounds = value_bounds()
         self._gpu_check = GpuHangCheck(mapping.watchdog) if mapping.watchdog is not None else None
+        self._class_groups = {c: class_groups(mapping, c) for c in ("cpu", "gpu")}  # fixed by the mapping
 
     def exporter_name(self, endpoint: Endpoint) -> str:
         """Declared, else the last detected, else guessed from the default port, else ``unknown``."""
@@ -166,7 +167,7 @@ class NodeAssembler:
             if trouble:
                 troubles.append(trouble)
         node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
-        every = class_groups(self.mapping, node_class)
+        every = self._class_groups[node_class]
         # a failed endpoint of no known exporter: which groups it served is unknown, so all of them
         troubles = [dataclasses.replace(t, groups=every)
                     if t.kind == "scrape_failed" and t.exporter not in self.mapping.exporters else t

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.extender.podwatch import PodWatcher, PodWatchMetrics
     from app.extender.podwatch_api import PodsApi
-    from app.health import Heartbeat, beating, serve_metrics_and_health
+    from app.health import beating, serve_health
     from app.listen import check_listen
     from app.masking import mask_url
     from app.redis_client import settings_redis
@@ -98,10 +98,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 await client.aclose()
 
     async def _serve(watcher: PodWatcher) -> int:
-        heartbeat = None
-        if settings.metrics_port:  # /metrics, and /healthz failing while this event loop is stuck
-            heartbeat = Heartbeat()
-            serve_metrics_and_health(settings.metrics_port, settings.metrics_host, metrics.registry, heartbeat)
+        # /metrics, and /healthz failing while this event loop is stuck
+        heartbeat = serve_health(settings.metrics_port, settings.metrics_host, metrics.registry)
+        if heartbeat is not None:
             log.info("metrics on %s:%d/metrics (/healthz)", settings.metrics_host, settings.metrics_port)
         mode = "list only" if not options.watch else "list + watch"
         print(f"rttsched pods: {access.base_url} -> {mask_url(settings.redis_url)} (prefix {settings.topic_prefix!r}), "

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
-    from app.health import Heartbeat, beating, serve_metrics_and_health
+    from app.health import beating, serve_health
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import check_listen
@@ -69,11 +69,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s,
                                  key_idle_s=settings.trainer_key_idle_s)
-        heartbeat = None
-        if settings.metrics_port:  # /metrics, and /healthz failing while this event loop is stuck
-            heartbeat = Heartbeat()
-            serve_metrics_and_health(settings.metrics_port, settings.metrics_host, service.metrics.registry,
-                                     heartbeat)
+        # /metrics, and /healthz failing while this event loop is stuck
+        heartbeat = serve_health(settings.metrics_port, settings.metrics_host, service.metrics.registry)
+        if heartbeat is not None:
             log.info("metrics on %s:%d/metrics (/healthz)", settings.metrics_host, settings.metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
