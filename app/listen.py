@@ -3,7 +3,9 @@
 The /metrics servers (Faust's web server in the worker, ``prometheus_client`` in the bridge, trainer and
 pods) bind ``RTT_METRICS_HOST``:``RTT_METRICS_PORT`` late and fail with a bare ``OSError`` (the worker with a
 page of traceback). :func:`check_listen` binds the address once, as those servers do (``SO_REUSEADDR``), and lets
-it go, so that the trouble is one line naming the variable before anything else starts.
+it go, so that the trouble is one line naming the variable before anything else starts; :func:`hold_listen`
+keeps it bound and listening for the worker's web server, which serves on that socket, so no other process
+can take the port in between.
 
 >>> import socket
 >>> with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -41,13 +43,42 @@ def check_host(host: str, field: str) -> None:
         raise ConfigError(field, f"cannot listen on {host}: {exc.strerror or exc}") from None
 
 
-def _bind(host: str, port: int) -> None:
+def _bind(host: str, port: int, keep: bool = False) -> socket.socket | None:
     # socket.create_server would do, but its errors carry the address a second time
     family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as sock:
+    sock = socket.socket(family, kind, proto)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        if keep:
+            sock.listen(128)
+            return sock
+    except BaseException:
+        sock.close()
+        raise
+    sock.close()
+    return None
+
+
+def hold_listen(host: str, port: int, field: str) -> socket.socket | None:
+    """A socket bound to ``host:port`` and listening, for a server that would otherwise bind it late (the worker's
+    Faust web server): nothing can take the port between this check and that server's start. :class:`ConfigError`
+    naming ``field`` when it cannot be bound; None for ``port`` 0 (no server). The caller closes it, or the server
+    it is handed to does.
+
+    >>> held = hold_listen("127.0.0.1", 0, "RTT_METRICS_PORT")
+    >>> held is None
+    True
+    """
+    if port <= 0:
+        return None
+    try:
+        sock = _bind(host, port, keep=True)
+    except OSError as exc:
+        raise listen_error(field, host, port, exc) from None
+    assert sock is not None
+    return sock
 
 
 def check_listen(host: str, port: int, field: str) -> None:

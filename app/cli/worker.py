@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.contracts import load_contracts
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
-    from app.listen import check_listen
+    from app.listen import hold_listen
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
 
@@ -50,12 +50,18 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                                                    ("feature_history_s", args.history_s)) if value is not None}
         dataclasses.replace(settings, **given)  # and the checks of their variables (finite, at most a day ...)
         writable_dir(opts.datadir, "RTT_WORKER_DATADIR")
-    # Faust's web server binds /metrics late, with a page of traceback when the port is taken: tried here first
-    check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
+    # Faust's web server would bind /metrics late, with a page of traceback when the port is taken: bound here
+    # first and held, the web server serves on this socket
+    held = hold_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
     # one clear line, not Faust's traceback, when there is no broker or its topics are not created yet
-    asyncio.run(check_reachable(settings, tuple(load_contracts())))
+    try:
+        asyncio.run(check_reachable(settings, tuple(load_contracts())))
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
     quiet_client_errors(PERIOD_S)
-    app = create_app(settings, id=args.id, options=opts)
+    app = create_app(settings, id=args.id, options=opts, web_socket=held)
     print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
           + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False, override_logging=False)

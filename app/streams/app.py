@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from app.streams.node_features import TABLE_NAME as NODE_TABLE
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
 from app.streams.ownership import ownership_topic_name, register_ownership
+from app.streams.web import serve_on
 
 Component = Callable[[faust.App, Settings], object]
 
@@ -61,7 +63,7 @@ def worker_topics(settings: Settings, id: str | None = None) -> list[InternalTop
 
 def create_app(settings: Settings, *, id: str | None = None, components: Sequence[Component] | None = None,
                options: WorkerOptions | None = None, clock: Clock | None = None,
-               metrics: WorkerMetrics | None = None) -> faust.App:
+               metrics: WorkerMetrics | None = None, web_socket: socket.socket | None = None) -> faust.App:
     """Build the worker app.
 
     Parameters
@@ -78,6 +80,9 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
     metrics : WorkerMetrics, optional
         The app's series and their registry, served at ``/metrics``; by default a registry of the app's own, so
         two apps in one process never share a series.
+    web_socket : socket.socket, optional
+        A bound, listening socket for the web server (:func:`app.listen.hold_listen`) instead of binding
+        ``RTT_METRICS_HOST``:``RTT_METRICS_PORT`` once the app runs.
     """
     opts = options or WorkerOptions.from_settings(settings)
     Path(opts.datadir).mkdir(parents=True, exist_ok=True)
@@ -104,6 +109,8 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_bind=settings.metrics_host,
         broker_credentials=faust_credentials(settings),
     )
+    if web_socket is not None:  # before any page is registered: they are added to the web driver there and then
+        serve_on(app, web_socket)
     ctx = attach(app, settings, opts, clock, metrics)
     ctx.ownership_topic = register_ownership(app)
     register_metrics_page(app, ctx.metrics)
