@@ -11,9 +11,10 @@ kube_default, against the best other baseline of each figure (static_best includ
 the clairvoyant reference - per-seed ratios (the seeds share their workload), mean ± 95 % CI - and how
 much room the scenario leaves: the clairvoyant's gain over the best baseline and the share of it
 rtt_aware captures. At the end: a summary row per scenario, the same over the second half of each run's
-tasks (after the models' warm-up: against the best baseline there, :mod:`app.sim.report.halves`), and every
-policy's simulated tasks per second of wall time per scenario against the 10,000 tasks/s goal for baselines
-on the small preset.
+tasks (after the models' warm-up: against the best baseline there, :mod:`app.sim.report.halves`), the same
+over the tasks submitted after the scenario's slowdown began (a node slower from then on, no metric showing
+it: what adapting is worth; scenarios without one are left out), and every policy's simulated tasks per
+second of wall time per scenario against the 10,000 tasks/s goal for baselines on the small preset.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from tqdm import tqdm
 from app.sim.policies import BASELINES, POLICY_NAMES, REFERENCE
 from app.sim.policies.rtt_aware import RttAware
 from app.sim.report import format_table, summarise
-from app.sim.report.halves import half_figures
+from app.sim.report.halves import after_slowdown, half_mask, part_figures
 from app.sim.report.stats import mean_ci
 from app.sim.runner import SimConfig, run_offline
 from app.sim.scenario import Scenario, load_scenario
@@ -108,12 +110,21 @@ def ratio_rows(runs: dict[str, list], agg: dict, closed: bool) -> list[dict]:
     return rows
 
 
-def second_half(runs: dict[str, list]) -> dict[str, dict]:
-    """rtt_aware over the second half of each run's tasks (the models' warm-up left out): per RTT figure, the
-    best baseline there, rtt_aware against it and the clairvoyant against it (per-seed ratios, mean ± 95 % CI),
-    and the share of the clairvoyant's gain rtt_aware gets (only where the clairvoyant is ahead beyond the
-    seeds' spread, as in :func:`ratio_rows`)."""
-    late = {p: [half_figures(r, "second") for r in rs] for p, rs in runs.items()}
+TASK_PARTS = {  # key in --json -> (the tasks of a run it keeps, what the summary calls it)
+    "second_half": (lambda run: half_mask(len(run.apps), "second"),
+                    "over the second half of each run's tasks (after the models' warm-up; the best baseline there)"),
+    "after_slowdown": (after_slowdown, "over the tasks submitted after the slowdown began (the best baseline there)"),
+}
+
+
+def part_ratios(runs: dict[str, list], keep: Callable[[Any], np.ndarray]) -> dict[str, dict] | None:
+    """rtt_aware over the tasks ``keep`` picks from each run (the same tasks in every policy's run of a seed):
+    per RTT figure, the best baseline there, rtt_aware against it and the clairvoyant against it (per-seed
+    ratios, mean ± 95 % CI), and the share of the clairvoyant's gain rtt_aware gets (only where the clairvoyant is
+    ahead beyond the seeds' spread, as in :func:`ratio_rows`). None when it keeps no task of any run."""
+    if not any(keep(r).any() for r in runs["rtt_aware"]):
+        return None
+    late = {p: [part_figures(r, keep(r)) for r in rs] for p, rs in runs.items()}
     out = {}
     for fig in ("mean_rtt_ms", "p99_rtt_ms"):
         means = {p: float(np.mean([s[fig] for s in late[p]])) for p in late}
@@ -144,7 +155,8 @@ def print_ratios(rows: list[dict]) -> None:
 
 def markdown(doc: dict) -> str:
     """Compact markdown tables of a ``--json`` file: mean and p99 RTT per scenario and policy, closed-loop
-    throughput, rtt_aware's ratios (over whole runs, then over their second halves), simulator speed."""
+    throughput, rtt_aware's ratios (over whole runs, their second halves, the tasks after a slowdown), simulator
+    speed."""
     scen = doc["scenarios"]
     names = list(scen)
     policies = list(next(iter(scen.values()))["policies"])
@@ -181,15 +193,20 @@ def markdown(doc: dict) -> str:
         out.append(f"| {n} | {r(m['kube_default'])} | {r(m['best'])} ({m['best_name']}) | {r(p99['best'])} "
                    f"({p99['best_name']}) | {r(thr['best']) + ' (' + thr['best_name'] + ')' if thr else '-'} | "
                    f"{r(m['clairvoyant'])} | {r(m['room'])} | {pct(captured)} |")
-    halves = [n for n in names if "second_half" in scen[n]]
-    if halves:
-        out += ["", "rtt_aware over the second half of each run's tasks (after the models' warm-up), against the best "
-                "baseline there (per-seed ratios, mean ± 95 % CI):", "",
+    intro = {"second_half": "rtt_aware over the second half of each run's tasks (after the models' warm-up), "
+                            "against the best baseline there",
+             "after_slowdown": "rtt_aware over the tasks submitted after the scenario's slowdown began (no metric "
+                               "shows it), against the best baseline there"}
+    for part, text in intro.items():
+        with_part = [n for n in names if part in scen[n]]
+        if not with_part:
+            continue
+        out += ["", f"{text} (per-seed ratios, mean ± 95 % CI):", "",
                 "| scenario | rtt_aware mean ms | mean vs best baseline | p99 vs best baseline | room (mean) "
                 "| captured |",
                 "|---|---|---|---|---|---|"]
-        for n in halves:
-            m, p99 = scen[n]["second_half"]["mean_rtt_ms"], scen[n]["second_half"]["p99_rtt_ms"]
+        for n in with_part:
+            m, p99 = scen[n][part]["mean_rtt_ms"], scen[n][part]["p99_rtt_ms"]
             captured = np.nan if m["captured"] is None else m["captured"]
             out.append(f"| {n} | {m['rtt_aware']:.1f} | {r(m['best'])} ({m['best_name']}) | {r(p99['best'])} "
                        f"({p99['best_name']}) | {r(m['room'])} | {pct(captured)} |")
@@ -278,12 +295,13 @@ def main() -> int:
             mean_row = next(r for r in rows if r["figure"] == "mean_rtt_ms")
             p99_row = next(r for r in rows if r["figure"] == "p99_rtt_ms")
             thr_row = next((r for r in rows if r["figure"] == "throughput"), None)
-            late = second_half(runs) if "rtt_aware" in runs else None
-            summary.append((sc.name, mean_row, p99_row, thr_row, late))
+            parts = {part: part_ratios(runs, keep) if "rtt_aware" in runs else None
+                     for part, (keep, _) in TASK_PARTS.items()}
+            summary.append((sc.name, mean_row, p99_row, thr_row, parts))
             out[sc.name] = {"config": describe(sc, config), "seeds": seeds, "policies": agg,
                             "ratios": [jsonable(r) for r in rows]}
-            if late is not None:
-                out[sc.name]["second_half"] = {f: jsonable(r) for f, r in late.items()}
+            out[sc.name].update({part: {f: jsonable(r) for f, r in late.items()}
+                                 for part, late in parts.items() if late is not None})
             sys.stdout.flush()
     print(f"\n== summary: rtt_aware, per-seed ratios (mean), {time.perf_counter() - t_start:.0f} s ==")
     print(f"{'scenario':<13}{'vs kube':>9}{'vs best mean':>27}{'vs best p99':>26}{'throughput':>12}"
@@ -292,12 +310,13 @@ def main() -> int:
         thr = f"{t['best'][0]:+.1%}" if t else "-"
         print(f"{name:<13}{m['kube_default'][0]:>+9.1%}{m['best'][0]:>+11.1%} ({m['best_name']:<13})"
               f"{p['best'][0]:>+11.1%} ({p['best_name']:<12}){thr:>12}{m['room'][0]:>+8.1%}{pct(m['captured']):>10}")
-    halves = [(name, late) for name, *_, late in summary if late is not None]
-    if halves:
-        print("\n== summary over the second half of each run's tasks (after the models' warm-up; the best baseline "
-              "there) ==")
+    for part, (_, text) in TASK_PARTS.items():
+        lates = [(name, parts[part]) for name, *_, parts in summary if parts[part] is not None]
+        if not lates:
+            continue
+        print(f"\n== summary {text} ==")
         print(f"{'scenario':<13}{'rtt_aware ms':>13}{'vs best mean':>27}{'vs best p99':>26}{'room':>8}{'captured':>10}")
-        for name, late in halves:
+        for name, late in lates:
             m, p = late["mean_rtt_ms"], late["p99_rtt_ms"]
             print(f"{name:<13}{m['rtt_aware']:>13.1f}{m['best'][0]:>+11.1%} ({m['best_name']:<13})"
                   f"{p['best'][0]:>+11.1%} ({p['best_name']:<12}){m['room'][0]:>+8.1%}{pct(m['captured']):>10}")

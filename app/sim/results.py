@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from app.sim.events import NodeEvent
 from app.sim.policy import PolicyTrace
 
 DEFAULT_SLA_MS: dict[str, float] = {"upload": 250.0, "gCTF": 200.0, "Motioncor2": 500.0}
@@ -55,6 +56,7 @@ class RunMetrics:
     served_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))  # work served by the end
     node_gpu_demand: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
     window_s: float | None = None  # closed loop: the submission window (throughput counts within it)
+    events: tuple[NodeEvent, ...] = ()  # the run's node events as resolved (seconds, nodes named)
 
     @property
     def rtt_ms(self) -> np.ndarray:

@@ -178,6 +178,7 @@ class Simulation:
             node_util=util, makespan_s=end, wall_s=wall_s, failed=c.failed, trace=self.policy.trace,
             sla_ms=dict(self.config.sla_ms), work_ms=cols["work_ms"], served_ms=cols["served_ms"],
             node_gpu_demand=demand, window_s=w.duration_s if isinstance(w, ClosedLoop) else None,
+            events=tuple(self.events),
         )
 
 

@@ -1,7 +1,10 @@
-"""RTT figures over the first and the second half of a run's tasks (models learn in the first half).
+"""RTT figures over a part of a run's tasks: the first or the second half (models learn in the first), or the
+tasks submitted after a slowdown began.
 
 A learning policy's whole-run figures carry its warm-up; the second half says where it ends up. Tasks are
-halved in submission order, so every policy of a seed is split at the same task.
+halved in submission order, so every policy of a seed is split at the same task. A slowdown (a node that
+loses speed and no metric shows it) starts at the same time in every policy's run of a seed, so the tasks
+submitted from then on are the same tasks too: what adapting to it is worth.
 
 >>> import numpy as np
 >>> from types import SimpleNamespace
@@ -10,6 +13,10 @@ halved in submission order, so every policy of a seed is split at the same task.
 (75.0, 300.0)
 >>> seed_means([run, run], "second")["mean_rtt_ms"]
 75.0
+>>> from app.sim.events import NodeEvent
+>>> run.submit_s, run.events = np.array([0.0, 1.0, 2.0, 3.0]), (NodeEvent("slowdown", "gpu-1", 1.5),)
+>>> slowdown_onset_s(run), part_figures(run, after_slowdown(run))["mean_rtt_ms"]
+(1.5, 75.0)
 """
 
 from __future__ import annotations
@@ -34,9 +41,26 @@ def half_mask(n: int, which: str) -> np.ndarray:
     return late if which == "second" else ~late
 
 
+def slowdown_onset_s(run: Any) -> float | None:
+    """When the run's first slowdown event begins (seconds into the run); None when it has none."""
+    starts = [e.start_s for e in run.events if e.kind == "slowdown"]
+    return min(starts) if starts else None
+
+
+def after_slowdown(run: Any) -> np.ndarray:
+    """The tasks submitted at or after the run's first slowdown began (none when it has no slowdown)."""
+    onset = slowdown_onset_s(run)
+    return np.zeros(len(run.apps), dtype=bool) if onset is None else np.asarray(run.submit_s) >= onset
+
+
 def half_figures(run: Any, which: str) -> dict[str, float]:
     """Mean, p50, p95, p99 and standard deviation of RTT (ms) over the completed tasks of one half (or all)."""
-    rtt = run.rtt_ms[run.ok & half_mask(len(run.apps), which)]
+    return part_figures(run, half_mask(len(run.apps), which))
+
+
+def part_figures(run: Any, mask: np.ndarray) -> dict[str, float]:
+    """:func:`half_figures` over the tasks ``mask`` keeps (NaN for every figure when none completed)."""
+    rtt = run.rtt_ms[run.ok & mask]
     if not rtt.size:
         return dict.fromkeys(RTT_FIGURES, math.nan)
     p50, p95, p99 = np.percentile(rtt, [50, 95, 99]).tolist()
