@@ -5,8 +5,9 @@ GPU preset takes a few MB, and ``prioritize`` never needs one. ``/explain`` does
 so the first explanation that meets a model version loads its blob from the registry (the sha256 is checked
 by the store), parses it and keeps it; the :data:`KEEP` most recently used stay. A load that fails is not
 retried for :data:`RETRY_AFTER_S` (the registry away must not slow every explanation down), and a Redis store
-gets short socket timeouts. Loading runs in the request (explanations are an operator's tool, never on the
-scheduling path); ``bench/bench_explain.py`` measures both the cold and the warm answer.
+gets short socket timeouts. Loading runs in the explanation's thread (the extender finishes explanations off
+its event loop, never on the scheduling path); ``bench/bench_explain.py`` measures both the cold and the warm
+answer.
 
 >>> cache = BoosterCache(lambda key, version: (key, version))
 >>> cache.get("gCTF:gpu", 3), cache.get("gCTF:gpu", 3) is cache.get("gCTF:gpu", 3), cache.loads

@@ -1,8 +1,10 @@
 """A small HTTP/1.1 server for the extender's few routes: requests answered inside the read callback.
 
-Every route of the extender answers from memory without awaiting anything, so a request needs no task, no
-stream reader and no response object: :class:`HttpProtocol` parses a request from the bytes it received,
-calls the synchronous handler and writes the answer, all in one ``data_received`` call. What it accepts:
+Every scheduling route of the extender answers from memory without awaiting anything, so a request needs no
+task, no stream reader and no response object: :class:`HttpProtocol` parses a request from the bytes it
+received, calls the synchronous handler and writes the answer, all in one ``data_received`` call. A handler may
+instead return a future of its answer (work done in another thread): the connection then reads nothing more
+until the answer is written, so pipelined requests are still answered in order. What it accepts:
 ``Content-Length`` or ``chunked`` bodies, ``Expect: 100-continue``, keep-alive (HTTP/1.1 default, HTTP/1.0 on
 request) and pipelined requests, in order.
 
@@ -50,7 +52,7 @@ LINGER_S = 2.0  # after an error answer: how long unread input is drained before
 LARGE_BODY = 256 * 1024  # a Content-Length body above this is received in place, into its own buffer
 
 
-_IDLE, _HEAD, _BODY, _CHUNKED, _DRAIN = range(5)
+_IDLE, _HEAD, _BODY, _CHUNKED, _DRAIN, _WAIT = range(6)  # _WAIT: an answer computed elsewhere
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
@@ -116,7 +118,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._waiting:
+        if self._transport is not None and not self._waiting and self._state != _WAIT:
             self._transport.resume_reading()
 
     # -- timers: one handle, re-armed lazily (a request that arrives whole never touches it)
@@ -135,6 +137,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
             self._timer, self._timer_at = self._loop.call_at(self._deadline, self._on_timer), self._deadline
             return
         state = self._state
+        if state == _WAIT:  # no time limit on our own answer; the timer is armed again once it is sent
+            return
         if self._waiting:  # the body's time starts with its turn
             self._arm(self._limits.body_timeout_s)
             return
@@ -358,10 +362,39 @@ class HttpProtocol(asyncio.BufferedProtocol):
         request = Request(self._method, self._path, self._headers, body)
         self._state = _HEAD if self._buf else _IDLE
         try:
-            response = self._shared.handle(request)
+            answer = self._shared.handle(request)
         except Exception:  # the application promises not to raise; never let it kill the connection silently
             log.exception("unhandled error answering %s %s", self._method, self._path)
+            answer = Response(500, self._shared.error_body("internal error (logged by the extender)"))
+        if isinstance(answer, asyncio.Future):
+            self._state = _WAIT
+            assert self._transport is not None
+            self._transport.pause_reading()
+            answer.add_done_callback(self._answered)
+            return
+        self._answer(answer)
+
+    def _answered(self, future: asyncio.Future[Response]) -> None:
+        """A future answer came: written, then what the client sent meanwhile is read on."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        try:
+            response = future.result()
+        except BaseException:  # the application promises an answer; never leave the client waiting for none
+            log.exception("unhandled error answering %s %s", self._method, self._path)
             response = Response(500, self._shared.error_body("internal error (logged by the extender)"))
+        self._state = _HEAD if self._buf else _IDLE
+        self._answer(response)
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._transport.resume_reading()
+        if self._buf:
+            try:
+                self._process()
+            except HttpError as exc:
+                self._fail(exc)
+
+    def _answer(self, response: Response) -> None:
         close = not self._keep_alive
         self._send(response.status, response.body, response.content_type, response.headers, close=close)
         if close:

@@ -262,17 +262,22 @@ class BodyTurns:
         self._waiting.clear()
 
 
+Handle = Callable[["Request"], "Response | asyncio.Future[Response]"]
+
+
 class HttpServerState:
     """What all connections of one listening server share: the handler, limits, the connection count.
 
     ``connection`` makes the protocol of one connection (:class:`app.extender.http.HttpProtocol`) from this
-    state. ``handle`` never raises (the application turns its failures into answers). ``error_body`` makes the
+    state. ``handle`` never raises (the application turns its failures into answers); it returns the answer, or
+    a future of it for a request answered off the event loop (the connection reads nothing more meanwhile, so
+    pipelined answers stay in order). ``error_body`` makes the
     JSON body of a protocol-level error; ``on_error`` is told its status (for metrics), ``on_reject`` each
     connection refused by the cap.
     """
 
     def __init__(
-        self, connection: Callable[[HttpServerState], asyncio.BaseProtocol], handle: Callable[[Request], Response],
+        self, connection: Callable[[HttpServerState], asyncio.BaseProtocol], handle: Handle,
         limits: HttpLimits, error_body: Callable[[str], bytes], on_error: Callable[[int], None] | None = None,
         on_reject: Callable[[], None] | None = None,
     ) -> None:

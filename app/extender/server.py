@@ -11,9 +11,12 @@ Routes (kube-scheduler calls ``urlPrefix + "/" + verb``)::
     GET  /openapi.json  OpenAPI 3 description of all of the above
 
 Requests are read and answered by :mod:`app.extender.http` inside the event loop's read callback; every
-handler here is synchronous. Failures never leak a traceback: a malformed body is a 400, an oversized one a
-413, a header or body that does not arrive in time a 408, an unknown path a 404 — each with ``Error`` set —
-and anything unexpected a 500 with ``Error`` set, logged and counted (``rtt_extender_errors_total``).
+handler here is synchronous, but for the part of ``/explain`` that loads boosters and runs XGBoost's
+contributions: that runs in a thread of its own (one explanation at a time), so an operator's exact
+explanation over many nodes never holds up ``filter`` and ``prioritize`` on kube-scheduler's timeout. Failures
+never leak a traceback: a malformed body is a 400, an oversized one a 413, a header or body that does not
+arrive in time a 408, an unknown path a 404 — each with ``Error`` set — and anything unexpected a 500 with
+``Error`` set, logged and counted (``rtt_extender_errors_total``).
 
 ``rttsched extender`` takes over a listener it already serves (:mod:`app.extender.boot`); :func:`running`
 serves a service on a port of its own (tests, benchmarks): the port is bound first, then the service's
@@ -23,6 +26,7 @@ background work starts (Kafka feed, Redis warm start, publisher), none of which 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import logging
@@ -45,7 +49,7 @@ log = logging.getLogger(__name__)
 
 GC_GEN0_THRESHOLD = 20_000  # net container allocations between young collections (CPython default: 700)
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
-Handler = Callable[[Request], Response]
+Handler = Callable[[Request], "Response | asyncio.Future[Response]"]
 
 
 def json_response(body: object, status: int = 200) -> Response:
@@ -70,6 +74,7 @@ class ExtenderServer:
         self.http = http
         metrics.connections.set_function(lambda: len(self.http.connections))
         self._server: asyncio.Server | None = None
+        self._explainer: concurrent.futures.ThreadPoolExecutor | None = None  # /explain's contributions
         self.port = 0
         self.url = ""  # after listen(): how this machine reaches the server
         self.route("POST", "/filter", "filter", self._filter)
@@ -97,9 +102,15 @@ class ExtenderServer:
     def _prioritize(self, request: Request) -> Response:
         return Response(200, self.service.prioritize(parse_args(request.body)))
 
-    def _explain(self, request: Request) -> Response:
+    def _explain(self, request: Request) -> Response | asyncio.Future[Response]:
         top, method = explain_options(request.body)
-        return Response(200, self.service.explain(parse_args(request.body), top, method))
+        prepared = self.service.prepare_explain(parse_args(request.body), top, method)
+        if not prepared.needs_work:
+            return Response(200, orjson.dumps(prepared.finish()))
+        if self._explainer is None:
+            self._explainer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rttsched-explain")
+        return asyncio.get_running_loop().run_in_executor(
+            self._explainer, lambda: Response(200, orjson.dumps(prepared.finish())))
 
     def _readyz(self, request: Request) -> Response:
         service = self.service
@@ -111,8 +122,8 @@ class ExtenderServer:
                               "models": len(snap.models), "age_s": _age(snap.age(service.clock.now())),
                               "degraded": service.degraded.reasons})
 
-    def handle(self, request: Request) -> Response:
-        """Answer one request; never raises."""
+    def handle(self, request: Request) -> Response | asyncio.Future[Response]:
+        """Answer one request (or return a future of the answer: :meth:`_later`); never raises."""
         t0 = time.perf_counter()
         route = self._routes.get((request.method, request.path))
         if route is None:
@@ -126,16 +137,44 @@ class ExtenderServer:
         else:
             verb, handler = route
             try:
-                response = handler(request)
-            except ProtocolError as exc:
-                response = Response(400, error_body(str(exc)))
-            except Exception:
-                log.exception("unexpected error answering %s %s", request.method, request.path)
-                self.service.metrics.errors.inc()
-                response = Response(500, error_body("internal error (logged by the extender)"))
+                answer = handler(request)
+            except Exception as exc:
+                response = self._failure(request, exc)
+            else:
+                if isinstance(answer, asyncio.Future):
+                    return self._later(request, verb, t0, answer)
+                response = answer
         self._seconds(verb).observe(time.perf_counter() - t0)
         self._answers(verb, str(response.status)).inc()
         return response
+
+    def _failure(self, request: Request, exc: BaseException) -> Response:
+        """The answer to a handler's exception: 400 for a malformed request, else 500 (logged and counted)."""
+        if isinstance(exc, ProtocolError):
+            return Response(400, error_body(str(exc)))
+        log.error("unexpected error answering %s %s", request.method, request.path, exc_info=exc)
+        self.service.metrics.errors.inc()
+        return Response(500, error_body("internal error (logged by the extender)"))
+
+    def _later(self, request: Request, verb: str, t0: float, pending: asyncio.Future[Response],
+               ) -> asyncio.Future[Response]:
+        """The answer of a handler that finishes off the event loop, counted and timed when it comes."""
+        out: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def done(f: asyncio.Future[Response]) -> None:
+            if f.cancelled():
+                response = Response(503, error_body("the extender is stopping"))
+            elif (exc := f.exception()) is not None:
+                response = self._failure(request, exc)
+            else:
+                response = f.result()
+            self._seconds(verb).observe(time.perf_counter() - t0)
+            self._answers(verb, str(response.status)).inc()
+            if not out.done():
+                out.set_result(response)
+
+        pending.add_done_callback(done)
+        return out
 
     def _protocol_error(self, status: int) -> None:
         self._answers("other", str(status)).inc()
@@ -170,6 +209,9 @@ class ExtenderServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5.0)
             self._server = None
+        if self._explainer is not None:  # an explanation still running finishes in its thread, unanswered
+            self._explainer.shutdown(wait=False, cancel_futures=True)
+            self._explainer = None
 
 
 def tune_gc(service: ExtenderService, gen0: int = GC_GEN0_THRESHOLD) -> None:

@@ -1,12 +1,12 @@
 """The extender's state and verbs, independent of HTTP: view, assumed pods, policy, publisher, feeds.
 
 Handlers call :meth:`ExtenderService.filter`, :meth:`ExtenderService.prioritize` and
-:meth:`ExtenderService.explain`: plain functions that read the current snapshot once, never await anything
-and return the answer's JSON. Everything that talks
-to Kafka or Redis runs in background tasks that :meth:`ExtenderService.start` starts and returns at once —
-so the port can serve (neutral answers, ``/readyz`` 503 with the reason) before, and whatever happens to,
-Kafka and Redis. Snapshots are rebuilt by one task, in slices (:mod:`app.extender.pacing`), at most every
-``rebuild_interval_s``.
+:meth:`ExtenderService.prepare_explain`: plain functions that read the current snapshot once, never await
+anything and return the answer's JSON (an explanation's contributions are finished off the event loop).
+Everything that talks to Kafka or Redis runs in background tasks that :meth:`ExtenderService.start` starts and
+returns at once — so the port can serve (neutral answers, ``/readyz`` 503 with the reason) before, and
+whatever happens to, Kafka and Redis. Snapshots are rebuilt by one task, in slices
+(:mod:`app.extender.pacing`), at most every ``rebuild_interval_s``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from app.scheduler.builder import SnapshotBuilder
 from app.scheduler.cache import CacheKeys, store_model_update
 from app.scheduler.cycle import assume, filter_answer
 from app.scheduler.decide import DecideParams, Decision, decide
-from app.scheduler.explain import explain
+from app.scheduler.explain import Explanation, prepare
 from app.scheduler.policy import Policy, load_policy
 from app.scheduler.snapshot import Snapshot, SnapshotHolder
 
@@ -251,9 +251,13 @@ class ExtenderService:
 
     def explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> bytes:
         """Why each candidate gets its score (:func:`app.scheduler.explain.explain`), as JSON; changes nothing."""
-        answer = explain(self.holder.current, args.pod, args.node_names, self.assumed, self.params,
-                         self.clock.now(), self.boosters.get, top=top, method=method)
-        return orjson.dumps(answer)
+        return orjson.dumps(self.prepare_explain(args, top, method).finish())
+
+    def prepare_explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> Explanation:
+        """:meth:`explain` but for the contributions, which :meth:`Explanation.finish` adds (boosters from the
+        registry, XGBoost): that part reads nothing the scheduling verbs change and may run in another thread."""
+        return prepare(self.holder.current, args.pod, args.node_names, self.assumed, self.params,
+                       self.clock.now(), self.boosters.get, top=top, method=method)
 
     # -- lifecycle
     async def start(self) -> None:

@@ -14,13 +14,17 @@ nothing noted in them) and says, per candidate, in the order it was applied:
    (``blended_score``), rounded; ``score`` is the final one, after the winner is made the only top;
 6. exploration: whether the node is learnt for the app (samples), and whether this pod explores it.
 
-The answer is plain JSON (the extender's ``POST /explain``, ``rttsched explain --json``).
+The answer is plain JSON (the extender's ``POST /explain``, ``rttsched explain --json``). The decision is taken
+apart by :func:`prepare` (fast: what the scheduling path itself computes); the contributions, which load boosters
+from the registry and run XGBoost, by :meth:`Explanation.finish`, which reads nothing the scheduling path changes,
+so the extender runs it off its event loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,14 +49,12 @@ def _hardware(snapshot: Snapshot | None, node: str) -> str | None:
     return st.gpu_model or st.node_class
 
 
-def _contributions(snapshot: Snapshot, assumed: AssumedPods, d: Decision, boosters: BoosterSource | None, top: int,
-                   method: str, out: list[dict[str, Any]]) -> None:
-    """Fill each modelled candidate's ``contributions`` (grouped by model: one pred_contribs call per model)."""
+def _contributions(snapshot: Snapshot, idle: Mapping[str, float], d: Decision, boosters: BoosterSource | None,
+                   top: int, method: str, out: list[dict[str, Any]]) -> None:
+    """Fill each modelled candidate's ``contributions`` (grouped by model: one pred_contribs call per model).
+    ``idle``: the running-pods features of a node with nothing running, as decide built the rows."""
     from app.model.contributions import contributions
 
-    app = d.pod.app
-    assert app is not None
-    idle = running_features(known_apps(snapshot, assumed, app), {}, {})  # as decide built the rows
     groups: dict[tuple[str, int], list[int]] = {}
     for i, (key, version) in enumerate(zip(d.model_key, d.model_version, strict=True)):
         if key is not None and version is not None:
@@ -82,11 +84,49 @@ def _contributions(snapshot: Snapshot, assumed: AssumedPods, d: Decision, booste
                 contributions_sum=round(float(c.values[k].sum() + c.bias[k]), 6))
 
 
+@dataclasses.dataclass
+class Explanation:
+    """A decision taken apart (:func:`prepare`); :meth:`finish` adds the contributions and orders the nodes."""
+
+    head: dict[str, Any]
+    nodes: list[dict[str, Any]] | None = None  # None: a neutral answer, complete in ``head``
+    snapshot: Snapshot | None = None
+    decision: Decision | None = None
+    idle: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    boosters: BoosterSource | None = None
+    top: int = 3
+    method: str = "approx"
+
+    @property
+    def needs_work(self) -> bool:
+        """Whether :meth:`finish` has contributions to compute (a model covers some candidate)."""
+        return self.decision is not None and any(k is not None for k in self.decision.model_key)
+
+    def finish(self) -> dict[str, Any]:
+        """The answer: the contributions filled in (boosters loaded, pred_contribs run), the nodes best first."""
+        if self.nodes is None:
+            return self.head
+        out = self.nodes
+        assert self.snapshot is not None and self.decision is not None
+        _contributions(self.snapshot, self.idle, self.decision, self.boosters, self.top, self.method, out)
+        order = sorted(range(len(out)), key=lambda i: (-out[i]["score"], out[i]["rtt_ms"] or math.inf))
+        self.head["nodes"] = [out[i] for i in order]
+        return self.head
+
+
 def explain(
     snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods, params: DecideParams,
     now: float, boosters: BoosterSource | None = None, *, top: int = 3, method: str = "approx",
 ) -> dict[str, Any]:
     """The decision for ``pod`` over ``nodes``, per candidate, as JSON-able values (see the module docstring)."""
+    return prepare(snapshot, pod, nodes, assumed, params, now, boosters, top=top, method=method).finish()
+
+
+def prepare(
+    snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assumed: AssumedPods, params: DecideParams,
+    now: float, boosters: BoosterSource | None = None, *, top: int = 3, method: str = "approx",
+) -> Explanation:
+    """The decision for ``pod`` over ``nodes`` taken apart, all but the contributions (:meth:`Explanation.finish`)."""
     d = decide(snapshot, pod, nodes, assumed, params, now, note_expected=False)
     head: dict[str, Any] = {
         "pod": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "app": pod.app,
@@ -97,7 +137,7 @@ def explain(
     if d.neutral is not None:
         head["nodes"] = [{"node": n, "hardware": _hardware(snapshot, n), "score": s}
                          for n, s in zip(d.nodes, d.score, strict=True)]
-        return head
+        return Explanation(head)
     assert snapshot is not None and pod.app is not None
     raw = raw_scores(np.asarray(d.rtt_ms))
     blended = blended_scores(np.asarray(d.rtt_ms), np.asarray(d.credibility))
@@ -127,7 +167,5 @@ def explain(
             "features": dict(d.features[i]) if d.features else {},
             "contributions": None,
         })
-    _contributions(snapshot, assumed, d, boosters, top, method, out)
-    order = sorted(range(len(out)), key=lambda i: (-out[i]["score"], out[i]["rtt_ms"] or math.inf))
-    head["nodes"] = [out[i] for i in order]
-    return head
+    idle = running_features(known_apps(snapshot, assumed, pod.app), {}, {})  # as decide built the rows
+    return Explanation(head, out, snapshot, d, idle, boosters, top, method)

@@ -3,6 +3,8 @@ demand for pred_contribs; the same body as /prioritize; nothing about scheduling
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,77 @@ async def test_explain_over_http_loads_the_booster_once_and_changes_nothing(tmp_
     assert {n["contributions"][0]["feature"] for n in exact["nodes"]} == {"load__mean"}
     assert exact["contributions_method"] == "exact"
     assert bad.status == 400 and "Explain.contributions" in bad_text
+
+
+def _held_boosters(service: ExtenderService) -> tuple[threading.Event, threading.Event]:
+    """Make the service's booster loads wait for ``release`` (set ``started`` first): an explanation that is slow."""
+    started, release = threading.Event(), threading.Event()
+    real = service.boosters
+
+    def load(key: str, version: int) -> object:
+        started.set()
+        assert release.wait(20)
+        return real.get(key, version)
+
+    service.boosters = BoosterCache(load)
+    return started, release
+
+
+async def test_an_explanation_in_progress_holds_up_no_scheduling_verb(tmp_path: Path) -> None:
+    import aiohttp
+
+    service = _service(tmp_path)
+    started, release = _held_boosters(service)
+    async with running(service, "127.0.0.1", 0, start=False) as server:
+        async with aiohttp.ClientSession(base_url=server.url) as http:
+            explaining = asyncio.ensure_future(http.post("/explain", data=_body(Explain={"contributions": "exact"})))
+            assert await asyncio.to_thread(started.wait, 10)
+            try:  # the loop answers while the explanation's thread waits
+                scores = await asyncio.wait_for(http.post("/prioritize", data=_body("uid-9")), 5)
+                filtered = await asyncio.wait_for(http.post("/filter", data=_body("uid-8")), 5)
+                assert scores.status == 200 and filtered.status == 200
+                assert not explaining.done()
+            finally:
+                release.set()
+            answer = await asyncio.wait_for(explaining, 20)
+            assert answer.status == 200
+            nodes = orjson.loads(await answer.read())["nodes"]
+            assert all(n["contributions"] for n in nodes)
+    assert 'verb="explain"' in service.metrics.render().decode()
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(h.split(":", 1)[1]) for h in lines if h.lower().startswith("content-length:"))
+    return int(lines[0].split(" ")[1]), await reader.readexactly(length)
+
+
+async def test_pipelined_requests_behind_an_explanation_are_answered_in_order(tmp_path: Path) -> None:
+    service = _service(tmp_path)
+    started, release = _held_boosters(service)
+    async with running(service, "127.0.0.1", 0, start=False) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            requests = b""
+            for path, body in (("/explain", _body()), ("/prioritize", _body("uid-9")), ("/readyz", b"")):
+                method = "GET" if path == "/readyz" else "POST"
+                requests += (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+                             .encode() + body)
+            writer.write(requests)  # all three at once, on one connection
+            await writer.drain()
+            assert await asyncio.to_thread(started.wait, 10)
+            with pytest.raises(asyncio.TimeoutError):  # nothing answered before the explanation
+                await asyncio.wait_for(reader.read(1), 0.3)
+            release.set()
+            answers = [await asyncio.wait_for(_read_answer(reader), 20) for _ in range(3)]
+        finally:
+            release.set()
+            writer.close()
+    assert [status for status, _ in answers] == [200, 200, 200]
+    explained, scores, ready = (orjson.loads(body) for _, body in answers)
+    assert "contributions_method" in explained and [h["Host"] for h in scores] == list(LOADS)
+    assert ready["ready"] is True
 
 
 def test_a_booster_that_cannot_be_loaded_is_not_retried_at_once() -> None:
