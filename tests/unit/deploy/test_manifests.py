@@ -230,6 +230,10 @@ def test_scheduler_config_reaches_the_extender_service_and_container_port():
     assert suffix in ("svc", "svc.cluster.local")
     svc = _find("Service", svc_name, svc_ns)
     assert svc is not None, f"extender Service {svc_ns}/{svc_name} is not defined"
+    # each replica keeps its own assumed pods (anti-affinity, pending pods): the scheduler's calls stay on one
+    dep = _find("Deployment", svc_name, svc_ns)
+    if dep is not None and dep["spec"].get("replicas", 1) > 1:
+        assert svc["spec"].get("sessionAffinity") == "ClientIP", "extender replicas would each see part of the pods"
     (port,) = [p for p in svc["spec"]["ports"] if p["port"] == url.port]
     for doc, spec in _selected_pods(svc):
         (c,) = spec["containers"]
