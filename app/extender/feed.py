@@ -5,7 +5,10 @@ group: each needs the whole view). The feed runs in the background from the mome
 never gives up: without a broker it retries, and while a topic is missing it waits for it — reporting
 either every ``report_s`` (topics are listed from the cluster's metadata, which never creates them; asking
 for one topic's metadata would make Tansu or an auto-creating Kafka create it with the wrong partition
-count). :attr:`ViewFeed.status` says where it stands, for ``/readyz``.
+count). :attr:`ViewFeed.status` says where it stands, for ``/readyz``. Once it reads, a broker that goes away
+does not make the consumer fail (it retries inside): while nothing arrives for ``report_s`` the feed asks the
+broker for its metadata, and one that does not answer is a degraded reason (``kafka``: ``/readyz``,
+``rtt_extender_degraded``) until it answers or records arrive again.
 
 With ``on_completion``, the feed also reads task-completions from their end: each completion's ``task_id``
 is handed to it (the service forgets the pod it assumed, so the pods it counts as running on a node are
@@ -37,6 +40,7 @@ from app.contracts.admission import check_key, check_time
 from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
 from app.extender.metrics import ExtenderMetrics
+from app.extender.model_retry import KAFKA, Degraded
 from app.extender.models import ModelLoader, install_model
 from app.extender.pacing import Slicer
 from app.kafka.client import consumer_options
@@ -65,6 +69,7 @@ class ViewFeed:
         rebuild: Callable[[bool], object], rebuild_interval_s: float = 0.2,
         on_model: Callable[[Mapping[str, Any]], Awaitable[Any]] | None = None, report_s: float = 10.0,
         clock: Clock | None = None, on_completion: Callable[[str], object] | None = None,
+        degraded: Degraded | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
@@ -85,6 +90,8 @@ class ViewFeed:
         self._loads: set[asyncio.Task[bool]] = set()
         self._behind: dict[Any, int] = {}  # partitions not yet read to their end offset at assignment
         self._said = ("", 0.0)
+        self._degraded = degraded
+        self._heard = 0.0  # monotonic time the broker last gave records or answered a probe
         self.status = "not started"
         self.caught_up = asyncio.Event()
 
@@ -136,7 +143,10 @@ class ViewFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # no broker, broker gone during set-up, ...: retry, never die
-                self._report(f"Kafka at {self._settings.bootstrap_servers} not usable ({exc}); retrying")
+                detail = f"Kafka at {self._settings.bootstrap_servers} not usable ({exc}); retrying"
+                self._report(detail)
+                if self.caught_up.is_set() and self._degraded is not None:  # serving: /readyz says it this way
+                    self._degraded.waiting(KAFKA, "view-feed", detail)
                 await self._close()
                 await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
                 attempt += 1
@@ -157,6 +167,7 @@ class ViewFeed:
         self._consumer = consumer
         self._guard = PositionGuard(consumer, "extender-view", registry=self._metrics.registry,
                                     topic_label=lambda t: self._topic_of.get(t, t))
+        self._answered()
 
     async def _wait_for_topics(self) -> None:
         """Assign every partition of the view's topics once they all exist; report the missing ones."""
@@ -195,6 +206,10 @@ class ViewFeed:
                 await guard.out_of_range(exc.args[0])
                 continue
             guard.note(batches)
+            if any(batches.values()):
+                self._answered()
+            elif time.monotonic() - self._heard >= self._report_s:
+                await self._probe()
             if slicer.due():  # getmany waited, then built the records in this same loop step: apply them in the next
                 await slicer.pause()
             now_ms = time.time() * 1000.0
@@ -212,6 +227,30 @@ class ViewFeed:
                 self._rebuild(False)
                 last_build = time.monotonic()
             await guard.after_fetch()  # a position beyond its partition's end: the topic was wiped
+
+    def _answered(self) -> None:
+        """The broker answered: a ``kafka`` degraded reason, if any, is over."""
+        self._heard = time.monotonic()
+        if self._degraded is not None:
+            self._degraded.done(KAFKA, "view-feed")
+
+    async def _probe(self) -> None:
+        """Nothing came for ``report_s``: ask the broker for its metadata; no answer is a degraded reason."""
+        servers = self._settings.bootstrap_servers
+        try:
+            await asyncio.wait_for(self._consumer._client.fetch_all_metadata(), min(5.0, self._report_s))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._heard = time.monotonic()  # asked again in report_s
+            detail = f"Kafka at {servers} not answering ({type(exc).__name__}: {exc}); the view is not updated"
+            self._report(detail)
+            if self._degraded is not None:
+                self._degraded.waiting(KAFKA, "view-feed", detail)
+            return
+        self._answered()
+        if self.status.startswith("Kafka at"):
+            self._report(f"Kafka at {servers} answers again", logging.INFO)
 
     async def _check_caught_up(self) -> None:
         for tp, end in list(self._behind.items()):

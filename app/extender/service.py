@@ -275,7 +275,7 @@ class ExtenderService:
             self.feed = ViewFeed(self.settings, self.builder, self._feed_loader(), self.metrics,
                                  rebuild=self.request_rebuild, rebuild_interval_s=self.options.rebuild_interval_s,
                                  on_model=self._model_installed, report_s=self.options.report_s, clock=self.clock,
-                                 on_completion=self.assumed.forget)
+                                 on_completion=self.assumed.forget, degraded=self.degraded)
             self.feed.start()
         if self._publish:
             sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)

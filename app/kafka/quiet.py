@@ -9,7 +9,8 @@ A service that goes on while the broker is away (the worker, the trainer, the ex
 of aiokafka's per-retry errors (:data:`RECURRING`: connect, metadata, fetch, produce, coordinator) through
 once per period, saying how many like it it held back (:func:`quiet_client_errors`): a worker logged about
 310 such lines a second with its broker away, the trainer 160. The worker's own delivery failures (a record
-batch sent again, a node-weights message lost) are kept to one per period the same way.
+batch sent again, a node-weights message lost) and the extender's (a batch of predictions dropped: 914 lines
+in one second after its broker came back from a hang) are kept to one per period the same way.
 
 >>> drop = DropConnectionErrors()
 >>> [drop.filter(logging.makeLogRecord({"msg": m})) for m in ('Unable connect to "%s:%s": %s', "Topic missing")]
@@ -58,6 +59,8 @@ RECURRING: dict[str, tuple[str, ...]] = {  # logger -> the messages it repeats o
     # the worker's own: a batch or message the broker did not acknowledge (app.kafka.batches, app.streams.topics)
     "app.kafka.batches": ("delivery to %s[%d] failed (", "delivery to %s[%d] failed for good"),
     "app.streams.topics": ("not delivered: ",),
+    # the extender's predictions the broker did not acknowledge (each batch; a broker hung or restarting)
+    "app.extender.kafka_sink": ("rtt-predictions delivery of %d records failed",),
 }
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from app.streams.node_features import TABLE_NAME as NODE_TABLE
 from app.streams.node_features import register_node_features
 from app.streams.options import WorkerOptions
 from app.streams.ownership import ownership_topic_name, register_ownership
+from app.streams.unretrieved import install as install_unretrieved
 from app.streams.web import serve_on
 
 Component = Callable[[faust.App, Settings], object]
@@ -113,6 +115,12 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         serve_on(app, web_socket)
     ctx = attach(app, settings, opts, clock, metrics)
     ctx.ownership_topic = register_ownership(app)
+
+    @app.task
+    async def count_unretrieved_sends() -> None:  # on the loop the app runs on
+        failures = ctx.metrics.send_failures
+        install_unretrieved(asyncio.get_running_loop(), lambda topic: failures.labels(topic, "dropped"))
+
     register_metrics_page(app, ctx.metrics)
     register_health_page(app, ctx.health)
     for register in DEFAULT_COMPONENTS if components is None else components:

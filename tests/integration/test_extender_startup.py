@@ -156,6 +156,25 @@ async def test_serves_at_once_without_kafka_and_becomes_ready_when_it_arrives(
 
             await slow_header_client_is_cut_off(ext.port)
             await metric_labels_stay_bounded(session)
+
+            await asyncio.to_thread(broker.stop)  # the broker goes away while the extender serves its view
+
+            async def kafka_degraded() -> bool:
+                status, body = await readyz(session)
+                assert status == 200  # still serving the view it has
+                return "not answering" in body["degraded"].get("kafka", "") or "not usable" in body[
+                    "degraded"].get("kafka", "")
+
+            await until(kafka_degraded, 30, "the lost broker named in /readyz")
+            async with session.get("/metrics") as resp:
+                assert 'rtt_extender_degraded{reason="kafka"} 1.0' in await resp.text()
+            broker = EmbeddedBroker(port=kafka_port)
+            await asyncio.to_thread(broker.start)
+
+            async def kafka_back() -> bool:
+                return "kafka" not in (await readyz(session))[1]["degraded"]
+
+            await until(kafka_back, 30, "the broker's return clearing the reason")
         finally:
             await asyncio.to_thread(broker.stop)
     assert "Traceback" not in ext.text()

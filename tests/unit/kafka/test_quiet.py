@@ -38,3 +38,19 @@ def test_each_recurring_logger_keeps_one_per_period(clean_filters: object, caplo
                         "Unexpected error while fetching data: boom", "Unexpected error while fetching data: boom"]
     held = next(f for f in fetcher.filters if isinstance(f, _EveryFew)).held
     assert held == {"Failed fetch messages from": 49}
+
+
+def test_the_extenders_dropped_predictions_are_said_once_per_period(clean_filters: object,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from app.config import Settings
+    from app.extender.kafka_sink import KafkaSink
+    from app.extender.metrics import ExtenderMetrics
+
+    quiet_client_errors(3600.0)
+    metrics = ExtenderMetrics()
+    sink = KafkaSink(Settings(), metrics)
+    with caplog.at_level(logging.WARNING, logger="app.extender.kafka_sink"):
+        for _ in range(500):  # a batch every few ms while the broker times every one out
+            sink._failed(4, TimeoutError("request timed out"))
+    assert [r.getMessage() for r in caplog.records] == ["rtt-predictions delivery of 4 records failed: request timed out"]
+    assert metrics.dropped._value.get() == 2000  # every record still counted
