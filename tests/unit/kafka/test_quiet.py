@@ -52,5 +52,6 @@ def test_the_extenders_dropped_predictions_are_said_once_per_period(clean_filter
     with caplog.at_level(logging.WARNING, logger="app.extender.kafka_sink"):
         for _ in range(500):  # a batch every few ms while the broker times every one out
             sink._failed(4, TimeoutError("request timed out"))
-    assert [r.getMessage() for r in caplog.records] == ["rtt-predictions delivery of 4 records failed: request timed out"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["rtt-predictions delivery of 4 records failed: request timed out"]
     assert metrics.dropped._value.get() == 2000  # every record still counted
