@@ -63,3 +63,28 @@ def test_gpu_hang_fires_for_the_node_whose_readings_are_withheld(tmp_path: Path)
          "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "gpu-1"},
                          "exp_annotations": note}]},
     ]}])
+
+
+def test_a_broker_reason_goes_to_the_broker_section_and_a_redis_reason_to_redis(tmp_path: Path) -> None:
+    broker, redis = "RttschedBrokerUnreachable", "RttschedDegraded"
+    kafka = {"series": 'rtt_extender_degraded{job="rttsched-extender", instance="e:8888", reason="kafka"}',
+             "values": "1x10"}
+    outbox = {"series": 'rtt_worker_degraded{job="rttsched-worker", instance="w:6066", reason="errors_outbox"}',
+              "values": "1x10"}
+    cache = {"series": 'rtt_worker_degraded{job="rttsched-worker", instance="w:6066", reason="redis_cache"}',
+             "values": "1x10"}
+
+    def fired(alert: str, series: dict[str, str], job: str, instance: str, reason: str) -> dict[str, Any]:
+        note = _annotations(alert)
+        note["summary"] = note["summary"].replace("{{ $labels.instance }}", instance).replace(
+            "{{ $labels.reason }}", reason)
+        return {"exp_labels": {"alertname": alert, "severity": "warning", "job": job, "instance": instance,
+                               "reason": reason}, "exp_annotations": note}
+
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [kafka, outbox, cache], "alert_rule_test": [
+        {"eval_time": "5m", "alertname": broker, "exp_alerts": [
+            fired(broker, kafka, "rttsched-extender", "e:8888", "kafka"),
+            fired(broker, outbox, "rttsched-worker", "w:6066", "errors_outbox")]},
+        {"eval_time": "5m", "alertname": redis, "exp_alerts": [
+            fired(redis, cache, "rttsched-worker", "w:6066", "redis_cache")]},
+    ]}])
