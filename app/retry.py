@@ -8,6 +8,9 @@ replicas that failed together do not retry together; :meth:`Backoff.reset` after
 [0.5, 1.0, 2.0, 4.0, 4.0]
 >>> b.reset(); b.next()
 0.5
+>>> b.failures = 5000  # hours of an outage: the wait stays at the cap (a float power would overflow)
+>>> b.next()
+4.0
 >>> Backoff(first_s=0)
 Traceback (most recent call last):
 ...
@@ -16,6 +19,7 @@ ValueError: first_s must be > 0 (got 0)
 
 from __future__ import annotations
 
+import math
 import random
 
 
@@ -47,7 +51,10 @@ class Backoff:
 
     def next(self) -> float:
         """The wait before the next try (and count a failure)."""
-        base = min(self.max_s, self.first_s * self.factor ** self.failures)
+        if self.failures * math.log(self.factor) >= math.log(self.max_s / self.first_s):
+            base = self.max_s  # the cap reached (``factor ** failures`` itself overflows after ~1,000 failures)
+        else:
+            base = self.first_s * self.factor ** self.failures
         self.failures += 1
         if self.jitter:
             base *= 1.0 + self.rng.uniform(-self.jitter, self.jitter)

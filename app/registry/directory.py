@@ -6,21 +6,29 @@ and ``CURRENT`` (the current version number). Every file is written to a tempora
 into place, and the blob is in place before its metadata, so a reader — which only looks at versions
 that have a ``.meta.json`` — never sees metadata without its blob. Writers of one key serialise on an
 ``flock`` of ``<root>/<model key>/.lock`` (several processes may share the directory).
+
+A directory that cannot be written, locked or read — full, read-only, not permitted, replaced by a file, a
+disk error — raises :class:`~app.model.errors.RegistryUnavailableError` from every method, naming the directory
+and the OS error (``models directory /x: No space left on device``): like Redis away, a condition to wait out,
+not a broken model (a missing file is still :class:`~app.model.errors.ModelNotFoundError`). A write that failed
+leaves no partial file behind. :meth:`DirectoryModelStore.check_writable` tells when the directory takes a
+write of a given size again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.clock import Clock, SystemClock
-from app.model.errors import ModelNotFoundError
+from app.model.errors import ModelNotFoundError, RegistryUnavailableError
 from app.registry.base import (
     FORMATS,
     ModelRecord,
@@ -36,6 +44,34 @@ log = logging.getLogger(__name__)
 
 CURRENT = "CURRENT"
 META = ".meta.json"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def directory_error(root: Path, exc: OSError) -> str:
+    """Why the models directory ``root`` cannot be used now, for a log line: its path, the OS error, the file.
+
+    >>> import errno
+    >>> directory_error(Path("/x"), OSError(errno.ENOSPC, "No space left on device"))
+    'models directory /x: No space left on device'
+    >>> directory_error(Path("/x"), OSError(errno.EROFS, "Read-only file system", "/x/k/.lock"))
+    'models directory /x: Read-only file system (/x/k/.lock)'
+    """
+    what = exc.strerror or repr(exc)
+    return f"models directory {root}: {what}" + (f" ({exc.filename})" if exc.filename else "")
+
+
+def _available(method: F) -> F:
+    """Turn an OSError of the models directory into :class:`RegistryUnavailableError` naming it: callers retry a
+    registry that cannot be used now, and tell it from a broken model."""
+
+    @functools.wraps(method)
+    def wrapper(self: DirectoryModelStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise RegistryUnavailableError(directory_error(self.path, exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -59,6 +95,22 @@ class DirectoryModelStore:
         self.path = Path(path)
         self.keep = check_keep(keep)
         self._clock = clock or SystemClock()
+
+    @_available
+    def check_writable(self, model_key: str, nbytes: int = 1) -> None:
+        """Write ``nbytes`` (at least one) to a scratch file of ``model_key``'s directory under its lock, then
+        remove it: :class:`RegistryUnavailableError` while the directory cannot take them (full, read-only, not
+        permitted, replaced by a file), so a caller can wait for room for a model before training it again."""
+        with self._locked(model_key) as d:
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".probe.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(bytes(max(1, nbytes)))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
     # -- layout
     def _dir(self, model_key: str) -> Path:
@@ -102,6 +154,7 @@ class DirectoryModelStore:
             log.debug("model %s: dropped version %d", model_key, v)
 
     # -- ModelStore
+    @_available
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
@@ -121,6 +174,7 @@ class DirectoryModelStore:
         log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
         return record
 
+    @_available
     def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]:
         if version is None:
             version = self._current_version(model_key)
@@ -133,6 +187,7 @@ class DirectoryModelStore:
             raise ModelNotFoundError(model_key, version) from None
         return verify(model_key, version, blob, record.sha256), record
 
+    @_available
     def current(self, model_key: str) -> ModelRecord | None:
         version = self._current_version(model_key)
         if version is None:
@@ -142,6 +197,7 @@ class DirectoryModelStore:
         except ModelNotFoundError:
             return None
 
+    @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
         out = []
         for v in self._kept(model_key):
@@ -149,10 +205,12 @@ class DirectoryModelStore:
                 out.append(self._record(model_key, v))
         return out
 
+    @_available
     def promote(self, model_key: str, version: int) -> ModelRecord:
         with self._locked(model_key) as d:
             return self._promote_locked(model_key, version, d)
 
+    @_available
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
         with self._locked(model_key) as d:
             if to_version is None:
@@ -166,6 +224,7 @@ class DirectoryModelStore:
         log.info("model %s: version %d is current", model_key, version)
         return record
 
+    @_available
     def keys(self) -> list[str]:
         if not self.path.is_dir():
             return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 OUTCOMES = ("promoted", "rejected", "failed", "insufficient_data")
+MODEL_STORE = "model_store"  # the degraded reason of a retrain waiting for the model registry
 TRAINING_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PROMOTION_BUCKETS_S = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
@@ -23,7 +24,12 @@ class TrainerMetrics:
     * ``rtt_trainer_key_samples_total{model_key}``: new samples per key (their rate: what a retrain will have);
     * ``rtt_trainer_history_bytes``: bytes of their feature rows;
     * ``rtt_trainer_keys_dropped_total``: keys whose history was dropped after ``RTT_TRAINER_KEY_IDLE_S``
-      without a sample.
+      without a sample;
+    * ``rtt_trainer_retrain_retries_total{step}``: retrain steps tried again (``registry``: the model registry
+      could not be read or written — Redis away, a models directory full, read-only or gone; ``announce``:
+      Kafka did not acknowledge the model-updates message);
+    * ``rtt_trainer_degraded{reason}``: 1 while the trainer runs without a dependency, else 0 (``model_store``:
+      a retrain waits for the model registry), as ``rtt_worker_degraded`` and ``rtt_extender_degraded``.
 
     >>> m = TrainerMetrics()
     >>> m.retrains.labels(reason="drift", outcome="promoted").inc()
@@ -57,5 +63,9 @@ class TrainerMetrics:
                                     " no sample for RTT_TRAINER_KEY_IDLE_S", registry=self.registry)
         self.duplicates = Counter("rtt_trainer_duplicate_samples", "Training samples of a task already held",
                                   registry=self.registry)
-        self.retries = Counter("rtt_trainer_retrain_retries", "Retrain steps tried again because Redis or Kafka"
-                               " was unavailable", ["step"], registry=self.registry)
+        self.retries = Counter("rtt_trainer_retrain_retries", "Retrain steps tried again because the model"
+                               " registry (Redis, the models directory) or Kafka was unavailable", ["step"],
+                               registry=self.registry)
+        self.degraded = Gauge("rtt_trainer_degraded", "1 while the trainer runs without a dependency (by reason),"
+                              " else 0", ["reason"], registry=self.registry)
+        self.degraded.labels(MODEL_STORE).set(0)

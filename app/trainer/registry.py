@@ -8,6 +8,10 @@ the fast predictor does not support — the champion's RMSE is NaN, so the chall
 
 A challenger is saved (next version number) and promoted only once it has won, so the versions of a
 key are the models that served, in order. The record becomes the model-updates value.
+
+A save the store cannot make now — Redis away, or a models directory that is full, read-only or gone — raises
+:class:`~app.model.errors.RegistryUnavailableError`; :meth:`ModelRegistry.ready` tells the service when to
+try again: Redis answers, and a models directory takes a write the size of the blob that did not fit.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from app.config import Settings
 from app.model.errors import ModelError, ModelNotFoundError, RegistryUnavailableError
 from app.model.train import booster_to_bytes
 from app.registry.base import ModelRecord, ModelStore
+from app.registry.directory import DirectoryModelStore
 from app.registry.store import load_predictor, open_store
 from app.trainer.history import Dataset
 from app.trainer.pipeline import Challenger, score_champion
@@ -59,6 +64,27 @@ class ModelRegistry:
             raise ValueError(f"fmt must be 'ubj' or 'json' (got {fmt!r})")
         self.store = store
         self.fmt = fmt
+        self._unsaved: dict[str, int] = {}  # key -> bytes of the blob its store could not take
+
+    def ready(self, model_key: str) -> None:
+        """Return once the store would take ``model_key``'s next save, else raise
+        :class:`~app.model.errors.RegistryUnavailableError`: it answers, and a models directory takes a write as
+        large as the blob it refused last (so a retrain is not spent on a model with no room to land)."""
+        self.store.current(model_key)
+        if isinstance(self.store, DirectoryModelStore):
+            self.store.check_writable(model_key, self._unsaved.get(model_key, 1))
+
+    def _save(self, model_key: str, blob: bytes, **fields: Any) -> dict[str, Any]:
+        """Save ``blob`` as the next version and make it current; its model-updates fields. The size of a blob
+        the store could not take is kept for :meth:`ready`."""
+        try:
+            saved = self.store.save(model_key, blob, **fields)
+            promoted = self.store.promote(model_key, saved.version)
+        except RegistryUnavailableError:
+            self._unsaved[model_key] = len(blob)
+            raise
+        self._unsaved.pop(model_key, None)
+        return update_message(promoted)
 
     def champion_metrics(self, model_key: str, holdout: Dataset) -> dict[str, float] | None:
         """Holdout metrics of the current version; None without one; NaN RMSE when it is unusable."""
@@ -87,11 +113,9 @@ class ModelRegistry:
         n = challenger.n_fit + len(holdout)
         metrics = {**challenger.metrics, **{k: v for k, v in result.metrics.items() if k.startswith("n_")}}
         metrics["n_holdout"] = float(len(holdout))
-        saved = self.store.save(model_key, booster_to_bytes(result.booster, self.fmt), fmt=self.fmt,
-                                features=list(result.feature_names), params=result.params, metrics=metrics,
-                                n_samples=n, training_window=challenger.fit_window, after=after)
-        promoted = self.store.promote(model_key, saved.version)
-        return update_message(promoted)
+        return self._save(model_key, booster_to_bytes(result.booster, self.fmt), fmt=self.fmt,
+                          features=list(result.feature_names), params=result.params, metrics=metrics,
+                          n_samples=n, training_window=challenger.fit_window, after=after)
 
     def reissue(self, model_key: str, after: int) -> dict[str, Any] | None:
         """Save the current version again as a new one above ``after`` and make it current; its model-updates
@@ -105,7 +129,6 @@ class ModelRegistry:
             blob, record = self.store.load(model_key)
         except ModelNotFoundError:
             return None
-        saved = self.store.save(model_key, blob, fmt=record.format, features=list(record.features),
-                                params=dict(record.params), metrics=dict(record.metrics),
-                                n_samples=record.n_samples, training_window=record.training_window, after=after)
-        return update_message(self.store.promote(model_key, saved.version))
+        return self._save(model_key, blob, fmt=record.format, features=list(record.features),
+                          params=dict(record.params), metrics=dict(record.metrics),
+                          n_samples=record.n_samples, training_window=record.training_window, after=after)

@@ -39,14 +39,18 @@ The registry and model-updates are kept in agreement (:mod:`app.trainer.agreemen
 A message of any of the three that breaks its contract is dead-lettered with its reason, once
 (:mod:`app.trainer.dead_letters`).
 
-Redis or Kafka away does not lose a retrain: a retrain whose registry step fails with
-:class:`~app.model.errors.RegistryUnavailableError` is tried again with backoff (at most
-``RTT_RETRY_MAX_BACKOFF_S`` between tries) until it is done, the newest event that arrived for the key
-in the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
-again the same way (``rtt_trainer_retrain_retries_total{step}``). Every consumer checks its read
-positions (:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each assignment), so a
-wiped or recreated topic is read again from its start; a broker error while a position is checked is waited
-out like any other.
+Redis or Kafka away does not lose a retrain, nor does a models directory (``RTT_MODELS_DIR``, the registry
+without Redis) that is full, read-only, not permitted or gone: a retrain whose registry step fails with
+:class:`~app.model.errors.RegistryUnavailableError` (one WARNING line naming the registry and why, e.g.
+``models directory /x: No space left on device``) waits with backoff (at most ``RTT_RETRY_MAX_BACKOFF_S``
+between tries) until the registry answers again — for a directory, until it takes a write as large as the
+model it refused — and is then tried again, until it is done, the newest event that arrived for the key in
+the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
+again the same way (``rtt_trainer_retrain_retries_total{step}``). While a retrain waits for the registry,
+``rtt_trainer_degraded{reason="model_store"}`` is 1; it is 0 again once no retrain waits. Every consumer
+checks its read positions (:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each
+assignment), so a wiped or recreated topic is read again from its start; a broker error while a position is
+checked is waited out like any other.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ from app.trainer.cpus import pin_cpus
 from app.trainer.dead_letters import TrainerDeadLetters
 from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
-from app.trainer.metrics import TrainerMetrics
+from app.trainer.metrics import MODEL_STORE, TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
 from app.trainer.registry import ModelRegistry
 
@@ -205,6 +209,7 @@ class TrainerService(RegistryAgreement):
         self._unannounced = {}
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
+        self._waiting: set[str] = set()  # keys whose retrain waits for the model registry
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
         self._marks: dict[str, list[Mark]] = {}  # key -> retrain-events its running retrain answers for
         self._commits: GroupCommits | None = None
@@ -472,20 +477,22 @@ class TrainerService(RegistryAgreement):
         """Train, judge, and (if better) register and announce a model for ``event["model_key"]``."""
         key = event["model_key"]
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
-        while True:
-            reason = event["reason"]
-            try:
-                outcome = await self._retrain(key, reason, event)
-            except RegistryUnavailableError as exc:
-                self.metrics.retries.labels(step="registry").inc()
-                log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
-                await self._registry_back(key, backoff)
-                event = self._latest.pop(key, event)  # the newest event that arrived while it waited
-                continue
-            except Exception as exc:
-                log.exception("retrain of %s failed", key)
-                outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
-            break
+        try:
+            while True:
+                reason = event["reason"]
+                try:
+                    outcome = await self._retrain(key, reason, event)
+                except RegistryUnavailableError as exc:
+                    self._registry_away(key, exc)
+                    await self._registry_back(key, backoff)
+                    event = self._latest.pop(key, event)  # the newest event that arrived while it waited
+                    continue
+                except Exception as exc:
+                    log.exception("retrain of %s failed", key)
+                    outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
+                break
+        finally:
+            self._registry_wait_over(key)
         self.metrics.retrains.labels(reason=reason, outcome=outcome.outcome).inc()
         self.outcomes.append(outcome)
         return outcome
@@ -523,13 +530,32 @@ class TrainerService(RegistryAgreement):
         return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
                        metrics=challenger.metrics)
 
+    def _registry_away(self, key: str, exc: RegistryUnavailableError) -> None:
+        """A retrain of ``key`` could not use the registry: one WARNING line naming it and why (no traceback: the
+        condition passes), a retry counted, and the trainer degraded (``model_store``) while it waits."""
+        self.metrics.retries.labels(step="registry").inc()
+        self._waiting.add(key)
+        self.metrics.degraded.labels(MODEL_STORE).set(1)
+        log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
+
+    def _registry_wait_over(self, key: str) -> None:
+        """The retrain of ``key`` no longer waits for the registry (done, or cancelled): the trainer is no longer
+        degraded once no retrain waits."""
+        if key not in self._waiting:
+            return
+        self._waiting.discard(key)
+        if not self._waiting:
+            self.metrics.degraded.labels(MODEL_STORE).set(0)
+            log.info("model registry usable again: no retrain waits for it")
+
     async def _registry_back(self, key: str, backoff: Backoff) -> None:
-        """Wait (with backoff) until the registry answers again: no training is spent while it cannot."""
+        """Wait (with backoff) until the registry would take ``key``'s save (:meth:`ModelRegistry.ready`): no
+        training is spent while it cannot."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(backoff.next())
             try:
-                await loop.run_in_executor(self._executor, self.registry.store.current, key)
+                await loop.run_in_executor(self._executor, self.registry.ready, key)
                 return
             except RegistryUnavailableError:
                 continue
