@@ -1,7 +1,8 @@
 """``rttsched worker``: run the stream processor (Faust worker) until SIGTERM / Ctrl-C.
 
 Broker, topic prefix, windows and the /metrics port come from the RTT_* settings. Start more workers
-with the same ``--id`` to split the partitions between them.
+with the same ``--id`` to split the partitions between them. A stop that has not finished
+``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Kafka group session timeout (default RTT_WORKER_SESSION_TIMEOUT_S, 10)")
     p.add_argument("--history-s", type=float, default=None, help="per-node bucket history (default 120)")
     p.add_argument("--datadir", default=None, help="Faust data directory (default var/faust)")
+    p.add_argument("--stop-timeout-s", type=float, default=None,
+                   help="after SIGTERM / Ctrl-C, exit (code 1, one ERROR line saying why) when the stop has not"
+                        " finished within this (default 30; below Kubernetes' grace period)")
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -30,19 +34,20 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
     import dataclasses
 
-    import faust
-
     from app.cli.flags import flag_errors, writable_dir
-    from app.config import check_flag, topic_name_part
+    from app.config import check_flag, positive, topic_name_part
     from app.contracts import load_contracts
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import hold_listen
     from app.streams.app import create_app
     from app.streams.options import WorkerOptions
+    from app.streams.shutdown import DEFAULT_STOP_TIMEOUT_S, DeadlineWorker, StopDeadline
 
     if args.id is not None:  # the consumer group and a part of its changelog topics' names
         check_flag("--id", args.id, topic_name_part)
+    stop_timeout_s = DEFAULT_STOP_TIMEOUT_S if args.stop_timeout_s is None else args.stop_timeout_s
+    check_flag("--stop-timeout-s", stop_timeout_s, positive)
     with flag_errors(args, FLAGS):  # bad flags first, named as typed
         opts = WorkerOptions.from_settings(settings, session_timeout_s=args.session_timeout_s,
                                            history_s=args.history_s, datadir=args.datadir)
@@ -64,7 +69,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     app = create_app(settings, id=args.id, options=opts, web_socket=held)
     print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
           + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
-    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False, override_logging=False)
+    # the deadline stays armed until the process ends: Python's exit waits for Faust's consumer thread too
+    deadline = StopDeadline(stop_timeout_s, settings.bootstrap_servers)
+    worker = DeadlineWorker(app, deadline=deadline, loglevel=args.loglevel, quiet=True, redirect_stdouts=False,
+                            override_logging=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
