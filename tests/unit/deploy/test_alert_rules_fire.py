@@ -65,7 +65,7 @@ def test_gpu_hang_fires_for_the_node_whose_readings_are_withheld(tmp_path: Path)
     ]}])
 
 
-def test_a_broker_reason_goes_to_the_broker_section_and_a_redis_reason_to_redis(tmp_path: Path) -> None:
+def test_a_broker_reason_goes_to_the_broker_section_and_a_registry_reason_to_redis(tmp_path: Path) -> None:
     broker, redis = "RttschedBrokerUnreachable", "RttschedDegraded"
     kafka = {"series": 'rtt_extender_degraded{job="rttsched-extender", instance="e:8888", reason="kafka"}',
              "values": "1x10"}
@@ -73,6 +73,8 @@ def test_a_broker_reason_goes_to_the_broker_section_and_a_redis_reason_to_redis(
               "values": "1x10"}
     cache = {"series": 'rtt_worker_degraded{job="rttsched-worker", instance="w:6066", reason="redis_cache"}',
              "values": "1x10"}
+    models = {"series": 'rtt_trainer_degraded{job="rttsched-trainer", instance="t:6067", reason="model_store"}',
+              "values": "1x10"}
 
     def fired(alert: str, series: dict[str, str], job: str, instance: str, reason: str) -> dict[str, Any]:
         note = _annotations(alert)
@@ -81,10 +83,11 @@ def test_a_broker_reason_goes_to_the_broker_section_and_a_redis_reason_to_redis(
         return {"exp_labels": {"alertname": alert, "severity": "warning", "job": job, "instance": instance,
                                "reason": reason}, "exp_annotations": note}
 
-    _promtool(tmp_path, [{"interval": "1m", "input_series": [kafka, outbox, cache], "alert_rule_test": [
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [kafka, outbox, cache, models], "alert_rule_test": [
         {"eval_time": "5m", "alertname": broker, "exp_alerts": [
             fired(broker, kafka, "rttsched-extender", "e:8888", "kafka"),
             fired(broker, outbox, "rttsched-worker", "w:6066", "errors_outbox")]},
         {"eval_time": "5m", "alertname": redis, "exp_alerts": [
-            fired(redis, cache, "rttsched-worker", "w:6066", "redis_cache")]},
+            fired(redis, cache, "rttsched-worker", "w:6066", "redis_cache"),
+            fired(redis, models, "rttsched-trainer", "t:6067", "model_store")]},
     ]}])
