@@ -182,12 +182,14 @@ class DeadlineWorker(faust.Worker):
 
     mode installs ``self._on_sigterm`` and ``self._on_sigint`` on the event loop (``install_signal_handlers``);
     overriding them keeps everything else of Faust's stop, and a quick stop ends the process before the
-    deadline comes.
+    deadline comes. Faust's progress spinner runs only on a terminal.
     """
 
     def __init__(self, app: faust.App, *, deadline: StopDeadline, **kwargs: Any) -> None:
         self.stop_deadline = deadline
         super().__init__(app, **kwargs)
+        if not self.stdout.isatty():  # Faust's start-up spinner writes its bells and cursor codes to a log file too
+            self.spinner = None
 
     def _on_sigterm(self) -> None:
         self.stop_deadline.arm("SIGTERM")

@@ -85,3 +85,4 @@ def test_with_the_broker_up_sigterm_stops_cleanly_and_quickly(kafka_settings: Se
     assert took < CLEAN_STOP_S
     assert ERROR_LOGGER not in out and "did not finish stopping" not in out
     assert "Traceback" not in out
+    assert "\x1b[" not in out and "\a" not in out  # no terminal codes in a log file (Faust's spinner)
