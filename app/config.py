@@ -242,8 +242,9 @@ class Settings:
     pods_token_file: str = _f("", doc="bearer token file of the pods watcher, re-read on every request; empty ="
                               " the service account's in cluster")
     pods_ca_file: str = _f("", doc="CA bundle of the pods watcher for an https API URL")
-    pods_resync_s: float = _f(30.0, positive, doc="seconds between the pods watcher's full lists (a watch between)")
-    pods_ttl_s: float = _f(0.0, non_negative, doc="life of a node's running-pods key without a list confirming it;"
+    pods_resync_s: float = _f(30.0, positive,
+                              doc="seconds between the pods watcher's key renewals while it watches (--poll: lists)")
+    pods_ttl_s: float = _f(0.0, non_negative, doc="life of a node's running-pods key that no sync confirms;"
                            " 0 = 3 x RTT_PODS_RESYNC_S")
     # -- model registry
     model_keep: int = _f(5, positive, doc="model versions kept per key (plus the current one)")

@@ -1,15 +1,19 @@
 """The running-pods view, as the bridge's GPU hang check reads it: pods of GPU apps per node.
 
-``rttsched pods`` keeps ``rttsched:{prefix}running:{node} = {"apps": {app: count}, ...}`` in Redis
-(:mod:`app.extender.podwatch`, :func:`app.scheduler.cache.load_running`); its keys expire when the watcher
-stops. :class:`RunningPods` re-reads the view every ``refresh_s`` in the background, so a scrape round never
-waits on Redis. ``gpu_pods(node)`` is the count of running pods whose app is one of ``gpu_apps`` (all apps
+``rttsched pods`` keeps ``rttsched:{prefix}running:{node} = {"apps": {...}, "started": {app: count}, ...}``
+in Redis (:mod:`app.extender.podwatch`); its keys expire when the watcher stops. The bridge reads
+``started``: pods running and not terminating. ``apps`` also counts pods still pulling their image and
+pods shutting down, which do no GPU work, so a flat GPU under them is no hang. A value without
+``started`` (written by an older watcher, whose ``apps`` counted only started pods) is read from ``apps``.
+:class:`RunningPods` re-reads the view every ``refresh_s`` in the background, so a scrape round never
+waits on Redis. ``gpu_pods(node)`` is the count of started pods whose app is one of ``gpu_apps`` (all apps
 when that is empty); 0 for a node absent from a fresh view; None while there is no fresh view (never read,
 or the last good read is older than ``3 x refresh_s``) -- then the check falls back to the exporters'
-activity counts alone. Redis errors are counted, logged once until the next good read, and never raise.
+activity counts alone. Redis errors are counted, logged once until the next good read, and never raise;
+a value that is not a running-apps value is skipped.
 
 >>> class FakeRedis:
-...     async def mget(self, keys): return [b'{"apps": {"gCTF": 2, "upload": 1}, "ts": 1.0}']
+...     async def mget(self, keys): return [b'{"apps": {"gCTF": 3, "upload": 1}, "started": {"gCTF": 2}, "ts": 1.0}']
 ...     async def scan_iter(self, match, count):
 ...         yield b"rttsched:running:gpu-1"
 >>> import asyncio
@@ -19,6 +23,8 @@ activity counts alone. Redis errors are counted, logged once until the next good
 True
 >>> view.gpu_pods("gpu-1"), view.gpu_pods("gpu-2")
 (2, 0)
+>>> decode_started(b'{"apps": {"gCTF": 1}, "ts": 1.0}')
+{'gCTF': 1}
 """
 
 from __future__ import annotations
@@ -29,11 +35,42 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from app.scheduler.cache import CacheKeys, load_running
+import orjson
+
+from app.errors import ContractError
+from app.scheduler.cache import AsyncRedis, CacheKeys
 
 log = logging.getLogger(__name__)
 
 STALE_AFTER_REFRESHES = 3
+
+
+def decode_started(raw: bytes) -> dict[str, int]:
+    """The started pods per app of a running-apps value (``apps`` if it has no ``started``); ContractError if bad."""
+    try:
+        doc = orjson.loads(raw)
+        counts = doc["started"] if "started" in doc else doc["apps"]
+        return {str(a): int(c) for a, c in counts.items()}
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ContractError("bad_running_apps", str(exc)) from None
+
+
+async def load_started(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> dict[str, dict[str, int]]:
+    """Started pods per app of every node with a running-apps value; values that are not one are skipped."""
+    names = []
+    async for key in client.scan_iter(match=keys.pattern("running"), count=1000):
+        names.append(key.decode() if isinstance(key, bytes) else str(key))
+    view: dict[str, dict[str, int]] = {}
+    for start in range(0, len(names), batch):
+        chunk = names[start:start + batch]
+        for key, raw in zip(chunk, await client.mget(chunk), strict=True):
+            if raw is None:
+                continue
+            try:
+                view[keys.kind_of(key)[1]] = decode_started(raw)
+            except ContractError as exc:
+                log.debug("running-apps value %s skipped: %s", key, exc.reason)
+    return view
 
 
 class RunningPods:
@@ -56,7 +93,7 @@ class RunningPods:
     async def refresh(self) -> bool:
         """One read of the view; False (logged once until the next good read) when Redis failed."""
         try:
-            running = await load_running(self._client, self._keys)
+            running = await load_started(self._client, self._keys)
         except Exception as exc:  # noqa: BLE001 - any client error: keep the last view, count, go on
             self.failures += 1
             if not self._failing:
@@ -72,7 +109,7 @@ class RunningPods:
         return True
 
     def gpu_pods(self, node: str) -> int | None:
-        """Running pods of GPU apps on ``node``; None while there is no fresh view."""
+        """Started pods of GPU apps on ``node``; None while there is no fresh view."""
         if self._read_at is None or self._now() - self._read_at > STALE_AFTER_REFRESHES * self.refresh_s:
             return None
         return self._view.get(node, 0)

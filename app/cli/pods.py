@@ -26,9 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default RTT_PODS_TOKEN_FILE; in-cluster: the service account token)")
     p.add_argument("--ca-file", default=None, help="CA bundle for an https API URL (default RTT_PODS_CA_FILE)")
     p.add_argument("--resync", type=float, default=None,
-                   help="seconds between full lists; a watch runs in between (default RTT_PODS_RESYNC_S or 30)")
+                   help="seconds between renewals of the keys from the pods held while the watch runs "
+                        "(with --poll: between lists; default RTT_PODS_RESYNC_S or 30)")
     p.add_argument("--ttl", type=float, default=None,
-                   help="lifetime of a node's key without a list confirming it (default RTT_PODS_TTL_S or 3 x resync)")
+                   help="lifetime of a node's key that no sync confirms (default RTT_PODS_TTL_S or 3 x resync)")
     p.add_argument("--poll", action="store_true", help="no watch: only list, every resync period")
     p.add_argument("--once", action="store_true", help="list once, write the view, print it and exit")
 

@@ -1,20 +1,29 @@
 """The running-apps view writer: our pods from the Kubernetes API, counted per node and app, into Redis.
 
-It follows the informer pattern: list every ``resync_s`` (``RTT_PODS_RESYNC_S``) and, in between, watch
-from the list's resourceVersion, applying ADDED/MODIFIED/DELETED events as they arrive (a 410 Gone relists
-at once). With ``watch=False`` it only lists, every ``resync_s``. After each list or batch of events the
-counts are compared with what was last written and only what changed is written, in one pipeline::
+It follows the informer pattern as client-go's reflector does: one list, then a watch from the list's
+resourceVersion, applying ADDED/MODIFIED/DELETED events as they arrive and resuming each watch request from
+the last resourceVersion seen (BOOKMARKs included). It lists again only after a failure: a 410 Gone
+(relisted at once), an ERROR event, or any API or Redis error (after the backoff). There is no periodic
+relist: a list with ``limit`` is a quorum read from etcd, and the watch already delivers every change.
+Every ``resync_s`` (``RTT_PODS_RESYNC_S``) while the watch stays connected, every key is written again
+from the pods held in memory, renewing its TTL and its ``ts``. With ``watch=False`` it only lists, every
+``resync_s``. After each list or batch of events the counts are compared with what was last written and
+only what changed is written, in one pipeline::
 
-    rttsched:{prefix}running:{node} = {"apps": {app: count}, "ts": unix seconds}   (PX ttl_s)
+    rttsched:{prefix}running:{node} = {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
+                                                                                            (PX ttl_s)
 
-A node left without any of our pods has its key deleted. Each list also renews the TTL (3 x resync by
-default) of unchanged keys, re-creates keys that vanished and deletes keys of nodes it does not know
-(left by an earlier run), so the watcher owns every ``running:*`` key of its prefix, and the view of a
-watcher that stopped — or has not reached the API for 3 resyncs — expires instead of lying.
+``apps`` counts the pods the scheduler should count (bound, not finished; terminating ones until they
+are gone), ``started`` those running and not terminating (:mod:`app.extender.podwatch_view`). ``ts`` is
+when the watcher last confirmed the value: written at each list, renewal or change. A node left without
+any of our pods has its key deleted. Each list also deletes keys of nodes it does not know (left by an
+earlier run), so the watcher owns every ``running:*`` key of its prefix. The TTL is 3 x resync by default:
+the view of a watcher that stopped — or has not confirmed it for 3 resyncs — expires instead of lying.
 
 Errors never stop it: an API or Redis failure is counted by kind, logged once per kind until the next
-successful list (repeats at debug) and retried with exponential backoff; a malformed pod is skipped and
-counted. The extender reads the view with :func:`app.scheduler.cache.load_running`.
+success (repeats at debug) and retried with exponential backoff, waiting at least what the server asked
+for in ``Retry-After``; a malformed pod is skipped and counted. The extender reads the view with
+:func:`app.scheduler.cache.load_running`, the bridge with :mod:`app.bridge.running`.
 """
 
 from __future__ import annotations
@@ -32,8 +41,8 @@ from redis.exceptions import RedisError
 
 from app.errors import ConfigError
 from app.extender.podwatch_api import KubeApiError, PodsApi
-from app.extender.podwatch_view import Placement, View, diff_views, placement, tally
-from app.scheduler.cache import CacheKeys, encode_running
+from app.extender.podwatch_view import Placement, View, diff_views, encode_node, placement, tally
+from app.scheduler.cache import CacheKeys
 from app.scheduler.podinfo import PodError
 
 log = logging.getLogger(__name__)
@@ -41,7 +50,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PodWatchOptions:
-    """How often to relist, whether to watch in between, how long keys live, how to back off."""
+    """How often to renew keys (and list, without a watch), whether to watch, how long keys live, how to back off."""
 
     resync_s: float = 30.0
     watch: bool = True
@@ -75,18 +84,22 @@ class PodWatchMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry(auto_describe=True)
-        self.seen = Gauge("rtt_pods_seen", "Our pods running on a node in the current view", registry=r)
+        self.seen = Gauge("rtt_pods_seen", "Our pods counted on a node (bound, not finished) in the current view",
+                          registry=r)
+        self.started = Gauge("rtt_pods_started", "Our pods started (Running, not terminating) in the current view",
+                             registry=r)
         self.nodes = Gauge("rtt_pods_nodes", "Nodes with at least one of our pods", registry=r)
         self.malformed = Counter("rtt_pods_malformed_total", "Pod objects skipped as malformed", registry=r)
         self.events = Counter("rtt_pods_watch_events_total", "Watch events by type", ["type"], registry=r)
-        self.lists = Counter("rtt_pods_lists_total", "Successful lists (full resyncs)", registry=r)
+        self.lists = Counter("rtt_pods_lists_total", "Successful lists", registry=r)
         self.written = Counter("rtt_pods_nodes_written_total", "Node keys written to Redis", registry=r)
         self.deleted = Counter("rtt_pods_nodes_deleted_total", "Node keys deleted from Redis", registry=r)
         self.api_errors = Counter("rtt_pods_api_errors_total", "Kubernetes API failures by kind", ["kind"],
                                   registry=r)
         self.redis_errors = Counter("rtt_pods_redis_errors_total", "Failed Redis writes", registry=r)
-        self.last_sync = Gauge("rtt_pods_last_sync_timestamp_seconds", "When the last list was written to Redis",
-                               registry=r)
+        self.last_sync = Gauge("rtt_pods_last_sync_timestamp_seconds",
+                               "When the whole view was last confirmed and written to Redis (a list, or a renewal "
+                               "while the watch is connected)", registry=r)
 
 
 class PodWatcher:
@@ -99,16 +112,21 @@ class PodWatcher:
         self.keys = keys
         self.options = options or PodWatchOptions()
         self.metrics = metrics or PodWatchMetrics()
-        self.pods: dict[str, Placement] = {}  # pod key -> (node, app), the pods that count
-        self.written: View = {}  # what Redis holds
-        self.last_sync: float | None = None  # wall time of the last list written to Redis
+        self.pods: dict[str, Placement] = {}  # pod key -> (node, app, started), the pods that count
+        self._written: View = {}  # what Redis holds
+        self.last_sync: float | None = None  # wall time the whole view was last confirmed in Redis
         self._wall = wall
         self._failing: set[str] = set()  # error kinds logged since the last success
         self._failures = 0  # consecutive failures, for the backoff
 
+    @property
+    def written(self) -> dict[str, dict[str, int]]:
+        """The pods that count per node and app, as Redis holds them (the values' ``apps``)."""
+        return {node: dict(counts["apps"]) for node, counts in self._written.items()}
+
     # -- one step each
     async def sync(self) -> str:
-        """List, replace the pod set, write the view with a full resync; the list's resourceVersion."""
+        """List, replace the pod set, write every key and delete strays; the list's resourceVersion."""
         items, version = await self.api.list_pods()
         pods: dict[str, Placement] = {}
         for item in items:
@@ -120,11 +138,18 @@ class PodWatcher:
             if where is not None:
                 pods[key] = where
         self.pods = pods
-        await self.flush(resync=True)
+        await self.flush(every=True, stray=True)
         self.metrics.lists.inc()
-        self.last_sync = self._wall()
-        self.metrics.last_sync.set(self.last_sync)
+        self._confirmed()
         return version
+
+    async def renew(self) -> None:
+        """Write every key again from the pods held: a fresh TTL and ``ts``, and keys lost in Redis re-created.
+
+        Called while the watch is connected, so the pods held are the API's; no list is needed.
+        """
+        await self.flush(every=True)
+        self._confirmed()
 
     def apply(self, events: Iterable[dict[str, Any]], version: str) -> str:
         """Apply watch events to the pod set; the resourceVersion to resume from."""
@@ -147,47 +172,45 @@ class PodWatcher:
                 self.pods[key] = where
         return version
 
-    async def flush(self, resync: bool = False) -> None:
-        """Write the nodes whose counts changed, delete emptied ones; on ``resync`` also renew every key."""
+    async def flush(self, every: bool = False, stray: bool = False) -> None:
+        """Write the nodes whose counts changed (``every``: all nodes), delete emptied ones.
+
+        ``stray`` also deletes the ``running:*`` keys of nodes this watcher does not know.
+        """
         view = tally(self.pods.values())
-        changed, removed = diff_views(self.written, view)
-        if resync:
-            stray = {self.keys.kind_of(k)[1] for k in await self._running_keys()} - set(view) - set(removed)
-            removed.extend(sorted(stray))
-        unchanged = [node for node in view if node not in changed] if resync else []
-        if changed or removed or unchanged:
+        changed, removed = diff_views(self._written, view)
+        if every:
+            changed = view
+        if stray:
+            known = set(view) | set(removed)
+            removed.extend(sorted({self.keys.kind_of(k)[1] for k in await self._running_keys()} - known))
+        if changed or removed:
             ttl, now = self.options.key_ttl_ms, self._wall()
             pipe = self.client.pipeline(transaction=False)
-            for node, apps in changed.items():
-                pipe.set(self.keys.running(node), encode_running(apps, now), px=ttl)
-            for node in unchanged:
-                pipe.pexpire(self.keys.running(node), ttl)
+            for node, counts in changed.items():
+                pipe.set(self.keys.running(node), encode_node(counts, now), px=ttl)
             if removed:
                 pipe.delete(*(self.keys.running(node) for node in removed))
-            results = await pipe.execute()
-            renewed = results[len(changed):len(changed) + len(unchanged)]
-            lost = {node: view[node] for node, ok in zip(unchanged, renewed, strict=True) if not ok}
-            if lost:  # expired or removed behind our back: write them again
-                pipe = self.client.pipeline(transaction=False)
-                for node, apps in lost.items():
-                    pipe.set(self.keys.running(node), encode_running(apps, now), px=ttl)
-                await pipe.execute()
-            self.metrics.written.inc(len(changed) + len(lost))
+            await pipe.execute()
+            self.metrics.written.inc(len(changed))
             self.metrics.deleted.inc(len(removed))
-            if changed or removed:
-                log.debug("running-apps view: %d nodes written, %d deleted", len(changed), len(removed))
-        self.written = view
-        self.metrics.seen.set(sum(sum(apps.values()) for apps in view.values()))
+            log.debug("running-apps view: %d nodes written, %d deleted", len(changed), len(removed))
+        self._written = view
+        self.metrics.seen.set(sum(sum(c["apps"].values()) for c in view.values()))
+        self.metrics.started.set(sum(sum(c["started"].values()) for c in view.values()))
         self.metrics.nodes.set(len(view))
 
     # -- the loop
     async def run(self) -> None:
-        """List, watch until the next resync, repeat — forever; cancel the task to stop."""
+        """List, then watch (or list every resync without a watch); after a failure back off and relist.
+
+        Runs forever; cancel the task to stop.
+        """
         while True:
             try:
                 version = await self.sync()
                 if self.options.watch:
-                    await self._watch_until(version, time.monotonic() + self.options.resync_s)
+                    await self._follow(version)
                 else:
                     self._recovered()
                     await asyncio.sleep(self.options.resync_s)
@@ -198,34 +221,58 @@ class PodWatcher:
                     log.debug("watch expired (%s), relisting", exc.detail)
                     continue
                 self._failed("kubernetes API", exc.kind, exc.detail)
-                await asyncio.sleep(self.options.backoff_s(self._failures))
+                await asyncio.sleep(self.wait_s(exc.retry_after_s))
             except (RedisError, OSError) as exc:
                 self._failures += 1
                 self.metrics.redis_errors.inc()
                 self._failed("redis", type(exc).__name__, str(exc))
-                await asyncio.sleep(self.options.backoff_s(self._failures))
+                await asyncio.sleep(self.wait_s())
 
-    async def _watch_until(self, version: str, deadline: float) -> None:
+    def wait_s(self, retry_after_s: float | None = None) -> float:
+        """The wait before the next try: the backoff, but never less than the server's ``Retry-After``."""
+        return max(self.options.backoff_s(self._failures), retry_after_s or 0.0)
+
+    async def _follow(self, version: str) -> None:
+        """Watch from ``version`` for good, renewing every key each ``resync_s``; returns only by raising."""
+        while True:
+            version = await self._watch_until(version, time.monotonic() + self.options.resync_s)
+            await self.renew()
+
+    async def _watch_until(self, version: str, deadline: float) -> str:
+        """Apply watch events until ``deadline``, reopening the watch the server closes; the version reached.
+
+        Raises KubeApiError ``timeout`` when no watch request was answered before ``deadline``: the pods held
+        are then not known to be current, so they must not be renewed.
+        """
+        connected = False
         while (left := deadline - time.monotonic()) > 0:
             began, events = time.monotonic(), 0
             try:
                 async with asyncio.timeout(left):
                     async with contextlib.aclosing(self.api.watch(version, left)) as stream:
                         async for batch in stream:  # the first, empty batch: connected
+                            connected = True
                             self._recovered()
                             events += len(batch)
                             version = self.apply(batch, version)
                             await self.flush()
             except TimeoutError:
-                return  # time to relist
+                break
             if not events and time.monotonic() - began < self.options.backoff_initial_s:
                 await asyncio.sleep(self.options.backoff_initial_s)  # a server that closes at once
+        if not connected:
+            raise KubeApiError("timeout", f"no watch answered within {self.options.resync_s:g}s")
+        return version
 
     async def _running_keys(self) -> list[str]:
         out = []
         async for key in self.client.scan_iter(match=self.keys.pattern("running"), count=1000):
             out.append(key.decode() if isinstance(key, bytes) else str(key))
         return out
+
+    def _confirmed(self) -> None:
+        self.last_sync = self._wall()
+        self.metrics.last_sync.set(self.last_sync)
 
     def _malformed(self, exc: PodError) -> None:
         self.metrics.malformed.inc()

@@ -6,13 +6,19 @@ The token file is re-read on every request, since projected service-account toke
 
 Requests (``/api/v1/pods``, every namespace)::
 
-    list:  ?labelSelector=rttsched.io/app&fieldSelector=status.phase=Running&limit=500[&continue=TOKEN]
+    list:  ?labelSelector=rttsched.io/app&fieldSelector=SELECTOR&limit=500[&continue=TOKEN]
     watch: ?labelSelector=...&fieldSelector=...&watch=true&resourceVersion=RV&allowWatchBookmarks=true
            &timeoutSeconds=N      -> newline-delimited WatchEvents {"type": ..., "object": ...}
 
+``SELECTOR`` is ``spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed``: the pods bound to a node
+and not finished, those kube-scheduler keeps on their node (:mod:`app.extender.podwatch_view` says which
+count). A pod that finishes leaves the selection, which the watch reports as DELETED.
+
 Every failure is a :class:`KubeApiError` whose ``kind`` is short and stable (a metric label):
 ``timeout``, ``connect``, ``tls``, ``gone`` (410: the resource version or continue token expired, relist),
-``http_<status>``, ``decode`` (not the JSON the API sends) and ``watch_error`` (an ERROR event).
+``http_<status>``, ``decode`` (not the JSON the API sends) and ``watch_error`` (an ERROR event). Its
+``retry_after_s`` is the wait the server asked for: the ``Retry-After`` header (seconds) of a 429 or 5xx,
+or an ERROR event's ``details.retryAfterSeconds``, capped at ``MAX_RETRY_AFTER_S``; None when it asked none.
 """
 
 from __future__ import annotations
@@ -33,16 +39,18 @@ from app.scheduler.podinfo import APP_LABEL
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PODS_PATH = "/api/v1/pods"
-RUNNING_SELECTOR = "status.phase=Running"
+BOUND_UNFINISHED_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is waited for this long, then the backoff goes on
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one watch event; a pod object is a few KiB
 
 
 class KubeApiError(RttError):
     """A list or watch request failed; ``kind`` classifies it (see the module docstring)."""
 
-    def __init__(self, kind: str, detail: str = "") -> None:
+    def __init__(self, kind: str, detail: str = "", retry_after_s: float | None = None) -> None:
         self.kind = kind
         self.detail = detail
+        self.retry_after_s = retry_after_s
         super().__init__(f"{kind}: {detail}" if detail else kind)
 
 
@@ -108,7 +116,7 @@ class PodsApi:
 
     def __init__(self, session: aiohttp.ClientSession, access: KubeAccess, *, page_limit: int = 500,
                  request_timeout_s: float = 10.0, label_selector: str = APP_LABEL,
-                 field_selector: str = RUNNING_SELECTOR) -> None:
+                 field_selector: str = BOUND_UNFINISHED_SELECTOR) -> None:
         self._session = session
         self._access = access
         self._ssl: ssl.SSLContext | bool = access.ssl_context() or True
@@ -179,7 +187,8 @@ class PodsApi:
                         raise KubeApiError("gone", "resource version or continue token expired")
                     if resp.status != 200:
                         text = (await resp.content.read(300)).decode("utf-8", "replace")
-                        raise KubeApiError(f"http_{resp.status}", text.strip())
+                        wait = retry_after(resp.headers.get("Retry-After")) if _may_retry(resp.status) else None
+                        raise KubeApiError(f"http_{resp.status}", text.strip(), wait)
                     yield resp
                     return
         except TimeoutError:
@@ -188,6 +197,30 @@ class PodsApi:
             raise KubeApiError("tls", str(exc)) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             raise KubeApiError("connect", str(exc) or type(exc).__name__) from None
+
+
+def _may_retry(status: int) -> bool:
+    """Whether a ``Retry-After`` on this status asks for a later retry (429 Too Many Requests, 5xx)."""
+    return status == 429 or 500 <= status <= 599
+
+
+def retry_after(value: Any) -> float | None:
+    """The wait a ``Retry-After`` header or a Status's ``retryAfterSeconds`` asks for, capped; None if none.
+
+    Only the delay-seconds form is read (the API server sends no HTTP dates).
+
+    >>> retry_after("5"), retry_after(3600), retry_after("Wed, 21 Oct 2026 07:28:00 GMT"), retry_after(None)
+    (5.0, 60.0, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value.strip())
+    else:
+        return None
+    return min(float(seconds), MAX_RETRY_AFTER_S)
 
 
 def _decode(body: bytes) -> dict[str, Any]:
@@ -209,5 +242,7 @@ def _event(line: bytes) -> dict[str, Any]:
         code = obj.get("code")
         if code == 410:
             raise KubeApiError("gone", str(obj.get("message", "")))
-        raise KubeApiError("watch_error", f"{code}: {obj.get('message', '')}")
+        details = obj.get("details")
+        wait = retry_after(details.get("retryAfterSeconds")) if isinstance(details, dict) else None
+        raise KubeApiError("watch_error", f"{code}: {obj.get('message', '')}", wait)
     return event

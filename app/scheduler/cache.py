@@ -7,7 +7,7 @@ first three exactly the topic message values (checked against ``topics/`` when r
     rttsched:{prefix}features:{node}          node-features value          (worker)
     rttsched:{prefix}weights:{node}           node-weights value           (worker)
     rttsched:{prefix}model-updates:{key}      model-updates value          (extender, trainer)
-    rttsched:{prefix}running:{node}           {"apps": {app: count}, "ts": unix seconds}
+    rttsched:{prefix}running:{node}           {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
 
 ``{prefix}`` is ``Settings.topic_prefix``, so deployments (and tests) sharing a Redis never mix views.
 Helpers take any client with the ``redis.asyncio.Redis`` methods ``set``, ``mget`` and ``scan_iter``.

@@ -2,8 +2,8 @@
 
 The server lists pods page by page (``limit``/``continue``) and streams watch events, from realistic
 Pod JSON (tests/fixtures/pods). It does not apply the selectors itself, so the watcher's own filtering
-(pending, terminating, finished, unlabelled pods) is what keeps the view right; the selectors it sends
-are checked separately.
+(unbound, finished, unlabelled pods; pending and terminating ones counted but not started) is what keeps
+the view right; the selectors it sends are checked separately.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import ClientSession, web
 
+from app.bridge.running import load_started
 from app.extender.podwatch import PodWatcher, PodWatchOptions
 from app.extender.podwatch_api import KubeAccess, KubeApiError, PodsApi
 from app.kafka.embedded import free_port
@@ -34,7 +35,9 @@ from app.scheduler.cache import CacheKeys, load_running, store_running
 pytestmark = pytest.mark.integration
 
 PODS = Path(__file__).resolve().parents[1] / "fixtures" / "pods"
-EXPECTED = {"gpu-4090-1": {"gCTF": 2, "Motioncor2": 1}, "gpu-m40-1": {"Motioncor2": 1}, "cpu-1": {"upload": 1}}
+STARTED = {"gpu-4090-1": {"gCTF": 2, "Motioncor2": 1}, "gpu-m40-1": {"Motioncor2": 1}, "cpu-1": {"upload": 1}}
+EXPECTED = {**STARTED, "gpu-m40-1": {"Motioncor2": 1, "gCTF": 1}}  # gctf-run-m9n0p is terminating: still counts
+SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 UPLOAD_POD = "upload-run-q1r2s"  # the only pod on cpu-1
 
 
@@ -48,6 +51,8 @@ class KubeApiStub:
         self.queries: list[dict[str, str]] = []
         self.streams: list[asyncio.Queue[dict[str, Any]]] = []
         self.fail: int | None = None  # answer every request with this status
+        self.retry_after = ""  # the Retry-After header of those answers, when set
+        self.times: list[float] = []  # when each request came (monotonic)
         self.garbage = False  # answer 200 with something that is not JSON
         self.token = ""  # when set, the bearer token every request must carry
         self.url = ""
@@ -89,6 +94,10 @@ class KubeApiStub:
         self.pods.append(pod)
         self._announce("ADDED", pod)
 
+    def modify(self, pod: dict[str, Any]) -> None:
+        self.pods = [p for p in self.pods if p["metadata"]["uid"] != pod["metadata"]["uid"]] + [pod]
+        self._announce("MODIFIED", pod)
+
     def expire_watches(self) -> None:
         for q in self.streams:
             q.put_nowait({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -98,11 +107,13 @@ class KubeApiStub:
     async def _pods(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         self.queries.append(query)
+        self.times.append(time.monotonic())
         if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
             return web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"}, status=401)
         if self.fail:
+            headers = {"Retry-After": self.retry_after} if self.retry_after else None
             return web.json_response({"kind": "Status", "code": self.fail, "message": "etcdserver: request timed out"},
-                                     status=self.fail)
+                                     status=self.fail, headers=headers)
         if self.garbage:
             return web.Response(body=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
         if query.get("watch") == "true":
@@ -187,6 +198,12 @@ def view_is(client: Any, keys: CacheKeys, expected: dict[str, dict[str, int]]) -
     return check
 
 
+def started_is(client: Any, keys: CacheKeys, expected: dict[str, dict[str, int]]) -> Callable[[], Any]:
+    async def check() -> bool:
+        return await load_started(client, keys) == expected
+    return check
+
+
 def new_pod() -> dict[str, Any]:
     return json.loads((PODS / "pod_gctf_k20.json").read_text())
 
@@ -197,8 +214,7 @@ async def test_view_is_listed_page_by_page_then_follows_the_watch(api, redis_cli
     assert await eventually(view_is(redis_client, keys, EXPECTED))
     lists = api.lists()
     assert [q.get("continue") for q in lists[:3]] == [None, "4", "8"]
-    assert all(q["labelSelector"] == "rttsched.io/app" and q["fieldSelector"] == "status.phase=Running"
-               for q in api.queries)
+    assert all(q["labelSelector"] == "rttsched.io/app" and q["fieldSelector"] == SELECTOR for q in api.queries)
     assert all(q["limit"] == "4" for q in lists)
     ttl = await redis_client.pttl(keys.running("cpu-1"))
     assert 0 < ttl <= 90_000
@@ -212,9 +228,7 @@ async def test_view_is_listed_page_by_page_then_follows_the_watch(api, redis_cli
     assert len(api.lists()) == 3  # one list of 3 pages; the rest came by the watch
     assert watcher.metrics.events.labels("DELETED")._value.get() == 1
 
-    terminating = copy.deepcopy(new_pod())
-    terminating["metadata"]["deletionTimestamp"] = "2024-05-14T09:40:00Z"
-    api._announce("MODIFIED", terminating)
+    api.delete(new_pod()["metadata"]["name"])
     assert await eventually(view_is(redis_client, keys, {n: a for n, a in changed.items() if n != "gpu-k20-1"}))
 
 
@@ -288,7 +302,8 @@ async def test_watch_events_split_across_chunks_and_error_events_are_read_as_the
     pod = new_pod()
     added = orjson.dumps({"type": "ADDED", "object": pod}) + b"\n"
     bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}})
-    failure = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal"}})
+    failure = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal",
+                                                        "details": {"retryAfterSeconds": 2}}})
 
     async def stream(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
@@ -314,7 +329,7 @@ async def test_watch_events_split_across_chunks_and_error_events_are_read_as_the
                     batches.append(batch)
     finally:
         await runner.cleanup()
-    assert err.value.kind == "watch_error"
+    assert err.value.kind == "watch_error" and err.value.retry_after_s == 2.0
     events = [e for b in batches for e in b]
     assert batches[0] == [] and [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
     assert events[0]["object"] == pod
@@ -334,7 +349,7 @@ async def test_cli_writes_the_view_and_stops_cleanly_on_sigterm(api, redis_clien
                                                 env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(once.communicate(), 60)
     assert once.returncode == 0, err.decode()
-    assert "cpu-1\tupload=1" in out.decode() and "5 pods on 3 nodes" in out.decode()
+    assert "cpu-1\tupload=1" in out.decode() and "6 pods on 3 nodes" in out.decode()
     assert await load_running(redis_client, keys) == EXPECTED
 
     await redis_client.delete(keys.running("cpu-1"))
@@ -345,10 +360,73 @@ async def test_cli_writes_the_view_and_stops_cleanly_on_sigterm(api, redis_clien
         assert await eventually(lambda: api.streams, timeout_s=10)
         async with ClientSession() as http, http.get(f"http://127.0.0.1:{metrics_port}/metrics") as resp:
             exposed = await resp.text()
-        assert "rtt_pods_seen 5.0" in exposed and "rtt_pods_nodes 3.0" in exposed
+        assert "rtt_pods_seen 6.0" in exposed and "rtt_pods_started 5.0" in exposed
+        assert "rtt_pods_nodes 3.0" in exposed
         assert "rtt_pods_last_sync_timestamp_seconds" in exposed
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert "stopped" in out.decode() and "Traceback" not in err.decode()
+
+
+async def test_bound_pending_and_terminating_pods_count_for_the_scheduler_but_only_started_ones_for_the_bridge(
+        api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=30)
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    assert await eventually(started_is(redis_client, keys, STARTED))  # the terminating gctf-run-m9n0p: not started
+    assert await eventually(lambda: api.streams)
+
+    pulling = new_pod()  # bound by the scheduler, its image still being pulled
+    pulling["status"] = {"phase": "Pending", "containerStatuses": [
+        {"name": "gctf", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    api.add(pulling)
+    assert await eventually(view_is(redis_client, keys, {**EXPECTED, "gpu-k20-1": {"gCTF": 1}}))
+    assert await load_started(redis_client, keys) == {**STARTED, "gpu-k20-1": {}}
+
+    api.modify(new_pod())  # its containers started
+    assert await eventually(started_is(redis_client, keys, {**STARTED, "gpu-k20-1": {"gCTF": 1}}))
+
+    terminating = new_pod()  # deleted: its containers run until the grace period ends
+    terminating["metadata"]["deletionTimestamp"] = "2024-05-14T09:40:00Z"
+    api.modify(terminating)
+    assert await eventually(started_is(redis_client, keys, {**STARTED, "gpu-k20-1": {}}))
+    assert await load_running(redis_client, keys) == {**EXPECTED, "gpu-k20-1": {"gCTF": 1}}
+
+    finished = copy.deepcopy(terminating)
+    finished["status"]["phase"] = "Succeeded"
+    api.modify(finished)
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    assert await redis_client.exists(keys.running("gpu-k20-1")) == 0
+    assert watcher.metrics.seen._value.get() == 6 and watcher.metrics.started._value.get() == 5
+
+
+async def test_a_healthy_watch_is_never_relisted_while_keys_and_ts_are_renewed(api, redis_client, run_watcher):
+    began = time.time()
+    watcher = await run_watcher(resync_s=0.3)  # keys live 0.9 s unless renewed
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    first_ts = orjson.loads(await redis_client.get(keys.running("gpu-4090-1")))["ts"]
+    assert await eventually(lambda: api.streams)
+    api.delete(UPLOAD_POD)
+    await asyncio.sleep(1.5)  # 5 renewal periods, longer than the keys' TTL
+    expected = {n: a for n, a in EXPECTED.items() if n != "cpu-1"}
+    assert await load_running(redis_client, keys) == expected
+    assert len(api.lists()) == 3  # the first list's 3 pages, nothing since
+    assert orjson.loads(await redis_client.get(keys.running("gpu-4090-1")))["ts"] > first_ts + 0.5  # last confirmed
+    assert watcher.last_sync is not None and watcher.last_sync > began + 1.0
+    watches = [q for q in api.queries if q.get("watch") == "true"]
+    assert len(watches) >= 3 and watches[-1]["resourceVersion"] == str(api.version)  # resumed, not relisted
+    assert "limit" not in watches[-1]
+
+
+async def test_retry_after_of_a_throttled_api_is_waited_before_the_next_try(api, redis_client, run_watcher):
+    api.fail, api.retry_after = 429, "1"
+    watcher = await run_watcher(resync_s=30)  # backoff 0.05 s doubling to 0.2 s
+    errors = watcher.metrics.api_errors
+    assert await eventually(lambda: errors.labels("http_429")._value.get() >= 3, timeout_s=6)
+    gaps = [b - a for a, b in zip(api.times, api.times[1:], strict=False)]
+    assert gaps and min(gaps) >= 0.95, gaps
+    api.fail = None
+    assert await eventually(view_is(redis_client, watcher.keys, EXPECTED), timeout_s=3)

@@ -7,33 +7,55 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.extender.podwatch_view import count_running, diff_views, placement, tally
+from app.extender.podwatch_view import count_running, diff_views, encode_node, placement, tally
+from app.scheduler.cache import decode_running
 from app.scheduler.podinfo import PodError
 
 PODS = Path(__file__).resolve().parents[2] / "fixtures" / "pods"
-EXPECTED = {"gpu-4090-1": {"gCTF": 2, "Motioncor2": 1}, "gpu-m40-1": {"Motioncor2": 1}, "cpu-1": {"upload": 1}}
+STARTED = {"gpu-4090-1": {"gCTF": 2, "Motioncor2": 1}, "gpu-m40-1": {"Motioncor2": 1}, "cpu-1": {"upload": 1}}
+COUNTED = {**STARTED, "gpu-m40-1": {"Motioncor2": 1, "gCTF": 1}}  # gctf-run-m9n0p is terminating: still counts
+EXPECTED = {node: {"apps": COUNTED[node], "started": STARTED[node]} for node in COUNTED}
 
 
 def podlist() -> list[dict[str, Any]]:
     return list(json.loads((PODS / "podlist.json").read_text())["items"])
 
 
-def test_fixture_pod_list_counts_running_labelled_pods_on_their_nodes():
+def test_fixture_pod_list_counts_bound_unfinished_labelled_pods_on_their_nodes():
     view, malformed = count_running(podlist())
     assert view == EXPECTED
     assert malformed == 0
 
 
-def test_pending_terminating_finished_and_unlabelled_pods_do_not_count():
+def test_unbound_finished_and_unlabelled_pods_do_not_count():
     by_name = {p["metadata"]["name"]: p for p in podlist()}
-    for name in ("gctf-run-t3u4v", "gctf-run-m9n0p", "motioncor2-run-z7a8b", "nginx-web-w5x6y"):
+    for name in ("gctf-run-t3u4v", "motioncor2-run-z7a8b", "nginx-web-w5x6y"):
         key, where = placement(by_name[name])
         assert key == by_name[name]["metadata"]["uid"] and where is None, name
-    assert placement(by_name["upload-run-q1r2s"])[1] == ("cpu-1", "upload")
+    assert placement(by_name["upload-run-q1r2s"])[1] == ("cpu-1", "upload", True)
+    failed = _with(by_name["upload-run-q1r2s"], ("status", "phase"), "Failed")
+    assert placement(failed)[1] is None
+
+
+@pytest.mark.parametrize(("phase", "terminating", "started"), [
+    ("Pending", False, False),  # bound, pulling its image or ContainerCreating
+    ("Running", True, False),  # terminating: its containers run until the grace period ends
+    ("Pending", True, False),
+    ("Unknown", False, False),  # its node stopped reporting; it may still run
+    (None, False, False),  # no status yet
+    ("Running", False, True),
+])
+def test_bound_pods_count_until_finished_and_have_started_only_while_running(phase, terminating, started):
+    pod = copy.deepcopy({p["metadata"]["name"]: p for p in podlist()}["gctf-run-a1b2c"])
+    pod["status"] = {"phase": phase} if phase else {}
+    if terminating:
+        pod["metadata"]["deletionTimestamp"] = "2024-05-14T09:40:00Z"
+    assert placement(pod)[1] == ("gpu-4090-1", "gCTF", started)
 
 
 def _with(pod: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
@@ -60,7 +82,7 @@ def test_malformed_pods_raise_pod_error_and_are_skipped_by_the_count(path, value
     with pytest.raises(PodError):
         placement(bad)
     view, malformed = count_running([bad, good])
-    assert malformed == 1 and view == {"gpu-4090-1": {"gCTF": 1}}
+    assert malformed == 1 and view == {"gpu-4090-1": {"apps": {"gCTF": 1}, "started": {"gCTF": 1}}}
 
 
 def test_a_pod_without_uid_or_name_has_no_identity():
@@ -93,12 +115,14 @@ def _pod(i: int, s: dict[str, Any]) -> dict[str, Any]:
             "status": {"phase": s["phase"]} if s["phase"] is not None else {}}
 
 
-def _naive(specs: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def _naive(specs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for s in specs:
-        if s["app"] in APPS and s["node"] and s["phase"] == "Running" and not s["terminating"]:
-            out.setdefault(s["node"], {}).setdefault(s["app"], 0)
-            out[s["node"]][s["app"]] += 1
+        if s["app"] in APPS and s["node"] and s["phase"] not in ("Succeeded", "Failed"):
+            node = out.setdefault(s["node"], {"apps": {}, "started": {}})
+            node["apps"][s["app"]] = node["apps"].get(s["app"], 0) + 1
+            if s["phase"] == "Running" and not s["terminating"]:
+                node["started"][s["app"]] = node["started"].get(s["app"], 0) + 1
     return out
 
 
@@ -109,10 +133,12 @@ def test_count_equals_a_naive_recount_in_any_order_and_skips_exactly_the_junk(sp
     view, malformed = count_running(pods)
     assert view == _naive(specs)
     assert malformed == len(bad)
-    assert all(n > 0 for apps in view.values() for n in apps.values())
+    assert all(n > 0 for counts in view.values() for apps in counts.values() for n in apps.values())
+    assert all(counts["apps"].get(app, 0) >= n for counts in view.values() for app, n in counts["started"].items())
 
 
-views = st.dictionaries(st.sampled_from(NODES), st.dictionaries(st.sampled_from(APPS), st.integers(1, 5), min_size=1))
+apps_counts = st.dictionaries(st.sampled_from(APPS), st.integers(1, 5), min_size=1)
+views = st.dictionaries(st.sampled_from(NODES), st.fixed_dictionaries({"apps": apps_counts, "started": apps_counts}))
 
 
 @given(views, views)
@@ -127,4 +153,11 @@ def test_diff_turns_the_old_view_into_the_new_one_touching_only_what_changed(old
 
 def test_tally_counts_each_placement_once():
     assert tally([]) == {}
-    assert tally([("n", "a")] * 3) == {"n": {"a": 3}}
+    assert tally([("n", "a", True)] * 3) == {"n": {"apps": {"a": 3}, "started": {"a": 3}}}
+    assert tally([("n", "a", False)]) == {"n": {"apps": {"a": 1}, "started": {}}}
+
+
+def test_a_node_value_keeps_apps_as_the_extender_decodes_it_and_adds_started():
+    raw = encode_node({"apps": {"gCTF": 2}, "started": {"gCTF": 1}}, 7.5)
+    assert decode_running(raw) == {"gCTF": 2}
+    assert orjson.loads(raw) == {"apps": {"gCTF": 2}, "started": {"gCTF": 1}, "ts": 7.5}
