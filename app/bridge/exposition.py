@@ -8,6 +8,12 @@ dropped later, by the mapping, which knows which exporter wrote them.
 Before parsing, lines of metrics nobody asked for can be dropped (``keep``): a node_exporter page has
 ~1,000 lines of which the mapping reads ~130, and parsing is the bridge's main cost (~5x less work).
 
+A scraped page that is not whole is no reading (:class:`ExpositionError`, a failed scrape), as Prometheus
+rejects it: one whose last line has no line feed (cut short: the format ends every line with one, and the
+lines dropped before parsing would hide a cut inside a metric nobody reads), a series given twice (its
+samples would be added up), more than :data:`MAX_SERIES` series of the metrics read (a runaway label:
+parsing 250,000 of them took 400 MB, above the bridge's memory limit).
+
 >>> text = '''# TYPE node_load1 gauge
 ... node_load1 0.27
 ... # TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter
@@ -31,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.bridge.errors import ExpositionError
 
+MAX_SERIES = 50_000  # sample lines of the metrics read, per page (a node_exporter page: ~130; a big host: thousands)
 _COUNTER_TYPE = re.compile(r"^#\s+TYPE\s+(\S+)\s+counter\s*$", re.MULTILINE)
 _NAME_END = re.compile(r"[{\s]")
 
@@ -90,12 +97,27 @@ def filter_lines(text: str, keep: Collection[str]) -> str:
     return "\n".join(kept)
 
 
-def parse_exposition(text: str, keep: Collection[str] | None = None) -> Exposition:
-    """Parse a text exposition; :class:`ExpositionError` if it is not valid."""
+def parse_exposition(text: str, keep: Collection[str] | None = None, page: bool = False) -> Exposition:
+    """Parse a text exposition; :class:`ExpositionError` if it is not valid (``page``: a scraped page, which
+    must also be whole: see the module docstring).
+
+    >>> parse_exposition("node_load1 0.2\\nnode_load1 0.3\\n")
+    Traceback (most recent call last):
+    ...
+    app.bridge.errors.ExpositionError: invalid exposition: series node_load1 given twice
+    >>> parse_exposition("node_load1 0.2\\nnode_memory_Cach", keep={"node_load1"}, page=True)  # cut in a line not read
+    Traceback (most recent call last):
+    ...
+    app.bridge.errors.ExpositionError: invalid exposition: the page is cut short (its last line has no line feed)
+    """
+    cut = page and bool(text) and not text.endswith("\n")  # said once it has samples (a page of none is not one)
     if keep is not None:
         text = filter_lines(text, keep)
+    if sum(1 for line in text.split("\n") if line and line[0] != "#") > MAX_SERIES:  # before the parser holds them
+        raise ExpositionError(f"invalid exposition: more than {MAX_SERIES} series of the metrics read")
     declared_counters = set(_COUNTER_TYPE.findall(text))
     samples: dict[str, list[Sample]] = {}
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     try:
         for family in text_string_to_metric_families(text):
             restore = family.type == "counter" and family.name in declared_counters
@@ -103,7 +125,21 @@ def parse_exposition(text: str, keep: Collection[str] | None = None) -> Expositi
                 name = s.name
                 if restore and name == family.name + "_total" and name not in declared_counters:
                     name = family.name
+                series = (name, tuple(sorted(s.labels.items())))
+                if series in seen:
+                    raise ExpositionError(f"invalid exposition: series {_show(series)} given twice")
+                seen.add(series)
                 samples.setdefault(name, []).append(Sample(name, s.labels, float(s.value)))
+    except ExpositionError:
+        raise
     except Exception as exc:  # the parser raises ValueError, IndexError, TypeError ... on bad input
         raise ExpositionError(f"invalid exposition: {type(exc).__name__}: {exc}") from None
+    if cut and samples:
+        raise ExpositionError("invalid exposition: the page is cut short (its last line has no line feed)")
     return Exposition(samples)
+
+
+def _show(series: tuple[str, tuple[tuple[str, str], ...]]) -> str:
+    name, labels = series
+    shown = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else "")
+    return shown[:200]

@@ -133,7 +133,7 @@ class NodeAssembler:
             error, exposition = r.error, None
             if r.body is not None:
                 try:
-                    exposition = parse_exposition(r.body, keep=self.mapping.wanted)
+                    exposition = parse_exposition(r.body, keep=self.mapping.wanted, page=True)
                 except ExpositionError as exc:
                     error = str(exc)
                 if exposition is not None and not exposition.samples:

@@ -177,7 +177,8 @@ def test_an_optional_endpoint_that_only_gave_pages_without_metrics_has_never_ans
 def test_a_message_without_any_metric_lists_every_group_of_its_class_as_stale():
     # an endpoint that answers, without trouble, with nothing a first scrape can turn into a value (counters
     # only): no metric, so no group may look fresh -- an empty, fresh message reads as an idle node
-    counters_only = "\n".join(x for x in NODE_A.read_text().splitlines() if x.startswith("node_context_switches_total"))
+    counters_only = "".join(x + "\n" for x in NODE_A.read_text().splitlines()
+                            if x.startswith("node_context_switches_total"))
     snap = assembler(NODE_URL).assemble([ok(NODE_URL, counters_only, 0.0)], 0.0)
     assert snap.troubles == () and snap.message["metrics"] == {}
     assert snap.message["stale"] == ["cpu", "memory", "node"]
@@ -212,3 +213,29 @@ def test_any_bodies_give_a_message_that_satisfies_the_contract(bodies):
         text = "\n".join(lines)
         snap = a.assemble([ok(NODE_URL, text, float(i)), ok(DCGM_URL, text, float(i))], float(i))
         encode("node-metrics", snap.message)
+
+
+@pytest.mark.parametrize(("page", "why"), [
+    # cut inside a line of a metric the mapping does not read: the lines read parse, the rest of the page is lost
+    (lambda text: text[:text.index("node_memory_MemTotal_bytes ") + 12], "cut short"),
+    # a series given twice: its two samples would be added up (load1 twice as high)
+    (lambda text: text.replace("node_load1 0.27\n", "node_load1 0.27\nnode_load1 0.27\n"), "node_load1 given twice"),
+])
+def test_a_page_that_is_not_whole_is_a_failed_scrape_not_a_fresh_reading(page, why):
+    text = NODE_A.read_text()
+    snap = assembler(NODE_URL).assemble([ok(NODE_URL, page(text), 0.0)], 0.0)
+    (trouble,) = snap.troubles
+    assert trouble.kind == "scrape_failed" and why in trouble.detail
+    assert snap.message["stale"] == ["cpu", "memory", "node"] and "load1" not in snap.message["metrics"]
+    whole = assembler(NODE_URL).assemble([ok(NODE_URL, text, 0.0)], 0.0)
+    assert whole.troubles == () and whole.message["metrics"]["load1"] == pytest.approx(0.27)
+
+
+def test_a_runaway_label_is_refused_before_it_is_parsed_into_memory():
+    from app.bridge.errors import ExpositionError
+    from app.bridge.exposition import MAX_SERIES, parse_exposition
+
+    lines = [f'node_network_receive_bytes_total{{device="veth{i}"}} {i}\n' for i in range(MAX_SERIES + 1)]
+    with pytest.raises(ExpositionError, match=f"more than {MAX_SERIES} series"):
+        parse_exposition("".join(lines), keep={"node_network_receive_bytes_total"}, page=True)
+    assert len(parse_exposition("".join(lines[:MAX_SERIES]), page=True)) == MAX_SERIES  # the limit itself passes

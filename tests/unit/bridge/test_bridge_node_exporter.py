@@ -152,7 +152,7 @@ def test_rates_fall_back_to_the_bridge_clock_when_the_exporter_sends_none():
     a = assembler(NODE_URL)
 
     def strip(path):
-        return "\n".join(line for line in path.read_text().splitlines() if "node_time_seconds" not in line)
+        return "".join(line + "\n" for line in path.read_text().splitlines() if "node_time_seconds" not in line)
 
     a.assemble([ok(NODE_URL, strip(NODE_A), 100.0)], 0.0)
     snap = a.assemble([ok(NODE_URL, strip(NODE_B), 102.0)], 2.0)
