@@ -28,7 +28,7 @@ from app.bridge.mapping_types import (
     Watchdog,
     stale_groups,
 )
-from app.bridge.ranges import default_tolerance
+from app.bridge.ranges import NON_NEGATIVE, default_tolerance
 
 
 class _Path:
@@ -144,6 +144,8 @@ def _metric(p: _Path, name: str, raw: Any) -> CanonicalMetric:
         tolerance = _number(p, f"{where}.tolerance", d["tolerance"])
     elif rng is not None:
         tolerance = default_tolerance(rng)
+    if rng is None:  # every canonical unit but celsius is non-negative: a negative reading is no reading
+        rng = NON_NEGATIVE
     unknown = set(d) - {"group", "aggregate", "range", "tolerance", "sources"}
     if unknown:
         raise p.fail(where, f"unknown keys {sorted(unknown)}")

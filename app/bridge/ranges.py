@@ -26,6 +26,7 @@ import collections
 import dataclasses
 
 DEFAULT_TOLERANCE = 0.05  # fraction of a range's width
+NON_NEGATIVE = (0.0, float("inf"))  # the range of a metric that declares none (no tolerance: -5 W is rejected)
 
 
 @dataclasses.dataclass

@@ -87,3 +87,21 @@ def test_a_checked_value_is_in_range_or_rejected_never_outside(v, tolerance):
     else:
         assert 0.0 <= out <= 1.0
         assert out == v or tally.clamped["m"] == 1
+
+
+def test_a_negative_gauge_without_a_declared_range_is_rejected_not_published():
+    snap = second_scrape(with_value(NODE_B.read_text(), "node_load1", -5.0))
+    assert "load1" not in snap.message["metrics"] and snap.rejected == {"load1": 1}
+    assert "memory_cached_bytes" in snap.message["metrics"]  # the rest of the group stands
+    assert load_mapping().metric("load1").range == (0.0, float("inf"))
+
+
+def test_a_gpu_temperature_far_below_any_die_is_rejected():
+    from bridge_fixtures import DCGM_A, DCGM_URL
+
+    text = DCGM_A.read_text().replace('Hostname="worker-3",DCGM_FI_DRIVER_VERSION="535.129.03"} 61',
+                                      'Hostname="worker-3",DCGM_FI_DRIVER_VERSION="535.129.03"} -300', 1)
+    assert "} -300" in text
+    snap = assembler(DCGM_URL).assemble([ok(DCGM_URL, text, 0.0)], 0.0)
+    assert snap.rejected.get("gpu_temperature") == 1
+    assert snap.message["metrics"]["gpu_temperature"] > 0  # the other GPU's reading
