@@ -9,7 +9,10 @@ Each series (sample name + labels) keeps its last value and the time it was read
   assumes the counter restarted from 0 and counts the new value as the increase; over a 1 s interval that
   mixes two processes, and for CPU shares a partial count from a restarted exporter would be misleading, so
   the interval is skipped;
-- time that did not move forward (same timestamp, or the time source changed): ``None``.
+- time that did not move forward (same timestamp, or the time source changed): ``None``;
+- an exporter's clock that jumped (its interval more than :data:`JUMP_S` and half of it away from the bridge's
+  own, monotonic one: a node whose clock was set, a page stamped by another host): ``None`` for that interval,
+  counted in ``clock_jumps`` — dividing one second's increase by a day's interval reads as an idle node.
 
 A series missing from a scrape is forgotten; if it comes back, it starts again from a first sighting.
 
@@ -22,6 +25,14 @@ A series missing from a scrape is forgotten; if it comes back, it starts again f
 {'a': None}
 >>> t.observe({"a": 6.0}, 11.0, "bridge")["a"].rate
 2.0
+>>> e = CounterTracker()
+>>> e.observe({"a": 0.0}, 1000.0, "exporter", bridge_t=5.0); e.observe({"a": 1.0}, 1001.0, "exporter", bridge_t=6.0)
+{'a': None}
+{'a': Delta(increase=1.0, seconds=1.0)}
+>>> e.observe({"a": 2.0}, 1e7, "exporter", bridge_t=7.0), e.clock_jumps     # the node's clock set a year ahead
+({'a': None}, 1)
+>>> e.observe({"a": 3.0}, 1e7 + 1.0, "exporter", bridge_t=8.0)["a"].rate    # from the new clock on
+1.0
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 
 SeriesKey = Hashable
+JUMP_S = 5.0  # an exporter's interval this far (and half its length) from the bridge's own is a clock jump
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,16 +64,26 @@ class CounterTracker:
         self._last: dict[SeriesKey, float] = {}
         self._t: float | None = None
         self._source: str | None = None
+        self._own_t: float | None = None  # the bridge's monotonic time of the previous scrape
         self.resets = 0
+        self.clock_jumps = 0
 
-    def observe(self, values: Mapping[SeriesKey, float], t: float, source: str) -> dict[SeriesKey, Delta | None]:
-        """Record one scrape's counter values read at time ``t`` (seconds, from clock ``source``).
+    def observe(self, values: Mapping[SeriesKey, float], t: float, source: str,
+                bridge_t: float | None = None) -> dict[SeriesKey, Delta | None]:
+        """Record one scrape's counter values read at time ``t`` (seconds, from clock ``source``; ``bridge_t``:
+        the bridge's monotonic time of the scrape, against which an exporter's clock is checked).
 
         Returns the :class:`Delta` of every series since the previous scrape, or ``None`` where there is none.
         """
         dt = None
         if self._t is not None and self._source == source and t > self._t:
             dt = t - self._t
+            if source != "bridge" and bridge_t is not None and self._own_t is not None:
+                own = bridge_t - self._own_t
+                if abs(dt - own) > max(JUMP_S, 0.5 * own):
+                    dt = None
+                    self.clock_jumps += 1
+        self._own_t = bridge_t
         out: dict[SeriesKey, Delta | None] = {}
         for key, value in values.items():
             prev = self._last.get(key)

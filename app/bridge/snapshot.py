@@ -156,7 +156,7 @@ class NodeAssembler:
                 self._gpu_seen |= spec.gpu and any(exposition.get(n) for n in spec.required)
             clock = exposition.get(spec.clock) if spec and spec.clock else []
             t, source = (clock[0].value, "exporter") if clock else (r.t, "bridge")
-            deltas = st.tracker.observe(self._counter_values(exposition), t, source)
+            deltas = st.tracker.observe(self._counter_values(exposition), t, source, r.t)
             parts.append(Part(name, exposition, deltas))
         tally = RangeTally()
         values = evaluate(self.mapping, parts, tally)

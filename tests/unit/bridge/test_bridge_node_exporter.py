@@ -25,7 +25,7 @@ def node_dt() -> float:
 def second():
     a = assembler(NODE_URL)
     first = a.assemble([ok(NODE_URL, NODE_A, 0.0)], 1000.0)
-    return first, a.assemble([ok(NODE_URL, NODE_B, 1.0)], 1008.4)
+    return first, a.assemble([ok(NODE_URL, NODE_B, 8.4)], 1008.4)
 
 
 def test_the_two_captures_are_8_4_seconds_apart_on_the_node_clock():
@@ -59,7 +59,7 @@ def test_the_cpu_shares_sum_to_one_with_nice_time_in_them():
     a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
     nice1 = 'node_cpu_seconds_total{cpu="1",mode="nice"}'
     text = with_value(NODE_B.read_text(), nice1, raw_sum(NODE_B, "node_cpu_seconds_total", cpu="1", mode="nice") + 0.5)
-    m = a.assemble([ok(NODE_URL, text, 1.0)], 1.0).message["metrics"]
+    m = a.assemble([ok(NODE_URL, text, 8.4)], 1.0).message["metrics"]
     assert m["cpu_usage_nice"] == pytest.approx(0.5 / (16.81 + 0.5), rel=1e-3)
     assert sum(m[k] for k in SHARES) == pytest.approx(1.0, abs=1e-12)
 
@@ -140,11 +140,11 @@ def test_a_counter_reset_skips_that_interval_and_recovers_on_the_next():
     a = assembler(NODE_URL)
     a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
     reset = with_value(NODE_B.read_text(), user0, 1.0)  # the node restarted: user time starts over
-    snap = a.assemble([ok(NODE_URL, reset, 1.0)], 1.0)
+    snap = a.assemble([ok(NODE_URL, reset, 8.4)], 1.0)
     assert not {"cpu_usage_user", "cpu_iowait", "cpu_usage_system"} & set(snap.message["metrics"])
     assert "disk_read_bytes_per_s" in snap.message["metrics"]  # other counters are unaffected
     after = _advance_clock(with_value(NODE_B.read_text(), user0, 1.5), 5.0)
-    snap = a.assemble([ok(NODE_URL, after, 2.0)], 2.0)
+    snap = a.assemble([ok(NODE_URL, after, 13.4)], 2.0)  # the bridge 5 s later too
     assert snap.message["metrics"]["cpu_usage_user"] == 1.0  # only cpu0's user time moved since the reset
 
 
@@ -158,3 +158,17 @@ def test_rates_fall_back_to_the_bridge_clock_when_the_exporter_sends_none():
     snap = a.assemble([ok(NODE_URL, strip(NODE_B), 102.0)], 2.0)
     assert snap.message["metrics"]["disk_read_bytes_per_s"] == pytest.approx(
         delta("node_disk_read_bytes_total", device="vda") / 2.0, rel=1e-9)
+
+
+def test_a_node_clock_that_jumps_gives_that_round_no_rates_and_the_next_round_its_rates():
+    a = assembler(NODE_URL)
+    a.assemble([ok(NODE_URL, NODE_A, 0.0)], 0.0)
+    jumped = _advance_clock(NODE_B.read_text(), 1e7)  # the node's clock set ahead: 8.4 s read as ~116 days
+    snap = a.assemble([ok(NODE_URL, jumped, 8.4)], 8.4)
+    assert "disk_read_bytes_per_s" not in snap.message["metrics"] and "context_switches_per_s" not in snap.message[
+        "metrics"]
+    assert "load1" in snap.message["metrics"]  # gauges stand
+    later = _advance_clock(with_value(NODE_B.read_text(), 'node_disk_read_bytes_total{device="vda"}',
+                                      raw_sum(NODE_B, "node_disk_read_bytes_total", device="vda") + 5000.0), 1e7 + 5.0)
+    snap = a.assemble([ok(NODE_URL, later, 13.4)], 13.4)  # 5 s on both clocks: rates from the new clock on
+    assert snap.message["metrics"]["disk_read_bytes_per_s"] == pytest.approx(1000.0, rel=1e-6)

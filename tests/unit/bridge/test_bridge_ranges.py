@@ -21,7 +21,7 @@ VDB = '{device="vdb"}'
 def second_scrape(b_text: str, a_text: str | None = None, mapping=None):
     a = NodeAssembler(Target("worker-3", (Endpoint(NODE_URL),)), mapping) if mapping else assembler(NODE_URL)
     a.assemble([ok(NODE_URL, a_text or NODE_A.read_text(), 0.0)], 0.0)
-    return a.assemble([ok(NODE_URL, b_text, 1.0)], 1.0)
+    return a.assemble([ok(NODE_URL, b_text, DT)], 1.0)  # the bridge's own interval, as the captures'
 
 
 def stalled(rate: float) -> str:
