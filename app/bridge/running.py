@@ -23,8 +23,6 @@ a value that is not a running-apps value is skipped.
 True
 >>> view.gpu_pods("gpu-1"), view.gpu_pods("gpu-2")
 (2, 0)
->>> decode_started(b'{"apps": {"gCTF": 1}, "ts": 1.0}')
-{'gCTF': 1}
 """
 
 from __future__ import annotations
@@ -35,42 +33,11 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-import orjson
-
-from app.errors import ContractError
-from app.scheduler.cache import AsyncRedis, CacheKeys
+from app.scheduler.cache import CacheKeys, load_running
 
 log = logging.getLogger(__name__)
 
 STALE_AFTER_REFRESHES = 3
-
-
-def decode_started(raw: bytes) -> dict[str, int]:
-    """The started pods per app of a running-apps value (``apps`` if it has no ``started``); ContractError if bad."""
-    try:
-        doc = orjson.loads(raw)
-        counts = doc["started"] if "started" in doc else doc["apps"]
-        return {str(a): int(c) for a, c in counts.items()}
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise ContractError("bad_running_apps", str(exc)) from None
-
-
-async def load_started(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> dict[str, dict[str, int]]:
-    """Started pods per app of every node with a running-apps value; values that are not one are skipped."""
-    names = []
-    async for key in client.scan_iter(match=keys.pattern("running"), count=1000):
-        names.append(key.decode() if isinstance(key, bytes) else str(key))
-    view: dict[str, dict[str, int]] = {}
-    for start in range(0, len(names), batch):
-        chunk = names[start:start + batch]
-        for key, raw in zip(chunk, await client.mget(chunk), strict=True):
-            if raw is None:
-                continue
-            try:
-                view[keys.kind_of(key)[1]] = decode_started(raw)
-            except ContractError as exc:
-                log.debug("running-apps value %s skipped: %s", key, exc.reason)
-    return view
 
 
 class RunningPods:
@@ -93,7 +60,7 @@ class RunningPods:
     async def refresh(self) -> bool:
         """One read of the view; False (logged once until the next good read) when Redis failed."""
         try:
-            running = await load_started(self._client, self._keys)
+            running = await load_running(self._client, self._keys, started=True)
         except Exception as exc:  # noqa: BLE001 - any client error: keep the last view, count, go on
             self.failures += 1
             if not self._failing:

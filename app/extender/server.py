@@ -105,12 +105,15 @@ class ExtenderServer:
     def _explain(self, request: Request) -> Response | asyncio.Future[Response]:
         top, method = explain_options(request.body)
         prepared = self.service.prepare_explain(parse_args(request.body), top, method)
-        if not prepared.needs_work:
+
+        def answer() -> Response:
             return Response(200, orjson.dumps(prepared.finish()))
+
+        if not prepared.needs_work:
+            return answer()
         if self._explainer is None:
             self._explainer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rttsched-explain")
-        return asyncio.get_running_loop().run_in_executor(
-            self._explainer, lambda: Response(200, orjson.dumps(prepared.finish())))
+        return asyncio.get_running_loop().run_in_executor(self._explainer, answer)
 
     def _readyz(self, request: Request) -> Response:
         service = self.service

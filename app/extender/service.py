@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.boosters import BoosterCache, registry_boosters
@@ -249,13 +247,10 @@ class ExtenderService:
         if self.publisher is not None:
             self.publisher.offer(d, now, node)
 
-    def explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> bytes:
-        """Why each candidate gets its score (:func:`app.scheduler.explain.explain`), as JSON; changes nothing."""
-        return orjson.dumps(self.prepare_explain(args, top, method).finish())
-
     def prepare_explain(self, args: ExtenderArgs, top: int = 3, method: str = "approx") -> Explanation:
-        """:meth:`explain` but for the contributions, which :meth:`Explanation.finish` adds (boosters from the
-        registry, XGBoost): that part reads nothing the scheduling verbs change and may run in another thread."""
+        """Why each candidate gets its score (:func:`app.scheduler.explain.prepare`; changes nothing), but for the
+        contributions, which :meth:`Explanation.finish` adds (boosters from the registry, XGBoost): that part
+        reads nothing the scheduling verbs change and may run in another thread."""
         return prepare(self.holder.current, args.pod, args.node_names, self.assumed, self.params,
                        self.clock.now(), self.boosters.get, top=top, method=method)
 

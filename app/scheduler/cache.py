@@ -93,12 +93,19 @@ def encode_running(apps: Mapping[str, int], ts: float) -> bytes:
     return orjson.dumps({"apps": {str(a): int(c) for a, c in apps.items()}, "ts": float(ts)})
 
 
-def decode_running(raw: bytes) -> dict[str, int]:
-    """The ``apps`` map of a running-apps value; ContractError when it is not one."""
+def decode_running(raw: bytes, started: bool = False) -> dict[str, int]:
+    """The ``apps`` map of a running-apps value (``started``: its ``started`` map, the pods running and not
+    terminating — ``apps`` for a value of a watcher that wrote none); ContractError when it is not one.
+
+    >>> decode_running(b'{"apps": {"gCTF": 2}, "started": {"gCTF": 1}}', started=True)
+    {'gCTF': 1}
+    >>> decode_running(b'{"apps": {"gCTF": 1}, "ts": 1.0}', started=True)
+    {'gCTF': 1}
+    """
     try:
         doc = orjson.loads(raw)
-        apps = doc["apps"]
-        return {str(a): int(c) for a, c in apps.items()}
+        counts = doc["started"] if started and "started" in doc else doc["apps"]
+        return {str(a): int(c) for a, c in counts.items()}
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ContractError("bad_running_apps", str(exc)) from None
 
@@ -126,10 +133,11 @@ async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
     return out
 
 
-async def load_running(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> dict[str, dict[str, int]]:
-    """The running-apps view of every node that has one."""
+async def load_running(client: AsyncRedis, keys: CacheKeys, batch: int = 500,
+                       started: bool = False) -> dict[str, dict[str, int]]:
+    """The running-apps view of every node that has one (``started``: the started pods, :func:`decode_running`)."""
     view = CachedView()
-    await _load_kind(client, keys, "running", view, batch)
+    await _load_kind(client, keys, "running", view, batch, started)
     return view.running
 
 
@@ -141,7 +149,8 @@ async def load_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> Ca
     return view
 
 
-async def _load_kind(client: AsyncRedis, keys: CacheKeys, kind: str, view: CachedView, batch: int) -> None:
+async def _load_kind(client: AsyncRedis, keys: CacheKeys, kind: str, view: CachedView, batch: int,
+                     started: bool = False) -> None:
     names = await _scan(client, keys.pattern(kind))
     for start in range(0, len(names), batch):
         chunk = names[start:start + batch]
@@ -150,7 +159,7 @@ async def _load_kind(client: AsyncRedis, keys: CacheKeys, kind: str, view: Cache
                 continue
             try:
                 if kind == "running":
-                    view.running[keys.kind_of(key)[1]] = decode_running(raw)
+                    view.running[keys.kind_of(key)[1]] = decode_running(raw, started)
                 else:
                     getattr(view, kind.replace("-", "_")).append(decode(KINDS[kind], raw))
             except ContractError as exc:

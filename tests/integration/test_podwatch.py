@@ -26,7 +26,6 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import ClientSession, web
 
-from app.bridge.running import load_started
 from app.extender.podwatch import PodWatcher, PodWatchOptions
 from app.extender.podwatch_api import KubeAccess, KubeApiError, PodsApi
 from app.kafka.embedded import free_port
@@ -200,7 +199,7 @@ def view_is(client: Any, keys: CacheKeys, expected: dict[str, dict[str, int]]) -
 
 def started_is(client: Any, keys: CacheKeys, expected: dict[str, dict[str, int]]) -> Callable[[], Any]:
     async def check() -> bool:
-        return await load_started(client, keys) == expected
+        return await load_running(client, keys, started=True) == expected
     return check
 
 
@@ -383,7 +382,7 @@ async def test_bound_pending_and_terminating_pods_count_for_the_scheduler_but_on
         {"name": "gctf", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
     api.add(pulling)
     assert await eventually(view_is(redis_client, keys, {**EXPECTED, "gpu-k20-1": {"gCTF": 1}}))
-    assert await load_started(redis_client, keys) == {**STARTED, "gpu-k20-1": {}}
+    assert await load_running(redis_client, keys, started=True) == {**STARTED, "gpu-k20-1": {}}
 
     api.modify(new_pod())  # its containers started
     assert await eventually(started_is(redis_client, keys, {**STARTED, "gpu-k20-1": {"gCTF": 1}}))
