@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MODEL_STORE = "model_store"
 RUNNING_VIEW = "running_view"  # the running-pods view in Redis
+PODS_VIEW_STALE = "pods_view_stale"  # the running-pods view not confirmed by the pods watcher lately
 KAFKA = "kafka"  # the broker the view is read from, once the view has been read (before: /readyz's reason)
 
 
@@ -40,6 +41,7 @@ class Degraded:
                            ["reason"], registry=registry)
         self.gauge.labels(MODEL_STORE).set(0)
         self.gauge.labels(RUNNING_VIEW).set(0)
+        self.gauge.labels(PODS_VIEW_STALE).set(0)
         self.gauge.labels(KAFKA).set(0)
         self.reasons: dict[str, str] = {}
         self._waiting: dict[str, dict[str, int]] = {}  # reason -> what waits on it -> tries

@@ -1,12 +1,15 @@
 """The extender's knobs: the shared :class:`~app.config.Settings` plus a few of its own.
 
 Each option is read from its Settings field (``RTT_EXTENDER_*``); Settings validates them at start, so a bad
-value raises :class:`~app.errors.ConfigError` naming the variable.
+value raises :class:`~app.errors.ConfigError` naming the variable. ``running_stale_s``, how long a running-apps
+value may go unconfirmed before the extender calls it stale, is twice the pods watcher's ``RTT_PODS_RESYNC_S``.
 
 >>> from app.config import Settings
 >>> o = ExtenderOptions.from_settings(Settings.from_env({"RTT_EXTENDER_PUBLISH_QUEUE": "100"}))
->>> o.publish_queue, o.max_body_bytes
-(100, 8388608)
+>>> o.publish_queue, o.max_body_bytes, o.running_stale_s
+(100, 8388608, 60.0)
+>>> ExtenderOptions.from_settings(Settings.from_env({"RTT_PODS_RESYNC_S": "10"})).running_stale_s
+20.0
 >>> ExtenderOptions.from_settings(Settings.from_env({"RTT_EXTENDER_READ_TIMEOUT_S": "0"}))
 Traceback (most recent call last):
 ...
@@ -48,6 +51,7 @@ class ExtenderOptions:
     rebuild_interval_s: float = 0.2  # at most one snapshot rebuild per this while messages stream in
     warm_timeout_s: float = 2.0  # bound on the warm start from Redis
     running_refresh_s: float = 2.0  # period of the running-apps refresh from Redis
+    running_stale_s: float = 60.0  # a running-apps value not confirmed for this long is stale: 2 x RTT_PODS_RESYNC_S
     header_timeout_s: float = 5.0  # first byte of a request -> end of its header block (408)
     idle_timeout_s: float = 75.0  # kept-alive connection without a request
     max_connections: int = 1024  # beyond this a new connection is answered 503
@@ -61,6 +65,8 @@ class ExtenderOptions:
             "host": settings.extender_host, "port": settings.extender_port,
             "max_body_bytes": settings.extender_max_body_bytes, "stale_after_s": settings.extender_stale_after_s,
             "credibility_prior": settings.credibility_prior,
+            # a healthy pods watcher renews every value each resync; one more resync of slack for a late renewal
+            "running_stale_s": 2 * settings.pods_resync_s,
         }
         values.update({option: getattr(settings, field) for option, field in _OWN.items()})
         return cls(**values)

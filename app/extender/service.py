@@ -304,7 +304,8 @@ class ExtenderService:
             self._warming = False
             self.warmed.set()
         refresher = RunningRefresher(self._redis, self.keys, self.builder, self.options.running_refresh_s,
-                                     on_change=self.request_rebuild, now=self.clock.now, degraded=self.degraded)
+                                     on_change=self.request_rebuild, now=self.clock.now, degraded=self.degraded,
+                                     stale_after_s=self.options.running_stale_s)
         await refresher.run()
 
     async def _warm_start(self) -> None:

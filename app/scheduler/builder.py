@@ -147,9 +147,12 @@ class SnapshotBuilder:
         self.dirty = True
         return True
 
-    def apply_running(self, node: str, apps: Mapping[str, int], ts: float | None = None) -> None:
-        """Replace the running-apps view of ``node`` (app -> running pods), read at ``ts`` when known.
+    def apply_running(self, node: str, apps: Mapping[str, int], ts: float | None = None,
+                      rewind: bool = False) -> None:
+        """Replace the running-apps view of ``node`` (app -> running pods), current at ``ts`` when known.
 
+        The stamp only moves forward, unless ``rewind``: a view found stale shows the pods only up to when
+        it was last confirmed, so the stamp goes back to ``ts`` and the assumed pods placed since count again.
         A node known from this view only (no node-features, no node-weights: never scraped, or removed by its
         tombstone while pods still ran there) is forgotten when nothing runs there any more.
         """
@@ -160,9 +163,9 @@ class SnapshotBuilder:
                 self.remove_node(node)
             return
         old = known or NodeState(node)
-        if dict(old.running) != clean or (ts is not None and ts > old.running_ts):
-            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean),
-                                                    running_ts=max(old.running_ts, ts or 0.0))
+        stamp = old.running_ts if ts is None else ts if rewind else max(old.running_ts, ts)
+        if dict(old.running) != clean or stamp != old.running_ts:
+            self._nodes[node] = dataclasses.replace(old, running=MappingProxyType(clean), running_ts=stamp)
             self.dirty = True
 
     def remove_node(self, node: str) -> None:

@@ -9,6 +9,9 @@ first three exactly the topic message values (checked against ``topics/`` when r
     rttsched:{prefix}model-updates:{key}      model-updates value          (extender, trainer)
     rttsched:{prefix}running:{node}           {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
 
+A running-apps value's ``ts`` is when its writer last confirmed it (:mod:`app.extender.podwatch` renews every
+value every ``RTT_PODS_RESYNC_S``); :func:`load_running_view` returns it with the counts.
+
 ``{prefix}`` is ``Settings.topic_prefix``, so deployments (and tests) sharing a Redis never mix views.
 Helpers take any client with the ``redis.asyncio.Redis`` methods ``set``, ``mget`` and ``scan_iter``.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -83,6 +87,7 @@ class CachedView:
     weights: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     model_updates: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     running: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    running_ts: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> its value's ts, when it has one
     rejected: int = 0  # values that did not satisfy their contract
 
     def __len__(self) -> int:
@@ -102,12 +107,27 @@ def decode_running(raw: bytes, started: bool = False) -> dict[str, int]:
     >>> decode_running(b'{"apps": {"gCTF": 1}, "ts": 1.0}', started=True)
     {'gCTF': 1}
     """
+    return decode_running_value(raw, started)[0]
+
+
+def decode_running_value(raw: bytes, started: bool = False) -> tuple[dict[str, int], float | None]:
+    """:func:`decode_running` and the value's ``ts`` (None when it has none, or not a number).
+
+    >>> decode_running_value(b'{"apps": {"gCTF": 2}, "ts": 1700000000.5}')
+    ({'gCTF': 2}, 1700000000.5)
+    >>> decode_running_value(b'{"apps": {}, "ts": "yesterday"}')
+    ({}, None)
+    """
     try:
         doc = orjson.loads(raw)
         counts = doc["started"] if started and "started" in doc else doc["apps"]
-        return {str(a): int(c) for a, c in counts.items()}
+        apps = {str(a): int(c) for a, c in counts.items()}
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ContractError("bad_running_apps", str(exc)) from None
+    ts = doc.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return apps, None
+    return apps, float(ts)
 
 
 async def store_features(client: AsyncRedis, keys: CacheKeys, value: Mapping[str, Any]) -> None:
@@ -141,6 +161,14 @@ async def load_running(client: AsyncRedis, keys: CacheKeys, batch: int = 500,
     return view.running
 
 
+async def load_running_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> CachedView:
+    """The running-apps view of every node that has one (``running``) with each value's ``ts`` (``running_ts``:
+    when its writer last confirmed it; a value without one is absent there)."""
+    view = CachedView()
+    await _load_kind(client, keys, "running", view, batch)
+    return view
+
+
 async def load_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> CachedView:
     """Everything cached under ``keys``; values that fail their contract are skipped (and counted)."""
     view = CachedView()
@@ -159,7 +187,10 @@ async def _load_kind(client: AsyncRedis, keys: CacheKeys, kind: str, view: Cache
                 continue
             try:
                 if kind == "running":
-                    view.running[keys.kind_of(key)[1]] = decode_running(raw, started)
+                    node = keys.kind_of(key)[1]
+                    view.running[node], ts = decode_running_value(raw, started)
+                    if ts is not None:
+                        view.running_ts[node] = ts
                 else:
                     getattr(view, kind.replace("-", "_")).append(decode(KINDS[kind], raw))
             except ContractError as exc:

@@ -269,7 +269,7 @@ def decide(
     model = c.model if every else np.where(fresh, c.model, -1)
     corr = c.correction if every else np.where(fresh, c.correction, 1.0)
     samples = c.samples
-    # running pods per candidate: the running-apps view, or the assumed pods placed since it was read
+    # running pods per candidate: the running-apps view, or the assumed pods placed since it was current (its stamp)
     by_node = assumed.nodes
     placed = _placed(by_node, nodes, c.index) if by_node else None
     busy_now = c.busy if placed is None else c.busy | placed  # something runs there (or was placed there)

@@ -35,7 +35,7 @@ class NodeState:
     weights_stale: bool = False
     predicted_rtt_ms: Mapping[str, float] = dataclasses.field(default_factory=lambda: _EMPTY)  # per app
     running: Mapping[str, int] = dataclasses.field(default_factory=lambda: _NONE)  # app -> running pods
-    running_ts: float = 0.0  # when ``running`` was read (0: unknown)
+    running_ts: float = 0.0  # up to when ``running`` shows the pods placed (0: unknown)
     version: int = 0  # bumps whenever ``features`` change
     app_features: Mapping[str, Mapping[str, float]] = dataclasses.field(  # app -> features over its DWA window
         default_factory=lambda: _NO_APP_FEATURES)

@@ -55,7 +55,7 @@ class NodeTable:
     weight: np.ndarray  # float64 credibility, NaN when never evaluated
     stale: np.ndarray  # bool: node-weights say stale, or node-features mark a metric group stale
     busy: np.ndarray  # bool: the running-apps view shows pods on the node
-    running_ts: np.ndarray  # float64: when the running-apps view was read (0: unknown)
+    running_ts: np.ndarray  # float64: up to when the running-apps view shows the pods placed (0: unknown)
 
     def __len__(self) -> int:
         return len(self.pos)

@@ -18,6 +18,18 @@ def _one(kind: str) -> dict[str, Any]:
     return doc
 
 
+def _config() -> dict[str, Any]:
+    docs = yaml.safe_load_all((MANIFEST.parent / "config.yaml").read_text())
+    (doc,) = [d for d in docs if d and d["metadata"]["name"] == "rttsched-config"]
+    return doc
+
+
+def _deployment(manifest: str) -> dict[str, Any]:
+    docs = yaml.safe_load_all((MANIFEST.parent / manifest).read_text())
+    (doc,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    return doc
+
+
 def test_one_replica_runs_rttsched_pods_under_its_own_service_account():
     dep = _one("Deployment")
     assert dep["spec"]["replicas"] == 1
@@ -37,8 +49,13 @@ def test_the_service_account_may_only_list_and_watch_pods():
                                     "namespace": account["metadata"]["namespace"]}]
 
 
-def test_the_resync_period_set_there_is_a_valid_option():
+def test_the_resync_period_is_one_value_the_watcher_and_the_extender_share():
     (c,) = _one("Deployment")["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    options = PodWatchOptions(resync_s=float(env["RTT_PODS_RESYNC_S"]))
+    assert "RTT_PODS_RESYNC_S" not in {e["name"] for e in c.get("env", [])}  # not overridden for the watcher only
+    assert {"configMapRef": {"name": "rttsched-config"}} in c["envFrom"]
+    shared = _config()["data"]
+    options = PodWatchOptions(resync_s=float(shared["RTT_PODS_RESYNC_S"]))
     assert options.key_ttl_ms > 2 * 1000 * options.resync_s  # a view key outlives a missed resync or two
+    (ext,) = _deployment("extender.yaml")["spec"]["template"]["spec"]["containers"]
+    assert {"configMapRef": {"name": "rttsched-config"}} in ext["envFrom"]
+    assert "RTT_PODS_RESYNC_S" not in {e["name"] for e in ext.get("env", [])}
