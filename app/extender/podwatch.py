@@ -5,17 +5,20 @@ resourceVersion, applying ADDED/MODIFIED/DELETED events as they arrive and resum
 the last resourceVersion seen (BOOKMARKs included). It lists again only after a failure: a 410 Gone
 (relisted at once), an ERROR event, or any API or Redis error (after the backoff). There is no periodic
 relist: a list with ``limit`` is a quorum read from etcd, and the watch already delivers every change.
-Every ``resync_s`` (``RTT_PODS_RESYNC_S``) while the watch stays connected, every key is written again
-from the pods held in memory, renewing its TTL and its ``ts``. With ``watch=False`` it only lists, every
-``resync_s``. After each list or batch of events the counts are compared with what was last written and
-only what changed is written, in one pipeline::
+Each watch request asks the server to close it at the end of the resync period, ``resync_s``
+(``RTT_PODS_RESYNC_S``), through ``timeoutSeconds``, and is read until the server does; each time it has,
+every change up to then has arrived, so every key is written again from the pods held in memory, renewing
+its TTL and its ``ts``. A watch accepted but silent confirms nothing: one the server has not closed the
+request timeout after its ``timeoutSeconds`` (or never answered) is a ``timeout`` error, and the watcher
+relists. With ``watch=False`` it only lists, every ``resync_s``. After each list or batch of events the
+counts are compared with what was last written and only what changed is written, in one pipeline::
 
     rttsched:{prefix}running:{node} = {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
                                                                                             (PX ttl_s)
 
 ``apps`` counts the pods the scheduler should count (bound, not finished; terminating ones until they
 are gone), ``started`` those running and not terminating (:mod:`app.extender.podwatch_view`). ``ts`` is
-when the watcher last confirmed the value: written at each list, renewal or change. A node left without
+when the API server last confirmed the value: written at each list, renewal or change. A node left without
 any of our pods has its key deleted. Each list also deletes keys of nodes it does not know (left by an
 earlier run), so the watcher owns every ``running:*`` key of its prefix. The TTL is 3 x resync by default:
 the view of a watcher that stopped — or has not confirmed it for 3 resyncs — expires instead of lying.
@@ -99,7 +102,7 @@ class PodWatchMetrics:
         self.redis_errors = Counter("rtt_pods_redis_errors_total", "Failed Redis writes", registry=r)
         self.last_sync = Gauge("rtt_pods_last_sync_timestamp_seconds",
                                "When the whole view was last confirmed and written to Redis (a list, or a renewal "
-                               "while the watch is connected)", registry=r)
+                               "after the server closed a watch as asked)", registry=r)
 
 
 class PodWatcher:
@@ -146,7 +149,8 @@ class PodWatcher:
     async def renew(self) -> None:
         """Write every key again from the pods held: a fresh TTL and ``ts``, and keys lost in Redis re-created.
 
-        Called while the watch is connected, so the pods held are the API's; no list is needed.
+        Called when the server has closed a watch as asked, every change sent: the pods held are the API's, and
+        no list is needed.
         """
         await self.flush(every=True)
         self._confirmed()
@@ -233,35 +237,31 @@ class PodWatcher:
         return max(self.options.backoff_s(self._failures), retry_after_s or 0.0)
 
     async def _follow(self, version: str) -> None:
-        """Watch from ``version`` for good, renewing every key each ``resync_s``; returns only by raising."""
+        """Watch from ``version`` for good, renewing every key each period the server confirms; returns by raising."""
         while True:
             version = await self._watch_until(version, time.monotonic() + self.options.resync_s)
             await self.renew()
 
     async def _watch_until(self, version: str, deadline: float) -> str:
-        """Apply watch events until ``deadline``, reopening the watch the server closes; the version reached.
+        """Apply watch events until the server closes a watch at ``deadline``; the version reached.
 
-        Raises KubeApiError ``timeout`` when no watch request was answered before ``deadline``: the pods held
-        are then not known to be current, so they must not be renewed.
+        Each watch asks the server to close it at ``deadline`` (``timeoutSeconds``) and is read until it does,
+        so a return means the server has just closed one with every change sent: the pods held are the API's
+        and may be renewed. A watch accepted but silent confirms nothing: one the server keeps open past its
+        timeout, or never answers, raises KubeApiError ``timeout`` (:meth:`PodsApi.watch`), and the run loop
+        relists.
         """
-        connected = False
         while (left := deadline - time.monotonic()) > 0:
             began, events = time.monotonic(), 0
-            try:
-                async with asyncio.timeout(left):
-                    async with contextlib.aclosing(self.api.watch(version, left)) as stream:
-                        async for batch in stream:  # the first, empty batch: connected
-                            connected = True
-                            self._recovered()
-                            events += len(batch)
-                            version = self.apply(batch, version)
-                            await self.flush()
-            except TimeoutError:
-                break
+            async with contextlib.aclosing(self.api.watch(version, left)) as stream:
+                async for batch in stream:  # the first, empty batch: accepted, which says nothing of the pods
+                    events += len(batch)
+                    version = self.apply(batch, version)
+                    if batch:
+                        await self.flush()
+            self._recovered()  # the server closed the watch as asked
             if not events and time.monotonic() - began < self.options.backoff_initial_s:
                 await asyncio.sleep(self.options.backoff_initial_s)  # a server that closes at once
-        if not connected:
-            raise KubeApiError("timeout", f"no watch answered within {self.options.resync_s:g}s")
         return version
 
     async def _running_keys(self) -> list[str]:

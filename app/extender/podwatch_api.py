@@ -14,6 +14,10 @@ Requests (``/api/v1/pods``, every namespace)::
 and not finished, those kube-scheduler keeps on their node (:mod:`app.extender.podwatch_view` says which
 count). A pod that finishes leaves the selection, which the watch reports as DELETED.
 
+The API server closes a watch after its ``timeoutSeconds``, so a watch is read until the server closes it,
+and no longer than ``timeoutSeconds`` plus the request timeout: a connection that is accepted but never
+answered, or answered with headers and then nothing, fails as ``timeout`` instead of blocking.
+
 Every failure is a :class:`KubeApiError` whose ``kind`` is short and stable (a metric label):
 ``timeout``, ``connect``, ``tls``, ``gone`` (410: the resource version or continue token expired, relist),
 ``http_<status>``, ``decode`` (not the JSON the API sends) and ``watch_error`` (an ERROR event). Its
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
@@ -143,17 +148,20 @@ class PodsApi:
                 return items, str(meta.get("resourceVersion") or "")
 
     async def watch(self, resource_version: str, timeout_s: float) -> AsyncGenerator[list[dict[str, Any]], None]:
-        """WatchEvents after ``resource_version``, in the batches they arrive in, for about ``timeout_s``.
+        """WatchEvents after ``resource_version``, in the batches they arrive in, until the server closes the watch.
 
-        The first batch is empty: it says the server accepted the watch. Ends normally when the server closes
-        the stream; an ERROR event raises (``gone`` for 410). Close it with ``contextlib.aclosing`` when leaving
-        early.
+        The server is asked to close it after ``timeout_s`` rounded up to whole seconds (``timeoutSeconds``), and
+        the stream is read until it does: ending normally means the server closed it, every change up to then
+        sent. The first batch is empty: it says the server accepted the watch, nothing about the pods. A watch
+        the server has not closed ``request_timeout_s`` after its ``timeoutSeconds`` is hung (it stopped
+        sending and never closes, or never answered) and raises KubeApiError ``timeout``; an ERROR event raises
+        (``gone`` for 410). Close it with ``contextlib.aclosing`` when leaving early.
         """
-        params = {**self._selectors, "watch": "true", "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(max(1, round(timeout_s)))}
+        seconds = max(1, math.ceil(timeout_s))
+        params = {**self._selectors, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
         if resource_version:
             params["resourceVersion"] = resource_version
-        timeout = aiohttp.ClientTimeout(total=timeout_s + self._timeout, sock_connect=self._timeout)
+        timeout = aiohttp.ClientTimeout(total=seconds + self._timeout, sock_connect=self._timeout)
         async with self._get(params, timeout) as resp:
             yield []  # connected: the server accepted the watch
             buffer = b""
@@ -192,7 +200,8 @@ class PodsApi:
                     yield resp
                     return
         except TimeoutError:
-            raise KubeApiError("timeout", f"no answer from {self._access.base_url}") from None
+            detail = f"no complete answer from {self._access.base_url} within {timeout.total:g}s"
+            raise KubeApiError("timeout", detail) from None
         except aiohttp.ClientSSLError as exc:
             raise KubeApiError("tls", str(exc)) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:

@@ -3,12 +3,15 @@
 The server lists pods page by page (``limit``/``continue``) and streams watch events, from realistic
 Pod JSON (tests/fixtures/pods). It does not apply the selectors itself, so the watcher's own filtering
 (unbound, finished, unlabelled pods; pending and terminating ones counted but not started) is what keeps
-the view right; the selectors it sends are checked separately.
+the view right; the selectors it sends are checked separately. Like the API server it closes each watch
+after its ``timeoutSeconds``, may send BOOKMARKs, and can be made to stall its watches: headers and then
+nothing, never closed, or no answer at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -54,8 +57,11 @@ class KubeApiStub:
         self.times: list[float] = []  # when each request came (monotonic)
         self.garbage = False  # answer 200 with something that is not JSON
         self.token = ""  # when set, the bearer token every request must carry
+        self.bookmark_every_s = 0.0  # when set, a watch with nothing to send sends a BOOKMARK this often
+        self.stall = ""  # "headers": watches answer headers, then nothing, never closed; "request": no answer
         self.url = ""
         self._runner: web.AppRunner | None = None
+        self._released = asyncio.Event()  # ends stalled watches, at stop
 
     async def start(self) -> KubeApiStub:
         app = web.Application()
@@ -69,6 +75,7 @@ class KubeApiStub:
         return self
 
     async def stop(self) -> None:
+        self._released.set()
         for q in self.streams:
             q.put_nowait({})  # end open watches
         if self._runner is not None:
@@ -96,6 +103,12 @@ class KubeApiStub:
     def modify(self, pod: dict[str, Any]) -> None:
         self.pods = [p for p in self.pods if p["metadata"]["uid"] != pod["metadata"]["uid"]] + [pod]
         self._announce("MODIFIED", pod)
+
+    def stall_watches(self, how: str = "headers") -> None:
+        """Stall every watch from now on (see ``stall``), the open ones included: they send nothing more."""
+        self.stall = how
+        for q in self.streams:
+            q.put_nowait({"type": "STALL"})  # wakes the stream, which then goes silent
 
     def expire_watches(self) -> None:
         for q in self.streams:
@@ -127,19 +140,38 @@ class KubeApiStub:
                                   "items": self.pods[start:end]})
 
     async def _watch(self, request: web.Request, timeout_s: float) -> web.StreamResponse:
+        if self.stall == "request":
+            await self._released.wait()  # the connection accepted and the request read, never answered
+            return web.Response()
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         await resp.prepare(request)
+        if not self.stall:
+            await self._stream(resp, timeout_s)
+        if self.stall:
+            await self._released.wait()  # silent: no events, no bookmarks, never closed
+        return resp
+
+    async def _stream(self, resp: web.StreamResponse, timeout_s: float) -> None:
+        """Send the changes announced until ``timeout_s`` has passed (then close), or until stalled."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.streams.append(queue)
         try:
             async with asyncio.timeout(timeout_s):
-                while event := await queue.get():
+                while not self.stall:
+                    try:
+                        async with asyncio.timeout(self.bookmark_every_s or None):
+                            event = await queue.get()
+                    except TimeoutError:
+                        event = {"type": "BOOKMARK", "object": {
+                            "kind": "Pod", "apiVersion": "v1", "spec": {"containers": None}, "status": {},
+                            "metadata": {"resourceVersion": str(self.version), "creationTimestamp": None}}}
+                    if not event or self.stall:
+                        break
                     await resp.write(orjson.dumps(event) + b"\n")
         except (TimeoutError, ConnectionError):
             pass
         finally:
             self.streams.remove(queue)
-        return resp
 
 
 @pytest.fixture
@@ -162,12 +194,12 @@ async def run_watcher(api: KubeApiStub, redis_client: Any) -> AsyncIterator[Call
     sessions: list[ClientSession] = []
 
     async def start(keys: CacheKeys | None = None, token_file: str = "", client: Any = None,
-                    **options: Any) -> PodWatcher:
+                    request_timeout_s: float = 2, **options: Any) -> PodWatcher:
         session = ClientSession()
         sessions.append(session)
         opts = PodWatchOptions(**{"backoff_initial_s": 0.05, "backoff_max_s": 0.2, **options})
         access = KubeAccess.from_url(api.url, token_file)
-        watcher = PodWatcher(PodsApi(session, access, page_limit=4, request_timeout_s=2),
+        watcher = PodWatcher(PodsApi(session, access, page_limit=4, request_timeout_s=request_timeout_s),
                              client or redis_client, keys or CacheKeys(f"t{uuid.uuid4().hex[:8]}-"), opts)
         tasks.append(asyncio.ensure_future(watcher.run()))
         return watcher
@@ -401,23 +433,108 @@ async def test_bound_pending_and_terminating_pods_count_for_the_scheduler_but_on
     assert watcher.metrics.seen._value.get() == 6 and watcher.metrics.started._value.get() == 5
 
 
+def watches(api: KubeApiStub) -> list[dict[str, str]]:
+    return [q for q in api.queries if q.get("watch") == "true"]
+
+
+async def ts_of(client: Any, keys: CacheKeys, node: str) -> float:
+    return float(orjson.loads(await client.get(keys.running(node)))["ts"])
+
+
 async def test_a_healthy_watch_is_never_relisted_while_keys_and_ts_are_renewed(api, redis_client, run_watcher):
     began = time.time()
-    watcher = await run_watcher(resync_s=0.3)  # keys live 0.9 s unless renewed
+    watcher = await run_watcher(resync_s=1, ttl_s=1.5)  # the server closes each watch after 1 s
     keys = watcher.keys
     assert await eventually(view_is(redis_client, keys, EXPECTED))
-    first_ts = orjson.loads(await redis_client.get(keys.running("gpu-4090-1")))["ts"]
+    first_ts = await ts_of(redis_client, keys, "gpu-4090-1")
     assert await eventually(lambda: api.streams)
     api.delete(UPLOAD_POD)
-    await asyncio.sleep(1.5)  # 5 renewal periods, longer than the keys' TTL
+    await asyncio.sleep(2.5)  # 2 renewal periods, longer than the keys' TTL
     expected = {n: a for n, a in EXPECTED.items() if n != "cpu-1"}
     assert await load_running(redis_client, keys) == expected
     assert len(api.lists()) == 3  # the first list's 3 pages, nothing since
-    assert orjson.loads(await redis_client.get(keys.running("gpu-4090-1")))["ts"] > first_ts + 0.5  # last confirmed
-    assert watcher.last_sync is not None and watcher.last_sync > began + 1.0
-    watches = [q for q in api.queries if q.get("watch") == "true"]
-    assert len(watches) >= 3 and watches[-1]["resourceVersion"] == str(api.version)  # resumed, not relisted
-    assert "limit" not in watches[-1]
+    assert await ts_of(redis_client, keys, "gpu-4090-1") > first_ts + 1.5  # last confirmed
+    assert watcher.last_sync is not None and watcher.last_sync > began + 1.5
+    assert all(q["timeoutSeconds"] == "1" for q in watches(api))  # the server closes each at the period's end
+    assert len(watches(api)) >= 3 and watches(api)[-1]["resourceVersion"] == str(api.version)  # resumed
+    assert "limit" not in watches(api)[-1]
+
+
+async def test_a_watch_answered_only_with_bookmarks_is_kept_and_resumed_from_the_last_one(
+        api, redis_client, run_watcher):
+    api.bookmark_every_s = 0.2
+    watcher = await run_watcher(resync_s=1, ttl_s=1.5)
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    assert await eventually(lambda: api.streams)
+    api.version += 7  # objects outside our selection changed: only bookmarks say so
+    await asyncio.sleep(2.5)
+    assert await load_running(redis_client, keys) == EXPECTED
+    assert len(api.lists()) == 3
+    assert watcher.metrics.events.labels("BOOKMARK")._value.get() >= 5
+    assert watches(api)[-1]["resourceVersion"] == str(api.version)
+    assert not [s for m in watcher.metrics.api_errors.collect() for s in m.samples if s.name.endswith("_total")]
+
+
+async def test_a_watch_that_goes_silent_is_dropped_and_the_relist_brings_the_changes_made_meanwhile(
+        api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=1, request_timeout_s=0.5)
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    assert await eventually(lambda: api.streams)
+    api.stall_watches()  # the open watch and every new one: headers, then nothing, never closed
+    api.delete(UPLOAD_POD)
+    api.add(new_pod())  # neither reaches a watch
+    assert await eventually(lambda: len(api.lists()) > 3, timeout_s=5)  # given up after 1 s + 0.5 s, relisted
+    changed = {**{n: a for n, a in EXPECTED.items() if n != "cpu-1"}, "gpu-k20-1": {"gCTF": 1}}
+    assert await eventually(view_is(redis_client, keys, changed))
+    assert watcher.metrics.api_errors.labels("timeout")._value.get() >= 1
+
+
+async def test_keys_are_not_renewed_while_the_watch_is_silent(api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=1, request_timeout_s=1)
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))
+    opened = len(watches(api))
+    assert await eventually(lambda: len(watches(api)) > opened and api.streams, timeout_s=3)  # a fresh watch
+    api.stall_watches()
+    stalled_at = time.monotonic()
+    confirmed = (await ts_of(redis_client, keys, "gpu-4090-1"), watcher.last_sync)
+    seen = set()
+    while len(api.lists()) == 3 and time.monotonic() - stalled_at < 5:
+        now = (await ts_of(redis_client, keys, "gpu-4090-1"), watcher.last_sync)
+        if len(api.lists()) == 3:  # read before the relist
+            seen.add(now)
+        await asyncio.sleep(0.05)
+    assert time.monotonic() - stalled_at > 1.5  # silent for longer than a resync period: 1 s + 1 s, then relisted
+    assert seen == {confirmed}
+    assert await eventually(lambda: watcher.last_sync > confirmed[1])  # the relist confirms the view again
+    assert await ts_of(redis_client, keys, "gpu-4090-1") > confirmed[0]
+
+
+async def test_a_watch_the_server_accepts_but_never_answers_is_given_up_and_relisted(api, redis_client, run_watcher):
+    api.stall = "request"
+    watcher = await run_watcher(resync_s=1, request_timeout_s=0.5)
+    assert await eventually(lambda: len(api.lists()) > 3, timeout_s=5)
+    assert watcher.metrics.api_errors.labels("timeout")._value.get() >= 1
+    assert await load_running(redis_client, watcher.keys) == EXPECTED
+
+
+async def test_a_watch_is_read_until_the_server_closes_it_and_no_longer_than_its_timeout_plus_the_request_timeout(
+        api):
+    async with ClientSession() as session:
+        pods = PodsApi(session, KubeAccess.from_url(api.url), request_timeout_s=0.3)
+        began = time.monotonic()
+        async with contextlib.aclosing(pods.watch("1", 0.2)) as stream:
+            assert [batch async for batch in stream] == [[]]  # closed by the server, after a whole second
+        assert watches(api)[-1]["timeoutSeconds"] == "1" and time.monotonic() - began >= 0.9
+
+        api.stall_watches()
+        began = time.monotonic()
+        with pytest.raises(KubeApiError) as err:
+            async for _ in pods.watch("1", 0.2):
+                pass
+        assert err.value.kind == "timeout" and 1.2 <= time.monotonic() - began < 2.5
 
 
 async def test_retry_after_of_a_throttled_api_is_waited_before_the_next_try(api, redis_client, run_watcher):
