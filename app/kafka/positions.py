@@ -8,12 +8,14 @@ new messages. :class:`PositionGuard` catches both sides of the range:
 
 * **below the log start** (retention deleted what the position points at): checked on every
   assignment against the partition's earliest offset (:meth:`PositionGuard.on_assigned`; a consumer group's
-  committed offsets: :meth:`PositionGuard.check_committed`, which checks the end too), and by the
-  broker on fetch (``OffsetOutOfRange``; :meth:`PositionGuard.out_of_range`);
+  committed offsets: :meth:`PositionGuard.check_committed`), and by the broker on fetch
+  (``OffsetOutOfRange``; :meth:`PositionGuard.out_of_range`);
 * **beyond the log end** (the partition was wiped): after every fetch, a position above the
   partition's high watermark in the fetch response (:meth:`PositionGuard.after_fetch`). A watermark can
   dip for a moment when leadership moves between Kafka brokers, so the position is reset only when it
-  is still above the end ``confirm_s`` later and the broker's end offset says so too.
+  is still above the end ``confirm_s`` later and the broker's end offset says so too. The fetch's high
+  watermark is the authority: the embedded broker's ListOffsets answer can lie below the true end (the
+  last batch's first offset + 1), which only ever confirms a position beyond it, never makes one so.
 
 Either way the position goes to the partition's **start** (its earliest offset): the documented reset,
 which reads everything the partition holds again (duplicates are recognised downstream: the join
@@ -28,7 +30,6 @@ skipped (docs/runbook.md, "Broker lost its data").
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import weakref
@@ -116,31 +117,31 @@ class PositionGuard:
     async def check_committed(self, tps: Iterable[TopicPartition],
                               ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
         """Seek a group consumer's newly assigned partitions (call it from ``on_partitions_assigned``): each to
-        the group's committed offset, or to the partition's start where the group has none, or where the
-        committed offset lies before the start or beyond the end (still so ``confirm_s`` later: a watermark can
-        dip while leadership moves); the positions sought, and the partitions among them that were reset."""
+        the group's committed offset, or to the partition's start where the group has none or the committed
+        offset lies before the start; the positions sought, and the partitions among them that were reset.
+
+        A committed offset beyond the end is left to the first fetch: Kafka answers it ``OffsetOutOfRange``
+        (:meth:`out_of_range`), a broker that answers with nothing gives its high watermark (:meth:`after_fetch`).
+        The end a ListOffsets request answers is not asked here: the embedded broker answers one below the true
+        end whenever a partition's last batch holds more than one record (the last batch's first offset + 1),
+        and a group that had read everything would be reset to the start and read it all again."""
         tps = list(tps)
         if not tps:
             return {}, []
         committed = {tp: await self.consumer.committed(tp) for tp in tps}
         starts = await self.consumer.beginning_offsets(tps)
-        ends = await self.consumer.end_offsets(tps)
-        beyond = [tp for tp, pos in committed.items() if pos is not None and pos > int(ends.get(tp, 0))]
-        if beyond:
-            await asyncio.sleep(self.confirm_s)
-            ends.update(await self.consumer.end_offsets(beyond))
         out: dict[TopicPartition, int] = {}
         reset: list[TopicPartition] = []
         for tp, pos in committed.items():
-            start, end = int(starts.get(tp, 0)), int(ends.get(tp, 0))
+            start = int(starts.get(tp, 0))
             if pos is None:  # a new group: from the start
                 out[tp] = start
-            elif start <= pos <= end:
+            elif pos >= start:  # beyond the end or not: the first fetch's high watermark says (after_fetch)
                 out[tp] = pos
             else:
                 out[tp] = start
                 reset.append(tp)
-                self._report(tp, pos, start, BEFORE_START if pos < start else BEYOND_END)
+                self._report(tp, pos, start, BEFORE_START)
             self.consumer.seek(tp, out[tp])
         self._suspect = {tp: t for tp, t in self._suspect.items() if tp not in out}
         self.next_offsets.update(out)

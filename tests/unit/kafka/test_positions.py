@@ -117,7 +117,7 @@ def test_a_group_s_committed_offset_is_checked_on_assignment(caplog: Any) -> Non
         (30, (5, 50), 30, None),
         (50, (5, 50), 50, None),  # at the end: nothing new yet
         (2, (5, 50), 5, "before_start"),  # retention deleted what it points at
-        (100, (0, 3), 0, "beyond_end"),  # the topic was recreated, the group's offsets kept
+        (100, (0, 3), 100, None),  # beyond what ListOffsets says: the first fetch decides (next test)
     ]
     for committed, (start, end), position, reason in cases:
         consumer = GroupConsumer(committed, start=start, end=end)
@@ -127,19 +127,23 @@ def test_a_group_s_committed_offset_is_checked_on_assignment(caplog: Any) -> Non
         assert consumer.seeks == [(TP, position)] and g.next_offsets[TP] == position
         counted = {r: resets(reg, r) for r in ("before_start", "beyond_end")}
         assert counted == {r: float(r == reason) for r in counted}, (committed, counted)
+    assert "was 2, before the partition's start: reset to its start 5" in caplog.text
+
+
+def test_a_committed_offset_beyond_the_end_is_reset_by_the_fetch_that_finds_it_so(caplog: Any) -> None:
+    """The topic was recreated, the group's offsets kept: the fetch's high watermark (0) is below the committed
+    offset, so after ``confirm_s`` the partition is read from its start; one where the fetch finds the end at
+    the committed offset (ListOffsets said less) is kept."""
+    clock = Clock()
+    consumer = GroupConsumer(100, start=0, end=0, high=0)
+    g, reg = guard(consumer, clock)
+    assert run(g.check_committed([TP])) == ({TP: 100}, [])
+    assert run(g.after_fetch()) == {}
+    clock.t = 1.5
+    assert run(g.after_fetch()) == {TP: 0} and resets(reg, "beyond_end") == 1
     assert "t-node-metrics[3] was 100, beyond the partition's end: reset to its start 0" in caplog.text
-
-
-def test_a_committed_offset_beyond_an_end_that_catches_up_is_kept() -> None:
-    """The end offset dips while leadership moves: asked again ``confirm_s`` later, the position is fine."""
-    consumer = GroupConsumer(60, start=0, end=40)
-    ends = iter([40, 70])
-
-    async def end_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: next(ends) for tp in tps}
-
-    consumer.end_offsets = end_offsets  # type: ignore[method-assign]
-    g, reg = guard(consumer)
-    g.confirm_s = 0.0
-    assert run(g.check_committed([TP])) == ({TP: 60}, [])
-    assert resets(reg, "beyond_end") == 0
+    kept = GroupConsumer(5, start=0, end=1, high=5)  # the last batch held offsets 0..4; ListOffsets said 1
+    g, reg = guard(kept, clock)
+    assert run(g.check_committed([TP])) == ({TP: 5}, [])
+    clock.t = 9.0
+    assert run(g.after_fetch()) == {} and kept.seeks == [(TP, 5)] and resets(reg, "beyond_end") == 0
