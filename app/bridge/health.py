@@ -1,6 +1,6 @@
 """Exporter trouble: readings that must not reach the model.
 
-Five kinds, each withholding metric groups of the node's message (listed in its ``stale``):
+Six kinds, each withholding metric groups of the node's message (listed in its ``stale``):
 
 ``scrape_failed``
     the endpoint did not answer 200 with a valid exposition in time, or answered one without a sample of any
@@ -15,6 +15,11 @@ Five kinds, each withholding metric groups of the node's message (listed in its 
     nvidia_gpu_exporter keeps answering 200 with only its failure counters when NVML is gone).
 ``watchdog_reset``, ``gpu_hang``
     the GPU reads as idle while work is on it: see :mod:`app.bridge.gpu_hang`.
+``two_hosts``
+    two hosts answer the endpoint's address in turn (a Service or load balancer in front of two exporters):
+    a host seen before came back after another one, or counters went back and forth, within the last
+    :data:`~app.bridge.identity.HOSTS_MEMORY_S`: every group of that exporter, since any of its pages may be
+    another node's (see :mod:`app.bridge.identity`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import dataclasses
 from app.bridge.exposition import Exposition
 from app.bridge.mapping_types import ExporterSpec
 
-TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang")
+TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang", "two_hosts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +42,12 @@ class Trouble:
 
 def scrape_failed(exporter: str, spec: ExporterSpec | None, error: str) -> Trouble:
     return Trouble(exporter, "scrape_failed", spec.groups if spec else (), error)
+
+
+def two_hosts(exporter: str, spec: ExporterSpec | None, url: str, hosts: tuple[str, str] | None) -> Trouble:
+    """``url`` answers as two hosts (``hosts``: the last two seen taking turns; None: counters said so)."""
+    seen = f"({hosts[0]}; {hosts[1]})" if hosts else "(its counters went back and forth)"
+    return Trouble(exporter, "two_hosts", spec.groups if spec else (), f"target {url} answered as two hosts {seen}")
 
 
 def self_reported(spec: ExporterSpec, exposition: Exposition) -> list[Trouble]:

@@ -177,6 +177,7 @@ def _exporter(p: _Path, name: str, raw: Any) -> ExporterSpec:
         if not (isinstance(r, list) and len(r) == 2 and all(isinstance(b, int | float) for b in r)):
             raise p.fail(f"{where}.blank_ranges[{i}]", f"must be [low, high] (got {r!r})")
         blanks.append((float(r[0]), float(r[1])))
+    identity, boot = _identity(p, f"{where}.identity", d.get("identity"))
     port = d.get("port")
     if port is not None and not (isinstance(port, int) and 0 < port < 65536):
         raise p.fail(f"{where}.port", f"must be a port number (got {port!r})")
@@ -184,8 +185,24 @@ def _exporter(p: _Path, name: str, raw: Any) -> ExporterSpec:
         name=name, groups=groups, detect=_strs(p, f"{where}.detect", d.get("detect")),
         detect_prefix=d.get("detect_prefix"), port=port, gpu=bool(d.get("gpu", False)),
         clock=d.get("clock"), blank_ranges=tuple(blanks), health=tuple(health),
-        required=_strs(p, f"{where}.required", d.get("required")),
+        required=_strs(p, f"{where}.required", d.get("required")), identity=identity, boot=boot,
     )
+
+
+def _identity(p: _Path, where: str, raw: Any) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """``{labels: {metric: label or [labels]}, boot: metric}``: what tells an exporter's host apart."""
+    if raw is None:
+        return (), None
+    d = _obj(p, where, raw)
+    unknown = set(d) - {"labels", "boot"}
+    if unknown:
+        raise p.fail(where, f"unknown keys {sorted(unknown)}")
+    pairs = [(str(metric), label) for metric, labels in _obj(p, f"{where}.labels", d.get("labels") or {}).items()
+             for label in _names(p, f"{where}.labels.{metric}", labels)]
+    boot = _str(p, f"{where}.boot", d["boot"]) if d.get("boot") is not None else None
+    if not pairs and boot is None:
+        raise p.fail(where, "needs labels or boot")
+    return tuple(pairs), boot
 
 
 def build(doc: Any, file: str) -> MetricMap:

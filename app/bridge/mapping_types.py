@@ -101,6 +101,8 @@ class ExporterSpec:
     blank_ranges: tuple[tuple[float, float], ...] = ()
     health: tuple[HealthCheck, ...] = ()
     required: tuple[str, ...] = ()
+    identity: tuple[tuple[str, str], ...] = ()  # (metric, label) pairs that tell the answering host apart
+    boot: str | None = None  # the host's boot time (unix seconds): another boot is another host's counters
 
     def is_blank(self, value: float) -> bool:
         """A value that is no reading: NaN, ±inf, or one of the exporter's blank sentinels."""
@@ -146,8 +148,7 @@ class MetricMap:
         names |= {metric for metric, _ in self.gpu_model}
         for e in self.exporters.values():
             names |= set(e.detect) | set(e.required) | {h.metric for h in e.health}
-            if e.clock:
-                names.add(e.clock)
+            names |= {metric for metric, _ in e.identity} | {n for n in (e.clock, e.boot) if n}
         return frozenset(names)
 
     def by_port(self, port: int | None) -> ExporterSpec | None:

@@ -5,6 +5,11 @@
 ``rtt_bridge_samples_dropped_total{exporter}``              blank sentinels and non-finite samples dropped
 ``rtt_bridge_values_clamped_total{metric}``                 readings slightly out of range, clamped to it
 ``rtt_bridge_values_rejected_total{metric}``                readings far out of range, left out
+``rtt_bridge_intervals_skipped_total{node, url, reason}``   intervals between two pages of an endpoint whose
+                                                            counters gave no rates: ``clock_jump``,
+                                                            ``host_changed`` (a page of another host),
+                                                            ``counter_bounce`` (counters back and forth);
+                                                            ``counter_reset``: some series only
 ``rtt_bridge_scrape_duration_seconds``                      one endpoint's scrape (HTTP + body), histogram
 ``rtt_bridge_messages_total{topic}``                        messages produced
 ``rtt_bridge_records_skipped_total{source, reason}``        input records not turned into messages
@@ -45,6 +50,9 @@ class BridgeMetrics:
                                ["metric"], registry=reg)
         self.rejected = Counter("rtt_bridge_values_rejected", "Readings far out of range, left out",
                                 ["metric"], registry=reg)
+        self.intervals_skipped = Counter("rtt_bridge_intervals_skipped",
+                                         "Intervals of an endpoint whose counters gave no rates, by reason",
+                                         ["node", "url", "reason"], registry=reg)
         self.node_fallbacks = Counter("rtt_bridge_span_node_fallbacks", "Task spans whose node came from a"
                                       " fallback attribute", ["attribute"], registry=reg)
         self.scrape_seconds = Histogram("rtt_bridge_scrape_duration_seconds", "Duration of one endpoint scrape",

@@ -30,7 +30,7 @@ from app.bridge.mapping import MetricMap, load_mapping
 from app.bridge.metrics import BridgeMetrics
 from app.bridge.producer import publish_node_metrics, start_producer
 from app.bridge.running import RunningPods
-from app.bridge.snapshot import NodeAssembler, Snapshot, TargetResult
+from app.bridge.snapshot import NodeAssembler, Skip, Snapshot, TargetResult
 from app.bridge.targets import Target, check_exporter, check_unique
 from app.clock import Clock, SystemClock
 from app.config import Settings
@@ -45,6 +45,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # the text format, not OpenMetrics or protobuf
 PROGRESS_EVERY_S = 60.0
 UNPUBLISHED_LOG_S = 10.0  # while Kafka does not take node-metrics, say so at most this often
+SKIP_LOG_S = 60.0  # an endpoint's intervals skipped for one reason: logged at most this often
 
 
 @dataclasses.dataclass
@@ -76,6 +77,7 @@ class Bridge:
         self._limit = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
         self._active: set[tuple[str, str, str]] = set()
+        self._skip_logged: dict[tuple[str, str, str], tuple[float, int]] = {}  # -> last logged, skipped since
 
     async def __aenter__(self) -> Bridge:
         timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_s)
@@ -142,6 +144,22 @@ class Bridge:
             self.metrics.clamped.labels(metric=metric).inc(n)
         for metric, n in snap.rejected.items():
             self.metrics.rejected.labels(metric=metric).inc(n)
+        for skip in snap.skips:
+            self.metrics.intervals_skipped.labels(node=node, url=skip.url, reason=skip.reason).inc()
+            self._log_skip(node, skip)
+
+    def _log_skip(self, node: str, skip: Skip) -> None:
+        """One line per endpoint and reason at most every ``SKIP_LOG_S``, with how many were skipped since."""
+        key, now = (node, skip.url, skip.reason), self.clock.monotonic()
+        last, since = self._skip_logged.get(key, (-math.inf, 0))
+        if now - last < SKIP_LOG_S:
+            self._skip_logged[key] = (last, since + 1)
+            return
+        self._skip_logged[key] = (now, 0)
+        more = f" ({since} more since the last report)" if since else ""
+        reset = skip.reason == "counter_reset"  # a restart: those series only, and no sign of trouble
+        log.log(logging.INFO if reset else logging.WARNING, "%s: %s: %s, %s: %s rates skipped%s", node, skip.url,
+                skip.reason, skip.detail, "their" if reset else "that interval's", more)
 
     async def scrape_all(self) -> list[Snapshot]:
         """One round: every node, concurrently."""

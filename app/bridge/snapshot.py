@@ -4,10 +4,12 @@ A :class:`NodeAssembler` keeps what must survive between scrapes of a node -- co
 endpoint, which exporter answers where, whether an optional endpoint ever answered -- and turns the results
 of one round of scrapes (:class:`TargetResult`) into a :class:`Snapshot`: the message for the node-metrics
 topic and the troubles found. Steps, per endpoint: parse (only the metrics the mapping reads), tell which
-exporter it is, drop blank and non-finite samples, check the exporter's own health, update counter
-baselines; then evaluate the canonical metrics over all endpoints (counting readings clamped into or
-rejected from their range), check for a hung GPU (:mod:`app.bridge.gpu_hang`), and withhold the groups
-of every trouble (listed in ``stale``).
+exporter it is, drop blank and non-finite samples, check the exporter's own health, tell which host answered
+(:mod:`app.bridge.identity`), update counter baselines (an interval across two hosts' pages, a clock jump or
+counters back and forth gives no rates: listed in ``skips``); then evaluate the canonical metrics over all
+endpoints (counting readings clamped into or rejected from their range), check for a hung GPU
+(:mod:`app.bridge.gpu_hang`), and withhold the groups of every trouble (listed in ``stale``). An endpoint
+that two hosts answer in turn is trouble (``two_hosts``): its exporter's groups are withheld.
 
 An endpoint that answers 200 without a single sample of the metrics the mapping reads (an exporter's landing
 page, a proxy's page, an empty body) has failed its scrape like one that did not answer. A failed endpoint
@@ -30,7 +32,8 @@ from app.bridge.canonical import Part, evaluate, series_key
 from app.bridge.errors import ExpositionError
 from app.bridge.exposition import Exposition, Sample, parse_exposition
 from app.bridge.gpu_hang import GpuHangCheck
-from app.bridge.health import Trouble, scrape_failed, self_reported
+from app.bridge.health import Trouble, scrape_failed, self_reported, two_hosts
+from app.bridge.identity import HostWatch, identify
 from app.bridge.mapping_types import ExporterSpec, MetricMap, value_bounds
 from app.bridge.ranges import RangeTally
 from app.bridge.rates import CounterTracker
@@ -49,6 +52,15 @@ class TargetResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class Skip:
+    """An endpoint's interval whose counters gave no rates (all of them; ``counter_reset``: some series)."""
+
+    url: str
+    reason: str  # clock_jump | host_changed | counter_bounce | counter_reset
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Snapshot:
     message: dict[str, Any]
     troubles: tuple[Trouble, ...]
@@ -56,11 +68,13 @@ class Snapshot:
     clamped: dict[str, int] = dataclasses.field(default_factory=dict)  # canonical metric -> readings clamped
     rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # ... rejected as far out of range
     failed: frozenset[str] = frozenset()  # urls without a usable exposition: no 200, invalid, or no sample read
+    skips: tuple[Skip, ...] = ()
 
 
 @dataclasses.dataclass
 class _EndpointState:
     tracker: CounterTracker = dataclasses.field(default_factory=CounterTracker)
+    hosts: HostWatch = dataclasses.field(default_factory=HostWatch)
     exporter: str | None = None
     answered: bool = False
 
@@ -128,6 +142,7 @@ class NodeAssembler:
         troubles: list[Trouble] = []
         dropped: dict[str, int] = {}
         failed: set[str] = set()
+        skips: list[Skip] = []
         for r in results:
             endpoint, st = self._endpoints[r.url], self._state[r.url]
             error, exposition = r.error, None
@@ -156,7 +171,18 @@ class NodeAssembler:
                 self._gpu_seen |= spec.gpu and any(exposition.get(n) for n in spec.required)
             clock = exposition.get(spec.clock) if spec and spec.clock else []
             t, source = (clock[0].value, "exporter") if clock else (r.t, "bridge")
-            deltas = st.tracker.observe(self._counter_values(exposition), t, source, r.t)
+            ident = identify(spec, exposition, r.t) if spec is not None else None
+            other = ident is not None and st.hosts.observe(ident, r.t)
+            deltas = st.tracker.observe(self._counter_values(exposition), t, source, r.t, other_host=other)
+            if st.tracker.skipped is not None:
+                detail = st.tracker.detail
+                if other and st.hosts.change is not None:
+                    detail = f"answered as {st.hosts.change[1]}, the previous page as {st.hosts.change[0]}"
+                skips.append(Skip(r.url, st.tracker.skipped, detail))
+            if st.tracker.skipped == "counter_bounce":
+                st.hosts.bounced(r.t)
+            if st.hosts.two_hosts(r.t):
+                troubles.append(two_hosts(name, spec, r.url, st.hosts.hosts))
             parts.append(Part(name, exposition, deltas))
         tally = RangeTally()
         values = evaluate(self.mapping, parts, tally)
@@ -168,9 +194,9 @@ class NodeAssembler:
                 troubles.append(trouble)
         node_class = self.target.node_class or ("gpu" if self._gpu_seen else "cpu")
         every = self._class_groups[node_class]
-        # a failed endpoint of no known exporter: which groups it served is unknown, so all of them
+        # a failed or two-host endpoint of no known exporter: which groups it served is unknown, so all of them
         troubles = [dataclasses.replace(t, groups=every)
-                    if t.kind == "scrape_failed" and t.exporter not in self.mapping.exporters else t
+                    if t.kind in ("scrape_failed", "two_hosts") and t.exporter not in self.mapping.exporters else t
                     for t in troubles]
         stale = sorted({g for t in troubles for g in t.groups})
         groups = {m.name: m.group for m in self.mapping.metrics}
@@ -184,7 +210,7 @@ class NodeAssembler:
             "metrics": metrics, "stale": stale,
         }
         return Snapshot(message, tuple(troubles), dropped, dict(tally.clamped), dict(tally.rejected),
-                        frozenset(failed))
+                        frozenset(failed), tuple(skips))
 
     def _gpu_model(self, parts: Sequence[Part]) -> str | None:
         if self.target.gpu_model:

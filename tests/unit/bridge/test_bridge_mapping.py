@@ -47,6 +47,7 @@ def test_only_wanted_metrics_are_parsed():
     wanted = load_mapping().wanted
     assert {"node_cpu_seconds_total", "node_time_seconds", "node_scrape_collector_success",
             "nvidia_smi_command_exit_code", "node_memory_MemTotal_bytes"} <= wanted
+    assert {"node_uname_info", "node_boot_time_seconds"} <= wanted  # who answered (app/bridge/identity.py)
     assert "go_goroutines" not in wanted
 
 
@@ -65,6 +66,11 @@ def test_only_wanted_metrics_are_parsed():
     (("metrics", "nvidia_smi_memory_used", "sources", 0, "unit"), "MB", "sources[0].unit"),
     (("exporters", "dcgm_exporter", "port"), 99999, "exporters.dcgm_exporter.port"),
     (("watchdog", "activity"), "no_such_metric", "watchdog.activity"),
+    (("exporters", "node_exporter", "identity", "label"), {"node_uname_info": "nodename"},
+     "exporters.node_exporter.identity"),
+    (("exporters", "dcgm_exporter", "identity"), {}, "exporters.dcgm_exporter.identity"),
+    (("exporters", "nvidia_gpu_exporter", "identity", "labels", "nvidia_smi_gpu_info"), 5,
+     "identity.labels.nvidia_smi_gpu_info"),
 ])
 def test_a_bad_mapping_fails_naming_the_field(path, value, where):
     d = doc()

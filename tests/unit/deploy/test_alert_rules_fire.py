@@ -91,3 +91,19 @@ def test_a_broker_reason_goes_to_the_broker_section_and_a_registry_reason_to_red
             fired(redis, cache, "rttsched-worker", "w:6066", "redis_cache"),
             fired(redis, models, "rttsched-trainer", "t:6067", "model_store")]},
     ]}])
+
+
+def test_two_hosts_behind_a_target_fires_for_its_node_and_not_for_other_trouble(tmp_path: Path) -> None:
+    alert = "RttschedExporterTwoHosts"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.node }}", "cpu-3")
+    turns = {"series": 'rtt_bridge_exporter_trouble_total{node="cpu-3", exporter="node_exporter", kind="two_hosts"}',
+             "values": "_x10 1+60x5"}
+    other = {"series": 'rtt_bridge_exporter_trouble_total{node="cpu-4", exporter="node", kind="scrape_failed"}',
+             "values": "0+60x15"}
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [turns, other], "alert_rule_test": [
+        {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "13m", "alertname": alert,
+         "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "cpu-3"},
+                         "exp_annotations": note}]},
+    ]}])
