@@ -15,12 +15,12 @@ from app.errors import RttError
 
 # subcommand -> module under app.cli; order is the order of --help
 COMMANDS = (
-    "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "explain", "pods", "select", "sim",
-    "demo", "settings",
+    "broker", "topics", "bridge", "publish", "worker", "trainer", "extender", "explain", "models", "pods", "select",
+    "sim", "demo", "settings",
 )
 # commands a person runs and reads: a progress bar and the result, warnings and errors only (``-v``: debug);
 # the long-running services log at INFO
-INTERACTIVE = frozenset({"topics", "publish", "select", "sim", "demo", "settings", "explain"})
+INTERACTIVE = frozenset({"topics", "publish", "select", "sim", "demo", "settings", "explain", "models"})
 
 
 def _available() -> dict[str, Any]:

@@ -79,7 +79,9 @@ class ModelRecord:
 
     ``metrics`` keeps only finite values (it travels on model-updates, whose contract has no NaN);
     ``training_window`` is ``(first_ts, last_ts)`` of the rows trained on, in unix seconds, if known;
-    ``location`` names where the blob lives (a ``redis://...#key`` or a file path).
+    ``location`` names where the blob lives (a ``redis://...#key`` or a file path); ``restores`` is the version
+    whose blob this one saves again when an operator rolled back to it (``rttsched models rollback``), None for
+    a trained model (it stays with the registry: model-updates does not carry it).
     """
 
     model_key: str
@@ -93,6 +95,7 @@ class ModelRecord:
     training_window: tuple[float, float] | None
     created_ts: float
     location: str
+    restores: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -116,6 +119,7 @@ class ModelRecord:
             training_window=(float(window[0]), float(window[1])) if window else None,
             created_ts=float(data["created_ts"]),
             location=str(data["location"]),
+            restores=int(data["restores"]) if data.get("restores") is not None else None,
         )
 
     def to_json(self) -> bytes:
@@ -129,7 +133,7 @@ class ModelRecord:
 def new_record(
     model_key: str, version: int, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
     metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None,
-    created_ts: float, location: str,
+    created_ts: float, location: str, restores: int | None = None,
 ) -> ModelRecord:
     """A validated record of a blob about to be stored (shared by every store)."""
     if fmt not in FORMATS:
@@ -141,7 +145,7 @@ def new_record(
         model_key=model_key, version=version, sha256=sha256_hex(blob), format=fmt,
         features=tuple(features), params=_plain(dict(params)), metrics=clean, n_samples=int(n_samples),
         training_window=(float(training_window[0]), float(training_window[1])) if training_window else None,
-        created_ts=float(created_ts), location=location,
+        created_ts=float(created_ts), location=location, restores=restores,
     )
 
 
@@ -149,7 +153,8 @@ class ModelStore(Protocol):
     """Versioned model blobs with sha256 and a current pointer per model key.
 
     ``save`` assigns the next version (above ``after`` too: the newest version announced, which a registry
-    that lost its data no longer knows) and does **not** make it current; ``promote`` does. ``load`` with
+    that lost its data no longer knows) and does **not** make it current; ``promote`` does (``restores``: the
+    version whose blob is saved again, :attr:`ModelRecord.restores`). ``load`` with
     ``version=None`` loads the current version and verifies its sha256 (:class:`IntegrityError`).
     An unknown key or version raises :class:`~app.model.errors.ModelNotFoundError`.
     """
@@ -157,7 +162,7 @@ class ModelStore(Protocol):
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0,
+        after: int = 0, restores: int | None = None,
     ) -> ModelRecord: ...
 
     def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]: ...

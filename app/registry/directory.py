@@ -158,14 +158,14 @@ class DirectoryModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0,
+        after: int = 0, restores: int | None = None,
     ) -> ModelRecord:
         with self._locked(model_key) as d:
             version = max(max(self._kept(model_key), default=0), after) + 1
             blob_path = d / f"{version}.{fmt}"
             record = new_record(
                 model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,
-                n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(),
+                n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(), restores=restores,
                 location=str(blob_path.resolve()),
             )
             _atomic_write(blob_path, blob)

@@ -133,7 +133,7 @@ class RedisModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0,
+        after: int = 0, restores: int | None = None,
     ) -> ModelRecord:
         check_model_key(model_key)
         seq = self._k(model_key, "seq")
@@ -143,7 +143,7 @@ class RedisModelStore:
         blob_key = self._k(model_key, "blob", version)
         record = new_record(
             model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,
-            n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(),
+            n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(), restores=restores,
             location=f"{self._where}#{blob_key}",
         )
         with self._redis.pipeline(transaction=True) as pipe:

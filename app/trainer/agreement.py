@@ -10,6 +10,10 @@ announced: where the registry lost it, its current version (if any) is saved aga
 announced, else a model is trained from the sample history (reason ``registry``); a current version that was
 never announced (the trainer stopped in between, or model-updates was recreated empty) is announced once two
 checks in a row found it so.
+
+An operator's rollback (``rttsched models rollback``) is a version like any other here: the registry's current
+is the version it announced, above every version before it, so the check finds them in agreement; the next
+retrain's champion is the registry's current, the rolled-back model.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ class RegistryAgreement:
         key, version = update["model_key"], int(update["version"])
         if version >= self.announced.get(key, (0, ""))[0]:
             self.announced[key] = (version, update["sha256"])
+            self.metrics.model_version.labels(model_key=key).set(version)  # whoever announced it (a rollback too)
         self._floor[key] = max(self._floor.get(key, 0), version)
 
     def _updates_reset(self, tps: Iterable[TopicPartition]) -> None:

@@ -18,7 +18,8 @@ class TrainerMetrics:
     * ``rtt_trainer_events_coalesced_total``: events dropped because their key was already training;
     * ``rtt_trainer_drift_to_promotion_seconds``: from the event's ``onset_ts`` (the detector's estimate
       of when the error began to rise; the event's ``ts`` without one) to the model-updates message;
-    * ``rtt_trainer_model_version{model_key}``: version announced last;
+    * ``rtt_trainer_model_version{model_key}``: newest version announced on model-updates (by this trainer, a
+      replica or ``rttsched models rollback``);
     * ``rtt_trainer_training_seconds``: feature selection + training + validation, wall time;
     * ``rtt_trainer_samples``: samples held in the history, all keys;
     * ``rtt_trainer_key_samples_total{model_key}``: new samples per key (their rate: what a retrain will have);
@@ -50,7 +51,7 @@ class TrainerMetrics:
         self.drift_to_promotion = Histogram("rtt_trainer_drift_to_promotion_seconds",
                                             "Drift onset to model-updates announcement",
                                             buckets=PROMOTION_BUCKETS_S, registry=self.registry)
-        self.model_version = Gauge("rtt_trainer_model_version", "Version announced last", ["model_key"],
+        self.model_version = Gauge("rtt_trainer_model_version", "Newest version announced", ["model_key"],
                                    registry=self.registry)
         self.training_seconds = Histogram("rtt_trainer_training_seconds", "Selection + training + validation",
                                           buckets=TRAINING_BUCKETS_S, registry=self.registry)

@@ -7,7 +7,15 @@ the result is None (no champion); when it cannot be loaded or evaluated — a co
 the fast predictor does not support — the champion's RMSE is NaN, so the challenger replaces it.
 
 A challenger is saved (next version number) and promoted only once it has won, so the versions of a
-key are the models that served, in order. The record becomes the model-updates value.
+key are the models that served, in order. The record becomes the model-updates value
+(:func:`update_message`; :func:`announcement` is the message every announcer sends). A verdict is given again
+on the same holdout when the key's current version changed while the challenger trained (an operator rolled
+back, :meth:`ModelRegistry.judge_again`): a challenger replaces the model that serves, not the one it was
+first compared with.
+
+A version saved again (:meth:`ModelRegistry.reissue` for a registry that lost its newest versions,
+:meth:`ModelRegistry.restore` for an operator's rollback) is the same verified blob under a new version above
+every version announced, so every process that applies model-updates takes it.
 
 A save the store cannot make now — Redis away, or a models directory that is full, read-only or gone — raises
 :class:`~app.model.errors.RegistryUnavailableError`; :meth:`ModelRegistry.ready` tells the service when to
@@ -18,20 +26,24 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from app.config import Settings
+from app.contracts import encode
 from app.model.errors import ModelError, ModelNotFoundError, RegistryUnavailableError
 from app.model.train import booster_to_bytes
 from app.registry.base import ModelRecord, ModelStore
 from app.registry.directory import DirectoryModelStore
 from app.registry.store import load_predictor, open_store
+from app.trainer.champion import MARGIN, Verdict, judge
 from app.trainer.history import Dataset
 from app.trainer.pipeline import Challenger, score_champion
 
 log = logging.getLogger(__name__)
 
 FORMAT = "ubj"
+UNJUDGED = ""  # the champion's sha256 when not even its record could be read (the verdict is given again)
 
 
 def update_message(record: ModelRecord) -> dict[str, Any]:
@@ -39,6 +51,12 @@ def update_message(record: ModelRecord) -> dict[str, Any]:
     return {"model_key": record.model_key, "version": record.version, "sha256": record.sha256,
             "features": list(record.features), "metrics": dict(record.metrics), "location": record.location,
             "format": record.format}
+
+
+def announcement(fields: Mapping[str, Any], *, ts: float, onset_ts: float | None) -> tuple[bytes, bytes]:
+    """The key and the contract-checked value of the model-updates message announcing ``fields``
+    (:func:`update_message`'s), as the trainer sends it (``ts``: now; ``onset_ts``: the drift that led to it)."""
+    return str(fields["model_key"]).encode(), encode("model-updates", {**fields, "ts": ts, "onset_ts": onset_ts})
 
 
 class ModelRegistry:
@@ -65,6 +83,7 @@ class ModelRegistry:
         self.store = store
         self.fmt = fmt
         self._unsaved: dict[str, int] = {}  # key -> bytes of the blob its store could not take
+        self._judged: dict[str, str | None] = {}  # key -> sha256 of the champion last scored (None: there was none)
 
     def ready(self, model_key: str) -> None:
         """Return once the store would take ``model_key``'s next save, else raise
@@ -91,12 +110,15 @@ class ModelRegistry:
         try:
             predictor, record = load_predictor(self.store, model_key)
         except ModelNotFoundError:
+            self._judged[model_key] = None
             return None
         except RegistryUnavailableError:
             raise  # Redis away says nothing about the champion: the retrain is tried again later
         except (ModelError, ValueError) as exc:
             log.warning("champion of %s cannot be loaded (%s): treating it as unusable", model_key, exc)
+            self._judged[model_key] = self._current_sha(model_key)
             return {"rmse_ms": math.nan}
+        self._judged[model_key] = record.sha256
         try:
             metrics = score_champion(predictor, holdout)
         except (ModelError, ValueError) as exc:
@@ -104,6 +126,28 @@ class ModelRegistry:
             return {"rmse_ms": math.nan}
         log.info("champion %s v%d: holdout rmse %.1f ms", model_key, record.version, metrics["rmse_ms"])
         return metrics
+
+    def _current_sha(self, model_key: str) -> str | None:
+        """The sha256 of the current record (None: no current version), :data:`UNJUDGED` if it cannot be read."""
+        try:
+            current = self.store.current(model_key)
+        except (ModelError, ValueError):
+            return UNJUDGED
+        return current.sha256 if current is not None else None
+
+    def judge_again(self, model_key: str, challenger: Challenger, verdict: Verdict,
+                    margin: float = MARGIN) -> Verdict:
+        """``verdict`` if the key's current model is still the champion :meth:`champion_metrics` scored last, else
+        the verdict against the current one on the challenger's holdout (an operator rolled back while it
+        trained: the challenger must beat the model that serves now)."""
+        if model_key not in self._judged:
+            return verdict
+        current = self.store.current(model_key)
+        if (current.sha256 if current is not None else None) == self._judged[model_key]:
+            return verdict
+        log.warning("retrain of %s: the current model changed to %s while the challenger trained: judging it "
+                    "again", model_key, f"v{current.version}" if current is not None else "none")
+        return judge(challenger.metrics, self.champion_metrics(model_key, challenger.holdout), margin=margin)
 
     def register(self, model_key: str, challenger: Challenger, after: int = 0) -> dict[str, Any]:
         """Save the challenger as the next version (above ``after``, the newest announced), make it current,
@@ -129,6 +173,17 @@ class ModelRegistry:
             blob, record = self.store.load(model_key)
         except ModelNotFoundError:
             return None
-        return self._save(model_key, blob, fmt=record.format, features=list(record.features),
-                          params=dict(record.params), metrics=dict(record.metrics),
-                          n_samples=record.n_samples, training_window=record.training_window, after=after)
+        return self._save_again(blob, record, after, record.restores)
+
+    def restore(self, model_key: str, version: int, after: int) -> dict[str, Any]:
+        """Save kept ``version`` of ``model_key`` (its verified blob) again as a new version above ``after`` and
+        above every version the registry gave, and make it current: an operator's rollback, as every process
+        that applies model-updates will take it (they ignore a version older than the one they hold). The new
+        record's ``restores`` names the version whose model it is. Its model-updates fields."""
+        blob, record = self.store.load(model_key, version)
+        return self._save_again(blob, record, after, record.restores or record.version)
+
+    def _save_again(self, blob: bytes, record: ModelRecord, after: int, restores: int | None) -> dict[str, Any]:
+        return self._save(record.model_key, blob, fmt=record.format, features=list(record.features),
+                          params=dict(record.params), metrics=dict(record.metrics), n_samples=record.n_samples,
+                          training_window=record.training_window, after=after, restores=restores)

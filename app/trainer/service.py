@@ -72,7 +72,7 @@ from aiokafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRa
 
 from app.clock import Clock, SystemClock
 from app.config import Settings
-from app.contracts import contract, decode, encode
+from app.contracts import contract, decode
 from app.contracts.admission import check_key
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
@@ -91,7 +91,7 @@ from app.trainer.history import Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import MODEL_STORE, TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
-from app.trainer.registry import ModelRegistry
+from app.trainer.registry import ModelRegistry, announcement
 
 log = logging.getLogger(__name__)
 
@@ -521,6 +521,9 @@ class TrainerService(RegistryAgreement):
         self.metrics.training_seconds.observe(challenger.seconds)
         log.info("retrain of %s (%s): %s, challenger rmse %.1f ms vs champion %s", key, reason, verdict.reason,
                  verdict.challenger_rmse_ms, verdict.champion_rmse_ms)
+        if verdict.promote:  # against the model that serves now, if an operator rolled back meanwhile
+            verdict = await loop.run_in_executor(self._executor, self.registry.judge_again, key, challenger,
+                                                 verdict, self.margin)
         if not verdict.promote:
             return Outcome(key, reason, "rejected", verdict=verdict, metrics=challenger.metrics)
         await self._caught_up(self._updates, self._update_tps, "model-updates")  # the newest version announced
@@ -580,12 +583,11 @@ class TrainerService(RegistryAgreement):
         assert self._producer is not None
         now = self.clock.now()
         onset = event.get("onset_ts")
-        value = {**record, "ts": now, "onset_ts": onset}
+        key, value = announcement(record, ts=now, onset_ts=onset)
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
         while True:
             try:
-                await self._producer.send_and_wait(self.settings.topic("model-updates"),
-                                                   encode("model-updates", value), key=record["model_key"].encode())
+                await self._producer.send_and_wait(self.settings.topic("model-updates"), value, key=key)
                 break
             except KafkaError as exc:  # registered and current already: only the announcement is missing
                 wait = backoff.next()

@@ -107,3 +107,23 @@ def test_two_hosts_behind_a_target_fires_for_its_node_and_not_for_other_trouble(
          "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "cpu-3"},
                          "exp_annotations": note}]},
     ]}])
+
+
+def test_predictions_off_fires_for_the_app_whose_predictions_stay_off_not_for_a_spike(tmp_path: Path) -> None:
+    """A model promoted at minute 10 that predicts badly (MAPE 0.8 from then on); another app's model spikes to 0.9
+    for three periods and comes back; a third predicts well."""
+    alert = "RttschedPredictionsOff"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.app }}", "gCTF").replace("{{ $labels.node_class }}", "gpu")
+    bad = {"series": 'rtt_worker_prediction_mape{instance="w:6066", app="gCTF", node_class="gpu"}',
+           "values": "0.1x10 0.8x40"}
+    spike = {"series": 'rtt_worker_prediction_mape{instance="w:6066", app="Motioncor2", node_class="gpu"}',
+             "values": "0.1x20 0.9x3 0.1x27"}
+    good = {"series": 'rtt_worker_prediction_mape{instance="w:6066", app="upload", node_class="cpu"}',
+            "values": "0.05x50"}
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [bad, spike, good], "alert_rule_test": [
+        {"eval_time": "16m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "40m", "alertname": alert,
+         "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "app": "gCTF", "node_class": "gpu"},
+                         "exp_annotations": note}]},
+    ]}])

@@ -65,7 +65,9 @@ def test_a_broken_champion_counts_as_unusable(registry: ModelRegistry, tmp_path:
         blob.write_bytes(b"tampered")
     champ = registry.champion_metrics("gCTF:cpu", ch.holdout)
     assert champ is not None and math.isnan(champ["rmse_ms"])
-    assert judge(ch.metrics, champ).reason == "champion_unusable"
+    verdict = judge(ch.metrics, champ)
+    assert verdict.reason == "champion_unusable"
+    assert registry.judge_again("gCTF:cpu", ch, verdict) is verdict  # the same (broken) current: not judged again
 
 
 def test_settings_open_the_directory_store(tmp_path: Path) -> None:
@@ -87,3 +89,24 @@ def test_cpu_lists_and_service_settings(tmp_path: Path) -> None:
         TrainerService(s, margin=1.0)
     with pytest.raises(ValueError):
         TrainerService(s, holdout_fraction=0.0)
+
+
+def test_a_challenger_is_judged_again_against_a_model_rolled_back_to_while_it_trained(
+        registry: ModelRegistry) -> None:
+    """The challenger beat the bad current model; an operator rolled back to the good one before it was
+    registered: it is judged again against the model that serves now, and loses to it."""
+    good = train_challenger(dataset(), "cpu", params=FAST, selector=None)
+    shuffled = dataset()
+    bad = train_challenger(Dataset(shuffled.X, np.random.default_rng(1).permutation(shuffled.y), shuffled.ts,
+                                   shuffled.names), "cpu", params=FAST, selector=None)
+    registry.register("gCTF:cpu", good)
+    registry.register("gCTF:cpu", bad, after=1)
+    challenger = train_challenger(dataset(), "cpu", params=FAST, selector=None)  # as good as v1
+    verdict = judge(challenger.metrics, registry.champion_metrics("gCTF:cpu", challenger.holdout))
+    assert verdict.reason == "better"
+    assert registry.judge_again("gCTF:cpu", challenger, verdict) is verdict  # nothing changed meanwhile
+
+    rolled = registry.restore("gCTF:cpu", 1, after=2)
+    assert rolled["version"] == 3 and registry.store.current("gCTF:cpu").restores == 1  # type: ignore[union-attr]
+    again = registry.judge_again("gCTF:cpu", challenger, verdict)
+    assert again.reason == "not_better" and again.champion_rmse_ms == pytest.approx(good.metrics["rmse_ms"], rel=1e-3)

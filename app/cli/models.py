@@ -1,0 +1,259 @@
+"""``rttsched models``: the model versions of the registry, what model-updates announced, and a rollback.
+
+``list`` and ``show`` read the registry (``REDIS_URL``, else ``RTT_MODELS_DIR``) and model-updates (read from its
+start, no consumer group: nothing running is disturbed); a key whose current version is not the newest announced
+is flagged: the workers and extenders serve the announced one. ``rollback`` goes back the way the system applies
+it (:mod:`app.trainer.rollback`): the verified blob of the version gone back to is saved again as a new version
+above everything given and announced, made current and announced with the trainer's message, so every worker and
+extender loads it and the trainer's next retrain judges its challenger against it. Without ``--yes`` it asks
+first, and refuses where there is no terminal to ask on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+HELP = "list the model versions of the registry and model-updates, show one key's versions, roll a key back"
+NOT_A_TERMINAL = "stdin is not a terminal to ask on: add --yes to roll back without asking"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = actions.add_parser("list", help="every model key: current version, sha256, when saved, fit rows, holdout "
+                            "metrics, versions kept, newest announced (flagged where they differ)",
+                            description="Every model key of the registry and of model-updates.")
+    ls.add_argument("--app", default=None, help="only this app's keys")
+    ls.add_argument("--json", action="store_true", help="one JSON array instead of the table")
+    show = actions.add_parser("show", help="every kept version of KEY with its record",
+                              description="Every kept version of a model key, which is current, which announced.")
+    show.add_argument("key", metavar="KEY", help="model key, e.g. gCTF:gpu")
+    show.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    back = actions.add_parser("rollback", help="go back to an earlier version of KEY: saved again as a new "
+                              "version, made current and announced on model-updates",
+                              description="Go back to an earlier version of a model key, as the running system "
+                              "applies it: its blob saved again as a new version above every version given and "
+                              "announced, made current, announced on model-updates.")
+    back.add_argument("key", metavar="KEY", help="model key, e.g. gCTF:gpu")
+    back.add_argument("--to", type=int, default=None, metavar="VERSION",
+                      help="the kept version to go back to (default: the one before the model the current "
+                           "version serves, among the kept versions with another blob)")
+    back.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    for sub in (ls, show, back):
+        sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
+
+
+def when(ts: float | None, seconds: bool = True) -> str:
+    """Unix seconds as UTC (to the second, or to the minute), ``-`` for none.
+
+    >>> when(1_700_000_000.0), when(1_700_000_000.0, seconds=False), when(None)
+    ('2023-11-14 22:13:20Z', '2023-11-14 22:13Z', '-')
+    """
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%SZ" if seconds else "%Y-%m-%d %H:%MZ", time.gmtime(ts))
+
+
+def trained_on(window: tuple[float, float] | None) -> str:
+    """A training window in UTC, its end's date left out when it is the start's.
+
+    >>> trained_on((1_700_000_000.0, 1_700_003_600.0)), trained_on(None)
+    ('2023-11-14 22:13:20Z..23:13:20Z', '-')
+    """
+    if window is None:
+        return "-"
+    start, end = when(window[0]), when(window[1])
+    return f"{start}..{end[11:] if end[:10] == start[:10] else end}"
+
+
+def figure(metrics: dict[str, float], name: str, fmt: str = "{:.1f}") -> str:
+    """One holdout metric as text, ``-`` where the record has none.
+
+    >>> figure({"rmse_ms": 41.234}, "rmse_ms"), figure({}, "mape")
+    ('41.2', '-')
+    """
+    return fmt.format(metrics[name]) if name in metrics else "-"
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """Aligned columns (those in ``right`` aligned right), two spaces apart.
+
+    >>> for line in table(("KEY", "V"), [("gCTF:gpu", "v12")], right=frozenset({1})): print(line)
+    KEY       V
+    gCTF:gpu  v12
+    """
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [line(head), *(line(r) for r in rows)]
+
+
+def _origin(record: Any) -> str:
+    return f"the model of v{record.restores}" if record.restores is not None else ""
+
+
+def _key(text: str) -> str:
+    """``text`` if the registry can hold it as a model key, else :class:`~app.errors.ConfigError` naming KEY."""
+    from app.errors import ConfigError
+    from app.model.errors import RegistryError
+    from app.registry.base import check_model_key
+
+    try:
+        return check_model_key(text)
+    except RegistryError as exc:
+        raise ConfigError("KEY", str(exc)) from None
+
+
+def _announced(settings: Any) -> dict[str, Any]:
+    """The newest version announced per key on model-updates."""
+    import asyncio
+
+    from app.trainer.announcements import read_announced
+
+    return asyncio.run(read_announced(settings))
+
+
+def _read(settings: Any) -> tuple[Any, dict[str, Any]]:
+    """The store, once it answered, and the newest version announced per key on model-updates."""
+    from app.registry.store import open_store
+
+    store = open_store(settings)
+    store.keys()  # the registry first: it answers at once, or not at all
+    return store, _announced(settings)
+
+
+def list_models(args: argparse.Namespace, settings: Any) -> int:
+    import orjson
+
+    store, announced = _read(settings)
+    keys = sorted(set(store.keys()) | set(announced))
+    if args.app is not None:
+        keys = [k for k in keys if k.split(":", 1)[0] == args.app]
+    rows, out = [], []
+    for key in keys:
+        current, kept, news = store.current(key), store.versions(key), announced.get(key)
+        agrees = current is not None and news is not None and (current.version, current.sha256) == (
+            news.version, news.sha256)
+        out.append({"model_key": key, "current": current.to_dict() if current is not None else None,
+                    "kept": [r.version for r in kept], "announced": news.__dict__ if news is not None else None,
+                    "agrees": agrees})
+        if current is None:
+            cells = ["-", "-", "-", "-", "-", "-"]
+        else:
+            restores = f" (=v{current.restores})" if current.restores is not None else ""
+            cells = [f"v{current.version}{restores}", current.sha256[:12], when(current.created_ts, seconds=False),
+                     str(current.n_samples), figure(current.metrics, "rmse_ms"),
+                     figure(current.metrics, "mape", "{:.3f}")]
+        said = f"v{news.version}" if news is not None else "-"
+        rows.append([key, *cells, str(len(kept)), said if agrees else f"{said} !"])
+    if args.json:
+        print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    if not rows:
+        print("no models" + (f" of app {args.app!r}" if args.app is not None else "") + " in the registry or on "
+              "model-updates")
+        return 0
+    head = ("KEY", "CURRENT", "SHA256", "SAVED (UTC)", "ROWS", "RMSE MS", "MAPE", "KEPT", "ANNOUNCED")
+    print("\n".join(table(head, rows, right=frozenset({4, 5, 6, 7}))))
+    if any("(=v" in r[1] for r in rows):
+        print("(=vN): a rollback to the model of vN, saved again under a new version")
+    if any(r[-1].endswith("!") for r in rows):
+        print("!: the registry's current version is not the newest announced on model-updates (the workers and "
+              "extenders serve that one): rttsched models show KEY")
+    return 0
+
+
+def show_model(args: argparse.Namespace, settings: Any) -> int:
+    import orjson
+
+    from app.errors import ConfigError
+
+    key = _key(args.key)
+    store, announced = _read(settings)
+    current, kept, news = store.current(key), store.versions(key), announced.get(key)
+    if not kept and news is None:
+        raise ConfigError("KEY", f"no model {key!r} in the registry or on model-updates (rttsched models list)")
+    if args.json:
+        print(orjson.dumps({"model_key": key, "current": current.version if current is not None else None,
+                            "announced": news.__dict__ if news is not None else None,
+                            "versions": [r.to_dict() for r in kept]}, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    said = f"announced v{news.version} (sha256 {news.sha256[:12]}, {when(news.ts)})" if news else "never announced"
+    print(f"{key}: current {f'v{current.version}' if current is not None else 'none'}, {said}")
+    rows = []
+    for r in kept:
+        state = [s for s, yes in (("current", current is not None and r.version == current.version),
+                                  ("announced", news is not None and r.version == news.version)) if yes]
+        window = trained_on(r.training_window)
+        rows.append([f"v{r.version}", ",".join(state), r.sha256[:12], when(r.created_ts), str(r.n_samples),
+                     figure(r.metrics, "rmse_ms"), figure(r.metrics, "mae_ms"), figure(r.metrics, "mape", "{:.3f}"),
+                     str(len(r.features)), window, _origin(r)])
+    head = ("VERSION", "STATE", "SHA256", "SAVED (UTC)", "ROWS", "RMSE MS", "MAE MS", "MAPE", "FEATURES",
+            "TRAINED ON (UTC)", "")
+    print("\n".join(table(head, rows, right=frozenset({4, 5, 6, 7, 8}))))
+    if news is not None and not any(r.version == news.version for r in kept):
+        print(f"! the announced v{news.version} is not in the registry (the trainer's registry check replaces it)")
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def roll_back_model(args: argparse.Namespace, settings: Any) -> int:
+    import asyncio
+    import dataclasses
+
+    from app.errors import ConfigError, RttError
+    from app.registry.store import open_store
+    from app.trainer.announcements import announce
+    from app.trainer.registry import ModelRegistry
+    from app.trainer.rollback import plan_rollback, roll_back, served
+
+    key = _key(args.key)
+    if args.to is not None and args.to < 1:
+        raise ConfigError("--to", f"must be a version >= 1 (got {args.to})")
+    if not args.yes and not (sys.stdin is not None and sys.stdin.isatty()):
+        raise ConfigError("--yes", NOT_A_TERMINAL)
+    store = open_store(settings)
+    plan = plan_rollback(store, key, args.to)  # the registry's answer first: it comes at once, or not at all
+    news = _announced(settings).get(key)
+    plan = dataclasses.replace(plan, announced=news.version if news is not None else 0)
+    cur, target = plan.current, plan.target
+    print(f"{key}: current v{cur.version} (sha256 {cur.sha256[:12]}, saved {when(cur.created_ts)})\n"
+          f"  back to v{target.version} (sha256 {target.sha256[:12]}, saved {when(target.created_ts)}), saved again "
+          f"as a new version above v{max(plan.announced, cur.version)}")
+    if not args.yes and not _confirm(f"Roll {key} back to v{target.version}?"):
+        print(f"rttsched models: {key} not rolled back", file=sys.stderr)
+        return 1
+    fields = roll_back(ModelRegistry(store=store), plan)
+    new = int(fields["version"])
+    try:
+        asyncio.run(announce(settings, fields))
+    except RttError as exc:
+        raise RttError(f"{key}: v{new} (the model of v{served(target)}) is current in the registry but not announced:"
+                       f" {exc}; a running trainer announces it at its second registry check (RTT_REGISTRY_CHECK_S)"
+                       ) from None
+    print(f"{key}: v{cur.version} -> v{new} (the model of v{served(target)}, sha256 {fields['sha256'][:12]}): "
+          f"current in the registry, announced on model-updates")
+    return 0
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from app.errors import RttError
+    from app.model.errors import RegistryUnavailableError
+
+    action = {"list": list_models, "show": show_model, "rollback": roll_back_model}[args.action]
+    try:
+        return action(args, settings)
+    except RegistryUnavailableError as exc:  # named by the setting that points at it
+        raise RttError(f"{exc} ({'REDIS_URL' if settings.redis_url else 'RTT_MODELS_DIR'})") from None

@@ -1,0 +1,93 @@
+"""An operator's rollback of a model key, the way the running system applies it.
+
+Moving the registry's current pointer back would reach no process: the workers and extenders learn models from
+model-updates and ignore a version older than the one they hold, and the trainer's registry check would take a
+current below the newest announced for a registry that lost its data. So a rollback saves the verified blob of
+the version gone back to again, as a new version above both the registry's newest and the newest announced
+(:meth:`~app.trainer.registry.ModelRegistry.restore`; the record's ``restores`` names the version), makes it
+current, and announces it with the trainer's message (:func:`app.trainer.announcements.announce`).
+
+The version gone back to by default is :func:`~app.registry.base.previous_version` of the model the current one
+is — the version it restores, when it is a rollback itself, so that a second rollback goes further back instead
+of undoing the first — among the kept versions whose blob differs from the current one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from app.model.errors import ModelNotFoundError, RegistryError
+from app.registry.base import ModelRecord, ModelStore, check_model_key, previous_version
+from app.trainer.registry import ModelRegistry
+
+
+@dataclasses.dataclass(frozen=True)
+class RollbackPlan:
+    """What a rollback of ``model_key`` will do: ``current`` replaced by the model of ``target``, saved again
+    above ``announced`` (the newest version announced for the key; 0: none)."""
+
+    model_key: str
+    current: ModelRecord
+    target: ModelRecord
+    announced: int
+
+
+def served(record: ModelRecord) -> int:
+    """The version whose model ``record`` is: the one it restores, else its own."""
+    return record.restores or record.version
+
+
+def default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRecord) -> int:
+    """The version a rollback without ``--to`` goes back to (see the module docstring).
+
+    >>> def rec(v, sha, restores=None):
+    ...     return ModelRecord("k:cpu", v, sha, "ubj", (), {}, {}, 1, None, 0.0, "", restores)
+    >>> v1, v2, v3 = rec(1, "a"), rec(2, "b"), rec(3, "c")
+    >>> default_target("k:cpu", [v1, v2, v3], v3)
+    2
+    >>> v4 = rec(4, "b", restores=2)  # v3 was rolled back to v2's model
+    >>> default_target("k:cpu", [v1, v2, v3, v4], v4)
+    1
+    """
+    different = [r.version for r in kept if r.sha256 != current.sha256]
+    return previous_version(model_key, different, served(current))
+
+
+def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = None,
+                  announced: int = 0) -> RollbackPlan:
+    """The rollback of ``model_key`` to ``to_version`` (default: :func:`default_target`); :class:`RegistryError`
+    (:class:`ModelNotFoundError` for an unknown key or version) when there is nothing to roll back to."""
+    check_model_key(model_key)
+    current = store.current(model_key)
+    if current is None:
+        known = store.keys()
+        detail = (f"model {model_key!r} has no current version" if model_key in known else
+                  f"no model {model_key!r} in the registry (keys: {', '.join(known[:10]) or 'none'})")
+        raise ModelNotFoundError(model_key, detail=detail)
+    kept = store.versions(model_key)
+    version = default_target(model_key, kept, current) if to_version is None else to_version
+    target = next((r for r in kept if r.version == version), None)
+    if target is None:
+        listed = ", ".join(f"v{r.version}" for r in kept)
+        raise ModelNotFoundError(model_key, version, f"model {model_key!r} has no version {version} (kept: {listed})")
+    if target.version == current.version:
+        raise RegistryError(f"model {model_key!r}: v{version} is the current version already")
+    if target.sha256 == current.sha256:
+        raise RegistryError(f"model {model_key!r}: v{version} is the model the current v{current.version} serves "
+                            f"already (sha256 {current.sha256[:12]})")
+    return RollbackPlan(model_key, current, target, announced)
+
+
+def roll_back(registry: ModelRegistry, plan: RollbackPlan) -> dict[str, Any]:
+    """Save the plan's target again above every version given and announced, and make it current; its
+    model-updates fields. :class:`RegistryError` when the key's current version is no longer the plan's (the
+    trainer promoted one meanwhile: plan again)."""
+    now = registry.store.current(plan.model_key)
+    if now is None or now.version != plan.current.version:
+        found = f"v{now.version}" if now is not None else "none"
+        raise RegistryError(f"model {plan.model_key!r}: the current version changed from v{plan.current.version} "
+                            f"to {found} meanwhile; nothing done (look again: rttsched models show "
+                            f"{plan.model_key})")
+    return registry.restore(plan.model_key, plan.target.version, max(plan.announced, plan.current.version))
