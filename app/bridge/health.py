@@ -1,6 +1,6 @@
 """Exporter trouble: readings that must not reach the model.
 
-Six kinds, each withholding metric groups of the node's message (listed in its ``stale``):
+Seven kinds; all but ``gpu_lost`` withhold metric groups of the node's message (listed in its ``stale``):
 
 ``scrape_failed``
     the endpoint did not answer 200 with a valid exposition in time, or answered one without a sample of any
@@ -20,6 +20,10 @@ Six kinds, each withholding metric groups of the node's message (listed in its `
     a host seen before came back after another one, or counters went back and forth, within the last
     :data:`~app.bridge.identity.HOSTS_MEMORY_S`: every group of that exporter, since any of its pages may be
     another node's (see :mod:`app.bridge.identity`).
+``gpu_lost``
+    one GPU of the node is gone from its exporter's page, or reported a fatal Xid: one trouble per GPU (its
+    ``subject`` is the GPU's UUID), withholding nothing -- the other GPUs' readings are valid, and the lost
+    one has none left on the page (see :mod:`app.bridge.gpu_lost`).
 """
 
 from __future__ import annotations
@@ -29,15 +33,20 @@ import dataclasses
 from app.bridge.exposition import Exposition
 from app.bridge.mapping_types import ExporterSpec
 
-TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang", "two_hosts")
+TROUBLE_KINDS = ("scrape_failed", "collector_failed", "no_data", "watchdog_reset", "gpu_hang", "two_hosts",
+                 "gpu_lost")
 
 
 @dataclasses.dataclass(frozen=True)
 class Trouble:
+    """One trouble of one scrape. ``groups``: withheld (may be none); ``subject``: what of the exporter is in
+    trouble when there can be several at once (a GPU's UUID), so that each starts and clears on its own."""
+
     exporter: str
     kind: str
     groups: tuple[str, ...]
     detail: str = ""
+    subject: str = ""
 
 
 def scrape_failed(exporter: str, spec: ExporterSpec | None, error: str) -> Trouble:

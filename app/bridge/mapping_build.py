@@ -21,6 +21,8 @@ from app.bridge.mapping_types import (
     UNITS,
     CanonicalMetric,
     ExporterSpec,
+    GpuLabels,
+    GpuLoss,
     HealthCheck,
     LabelMatch,
     MetricMap,
@@ -217,7 +219,9 @@ def build(doc: Any, file: str) -> MetricMap:
         gpu_model.append((_str(p, f"gpu_model[{i}].metric", gd.get("metric")),
                           _str(p, f"gpu_model[{i}].label", gd.get("label"))))
     watchdog = _watchdog(p, d["watchdog"], metrics) if d.get("watchdog") is not None else None
-    return MetricMap(exporters=exporters, metrics=metrics, gpu_model=tuple(gpu_model), watchdog=watchdog)
+    gpu_lost = _gpu_lost(p, d["gpu_lost"], exporters) if d.get("gpu_lost") is not None else None
+    return MetricMap(exporters=exporters, metrics=metrics, gpu_model=tuple(gpu_model), watchdog=watchdog,
+                     gpu_lost=gpu_lost)
 
 
 def _watchdog(p: _Path, raw: Any, metrics: tuple[CanonicalMetric, ...]) -> Watchdog:
@@ -239,3 +243,30 @@ def _watchdog(p: _Path, raw: Any, metrics: tuple[CanonicalMetric, ...]) -> Watch
         memory_activity=canonical("memory_activity", memory_activity) if memory_activity is not None else None,
         activity=activity, flat_for_s=flat, groups=_groups(p, "watchdog.groups", w.get("groups")),
     )
+
+
+def _gpu_lost(p: _Path, raw: Any, exporters: dict[str, ExporterSpec]) -> GpuLoss:
+    """``{known_after_s, forget_after_s, exporters: {name: {uuid, index, model, xid}}}``."""
+    d = _obj(p, "gpu_lost", raw)
+    unknown = set(d) - {"known_after_s", "forget_after_s", "exporters"}
+    if unknown:
+        raise p.fail("gpu_lost", f"unknown keys {sorted(unknown)}")
+    labels = {}
+    for name, entry in _obj(p, "gpu_lost.exporters", d.get("exporters") or {}).items():
+        where = f"gpu_lost.exporters.{name}"
+        spec = exporters.get(str(name))
+        if spec is None or not spec.gpu:
+            raise p.fail(where, f"{name!r} is no GPU exporter of this file")
+        e = _obj(p, where, entry)
+        extra = set(e) - {"uuid", "index", "model", "xid"}
+        if extra:
+            raise p.fail(where, f"unknown keys {sorted(extra)}")
+        optional = {k: _str(p, f"{where}.{k}", e[k]) for k in ("index", "model", "xid") if e.get(k) is not None}
+        labels[str(name)] = GpuLabels(uuid=_str(p, f"{where}.uuid", e.get("uuid")), **optional)
+    if not labels:
+        raise p.fail("gpu_lost.exporters", "must name at least one GPU exporter")
+    known = _number(p, "gpu_lost.known_after_s", d.get("known_after_s", 30.0))
+    forget = _number(p, "gpu_lost.forget_after_s", d.get("forget_after_s", 3600.0))
+    if forget <= known:
+        raise p.fail("gpu_lost.forget_after_s", f"must be more than known_after_s ({known:g}), got {forget:g}")
+    return GpuLoss(exporters=labels, known_after_s=known, forget_after_s=forget)

@@ -1,4 +1,4 @@
-"""The parsed mapping file's types: exporters, canonical metrics and their sources, health checks, watchdog.
+"""The parsed mapping file's types: exporters, canonical metrics and their sources, health checks, GPU checks.
 
 :func:`app.bridge.mapping.load_mapping` reads ``mapping.yaml`` and :func:`app.bridge.mapping_build.build`
 validates it into these; the scraper, canonicaliser and health checks read them.
@@ -124,11 +124,31 @@ class Watchdog:
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuLabels:
+    """How one GPU exporter names a GPU on its page (:mod:`app.bridge.gpu_lost`)."""
+
+    uuid: str  # the label that holds the GPU's UUID: the GPU's name across scrapes
+    index: str | None = None  # the label of its index on the node, where the exporter gives one
+    model: str | None = None  # the label of its model name
+    xid: str | None = None  # the gauge of the last Xid the GPU reported (read for this check only)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuLoss:
+    """The lost-GPU check of :mod:`app.bridge.gpu_lost`: per exporter, its GPU labels; and its times."""
+
+    exporters: dict[str, GpuLabels]
+    known_after_s: float  # a GPU on the pages this long is known: from then on its absence is a loss
+    forget_after_s: float  # a known GPU missing this long is forgotten (the node drained, the GPU replaced)
+
+
+@dataclasses.dataclass(frozen=True)
 class MetricMap:
     exporters: dict[str, ExporterSpec]
     metrics: tuple[CanonicalMetric, ...]
     gpu_model: tuple[tuple[str, str], ...] = ()
     watchdog: Watchdog | None = None
+    gpu_lost: GpuLoss | None = None
 
     def metric(self, name: str) -> CanonicalMetric:
         for m in self.metrics:
@@ -149,6 +169,8 @@ class MetricMap:
         for e in self.exporters.values():
             names |= set(e.detect) | set(e.required) | {h.metric for h in e.health}
             names |= {metric for metric, _ in e.identity} | {n for n in (e.clock, e.boot) if n}
+        if self.gpu_lost is not None:
+            names |= {g.xid for g in self.gpu_lost.exporters.values() if g.xid}
         return frozenset(names)
 
     def by_port(self, port: int | None) -> ExporterSpec | None:

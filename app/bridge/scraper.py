@@ -76,7 +76,7 @@ class Bridge:
         self.assemblers = [NodeAssembler(t, self.mapping) for t in targets]
         self._limit = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
-        self._active: set[tuple[str, str, str]] = set()
+        self._active: set[tuple[str, str, str, str]] = set()  # last round's troubles: node, exporter, kind, subject
         self._skip_logged: dict[tuple[str, str, str], tuple[float, int]] = {}  # -> last logged, skipped since
 
     async def __aenter__(self) -> Bridge:
@@ -129,14 +129,18 @@ class Bridge:
         now = set()
         for t in snap.troubles:
             self.metrics.trouble.labels(node=node, exporter=t.exporter, kind=t.kind).inc()
-            key = (node, t.exporter, t.kind)
+            key = (node, t.exporter, t.kind, t.subject)
             now.add(key)
             if key not in self._active:
                 source = "an exporter not identified yet" if t.exporter == "unknown" else t.exporter
                 withheld = f"; withholding {', '.join(t.groups)}" if t.groups else ""
                 log.warning("%s: %s from %s: %s%s", node, t.kind, source, t.detail, withheld)
-        for key in {k for k in self._active if k[0] == node} - now:
-            log.info("%s: %s %s cleared", *key)
+        gone = set()
+        for t in snap.forgotten:
+            gone.add((node, t.exporter, t.kind, t.subject))
+            log.warning("%s: %s from %s: %s", node, t.kind, t.exporter, t.detail)
+        for _, exporter, kind, subject in sorted({k for k in self._active if k[0] == node} - now - gone):
+            log.info("%s: %s %s cleared%s", node, exporter, kind, f" ({subject})" if subject else "")
         self._active = {k for k in self._active if k[0] != node} | now
         for exporter, n in snap.dropped.items():
             self.metrics.dropped.labels(exporter=exporter).inc(n)

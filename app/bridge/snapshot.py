@@ -9,7 +9,9 @@ exporter it is, drop blank and non-finite samples, check the exporter's own heal
 counters back and forth gives no rates: listed in ``skips``); then evaluate the canonical metrics over all
 endpoints (counting readings clamped into or rejected from their range), check for a hung GPU
 (:mod:`app.bridge.gpu_hang`), and withhold the groups of every trouble (listed in ``stale``). An endpoint
-that two hosts answer in turn is trouble (``two_hosts``): its exporter's groups are withheld.
+that two hosts answer in turn is trouble (``two_hosts``): its exporter's groups are withheld. Each GPU
+exporter's endpoint also follows its GPUs by UUID, and a GPU gone from its page or with a fatal Xid is
+trouble (``gpu_lost``, :mod:`app.bridge.gpu_lost`) that withholds nothing.
 
 An endpoint that answers 200 without a single sample of the metrics the mapping reads (an exporter's landing
 page, a proxy's page, an empty body) has failed its scrape like one that did not answer. A failed endpoint
@@ -32,6 +34,7 @@ from app.bridge.canonical import Part, evaluate, series_key
 from app.bridge.errors import ExpositionError
 from app.bridge.exposition import Exposition, Sample, parse_exposition
 from app.bridge.gpu_hang import GpuHangCheck
+from app.bridge.gpu_lost import GpuWatch
 from app.bridge.health import Trouble, scrape_failed, self_reported, two_hosts
 from app.bridge.identity import HostWatch, identify
 from app.bridge.mapping_types import ExporterSpec, MetricMap, value_bounds
@@ -69,6 +72,7 @@ class Snapshot:
     rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # ... rejected as far out of range
     failed: frozenset[str] = frozenset()  # urls without a usable exposition: no 200, invalid, or no sample read
     skips: tuple[Skip, ...] = ()
+    forgotten: tuple[Trouble, ...] = ()  # lost GPUs missing so long that they are no longer reported
 
 
 @dataclasses.dataclass
@@ -77,6 +81,7 @@ class _EndpointState:
     hosts: HostWatch = dataclasses.field(default_factory=HostWatch)
     exporter: str | None = None
     answered: bool = False
+    gpus: GpuWatch | None = None
 
 
 def detect_exporter(mapping: MetricMap, exposition: Exposition) -> str | None:
@@ -143,6 +148,7 @@ class NodeAssembler:
         dropped: dict[str, int] = {}
         failed: set[str] = set()
         skips: list[Skip] = []
+        forgotten: list[Trouble] = []
         for r in results:
             endpoint, st = self._endpoints[r.url], self._state[r.url]
             error, exposition = r.error, None
@@ -158,6 +164,8 @@ class NodeAssembler:
                 if not (endpoint.optional and not st.answered):
                     name = self.exporter_name(endpoint)
                     troubles.append(scrape_failed(name, self.mapping.exporters.get(name), error or "no answer"))
+                if st.gpus is not None:  # a page that did not come tells nothing of its GPUs
+                    troubles.extend(st.gpus.repeat())
                 continue
             st.answered = True
             st.exporter = endpoint.exporter or detect_exporter(self.mapping, exposition) or st.exporter
@@ -166,8 +174,9 @@ class NodeAssembler:
             exposition, n = clean(exposition, spec)
             if n:
                 dropped[name] = dropped.get(name, 0) + n
+            own = self_reported(spec, exposition) if spec is not None else []
+            troubles.extend(own)
             if spec is not None:
-                troubles.extend(self_reported(spec, exposition))
                 self._gpu_seen |= spec.gpu and any(exposition.get(n) for n in spec.required)
             clock = exposition.get(spec.clock) if spec and spec.clock else []
             t, source = (clock[0].value, "exporter") if clock else (r.t, "bridge")
@@ -181,8 +190,16 @@ class NodeAssembler:
                 skips.append(Skip(r.url, st.tracker.skipped, detail))
             if st.tracker.skipped == "counter_bounce":
                 st.hosts.bounced(r.t)
-            if st.hosts.two_hosts(r.t):
+            two = st.hosts.two_hosts(r.t)
+            if two:
                 troubles.append(two_hosts(name, spec, r.url, st.hosts.hosts))
+            watch = self._gpu_watch(st, name)
+            if watch is not None:
+                if other:  # another host's page: the GPUs remembered are not its GPUs
+                    watch.forget_all()
+                tells = not two and not any(t.kind == "collector_failed" for t in own)
+                troubles.extend(watch.observe(exposition, ts) if tells else watch.repeat())
+                forgotten.extend(watch.forgotten)
             parts.append(Part(name, exposition, deltas))
         tally = RangeTally()
         values = evaluate(self.mapping, parts, tally)
@@ -210,7 +227,17 @@ class NodeAssembler:
             "metrics": metrics, "stale": stale,
         }
         return Snapshot(message, tuple(troubles), dropped, dict(tally.clamped), dict(tally.rejected),
-                        frozenset(failed), tuple(skips))
+                        frozenset(failed), tuple(skips), tuple(forgotten))
+
+    def _gpu_watch(self, st: _EndpointState, name: str) -> GpuWatch | None:
+        """The endpoint's :class:`GpuWatch` when its exporter is one the lost-GPU check reads."""
+        loss = self.mapping.gpu_lost
+        labels = loss.exporters.get(name) if loss is not None else None
+        if loss is None or labels is None:
+            st.gpus = None
+        elif st.gpus is None or st.gpus.exporter != name:
+            st.gpus = GpuWatch(name, labels, loss)
+        return st.gpus
 
     def _gpu_model(self, parts: Sequence[Part]) -> str | None:
         if self.target.gpu_model:

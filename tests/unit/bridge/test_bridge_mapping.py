@@ -71,6 +71,12 @@ def test_only_wanted_metrics_are_parsed():
     (("exporters", "dcgm_exporter", "identity"), {}, "exporters.dcgm_exporter.identity"),
     (("exporters", "nvidia_gpu_exporter", "identity", "labels", "nvidia_smi_gpu_info"), 5,
      "identity.labels.nvidia_smi_gpu_info"),
+    (("gpu_lost", "forget_after_s"), 10, "gpu_lost.forget_after_s"),
+    (("gpu_lost", "known_after_s"), -1, "gpu_lost.known_after_s"),
+    (("gpu_lost", "exporters", "node_exporter"), {"uuid": "UUID"}, "gpu_lost.exporters.node_exporter"),
+    (("gpu_lost", "exporters", "dcgm_exporter", "uuid"), None, "gpu_lost.exporters.dcgm_exporter.uuid"),
+    (("gpu_lost", "exporters", "dcgm_exporter", "xids"), [79], "gpu_lost.exporters.dcgm_exporter"),
+    (("gpu_lost", "exporters"), {}, "gpu_lost.exporters"),
 ])
 def test_a_bad_mapping_fails_naming_the_field(path, value, where):
     d = doc()

@@ -127,3 +127,20 @@ def test_predictions_off_fires_for_the_app_whose_predictions_stay_off_not_for_a_
          "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "app": "gCTF", "node_class": "gpu"},
                          "exp_annotations": note}]},
     ]}])
+
+
+def test_gpu_lost_fires_at_once_for_its_node_and_not_for_other_gpu_trouble(tmp_path: Path) -> None:
+    """One lost GPU counts once per scrape from the first page that shows it; a hung GPU elsewhere is not one."""
+    alert = "RttschedGpuLost"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.node }}", "gpu-1")
+    lost = {"series": 'rtt_bridge_exporter_trouble_total{node="gpu-1", exporter="dcgm_exporter", kind="gpu_lost"}',
+            "values": "_x10 1+60x5"}
+    hung = {"series": 'rtt_bridge_exporter_trouble_total{node="gpu-2", exporter="dcgm_exporter", kind="gpu_hang"}',
+            "values": "0+60x15"}
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [lost, hung], "alert_rule_test": [
+        {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "11m", "alertname": alert,
+         "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "gpu-1"},
+                         "exp_annotations": note}]},
+    ]}])
