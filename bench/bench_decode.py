@@ -6,12 +6,15 @@
 Per topic, µs per message for realistic values: ``app.contracts.decode`` (``orjson`` + the contract's
 generated validator), the edge decoder without its typed path (number maps checked in C, the rest by the
 validator; the plain validator where a contract has no number map), and the edge decoder as it runs (typed:
-one msgspec pass); each result checked equal to the reference's. Ratios are against the reference.
+one msgspec pass); each result checked equal to the reference's. Ratios are against the reference. The last
+column is the edge decoder on the same messages with one field their contract does not declare (a newer
+release's, ignored: ``app.contracts.unknown``).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ from extender_setup import features_value  # noqa: E402
 
 from app.contracts.codec import decode, encode  # noqa: E402
 from app.contracts.edge import EdgeDecoder  # noqa: E402
+from app.contracts.unknown import UNKNOWN_FIELDS  # noqa: E402
 
 
 def messages(n: int) -> dict[str, list[bytes]]:
@@ -66,7 +70,8 @@ def main() -> int:
     a = p.parse_args()
     n, rounds = (1000, 3) if a.quick else (5000, 7)
     print(f"µs per message, best of {rounds} rounds of {n:,} messages; x = reference / path")
-    print(f"{'topic':<18} {'reference':>10} {'maps/plain':>11} {'x':>6} {'typed':>8} {'x':>6}")
+    print(f"{'topic':<18} {'reference':>10} {'maps/plain':>11} {'x':>6} {'typed':>8} {'x':>6} {'+unknown':>9}")
+    logging.getLogger("app.contracts.unknown").setLevel(logging.ERROR)  # the field's one warning
     for topic, raws in messages(n).items():
         untyped, typed = EdgeDecoder(topic, typed=False), EdgeDecoder(topic)
         for raw in raws[:200]:
@@ -75,8 +80,13 @@ def main() -> int:
                 raise SystemExit(f"{topic}: a path disagrees with the reference decoder on {raw[:80]!r}")
         ref = best_us(lambda r, t=topic: decode(t, r), raws, rounds)  # type: ignore[misc]
         old, new = best_us(untyped, raws, rounds), best_us(typed, raws, rounds)
-        print(f"{topic:<18} {ref:>10.2f} {old:>11.2f} {ref / old:>5.2f}x {new:>8.2f} {ref / new:>5.2f}x"
+        newer = [raw[:-1] + b',"zone":"eu-1"}' for raw in raws]  # one field this release does not know
+        if typed(newer[0]) != decode(topic, raws[0]):
+            raise SystemExit(f"{topic}: an unknown field changed the value decoded")
+        unknown = best_us(typed, newer, rounds)
+        print(f"{topic:<18} {ref:>10.2f} {old:>11.2f} {ref / old:>5.2f}x {new:>8.2f} {ref / new:>5.2f}x {unknown:>9.2f}"
               f"   ({untyped.mode} / {typed.mode})", flush=True)
+    UNKNOWN_FIELDS.clear()
     return 0
 
 

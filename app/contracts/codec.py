@@ -1,8 +1,20 @@
 """Decode and encode message values against their contract (orjson + compiled JSON Schema).
 
+What a consumer reads (:func:`decode`) may carry fields its contract does not declare, added by a newer
+release: they are dropped, counted and logged (:mod:`app.contracts.unknown`) and the rest is checked as
+strictly as ever. What this project writes (:func:`encode`, :func:`validate`, ``decode(..., strict=True)``)
+declares every field: an unknown one is refused there.
+
 >>> decode("retrain-events", b'{"model_key":"gCTF:gpu","reason":"drift","cumulative_error":3.1,'
 ...        b'"threshold":2.0,"ts":1700000000}')["reason"]
 'drift'
+>>> raw = b'{"model_key":"gCTF:gpu","reason":"drift","cumulative_error":3.1,"threshold":2.0,"ts":1,"lag_s":4}'
+>>> "lag_s" in decode("retrain-events", raw)
+False
+>>> decode("retrain-events", raw, strict=True)
+Traceback (most recent call last):
+...
+app.errors.ContractError: schema: data must not contain {'lag_s'} properties
 >>> decode("retrain-events", b'not json')
 Traceback (most recent call last):
 ...
@@ -17,13 +29,18 @@ import fastjsonschema
 import orjson
 
 from app.contracts.loader import contract
+from app.contracts.unknown import UNKNOWN_FIELDS, drop_unknown
 from app.errors import ContractError
 
 MAX_MESSAGE_BYTES = 1_048_576
 
 
-def decode(topic: str, raw: bytes | str | None) -> dict[str, Any]:
-    """Parse and validate one message value; :class:`ContractError` with a stable ``reason`` if bad."""
+def decode(topic: str, raw: bytes | str | None, *, strict: bool = False) -> dict[str, Any]:
+    """Parse and validate one consumed message value; :class:`ContractError` with a stable ``reason`` if bad.
+
+    Fields the contract does not declare are dropped from the value (see the module); with ``strict`` they
+    are refused, as in what this project writes.
+    """
     if raw is None:
         raise ContractError("empty", "message has no value")
     if len(raw) > MAX_MESSAGE_BYTES:
@@ -32,10 +49,21 @@ def decode(topic: str, raw: bytes | str | None) -> dict[str, Any]:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ContractError("invalid_json", str(exc)) from None
-    return validate(topic, value)
+    try:
+        return validate(topic, value)
+    except ContractError as exc:
+        if strict or exc.reason != "schema":
+            raise
+        dropped = drop_unknown(contract(topic).value_schema, value)
+        if not dropped:
+            raise
+    accepted = validate(topic, value)  # what the contract knows, as strictly as ever: the real violation if any
+    UNKNOWN_FIELDS.note(topic, dropped)
+    return accepted
 
 
 def validate(topic: str, value: Any) -> dict[str, Any]:
+    """Check ``value`` against ``topic``'s contract, every field declared (what this project writes)."""
     if not isinstance(value, dict):
         raise ContractError("not_an_object", f"expected a JSON object, got {type(value).__name__}")
     try:
@@ -62,5 +90,5 @@ def encode(topic: str, value: dict[str, Any], *, check: bool = True) -> bytes:
     except TypeError as exc:
         raise ContractError("unserialisable", str(exc)) from None
     if check:
-        decode(topic, out)
+        decode(topic, out, strict=True)
     return out

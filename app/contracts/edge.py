@@ -14,6 +14,12 @@ entry. :class:`EdgeDecoder` gives the same result and the same errors, faster, i
 Anything the fast path rejects goes through :func:`app.contracts.decode`, so the error and its ``reason``
 are the contract's own; tests check both agree on generated input, for every contract.
 
+A message with fields its contract does not declare (a newer release's, :mod:`app.contracts.unknown`) fails the
+typed pass, which stays strict, so a message without them is decoded as fast as ever. It is then decoded by a
+second typed pass that ignores unknown fields at the top level, after ``orjson`` -- the reference's parser --
+read it and named them (counted and logged); an unknown field deeper down, or anything that pass refuses, goes
+to :func:`app.contracts.decode`, which drops unknown fields wherever they are.
+
 >>> d = EdgeDecoder("node-metrics")
 >>> d.mode
 'typed'
@@ -40,6 +46,7 @@ import orjson
 
 from app.contracts.codec import MAX_MESSAGE_BYTES, decode
 from app.contracts.loader import contract
+from app.contracts.unknown import UNKNOWN_FIELDS
 
 _NUMBER_MAP_KEYS = {"type", "propertyNames", "additionalProperties"}
 _NUMBER_KEYS = {"type", "minimum", "maximum"}
@@ -68,8 +75,10 @@ class _Unsupported(Exception):
     """The schema uses something the typed decoder does not express (the decoder falls back)."""
 
 
-def typed_decoder(schema: dict[str, Any], name: str = "Value") -> msgspec.json.Decoder[Any] | None:
-    """A msgspec decoder that accepts a subset of what ``schema`` accepts (None if the schema is beyond it).
+def typed_decoder(schema: dict[str, Any], name: str = "Value",
+                  ignore_unknown: bool = False) -> msgspec.json.Decoder[Any] | None:
+    """A msgspec decoder that accepts a subset of what ``schema`` accepts (None if the schema is beyond it);
+    with ``ignore_unknown`` the top-level object ignores the fields it does not declare (nested ones do not).
 
     Supported: ``type`` (one or a list), ``enum`` of strings, string lengths and ``pattern``, number bounds (draft-07
     ``exclusiveMinimum`` / ``exclusiveMaximum`` numbers), arrays with ``items`` and lengths, objects with
@@ -86,12 +95,12 @@ def typed_decoder(schema: dict[str, Any], name: str = "Value") -> msgspec.json.D
     True
     """
     try:
-        return msgspec.json.Decoder(_typed(schema, name))
+        return msgspec.json.Decoder(_typed(schema, name, ignore_unknown))
     except _Unsupported:
         return None
 
 
-def _typed(schema: Any, name: str) -> Any:
+def _typed(schema: Any, name: str, ignore_unknown: bool = False) -> Any:
     if not isinstance(schema, dict) or set(schema) - _TYPED_KEYS:
         raise _Unsupported(name)
     if "enum" in schema:
@@ -101,11 +110,11 @@ def _typed(schema: Any, name: str) -> Any:
         return Literal[tuple(values)]
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
-    members = [m for kind in kinds for m in _members(kind, schema, name)]
+    members = [m for kind in kinds for m in _members(kind, schema, name, ignore_unknown)]
     return members[0] if len(members) == 1 else Union[tuple(members)]  # noqa: UP007 - built at run time
 
 
-def _members(kind: Any, schema: dict[str, Any], name: str) -> list[Any]:
+def _members(kind: Any, schema: dict[str, Any], name: str, ignore_unknown: bool = False) -> list[Any]:
     """The msgspec types for one JSON type of ``schema`` (a number is two: int and float)."""
     meta = msgspec.Meta
     if kind == "null":
@@ -131,7 +140,7 @@ def _members(kind: Any, schema: dict[str, Any], name: str) -> list[Any]:
         return [Annotated[list[item], meta(min_length=schema.get("minItems"),  # type: ignore[valid-type]
                                            max_length=schema.get("maxItems"))]]
     if kind == "object":
-        return [_object(schema, name)]
+        return [_object(schema, name, ignore_unknown)]
     raise _Unsupported(name)
 
 
@@ -145,7 +154,7 @@ def _string(schema: dict[str, Any]) -> Any:
                                        pattern=pattern)]
 
 
-def _object(schema: dict[str, Any], name: str) -> Any:
+def _object(schema: dict[str, Any], name: str, ignore_unknown: bool = False) -> Any:
     extra = schema.get("additionalProperties", True)
     if "properties" in schema:
         if extra is not False or "propertyNames" in schema:
@@ -159,7 +168,7 @@ def _object(schema: dict[str, Any], name: str) -> Any:
             fields.append((prop, kind) if prop in required else (prop, kind | msgspec.UnsetType, msgspec.UNSET))
         if required - set(schema["properties"]):
             raise _Unsupported(name)
-        return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
+        return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=not ignore_unknown)
     keys = schema.get("propertyNames", {})
     if set(keys) - {"minLength", "maxLength", "pattern"} or extra is False:
         raise _Unsupported(name)
@@ -180,6 +189,8 @@ class EdgeDecoder:
         schema = contract(topic).value_schema
         struct = "".join(part.title() for part in topic.split("-"))
         self._typed = typed_decoder(schema, struct) if typed else None  # typed=False: the paths below (benches)
+        self._lenient = typed_decoder(schema, struct, ignore_unknown=True) if self._typed is not None else None
+        self._declared = frozenset(schema.get("properties", ()))
         self._maps: dict[str, tuple[int, float, float]] = {}  # the number maps, checked apart when not typed
         if self._typed is None:
             for name, sub in schema.get("properties", {}).items():
@@ -201,8 +212,8 @@ class EdgeDecoder:
         if self._typed is not None:
             try:
                 return msgspec.to_builtins(self._typed.decode(raw))  # type: ignore[no-any-return]
-            except msgspec.DecodeError:  # invalid JSON or outside the typed subset: the contract's answer
-                return decode(self.topic, raw)
+            except msgspec.DecodeError:  # unknown fields, invalid JSON or outside the typed subset
+                return self._unknown_fields(raw)
         try:
             value = orjson.loads(raw)
             self._envelope(value)
@@ -211,6 +222,22 @@ class EdgeDecoder:
         if not isinstance(value, dict) or not all(self._map_ok(value.get(k), lim) for k, lim in self._maps.items()):
             return decode(self.topic, raw)
         return value
+
+    def _unknown_fields(self, raw: bytes) -> dict[str, Any]:
+        """A message the strict typed pass refused: typed again without the top-level fields the contract does
+        not declare, once ``orjson`` read it (so what the reference refuses as JSON is refused here too);
+        whatever else, or with nothing unknown at the top, the contract's answer."""
+        if self._lenient is None:
+            return decode(self.topic, raw)
+        try:
+            value = self._lenient.decode(raw)
+            unknown = [k for k in orjson.loads(raw) if k not in self._declared]
+        except (msgspec.DecodeError, orjson.JSONDecodeError):
+            return decode(self.topic, raw)
+        if not unknown:
+            return decode(self.topic, raw)
+        UNKNOWN_FIELDS.note(self.topic, unknown)
+        return msgspec.to_builtins(value)  # type: ignore[no-any-return]
 
     @staticmethod
     def _map_ok(m: Any, limits: tuple[int, float, float]) -> bool:

@@ -18,6 +18,7 @@ rtt_extender_snapshot_nodes, _models             size of the current view
 rtt_extender_errors_total                        unexpected errors answered with 500
 rtt_extender_connections                         open client connections
 rtt_extender_connections_rejected_total          connections refused (503) beyond the connection cap
+rtt_contract_unknown_fields_total{topic,field}   fields a newer release added, ignored (app.contracts.unknown)
 ===============================================  ==============================================================
 
 Label values are bounded: ``verb`` is a route name (or ``other``), ``code`` an HTTP status, and ``app`` one of
@@ -32,6 +33,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app.contracts.unknown import register_unknown_fields
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -82,6 +85,7 @@ class ExtenderMetrics:
         self.connections = Gauge("rtt_extender_connections", "Open client connections", registry=r)
         self.connections_rejected = Counter("rtt_extender_connections_rejected_total",
                                             "Connections refused beyond the connection cap", registry=r)
+        register_unknown_fields(r)
 
     def track_snapshot_age(self, age: Callable[[], float]) -> None:
         """Report ``age()`` at scrape time (-1 while there is no data)."""

@@ -2,7 +2,8 @@
 
 The worker writes the latest value of each node as it emits it; the extender writes the model-updates it
 applied; anyone who knows what runs where may write the running-apps view. Values are JSON (orjson), the
-first three exactly the topic message values (checked against ``topics/`` when read)::
+first three exactly the topic message values (checked against ``topics/`` when read, as a consumer reads them:
+fields a newer release added are ignored, :mod:`app.contracts.unknown`)::
 
     rttsched:{prefix}features:{node}          node-features value          (worker)
     rttsched:{prefix}weights:{node}           node-weights value           (worker)
@@ -170,7 +171,8 @@ async def load_running_view(client: AsyncRedis, keys: CacheKeys, batch: int = 50
 
 
 async def load_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> CachedView:
-    """Everything cached under ``keys``; values that fail their contract are skipped (and counted)."""
+    """Everything cached under ``keys``; values that fail their contract are skipped (and counted), fields their
+    contract does not know (a newer writer's) dropped."""
     view = CachedView()
     for kind in KINDS:
         await _load_kind(client, keys, kind, view, batch)

@@ -3,7 +3,8 @@
 :func:`~app.streams.app.create_app` makes one registry per app (:class:`WorkerMetrics`, on the app's
 :class:`~app.streams.context.WorkerContext`), so two apps in one process (tests) count apart, and the page
 serves only its own app's series. The feedback loop's series are :mod:`app.streams.feedback_metrics`, on
-the same registry.
+the same registry, and so is ``rtt_contract_unknown_fields_total{topic, field}`` (the process's count of the
+fields a newer release added that the intakes ignored: :mod:`app.contracts.unknown`).
 
 >>> m = WorkerMetrics()
 >>> m.messages_in.labels("node-metrics").inc(3)
@@ -18,6 +19,7 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.contracts.unknown import register_unknown_fields
 from app.streams.feedback_metrics import FeedbackMetrics
 
 PROCESSING_BUCKETS_S = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1)
@@ -63,6 +65,7 @@ class WorkerMetrics:
                                       "Timer ticks that failed (logged; the next tick runs), by timer", ["timer"],
                                       registry=r)
         self.feedback = FeedbackMetrics(r)
+        register_unknown_fields(r)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when absent)."""

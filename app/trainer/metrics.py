@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.contracts.unknown import register_unknown_fields
+
 OUTCOMES = ("promoted", "rejected", "failed", "insufficient_data")
 MODEL_STORE = "model_store"  # the degraded reason of a retrain waiting for the model registry
 TRAINING_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -40,6 +42,7 @@ class TrainerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        register_unknown_fields(self.registry)  # rtt_contract_unknown_fields_total: fields a newer release added
         self.retrains = Counter("rtt_trainer_retrains", "Retrains by event reason and outcome",
                                 ["reason", "outcome"], registry=self.registry)
         self.coalesced = Counter("rtt_trainer_events_coalesced", "Retrain events dropped: key already training",

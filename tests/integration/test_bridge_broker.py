@@ -117,7 +117,7 @@ async def test_bridge_scrapes_exporters_into_node_metrics(kafka_settings):
     records = await consume(s, "node-metrics", 2)
     assert [r.key for r in records] == [b"worker-3", b"worker-3"]
     assert records[0].partition == records[1].partition
-    first, second = (decode("node-metrics", r.value) for r in records)
+    first, second = (decode("node-metrics", r.value, strict=True) for r in records)
     assert first["ts"] + GAP_S == second["ts"]
     assert "cpu_iowait" not in first["metrics"]  # no rate before the second scrape
     m = second["metrics"]
@@ -142,7 +142,7 @@ async def test_publish_completions_keys_by_node(kafka_settings):
     finally:
         await producer.stop()
     records = await consume(kafka_settings, "task-completions", 2)
-    got = {r.key.decode(): decode("task-completions", r.value) for r in records}
+    got = {r.key.decode(): decode("task-completions", r.value, strict=True) for r in records}
     assert got == {c["node"]: c for c in batch.completions}
 
 
@@ -159,9 +159,9 @@ def test_publish_cli_sends_valid_lines_and_dead_letters_the_rest(kafka_settings,
     assert f"{p}:2: schema:" in err and "published" in out and "(sent to dead-letters)" in out
 
     [completion] = asyncio.run(consume(kafka_settings, "task-completions", 1))
-    assert completion.key == b"worker-1" and decode("task-completions", completion.value) == good
+    assert completion.key == b"worker-1" and decode("task-completions", completion.value, strict=True) == good
     [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
-    dl = decode("dead-letters", letter.value)
+    dl = decode("dead-letters", letter.value, strict=True)
     assert letter.key == kafka_settings.topic("task-completions").encode()
     assert (dl["topic"], dl["partition"], dl["offset"], dl["reason"]) == (
         kafka_settings.topic("task-completions"), -1, 2, "schema")
@@ -183,9 +183,9 @@ def test_publish_cli_dead_letters_a_line_that_is_not_utf8_and_publishes_the_line
     assert "1 message(s), 1 invalid record(s) (sent to dead-letters)" in out
 
     [completion] = asyncio.run(consume(kafka_settings, "task-completions", 1))
-    assert decode("task-completions", completion.value) == good
+    assert decode("task-completions", completion.value, strict=True) == good
     [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
-    dl = decode("dead-letters", letter.value)
+    dl = decode("dead-letters", letter.value, strict=True)
     assert (dl["offset"], dl["reason"]) == (1, "invalid_json") and base64.b64decode(dl["raw"]) == bad
 
 
@@ -208,7 +208,7 @@ def test_publish_cli_sends_what_it_read_when_reading_stops_early(kafka_settings,
     assert main(["publish", "task-completions", str(p)]) == 1
     assert "Input/output error" in capsys.readouterr().err
     [completion] = asyncio.run(consume(kafka_settings, "task-completions", 1))
-    assert decode("task-completions", completion.value) == good
+    assert decode("task-completions", completion.value, strict=True) == good
 
 
 def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason(kafka_settings, tmp_path,
@@ -222,7 +222,7 @@ def test_a_completion_on_a_node_without_metrics_is_dead_lettered_with_its_reason
                  "--dead-letters"]) == 1
     assert "unknown_node" in capsys.readouterr().err
     [letter] = asyncio.run(consume(kafka_settings, "dead-letters", 1))
-    dl = decode("dead-letters", letter.value)
+    dl = decode("dead-letters", letter.value, strict=True)
     assert dl["reason"] == "unknown_node" and "gctf-runner-5d4c7b9f8-q8w3e" in dl["error"]
     assert json.loads(base64.b64decode(dl["raw"])) == json.loads(spans.read_text())
 

@@ -2,7 +2,8 @@
 
 node-features, node-weights and a model-updates for a model saved in the registry go on the topics; the
 extender becomes ready, ranks a fast node above a slow one, publishes rtt-predictions, and a restarted
-extender is ready from Redis as soon as it has started.
+extender is ready from Redis as soon as it has started. Messages of a newer release, with fields this one
+does not know, reach the view all the same.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.config import Settings
 from app.contracts.codec import decode, encode
+from app.contracts.unknown import UNKNOWN_FIELDS
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import parse_args
 from app.extender.server import running
@@ -99,7 +101,7 @@ async def read_predictions(settings: Settings, n: int, timeout_s: float = 20.0) 
         deadline = time.monotonic() + timeout_s
         while len(out) < n and time.monotonic() < deadline:
             for messages in (await consumer.getmany(timeout_ms=500)).values():
-                out.extend(decode("rtt-predictions", m.value) for m in messages)
+                out.extend(decode("rtt-predictions", m.value, strict=True) for m in messages)  # what we write
     finally:
         await consumer.stop()
     return out
@@ -190,3 +192,45 @@ async def test_extender_learns_the_view_from_kafka_ranks_and_publishes(kafka_set
     finally:
         await restarted.stop()
 
+
+
+async def test_a_newer_release_s_fields_reach_the_view_ignored(kafka_settings: Settings) -> None:
+    """A rolling upgrade: a newer worker's node-features and node-weights carry a field this extender does not
+    know. They are applied (not rejected), the field counted and served on /metrics; a message with an unknown
+    field that also breaks its contract is still rejected."""
+    UNKNOWN_FIELDS.clear()
+    now = time.time()
+    weights = {"node": "gpu-a", "ts": now, "weight": 0.42, "predicted_rtt_ms": {"gCTF": 120.0}, "stale": False,
+               "zone": "eu-1"}
+    features = {"node": "gpu-a", "ts": now, "node_class": "gpu", "gpu_model": "Tesla K20c", "window_s": 30.0,
+                "count": 30, "features": {"load__mean": 0.5}, "p99_ms": 180.0}
+    broken = {**weights, "node": "gpu-b", "weight": 1.5}  # beyond its range: rejected, the extra field or not
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap_servers)
+    await producer.start()
+    try:
+        for topic, value in (("node-features", features), ("node-weights", weights), ("node-weights", broken)):
+            await producer.send_and_wait(kafka_settings.topic(topic), orjson.dumps(value), key=value["node"].encode())
+    finally:
+        await producer.stop()
+    options = dataclasses.replace(ExtenderOptions.from_settings(kafka_settings), rebuild_interval_s=0.05)
+    service = ExtenderService(kafka_settings, options, publish=False, redis=False)
+    async with running(service, "127.0.0.1", 0) as server, aiohttp.ClientSession(base_url=server.url) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            snap = service.holder.current
+            node = snap.nodes.get("gpu-a") if snap is not None else None
+            if node is not None and node.weight is not None and node.features_ts > 0:
+                break
+            assert time.monotonic() < deadline, service.readiness()
+            await asyncio.sleep(0.05)
+        assert node.weight == 0.42 and node.weights_ts == now and node.features_ts == now
+        assert "gpu-b" not in snap.nodes
+        text = await (await client.get("/metrics")).text()
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert samples['rtt_extender_feed_messages_total{result="applied",topic="node-weights"}'] == 1
+    assert samples['rtt_extender_feed_messages_total{result="applied",topic="node-features"}'] == 1
+    assert samples['rtt_extender_feed_messages_total{result="rejected",topic="node-weights"}'] == 1
+    assert samples['rtt_contract_unknown_fields_total{field="zone",topic="node-weights"}'] == 1
+    assert samples['rtt_contract_unknown_fields_total{field="p99_ms",topic="node-features"}'] == 1
+    UNKNOWN_FIELDS.clear()

@@ -171,7 +171,7 @@ def test_kafka_sink_produces_keyed_messages_and_rejects_bad_ones(kafka_settings:
             got: list[tuple[bytes, dict[str, Any]]] = []
             for _ in range(50):
                 for msgs in (await consumer.getmany(timeout_ms=200)).values():
-                    got += [(m.key, decode("node-metrics", m.value)) for m in msgs]
+                    got += [(m.key, decode("node-metrics", m.value, strict=True)) for m in msgs]
                 if len(got) >= 5:
                     break
             return got

@@ -184,7 +184,7 @@ def test_live_node_exporter_to_node_features(kafka_settings: Settings, node_expo
         metrics = asyncio.run(read_until(s, "node-metrics", lambda r: len(r) >= ROUNDS))
 
     assert len(pages) == ROUNDS
-    sent = [decode("node-metrics", r.value) for r in sorted(metrics, key=lambda r: r.offset)]
+    sent = [decode("node-metrics", r.value, strict=True) for r in sorted(metrics, key=lambda r: r.offset)]
     want = [expected(pages[i - 1], pages[i]) for i in range(1, ROUNDS)]
     for i, (got, exp) in enumerate(zip(sent[1:], want, strict=True), start=1):
         for name, value in exp.items():
@@ -198,7 +198,7 @@ def test_live_node_exporter_to_node_features(kafka_settings: Settings, node_expo
     # saturated: CPU pressure near 1 s/s, readings a little over 1 clamped to 1.0 rather than dropped
     assert max(w["cpu_pressure_waiting"] or 0.0 for w in want) > 0.8
 
-    last = [decode("node-features", r.value) for r in sorted(features, key=lambda r: r.offset)
+    last = [decode("node-features", r.value, strict=True) for r in sorted(features, key=lambda r: r.offset)
             if r.key == NODE.encode()][-1]
     assert last["count"] == ROUNDS and last["node_class"] == "cpu" and last["stale"] == []
     f = last["features"]

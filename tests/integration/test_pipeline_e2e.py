@@ -135,18 +135,18 @@ def test_exporters_to_node_features(kafka_settings: Settings, tmp_path: Path) ->
     assert {r.partition for r in metrics_records} == {metrics_records[0].partition}
     ordered = sorted(metrics_records, key=lambda r: r.offset)
     assert [r.offset for r in ordered] == [0, 1, 2, 3] and ordered[1].value == MALFORMED
-    rounds = [decode("node-metrics", r.value) for r in (ordered[0], ordered[2], ordered[3])]
+    rounds = [decode("node-metrics", r.value, strict=True) for r in (ordered[0], ordered[2], ordered[3])]
     assert [m["ts"] for m in rounds] == pytest.approx([START_TS, START_TS + GAP_S, START_TS + 2 * GAP_S], abs=1e-6)
     assert "cpu_iowait" not in rounds[0]["metrics"]  # a rate needs two scrapes
 
     # dead-letters: the malformed message, where it was, why, and its bytes
-    dead = decode("dead-letters", letter.value)
+    dead = decode("dead-letters", letter.value, strict=True)
     assert (dead["topic"], dead["partition"], dead["offset"], dead["reason"], dead["key"]) == (
         s.topic("node-metrics"), ordered[1].partition, 1, "invalid_json", NODE)
     assert base64.b64decode(dead["raw"]) == MALFORMED
 
     # node-features: the last value of the node covers all three rounds
-    mine = [decode("node-features", r.value) for r in sorted(features_records, key=lambda r: r.offset)
+    mine = [decode("node-features", r.value, strict=True) for r in sorted(features_records, key=lambda r: r.offset)
             if r.key == NODE.encode()]
     last = mine[-1]
     assert last["count"] == 3 and last["ts"] == rounds[2]["ts"] and last["window_s"] == WINDOW_S

@@ -52,7 +52,8 @@ async def test_publish_on_an_open_pipe_sends_each_completion_while_the_pipe_stay
             proc.stdin.flush()  # and the pipe stays open
             got = await take(consumer, 1, WITHIN_S)
             assert proc.poll() is None, "publish ended while its input was open"
-            assert [(m.key, decode("task-completions", m.value)) for m in got] == [(b"worker-1", completion(n))], (
+            assert [(m.key, decode("task-completions", m.value, strict=True)) for m in got] == [
+                (b"worker-1", completion(n))], (
                 f"completion {n} not on the topic within {WITHIN_S}s of its line, the pipe open")
         proc.stdin.close()
         assert proc.wait(timeout=30) == 0

@@ -122,7 +122,7 @@ async def scenario(s: Settings, broker: EmbeddedBroker, tmp_path: Path) -> dict[
                  "out": value("rtt_worker_messages_out_total", topic="training-samples")}
     finally:
         await intake.stop()
-    samples = [decode("training-samples", v)
+    samples = [decode("training-samples", v, strict=True)
                for _, v in await read_topic(s, s.topic("training-samples"), contract("training-samples").partitions)
                if v]
     changelog = dict(await read_topic(s, loop.table.changelog_topic.get_topic_name(),

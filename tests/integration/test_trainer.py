@@ -88,7 +88,7 @@ async def dead_letters(settings: Settings, n: int, timeout_s: float = 10.0) -> l
         deadline = time.monotonic() + timeout_s
         while len(out) < n and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=200)
-            out += [decode("dead-letters", r.value) for recs in batches.values() for r in recs]
+            out += [decode("dead-letters", r.value, strict=True) for recs in batches.values() for r in recs]
     finally:
         await consumer.stop()
     return out
@@ -117,7 +117,7 @@ async def drain(consumer: AIOKafkaConsumer, seconds: float) -> list[dict[str, An
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         batches = await consumer.getmany(timeout_ms=200)
-        out += [decode("model-updates", r.value) for recs in batches.values() for r in recs]
+        out += [decode("model-updates", r.value, strict=True) for recs in batches.values() for r in recs]
         if out:
             break
     return out

@@ -1,8 +1,9 @@
 """The typed edge decoder: for every contract, the same values and errors as the contract's own decoder.
 
 Values are generated from each contract's schema, valid and not: every field at and past its bounds, of
-the wrong kind, missing or unknown; integers as floats and beyond 64 bits; strings of multi-byte
-characters around their length limits. A value is compared with its kinds (``1`` is not ``1.0``).
+the wrong kind, missing or unknown (not an error: ignored, as a newer release's field); integers as floats and
+beyond 64 bits; strings of multi-byte characters around their length limits. A value is compared with its
+kinds (``1`` is not ``1.0``).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def obj(data: st.DataObject, schema: dict[str, Any], wrong: bool) -> dict[str, A
             out[k] = value(data, props[k], wrong=True)
         elif how == "missing":
             del out[data.draw(st.sampled_from(sorted(required)))]
-        else:
+        else:  # valid since unknown fields are ignored (test_unknown_fields.py): the decoders still agree
             out["unknown_field"] = 1
     return out
 

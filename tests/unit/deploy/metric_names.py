@@ -11,9 +11,10 @@ import re
 
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                  "offset", "inf", "nan"}
-_METRIC_CLASSES = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
+_METRIC_CLASSES = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum", "CounterMetricFamily"}
 _SUFFIXES = {
     "Counter": ("_total", "_created"),
+    "CounterMetricFamily": ("_total",),  # a custom collector's counter (no _created unless given one)
     "Gauge": ("",),
     "Histogram": ("_bucket", "_sum", "_count", "_created"),
     "Summary": ("", "_sum", "_count", "_created"),
@@ -36,8 +37,9 @@ def metric_series(tree: ast.Module) -> set[str]:
     """Series names exposed by the prometheus_client metrics a module defines with literal names.
 
     >>> src = 'N = "rtt_x_seconds"; Histogram(N, "d"); Counter("rtt_y_total", "d", ["kind"])'
+    >>> src += '; CounterMetricFamily("rtt_z", "d")'
     >>> sorted(n for n in metric_series(ast.parse(src)) if not n.endswith("_created"))
-    ['rtt_x_seconds_bucket', 'rtt_x_seconds_count', 'rtt_x_seconds_sum', 'rtt_y_total']
+    ['rtt_x_seconds_bucket', 'rtt_x_seconds_count', 'rtt_x_seconds_sum', 'rtt_y_total', 'rtt_z_total']
     """
     consts = _string_constants(tree)
     series: set[str] = set()
@@ -61,7 +63,7 @@ def metric_series(tree: ast.Module) -> set[str]:
         if not name:
             continue
         full = "_".join(p for p in (literal(kwargs.get("namespace")), literal(kwargs.get("subsystem")), name) if p)
-        if cls == "Counter":
+        if cls in ("Counter", "CounterMetricFamily"):
             full = full.removesuffix("_total")
         series |= {full + suffix for suffix in _SUFFIXES[cls]}
     return series

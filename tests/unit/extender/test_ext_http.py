@@ -87,8 +87,8 @@ async def test_a_filter_that_leaves_one_node_places_the_pod(client: Client, serv
     assert service.publisher is not None
     await service.publisher.drain()
     sent = service.publisher._sink.sent  # type: ignore[attr-defined]
-    assert [decode("rtt-predictions", v)["node"] for _, v in sent] == ["gpu-m40-1"]
-    assert decode("rtt-predictions", sent[0][1])["chosen"] is True  # the node it is bound to
+    assert [decode("rtt-predictions", v, strict=True)["node"] for _, v in sent] == ["gpu-m40-1"]
+    assert decode("rtt-predictions", sent[0][1], strict=True)["chosen"] is True  # the node it is bound to
     assert service.metrics.single_node.labels("gCTF")._value.get() == 1
 
 
@@ -101,7 +101,7 @@ async def test_prioritize_both_modes_rank_fast_node_first(client: Client, servic
     assert service.publisher is not None
     await service.publisher.drain()
     sent = service.publisher._sink.sent  # type: ignore[attr-defined]
-    values = [decode("rtt-predictions", v) for _, v in sent]
+    values = [decode("rtt-predictions", v, strict=True) for _, v in sent]
     assert [k for k, _ in sent] == [n.encode() for n in NAMES]
     assert {v["task_id"] for v in values} == {"0b7d3f52-91c4-4a7e-bb0e-2f5e4d6c8a10"}
     by = {v["node"]: v for v in values}
@@ -121,7 +121,8 @@ async def test_one_prediction_per_placed_pod_is_chosen_the_node_it_was_assumed_o
         assert (await post(client, "prioritize", args))[0] == 200
     assert service.publisher is not None
     await service.publisher.drain()
-    values = [decode("rtt-predictions", v) for _, v in service.publisher._sink.sent]  # type: ignore[attr-defined]
+    sent = service.publisher._sink.sent  # type: ignore[attr-defined]
+    values = [decode("rtt-predictions", v, strict=True) for _, v in sent]
     assert len(values) == 40 * len(NAMES) and {v.get("chosen", True) for v in values} == {True}  # never false
     chosen: dict[str, list[str]] = {}
     for v in values:

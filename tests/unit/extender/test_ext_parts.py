@@ -88,9 +88,9 @@ async def test_publisher_sends_one_valid_message_per_candidate() -> None:
     assert pub.offer(decision("uid-1", 3), 1_700_000_000.0)
     await pub.drain()
     assert [k for k, _ in sink.sent] == [b"n0", b"n1", b"n2", b"n3"]
-    v = decode("rtt-predictions", sink.sent[2][1])
+    v = decode("rtt-predictions", sink.sent[2][1], strict=True)
     assert (v["task_id"], v["predicted_rtt_ms"], v["model_version"], v["model_key"]) == ("uid-1", 102.0, 4, "gCTF:gpu")
-    assert decode("rtt-predictions", sink.sent[3][1])["predicted_rtt_ms"] is None  # its features still travel
+    assert decode("rtt-predictions", sink.sent[3][1], strict=True)["predicted_rtt_ms"] is None  # features still travel
     assert metrics.published._value.get() == 4
     await pub.stop()
 
@@ -193,7 +193,7 @@ def test_encoded_records_are_the_contract_values_of_the_decision() -> None:
     assert [len(p) for p in parts] == [2, 1]  # the three fresh candidates (n3 is stale: not published)
     expected = list(decision_values(d, 1_700_000_000.25))
     assert [k for k, _ in records] == [b"n0", b"n1", b"n2"] == [v["node"].encode() for v in expected]
-    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert [decode("rtt-predictions", v, strict=True) for _, v in records] == expected
     assert expected[0]["predicted_rtt_ms"] == 120.0 and expected[2]["features"] == busy
     assert expected[1]["predicted_rtt_ms"] is None  # no model covers n1 yet: its features still make a sample
     assert expected[2]["correction"] == 2.0 and "correction" not in expected[0]
@@ -210,7 +210,7 @@ def test_encoded_records_of_one_shared_model_and_map_are_the_contract_values() -
                  [1.0] * n, [None] * n, [True] * n, rtts, [idle] * n, correction=[1.0] * n)
     records = [r for part in encode_decision(d, 1_700_000_000.5, chunk=3) for r in part]
     expected = list(decision_values(d, 1_700_000_000.5))
-    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert [decode("rtt-predictions", v, strict=True) for _, v in records] == expected
     assert [v["predicted_rtt_ms"] for v in expected] == [120.0, None, 1e-7, None, 123456789.125, 1e12]  # at the bound
 
 
@@ -225,7 +225,7 @@ def test_the_chosen_candidate_s_record_alone_is_marked(shared: bool, chosen: str
                  [True, False, True, True], correction=[1.0, 1.0, 1.0 if shared else 1.5, 1.0], winner=0)
     records = [r for part in encode_decision(d, 1_700_000_000.5, chunk=2, chosen=chosen) for r in part]
     expected = list(decision_values(d, 1_700_000_000.5, chosen))
-    assert [decode("rtt-predictions", v) for _, v in records] == expected
+    assert [decode("rtt-predictions", v, strict=True) for _, v in records] == expected
     assert [v["node"] for v in expected if v.get("chosen")] == ([marked] if marked else [])
     assert all("chosen" not in v for v in expected if v["node"] != marked)
 
@@ -236,7 +236,7 @@ async def test_the_publisher_marks_the_node_it_is_told() -> None:
     pub.start()
     assert pub.offer(decision("uid-1", 3), 1.0, "n1") and pub.offer(decision("uid-2", 3), 1.0)
     await pub.drain()
-    values = [decode("rtt-predictions", v) for _, v in sink.sent]
+    values = [decode("rtt-predictions", v, strict=True) for _, v in sink.sent]
     assert [(v["task_id"], v["node"]) for v in values if v.get("chosen")] == [("uid-1", "n1")]
     await pub.stop()
 

@@ -39,7 +39,7 @@ class Sent:
             async def send(self, key: bytes, value: bytes) -> None:
                 if outer.fail:
                     raise ConnectionError("broker away")
-                sent.append(decode(name, value))
+                sent.append(decode(name, value, strict=True))
 
         return Topic()
 

@@ -59,7 +59,7 @@ def record(offset: int, value: bytes, topic: str = "p-training-samples") -> Cons
 def letters(producer: Producer) -> list[tuple[int, bytes, str]]:
     out = []
     for _, _, value in producer.stored:
-        d = decode("dead-letters", value)
+        d = decode("dead-letters", value, strict=True)
         out.append((d["offset"], base64.b64decode(d["raw"]), d["reason"]))
     return out
 

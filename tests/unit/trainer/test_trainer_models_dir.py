@@ -106,7 +106,7 @@ class Producer:
         self.sent: list[dict[str, Any]] = []
 
     async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.sent.append(decode("model-updates", value))
+        self.sent.append(decode("model-updates", value, strict=True))
 
 
 def trainer(root: Path) -> tuple[TrainerService, Producer]:
