@@ -162,12 +162,18 @@ class PositionGuard:
     async def after_fetch(self, positions: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Reset every partition whose position stayed beyond its end for ``confirm_s``; their new positions.
 
-        ``positions`` are the caller's next offsets (default: what :meth:`note` recorded).
+        ``positions`` are the caller's next offsets (default: what :meth:`note` recorded, and for an assigned
+        partition a fetch answered without records, the consumer's own position: a partition read from a
+        committed offset that no check saw, answered with nothing because it lies beyond the end).
         """
+        assigned = self.consumer.assignment()
+        if positions is None:
+            for tp in assigned:
+                if tp not in self.next_offsets and self.consumer.highwater(tp) is not None:
+                    self.next_offsets[tp] = await self.consumer.position(tp)
         known = self.next_offsets if positions is None else positions
         now = self.clock()
         confirm: list[TopicPartition] = []
-        assigned = self.consumer.assignment()
         for tp, pos in known.items():
             if tp not in assigned:
                 continue

@@ -18,6 +18,7 @@ class Consumer:
 
     def __init__(self, start: int = 0, end: int = 100, high: int | None = 100) -> None:
         self.start, self.end, self.high = start, end, high
+        self.at = start  # the consumer's own position
         self.seeks: list[tuple[TopicPartition, int]] = []
 
     def assignment(self) -> set[TopicPartition]:
@@ -34,6 +35,9 @@ class Consumer:
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.seeks.append((tp, offset))
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.at
 
 
 class Clock:
@@ -147,3 +151,17 @@ def test_a_committed_offset_beyond_the_end_is_reset_by_the_fetch_that_finds_it_s
     assert run(g.check_committed([TP])) == ({TP: 5}, [])
     clock.t = 9.0
     assert run(g.after_fetch()) == {} and kept.seeks == [(TP, 5)] and resets(reg, "beyond_end") == 0
+
+
+def test_a_partition_no_check_saw_is_checked_from_the_consumer_s_position_once_fetched(caplog: Any) -> None:
+    """The group's committed offsets could not be checked at assignment (the broker was away): the partition is
+    read from its committed offset, 100, beyond a wiped partition's end, and the broker answers with nothing.
+    Its position is taken from the consumer once a fetch has answered, and reset after ``confirm_s``."""
+    consumer, clock = Consumer(end=0, high=None), Clock()
+    consumer.at = 100
+    g, reg = guard(consumer, clock)
+    assert run(g.after_fetch()) == {} and TP not in g.next_offsets  # nothing fetched yet: nothing known
+    consumer.high = 0
+    assert run(g.after_fetch()) == {} and g.next_offsets[TP] == 100
+    clock.t = 1.5
+    assert run(g.after_fetch()) == {TP: 0} and resets(reg, "beyond_end") == 1
