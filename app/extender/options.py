@@ -1,8 +1,9 @@
 """The extender's knobs: the shared :class:`~app.config.Settings` plus a few of its own.
 
 Each option is read from its Settings field (``RTT_EXTENDER_*``); Settings validates them at start, so a bad
-value raises :class:`~app.errors.ConfigError` naming the variable. ``running_stale_s``, how long a running-apps
-value may go unconfirmed before the extender calls it stale, is twice the pods watcher's ``RTT_PODS_RESYNC_S``.
+value raises :class:`~app.errors.ConfigError` naming the variable. ``running_stale_s``, how long (on the
+extender's clock) the running-apps view may go without a new confirmation from the pods watcher before the
+extender calls it stale, is twice the pods watcher's ``RTT_PODS_RESYNC_S``.
 
 >>> from app.config import Settings
 >>> o = ExtenderOptions.from_settings(Settings.from_env({"RTT_EXTENDER_PUBLISH_QUEUE": "100"}))
@@ -51,7 +52,7 @@ class ExtenderOptions:
     rebuild_interval_s: float = 0.2  # at most one snapshot rebuild per this while messages stream in
     warm_timeout_s: float = 2.0  # bound on the warm start from Redis
     running_refresh_s: float = 2.0  # period of the running-apps refresh from Redis
-    running_stale_s: float = 60.0  # a running-apps value not confirmed for this long is stale: 2 x RTT_PODS_RESYNC_S
+    running_stale_s: float = 60.0  # a running-apps view seen unconfirmed this long is stale: 2 x RTT_PODS_RESYNC_S
     header_timeout_s: float = 5.0  # first byte of a request -> end of its header block (408)
     idle_timeout_s: float = 75.0  # kept-alive connection without a request
     max_connections: int = 1024  # beyond this a new connection is answered 503

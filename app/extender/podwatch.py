@@ -15,13 +15,16 @@ counts are compared with what was last written and only what changed is written,
 
     rttsched:{prefix}running:{node} = {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
                                                                                             (PX ttl_s)
+    rttsched:{prefix}running-sync   = {"ts": unix seconds}                                  (PX ttl_s)
 
 ``apps`` counts the pods the scheduler should count (bound, not finished; terminating ones until they
 are gone), ``started`` those running and not terminating (:mod:`app.extender.podwatch_view`). ``ts`` is
 when the API server last confirmed the value: written at each list, renewal or change. A node left without
 any of our pods has its key deleted. Each list also deletes keys of nodes it does not know (left by an
-earlier run), so the watcher owns every ``running:*`` key of its prefix. The TTL is 3 x resync by default:
-the view of a watcher that stopped — or has not confirmed it for 3 resyncs — expires instead of lying.
+earlier run), so the watcher owns every ``running:*`` key of its prefix. ``running-sync`` is the heartbeat:
+written with every list and renewal, in the same pipeline, also when no node has any of our pods, so a reader
+can tell an empty view the watcher confirms from one nobody confirms. The TTL is 3 x resync by default: the
+view of a watcher that stopped — or has not confirmed it for 3 resyncs — expires instead of lying.
 
 Errors never stop it: an API or Redis failure is counted by kind, logged once per kind until the next
 success (repeats at debug) and retried with exponential backoff, waiting at least what the server asked
@@ -45,7 +48,7 @@ from redis.exceptions import RedisError
 from app.errors import ConfigError
 from app.extender.podwatch_api import KubeApiError, PodsApi
 from app.extender.podwatch_view import Placement, View, diff_views, encode_node, placement, tally
-from app.scheduler.cache import CacheKeys
+from app.scheduler.cache import CacheKeys, encode_running_sync
 from app.scheduler.podinfo import PodError
 
 log = logging.getLogger(__name__)
@@ -143,7 +146,6 @@ class PodWatcher:
         self.pods = pods
         await self.flush(every=True, stray=True)
         self.metrics.lists.inc()
-        self._confirmed()
         return version
 
     async def renew(self) -> None:
@@ -153,7 +155,6 @@ class PodWatcher:
         no list is needed.
         """
         await self.flush(every=True)
-        self._confirmed()
 
     def apply(self, events: Iterable[dict[str, Any]], version: str) -> str:
         """Apply watch events to the pod set; the resourceVersion to resume from."""
@@ -179,7 +180,9 @@ class PodWatcher:
     async def flush(self, every: bool = False, stray: bool = False) -> None:
         """Write the nodes whose counts changed (``every``: all nodes), delete emptied ones.
 
-        ``stray`` also deletes the ``running:*`` keys of nodes this watcher does not know.
+        ``every`` is a confirmation of the whole view (a list, a renewal): the heartbeat ``running-sync`` is
+        written in the same pipeline, and ``last_sync`` set once it is. ``stray`` also deletes the
+        ``running:*`` keys of nodes this watcher does not know.
         """
         view = tally(self.pods.values())
         changed, removed = diff_views(self._written, view)
@@ -188,14 +191,18 @@ class PodWatcher:
         if stray:
             known = set(view) | set(removed)
             removed.extend(sorted({self.keys.kind_of(k)[1] for k in await self._running_keys()} - known))
-        if changed or removed:
+        if changed or removed or every:
             ttl, now = self.options.key_ttl_ms, self._wall()
             pipe = self.client.pipeline(transaction=False)
             for node, counts in changed.items():
                 pipe.set(self.keys.running(node), encode_node(counts, now), px=ttl)
             if removed:
                 pipe.delete(*(self.keys.running(node) for node in removed))
+            if every:
+                pipe.set(self.keys.running_sync(), encode_running_sync(now), px=ttl)
             await pipe.execute()
+            if every:
+                self._confirmed(now)
             self.metrics.written.inc(len(changed))
             self.metrics.deleted.inc(len(removed))
             log.debug("running-apps view: %d nodes written, %d deleted", len(changed), len(removed))
@@ -270,9 +277,9 @@ class PodWatcher:
             out.append(key.decode() if isinstance(key, bytes) else str(key))
         return out
 
-    def _confirmed(self) -> None:
-        self.last_sync = self._wall()
-        self.metrics.last_sync.set(self.last_sync)
+    def _confirmed(self, now: float) -> None:
+        self.last_sync = now
+        self.metrics.last_sync.set(now)
 
     def _malformed(self, exc: PodError) -> None:
         self.metrics.malformed.inc()

@@ -58,16 +58,22 @@ class RunningRefresher:
     """Re-read the running-apps view from Redis every ``period_s`` and apply changes to the builder.
 
     ``now``: the clock the view is stamped with (assumed pods placed before the stamp, less the scrape delay,
-    are left to the view); None leaves the view unstamped. Each value carries ``ts``, when the pods watcher last
-    confirmed it; a healthy watcher renews every value each ``RTT_PODS_RESYNC_S``. A value confirmed within
-    ``stale_after_s`` is current: stamped with the read time. An older one is **stale** — the watcher stopped,
-    or cannot reach the API — and is stamped with its own ``ts``, so the extender's placements since then keep
-    counting. A node whose value vanished (its pods gone, or its key expired) is stamped with the read time
-    only while another value is current (the watcher renews all together); otherwise its stamp stays.
+    are left to the view); None leaves the view unstamped. How current the view is, is judged on this clock
+    alone: the pods watcher's times (its heartbeat ``running-sync``, written at each list and renewal, and
+    each value's ``ts``) come from another machine's clock and are only compared with each other. The newest
+    of them is the watcher's last confirmation; the refresher notes the local time it last saw that advance
+    (a new heartbeat, or a newer time; a value without ``ts`` counts as confirmed at each read). Before any
+    advance, the first read's time stands in for one: a view already stale at start is reported
+    ``stale_after_s`` later. Until a heartbeat or a value has been read at all there is no view to judge (no
+    pods watcher runs, as in docker-compose): it is current.
 
-    While the values read are all stale, ``degraded`` holds the reason ``pods_view_stale`` with the time of the
-    last confirmation; a current value clears it. An empty view changes nothing: a cluster without our pods
-    has no values, just as one whose watcher stopped long ago.
+    The view is **current** while it advanced within ``stale_after_s`` of the read: every node is stamped with
+    the read time, a node whose value vanished too (the watcher deleted its key: nothing of ours runs there),
+    also when no value is left. Otherwise it is **stale** — the watcher stopped, or cannot reach the API or
+    Redis — and every node's stamp, nodes emptied since the last advance included, goes back to the time of
+    the last advance less one period (the watcher confirmed at most that long before it was read), so the
+    extender's placements since then count again; ``degraded`` holds the reason ``pods_view_stale`` with that
+    time until the view advances again, and a node left empty meanwhile is empty as of the read that sees it.
     """
 
     def __init__(
@@ -83,29 +89,56 @@ class RunningRefresher:
         self._builder = builder
         self._period = period_s
         self.stale_after_s = stale_after_s  # 2 x RTT_PODS_RESYNC_S (ExtenderOptions.running_stale_s)
-        self._known: set[str] = set()
-        self.stale_since: float | None = None  # the last confirmation of a view found stale; None: current
+        self._known: set[str] = set()  # nodes with a value at the last read
+        self._emptied: set[str] = set()  # nodes without a value stamped by a current read since the last advance
+        self._rewound: set[str] = set()  # nodes without a value rewound by a stale read
+        self._confirmed: float | None = None  # the newest confirmation read (the watcher's clock)
+        self._heartbeat: float | None = None  # the last heartbeat read (the watcher's clock)
+        self.advanced_at: float | None = None  # local time the confirmation last advanced (None: not read yet)
+        self._seen = False  # a heartbeat or a value was ever read (without: no watcher, nothing to judge)
+        self.stale_since: float | None = None  # the stamp of a view found stale (local clock); None: current
 
     async def refresh(self) -> int:
         """One refresh; returns the number of nodes with a running-apps entry."""
         view = await load_running_view(self._client, self._keys)
         running = view.running
-        now = self._now() if self._now is not None else None
-        # values confirmed longer ago than allowed -> their ts (a value without ts is taken as current)
-        stale = {} if now is None else {
-            node: ts for node, ts in view.running_ts.items() if now - ts > self.stale_after_s}
-        current = len(stale) < len(running)
-        for node in self._known - set(running):
-            self._builder.apply_running(node, {}, now if current else None)
+        now = stamp = self._now() if self._now is not None else None
+        stale = False
+        if now is not None:
+            advanced_at = self._note(view.running_sync, max(view.running_ts.values(), default=None),
+                                     len(view.running_ts) < len(running), now)
+            if self._seen and now - advanced_at > self.stale_after_s:
+                stamp, stale = advanced_at - self._period, True
+        vanished = self._known - set(running)
+        if stale:  # emptied since the last advance: not confirmed empty either
+            vanished = self._rewound = (self._rewound | self._emptied | vanished) - set(running)
+            self._emptied = set()
+        elif now is not None:  # a node rewound empty while stale is empty as of this read too
+            vanished = (vanished | self._rewound) - set(running)
+            self._emptied, self._rewound = self._emptied | vanished, set()
+        for node in vanished:
+            self._builder.apply_running(node, {}, stamp, rewind=stale)
         for node, apps in running.items():
-            if node in stale:
-                self._builder.apply_running(node, apps, stale[node], rewind=True)
-            else:
-                self._builder.apply_running(node, apps, now)
+            self._builder.apply_running(node, apps, stamp, rewind=stale)
         self._known = set(running)
-        if running and now is not None:
-            self._report(None if current else max(stale.values()))
+        if now is not None:
+            self._report(stamp if stale else None)
         return len(running)
+
+    def _note(self, heartbeat: float | None, newest: float | None, untimed: bool, now: float) -> float:
+        """``advanced_at``, moved to ``now`` when the watcher confirmed the view since the last read (``newest``:
+        the newest value's ``ts``; ``untimed``: a value without one was read)."""
+        advanced = self.advanced_at is None or untimed  # the first read stands in for an advance
+        self._seen = self._seen or untimed or heartbeat is not None or newest is not None
+        if heartbeat is not None and heartbeat != self._heartbeat:  # a new heartbeat, even from a clock set back
+            advanced, self._heartbeat = True, heartbeat
+        latest = max((t for t in (heartbeat, newest) if t is not None), default=None)
+        if latest is not None and (self._confirmed is None or latest > self._confirmed):
+            advanced, self._confirmed = True, latest
+        if advanced or self.advanced_at is None:
+            self.advanced_at = now
+            self._emptied.clear()
+        return self.advanced_at
 
     def _report(self, stale_since: float | None) -> None:
         was, self.stale_since = self.stale_since, stale_since
@@ -117,8 +150,8 @@ class RunningRefresher:
                     log.info("running-apps view current again")
             return
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stale_since))
-        detail = (f"pods view stale: not confirmed by the pods watcher since {when} (allowed: "
-                  f"{self.stale_after_s:g} s); the extender counts its own placements made since then")
+        detail = (f"pods view stale: not confirmed by the pods watcher since {when} (the extender's clock; "
+                  f"allowed: {self.stale_after_s:g} s); the extender counts its own placements made since then")
         if self._degraded is not None:
             self._degraded.waiting(PODS_VIEW_STALE, "pods-watcher", detail)
         elif was != stale_since:

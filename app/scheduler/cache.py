@@ -9,9 +9,13 @@ fields a newer release added are ignored, :mod:`app.contracts.unknown`)::
     rttsched:{prefix}weights:{node}           node-weights value           (worker)
     rttsched:{prefix}model-updates:{key}      model-updates value          (extender, trainer)
     rttsched:{prefix}running:{node}           {"apps": {app: count}, "started": {app: count}, "ts": unix seconds}
+    rttsched:{prefix}running-sync             {"ts": unix seconds}         (pods watcher)
 
 A running-apps value's ``ts`` is when its writer last confirmed it (:mod:`app.extender.podwatch` renews every
-value every ``RTT_PODS_RESYNC_S``); :func:`load_running_view` returns it with the counts.
+value every ``RTT_PODS_RESYNC_S``); ``running-sync`` is when the pods watcher last confirmed the whole view,
+written with every list and renewal, also when no node has a value. Both are the writer's clock: a reader
+compares them only with each other. :func:`load_running_view` returns them with the counts; the heartbeat
+matches no ``running:*`` scan, so it is never read as a node.
 
 ``{prefix}`` is ``Settings.topic_prefix``, so deployments (and tests) sharing a Redis never mix views.
 Helpers take any client with the ``redis.asyncio.Redis`` methods ``set``, ``mget`` and ``scan_iter``.
@@ -21,6 +25,8 @@ Helpers take any client with the ``redis.asyncio.Redis`` methods ``set``, ``mget
 ('rttsched:t1-features:gpu-1', 'rttsched:t1-model-updates:gCTF:gpu')
 >>> keys.kind_of(keys.weights("gpu-1"))
 ('weights', 'gpu-1')
+>>> keys.running_sync(), keys.pattern("running")
+('rttsched:t1-running-sync', 'rttsched:t1-running:*')
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class CacheKeys:
     def running(self, node: str) -> str:
         return self._key("running", node)
 
+    def running_sync(self) -> str:
+        """The pods watcher's heartbeat: outside every kind's pattern, and not a key :meth:`kind_of` parses."""
+        return f"{ROOT}:{self.prefix}running-sync"
+
     def pattern(self, kind: str) -> str:
         return self._key(kind, "*")
 
@@ -89,6 +99,7 @@ class CachedView:
     model_updates: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     running: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     running_ts: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> its value's ts, when it has one
+    running_sync: float | None = None  # the pods watcher's last confirmation of the whole view (None: no heartbeat)
     rejected: int = 0  # values that did not satisfy their contract
 
     def __len__(self) -> int:
@@ -97,6 +108,27 @@ class CachedView:
 
 def encode_running(apps: Mapping[str, int], ts: float) -> bytes:
     return orjson.dumps({"apps": {str(a): int(c) for a, c in apps.items()}, "ts": float(ts)})
+
+
+def encode_running_sync(ts: float) -> bytes:
+    return orjson.dumps({"ts": float(ts)})
+
+
+def decode_running_sync(raw: bytes | None) -> float | None:
+    """The ``ts`` of a heartbeat value; None when there is none, or it is not one.
+
+    >>> decode_running_sync(encode_running_sync(1700000000.5)), decode_running_sync(b'{"ts": null}')
+    (1700000000.5, None)
+    """
+    if raw is None:
+        return None
+    try:
+        ts = orjson.loads(raw).get("ts")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return None
+    return float(ts)
 
 
 def decode_running(raw: bytes, started: bool = False) -> dict[str, int]:
@@ -164,8 +196,11 @@ async def load_running(client: AsyncRedis, keys: CacheKeys, batch: int = 500,
 
 async def load_running_view(client: AsyncRedis, keys: CacheKeys, batch: int = 500) -> CachedView:
     """The running-apps view of every node that has one (``running``) with each value's ``ts`` (``running_ts``:
-    when its writer last confirmed it; a value without one is absent there)."""
+    when its writer last confirmed it; a value without one is absent there) and the pods watcher's heartbeat
+    (``running_sync``: when it last confirmed the whole view; None without one, e.g. from an older watcher)."""
     view = CachedView()
+    (raw,) = await client.mget([keys.running_sync()])
+    view.running_sync = decode_running_sync(raw)
     await _load_kind(client, keys, "running", view, batch)
     return view
 

@@ -460,6 +460,44 @@ async def test_a_healthy_watch_is_never_relisted_while_keys_and_ts_are_renewed(a
     assert "limit" not in watches(api)[-1]
 
 
+async def heartbeat_of(client: Any, keys: CacheKeys) -> float | None:
+    raw = await client.get(keys.running_sync())
+    return None if raw is None else float(orjson.loads(raw)["ts"])
+
+
+async def test_the_heartbeat_is_written_with_every_list_and_is_not_a_node(api, redis_client, run_watcher):
+    watcher = await run_watcher(resync_s=30)  # no renewal within this test
+    keys = watcher.keys
+    assert await eventually(view_is(redis_client, keys, EXPECTED))  # not a node: the view is the pods' nodes
+    listed = await heartbeat_of(redis_client, keys)
+    assert listed is not None and listed == watcher.last_sync == await ts_of(redis_client, keys, "gpu-4090-1")
+    assert 85_000 < await redis_client.pttl(keys.running_sync()) <= 90_000  # the values' TTL
+    assert await eventually(lambda: api.streams)
+    api.add(new_pod())  # a change: its node written at once, the whole view not confirmed
+    assert await eventually(lambda: redis_client.exists(keys.running("gpu-k20-1")))
+    assert await heartbeat_of(redis_client, keys) == listed < await ts_of(redis_client, keys, "gpu-k20-1")
+    api.expire_watches()  # the relist deletes the running:* keys of nodes it does not know, not the heartbeat
+    assert await eventually(lambda: len(api.lists()) > 3)
+    assert await eventually(lambda: watcher.last_sync > listed)
+    assert await heartbeat_of(redis_client, keys) == watcher.last_sync
+    assert await load_running(redis_client, keys) == {**EXPECTED, "gpu-k20-1": {"gCTF": 1}}
+
+
+async def test_an_empty_view_is_confirmed_by_the_heartbeat_renewed_with_every_renewal(api, redis_client, run_watcher):
+    keys = CacheKeys(f"t{uuid.uuid4().hex[:8]}-")
+    await store_running(redis_client, keys, "gone-node", {"gCTF": 3}, 1.0)  # an earlier run's
+    api.pods = []  # none of our pods anywhere
+    watcher = await run_watcher(keys, resync_s=1, ttl_s=1.5)
+    assert await eventually(lambda: watcher.last_sync is not None)
+    assert await load_running(redis_client, keys) == {}
+    first = await heartbeat_of(redis_client, keys)
+    assert first is not None and 0 < await redis_client.pttl(keys.running_sync()) <= 1500
+    await asyncio.sleep(2.5)  # renewals of an empty view, longer than the TTL
+    last = await heartbeat_of(redis_client, keys)
+    assert last is not None and last > first + 1.5
+    assert await load_running(redis_client, keys) == {} and len(api.lists()) == 1  # renewed, not relisted
+
+
 async def test_a_watch_answered_only_with_bookmarks_is_kept_and_resumed_from_the_last_one(
         api, redis_client, run_watcher):
     api.bookmark_every_s = 0.2
