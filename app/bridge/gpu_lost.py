@@ -11,8 +11,10 @@ naming it (index, UUID, model) and why:
   Xid gauge is left). A page that did not come (``scrape_failed``), one whose exporter says its collection
   failed (``collector_failed``: nvidia-smi failed, and nvidia_gpu_exporter lists no GPU then) and one that may
   be another host's (``two_hosts``) tell nothing: the GPUs lost as of the last page that told are reported
-  again. A page of another host than the previous one (a one-GPU node whose GPU was replaced, an address
-  that moved) starts the memory afresh.
+  again. A page of another host than the previous one (:mod:`app.bridge.identity`: an address that moved to
+  another node) starts the memory afresh, unless it lists a GPU remembered: that is the same machine. A GPU
+  replaced is missing until forgotten; a one-GPU node's too when dcgm-exporter's ``Hostname`` stays, while
+  one whose page has no other value to share (nvidia_gpu_exporter's) is another host's.
 - **a fatal Xid**: the GPU's gauge of its last Xid (dcgm-exporter's ``DCGM_FI_DEV_XID_ERRORS``) holds one of
   :data:`FATAL_XIDS` -- "Xid 79: fallen off the bus", at once. The gauge keeps the last Xid until DCGM or the
   exporter restarts, so after a reset of the GPU its exporter must be restarted too.
@@ -123,10 +125,12 @@ class GpuWatch:
         self.lost: tuple[Trouble, ...] = ()  # as of the last page that told
         self.forgotten: tuple[Trouble, ...] = ()  # by the last call, each detail saying so
 
-    def forget_all(self) -> None:
-        """A page of another host than the previous page: the GPUs remembered are not this host's."""
-        self._gpus.clear()
-        self.lost = self.forgotten = ()
+    def host_changed(self, exposition: Exposition) -> None:
+        """``exposition`` is of another host than the previous page: the GPUs remembered are forgotten when none
+        of them is on it (they are not this host's); one still listed is this machine, and all are kept."""
+        if not self._gpus.keys() & self._read(exposition).labels.keys():
+            self._gpus.clear()
+            self.lost = self.forgotten = ()
 
     def repeat(self) -> tuple[Trouble, ...]:
         """For a round whose page tells nothing of the GPUs: those lost as of the last page that told."""

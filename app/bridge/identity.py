@@ -6,8 +6,11 @@ pages is one host's value minus the other's (a huge rate, or a "reset" every oth
 declares in the mapping (``identity``) what tells its host apart:
 
 - labels: node_exporter's ``node_uname_info{nodename}``, dcgm-exporter's ``Hostname`` and ``UUID``,
-  nvidia_gpu_exporter's ``nvidia_smi_gpu_info{uuid}``. Two pages are of other hosts when a label is on both
-  and they share no value of it (one GPU left out of a scrape does not make another host);
+  nvidia_gpu_exporter's ``nvidia_smi_gpu_info{uuid}``. Two pages are of other hosts when labels are on both
+  and every one of them shares no value; a value shared by any label is the same host: a GPU left out of
+  one scrape, a GPU's UUID on both pages whatever ``Hostname`` says (dcgm-exporter's ``Hostname`` is its
+  container's or pod's name unless ``NODE_NAME`` is set, so it changes when the exporter restarts), the
+  same ``Hostname`` with new UUIDs (a node whose GPUs were replaced);
 - a boot time: node_exporter's ``node_boot_time_seconds``. Two boots are one when their boot times are within
   :data:`BOOT_TOLERANCE_S` (the kernel gives whole seconds) either as the pages give them or as instants on
   the bridge's clock (the scrape's time less the uptime the page gives against the exporter's own clock):
@@ -26,6 +29,12 @@ forth (:mod:`app.bridge.rates`) twice within that time are such a sign too, for 
 >>> w = HostWatch()
 >>> [w.observe(i, t) for t, i in enumerate((a, a, b, a))], w.two_hosts(3.0), w.hosts
 ([False, False, True, True], True, ('nodename=n2', 'nodename=n1'))
+>>> def dcgm(hostname, *uuids):
+...     return Identity("dcgm_exporter", (("Hostname", frozenset({hostname})), ("UUID", frozenset(uuids))), None, None)
+>>> dcgm("dcgm-7f2c", "GPU-1").other_host(dcgm("dcgm-a91e", "GPU-1"))  # the exporter restarted
+False
+>>> dcgm("worker-3", "GPU-1").other_host(dcgm("worker-4", "GPU-2"))    # another node
+True
 """
 
 from __future__ import annotations
@@ -53,7 +62,8 @@ class Identity:
         """Whether ``other`` is certainly a page of another host."""
         if self.exporter != other.exporter:
             return True
-        if any(a and b and not a & b for (_, a), (_, b) in zip(self.labels, other.labels, strict=True)):
+        both = [(a, b) for (_, a), (_, b) in zip(self.labels, other.labels, strict=True) if a and b]
+        if both and not any(a & b for a, b in both):
             return True
         if self.boot is None or other.boot is None or abs(self.boot - other.boot) <= BOOT_TOLERANCE_S:
             return False

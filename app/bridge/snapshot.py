@@ -195,8 +195,8 @@ class NodeAssembler:
                 troubles.append(two_hosts(name, spec, r.url, st.hosts.hosts))
             watch = self._gpu_watch(st, name)
             if watch is not None:
-                if other:  # another host's page: the GPUs remembered are not its GPUs
-                    watch.forget_all()
+                if other:  # another host's page: the GPUs remembered are not its GPUs, unless it lists one
+                    watch.host_changed(exposition)
                 tells = not two and not any(t.kind == "collector_failed" for t in own)
                 troubles.extend(watch.observe(exposition, ts) if tells else watch.repeat())
                 forgotten.extend(watch.forgotten)

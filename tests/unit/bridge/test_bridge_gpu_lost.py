@@ -172,15 +172,64 @@ def test_an_exporter_that_says_its_collection_failed_tells_nothing_of_its_gpus()
     assert "gpu_lost" in kinds(snaps[WARM + 1])  # a page that lists none while nvidia-smi ran fine
 
 
-def test_a_gpu_replaced_on_a_one_gpu_node_is_another_host_not_a_lost_gpu():
+def restarted(text: str, hostname: str = "dcgm-exporter-7xk2p") -> str:
+    """``text`` as dcgm-exporter writes it after a restart without ``NODE_NAME``: ``Hostname`` its new pod's name."""
+    return text.replace('Hostname="worker-3"', f'Hostname="{hostname}"')
+
+
+def test_an_exporter_restarted_under_a_new_hostname_keeps_the_lost_gpu_reported():
+    # the runbook's step after a GPU reset: delete the exporter pod; its successor has another name
+    gone = without(PAGE, GPU1["UUID"])
+    snaps = rounds([PAGE] * WARM + [gone, None, restarted(gone), restarted(gone), restarted(PAGE)])
+    (t,) = snaps[WARM].troubles
+    assert t.kind == "gpu_lost" and t.subject == GPU1["UUID"]
+    assert snaps[WARM + 1].troubles[1:] == (t,)  # through the restart's failed scrape
+    assert snaps[WARM + 2].troubles == snaps[WARM + 3].troubles == (t,)  # the same GPU 0: the same node
+    assert all(s.skips == () and s.forgotten == () for s in snaps)  # no host_changed
+    assert snaps[-1].troubles == ()  # it clears when the GPU is back, not when the name changes
+
+
+def test_a_gpu_replaced_on_a_one_gpu_node_is_missed_until_forgotten():
+    # the same Hostname, a new UUID: the same node, whose old GPU left the page -- reported until forgotten
+    # (forget_after_s), or the node's bridge pod is deleted (docs/runbook.md §1)
     m40 = M40_A.read_text()
     (uuid,) = {labels["UUID"] for labels, _ in raw_samples(M40_A, XID)}
     new = "GPU-0d9e6c3b-52f1-4a87-b6e0-1c4f7a2d8e95"
     replaced = m40.replace(uuid, new)
     snaps = rounds([m40] * WARM + [replaced] * 2 + [with_xid(replaced, new, 79)])
-    assert [s.skips[0].reason for s in snaps[WARM:WARM + 1]] == ["host_changed"]
-    assert all(s.troubles == () for s in snaps[:-1])  # the old GPU is not this host's: not missed
-    assert [t.subject for t in snaps[-1].troubles] == [new]  # the new one is followed
+    assert all(s.skips == () for s in snaps) and all(s.troubles == () for s in snaps[:WARM])
+    assert [t.subject for s in snaps[WARM:-1] for t in s.troubles] == [uuid, uuid]
+    assert "missing from the page since" in snaps[WARM].troubles[0].detail
+    assert [t.subject for t in snaps[-1].troubles] == [uuid, new]  # the new one is followed too
+
+
+def test_the_gpu_replaced_on_a_one_gpu_node_under_nvidia_gpu_exporter_is_another_host():
+    # its page has the GPU's UUID alone to tell its host by: a new one shares nothing, the old GPU is forgotten
+    k20c = NVIDIA_A.read_text()
+    replaced = k20c.replace(K20C["uuid"], "3c7a0d58-e6b1-4f29-8a04-b95e2d1c6f73")
+    snaps = rounds([k20c] * WARM + [replaced] * 2, url=NVIDIA_URL)
+    assert [s.reason for s in snaps[WARM].skips] == ["host_changed"]
+    assert all("gpu_lost" not in kinds(s) for s in snaps)
+
+
+def test_a_gpu_on_the_page_of_another_host_keeps_the_gpus_remembered():
+    # GPU 1 lost; then, under a new Hostname, a page listing GPU 1 without GPU 0: no value shared with the page
+    # before, so the identity says another host -- yet GPU 1 is remembered, so this is the same machine
+    gone = without(PAGE, GPU1["UUID"])
+    snaps = rounds([PAGE] * WARM + [gone, restarted(without(PAGE, GPU0["UUID"]))])
+    assert [s.reason for s in snaps[-1].skips] == ["host_changed"]
+    (t,) = snaps[-1].troubles
+    assert t.subject == GPU0["UUID"] and "missing from the page since" in t.detail
+
+
+def test_a_page_of_another_host_listing_none_of_the_gpus_remembered_starts_afresh():
+    gone = without(PAGE, GPU1["UUID"])
+    other = restarted(PAGE.replace(GPU0["UUID"], "GPU-0e6a2d95-71b4-4c08-9f3e-5d2a8c61b7f0")
+                      .replace(GPU1["UUID"], "GPU-94f1c7e2-3a6d-4b50-8e29-c1d07a5b3f86"), "worker-4")
+    snaps = rounds([PAGE] * WARM + [gone, other, other])
+    assert kinds(snaps[WARM]) == ["gpu_lost"]
+    assert [s.reason for s in snaps[WARM + 1].skips] == ["host_changed"]
+    assert snaps[WARM + 1].troubles == snaps[WARM + 2].troubles == ()  # worker-3's GPUs are not worker-4's
 
 
 def test_a_gpu_missing_for_forget_after_s_is_forgotten_once():

@@ -18,6 +18,8 @@ from bridge_fixtures import (
     NODE_A,
     NODE_B,
     NODE_URL,
+    NVIDIA_A,
+    NVIDIA_URL,
     ExporterServer,
     assembler,
     ok,
@@ -210,6 +212,43 @@ def test_a_dcgm_address_answering_for_two_gpu_nodes_withholds_the_gpu_group_only
     assert reasons(snaps[1]) == ["host_changed"] and snaps[1].troubles == ()
     assert snaps[1].skips[0].url == DCGM_URL and "Hostname=worker-4" in snaps[1].skips[0].detail
     assert snaps[2].message["metrics"]["disk_read_bytes_per_s"] == pytest.approx(READ_RATE)  # node_exporter's stand
+
+
+def restarted(text: str) -> str:
+    """A dcgm-exporter page after a restart without ``NODE_NAME``: ``Hostname`` is the new pod's name."""
+    return text.replace('Hostname="worker-3"', 'Hostname="dcgm-exporter-7xk2p"')
+
+
+def nvidia_other_host(text: str) -> str:
+    return text.replace("9e1f4a62-07c3-2d8b-5f61-c43a8b10d7e2", "3c7a0d58-e6b1-4f29-8a04-b95e2d1c6f73")
+
+
+@pytest.mark.parametrize(("url", "make"), [
+    (NODE_URL, page),
+    (DCGM_URL, lambda k, h: DCGM_A.read_text() if h == "a" else dcgm_other_host(DCGM_A.read_text())),
+    (NVIDIA_URL, lambda k, h: NVIDIA_A.read_text() if h == "a" else nvidia_other_host(NVIDIA_A.read_text())),
+], ids=["node_exporter", "dcgm_exporter", "nvidia_gpu_exporter"])
+def test_two_hosts_behind_one_address_are_caught_for_every_exporter(url, make):
+    snaps = scrapes("aba", make, url)
+    assert reasons(snaps[1]) == reasons(snaps[2]) == ["host_changed"]
+    assert "two_hosts" in kinds(snaps[2]) and "two_hosts" not in kinds(snaps[1])
+
+
+def test_a_dcgm_exporter_restarted_under_a_new_hostname_is_the_same_host():
+    pages = [DCGM_A.read_text(), DCGM_B.read_text()]
+    renamed = scrapes("aa", lambda k, h: restarted(pages[k]) if k else pages[k], DCGM_URL)
+    same = scrapes("aa", lambda k, h: pages[k], DCGM_URL)
+    assert renamed[1].skips == renamed[1].troubles == ()  # its GPUs' UUIDs are on both pages
+    assert renamed[1].message == same[1].message  # the interval's rates as without the restart
+
+
+def test_two_dcgm_hosts_are_caught_across_a_restart_of_one_exporter():
+    # worker-3's exporter restarted (a new Hostname, the same GPUs) while worker-4 answers the address too
+    text = DCGM_A.read_text()
+    snaps = scrapes("aba", lambda k, h: dcgm_other_host(text) if h == "b" else [text, "", restarted(text)][k],
+                    DCGM_URL)
+    assert reasons(snaps[2]) == ["host_changed"] and kinds(snaps[2]) == ["two_hosts"]
+    assert "Hostname=dcgm-exporter-7xk2p" in snaps[2].skips[0].detail
 
 
 def test_a_gpu_left_out_of_one_dcgm_scrape_is_still_the_same_host():
