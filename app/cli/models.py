@@ -6,7 +6,8 @@ is flagged: the workers and extenders serve the announced one. ``rollback`` goes
 it (:mod:`app.trainer.rollback`): the verified blob of the version gone back to is saved again as a new version
 above everything given and announced, made current and announced with the trainer's message, so every worker and
 extender loads it and the trainer's next retrain judges its challenger against it. Without ``--yes`` it asks
-first, and refuses where there is no terminal to ask on.
+first, and refuses where there is no terminal to ask on. It replaces the current version it showed, or nothing:
+when the trainer promoted a retrain before the rollback landed, it says so and changes nothing (exit status 2).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ True
 '3 usable samples, at least 20 needed to train'
 >>> str(NotEnoughSamplesError(2, 10, "samples left after holding out 18"))
 '2 samples left after holding out 18, at least 10 needed to train'
+>>> str(CurrentChangedError("gCTF:gpu", 7, 8))
+"model 'gCTF:gpu': the current version is v8, not v7: nothing changed"
+>>> str(CurrentChangedError("gCTF:gpu", 0, 1))
+"model 'gCTF:gpu': the current version is v1, not none: nothing changed"
 """
 
 from __future__ import annotations
@@ -61,6 +65,25 @@ class ModelNotFoundError(RegistryError, LookupError):
         self.version = version
         what = f"model {model_key!r}" if version is None else f"model {model_key!r} version {version}"
         super().__init__(detail or f"{what} not found in the registry")
+
+
+class CurrentChangedError(RegistryError):
+    """A promotion refused because the key's current version is no longer the one it was decided against (another
+    writer promoted, an operator rolled back): nothing was changed; decide again against the new current.
+
+    ``expected`` is the version that had to be current (0: none), ``found`` the one that is (None: none).
+    """
+
+    def __init__(self, model_key: str, expected: int, found: int | None) -> None:
+        self.model_key = model_key
+        self.expected = expected
+        self.found = found
+        super().__init__(f"model {model_key!r}: the current version is {_named(found)}, not {_named(expected)}: "
+                         "nothing changed")
+
+
+def _named(version: int | None) -> str:
+    return f"v{version}" if version else "none"
 
 
 class IntegrityError(RegistryError):

@@ -5,6 +5,11 @@ metadata, and a *current* pointer. ``save`` registers a challenger without makin
 ``promote`` (or ``rollback``) moves the pointer — the champion/challenger decision belongs to the
 caller. Only the newest ``keep`` versions are kept, plus the current one whatever its age.
 
+Promotion is compare-and-set: a caller that decided against the version current at the time passes it as
+``replacing`` (0: there was none), and the pointer moves only if that version is still current, atomically with
+the check, else :class:`~app.model.errors.CurrentChangedError` and nothing changed (:func:`check_current`).
+``save(..., replacing=v)`` saves and promotes in that one step, so a refused challenger leaves no version behind.
+
 >>> versions_to_drop([1, 2, 3, 4, 5, 6], current=2, keep=3)
 [1, 3]
 >>> check_model_key("gCTF:gpu:worker-3")
@@ -13,6 +18,12 @@ caller. Only the newest ``keep`` versions are kept, plus the current one whateve
 Traceback (most recent call last):
 ...
 app.model.errors.RegistryError: model key '../etc' must match ^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$
+>>> check_current("gCTF:gpu", 7, 7), check_current("gCTF:gpu", None, 8), check_current("gCTF:gpu", 0, None)
+(7, 8, None)
+>>> check_current("gCTF:gpu", 7, 8)
+Traceback (most recent call last):
+...
+app.model.errors.CurrentChangedError: model 'gCTF:gpu': the current version is v8, not v7: nothing changed
 >>> check_model_key("gCTF:gpu\\n")
 Traceback (most recent call last):
 ...
@@ -31,7 +42,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from app.model.errors import IntegrityError, ModelNotFoundError, RegistryError
+from app.model.errors import CurrentChangedError, IntegrityError, ModelNotFoundError, RegistryError
 
 FORMATS = ("ubj", "json")
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$")
@@ -60,6 +71,14 @@ def verify(model_key: str, version: int, blob: bytes, expected: str) -> bytes:
     if actual != expected:
         raise IntegrityError(model_key, version, expected, actual)
     return blob
+
+
+def check_current(model_key: str, replacing: int | None, found: int | None) -> int | None:
+    """``found`` (the key's current version, None: none) if a promotion ``replacing`` that version may go ahead:
+    ``replacing`` is None (no condition) or names it (0: none); else :class:`CurrentChangedError`."""
+    if replacing is not None and replacing != (found or 0):
+        raise CurrentChangedError(model_key, replacing, found)
+    return found
 
 
 def versions_to_drop(versions: Sequence[int], current: int | None, keep: int) -> list[int]:
@@ -154,15 +173,18 @@ class ModelStore(Protocol):
 
     ``save`` assigns the next version (above ``after`` too: the newest version announced, which a registry
     that lost its data no longer knows) and does **not** make it current; ``promote`` does (``restores``: the
-    version whose blob is saved again, :attr:`ModelRecord.restores`). ``load`` with
-    ``version=None`` loads the current version and verifies its sha256 (:class:`IntegrityError`).
+    version whose blob is saved again, :attr:`ModelRecord.restores`). ``replacing`` (of ``save`` and
+    ``promote``): make the version current only if the current one is still ``replacing`` (0: none), in the
+    same atomic step as that check, else :class:`~app.model.errors.CurrentChangedError` with nothing changed —
+    for ``save``, nothing stored (a Redis store's version number is spent: versions may have gaps).
+    ``load`` with ``version=None`` loads the current version and verifies its sha256 (:class:`IntegrityError`).
     An unknown key or version raises :class:`~app.model.errors.ModelNotFoundError`.
     """
 
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0, restores: int | None = None,
+        after: int = 0, restores: int | None = None, replacing: int | None = None,
     ) -> ModelRecord: ...
 
     def load(self, model_key: str, version: int | None = None) -> tuple[bytes, ModelRecord]: ...
@@ -173,7 +195,7 @@ class ModelStore(Protocol):
 
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord: ...
 
-    def promote(self, model_key: str, version: int) -> ModelRecord: ...
+    def promote(self, model_key: str, version: int, replacing: int | None = None) -> ModelRecord: ...
 
     def keys(self) -> list[str]: ...
 

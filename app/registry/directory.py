@@ -5,7 +5,8 @@ Layout: ``<root>/<model key>/<version>.<fmt>`` (the blob, ``ubj`` or ``json``), 
 and ``CURRENT`` (the current version number). Every file is written to a temporary name and renamed
 into place, and the blob is in place before its metadata, so a reader — which only looks at versions
 that have a ``.meta.json`` — never sees metadata without its blob. Writers of one key serialise on an
-``flock`` of ``<root>/<model key>/.lock`` (several processes may share the directory).
+``flock`` of ``<root>/<model key>/.lock`` (several processes may share the directory); a promotion ``replacing`` a
+version checks ``CURRENT`` under that lock, before it writes anything.
 
 A directory that cannot be written, locked or read — full, read-only, not permitted, replaced by a file, a
 disk error — raises :class:`~app.model.errors.RegistryUnavailableError` from every method, naming the directory
@@ -32,6 +33,7 @@ from app.model.errors import ModelNotFoundError, RegistryUnavailableError
 from app.registry.base import (
     FORMATS,
     ModelRecord,
+    check_current,
     check_keep,
     check_model_key,
     new_record,
@@ -158,9 +160,10 @@ class DirectoryModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0, restores: int | None = None,
+        after: int = 0, restores: int | None = None, replacing: int | None = None,
     ) -> ModelRecord:
         with self._locked(model_key) as d:
+            check_current(model_key, replacing, self._current_version(model_key))
             version = max(max(self._kept(model_key), default=0), after) + 1
             blob_path = d / f"{version}.{fmt}"
             record = new_record(
@@ -170,8 +173,11 @@ class DirectoryModelStore:
             )
             _atomic_write(blob_path, blob)
             _atomic_write(d / f"{version}{META}", record.to_json())
+            if replacing is not None:
+                _atomic_write(d / CURRENT, str(version).encode())
             self._trim(model_key, d)
-        log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
+        log.info("model %s: saved version %d (%d bytes)%s", model_key, version, len(blob),
+                 ": current" if replacing is not None else "")
         return record
 
     @_available
@@ -206,9 +212,9 @@ class DirectoryModelStore:
         return out
 
     @_available
-    def promote(self, model_key: str, version: int) -> ModelRecord:
+    def promote(self, model_key: str, version: int, replacing: int | None = None) -> ModelRecord:
         with self._locked(model_key) as d:
-            return self._promote_locked(model_key, version, d)
+            return self._promote_locked(model_key, version, d, replacing)
 
     @_available
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
@@ -217,8 +223,9 @@ class DirectoryModelStore:
                 to_version = previous_version(model_key, self._kept(model_key), self._current_version(model_key))
             return self._promote_locked(model_key, to_version, d)
 
-    def _promote_locked(self, model_key: str, version: int, d: Path) -> ModelRecord:
+    def _promote_locked(self, model_key: str, version: int, d: Path, replacing: int | None = None) -> ModelRecord:
         record = self._record(model_key, version)
+        check_current(model_key, replacing, self._current_version(model_key))
         _atomic_write(d / CURRENT, str(version).encode())
         self._trim(model_key, d)
         log.info("model %s: version %d is current", model_key, version)

@@ -11,7 +11,11 @@ Keys, under ``<namespace>`` (model keys contain ``:`` themselves; the suffixes k
 
 A blob and its metadata are set (and deleted) in one transaction, so a reader never sees one without
 the other; readers fetch both in one transaction too. Moving ``current`` and trimming old versions
-``WATCH`` the keys they depend on and retry when another writer got there first.
+``WATCH`` the keys they depend on and retry when another writer got there first. A promotion ``replacing`` a
+version (compare-and-set, :class:`~app.registry.base.ModelStore`) watches ``current``, checks it and moves
+it in one MULTI/EXEC, so no other writer's promotion lands between the check and the move; a save that promotes
+writes its blob, metadata and ``current`` in that same transaction (refused: nothing written, its version number
+spent).
 
 Redis being away (connection refused or lost, a timeout, still loading its data) surfaces as
 :class:`~app.model.errors.RegistryUnavailableError` from every method, so a caller can tell "try again
@@ -28,10 +32,11 @@ from typing import Any, TypeVar
 import redis
 
 from app.clock import Clock, SystemClock
-from app.model.errors import ModelNotFoundError, RegistryUnavailableError
+from app.model.errors import CurrentChangedError, ModelNotFoundError, RegistryError, RegistryUnavailableError
 from app.redis_client import DEFAULT_TIMEOUT_S, redis_client
 from app.registry.base import (
     ModelRecord,
+    check_current,
     check_keep,
     check_model_key,
     new_record,
@@ -59,6 +64,11 @@ def _available(method: F) -> F:
                                            f"{type(exc).__name__}: {exc}") from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _version(raw: Any) -> int | None:
+    """The version a GET of a ``current`` key returned (None: no current version)."""
+    return int(raw) if raw is not None else None
 
 
 def _ints(values: Any) -> list[int]:
@@ -94,8 +104,7 @@ class RedisModelStore:
         return ":".join([self.namespace, "model", check_model_key(model_key), *map(str, parts)])
 
     def _current_version(self, model_key: str) -> int | None:
-        raw: Any = self._redis.get(self._k(model_key, "current"))
-        return int(raw) if raw is not None else None
+        return _version(self._redis.get(self._k(model_key, "current")))
 
     def _kept(self, model_key: str) -> list[int]:
         return _ints(self._redis.zrange(self._k(model_key, "versions"), 0, -1))
@@ -113,8 +122,7 @@ class RedisModelStore:
                 try:
                     pipe.watch(versions_key, current_key)
                     kept = _ints(pipe.zrange(versions_key, 0, -1))
-                    raw: Any = pipe.get(current_key)
-                    drop = versions_to_drop(kept, int(raw) if raw is not None else None, self.keep)
+                    drop = versions_to_drop(kept, _version(pipe.get(current_key)), self.keep)
                     if not drop:
                         pipe.unwatch()
                         return
@@ -133,7 +141,7 @@ class RedisModelStore:
     def save(
         self, model_key: str, blob: bytes, *, fmt: str, features: Sequence[str], params: Mapping[str, Any],
         metrics: Mapping[str, float], n_samples: int, training_window: tuple[float, float] | None = None,
-        after: int = 0, restores: int | None = None,
+        after: int = 0, restores: int | None = None, replacing: int | None = None,
     ) -> ModelRecord:
         check_model_key(model_key)
         seq = self._k(model_key, "seq")
@@ -146,14 +154,31 @@ class RedisModelStore:
             n_samples=n_samples, training_window=training_window, created_ts=self._clock.now(), restores=restores,
             location=f"{self._where}#{blob_key}",
         )
+        current_key = self._k(model_key, "current")
         with self._redis.pipeline(transaction=True) as pipe:
-            pipe.set(blob_key, blob)
-            pipe.set(self._k(model_key, "meta", version), record.to_json())
-            pipe.zadd(self._k(model_key, "versions"), {str(version): version})
-            pipe.sadd(f"{self.namespace}:models", model_key)
-            pipe.execute()
+            while True:
+                try:
+                    if replacing is not None:  # checked and moved in the transaction that stores the version
+                        pipe.watch(current_key)
+                        try:
+                            check_current(model_key, replacing, _version(pipe.get(current_key)))
+                        except CurrentChangedError:
+                            pipe.unwatch()
+                            raise
+                        pipe.multi()
+                    pipe.set(blob_key, blob)
+                    pipe.set(self._k(model_key, "meta", version), record.to_json())
+                    pipe.zadd(self._k(model_key, "versions"), {str(version): version})
+                    pipe.sadd(f"{self.namespace}:models", model_key)
+                    if replacing is not None:
+                        pipe.set(current_key, version)
+                    pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue
         self._trim(model_key)
-        log.info("model %s: saved version %d (%d bytes)", model_key, version, len(blob))
+        log.info("model %s: saved version %d (%d bytes)%s", model_key, version, len(blob),
+                 ": current" if replacing is not None else "")
         return record
 
     @_available
@@ -190,18 +215,22 @@ class RedisModelStore:
         return [ModelRecord.from_json(r) for r in raws if r is not None]
 
     @_available
-    def promote(self, model_key: str, version: int) -> ModelRecord:
-        meta_key = self._k(model_key, "meta", version)
+    def promote(self, model_key: str, version: int, replacing: int | None = None) -> ModelRecord:
+        meta_key, current_key = self._k(model_key, "meta", version), self._k(model_key, "current")
         with self._redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(meta_key)
+                    pipe.watch(meta_key, current_key)
                     raw = pipe.get(meta_key)
-                    if raw is None:
+                    try:
+                        if raw is None:
+                            raise ModelNotFoundError(model_key, version)
+                        check_current(model_key, replacing, _version(pipe.get(current_key)))
+                    except RegistryError:
                         pipe.unwatch()
-                        raise ModelNotFoundError(model_key, version)
+                        raise
                     pipe.multi()
-                    pipe.set(self._k(model_key, "current"), version)
+                    pipe.set(current_key, version)
                     pipe.execute()
                     break
                 except redis.WatchError:
@@ -212,8 +241,9 @@ class RedisModelStore:
 
     @_available
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
-        if to_version is None:
-            to_version = previous_version(model_key, self._kept(model_key), self._current_version(model_key))
+        if to_version is None:  # back from the current version read here, and only from it
+            current = self._current_version(model_key)
+            return self.promote(model_key, previous_version(model_key, self._kept(model_key), current), current)
         return self.promote(model_key, to_version)
 
     @_available

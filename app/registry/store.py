@@ -7,12 +7,15 @@ Two stores implement :class:`~app.registry.base.ModelStore`:
 
     record = store.save(key, booster_to_bytes(result.booster), fmt="ubj", ...)   # a challenger
     if challenger_wins:
-        store.promote(key, record.version)                                        # now the champion
+        store.promote(key, record.version, replacing=champion.version)            # now the champion
     ...
     store.rollback(key)                                                           # back to the previous one
 
 ``save`` never changes what ``load(key)`` returns: only ``promote`` and ``rollback`` move the current
-pointer. Each store keeps the newest ``keep`` versions and the current one; older blobs are deleted.
+pointer — or ``save(..., replacing=v)``, which saves and promotes in one step. ``replacing`` makes a promotion
+compare-and-set: it happens only if ``v`` is still current (:class:`~app.model.errors.CurrentChangedError`
+otherwise, nothing changed). Each store keeps the newest ``keep`` versions and the current one; older blobs are
+deleted.
 
 >>> import tempfile
 >>> from app.registry.directory import DirectoryModelStore
@@ -21,8 +24,14 @@ pointer. Each store keeps the newest ``keep`` versions and the current one; olde
 >>> r = store.save("gCTF:gpu", b"blob-1", fmt="json", features=["a"], params={}, metrics={}, n_samples=1)
 >>> r.version, store.current("gCTF:gpu")
 (1, None)
->>> store.promote("gCTF:gpu", 1).version, store.load("gCTF:gpu")[0]
+>>> store.promote("gCTF:gpu", 1, replacing=0).version, store.load("gCTF:gpu")[0]
 (1, b'blob-1')
+>>> store.save("gCTF:gpu", b"blob-2", fmt="json", features=["a"], params={}, metrics={}, n_samples=1, replacing=0)
+Traceback (most recent call last):
+...
+app.model.errors.CurrentChangedError: model 'gCTF:gpu': the current version is v1, not none: nothing changed
+>>> [r.version for r in store.versions("gCTF:gpu")]
+[1]
 >>> tmp.cleanup()
 """
 

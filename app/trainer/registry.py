@@ -11,11 +11,16 @@ key are the models that served, in order. The record becomes the model-updates v
 (:func:`update_message`; :func:`announcement` is the message every announcer sends). A verdict is given again
 on the same holdout when the key's current version changed while the challenger trained (an operator rolled
 back, :meth:`ModelRegistry.judge_again`): a challenger replaces the model that serves, not the one it was
-first compared with.
+first compared with. Its registration is compare-and-set (:meth:`ModelRegistry.promote_challenger`): saved and
+made current in one step only if the current version is still the champion it was judged against, else judged
+again against the new current and registered only if it still wins — a rollback that landed while the trainer
+waited for model-updates is never replaced by a challenger that only beat the model rolled back from. A refused
+save stores nothing.
 
 A version saved again (:meth:`ModelRegistry.reissue` for a registry that lost its newest versions,
 :meth:`ModelRegistry.restore` for an operator's rollback) is the same verified blob under a new version above
-every version announced, so every process that applies model-updates takes it.
+every version announced, so every process that applies model-updates takes it; it replaces the current version
+it was decided against, or nothing (:class:`~app.model.errors.CurrentChangedError`).
 
 A save the store cannot make now — Redis away, or a models directory that is full, read-only or gone — raises
 :class:`~app.model.errors.RegistryUnavailableError`; :meth:`ModelRegistry.ready` tells the service when to
@@ -31,7 +36,7 @@ from typing import Any
 
 from app.config import Settings
 from app.contracts import encode
-from app.model.errors import ModelError, ModelNotFoundError, RegistryUnavailableError
+from app.model.errors import CurrentChangedError, ModelError, ModelNotFoundError, RegistryUnavailableError
 from app.model.train import booster_to_bytes
 from app.registry.base import ModelRecord, ModelStore
 from app.registry.directory import DirectoryModelStore
@@ -44,6 +49,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "ubj"
 UNJUDGED = ""  # the champion's sha256 when not even its record could be read (the verdict is given again)
+NO_CHAMPION = (0, None)  # the champion judged against when there was none: (version 0, no sha256)
 
 
 def update_message(record: ModelRecord) -> dict[str, Any]:
@@ -83,7 +89,9 @@ class ModelRegistry:
         self.store = store
         self.fmt = fmt
         self._unsaved: dict[str, int] = {}  # key -> bytes of the blob its store could not take
-        self._judged: dict[str, str | None] = {}  # key -> sha256 of the champion last scored (None: there was none)
+        # key -> (version, sha256) of the champion last scored: NO_CHAMPION when there was none; version None
+        # when not even its record could be read
+        self._judged: dict[str, tuple[int | None, str | None]] = {}
 
     def ready(self, model_key: str) -> None:
         """Return once the store would take ``model_key``'s next save, else raise
@@ -93,32 +101,34 @@ class ModelRegistry:
         if isinstance(self.store, DirectoryModelStore):
             self.store.check_writable(model_key, self._unsaved.get(model_key, 1))
 
-    def _save(self, model_key: str, blob: bytes, **fields: Any) -> dict[str, Any]:
-        """Save ``blob`` as the next version and make it current; its model-updates fields. The size of a blob
-        the store could not take is kept for :meth:`ready`."""
+    def _save(self, model_key: str, blob: bytes, replacing: int | None, **fields: Any) -> dict[str, Any]:
+        """Save ``blob`` as the next version and make it current — in one step, only if the current version is
+        still ``replacing`` (0: none; None: whatever it is), else :class:`CurrentChangedError` and nothing saved;
+        its model-updates fields. The size of a blob the store could not take is kept for :meth:`ready`."""
         try:
-            saved = self.store.save(model_key, blob, **fields)
-            promoted = self.store.promote(model_key, saved.version)
+            saved = self.store.save(model_key, blob, replacing=replacing, **fields)
+            if replacing is None:
+                saved = self.store.promote(model_key, saved.version)
         except RegistryUnavailableError:
             self._unsaved[model_key] = len(blob)
             raise
         self._unsaved.pop(model_key, None)
-        return update_message(promoted)
+        return update_message(saved)
 
     def champion_metrics(self, model_key: str, holdout: Dataset) -> dict[str, float] | None:
         """Holdout metrics of the current version; None without one; NaN RMSE when it is unusable."""
         try:
             predictor, record = load_predictor(self.store, model_key)
         except ModelNotFoundError:
-            self._judged[model_key] = None
+            self._judged[model_key] = NO_CHAMPION
             return None
         except RegistryUnavailableError:
             raise  # Redis away says nothing about the champion: the retrain is tried again later
         except (ModelError, ValueError) as exc:
             log.warning("champion of %s cannot be loaded (%s): treating it as unusable", model_key, exc)
-            self._judged[model_key] = self._current_sha(model_key)
+            self._judged[model_key] = self._current(model_key)
             return {"rmse_ms": math.nan}
-        self._judged[model_key] = record.sha256
+        self._judged[model_key] = (record.version, record.sha256)
         try:
             metrics = score_champion(predictor, holdout)
         except (ModelError, ValueError) as exc:
@@ -127,39 +137,69 @@ class ModelRegistry:
         log.info("champion %s v%d: holdout rmse %.1f ms", model_key, record.version, metrics["rmse_ms"])
         return metrics
 
-    def _current_sha(self, model_key: str) -> str | None:
-        """The sha256 of the current record (None: no current version), :data:`UNJUDGED` if it cannot be read."""
+    def _current(self, model_key: str) -> tuple[int | None, str | None]:
+        """(version, sha256) of the current record; :data:`NO_CHAMPION` without a current version; version None
+        and sha256 :data:`UNJUDGED` if it cannot be read."""
         try:
             current = self.store.current(model_key)
         except (ModelError, ValueError):
-            return UNJUDGED
-        return current.sha256 if current is not None else None
+            return None, UNJUDGED
+        return (current.version, current.sha256) if current is not None else NO_CHAMPION
+
+    def champion_version(self, model_key: str) -> int | None:
+        """The version :meth:`champion_metrics` scored last (0: there was none), which a challenger judged against
+        it replaces; None when not known (never scored, or its record unreadable: registered without the check)."""
+        return self._judged.get(model_key, (None, None))[0]
 
     def judge_again(self, model_key: str, challenger: Challenger, verdict: Verdict,
-                    margin: float = MARGIN) -> Verdict:
+                    margin: float = MARGIN, meanwhile: str = "trained") -> Verdict:
         """``verdict`` if the key's current model is still the champion :meth:`champion_metrics` scored last, else
         the verdict against the current one on the challenger's holdout (an operator rolled back while it
-        trained: the challenger must beat the model that serves now)."""
+        ``meanwhile``: the challenger must beat the model that serves now). The same model saved again under a
+        new version is the same champion (the verdict stands, the new version is the one it replaces)."""
         if model_key not in self._judged:
             return verdict
         current = self.store.current(model_key)
-        if (current.sha256 if current is not None else None) == self._judged[model_key]:
+        if (current.sha256 if current is not None else None) == self._judged[model_key][1]:
+            self._judged[model_key] = (current.version, current.sha256) if current is not None else NO_CHAMPION
             return verdict
-        log.warning("retrain of %s: the current model changed to %s while the challenger trained: judging it "
-                    "again", model_key, f"v{current.version}" if current is not None else "none")
+        log.warning("retrain of %s: the current model changed to %s while the challenger %s: judging it again",
+                    model_key, f"v{current.version}" if current is not None else "none", meanwhile)
         return judge(challenger.metrics, self.champion_metrics(model_key, challenger.holdout), margin=margin)
 
-    def register(self, model_key: str, challenger: Challenger, after: int = 0) -> dict[str, Any]:
+    def register(self, model_key: str, challenger: Challenger, after: int = 0,
+                 replacing: int | None = None) -> dict[str, Any]:
         """Save the challenger as the next version (above ``after``, the newest announced), make it current,
-        return its model-updates fields."""
+        return its model-updates fields. ``replacing``: only in place of that version (0: none), else
+        :class:`CurrentChangedError` and nothing saved."""
         result = challenger.result
         holdout = challenger.holdout
         n = challenger.n_fit + len(holdout)
         metrics = {**challenger.metrics, **{k: v for k, v in result.metrics.items() if k.startswith("n_")}}
         metrics["n_holdout"] = float(len(holdout))
-        return self._save(model_key, booster_to_bytes(result.booster, self.fmt), fmt=self.fmt,
+        return self._save(model_key, booster_to_bytes(result.booster, self.fmt), replacing, fmt=self.fmt,
                           features=list(result.feature_names), params=result.params, metrics=metrics,
                           n_samples=n, training_window=challenger.fit_window, after=after)
+
+    def promote_challenger(self, model_key: str, challenger: Challenger, verdict: Verdict, after: int = 0,
+                           margin: float = MARGIN) -> tuple[Verdict, dict[str, Any] | None]:
+        """Register a challenger that won (``verdict``) in place of the champion it was judged against; while the
+        current version changed before it landed (:class:`CurrentChangedError`: an operator rolled back, another
+        trainer promoted), judged again against the new current on the same holdout and registered in its place
+        only if it still wins. The final verdict and the model-updates fields (None: it lost, nothing saved)."""
+        if not verdict.promote:
+            return verdict, None
+        while True:
+            try:
+                return verdict, self.register(model_key, challenger, after, self.champion_version(model_key))
+            except CurrentChangedError:
+                verdict = self.judge_again(model_key, challenger, verdict, margin, "waited to be registered")
+            if not verdict.promote:
+                now = self.champion_version(model_key)
+                log.warning("retrain of %s: the current version changed to %s while the challenger waited to be "
+                            "registered, and the challenger does not beat it (%s): rejected", model_key,
+                            f"v{now}" if now else "none", verdict.reason)
+                return verdict, None
 
     def reissue(self, model_key: str, after: int) -> dict[str, Any] | None:
         """Save the current version again as a new one above ``after`` and make it current; its model-updates
@@ -173,17 +213,19 @@ class ModelRegistry:
             blob, record = self.store.load(model_key)
         except ModelNotFoundError:
             return None
-        return self._save_again(blob, record, after, record.restores)
+        return self._save_again(blob, record, after, record.restores, replacing=record.version)
 
-    def restore(self, model_key: str, version: int, after: int) -> dict[str, Any]:
+    def restore(self, model_key: str, version: int, after: int, replacing: int | None = None) -> dict[str, Any]:
         """Save kept ``version`` of ``model_key`` (its verified blob) again as a new version above ``after`` and
         above every version the registry gave, and make it current: an operator's rollback, as every process
         that applies model-updates will take it (they ignore a version older than the one they hold). The new
-        record's ``restores`` names the version whose model it is. Its model-updates fields."""
+        record's ``restores`` names the version whose model it is. Its model-updates fields. ``replacing``: only in
+        place of that current version, else :class:`CurrentChangedError` and nothing saved."""
         blob, record = self.store.load(model_key, version)
-        return self._save_again(blob, record, after, record.restores or record.version)
+        return self._save_again(blob, record, after, record.restores or record.version, replacing)
 
-    def _save_again(self, blob: bytes, record: ModelRecord, after: int, restores: int | None) -> dict[str, Any]:
-        return self._save(record.model_key, blob, fmt=record.format, features=list(record.features),
+    def _save_again(self, blob: bytes, record: ModelRecord, after: int, restores: int | None,
+                    replacing: int | None) -> dict[str, Any]:
+        return self._save(record.model_key, blob, replacing, fmt=record.format, features=list(record.features),
                           params=dict(record.params), metrics=dict(record.metrics), n_samples=record.n_samples,
                           training_window=record.training_window, after=after, restores=restores)

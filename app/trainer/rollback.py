@@ -5,7 +5,9 @@ model-updates and ignore a version older than the one they hold, and the trainer
 current below the newest announced for a registry that lost its data. So a rollback saves the verified blob of
 the version gone back to again, as a new version above both the registry's newest and the newest announced
 (:meth:`~app.trainer.registry.ModelRegistry.restore`; the record's ``restores`` names the version), makes it
-current, and announces it with the trainer's message (:func:`app.trainer.announcements.announce`).
+current, and announces it with the trainer's message (:func:`app.trainer.announcements.announce`). It is saved
+and made current in one compare-and-set step, in place of the current version the plan was made against only: a
+retrain promoted meanwhile is left current and nothing is saved (:func:`roll_back`).
 
 The version gone back to by default is :func:`~app.registry.base.previous_version` of the model the current one
 is — the version it restores, when it is a rollback itself, so that a second rollback goes further back instead
@@ -18,7 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from app.model.errors import ModelNotFoundError, RegistryError
+from app.model.errors import CurrentChangedError, ModelNotFoundError, RegistryError
 from app.registry.base import ModelRecord, ModelStore, check_model_key, previous_version
 from app.trainer.registry import ModelRegistry
 
@@ -81,13 +83,14 @@ def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = No
 
 
 def roll_back(registry: ModelRegistry, plan: RollbackPlan) -> dict[str, Any]:
-    """Save the plan's target again above every version given and announced, and make it current; its
-    model-updates fields. :class:`RegistryError` when the key's current version is no longer the plan's (the
-    trainer promoted one meanwhile: plan again)."""
-    now = registry.store.current(plan.model_key)
-    if now is None or now.version != plan.current.version:
-        found = f"v{now.version}" if now is not None else "none"
-        raise RegistryError(f"model {plan.model_key!r}: the current version changed from v{plan.current.version} "
-                            f"to {found} meanwhile; nothing done (look again: rttsched models show "
-                            f"{plan.model_key})")
-    return registry.restore(plan.model_key, plan.target.version, max(plan.announced, plan.current.version))
+    """Save the plan's target again above every version given and announced, and make it current in place of the
+    plan's current version; its model-updates fields. :class:`RegistryError` when the key's current version is no
+    longer the plan's, up to the moment it would be replaced (the trainer promoted one meanwhile): nothing is
+    saved, nothing changed; plan again."""
+    try:
+        return registry.restore(plan.model_key, plan.target.version, max(plan.announced, plan.current.version),
+                                replacing=plan.current.version)
+    except CurrentChangedError as exc:
+        found = f"v{exc.found}" if exc.found else "none"
+        raise RegistryError(f"the current version of {plan.model_key} changed to {found} while rolling back: "
+                            "nothing changed; run it again") from None

@@ -29,7 +29,9 @@ through :func:`app.trainer.pipeline.train_challenger` in a one-thread executor. 
 process: XGBoost's training and the numba/numpy measures of the selection release the GIL, and a
 process pool would copy the history through pickle on every retrain. The champion is loaded from the
 registry and scored on the same holdout in that thread too; :func:`app.trainer.champion.judge`
-decides; a promoted challenger is saved, promoted and announced on model-updates.
+decides; a promoted challenger is saved, promoted and announced on model-updates — in place of the champion it
+was judged against only (compare-and-set: a rollback that landed meanwhile is judged against again,
+:meth:`~app.trainer.registry.ModelRegistry.promote_challenger`).
 
 While a key is training, further events for it are coalesced (dropped and counted): the running
 retrain already uses every sample up to its start, and a drift that persists is signalled again by
@@ -79,7 +81,7 @@ from app.errors import ContractError
 from app.kafka.client import client_options, consumer_options
 from app.kafka.commits import GroupCommits, Mark
 from app.kafka.positions import PositionGuard
-from app.model.errors import NotEnoughSamplesError, RegistryError, RegistryUnavailableError
+from app.model.errors import CurrentChangedError, NotEnoughSamplesError, RegistryError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
 from app.registry.base import check_model_key
 from app.retry import Backoff
@@ -501,8 +503,13 @@ class TrainerService(RegistryAgreement):
         _, node_class, _ = parse_model_key(key)
         loop = asyncio.get_running_loop()
         if reason == REGISTRY_LOST:  # the current version, if the registry kept one, saved again above the lost
-            record = await loop.run_in_executor(self._executor, self.registry.reissue, key,
-                                                self._newest_announced(key))
+            try:
+                record = await loop.run_in_executor(self._executor, self.registry.reissue, key,
+                                                    self._newest_announced(key))
+            except CurrentChangedError as exc:  # promoted meanwhile (a rollback, a retrain): the next check looks
+                log.warning("retrain of %s: the current version changed to %s before it was saved again: nothing "
+                            "saved", key, f"v{exc.found}" if exc.found else "none")
+                return Outcome(key, reason, "rejected", detail=str(exc))
             if record is not None:
                 await self._announce(record, event, timed=False)
                 return Outcome(key, reason, "promoted", version=int(record["version"]),
@@ -527,8 +534,11 @@ class TrainerService(RegistryAgreement):
         if not verdict.promote:
             return Outcome(key, reason, "rejected", verdict=verdict, metrics=challenger.metrics)
         await self._caught_up(self._updates, self._update_tps, "model-updates")  # the newest version announced
-        record = await loop.run_in_executor(self._executor, self.registry.register, key, challenger,
-                                            self._newest_announced(key))
+        # in place of the champion judged against only: a rollback that landed meanwhile is judged against again
+        verdict, record = await loop.run_in_executor(self._executor, self.registry.promote_challenger, key,
+                                                     challenger, verdict, self._newest_announced(key), self.margin)
+        if record is None:
+            return Outcome(key, reason, "rejected", verdict=verdict, metrics=challenger.metrics)
         await self._announce(record, event, timed=reason != REGISTRY_LOST)
         return Outcome(key, reason, "promoted", version=int(record["version"]), verdict=verdict,
                        metrics=challenger.metrics)

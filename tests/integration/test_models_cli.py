@@ -5,8 +5,9 @@ pipeline, :meth:`ModelRegistry.register`, the trainer's model-updates message), 
 rolls back. The registry's current is then a new version holding the first version's blob, announced above every
 version before it; the extender's view feed installs it; the running trainer takes the announcement as its own
 newest, its registry check leaves it alone, and its next retrain judges the challenger against the rolled-back
-model. ``list`` and ``show`` flag a current version that was never announced; bad input, and a Redis or a broker
-that does not answer, are one line and exit status 2.
+model. A rollback that a retrain's promotion overtakes changes nothing and says so. ``list`` and ``show`` flag a
+current version that was never announced; bad input, and a Redis or a broker that does not answer, are one line
+and exit status 2.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from app.kafka.embedded import free_port
 from app.model.base import Predictor
 from app.model.fast import FastPredictor
 from app.registry.base import sha256_hex
+from app.registry.redis_store import RedisModelStore
 from app.registry.store import open_store
 from app.scheduler.builder import SnapshotBuilder
 from app.trainer.announcements import announce, read_announced
@@ -184,6 +186,44 @@ async def test_a_rollback_reaches_the_extender_and_the_trainer_judges_against_it
     finally:
         await feed.stop()
         store.close()  # type: ignore[attr-defined]
+
+
+async def test_a_rollback_overtaken_by_a_retrain_changes_nothing_and_exits_2(
+        kafka_settings: Settings, redis_url: str, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer promotes a retrain after the rollback was planned (and shown), before it saves the version
+    gone back to: the rollback refuses in one line, saves and announces nothing; the retrain stays current."""
+    s = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    registry = ModelRegistry(s)
+    for after, seed in ((0, 10), (1, 11)):
+        challenger = await asyncio.to_thread(train_challenger, dataset(samples(300, np.random.default_rng(seed))),
+                                             "gpu", params=FAST, selector=None)
+        await announce(s, registry.register(KEY, challenger, after=after))
+    retrained = await asyncio.to_thread(train_challenger, dataset(samples(300, np.random.default_rng(12))), "gpu",
+                                        params=FAST, selector=None)
+    promoted: dict[str, Any] = {}
+    load = RedisModelStore.load
+
+    def the_retrain_lands_first(self: RedisModelStore, model_key: str, version: int | None = None) -> Any:
+        """The rollback's read of the version it goes back to (after its plan and its checks): the trainer's
+        promotion gets there first."""
+        if not promoted:
+            promoted["at"] = version
+            promoted.update(registry.register(KEY, retrained, after=2))
+        return load(self, model_key, version)
+
+    monkeypatch.setattr(RedisModelStore, "load", the_retrain_lands_first)
+    rc, out, err = await cli("rollback", KEY, "--yes")
+
+    assert (promoted["at"], promoted["version"]) == (1, 3)
+    assert f"{KEY}: current v2" in out and "back to v1" in out  # the plan it showed
+    assert rc == 2, (out, err)
+    assert err == (f"rttsched models: error: the current version of {KEY} changed to v3 while rolling back: nothing "
+                   "changed; run it again\n")
+    current = registry.store.current(KEY)
+    assert current is not None and (current.version, current.sha256) == (3, promoted["sha256"])
+    assert current.restores is None  # the retrain, not a rollback
+    assert [r.version for r in registry.store.versions(KEY)] == [1, 2, 3]  # the rollback saved nothing
+    assert (await read_announced(s))[KEY].version == 2  # and announced nothing
 
 
 async def test_list_and_show_flag_a_current_version_that_was_never_announced(

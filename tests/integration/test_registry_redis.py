@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import uuid
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import redis
 import xgboost
 
 from app.clock import ManualClock
-from app.model.errors import IntegrityError, ModelNotFoundError, RegistryError
+from app.model.errors import CurrentChangedError, IntegrityError, ModelNotFoundError, RegistryError
 from app.model.train import booster_to_bytes
 from app.registry.base import ModelRecord, ModelStore
 from app.registry.directory import DirectoryModelStore
@@ -105,6 +107,59 @@ def test_promote_and_rollback(store):
     with pytest.raises(ModelNotFoundError):
         store.promote(KEY, 42)
     assert store.current(KEY).version == 3, "a failed promote changes nothing"
+
+
+def test_promotion_is_compare_and_set_on_the_current_version(store):
+    """``replacing``: the pointer moves only from the version the caller decided against (0: none); a save that
+    promotes is refused before it stores anything."""
+    for i in range(1, 4):
+        save(store, f"v{i}".encode())
+    assert store.promote(KEY, 1, replacing=0).version == 1
+    with pytest.raises(CurrentChangedError, match="the current version is v1, not none") as err:
+        store.promote(KEY, 2, replacing=0)
+    assert (err.value.model_key, err.value.expected, err.value.found) == (KEY, 0, 1)
+    assert store.promote(KEY, 2, replacing=1).version == 2
+    with pytest.raises(CurrentChangedError, match="the current version is v2, not v1"):  # rolled back meanwhile
+        store.promote(KEY, 3, replacing=1)
+    with pytest.raises(ModelNotFoundError):  # an unknown version is that, whatever the current
+        store.promote(KEY, 42, replacing=1)
+    with pytest.raises(CurrentChangedError, match="the current version is v2, not v1"):
+        save(store, b"v4", replacing=1)
+    assert store.current(KEY).version == 2, "a refused promotion changes nothing"
+    assert [r.version for r in store.versions(KEY)] == [1, 2, 3], "a refused save stores nothing"
+
+    v4 = save(store, b"v4", replacing=2)  # saved and made current in one step
+    assert store.current(KEY) == v4 and store.load(KEY)[0] == b"v4"
+    assert v4.version in (4, 5)  # a Redis store spent version 4 on the refused save: never reused
+    assert [r.version for r in store.versions(KEY)] == [2, 3, v4.version]  # keep=3: trimmed as by promote
+    assert store.promote(KEY, 3).version == 3, "without replacing: whatever the current"
+
+
+def test_concurrent_promotions_never_replace_the_same_version(store):
+    """Writers each read the current version and promote a new one in its place: each version is replaced at most
+    once, so the successful promotions form one chain and none is lost."""
+    won: list[tuple[int, int]] = []  # (version replaced, version saved)
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def writer(i: int) -> None:
+        start.wait()
+        for j in range(8):
+            current = store.current(KEY)
+            replacing = current.version if current is not None else 0
+            try:
+                saved = save(store, f"w{i}-{j}".encode(), replacing=replacing)
+            except CurrentChangedError:
+                continue
+            with lock:
+                won.append((replacing, saved.version))
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        list(pool.map(writer, range(6)))
+    chain = sorted(won, key=lambda w: w[1])
+    assert chain and chain[0][0] == 0
+    assert [replaced for replaced, _ in chain[1:]] == [saved for _, saved in chain[:-1]], chain
+    assert store.current(KEY).version == chain[-1][1]
 
 
 def test_tampered_blob_is_refused(store):

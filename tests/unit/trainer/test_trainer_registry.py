@@ -110,3 +110,27 @@ def test_a_challenger_is_judged_again_against_a_model_rolled_back_to_while_it_tr
     assert rolled["version"] == 3 and registry.store.current("gCTF:cpu").restores == 1  # type: ignore[union-attr]
     again = registry.judge_again("gCTF:cpu", challenger, verdict)
     assert again.reason == "not_better" and again.champion_rmse_ms == pytest.approx(good.metrics["rmse_ms"], rel=1e-3)
+
+
+def test_a_challenger_does_not_replace_a_rollback_that_landed_after_it_was_judged_again(
+        registry: ModelRegistry) -> None:
+    """The registry's calls in the order of the race: judged against the bad v2 (and again, nothing changed yet),
+    then an operator rolls back to v1 while the trainer reads model-updates, then the trainer registers: refused
+    by the compare-and-set, judged against the rollback, it loses and saves nothing."""
+    good = train_challenger(dataset(), "cpu", params=FAST, selector=None)
+    shuffled = dataset()
+    bad = train_challenger(Dataset(shuffled.X, np.random.default_rng(1).permutation(shuffled.y), shuffled.ts,
+                                   shuffled.names), "cpu", params=FAST, selector=None)
+    registry.register("gCTF:cpu", good)
+    registry.register("gCTF:cpu", bad, after=1)
+    challenger = train_challenger(dataset(), "cpu", params=FAST, selector=None)  # as good as v1
+    verdict = judge(challenger.metrics, registry.champion_metrics("gCTF:cpu", challenger.holdout))
+    assert registry.judge_again("gCTF:cpu", challenger, verdict) is verdict and verdict.reason == "better"
+    assert registry.champion_version("gCTF:cpu") == 2
+
+    ModelRegistry(store=registry.store).restore("gCTF:cpu", 1, after=2, replacing=2)  # the operator's rollback
+    final, fields = registry.promote_challenger("gCTF:cpu", challenger, verdict)
+    assert fields is None and final.reason == "not_better"
+    current = registry.store.current("gCTF:cpu")
+    assert current is not None and (current.version, current.restores) == (3, 1)
+    assert [r.version for r in registry.store.versions("gCTF:cpu")] == [1, 2, 3]

@@ -71,6 +71,8 @@ def test_a_rollback_refuses_what_it_cannot_do(store: DirectoryModelStore) -> Non
 
     plan = plan_rollback(store, KEY)
     promote(store, b"four")  # the trainer promoted meanwhile: nothing done
-    with pytest.raises(RegistryError, match="changed from v3 to v4 meanwhile"):
+    with pytest.raises(RegistryError, match="^the current version of gCTF:gpu changed to v4 while rolling back: "
+                                            "nothing changed; run it again$"):
         roll_back(ModelRegistry(store=store), plan)
     assert store.current(KEY).version == 4  # type: ignore[union-attr]
+    assert [r.version for r in store.versions(KEY)] == [1, 2, 3, 4]  # nothing saved
