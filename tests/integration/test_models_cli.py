@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from test_trainer import produce
 
 from app.cli.main import main
 from app.config import Settings
@@ -68,17 +68,6 @@ def dataset(rows: list[dict[str, Any]]) -> Dataset:
     for s in rows:
         history.add(s)
     return history.dataset(KEY)
-
-
-async def produce(settings: Settings, topic: str, items: list[tuple[str, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
-    await producer.start()
-    try:
-        for key, value in items:
-            await producer.send(settings.topic(topic), value, key=key.encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 async def until(done: Callable[[], Any], what: str, timeout_s: float = 30.0) -> None:

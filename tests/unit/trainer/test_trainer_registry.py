@@ -14,7 +14,7 @@ from app.registry.directory import DirectoryModelStore
 from app.trainer.champion import judge
 from app.trainer.cpus import parse_cpus
 from app.trainer.history import Dataset
-from app.trainer.pipeline import train_challenger
+from app.trainer.pipeline import Challenger, train_challenger
 from app.trainer.registry import ModelRegistry
 from app.trainer.service import TrainerService
 
@@ -91,16 +91,22 @@ def test_cpu_lists_and_service_settings(tmp_path: Path) -> None:
         TrainerService(s, holdout_fraction=0.0)
 
 
-def test_a_challenger_is_judged_again_against_a_model_rolled_back_to_while_it_trained(
-        registry: ModelRegistry) -> None:
-    """The challenger beat the bad current model; an operator rolled back to the good one before it was
-    registered: it is judged again against the model that serves now, and loses to it."""
+def good_then_bad(registry: ModelRegistry) -> Challenger:
+    """v1 a good model of gCTF:cpu, v2 (current) one trained on shuffled RTTs; the good one."""
     good = train_challenger(dataset(), "cpu", params=FAST, selector=None)
     shuffled = dataset()
     bad = train_challenger(Dataset(shuffled.X, np.random.default_rng(1).permutation(shuffled.y), shuffled.ts,
                                    shuffled.names), "cpu", params=FAST, selector=None)
     registry.register("gCTF:cpu", good)
     registry.register("gCTF:cpu", bad, after=1)
+    return good
+
+
+def test_a_challenger_is_judged_again_against_a_model_rolled_back_to_while_it_trained(
+        registry: ModelRegistry) -> None:
+    """The challenger beat the bad current model; an operator rolled back to the good one before it was
+    registered: it is judged again against the model that serves now, and loses to it."""
+    good = good_then_bad(registry)
     challenger = train_challenger(dataset(), "cpu", params=FAST, selector=None)  # as good as v1
     verdict = judge(challenger.metrics, registry.champion_metrics("gCTF:cpu", challenger.holdout))
     assert verdict.reason == "better"
@@ -117,12 +123,7 @@ def test_a_challenger_does_not_replace_a_rollback_that_landed_after_it_was_judge
     """The registry's calls in the order of the race: judged against the bad v2 (and again, nothing changed yet),
     then an operator rolls back to v1 while the trainer reads model-updates, then the trainer registers: refused
     by the compare-and-set, judged against the rollback, it loses and saves nothing."""
-    good = train_challenger(dataset(), "cpu", params=FAST, selector=None)
-    shuffled = dataset()
-    bad = train_challenger(Dataset(shuffled.X, np.random.default_rng(1).permutation(shuffled.y), shuffled.ts,
-                                   shuffled.names), "cpu", params=FAST, selector=None)
-    registry.register("gCTF:cpu", good)
-    registry.register("gCTF:cpu", bad, after=1)
+    good_then_bad(registry)
     challenger = train_challenger(dataset(), "cpu", params=FAST, selector=None)  # as good as v1
     verdict = judge(challenger.metrics, registry.champion_metrics("gCTF:cpu", challenger.holdout))
     assert registry.judge_again("gCTF:cpu", challenger, verdict) is verdict and verdict.reason == "better"

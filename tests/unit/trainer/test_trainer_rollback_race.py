@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from trainer_samples import KEY, AtTheEnd, samples
 
 from app.config import Settings
 from app.contracts import decode
@@ -26,29 +27,7 @@ from app.trainer.registry import ModelRegistry
 from app.trainer.rollback import plan_rollback, roll_back
 from app.trainer.service import Outcome, TrainerService
 
-KEY = "gCTF:gpu"
 FAST = {"n_estimators": 60}
-
-
-def samples(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """gCTF samples whose RTT follows GPU utilisation (plus 2 % noise)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        util = float(rng.uniform(0, 100))
-        out.append({"model_key": KEY, "task_id": f"task-{i}", "app": "gCTF", "node": f"gpu-{i % 3}",
-                    "node_class": "gpu", "gpu_model": "Tesla M40", "started_ts": 1_700_000_000.0 + i,
-                    "rtt_ms": (300.0 + 6.0 * util) * float(rng.normal(1.0, 0.02)), "input_size_mb": 64.0,
-                    "window_s": 30.0, "features": {"nvidia_smi_utilization_gpu__mean": util,
-                                                   "cpu_iowait__mean": float(rng.uniform(0, 5))}})
-    return out
-
-
-class AtTheEnd:
-    """A Kafka consumer with nothing left to read: the trainer's catch-up returns at once."""
-
-    async def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
-        return {}
 
 
 class RollbackInTheWait(AtTheEnd):
