@@ -522,3 +522,37 @@ async def test_a_committed_offset_beyond_the_partition_s_end_is_reset_and_counte
         await wait_for(lambda: len(service.submitted) == 3, 10.0, "the three events")
         assert service.submitted == [(KEY, r) for r in reasons]
     store.close()
+
+
+class SlowCheckTrainer(TrainerService):
+    """A trainer whose check after each fetch waits on the broker (as confirming a position beyond the end does)."""
+
+    async def _fetch(self, *args: Any, **kw: Any) -> dict[Any, list[Any]]:
+        batches = await super()._fetch(*args, **kw)
+        await asyncio.sleep(0.06)
+        return batches
+
+
+async def test_catch_up_returns_once_every_sample_is_in_the_history(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """Samples produced as one batch of more records than one read takes (5,000) are all in the history when the
+    catch-up before a save returns, also when the loop waits on the broker between a fetch and applying it, and
+    on a broker whose ListOffsets answers the last batch's first offset + 1 (the embedded one)."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    rows = samples(12_000, 0, np.random.default_rng(5))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, linger_ms=5_000,
+                                max_batch_size=16 << 20, max_request_size=16 << 20)
+    await producer.start()
+    try:  # one key, one partition, one batch: sent together within the linger
+        sent = [await producer.send(settings.topic("training-samples"), encode("training-samples", s),
+                                    key=KEY.encode()) for s in rows]
+        await producer.flush()
+        offsets = {(await f).offset for f in sent}
+    finally:
+        await producer.stop()
+    assert offsets == set(range(len(rows)))
+    service = SlowCheckTrainer(settings, registry=ModelRegistry(store=RedisModelStore(
+        redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")), registry_check_s=0, catch_up_timeout_s=15.0)
+    async with service:
+        assert await service.catch_up()
+        assert service.history.count(KEY) == len(rows)
