@@ -13,15 +13,16 @@ naming it (index, UUID, model) and why:
   be another host's (``two_hosts``) tell nothing: the GPUs lost as of the last page that told are reported
   again. A page of another host than the previous one (:mod:`app.bridge.identity`: an address that moved to
   another node) starts the memory afresh, unless it lists a GPU remembered: that is the same machine. A GPU
-  replaced is missing until forgotten; a one-GPU node's too when dcgm-exporter's ``Hostname`` stays, while
-  one whose page has no other value to share (nvidia_gpu_exporter's) is another host's.
+  replaced -- its index now held by a GPU never listed before -- is forgotten at once (a node whose page has no
+  other value to share, nvidia_gpu_exporter's with one GPU, is another host's anyway); one removed is missing
+  until forgotten.
 - **a fatal Xid**: the GPU's gauge of its last Xid (dcgm-exporter's ``DCGM_FI_DEV_XID_ERRORS``) holds one of
   :data:`FATAL_XIDS` -- "Xid 79: fallen off the bus", at once. The gauge keeps the last Xid until DCGM or the
   exporter restarts, so after a reset of the GPU its exporter must be restarted too.
 
 It clears when the GPU is listed again with a reading and without a fatal Xid (the gauge back to 0, or an
-application's Xid). A GPU missing for ``forget_after_s`` is forgotten -- the node was drained and the GPU
-replaced or removed: listed in :attr:`GpuWatch.forgotten` for the log, then no longer reported. The trouble
+application's Xid). A GPU replaced, or missing for ``forget_after_s`` (the node was drained and the GPU
+removed), is forgotten: listed in :attr:`GpuWatch.forgotten` for the log, then no longer reported. The trouble
 withholds nothing: the other GPUs' readings are valid, and the lost GPU has none left to publish.
 
 >>> from app.bridge.exposition import parse_exposition
@@ -157,6 +158,7 @@ class GpuWatch:
     def observe(self, exposition: Exposition, ts: float) -> tuple[Trouble, ...]:
         """The GPUs lost as of this page of the exporter, read at wall-clock ``ts``; one trouble each."""
         page, loss, forgotten = self._read(exposition), self.loss, []
+        new = [u for u in page.reading if u not in self._gpus]  # GPUs this host's pages never listed before
         for uuid in [*self._gpus, *(u for u in page.labels if u not in self._gpus)]:
             gpu = self._gpus.get(uuid)
             if gpu is None:
@@ -180,9 +182,25 @@ class GpuWatch:
                     self.exporter, "gpu_lost", (), f"{gpu.describe(uuid)}: missing from the page since "
                     f"{_when(gpu.missing_since)}, forgotten after {loss.forget_after_s / 60:g} min (the node "
                     "drained and the GPU replaced or removed?): no longer reported", uuid))
+        forgotten += self._replaced(page, new)
         self.forgotten = tuple(forgotten)
         self.lost = tuple(self._lost(page))
         return self.lost
+
+    def _replaced(self, page: _Page, new: list[str]) -> list[Trouble]:
+        """Forget each missing GPU whose index a GPU never listed before now holds: the node was drained and the
+        GPU replaced (a GPU lost from a running node leaves its index empty, or to a GPU already known when the
+        driver numbers the rest again)."""
+        at = {idx: u for u in new if (idx := page.labels[u].get(self.labels.index or ""))}
+        out = []
+        for uuid, gpu in list(self._gpus.items()):
+            if gpu.missing_since is not None and uuid not in page.labels and gpu.index in at:
+                del self._gpus[uuid]
+                out.append(Trouble(
+                    self.exporter, "gpu_lost", (), f"{gpu.describe(uuid)}: missing from the page since "
+                    f"{_when(gpu.missing_since)}, replaced by UUID {at[gpu.index]} at its index: no longer reported",
+                    uuid))
+        return out
 
     def _lost(self, page: _Page) -> list[Trouble]:
         out = []

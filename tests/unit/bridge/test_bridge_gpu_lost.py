@@ -189,18 +189,44 @@ def test_an_exporter_restarted_under_a_new_hostname_keeps_the_lost_gpu_reported(
     assert snaps[-1].troubles == ()  # it clears when the GPU is back, not when the name changes
 
 
-def test_a_gpu_replaced_on_a_one_gpu_node_is_missed_until_forgotten():
-    # the same Hostname, a new UUID: the same node, whose old GPU left the page -- reported until forgotten
-    # (forget_after_s), or the node's bridge pod is deleted (docs/runbook.md §1)
+def test_a_gpu_replaced_on_a_one_gpu_node_is_forgotten_at_once_and_the_new_one_followed():
+    # the same Hostname, a new UUID at the old one's index: the node was drained and the GPU replaced
     m40 = M40_A.read_text()
     (uuid,) = {labels["UUID"] for labels, _ in raw_samples(M40_A, XID)}
     new = "GPU-0d9e6c3b-52f1-4a87-b6e0-1c4f7a2d8e95"
     replaced = m40.replace(uuid, new)
-    snaps = rounds([m40] * WARM + [replaced] * 2 + [with_xid(replaced, new, 79)])
+    snaps = rounds([m40] * WARM + [None, replaced, replaced] + [with_xid(replaced, new, 79)])
     assert all(s.skips == () for s in snaps) and all(s.troubles == () for s in snaps[:WARM])
-    assert [t.subject for s in snaps[WARM:-1] for t in s.troubles] == [uuid, uuid]
-    assert "missing from the page since" in snaps[WARM].troubles[0].detail
-    assert [t.subject for t in snaps[-1].troubles] == [uuid, new]  # the new one is followed too
+    assert kinds(snaps[WARM]) == ["scrape_failed"]  # the node down for the swap
+    assert all(s.troubles == () for s in snaps[WARM + 1:-1])  # never reported lost
+    (f,) = snaps[WARM + 1].forgotten
+    assert f.subject == uuid and f.detail.endswith(f"replaced by UUID {new} at its index: no longer reported")
+    assert snaps[WARM + 2].forgotten == ()
+    assert [t.subject for t in snaps[-1].troubles] == [new]  # the new one is followed
+
+
+def test_a_gpu_replaced_on_a_two_gpu_node_is_forgotten_and_the_other_left_alone():
+    new = "GPU-7a4e1b90-2c6d-4f38-b5a1-d09c3e8f6b24"
+    replaced = PAGE.replace(GPU1["UUID"], new)
+    snaps = rounds([PAGE] * WARM + [without(PAGE, GPU1["UUID"]), replaced, with_xid(replaced, GPU0["UUID"], 79)])
+    assert [t.subject for t in snaps[WARM].troubles] == [GPU1["UUID"]]  # lost while the node ran
+    assert snaps[WARM + 1].troubles == () and [f.subject for f in snaps[WARM + 1].forgotten] == [GPU1["UUID"]]
+    assert [t.subject for t in snaps[-1].troubles] == [GPU0["UUID"]]
+
+
+def test_a_gpu_lost_whose_index_a_known_gpu_takes_stays_lost():
+    # GPU 0 falls off the bus and the driver numbers GPU 1 as 0: its UUID is known, nothing was replaced
+    renumbered = without(PAGE, GPU0["UUID"]).replace('gpu="1"', 'gpu="0"').replace('device="nvidia1"',
+                                                                                  'device="nvidia0"')
+    snaps = rounds([PAGE] * WARM + [renumbered] * 2)
+    assert [t.subject for s in snaps[WARM:] for t in s.troubles] == [GPU0["UUID"]] * 2
+    assert all(s.forgotten == () for s in snaps)
+
+
+def test_a_gpu_lost_while_a_new_one_appears_at_another_index_stays_lost():
+    added = without(PAGE, GPU1["UUID"]).replace(GPU0["UUID"], "GPU-e1f8a3c6-94b2-4d07-8c5e-2b6a0f7d3e19")
+    snaps = rounds([without(PAGE, GPU0["UUID"])] * WARM + [added])  # GPU 1 gone; a new GPU at index 0
+    assert [t.subject for t in snaps[-1].troubles] == [GPU1["UUID"]] and snaps[-1].forgotten == ()
 
 
 def test_the_gpu_replaced_on_a_one_gpu_node_under_nvidia_gpu_exporter_is_another_host():
