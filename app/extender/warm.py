@@ -65,7 +65,9 @@ class RunningRefresher:
     (a new heartbeat, or a newer time; a value without ``ts`` counts as confirmed at each read). Before any
     advance, the first read's time stands in for one: a view already stale at start is reported
     ``stale_after_s`` later. Until a heartbeat or a value has been read at all there is no view to judge (no
-    pods watcher runs, as in docker-compose): it is current.
+    pods watcher runs, as in docker-compose): it is current. A watcher that never wrote a heartbeat (of an older
+    release) confirms only through its values' ``ts``, so its view is judged only while it holds a value: with
+    none of our pods running it has nothing to renew.
 
     The view is **current** while it advanced within ``stale_after_s`` of the read: every node is stamped with
     the read time, a node whose value vanished too (the watcher deleted its key: nothing of ours runs there),
@@ -107,7 +109,7 @@ class RunningRefresher:
         if now is not None:
             advanced_at = self._note(view.running_sync, max(view.running_ts.values(), default=None),
                                      len(view.running_ts) < len(running), now)
-            if self._seen and now - advanced_at > self.stale_after_s:
+            if self._seen and now - advanced_at > self.stale_after_s and (self._heartbeat is not None or running):
                 stamp, stale = advanced_at - self._period, True
         vanished = self._known - set(running)
         if stale:  # emptied since the last advance: not confirmed empty either

@@ -132,6 +132,7 @@ async def test_a_view_already_stale_at_start_is_reported_stale_after_s_later_its
     ext = Extender(redis_client, W)
     await ext.watcher_writes("gpu-1", {"Motioncor2": 1}, W - 80.0, ttl_ms=300)  # a watcher gone 80 s ago
     await ext.watcher_writes("gpu-2", {"gCTF": 1}, W - 80.0, ttl_ms=300)
+    await ext.watcher_confirms(W - 80.0, ttl_ms=300)
     await ext.refresh_at(W)  # nothing to compare with yet: the first read stands in for a confirmation
     assert ext.stamp("gpu-1") == W and ext.gauge() == 0.0
     ext.place("p1", "gpu-1", W + 5.0)
@@ -190,6 +191,20 @@ async def test_a_view_an_older_watcher_keeps_confirming_is_stamped_with_the_read
     await ext.refresh_at(W + 100.0)  # 41 s after the renewal was seen: current
     assert ext.stamp("gpu-1") == W + 100.0
     assert STALE not in ext.degraded.reasons
+
+
+async def test_an_older_watcher_s_empty_view_is_not_stale_its_unrenewed_values_are(redis_client) -> None:
+    ext = Extender(redis_client, W)  # a watcher that writes no heartbeat: with no pod of ours, no key to renew
+    await ext.watcher_writes("gpu-1", {"gCTF": 1}, W)
+    await ext.refresh_at(W + 5.0)
+    await redis_client.delete(ext.keys.running("gpu-1"))  # its pods ended
+    for t in (10.0, 70.0, 600.0):
+        await ext.refresh_at(W + t)
+        assert STALE not in ext.degraded.reasons and ext.stamp("gpu-1") == W + 10.0  # empty as of that read
+    await ext.watcher_writes("gpu-2", {"gCTF": 1}, W + 605.0)  # a pod again, its value never renewed
+    await ext.refresh_at(W + 606.0)
+    await ext.refresh_at(W + 667.0)
+    assert ext.refresher.stale_since == W + 606.0 - PERIOD and ext.stamp("gpu-2") == W + 604.0
 
 
 async def test_a_stale_view_is_a_degraded_reason_with_the_extender_s_time_until_confirmed_again(
