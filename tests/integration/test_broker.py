@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -16,11 +18,17 @@ pytestmark = pytest.mark.integration
 def test_embedded_broker_starts_answers_and_stops_without_orphans():
     broker = EmbeddedBroker().start()
     pid = broker.pid
-    assert pid is not None
-    os.kill(pid, 0)  # alive
-    broker.stop()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pid, 0)
+    try:
+        assert pid is not None
+        os.kill(pid, 0)  # alive
+        broker.stop()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+    finally:  # a failed check leaves no broker, nor anything of its process group, behind
+        broker.stop()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def test_broker_refuses_a_busy_port(kafka_bootstrap):

@@ -155,8 +155,10 @@ def test_outbox_reconcile_tried_again_until_the_broker_answers(settings_factory:
         task = asyncio.get_running_loop().create_task(restarted.reconcile_until_done(
             lambda: {partition}, Backoff(first_s=0.2, max_s=0.5, jitter=0.0),
             on_failure=lambda tries, exc: failures.append((tries, type(exc).__name__)), timeout_s=5.0))
-        while not failures:
+        deadline = time.monotonic() + 30.0  # a try with the broker away fails at once, or after timeout_s (5 s)
+        while not failures and not task.done() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        assert failures, f"no failed try with the broker away after 30 s (reconcile ended: {task.done()})"
         assert not task.done() and restarted.unchecked() == 1
         await asyncio.to_thread(broker.start)  # in memory: the topics are gone with the old process
         await ensure_topics(s)

@@ -7,6 +7,7 @@ the demo writes the pids it started to ``<out>/logs/pids.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -62,6 +63,26 @@ def _demo(out: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def _stop_everything(out: Path, proc: subprocess.Popen[str] | None = None) -> None:
+    """Kill the demo (``proc``, while it runs) and every child of ``<out>/logs/pids.json`` still alive.
+
+    Called in a ``finally`` around the whole test, after its own checks: a failed or timed-out run leaves no
+    broker, worker, trainer or extender behind, and a check that the demo stopped its children finds them as
+    the demo left them, not as this cleanup did.
+    """
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    try:
+        pids = _pids(out)
+    except ValueError:  # cut short while the demo wrote it
+        pids = {}
+    for pid in pids.values():
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.killpg(pid, signal.SIGKILL)
+
+
 def _wait_gone(pids: dict[str, int], timeout_s: float = 10.0) -> list[str]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -77,41 +98,38 @@ def test_short_live_demo_writes_report_and_stops_everything(tmp_path: Path) -> N
     proc = _demo(out, "--minutes", "0.3", "--tasks", "150", "--seed", "3")
     try:
         stdout, stderr = proc.communicate(timeout=150)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert "Traceback" not in stderr
+        too_wide = [ln for ln in re.split(r"[\r\n]", stdout + stderr) if len(ln) > 100]
+        assert too_wide == []  # progress bars included: nothing wraps in a 100-column terminal
+        assert "±" not in stdout  # one seed: no interval
+
+        pids = _pids(out)
+        assert set(pids) == {"broker", "worker", "trainer", "extender"}
+        assert _wait_gone(pids) == []
+
+        html = (out / "report.html").read_text()
+        assert "Placements explained" in html  # the extender explained a few placements before it stopped
+        for policy in POLICIES:
+            assert policy in html, policy
+            assert any(line.startswith(policy + " ") for line in stdout.splitlines()), policy
+
+        doc = json.loads((out / "policies.json").read_text())
+        live = doc["config"]["live"]
+        assert live["extender"]["requests"] == 150  # every task was placed by asking the real extender
+        assert live["extender"]["errors"] == 0
+        assert live["sink"]["rejected"] == 0 and live["sink"]["failed"] == 0
+        assert live["sink"]["sent"] >= 150  # every completion plus the scrapes reached Kafka
+        runs = doc["runs"]
+        assert runs["rtt_aware_live"][0]["tasks"] + runs["rtt_aware_live"][0]["failed"] == 150
+        assert runs["kube_default"][0]["tasks"] == runs["rtt_aware_live"][0]["tasks"]  # same workload offline
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, stderr[-3000:]
-    assert "Traceback" not in stderr
-    too_wide = [ln for ln in re.split(r"[\r\n]", stdout + stderr) if len(ln) > 100]
-    assert too_wide == []  # progress bars included: nothing wraps in a 100-column terminal
-    assert "±" not in stdout  # one seed: no interval
-
-    pids = _pids(out)
-    assert set(pids) == {"broker", "worker", "trainer", "extender"}
-    assert _wait_gone(pids) == []
-
-    html = (out / "report.html").read_text()
-    assert "Placements explained" in html  # the extender explained a few placements before it stopped
-    for policy in POLICIES:
-        assert policy in html, policy
-        assert any(line.startswith(policy + " ") for line in stdout.splitlines()), policy
-
-    doc = json.loads((out / "policies.json").read_text())
-    live = doc["config"]["live"]
-    assert live["extender"]["requests"] == 150  # every task was placed by asking the real extender
-    assert live["extender"]["errors"] == 0
-    assert live["sink"]["rejected"] == 0 and live["sink"]["failed"] == 0
-    assert live["sink"]["sent"] >= 150  # every completion plus the scrapes reached Kafka
-    runs = doc["runs"]
-    assert runs["rtt_aware_live"][0]["tasks"] + runs["rtt_aware_live"][0]["failed"] == 150
-    assert runs["kube_default"][0]["tasks"] == runs["rtt_aware_live"][0]["tasks"]  # same workload offline
+        _stop_everything(out, proc)
 
 
 def test_sigint_stops_every_child(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = _demo(out, "--minutes", "2", "--no-html")
-    pids: dict[str, int] = {}
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 90
@@ -128,18 +146,13 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
         time.sleep(2.0)  # let the live run start placing tasks
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert "rttsched demo: interrupted" in stderr
+        assert "Traceback" not in stderr
+        assert _wait_gone(pids) == []
+        assert not (out / "policies.json").exists()  # interrupted before the report
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in pids.values():  # never leave a child behind, whatever the assertions say
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "rttsched demo: interrupted" in stderr
-    assert "Traceback" not in stderr
-    assert _wait_gone(pids) == []
-    assert not (out / "policies.json").exists()  # interrupted before the report
+        _stop_everything(out, proc)
 
 
 def test_kafka_sink_produces_keyed_messages_and_rejects_bad_ones(kafka_settings: Settings) -> None:
@@ -208,17 +221,20 @@ def test_unreachable_extender_places_exactly_like_kube_default() -> None:
 def test_a_failing_child_is_one_line_and_everything_stops(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     env = {**_env(), "RTT_TRAINER_CPUS": "4095"}  # the trainer cannot pin itself there and exits
-    proc = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.5"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
-    assert len(errors) == 1 and "trainer exited" in errors[0]
-    assert "Traceback" not in proc.stderr
-    pids = _pids(out)
-    assert {"broker", "worker", "trainer", "extender"} <= set(pids)
-    assert _wait_gone(pids) == []
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.5"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
+        assert len(errors) == 1 and "trainer exited" in errors[0]
+        assert "Traceback" not in proc.stderr
+        pids = _pids(out)
+        assert {"broker", "worker", "trainer", "extender"} <= set(pids)
+        assert _wait_gone(pids) == []
+    finally:
+        _stop_everything(out)
 
 
 def test_an_unusable_redis_is_one_line_before_anything_but_the_broker_starts(tmp_path: Path) -> None:
@@ -228,16 +244,19 @@ def test_an_unusable_redis_is_one_line_before_anything_but_the_broker_starts(tmp
 
     out = tmp_path / "demo"
     url = f"redis://127.0.0.1:{free_port()}/0"
-    proc = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.2"],
-        cwd=ROOT, env={**_env(), "REDIS_URL": url}, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"rttsched demo: error: REDIS_URL: cannot use Redis at {url}")
-    assert "Traceback" not in proc.stderr
-    pids = _pids(out)
-    assert set(pids) == {"broker"} and _wait_gone(pids) == []
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.2"],
+            cwd=ROOT, env={**_env(), "REDIS_URL": url}, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
+        assert len(errors) == 1 and errors[0].startswith(f"rttsched demo: error: REDIS_URL: cannot use Redis at {url}")
+        assert "Traceback" not in proc.stderr
+        pids = _pids(out)
+        assert set(pids) == {"broker"} and _wait_gone(pids) == []
+    finally:
+        _stop_everything(out)
 
 
 def test_what_the_demo_made_on_a_broker_and_redis_it_did_not_start_is_removed(

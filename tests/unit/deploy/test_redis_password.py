@@ -79,7 +79,12 @@ def test_an_empty_or_missing_secret_stops_redis(tmp_path: Path, where: str) -> N
     empty.write_text("")
     for secret in (empty, tmp_path / "missing"):
         server = start(script, secret_path, secret, free_port(), tmp_path)
-        assert server.wait(10) != 0  # before exec: no server without a password
+        try:
+            assert server.wait(10) != 0  # before exec: no server without a password
+        finally:  # a server that did start (wait timed out) must not stay listening
+            if server.poll() is None:
+                server.kill()
+                server.wait(10)
 
 
 def test_the_runbook_s_redis_check_reads_the_password_where_the_container_has_it() -> None:
