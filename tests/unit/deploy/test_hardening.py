@@ -98,6 +98,8 @@ def test_redis_requires_the_secret_password_and_its_users_read_it_from_a_mounted
     volume = {v["name"]: v for v in spec["volumes"]}[next(n for n, p in mounts.items() if p == "/etc/redis/secrets")]
     assert volume["secret"]["secretName"] == "rttsched-secrets"
     assert {i["key"]: i["path"] for i in volume["secret"]["items"]} == {"redis-password": "redis-password"}
+    # its data lives in the pod: a rollout replaces it, never runs two behind the Service
+    assert redis["spec"]["strategy"] == {"type": "Recreate"}
     assert "env" not in c  # no copy of the password in the environment
     users = set()
     for doc, spec in _pod_specs():

@@ -220,6 +220,9 @@ def test_scheduler_config_reaches_the_extender_service_and_container_port():
     cfg = _scheduler_config()
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["rtt-scheduler"]
+    # every feasible node reaches the extender: the default stops at an adaptive share above 100 nodes
+    assert cfg["percentageOfNodesToScore"] == 100
+    assert all(p.get("percentageOfNodesToScore", 100) == 100 for p in cfg["profiles"])
     (ext,) = cfg["extenders"]
     assert ext["filterVerb"] == "filter" and ext["prioritizeVerb"] == "prioritize"
     assert ext["nodeCacheCapable"] is True and ext["enableHTTPS"] is False and isinstance(ext["ignorable"], bool)
