@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.health import Heartbeat, serve_health
 
@@ -60,6 +60,8 @@ class BridgeMetrics:
         self.messages = Counter("rtt_bridge_messages", "Messages produced", ["topic"], registry=reg)
         self.skipped = Counter("rtt_bridge_records_skipped", "Input records not turned into messages",
                                ["source", "reason"], registry=reg)
+        self.node_gpu = Gauge("rtt_bridge_node_gpu", "1 while the node's messages say class gpu (a GPU exporter "
+                              "answered, or its target says so), 0 while they say cpu", ["node"], registry=reg)
         self.unpublished = Counter("rtt_bridge_rounds_unpublished",
                                    "Scrape rounds whose messages the broker did not take (Kafka away): dropped",
                                    ["topic"], registry=reg)

@@ -126,6 +126,7 @@ class Bridge:
         return snap
 
     def _account(self, node: str, snap: Snapshot) -> None:
+        self.metrics.node_gpu.labels(node=node).set(1.0 if snap.message.get("node_class") == "gpu" else 0.0)
         now = set()
         for t in snap.troubles:
             self.metrics.trouble.labels(node=node, exporter=t.exporter, kind=t.kind).inc()

@@ -22,7 +22,8 @@ APP = REPO / "app"
 THIRD_PARTY_IMAGES = ("registry.k8s.io/kube-scheduler", "redis", "apache/kafka", "prom/", "grafana/")
 
 # Series Prometheus and prometheus_client produce by themselves; a dashboard may query them.
-BUILTIN_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_series_added"}
+BUILTIN_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_series_added",
+                  "kube_node_status_capacity"}  # the last from kube-state-metrics: a node's nvidia.com/gpu capacity
 BUILTIN_PREFIXES = ("process_", "python_gc_", "python_info")
 
 _ENV_NAME = re.compile(r"RTT_[A-Z0-9_]+")

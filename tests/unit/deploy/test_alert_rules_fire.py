@@ -144,3 +144,24 @@ def test_gpu_lost_fires_at_once_for_its_node_and_not_for_other_gpu_trouble(tmp_p
          "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "gpu-1"},
                          "exp_annotations": note}]},
     ]}])
+
+
+def test_gpu_node_read_as_cpu_fires_for_a_node_with_gpu_capacity_the_bridge_reads_as_a_cpu_node(tmp_path: Path) -> None:
+    alert = "RttschedGpuNodeReadAsCpu"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.node }}", "gpu-1")
+    capacity = [{"series": f'kube_node_status_capacity{{node="{n}", resource="nvidia_com_gpu", unit="integer"}}',
+                 "values": f"{g}x30"} for n, g in (("gpu-1", 2), ("gpu-2", 1))]
+    cores = {"series": 'kube_node_status_capacity{node="cpu-1", resource="cpu", unit="core"}', "values": "16x30"}
+    read = [{"series": f'rtt_bridge_node_gpu{{node="{n}", job="rttsched-bridge", instance="{n}:9101"}}',
+             "values": f"{v}x30"} for n, v in (("gpu-1", 0), ("gpu-2", 1), ("cpu-1", 0))]
+    _promtool(tmp_path, [
+        {"interval": "1m", "input_series": [*capacity, cores, *read], "alert_rule_test": [
+            {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+            {"eval_time": "11m", "alertname": alert,
+             "exp_alerts": [{"exp_labels": {"alertname": alert, "severity": "warning", "node": "gpu-1"},
+                             "exp_annotations": note}]}]},
+        # without kube-state-metrics there is nothing to compare with: quiet
+        {"interval": "1m", "input_series": read,
+         "alert_rule_test": [{"eval_time": "20m", "alertname": alert, "exp_alerts": []}]},
+    ])
