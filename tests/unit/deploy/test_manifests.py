@@ -299,3 +299,18 @@ def test_extender_policy_is_valid_and_the_same_as_compose_s():
     assert policy_from_dict(yaml.safe_load(compose_copy.read_text())) == in_k8s
     commented = [line[1:].split("#")[0] for line in compose_copy.read_text().splitlines() if line.startswith("#   - [")]
     assert policy_from_dict({"anti_affinity": yaml.safe_load("\n".join(commented))}).anti_affinity  # a valid example
+
+
+def test_every_container_with_the_shared_settings_mounts_the_optional_kafka_secret():
+    """Each process checks every Kafka file setting of rttsched-config at start: all seven containers that get it
+    must see the same files, and a pod of a PLAINTEXT deployment must start without the Secret."""
+    with_settings = [(doc, spec, c) for doc, spec in _pod_specs() for c in _containers(spec)
+                     if any(s.get("configMapRef", {}).get("name") == "rttsched-config" for s in c.get("envFrom", []))]
+    assert len(with_settings) == 7, [_where(doc, c) for doc, _, c in with_settings]
+    for doc, spec, c in with_settings:
+        mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+        assert mounts.get("kafka", {}).get("mountPath") == "/etc/rttsched/kafka", _where(doc, c)
+        assert mounts["kafka"].get("readOnly") is True, _where(doc, c)
+        volume = {v["name"]: v for v in spec["volumes"]}["kafka"]["secret"]
+        assert volume == {"secretName": "rttsched-kafka", "optional": True, "defaultMode": 0o440}, _where(doc)
+        assert spec.get("securityContext", {}).get("fsGroup") == 10001, _where(doc)  # the image's user reads 0440
