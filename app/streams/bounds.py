@@ -9,7 +9,9 @@ series). Both are bounded:
   whatever names producers invent;
 * **silence** — a node with no message of any kind for ``RTT_NODE_EVICT_AFTER_S`` (its last *arrival*
   on this worker's clock, not its own ``ts``) is evicted (:mod:`app.streams.eviction`), and so is an app
-  no message named for as long, which frees their places under the caps. An app admitted that is not held
+  no message named for as long, which frees their places under the caps. Only what a message named since
+  the process started is here: state read back from a checkpoint and named by none is found, and evicted
+  after the same silence, by :mod:`app.streams.eviction` itself. An app admitted that is not held
   (new, or evicted before) is handed to the ``on_new_app`` callbacks (the feedback loop loads a returning
   app's models again).
 

@@ -5,11 +5,20 @@ Every ``min(RTT_NODE_EVICT_AFTER_S / 4, 30 s)`` the worker looks for nodes no me
 :class:`~app.streams.bounds.Bounds`). For each it
 
 * drops the node's window and tracker from memory, and deletes their changelog rows (tombstones), so a
-  restarted worker does not bring them back and the compacted changelogs stay the size of the live nodes;
+  restarted worker does not bring them back and the compacted changelogs stay the size of the live nodes —
+  the window rows by key, whether a window state in memory holds them or they were read back from the
+  changelog and no node-metrics message rebuilt them (a node named since only by predictions or completions);
 * removes its ``rtt_worker_node_weight{node}`` series;
 * sends a tombstone (key = node, no value) on node-features and node-weights, so the extenders and any
   compacted reader forget the node as well — each on the producer that sends that topic's values, so
   the tombstone is the last word of its partition.
+
+A node the worker holds state of that no message has named since this process started — its window rows,
+tracker or join entries read back from the changelogs after a restart or a rebalance
+(:attr:`~app.streams.node_features.NodeFeatures.restored`, ``FeedbackLoop.partitions``) — is evicted the same
+way once none has named it for ``RTT_NODE_EVICT_AFTER_S``, counted from when the worker found it so (a node
+that left the cluster shortly before a restart would otherwise keep its state, rows and compacted values for
+ever). The state of a partition being revoked is not: its new owner holds it.
 
 The node-features tombstone goes out with the intake's records, sent again until the broker acknowledges
 it. A node-weights tombstone the broker did not acknowledge (the broker away past the producer's request
@@ -73,19 +82,24 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
     retried = ctx.metrics.send_failures.labels("node-weights", RETRIED)
     dropped = ctx.metrics.send_failures.labels("node-weights", DROPPED)
     owed: set[str] = set()  # evicted nodes whose node-weights tombstone is to be sent (again)
-    unheard: dict[str, float] = {}  # app held by the loop but not admitted -> when first found so
+    apps_unheard: dict[str, float] = {}  # app held by the loop but not admitted -> when first found so
+    nodes_unheard: dict[str, float] = {}  # node held here but not admitted -> when first found so
 
     def evict_now() -> tuple[set[str], list[str]]:
         now = clock.monotonic()
-        store = nodes.store
-        held = set(store.states) | (set(loop.partitions) if loop is not None else set())
-        bounds.forget_nodes([n for n in bounds.nodes if n not in held and now - bounds.nodes[n] < after])
-        silent = set(bounds.silent_nodes(now, after))
+        window = set(nodes.store.states) | nodes.restored_nodes().keys()  # a window state, or its rows read back
+        feedback = loop.partitions if loop is not None else {}  # node -> partition: a tracker or join entries
+        bounds.forget_nodes([n for n in bounds.nodes
+                             if n not in window and n not in feedback and now - bounds.nodes[n] < after])
+        # held here; not the nodes of a partition being revoked: its new owner holds them
+        held = window | {n for n, p in feedback.items() if loop is not None and p in loop.held}
+        silent = set(bounds.silent_nodes(now, after)) | held_unheard_nodes(now, held)
+        apps = set(bounds.silent_apps(now, after)) | held_unheard_apps(now)  # before their nodes' trackers go
         sender = nodes.intake.live_sender
         if silent:
-            nodes.table.tombstone_nodes({n: store.states[n].partition for n in silent if n in store.states})
+            nodes.forget(silent)  # states, and window rows of a state or read back from the changelog
             for n in silent:
-                store.states.pop(n, None)
+                nodes_unheard.pop(n, None)
                 _remove(fm.node_weight, n)
                 if sender is not None:  # node-features go out on the intake's producer
                     key = n.encode()
@@ -95,7 +109,6 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
             bounds.forget_nodes(silent)
             evicted.labels("node").inc(len(silent))
             log.info("evicted %d node(s) silent for %.0f s: %s", len(silent), after, sorted(silent)[:10])
-        apps = set(bounds.silent_apps(now, after)) | held_unheard(now)
         if apps:
             for a in apps:
                 for cls in NODE_CLASSES:
@@ -108,17 +121,24 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
                      released)
         return silent, sorted(apps)
 
-    def held_unheard(now: float) -> set[str]:
+    def unheard_for(since: dict[str, float], unheard: set[str], now: float) -> set[str]:
+        """Those of ``unheard`` first found so (noted in ``since``, which forgets the others) ``after`` ago."""
+        for k in [k for k in since if k not in unheard]:
+            del since[k]
+        for k in unheard:
+            since.setdefault(k, now)
+        return {k for k in unheard if now - since[k] >= after}
+
+    def held_unheard_nodes(now: float, held: set[str]) -> set[str]:
+        """Nodes of ``held`` that no message has named for ``after``: read back from the changelogs (a restart, a
+        partition taken over) — window rows, a tracker, join entries — and not named since."""
+        return unheard_for(nodes_unheard, held - bounds.nodes.keys(), now)
+
+    def held_unheard_apps(now: float) -> set[str]:
         """Apps the feedback loop holds that no message has named for ``after`` (restored, or models at start)."""
         if loop is None:
             return set()
-        held = loop.apps() - bounds.apps.keys()
-        for a in list(unheard):
-            if a not in held:
-                del unheard[a]
-        for a in held:
-            unheard.setdefault(a, now)
-        return {a for a in held if now - unheard[a] >= after}
+        return unheard_for(apps_unheard, loop.apps() - bounds.apps.keys(), now)
 
     def back(node: str) -> bool:
         """Whether ``node`` was heard of again, or has state here again, since its eviction."""

@@ -8,12 +8,18 @@ unsent. A node-features message is sent until the broker has it (:class:`~app.ka
 and counted then (``rtt_worker_node_features_emitted_total``). A second timer checkpoints the nodes'
 changed ring slots to the changelogged table (:meth:`~app.streams.node_table.NodeStateTable.checkpoint`),
 so a restarted worker reads its partitions' state back.
+
+After each recovery the handle notes the nodes whose window rows were read back and that have no state in
+memory (:attr:`NodeFeatures.restored`, with the partition of their rows): a node no message names again is
+rebuilt by none, and eviction finds, and deletes, its rows through that record
+(:meth:`NodeFeatures.forget`, :mod:`app.streams.eviction`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Collection, Container
 from typing import Any
 
 import faust
@@ -23,7 +29,7 @@ from app.contracts import contract, encode
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
 from app.streams.intake import PartitionIntake
-from app.streams.node_state import NodeState
+from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.node_table import NodeStateTable, NodeStore, node_state_table
 from app.streams.timers import timer
 
@@ -50,6 +56,24 @@ def clock_went_back(state: NodeState, ts: float, now: float) -> bool:
     return abs(now - ts) < abs(state.newest_ts - now)
 
 
+def read_back(table: NodeStateTable, states: Container[str], partitions: int) -> dict[str, int]:
+    """Nodes with window rows in ``table`` and no state in ``states``: node -> the changelog partition of its rows.
+
+    Faust's memory store records the partition each key was recovered from; a row without one (none is
+    expected: the rows this process writes are those of its states) is placed by its node's key, as the
+    producers of node-metrics place the node's messages (the changelog is co-partitioned with them).
+    """
+    recorded = getattr(table.data, "_key_partition", None) or {}
+    out: dict[str, int] = {}
+    for key in list(table.data.keys()):
+        node = node_of_key(key)
+        if not node or node in states or node in out:  # "": the read-position rows and checkpoint markers
+            continue
+        p = recorded.get(key)
+        out[node] = int(p) if p is not None else partition_for(node.encode(), partitions)
+    return out
+
+
 @dataclasses.dataclass
 class NodeFeatures:
     """What the component registered: its store (per-node windows), table and intake."""
@@ -58,6 +82,38 @@ class NodeFeatures:
     table: NodeStateTable
     intake: PartitionIntake
     emitted: int = 0  # node-features messages made (handed to the sender; counted on /metrics once delivered)
+    # node -> partition: window rows read back by the last recovery, of nodes with no state in memory then
+    restored: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def restored_nodes(self) -> dict[str, int]:
+        """Nodes whose window rows were read back from the changelog and that still have no state in memory,
+        in the partitions the intake reads: node -> partition. A node rebuilt since (a message named it)
+        leaves the record: its state holds the rows now."""
+        states, owned = self.store.states, self.intake.owned
+        for n in [n for n in self.restored if n in states]:
+            del self.restored[n]
+        return {n: p for n, p in self.restored.items() if p in owned}
+
+    def forget(self, nodes: Collection[str]) -> int:
+        """Evicted ``nodes`` leave: their states, and every window row of theirs — of a state in memory or read
+        back from the changelog of a partition the intake reads — from memory and, by tombstones, from the
+        changelog; rows deleted."""
+        states, owned = self.store.states, self.intake.owned
+        where: dict[str, int] = {}
+        for n in nodes:
+            state, partition = states.pop(n, None), self.restored.pop(n, None)
+            if state is not None:
+                where[n] = state.partition
+            elif partition is not None and partition in owned:
+                where[n] = partition
+        deleted = self.table.tombstone_nodes(where)
+        recorded = getattr(self.table.data, "_key_partition", None)
+        if recorded:  # Faust's note of where each recovered row came from, else kept while the partition is held
+            slots = self.store.slots()
+            for n in where:
+                for key in [row_key(n, slot) for slot in range(slots)] + [row_key(n, META)]:
+                    recorded.pop(key, None)
+        return deleted
 
 
 def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
@@ -125,6 +181,14 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
         await table.checkpoint()
 
     handle = NodeFeatures(store, table, intake)
+
+    async def found_restored() -> None:  # after each recovery, once Faust dropped the rows of partitions lost
+        handle.restored = read_back(table, store.states, contract("node-metrics").partitions)
+        if handle.restored:
+            log.info("window rows of %d node(s) with no state here read back: %s", len(handle.restored),
+                     sorted(handle.restored)[:10])
+
+    table.on_recover(found_restored)
     ctx.handles[HANDLE] = handle
     return handle
 
