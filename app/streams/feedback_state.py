@@ -52,6 +52,7 @@ from app.streams.feedback_table import (
     node_row_key,
     offsets_row_key,
     parse_row_key,
+    row_partition,
 )
 from app.streams.health import Health
 from app.streams.intake import PartitionIntake, decode_positions
@@ -78,6 +79,8 @@ class FeedbackLoop:
     health: Health = dataclasses.field(default_factory=Health)  # the worker app's
     trackers: dict[str, NodeTracker] = dataclasses.field(default_factory=dict)
     partitions: dict[str, int] = dataclasses.field(default_factory=dict)
+    # evicted nodes whose join entries may still be held -> (their partition, when the last of those has expired)
+    evicted: dict[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
     node_class: dict[str, str] = dataclasses.field(default_factory=dict)
     samples_per_key: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     dirty_nodes: set[str] = dataclasses.field(default_factory=set)
@@ -123,8 +126,19 @@ class FeedbackLoop:
                 self.metrics.feedback.join.labels(e.outcome).inc()
         self.metrics.feedback.join_entries.set(len(self.buffer))
 
+    def join_partition(self, node: str) -> int | None:
+        """The partition whose changelog holds the join rows of ``node``: its own, kept past its eviction while
+        entries of it may be held (:meth:`forget_nodes`); None when no entry of it can be held."""
+        p = self.partitions.get(node)
+        if p is None and (left := self.evicted.get(node)) is not None:
+            p = left[0]
+        return p
+
     async def checkpoint(self) -> int:
         """Expire old join keys, then write every changed join entry and node tracker; rows written.
+
+        A join entry's row (and its deletion) names its node's partition, an evicted node's included (its
+        entries expire after it left; :meth:`join_partition`).
 
         The join's read positions are taken at the same instant as the state (no message is processed in
         between) and written after it, once the training samples of those messages are delivered: the write
@@ -133,13 +147,22 @@ class FeedbackLoop:
         back, so the next checkpoint stores them.
         """
         async with self.lock:
+            now = self.buffer.clock.now()
             self.expire()
             upserts, removed = self.buffer.take_changes()
             rows: list[tuple[bytes, bytes | None]] = []
-            for (task_id, node), entry in upserts.items():
-                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), orjson.dumps(entry)))
-            for task_id, node in removed:
-                rows.append((join_row_key(self.partitions.get(node, 0), node, task_id), None))
+            unknown: set[str] = set()
+            changes: list[tuple[tuple[str, str], bytes | None]] = [(k, orjson.dumps(e)) for k, e in upserts.items()]
+            changes += [(k, None) for k in removed]
+            for (task_id, node), value in changes:
+                partition = self.join_partition(node)
+                if partition is None:
+                    unknown.add(node)
+                else:
+                    rows.append((join_row_key(partition, node, task_id), value))
+            if unknown:  # no entry of a node whose partition is unknown is held: nothing is written in its place
+                log.warning("join rows of %d node(s) of no known partition not written: %s", len(unknown),
+                            sorted(unknown)[:10])
             dirty, self.dirty_nodes = self.dirty_nodes, set()
             for node in dirty:
                 t = self.trackers.get(node)
@@ -161,6 +184,8 @@ class FeedbackLoop:
                 self.dirty_nodes |= dirty
                 self._deleted_rows = deleted + self._deleted_rows
                 raise
+            if self.evicted:  # every entry an evicted node had is expired, and its deletion stored
+                self.evicted = {n: left for n, left in self.evicted.items() if left[1] > now}
             if self.outbox is not None:
                 self.outbox.written(outbox_rows)
                 if self.outbox.send is not None:
@@ -215,15 +240,18 @@ class FeedbackLoop:
         self.metrics.changelog_rewinds.labels("feedback").inc(len(partitions))
         nodes = {n for n, p in self.partitions.items() if p in partitions}
         self.dirty_nodes |= nodes & self.trackers.keys()
-        self.buffer.retake([k for k in self.buffer.keys() if self.partitions.get(k[1], 0) in partitions], ())
+        self.buffer.retake([k for k in self.buffer.keys() if self.join_partition(k[1]) in partitions], ())
         if self.outbox is not None:
             self.outbox.rewrite(partitions)
 
     def forget_nodes(self, nodes: set[str]) -> None:
         """Drop silent ``nodes`` (evicted): trackers, classes, and their tracker rows in the next checkpoint.
 
-        Their join entries are older than the join's TTL by then and expire on their own.
+        Their join entries expire on their own, within the join's TTL (at once when RTT_NODE_EVICT_AFTER_S is
+        not below it, but for an entry younger than the node's last message): each node's partition is kept
+        until then (:attr:`evicted`), so their rows are deleted from the partition they are in.
         """
+        until = self.buffer.clock.now() + self.buffer.ttl_s
         for node in nodes:
             self.trackers.pop(node, None)
             self.node_class.pop(node, None)
@@ -231,6 +259,7 @@ class FeedbackLoop:
             partition = self.partitions.pop(node, None)
             if partition is not None:
                 self._deleted_rows.append((node_row_key(partition, node), None))
+                self.evicted[node] = (partition, until)
 
     def apps(self) -> set[str]:
         """Every app some state of this loop holds: trackers, sample counts, loaded models, node windows."""
@@ -301,17 +330,32 @@ class FeedbackLoop:
 
     async def revoke(self, lost: set[int]) -> None:
         """Stop reading ``lost`` partitions, checkpoint, then forget their nodes (their new owner restores them):
-        join entries, trackers, partitions and classes."""
+        join entries, trackers, partitions and classes, and their read positions.
+
+        They are forgotten even when the checkpoint fails (raised after): the rows of a checkpoint go out before
+        its read positions, and those only once the rows are stored, so the positions last stored never run ahead
+        of the stored state, and the new owner reads again from them whatever was not stored. Nothing of ``lost``
+        is written by this worker afterwards: no state of it is left, nor positions.
+        """
         if self.intake is not None:
             self.intake.release(lost)
         self.held -= lost
-        await self.checkpoint()
+        try:
+            await self.checkpoint()
+        finally:
+            self._forget_partitions(lost)
+
+    def _forget_partitions(self, lost: set[int]) -> None:
         gone = {n for n, p in self.partitions.items() if p in lost}
-        self.buffer.drop(lambda k: k[1] not in gone)
+        evicted = {n for n, (p, _) in self.evicted.items() if p in lost}
+        self.buffer.drop(lambda k: k[1] not in gone and k[1] not in evicted)
         for n in gone:
             self.trackers.pop(n, None)
             self.partitions.pop(n, None)
             self.node_class.pop(n, None)
+        for n in evicted:
+            del self.evicted[n]
+        self._deleted_rows = [(k, v) for k, v in self._deleted_rows if row_partition(k) not in lost]
         if self.outbox is not None:
             self.outbox.drop(lost)
         if self.intake is not None:

@@ -20,6 +20,9 @@ the state they describe. After a recovery the table
 hands the rows of its active partitions to ``on_restore``; on a rebalance it calls ``on_revoke`` with the
 partitions lost (which checkpoints them), then removes their rows from its in-memory data
 (:func:`~app.streams.changelog.drop_partitions`): a partition that comes back is read again from its changelog.
+A revoke that fails (its checkpoint not stored: the broker away) is logged on one line and counted in
+``rtt_worker_revoke_checkpoint_failures_total{table}``, and the rows go all the same; nothing escapes
+``on_rebalance``, on which Faust would crash the app.
 
 >>> join_row_key(3, "gpu-1", "task|7")
 b'3|j|gpu-1|task|7'
@@ -45,6 +48,7 @@ import faust
 
 from app.kafka.batches import BatchSender
 from app.streams.changelog import Row, drop_partitions, write_rows
+from app.streams.node_table import revoke_failed, revoke_failures
 from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
@@ -96,6 +100,7 @@ class FeedbackTable(faust.Table):
     on_revoke: Callable[[set[int]], Awaitable[None]] | None = None
     on_stopping: Callable[[], Awaitable[int]] | None = None
     on_rewound: Callable[[set[int]], None] | None = None
+    revoke_failures: Any = None  # its rtt_worker_revoke_checkpoint_failures_total{table} child (feedback_table)
 
     def partition_for_key(self, key: Any) -> int | None:
         partition = row_partition(key)
@@ -115,7 +120,10 @@ class FeedbackTable(faust.Table):
         lost = lost_partitions(revoked, self.ownership_topic)
         if lost:
             if self.on_revoke is not None:
-                await self.on_revoke(lost)
+                try:
+                    await self.on_revoke(lost)  # forgets the partitions' state even when its checkpoint fails
+                except Exception as exc:  # broker away: the new owner reads again from the positions last stored
+                    revoke_failed(self.name, lost, exc, self.revoke_failures)
             n = drop_partitions(self.data, lost, row_partition)
             log.info("partitions %s revoked: dropped %d feedback rows from memory", sorted(lost), n)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
@@ -153,4 +161,5 @@ def feedback_table(app: faust.App, name: str, ownership_topic: str, partitions: 
         key_type=bytes, value_type=bytes, help="feedback rows: join entries and node trackers",
     )
     table.ownership_topic = ownership_topic
+    table.revoke_failures = revoke_failures(app, name)
     return app.tables.add(table)  # type: ignore[return-value]

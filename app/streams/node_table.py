@@ -6,6 +6,11 @@ also lets rows be written outside stream iteration (the checkpoint timer). On a 
 revoked partitions are checkpointed and dropped from memory, their rows with them
 (:func:`~app.streams.changelog.drop_partitions`); a partition that comes back is read again from its
 changelog, and a node seen again is rebuilt from the recovered rows. A clean stop checkpoints too.
+A revoke whose checkpoint fails (the broker away, a batch not delivered) is logged on one line and counted in
+``rtt_worker_revoke_checkpoint_failures_total{table}`` (partitions), and the states are dropped all the same: what
+that checkpoint did not store is read again by the partitions' new owner from the positions last stored, which
+never run ahead of the rows stored before them. An exception out of ``on_rebalance`` would end the worker (Faust
+crashes the app on it).
 
 Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
 it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
@@ -15,18 +20,51 @@ the node-features intake reads on from there after a recovery.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
+from prometheus_client import CollectorRegistry, Counter
 
+from app.errors import ConfigError
 from app.streams.changelog import Row, drop_partitions, write_rows
+from app.streams.context import context_of
 from app.streams.intake import PartitionIntake, decode_positions
 from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.options import WorkerOptions
 from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
+
+_REVOKE_FAILURES: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def revoke_failures(app: faust.App, table: str) -> Any:
+    """The ``rtt_worker_revoke_checkpoint_failures_total{table}`` child of ``table`` on the app's registry (the
+    counter is created once per registry, for both tables); None for an app not built by ``create_app``."""
+    try:
+        registry = context_of(app).metrics.registry
+    except ConfigError:
+        return None
+    counter = _REVOKE_FAILURES.get(registry)
+    if counter is None:
+        counter = _REVOKE_FAILURES[registry] = Counter(
+            "rtt_worker_revoke_checkpoint_failures_total",
+            "Partitions revoked whose last checkpoint was not stored (the broker away): their state left memory"
+            " all the same, and their new owner reads again from the last stored checkpoint, by table",
+            ["table"], registry=registry)
+    return counter.labels(table)
+
+
+def revoke_failed(table: str, lost: set[int], exc: BaseException, counter: Any) -> None:
+    """Log (one line) and count a revoke whose checkpoint of ``lost`` failed with ``exc``."""
+    if counter is not None:
+        counter.inc(len(lost))
+    log.warning("partitions %s revoked: their last %s checkpoint was not stored (%r); their state leaves memory"
+                " all the same, and their new owner reads again from the checkpoint last stored", sorted(lost),
+                table, exc)
+
 
 class NodeStore:
     """In-memory :class:`NodeState` per node, created or rebuilt on a node's first message."""
@@ -83,6 +121,7 @@ class NodeStateTable(faust.Table):
     ownership_topic: str
     intake: PartitionIntake | None = None
     rewinds: Any = None  # the worker's rtt_worker_changelog_rewinds_total{table} child, set on registration
+    revoke_failures: Any = None  # its rtt_worker_revoke_checkpoint_failures_total{table} child (node_state_table)
 
     def partition_for_key(self, key: Any) -> int | None:
         p = self.store.partition_of(node_of_key(key))
@@ -152,7 +191,10 @@ class NodeStateTable(faust.Table):
         if lost:
             if self.intake is not None:
                 self.intake.release(lost)
-            await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
+            try:
+                await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
+            except Exception as exc:  # broker away: the new owner reads again from the positions last stored
+                revoke_failed(self.name, lost, exc, self.revoke_failures)
             rows = self.drop_rows(lost)
             log.info("partitions %s revoked: dropped %d node states, %d rows from memory", sorted(lost),
                      self.store.drop_partitions(lost), rows)
@@ -193,4 +235,5 @@ def node_state_table(app: faust.App, name: str, store: NodeStore, ownership_topi
     )
     table.store = store
     table.ownership_topic = ownership_topic
+    table.revoke_failures = revoke_failures(app, name)
     return app.tables.add(table)  # type: ignore[return-value]
