@@ -9,6 +9,8 @@ from typing import Any
 from app.errors import ContractError
 
 MAX_RAW_BYTES = 65_536  # raw payload kept in a dead letter (base64 of the first bytes)
+MAX_KEY_CHARS = 256  # key kept in a dead letter: its first characters (a node name has at most 253)
+MAX_ERROR_CHARS = 2_000
 
 
 def _text(b: Any) -> str | None:
@@ -17,18 +19,50 @@ def _text(b: Any) -> str | None:
     return b.decode("utf-8", "replace") if isinstance(b, bytes | bytearray) else str(b)
 
 
+def _key(key: bytes | bytearray | str | None) -> tuple[str | None, str]:
+    """``key`` as text of at most :data:`MAX_KEY_CHARS` characters (4 bytes of UTF-8 at most each), and what was
+    cut (empty when nothing was).
+
+    Each byte that is not UTF-8 becomes one replacement character (three bytes), so only the first bytes are
+    decoded: a 1 MB key makes at most 1 KiB here, not 3 MB.
+
+    >>> _key(b"\\xff" * 1000)[0] == "\\ufffd" * MAX_KEY_CHARS, _key(b"\\xff" * 1000)[1]
+    (True, 'key cut to its first 256 characters (of 1,000 bytes)')
+    >>> _key("n1"), _key(None)
+    (('n1', ''), (None, ''))
+    """
+    if key is None:
+        return None, ""
+    if isinstance(key, bytes | bytearray):
+        head = bytes(key[:4 * MAX_KEY_CHARS])  # the first MAX_KEY_CHARS characters lie within these bytes
+        text, size = head.decode("utf-8", "replace"), f"{len(key):,} bytes"
+        cut = len(text) > MAX_KEY_CHARS or len(key) > len(head)
+    else:
+        text = str(key)
+        size, cut = f"{len(text):,} characters", len(text) > MAX_KEY_CHARS
+    return (text[:MAX_KEY_CHARS], f"key cut to its first {MAX_KEY_CHARS} characters (of {size})") if cut else (text, "")
+
+
 def dead_letter_value(topic: str, partition: int, offset: int, error: str, reason: str, raw: bytes | bytearray | str,
-                      key: str | None, ts: float) -> dict[str, Any]:
-    """The dead-letters value of one record: its first :data:`MAX_RAW_BYTES` in base64, the error cut to 2,000
-    characters.
+                      key: bytes | bytearray | str | None, ts: float) -> dict[str, Any]:
+    """The dead-letters value of one record, bounded whatever the record: its first :data:`MAX_RAW_BYTES` in
+    base64, its key's first :data:`MAX_KEY_CHARS` characters (bytes that are not UTF-8 replaced), the error cut
+    to 2,000 characters. What was cut is said at the end of ``error``. The value is about 100 KB at most, well within
+    what a broker takes (1 MB by default).
 
     >>> d = dead_letter_value("t", -1, 3, "invalid_json: ...", "invalid_json", b"{", None, 0.0)
-    >>> d["raw"], d["offset"]
-    ('ew==', 3)
+    >>> d["raw"], d["offset"], d["error"]
+    ('ew==', 3, 'invalid_json: ...')
+    >>> dead_letter_value("t", 0, 0, "e: x", "e", b"y" * 70_000, "n1", 0.0)["error"]
+    'e: x; raw cut to its first 65,536 bytes (of 70,000)'
     """
     data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    return {"topic": topic, "partition": partition, "offset": offset, "error": error[:2000], "reason": reason,
-            "raw": base64.b64encode(data[:MAX_RAW_BYTES]).decode("ascii"), "key": key, "ts": ts}
+    text, key_cut = _key(key)
+    cuts = [f"raw cut to its first {MAX_RAW_BYTES:,} bytes (of {len(data):,})"] if len(data) > MAX_RAW_BYTES else []
+    cuts += [key_cut] if key_cut else []
+    return {"topic": topic, "partition": partition, "offset": offset,
+            "error": "; ".join([error[:MAX_ERROR_CHARS], *cuts]), "reason": reason,
+            "raw": base64.b64encode(data[:MAX_RAW_BYTES]).decode("ascii"), "key": text, "ts": ts}
 
 
 def dead_letter_record(message: Any, source: str, exc: ContractError, now: float) -> dict[str, Any]:
@@ -38,5 +72,6 @@ def dead_letter_record(message: Any, source: str, exc: ContractError, now: float
     as the bridge writes it; ``source`` (the contract name) is the fallback and the metric label.
     """
     raw = message.value if isinstance(message.value, bytes | bytearray) else _text(message.value) or ""
+    key = message.key if message.key is None or isinstance(message.key, bytes | bytearray | str) else str(message.key)
     return dead_letter_value(str(getattr(message, "topic", None) or source), int(message.partition),
-                             int(message.offset), str(exc), exc.reason, raw, _text(message.key), now)
+                             int(message.offset), str(exc), exc.reason, raw, key, now)

@@ -31,11 +31,20 @@ read again — never both. The positions are written only after a flush of the i
 ahead of an output of the messages they cover (a training sample, node-features) that the broker does not
 have yet. ``rtt_worker_messages_in_total`` counts messages as they are processed, before any checkpoint:
 a message read again after a restart is counted again.
+
+Dead letters keep that rule (:meth:`PartitionIntake.process`): a batch's messages that fail their contract
+are dead-lettered, and the broker has those dead letters, before any message of the batch is applied, so
+the handlers' effects and the positions past them always change in one step, with no wait in between: a
+checkpoint never stores a batch's effects with the positions from before it (a restart would apply the
+batch twice). A send that fails puts the consumer back to read the batch again. A message its handler
+refuses is dead-lettered on the intake's sender, which a checkpoint flushes before it writes the positions
+past it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -50,11 +59,12 @@ from app.config import Settings
 from app.contracts.admission import check_key, check_order, check_time
 from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
-from app.kafka.batches import BatchSender
+from app.kafka.batches import DROPPED, BatchSender
 from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
 from app.streams.changelog import Row
-from app.streams.deadletter import DeadLetters
+from app.streams.deadletter import TOPIC as DEAD_LETTERS
+from app.streams.deadletter import Bad, DeadLetters
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -115,6 +125,8 @@ class PartitionIntake:
         self.guard: PositionGuard | None = None
         self.started = asyncio.Event()
         self._counted: dict[str, tuple[str, tuple[Countable, ...]]] = {}  # topic -> (contract, more counters)
+        self._dead_topic = settings.topic(DEAD_LETTERS)
+        self._dead_staged: collections.deque[tuple[str, str]] = collections.deque()  # on the sender, in order
 
     def count_delivered(self, contract_name: str, *also: Countable) -> None:
         """Count each record of ``contract_name``'s topic that the broker acknowledged in
@@ -122,6 +134,10 @@ class PartitionIntake:
         self._counted[self.settings.topic(contract_name)] = (contract_name, also)
 
     def _delivered(self, topic: str, records: int) -> None:
+        if topic == self._dead_topic:
+            for source, reason in self._take_staged(records):
+                self.dead.stored(source, reason)
+            return
         counted = self._counted.get(topic)
         if counted is not None:
             self.metrics.messages_out.labels(counted[0]).inc(records)
@@ -129,8 +145,17 @@ class PartitionIntake:
                 counter.inc(records)
 
     def _failed(self, topic: str, records: int, _exc: BaseException, outcome: str) -> None:
+        if topic == self._dead_topic:
+            if outcome == DROPPED:  # logged by the sender; never counted as stored
+                self._take_staged(records)
+            self.metrics.send_failures.labels(DEAD_LETTERS, outcome).inc(records)
+            return
         counted = self._counted.get(topic)  # a changelog: its topic's name (one per table)
         self.metrics.send_failures.labels(counted[0] if counted is not None else topic, outcome).inc(records)
+
+    def _take_staged(self, records: int) -> list[tuple[str, str]]:
+        """The labels of the next ``records`` dead letters handed to the sender (settled in that order)."""
+        return [self._dead_staged.popleft() for _ in range(min(records, len(self._dead_staged)))]
 
     # -- ownership (called by the feedback table's recovery and rebalance hooks) --------------------
     def assign(self, partitions: set[int], offsets: dict[tuple[str, int], int]) -> None:
@@ -184,6 +209,7 @@ class PartitionIntake:
                                                            request_timeout_ms=self.request_timeout_ms))
         await self._producer.start()
         self.sender = BatchSender(self._producer, on_delivered=self._delivered, on_failed=self._failed)
+        self._dead_staged.clear()  # what an earlier sender left is not this one's to settle
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
         self._consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                              auto_offset_reset="none",
@@ -289,22 +315,31 @@ class PartitionIntake:
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
 
-        A message that fails its contract, whose key is not its node or whose time is out of range
-        (:mod:`app.contracts.admission`), that its handler refuses (a cap) or whose handling fails goes to
-        dead letters with the reason; the read positions move past a batch only once its dead letters are
-        handed to the producer.
+        Every message of the batch is checked first. One that fails its contract, whose key is not its node
+        or whose time is out of range (:mod:`app.contracts.admission`) goes to dead letters with the reason,
+        and the batch waits until the broker has them (:meth:`DeadLetters.send_all`) before any of it is
+        applied. Then the handlers run and the read positions move past the batch with no await in between:
+        a checkpoint records either none of the batch (its effects and positions) or all of it. A message its
+        handler refuses (a cap) or whose handling fails has its dead letter handed to the sender in that same
+        step (:meth:`DeadLetters.stage`), like the handlers' outputs: a checkpoint flushes the sender before
+        it writes the positions.
+
+        If the dead letters cannot be sent (an error other than the broker's, which
+        :meth:`~DeadLetters.send_all` waits out), nothing of the batch is applied, the consumer goes back to
+        the batch's first messages, to read them again, and the error is raised. A partition released, or
+        assigned again, while they were awaited is skipped: its new owner, or its new position, reads it.
         """
         owned, topics = self.owned, self.topics
-        bad: list[tuple[Any, str, ContractError]] = []
-        done: dict[TopicPartition, int] = {}
-        n = 0
+        invalid: list[Bad] = []
+        checked: list[tuple[TopicPartition, str, int | None, list[Any], list[dict[str, Any] | None]]] = []
         t0 = time.perf_counter()
         now, skew, age = self.clock.now(), self.settings.max_clock_skew_s, self.settings.max_event_age_s
         for tp, records in batch.items():
             if tp.partition not in owned:
                 continue  # released while this batch was in flight: the new owner reads it
             name = topics[tp.topic]
-            decode, handle, p = self.decoders[name], self.handlers[name], tp.partition
+            decode = self.decoders[name]
+            values: list[dict[str, Any] | None] = []
             for rec in records:
                 try:
                     value = decode(rec.value)
@@ -312,23 +347,55 @@ class PartitionIntake:
                     check_time(name, value, now=now, max_skew_s=skew, max_age_s=age)
                     check_order(name, value)
                 except ContractError as exc:
-                    bad.append((rec, name, exc))
+                    invalid.append((rec, name, exc))
+                    value = None
+                values.append(value)
+            checked.append((tp, name, self.positions.get(tp), records, values))
+        spent = time.perf_counter() - t0
+        if invalid:  # stored before anything of the batch is applied
+            try:
+                await self.dead.send_all(invalid)
+            except BaseException:
+                self._read_again([(tp, records[0].offset) for tp, _, _, records, _ in checked])
+                raise
+        t0 = time.perf_counter()
+        refused: list[Bad] = []
+        done: list[tuple[TopicPartition, str, list[Any]]] = []
+        for tp, name, before, records, values in checked:
+            if tp.partition not in self.owned or self.positions.get(tp) != before:
+                continue  # released (or assigned again) while the dead letters were awaited
+            handle, p = self.handlers[name], tp.partition
+            for rec, value in zip(records, values, strict=True):
+                if value is None:
                     continue
                 try:
                     handle(value, p)
                 except ContractError as exc:  # a handler's own refusal (a cap), with its reason
-                    bad.append((rec, name, exc))
+                    refused.append((rec, name, exc))
                 except Exception as exc:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
-                    bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
-            done[tp] = records[-1].offset + 1
+                    refused.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
+            done.append((tp, name, records))
+        if refused and self.sender is not None:
+            self._dead_staged.extend(self.dead.stage(self.sender, refused))
+        elif refused:  # not started, so no sender: stored before the positions move past them
+            spent += time.perf_counter() - t0
+            await self.dead.send_all(refused)
+            t0 = time.perf_counter()
+        n = 0
+        for tp, name, records in done:
+            if tp.partition in self.owned:
+                self.positions[tp] = records[-1].offset + 1
             self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
         if n:
-            self.metrics.processing.labels(self.name).observe((time.perf_counter() - t0) / n)
-        if bad:  # stored before the positions move past them
-            await self.dead.send_all(bad)
-        for tp, off in done.items():
-            if tp.partition in self.owned:
-                self.positions[tp] = off
+            self.metrics.processing.labels(self.name).observe((spent + time.perf_counter() - t0) / n)
         return n
+
+    def _read_again(self, starts: list[tuple[TopicPartition, int]]) -> None:
+        """Put the consumer back to ``starts`` (each an owned partition's first offset not applied)."""
+        if self._consumer is None:
+            return
+        for tp, offset in starts:
+            if tp.partition in self.owned:
+                self._consumer.seek(tp, offset)
