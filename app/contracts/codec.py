@@ -36,7 +36,8 @@ MAX_MESSAGE_BYTES = 1_048_576
 
 
 def decode(topic: str, raw: bytes | str | None, *, strict: bool = False) -> dict[str, Any]:
-    """Parse and validate one consumed message value; :class:`ContractError` with a stable ``reason`` if bad.
+    """Parse and validate one consumed message value; :class:`ContractError` with a stable ``reason`` if bad,
+    whatever the value (never another exception: its consumer sends it to dead letters and goes on).
 
     Fields the contract does not declare are dropped from the value (see the module); with ``strict`` they
     are refused, as in what this project writes.
@@ -47,14 +48,17 @@ def decode(topic: str, raw: bytes | str | None, *, strict: bool = False) -> dict
         raise ContractError("too_large", f"{len(raw)} bytes > {MAX_MESSAGE_BYTES}")
     try:
         value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+    except Exception as exc:  # orjson.JSONDecodeError: nesting beyond 1,024, a number beyond a double, NaN, ...
         raise ContractError("invalid_json", str(exc)) from None
     try:
         return validate(topic, value)
     except ContractError as exc:
         if strict or exc.reason != "schema":
             raise
-        dropped = drop_unknown(contract(topic).value_schema, value)
+        try:
+            dropped = drop_unknown(contract(topic).value_schema, value)
+        except Exception:  # a value it cannot walk: refused for the violation found
+            raise exc from None
         if not dropped:
             raise
     accepted = validate(topic, value)  # what the contract knows, as strictly as ever: the real violation if any
@@ -66,10 +70,13 @@ def validate(topic: str, value: Any) -> dict[str, Any]:
     """Check ``value`` against ``topic``'s contract, every field declared (what this project writes)."""
     if not isinstance(value, dict):
         raise ContractError("not_an_object", f"expected a JSON object, got {type(value).__name__}")
+    check = contract(topic).validator
     try:
-        contract(topic).validator(value)
+        check(value)
     except fastjsonschema.JsonSchemaValueException as exc:
         raise ContractError("schema", exc.message) from None
+    except Exception as exc:  # a value the validator cannot check (RecursionError, ...) is refused too
+        raise ContractError("schema", f"{type(exc).__name__}: {exc}") from None
     return value
 
 

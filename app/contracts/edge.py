@@ -12,7 +12,11 @@ entry. :class:`EdgeDecoder` gives the same result and the same errors, faster, i
   limits are read from the contract (a contract whose schema the typed decoder does not cover).
 
 Anything the fast path rejects goes through :func:`app.contracts.decode`, so the error and its ``reason``
-are the contract's own; tests check both agree on generated input, for every contract.
+are the contract's own; tests check both agree on generated input, for every contract. So does anything it
+cannot read: msgspec raises ``RecursionError`` on nesting deeper than Python's stack (orjson reads 1,024 levels
+and refuses deeper as ``invalid_json``) and ``UnicodeEncodeError`` on a ``str`` with a lone surrogate; the
+decoder raises nothing but :class:`~app.errors.ContractError`, so a hostile message goes to dead letters with
+its reason instead of stopping its consumer.
 
 A message with fields its contract does not declare (a newer release's, :mod:`app.contracts.unknown`) fails the
 typed pass, which stays strict, so a message without them is decoded as fast as ever. It is then decoded by a
@@ -206,7 +210,7 @@ class EdgeDecoder:
                 envelope["properties"][name] = {"type": "object"}
             self._envelope = fastjsonschema.compile(envelope)
 
-    def __call__(self, raw: bytes | None) -> dict[str, Any]:
+    def __call__(self, raw: bytes | str | None) -> dict[str, Any]:
         if raw is None or len(raw) > MAX_MESSAGE_BYTES:
             return decode(self.topic, raw)
         if self._typed is not None:
@@ -214,30 +218,32 @@ class EdgeDecoder:
                 return msgspec.to_builtins(self._typed.decode(raw))  # type: ignore[no-any-return]
             except msgspec.DecodeError:  # unknown fields, invalid JSON or outside the typed subset
                 return self._unknown_fields(raw)
+            except Exception:  # what msgspec cannot read (deep nesting, see the module): the reference's answer
+                return decode(self.topic, raw)
         try:
             value = orjson.loads(raw)
             self._envelope(value)
-        except (orjson.JSONDecodeError, fastjsonschema.JsonSchemaValueException):
+        except Exception:  # invalid JSON, a schema violation or anything else: the reference's answer
             return decode(self.topic, raw)
         if not isinstance(value, dict) or not all(self._map_ok(value.get(k), lim) for k, lim in self._maps.items()):
             return decode(self.topic, raw)
         return value
 
-    def _unknown_fields(self, raw: bytes) -> dict[str, Any]:
+    def _unknown_fields(self, raw: bytes | str) -> dict[str, Any]:
         """A message the strict typed pass refused: typed again without the top-level fields the contract does
         not declare, once ``orjson`` read it (so what the reference refuses as JSON is refused here too);
         whatever else, or with nothing unknown at the top, the contract's answer."""
         if self._lenient is None:
             return decode(self.topic, raw)
         try:
-            value = self._lenient.decode(raw)
+            value = msgspec.to_builtins(self._lenient.decode(raw))
             unknown = [k for k in orjson.loads(raw) if k not in self._declared]
-        except (msgspec.DecodeError, orjson.JSONDecodeError):
+        except Exception:  # refused, or what msgspec cannot read (see the module): the reference's answer
             return decode(self.topic, raw)
         if not unknown:
             return decode(self.topic, raw)
         UNKNOWN_FIELDS.note(self.topic, unknown)
-        return msgspec.to_builtins(value)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
 
     @staticmethod
     def _map_ok(m: Any, limits: tuple[int, float, float]) -> bool:
