@@ -56,7 +56,7 @@ def dead_letter_value(topic: str, partition: int, offset: int, error: str, reaso
     >>> dead_letter_value("t", 0, 0, "e: x", "e", b"y" * 70_000, "n1", 0.0)["error"]
     'e: x; raw cut to its first 65,536 bytes (of 70,000)'
     """
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)  # a lone surrogate kept
     text, key_cut = _key(key)
     cuts = [f"raw cut to its first {MAX_RAW_BYTES:,} bytes (of {len(data):,})"] if len(data) > MAX_RAW_BYTES else []
     cuts += [key_cut] if key_cut else []

@@ -143,3 +143,9 @@ def test_a_hostile_message_makes_a_dead_letter_that_keeps_it(name: str, raw: byt
     assert decode("dead-letters", encode("dead-letters", letter)) == letter
     kept = base64.b64decode(letter["raw"])
     assert kept == raw[:len(kept)]
+
+
+def test_a_str_with_a_lone_surrogate_makes_a_dead_letter_that_keeps_its_code_unit() -> None:
+    raw = '{"node": "gpu-\udc80"}'
+    d = dead_letter_value("t", 0, 7, "schema: x", "schema", raw, None, 0.0)
+    assert base64.b64decode(d["raw"]) == raw.encode("utf-8", "surrogatepass")
