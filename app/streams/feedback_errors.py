@@ -11,7 +11,11 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
 * DWA: each evaluated app's window is set on the node's state (``NodeState.set_window(s, app)``), so it
   travels in node-features ``windows`` and is persisted with the node's window.
 * Drift: when a node × app detector fires, a retrain-event for ``app:node_class`` with reason ``drift``,
-  the statistic (``cumulative_error``), ``threshold``, ``ts`` and ``onset_ts``.
+  the statistic (``cumulative_error``), ``threshold``, ``ts`` (the period's close) and ``onset_ts``. The
+  period resets the detector, so the event is staged in the outbox with the prediction-errors and goes
+  out with them once the checkpoint holding the reset is stored; one not acknowledged stays staged for
+  the next checkpoint, and a restarted worker looks for it in the topic before it sends it
+  (:mod:`~app.streams.feedback_outbox`): no failure loses a drift, and a kill does not ask it twice.
 * Cold start (checked at every sample of a key without a model, as the join counts it, and every
   ``SAMPLE_CHECK_S``, 0.25 s, with the rest): a model key without a model whose samples seen by this worker
   reach ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
@@ -24,7 +28,8 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
   ``growth`` (:mod:`app.drift.growth`).
 
 Drift retrain events are debounced: at most one per model key per ``settings.retrain_debounce_s`` per
-worker (:class:`~app.drift.growth.Debounce`; cold-start and growth asks are spaced by their own rule).
+worker (:class:`~app.drift.growth.Debounce`; cold-start and growth asks are spaced by their own rule). The
+interval starts when the event is staged: it is in the outbox from then on, sent again until acknowledged.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import faust
+import orjson
 from aiokafka.errors import KafkaError
 
 from app.contracts import encode
@@ -97,7 +103,22 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         return True
 
     outbox = loop.outbox = ErrorsOutbox(settings, lambda key, value: errors_topic.send(key=key, value=value),
-                                             metrics=loop.metrics)
+                                        metrics=loop.metrics,
+                                        send_retrain=lambda key, value: retrain_topic.send(key=key, value=value))
+
+    def stage_drift(partition: int, node: str, key: str, r: AppReport, now: float) -> None:
+        """Stage the retrain-event of a drift ``node``'s detector signalled, unless the key's debounce holds it."""
+        value = {"model_key": key, "reason": "drift", "cumulative_error": float(r.cumulative),
+                 "threshold": float(r.threshold), "ts": now, "onset_ts": r.onset_ts}
+        try:
+            raw = encode("retrain-events", value)
+        except ContractError as exc:  # figures past the contract's bounds: said, not raised into the period
+            log.error("retrain-event %s (drift) not sent: %s", key, exc)
+            return
+        if not debounce.allow(key, clock.monotonic(), "drift"):
+            fm.retrain_debounced.labels("drift").inc()
+            return
+        outbox.stage_retrain(partition, node, orjson.loads(raw))
 
     async def close_period() -> int:
         due = [n for n, t in loop.trackers.items() if n in loop.partitions and t.pending()]
@@ -105,7 +126,6 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         now = clock.now()
         closed: dict[str, dict[str, AppReport]] = {}
         by_class: dict[tuple[str, str], ErrorStats] = collections.defaultdict(ErrorStats)
-        drifts: list[tuple[str, AppReport]] = []
         states = loop.nodes.store.states
         for node, tracker in list(loop.trackers.items()):  # from here to the checkpoint: no await
             if node not in loop.partitions or not tracker.pending():
@@ -123,12 +143,11 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
                 if node_class:
                     by_class[(app_name, node_class)] = by_class[(app_name, node_class)] + r.errors
                     if r.drift:
-                        drifts.append((model_key(app_name, node_class), r))
+                        stage_drift(loop.partitions[node], node, model_key(app_name, node_class), r, now)
             outbox.stage(loop.partitions[node], errors_value(node, node_class, now, period, reports))
-        # the closed trackers and their messages become durable together, then the messages are sent
+        # the closed trackers (their reset detectors) and their messages become durable together, then the
+        # messages are sent; what is not stored or not acknowledged now goes out with a later checkpoint
         await loop.checkpoint()
-        for key, r in drifts:
-            await retrain(key, "drift", r.cumulative, r.threshold, r.onset_ts)
         for (app_name, node_class), stats in by_class.items():
             fm.prediction_rmse.labels(app_name, node_class).set(stats.rmse_ms)
             fm.prediction_mape.labels(app_name, node_class).set(stats.mape)

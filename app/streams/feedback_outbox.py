@@ -1,27 +1,35 @@
-"""prediction-errors delivered exactly once across a crash at any moment: an outbox in the feedback table.
+"""prediction-errors and drift retrain-events delivered across a crash at any moment: an outbox in the
+feedback table.
 
 Closing an error period changes two things that must agree: the node trackers (the period's pairs leave
-the open period) and the prediction-errors topic (one message per node reports them). A worker killed
-between the two either loses the period's pairs (state closed, message never sent) or counts them twice
-(message sent, state not closed: the restarted worker reports them again). So a closed period's messages
-go through an outbox:
+the open period; a drift detector that fired is reset) and the topics (one prediction-errors message per
+node reports the pairs; a retrain-event asks for the drift's retrain). A worker killed between the two
+either loses them (state closed, message never sent: a drift whose detector was reset is not signalled
+again until its excess passes the threshold once more) or counts them twice (message sent, state not
+closed: the restarted worker reports them again). So a closed period's messages go through an outbox:
 
-1. **stage** — the messages are kept as rows ``b"{partition}|e|{node}|{ts}"`` of the feedback table,
-   written by the same checkpoint as the trackers they come from (one record batch per partition): the
-   closed state and the messages to send become durable together;
-2. **deliver** — once durable, each message is sent and its acknowledgement awaited;
+1. **stage** — the messages are kept as rows of the feedback table, written by the same checkpoint as the
+   trackers they come from (one record batch per partition): the closed state and the messages to send
+   become durable together. A prediction-errors row is ``b"{partition}|e|{node}|{ts}"``, a drift
+   retrain-event's ``b"{partition}|e|{node}|{ts}|{model_key}"`` (the node whose detector fired; a model
+   key holds a ``:``, a period's time never does);
+2. **deliver** — once durable, each message is sent and its acknowledgement awaited; one the broker did
+   not acknowledge (a send that raised, an error for its acknowledgement) stays staged and goes out
+   after the next checkpoint;
 3. **clear** — acknowledged messages leave the outbox (tombstones in the next checkpoint).
 
 A restarted worker restores the outbox rows with the trackers. A row may be there because its message
 was never sent, or because it was acknowledged but not yet cleared. The worker tells them apart by
-reading its prediction-errors partition from the offset recorded with the row (the partition's end
-before that message was sent: only this worker writes its nodes' partition), or from the first message
-stamped up to ``TIME_MARGIN_S`` before the row's period closed where that comes earlier (a topic
-recreated after the broker lost its data starts again at 0, so an offset recorded before can lie past
-messages sent since), and looking for ``(node, ts)``: found → cleared without sending; not found → sent.
-So every pair is in exactly one message, whenever the kill came.
+reading the message's partition from the offset recorded with the row (the partition's end before that
+message could have been sent: a lower bound of where it lands, whoever else writes the partition), or
+from the first message stamped up to ``TIME_MARGIN_S`` before the row's period closed where that comes
+earlier (a topic recreated after the broker lost its data starts again at 0, so an offset recorded
+before can lie past messages sent since), and looking for the message: ``(node, ts)`` of a
+prediction-errors message, ``(model_key, reason, ts, cumulative_error)`` of a retrain-event; found →
+cleared without sending; not found → sent. So every pair is in exactly one message, and every drift in
+one retrain-event, whenever the kill came.
 
-The outbox rows are few (one per node per period not yet acknowledged; none in steady state).
+The outbox rows are few (one per node per period not yet acknowledged, one per drift; none in steady state).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.config import Settings
 from app.contracts import contract, encode
+from app.kafka.batches import partition_for
 from app.kafka.client import client_options
 from app.retry import Backoff
 from app.streams.metrics import WorkerMetrics
@@ -45,6 +54,7 @@ log = logging.getLogger(__name__)
 
 OUTBOX = "e"
 TIME_MARGIN_S = 30.0  # clock steps between staging a message and sending it, on one host
+ERRORS, RETRAIN = "prediction-errors", "retrain-events"
 
 
 def outbox_row_key(partition: int, node: str, ts: float) -> bytes:
@@ -56,39 +66,86 @@ def outbox_row_key(partition: int, node: str, ts: float) -> bytes:
     return f"{partition}|{OUTBOX}|{node}|{ts!r}".encode()
 
 
+def retrain_row_key(partition: int, node: str, ts: float, key: str) -> bytes:
+    """``b"{partition}|e|{node}|{ts!r}|{model_key}"``: a drift retrain-event of ``node``'s period closed at ``ts``.
+
+    >>> retrain_row_key(3, "gpu-1", 1700000000.25, "gCTF:gpu")
+    b'3|e|gpu-1|1700000000.25|gCTF:gpu'
+    """
+    return outbox_row_key(partition, node, ts) + f"|{key}".encode()
+
+
+async def _failed(exc: BaseException) -> Any:
+    """An acknowledgement that is ``exc`` (a send that raised before it reached the producer)."""
+    raise exc
+
+
+def message_ident(topic: str, value: dict[str, Any]) -> tuple[Any, ...]:
+    """What names one message of ``topic`` (``ERRORS`` or ``RETRAIN``) when it is looked for in the topic."""
+    if topic == RETRAIN:
+        return (str(value["model_key"]), str(value["reason"]), float(value["ts"]), float(value["cumulative_error"]))
+    return str(value["node"]), float(value["ts"])
+
+
 @dataclasses.dataclass
 class Entry:
-    partition: int
+    partition: int  # the node's partition: the row's, and the one whose owner delivers and reconciles it
     value: dict[str, Any]
-    floor: int | None  # the partition's end offset before this message can have been sent
+    floor: int | None  # the message partition's end offset before this message can have been sent
     durable: bool = False
     delivered: bool = False
     checked: bool = True  # False for a restored entry until reconcile looked for it in the topic
+    topic: str = ERRORS  # the contract: ERRORS or RETRAIN
+    node: str = ""  # RETRAIN: the node whose detector fired (it names the row)
 
     @property
-    def ident(self) -> tuple[str, float]:
-        return str(self.value["node"]), float(self.value["ts"])
+    def ident(self) -> tuple[Any, ...]:
+        return message_ident(self.topic, self.value)
+
+    @property
+    def message_key(self) -> bytes:
+        return str(self.value["model_key" if self.topic == RETRAIN else "node"]).encode()
+
+    @property
+    def message_partition(self) -> int:
+        """The partition of ``topic`` the message goes to: the node's own for prediction-errors (keyed by node,
+        as the sources are), the model key's for a retrain-event (the default partitioner's rule)."""
+        if self.topic == RETRAIN:
+            return partition_for(self.message_key, contract(RETRAIN).partitions)
+        return self.partition
 
     @property
     def key(self) -> bytes:
-        return outbox_row_key(self.partition, *self.ident)
+        if self.topic == RETRAIN:
+            return retrain_row_key(self.partition, self.node, float(self.value["ts"]), str(self.value["model_key"]))
+        return outbox_row_key(self.partition, str(self.value["node"]), float(self.value["ts"]))
 
     def row(self) -> bytes:
-        return orjson.dumps({"value": self.value, "floor": self.floor})
+        doc: dict[str, Any] = {"value": self.value, "floor": self.floor}
+        if self.topic != ERRORS:
+            doc.update(topic=self.topic, node=self.node)
+        return orjson.dumps(doc)
 
 
 class ErrorsOutbox:
-    """The prediction-errors messages of closed periods not yet known to be acknowledged."""
+    """The prediction-errors messages of closed periods, and the drift retrain-events of their detectors, not
+    yet known to be acknowledged."""
 
-    def __init__(self, settings: Settings, send: Any = None, *, metrics: WorkerMetrics | None = None) -> None:
+    def __init__(self, settings: Settings, send: Any = None, *, metrics: WorkerMetrics | None = None,
+                 send_retrain: Any = None) -> None:
         self.settings = settings
-        self.sent_counter = (metrics or WorkerMetrics()).messages_out.labels("prediction-errors")
-        self.topic = settings.topic("prediction-errors")
-        self.partitions = contract("prediction-errors").partitions
+        metrics = metrics or WorkerMetrics()
+        self.sent_counter = metrics.messages_out.labels(ERRORS)
+        self._retrain_out = metrics.messages_out.labels(RETRAIN)
+        self._retrain_events = metrics.feedback.retrain_events
+        self.topic = settings.topic(ERRORS)
+        self.partitions = contract(ERRORS).partitions
         self.send = send  # async (key: bytes, value: bytes) -> RecordMetadata, set by the errors component
+        self.send_retrain = send_retrain  # the same for retrain-events
         self.entries: dict[bytes, Entry] = {}
         self._cleared: set[bytes] = set()
-        self._floor: dict[int, int] = {}  # next offset after the last acknowledged message, per partition
+        # next offset after the last acknowledged message, per (topic, partition)
+        self._floor: dict[tuple[str, int], int] = {}
         self._lock = asyncio.Lock()
 
     def __len__(self) -> int:
@@ -96,11 +153,22 @@ class ErrorsOutbox:
 
     # -- 1. stage (synchronous: between closing the trackers and their checkpoint, nothing else runs)
     async def prepare(self, partitions: set[int]) -> None:
-        """Before staging into ``partitions``: know where each one ends (once per partition and life)."""
-        await self._ensure_floors({p for p in partitions if p not in self._floor})
+        """Before staging into ``partitions``: know where each one ends, and where every retrain-events
+        partition ends (once per partition and life)."""
+        if not partitions:
+            return
+        wanted = {(ERRORS, p) for p in partitions} | {(RETRAIN, p) for p in range(contract(RETRAIN).partitions)}
+        await self._ensure_floors(wanted - self._floor.keys())
 
     def stage(self, partition: int, value: dict[str, Any]) -> None:
-        entry = Entry(partition, value, self._floor.get(partition))
+        entry = Entry(partition, value, self._floor.get((ERRORS, partition)))
+        self.entries[entry.key] = entry
+
+    def stage_retrain(self, partition: int, node: str, value: dict[str, Any]) -> None:
+        """Stage the retrain-event ``value`` (checked against its contract already) of a drift that ``node``'s
+        detector (in ``partition``) signalled: it goes out once the checkpoint that resets the detector is stored."""
+        entry = Entry(partition, value, None, topic=RETRAIN, node=node)
+        entry.floor = self._floor.get((RETRAIN, entry.message_partition))
         self.entries[entry.key] = entry
 
     def take_rows(self) -> list[tuple[bytes, bytes | None]]:
@@ -118,57 +186,81 @@ class ErrorsOutbox:
                 self.entries[key].durable = True
 
     # -- 2. deliver, 3. clear
+    def _sender(self, entry: Entry) -> Any:
+        return self.send_retrain if entry.topic == RETRAIN else self.send
+
     async def deliver(self) -> int:
-        """Send every durable entry, wait for the acknowledgements, clear them; messages sent."""
+        """Send every durable entry, wait for the acknowledgements, clear them; messages sent.
+
+        A message the broker did not acknowledge — its send raised, or its acknowledgement is an error —
+        stays in the outbox and is sent after the next checkpoint.
+        """
         assert self.send is not None, "ErrorsOutbox.send is set by register_errors"
         async with self._lock:
-            ready = [e for e in self.entries.values() if e.durable and e.checked and not e.delivered]
+            ready = [e for e in self.entries.values()
+                     if e.durable and e.checked and not e.delivered and self._sender(e) is not None]
             if not ready:
                 return 0
-            futures = [await self.send(e.ident[0].encode(), encode("prediction-errors", e.value, check=False))
-                       for e in ready]
-            done = await asyncio.gather(*futures, return_exceptions=True)
-            sent, failed = 0, None
-            acked: dict[int, int] = {}
+            pending: list[Any] = []
+            for e in ready:
+                try:
+                    pending.append(await self._sender(e)(e.message_key, encode(e.topic, e.value, check=False)))
+                except Exception as exc:  # not handed to the producer (no metadata, broker away): kept
+                    pending.append(_failed(exc))
+            done = await asyncio.gather(*pending, return_exceptions=True)
+            sent = 0
+            failed: dict[str, tuple[int, BaseException]] = {}
+            acked: dict[tuple[str, int], int] = {}
             for entry, meta in zip(ready, done, strict=True):
                 if isinstance(meta, BaseException):
-                    failed = meta  # kept: sent again after the next checkpoint
+                    failed[entry.topic] = (failed.get(entry.topic, (0, meta))[0] + 1, meta)  # kept: sent again
                     continue
                 entry.delivered = True
                 self._clear(entry)
                 offset = getattr(meta, "offset", None)
                 if offset is not None:
-                    acked[entry.partition] = max(acked.get(entry.partition, 0), int(offset) + 1)
-                self.sent_counter.inc()
+                    where = (entry.topic, int(getattr(meta, "partition", entry.message_partition)))
+                    acked[where] = max(acked.get(where, 0), int(offset) + 1)
+                self._count(entry)
                 sent += 1
             # the end after this worker's last acknowledged message, even where it went down: a recreated
             # topic starts again at 0, and a floor kept from before would hide its first messages
             self._floor.update(acked)
-            if failed is not None:
-                log.warning("prediction-errors: %d of %d messages not acknowledged (%r); sent again later",
-                            len(ready) - sent, len(ready), failed)
+            for topic, (n, error) in failed.items():
+                log.warning("%s: %d of %d messages not acknowledged (%r); sent again later", topic, n,
+                            sum(1 for e in ready if e.topic == topic), error)
             return sent
+
+    def _count(self, entry: Entry) -> None:
+        if entry.topic == RETRAIN:
+            v = entry.value
+            self._retrain_events.labels(v["reason"]).inc()
+            self._retrain_out.inc()
+            log.info("retrain-event %s (%s): cumulative %.3f > %.3f", v["model_key"], v["reason"],
+                     v["cumulative_error"], v["threshold"])
+        else:
+            self.sent_counter.inc()
 
     def _clear(self, entry: Entry) -> None:
         self.entries.pop(entry.key, None)
         self._cleared.add(entry.key)
 
-    async def _ensure_floors(self, partitions: set[int]) -> None:
-        """Record a lower bound of each partition's end before anything of it is sent (first send only)."""
-        if not partitions:
+    async def _ensure_floors(self, wanted: set[tuple[str, int]]) -> None:
+        """Record a lower bound of each ``(topic, partition)``'s end before anything of it is sent (first send only)."""
+        if not wanted:
             return
-        tps = [TopicPartition(self.topic, p) for p in partitions]
+        tps = [TopicPartition(self.settings.topic(topic), p) for topic, p in sorted(wanted)]
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False))
         await consumer.start()
         try:
             ends = await consumer.end_offsets(tps)
         finally:
             await consumer.stop()
-        for tp in tps:
-            self._floor.setdefault(tp.partition, int(ends.get(tp, 0)))
+        for (topic, p), tp in zip(sorted(wanted), tps, strict=True):
+            self._floor.setdefault((topic, p), int(ends.get(tp, 0)))
         for e in self.entries.values():
             if e.floor is None:
-                e.floor = self._floor.get(e.partition)
+                e.floor = self._floor.get((e.topic, e.message_partition))
 
     # -- after a restart
     def restore(self, partition: int, key: bytes, raw: bytes) -> None:
@@ -176,7 +268,8 @@ class ErrorsOutbox:
         if key in self._cleared or key in self.entries:
             return  # delivered (or being delivered) by this very process: its tombstone is on the way
         doc = orjson.loads(raw)
-        self.entries[key] = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False)
+        self.entries[key] = Entry(partition, doc["value"], doc.get("floor"), durable=True, checked=False,
+                                  topic=doc.get("topic", ERRORS), node=doc.get("node", ""))
 
     def rewrite(self, partitions: set[int]) -> None:
         """Entries of ``partitions`` not delivered yet are stored again before they are sent (their changelog
@@ -218,43 +311,46 @@ class ErrorsOutbox:
                 await asyncio.sleep(wait_s)
 
     async def reconcile(self, partitions: set[int], timeout_s: float = 30.0) -> int:
-        """Clear the restored entries of ``partitions`` whose message is already in the topic; how many."""
+        """Clear the restored entries of ``partitions`` whose message is already in its topic; how many."""
         restored = [e for e in self.entries.values() if e.partition in partitions and not e.checked]
         if not restored:
             return 0
-        starts: dict[int, int] = {}
-        since: dict[int, float] = {}  # the earliest period close per partition
+        starts: dict[tuple[str, int], int] = {}
+        since: dict[tuple[str, int], float] = {}  # the earliest period close per message partition
         for e in restored:
-            floor, ts = e.floor if e.floor is not None else 0, e.ident[1]
-            starts[e.partition] = min(starts.get(e.partition, floor), floor)
-            since[e.partition] = min(since.get(e.partition, ts), ts)
+            where, ts = (e.topic, e.message_partition), float(e.value["ts"])
+            floor = e.floor if e.floor is not None else 0
+            starts[where] = min(starts.get(where, floor), floor)
+            since[where] = min(since.get(where, ts), ts)
         found = await self._sent_since(starts, since, timeout_s)
         cleared = 0
         for e in restored:
-            if e.ident in found:
+            if (e.topic, e.ident) in found:
                 self._clear(e)
                 cleared += 1
             else:
                 e.checked = True
-        log.info("prediction-errors outbox of partitions %s: %d restored, %d already delivered, %d to send",
+        log.info("outbox of partitions %s: %d restored, %d already delivered, %d to send",
                  sorted(partitions), len(restored), cleared, len(restored) - cleared)
         return cleared
 
-    async def _sent_since(self, starts: dict[int, int], since: dict[int, float],
-                          timeout_s: float) -> set[tuple[str, float]]:
-        """``(node, ts)`` of the prediction-errors messages from ``starts[partition]`` to each partition's end.
+    async def _sent_since(self, starts: dict[tuple[str, int], int], since: dict[tuple[str, int], float],
+                          timeout_s: float) -> set[tuple[str, tuple[Any, ...]]]:
+        """``(topic, ident)`` of the messages of each ``(topic, partition)`` from ``starts[(topic, partition)]``
+        to its end (:func:`message_ident`).
 
-        A partition is read from the first message stamped ``TIME_MARGIN_S`` before ``since[partition]``
+        A partition is read from the first message stamped ``TIME_MARGIN_S`` before ``since[(topic, partition)]``
         (wall-clock seconds) when that comes before its start: a floor recorded before the topic was
         recreated can lie inside the new partition, past messages sent since.
         """
-        tps = {TopicPartition(self.topic, p): off for p, off in starts.items()}
+        names = {TopicPartition(self.settings.topic(t), p): (t, p) for t, p in starts}
+        tps = {tp: starts[where] for tp, where in names.items()}
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
                                                      auto_offset_reset="earliest"))
         await consumer.start()
-        found: set[tuple[str, float]] = set()
+        found: set[tuple[str, tuple[Any, ...]]] = set()
         try:
-            tps = await _earlier_by_time(consumer, tps, {TopicPartition(self.topic, p): ts for p, ts in since.items()})
+            tps = await _earlier_by_time(consumer, tps, {tp: since[where] for tp, where in names.items()})
             consumer.assign(list(tps))
             for tp, off in tps.items():
                 consumer.seek(tp, off)
@@ -263,11 +359,11 @@ class ErrorsOutbox:
             deadline = loop.time() + timeout_s
             while pending and loop.time() < deadline:
                 batch = await consumer.getmany(timeout_ms=300)
-                for records in batch.values():
+                for tp, records in batch.items():
+                    topic = names[tp][0]
                     for rec in records:
                         try:
-                            v = orjson.loads(rec.value)
-                            found.add((str(v["node"]), float(v["ts"])))
+                            found.add((topic, message_ident(topic, orjson.loads(rec.value))))
                         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                             continue
                 for tp in list(pending):
@@ -281,7 +377,7 @@ class ErrorsOutbox:
                     elif position >= high and not batch.get(tp):
                         pending.discard(tp)
             if pending:
-                raise TimeoutError(f"prediction-errors partitions {sorted(tp.partition for tp in pending)} "
+                raise TimeoutError(f"partitions {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)} "
                                    f"not read to their end within {timeout_s:.0f} s")
         finally:
             await consumer.stop()

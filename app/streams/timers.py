@@ -8,8 +8,9 @@ timeout (40 s) those writes fail: the worker used to exit about 40 s into a brok
 :func:`timer` is ``app.timer`` with a tick that catches what its function raises: the failure is logged
 (WARNING, with the timer's name and the error), counted in ``rtt_worker_timer_failures_total{timer}``, and
 the next tick runs as usual. The functions lose nothing by failing: a checkpoint whose write failed hands
-its rows back to the next one, an error period's closed trackers and staged messages go out with the next
-checkpoint that is stored.
+its rows back to the next one, an error period's closed trackers and staged messages (prediction-errors, the
+retrain-events of its drifts) go out with the next checkpoint that is stored, and a message the broker did
+not acknowledge stays staged for the checkpoint after (:mod:`app.streams.feedback_outbox`).
 """
 
 from __future__ import annotations

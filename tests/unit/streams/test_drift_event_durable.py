@@ -1,0 +1,305 @@
+"""A drift retrain-event is part of the same durable step as the detector reset that signalled it.
+
+The period that fires a node × app detector resets it (the drift leaves the detector's statistic), so the
+retrain-event must not be lost once that reset is stored: it is staged in the outbox with the closed
+trackers, written by the same checkpoint, sent once that checkpoint is stored and cleared once the broker
+acknowledged it. A send that fails leaves it staged for the next tick; a checkpoint that fails leaves it
+(and the reset) to the next checkpoint; a worker killed in between hands it to the next one through the
+changelog, which looks for it in the topic before sending it. Before, the event was sent once after the
+checkpoint, and any failure lost it until the drift episode signalled again.
+
+The broker, the changelog and the worker's Kafka reader are stand-ins kept in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimedOutError
+
+from app.clock import ManualClock
+from app.config import Settings
+from app.contracts import contract, decode
+from app.drift.joinbuffer import JoinBuffer
+from app.kafka.batches import partition_for
+from app.registry.directory import DirectoryModelStore
+from app.streams import feedback_errors, feedback_outbox
+from app.streams.app import create_app
+from app.streams.feedback_models import ModelCache
+from app.streams.feedback_options import FeedbackOptions
+from app.streams.feedback_state import FeedbackLoop
+from app.streams.node_table import NodeStore
+from app.streams.options import WorkerOptions
+
+APP, NODE, KEY = "gCTF", "gpu-1", "gCTF:gpu"
+GOOD_PERIODS = 14  # periods of the model's usual error before the drift (the detector's reference)
+PARTITION = partition_for(NODE.encode(), contract("prediction-errors").partitions)
+
+
+class Broker:
+    """Topics in memory; what each send does is set per topic (``mode``)."""
+
+    OK, RAISE, FAIL, STORED_NOT_ACKED = "ok", "raise", "fail", "stored, not acknowledged"
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.logs: dict[tuple[str, int], list[Any]] = {}
+        self.mode: dict[str, str] = {}
+
+    def log(self, topic: str, partition: int) -> list[Any]:
+        return self.logs.setdefault((topic, partition), [])
+
+    def values(self, name: str) -> list[dict[str, Any]]:
+        topic = Settings(metrics_port=0).topic(name)
+        return [orjson.loads(r.value) for (t, _), recs in sorted(self.logs.items()) if t == topic for r in recs]
+
+    def topic(self, _app: Any, settings: Settings, name: str) -> Any:
+        broker, topic, partitions = self, settings.topic(name), contract(name).partitions
+
+        class Topic:
+            async def send(self, key: bytes, value: bytes) -> asyncio.Future[Any]:
+                mode = broker.mode.get(name, Broker.OK)
+                if mode == Broker.RAISE:
+                    raise KafkaTimeoutError()
+                decode(name, value, strict=True)
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                if mode == Broker.FAIL:
+                    fut.set_exception(KafkaConnectionError("broker away"))
+                    return fut
+                p = partition_for(key, partitions)
+                log = broker.log(topic, p)
+                log.append(SimpleNamespace(value=value, offset=len(log), timestamp=int(broker.clock.now() * 1000)))
+                if mode == Broker.STORED_NOT_ACKED:
+                    fut.set_exception(RequestTimedOutError())
+                else:
+                    fut.set_result(SimpleNamespace(topic=topic, partition=p, offset=len(log) - 1))
+                return fut
+
+        return Topic()
+
+    def consumer(self, **_kw: Any) -> Any:
+        broker = self
+
+        class Consumer:
+            def __init__(self) -> None:
+                self.pos: dict[Any, int] = {}
+
+            async def start(self) -> None:
+                pass
+
+            async def stop(self) -> None:
+                pass
+
+            async def end_offsets(self, tps: Any) -> dict[Any, int]:
+                return {tp: len(broker.log(tp.topic, tp.partition)) for tp in tps}
+
+            async def offsets_for_times(self, query: dict[Any, int]) -> dict[Any, Any]:
+                out = {}
+                for tp, ms in query.items():
+                    hits = [r for r in broker.log(tp.topic, tp.partition) if r.timestamp >= ms]
+                    out[tp] = SimpleNamespace(offset=hits[0].offset, timestamp=hits[0].timestamp) if hits else None
+                return out
+
+            def assign(self, tps: Any) -> None:
+                self.pos = {tp: 0 for tp in tps}
+
+            def seek(self, tp: Any, offset: int) -> None:
+                self.pos[tp] = offset
+
+            async def seek_to_beginning(self, *tps: Any) -> None:
+                for tp in tps:
+                    self.pos[tp] = 0
+
+            async def getmany(self, timeout_ms: int = 0) -> dict[Any, list[Any]]:
+                out = {}
+                for tp, at in self.pos.items():
+                    recs = broker.log(tp.topic, tp.partition)[at:]
+                    if recs:
+                        out[tp] = recs
+                        self.pos[tp] = at + len(recs)
+                return out
+
+            def highwater(self, tp: Any) -> int:
+                return len(broker.log(tp.topic, tp.partition))
+
+            async def position(self, tp: Any) -> int:
+                return self.pos[tp]
+
+        return Consumer()
+
+
+class Changelog:
+    """The feedback table's changelog, compacted: the rows a restarted worker restores."""
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, bytes] = {}
+        self.fail = 0  # writes that fail next (broker away)
+
+    async def write(self, rows: Any, **_kw: Any) -> int:
+        rows = list(rows)
+        if self.fail:
+            self.fail -= 1
+            raise KafkaConnectionError("broker away")
+        for key, value in rows:
+            if value is None:
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = value
+        return len(rows)
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> tuple[ManualClock, Broker, Changelog]:
+    clock = ManualClock(1000.0)
+    broker = Broker(clock)
+    monkeypatch.setattr(feedback_errors, "contract_topic", broker.topic)
+    monkeypatch.setattr(feedback_outbox, "AIOKafkaConsumer", broker.consumer)
+    return clock, broker, Changelog()
+
+
+def worker(tmp_path: Path, name: str, clock: ManualClock, changelog: Changelog) -> FeedbackLoop:
+    settings = Settings(metrics_port=0)
+    app = create_app(settings, id=f"t-{name}-{tmp_path.name}", components=[],
+                     options=dataclasses.replace(WorkerOptions(), datadir=str(tmp_path / name)), clock=clock)
+    loop = FeedbackLoop(settings, FeedbackOptions(), clock,
+                        SimpleNamespace(store=NodeStore(10.0, WorkerOptions(), 1.0)),  # type: ignore[arg-type]
+                        ModelCache(settings, store=DirectoryModelStore(tmp_path / "models")),
+                        JoinBuffer(60.0, clock=clock), changelog)  # type: ignore[arg-type]
+    feedback_errors.register_errors(app, loop)
+    loop.node_class[NODE] = "gpu"
+    loop.partitions[NODE] = PARTITION
+    return loop
+
+
+async def period(loop: FeedbackLoop, clock: ManualClock, actual_ms: float) -> None:
+    """One error period of the node: five pairs, then the period timer's tick."""
+    for k in range(5):
+        loop.tracker(NODE).add(APP, 100.0, actual_ms + k)
+    clock.advance(5.0)
+    await loop.handles["close_period"]()
+
+
+async def until_drift(loop: FeedbackLoop, clock: ManualClock) -> None:
+    """The periods before the drift, all delivered: the next period at twice the RTT fires the detector."""
+    for _ in range(GOOD_PERIODS):
+        await period(loop, clock, 100.0)
+
+
+async def settle(loop: FeedbackLoop) -> None:
+    for _ in range(200):
+        if not loop._background:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("background work of the loop did not end")
+
+
+def drift_events(broker: Broker) -> list[dict[str, Any]]:
+    return [v for v in broker.values("retrain-events") if v["reason"] == "drift"]
+
+
+def sent_count(loop: FeedbackLoop) -> float:
+    return loop.metrics.value("rtt_worker_retrain_events_total", reason="drift")
+
+
+@pytest.mark.parametrize("mode", [Broker.RAISE, Broker.FAIL])
+def test_a_drift_event_whose_send_fails_is_delivered_at_the_next_tick(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog], mode: str) -> None:
+    clock, broker, changelog = world
+    loop = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await until_drift(loop, clock)
+        broker.mode["retrain-events"] = mode  # the send raises, or its acknowledgement is an error
+        await period(loop, clock, 200.0)  # the drift: the detector fires and is reset
+        assert drift_events(broker) == [] and sent_count(loop) == 0.0
+        broker.mode["retrain-events"] = Broker.OK
+        clock.advance(1.0)
+        await loop.checkpoint()  # the checkpoint timer's next tick
+        events = drift_events(broker)
+        assert [(e["model_key"], e["reason"]) for e in events] == [(KEY, "drift")]
+        assert events[0]["cumulative_error"] > events[0]["threshold"]
+        assert sent_count(loop) == 1.0
+        clock.advance(1.0)
+        await loop.checkpoint()
+        await period(loop, clock, 100.0)
+        assert len(drift_events(broker)) == 1  # delivered once, then cleared
+
+    asyncio.run(run())
+
+
+def test_a_drift_whose_checkpoint_fails_after_the_reset_is_not_lost(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog]) -> None:
+    clock, broker, changelog = world
+    loop = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await until_drift(loop, clock)
+        changelog.fail = 1
+        with pytest.raises(KafkaConnectionError):  # the tick fails: logged and counted by its timer
+            await period(loop, clock, 200.0)
+        assert drift_events(broker) == []
+        clock.advance(1.0)
+        await loop.checkpoint()  # stored now, the reset and the event together; then sent
+        assert [(e["model_key"], e["reason"]) for e in drift_events(broker)] == [(KEY, "drift")]
+        assert sent_count(loop) == 1.0
+
+    asyncio.run(run())
+
+
+def test_a_drift_event_staged_and_never_sent_is_sent_by_the_restarted_worker(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog]) -> None:
+    """Killed once the checkpoint holding the reset was stored, before the event reached the broker."""
+    clock, broker, changelog = world
+    first = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await until_drift(first, clock)
+        broker.mode["retrain-events"] = Broker.RAISE
+        await period(first, clock, 200.0)
+        assert drift_events(broker) == []
+        # killed here; the next worker restores the partition from the changelog
+        broker.mode["retrain-events"] = Broker.OK
+        clock.advance(10.0)
+        second = worker(tmp_path, "b", clock, changelog)
+        second.restore(dict(changelog.rows), {PARTITION})
+        await settle(second)
+        assert [(e["model_key"], e["reason"]) for e in drift_events(broker)] == [(KEY, "drift")]
+        assert sent_count(second) == 1.0
+        await second.checkpoint()
+        assert len(drift_events(broker)) == 1
+        errors = [(v["node"], v["ts"]) for v in broker.values("prediction-errors")]
+        assert len(errors) == len(set(errors)) == GOOD_PERIODS + 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", [Broker.OK, Broker.STORED_NOT_ACKED])
+def test_a_drift_event_the_broker_stored_is_found_by_the_restarted_worker_not_sent_again(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog], mode: str) -> None:
+    """Killed after the broker stored the event (acknowledged, or its acknowledgement lost) and before the
+    event left the changelog: the next worker finds it in the topic and does not send it again."""
+    clock, broker, changelog = world
+    first = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await until_drift(first, clock)
+        broker.mode["retrain-events"] = mode
+        await period(first, clock, 200.0)
+        assert len(drift_events(broker)) == 1
+        # killed here, before the checkpoint that would have cleared it from the changelog
+        broker.mode["retrain-events"] = Broker.OK
+        clock.advance(10.0)
+        second = worker(tmp_path, "b", clock, changelog)
+        second.restore(dict(changelog.rows), {PARTITION})
+        await settle(second)
+        await second.checkpoint()
+        assert len(drift_events(broker)) == 1
+        assert sent_count(second) == 0.0
+
+    asyncio.run(run())
