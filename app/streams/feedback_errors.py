@@ -15,7 +15,8 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
   period resets the detector, so the event is staged in the outbox with the prediction-errors and goes
   out with them once the checkpoint holding the reset is stored; one not acknowledged stays staged for
   the next checkpoint, and a restarted worker looks for it in the topic before it sends it
-  (:mod:`~app.streams.feedback_outbox`): no failure loses a drift, and a kill does not ask it twice.
+  (:mod:`~app.streams.feedback_outbox`): no failure loses a drift, and neither a kill nor a lost
+  acknowledgement asks it twice.
 * Cold start (checked at every sample of a key without a model, as the join counts it, and every
   ``SAMPLE_CHECK_S``, 0.25 s, with the rest): a model key without a model whose samples seen by this worker
   reach ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:

@@ -14,8 +14,9 @@ closed: the restarted worker reports them again). So a closed period's messages 
    retrain-event's ``b"{partition}|e|{node}|{ts}|{model_key}"`` (the node whose detector fired; a model
    key holds a ``:``, a period's time never does);
 2. **deliver** — once durable, each message is sent and its acknowledgement awaited; one the broker did
-   not acknowledge (a send that raised, an error for its acknowledgement) stays staged and goes out
-   after the next checkpoint;
+   not acknowledge stays staged and goes out after the next checkpoint: at once if its send raised (it
+   never reached the producer), once looked for in its topic (below) if its acknowledgement was an error
+   (a request that timed out may have been stored), so a lost acknowledgement publishes nothing twice;
 3. **clear** — acknowledged messages leave the outbox (tombstones in the next checkpoint).
 
 A restarted worker restores the outbox rows with the trackers. A row may be there because its message
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 
 OUTBOX = "e"
 TIME_MARGIN_S = 30.0  # clock steps between staging a message and sending it, on one host
+UNACKED_LOOK_S = 10.0  # how long a checkpoint reads to look for its messages whose acknowledgement failed
 ERRORS, RETRAIN = "prediction-errors", "retrain-events"
 
 
@@ -95,6 +97,7 @@ class Entry:
     durable: bool = False
     delivered: bool = False
     checked: bool = True  # False for a restored entry until reconcile looked for it in the topic
+    unacked: bool = False  # sent, its acknowledgement an error: unchecked until the outbox looked for it
     topic: str = ERRORS  # the contract: ERRORS or RETRAIN
     node: str = ""  # RETRAIN: the node whose detector fired (it names the row)
 
@@ -192,28 +195,36 @@ class ErrorsOutbox:
     async def deliver(self) -> int:
         """Send every durable entry, wait for the acknowledgements, clear them; messages sent.
 
-        A message the broker did not acknowledge — its send raised, or its acknowledgement is an error —
-        stays in the outbox and is sent after the next checkpoint.
+        A message the broker did not acknowledge stays in the outbox and goes out after the next checkpoint.
+        One whose send raised never reached the producer, and is sent again. One whose acknowledgement is an
+        error may have been stored all the same (the request timed out, the connection dropped after the
+        write): it is unchecked, and looked for in its topic first (:meth:`_look_for_unacked`), like an
+        entry restored after a restart; found, it is cleared (and counted) instead of being published twice.
         """
         assert self.send is not None, "ErrorsOutbox.send is set by register_errors"
         async with self._lock:
+            await self._look_for_unacked()
             ready = [e for e in self.entries.values()
                      if e.durable and e.checked and not e.delivered and self._sender(e) is not None]
             if not ready:
                 return 0
             pending: list[Any] = []
-            for e in ready:
+            unsent: set[int] = set()  # positions in ``ready`` whose send raised
+            for i, e in enumerate(ready):
                 try:
                     pending.append(await self._sender(e)(e.message_key, encode(e.topic, e.value, check=False)))
                 except Exception as exc:  # not handed to the producer (no metadata, broker away): kept
+                    unsent.add(i)
                     pending.append(_failed(exc))
             done = await asyncio.gather(*pending, return_exceptions=True)
             sent = 0
             failed: dict[str, tuple[int, BaseException]] = {}
             acked: dict[tuple[str, int], int] = {}
-            for entry, meta in zip(ready, done, strict=True):
+            for i, (entry, meta) in enumerate(zip(ready, done, strict=True)):
                 if isinstance(meta, BaseException):
                     failed[entry.topic] = (failed.get(entry.topic, (0, meta))[0] + 1, meta)  # kept: sent again
+                    if i not in unsent:  # perhaps stored: looked for before it is sent again
+                        entry.checked, entry.unacked = False, True
                     continue
                 entry.delivered = True
                 self._clear(entry)
@@ -230,6 +241,25 @@ class ErrorsOutbox:
                 log.warning("%s: %d of %d messages not acknowledged (%r); sent again later", topic, n,
                             sum(1 for e in ready if e.topic == topic), error)
             return sent
+
+    async def _look_for_unacked(self) -> None:
+        """Look for the messages whose acknowledgement failed in their topics: those found are cleared and
+        counted, the others may be sent again. A look that fails (broker away, a partition not read to its
+        end within ``UNACKED_LOOK_S``) leaves them unchecked for the next checkpoint."""
+        doubtful = [e for e in self.entries.values() if e.unacked]
+        if not doubtful:
+            return
+        try:
+            found = await self._look_for(doubtful, UNACKED_LOOK_S)
+        except Exception as exc:  # the next checkpoint looks again; nothing of them is sent meanwhile
+            log.warning("outbox: %d messages whose acknowledgement failed not looked for yet (%r); not sent"
+                        " again until they are", len(doubtful), exc)
+            return
+        for e in found:
+            self._count(e)
+        if found:
+            log.info("outbox: %d of %d messages whose acknowledgement failed found stored; the others are sent"
+                     " again", len(found), len(doubtful))
 
     def _count(self, entry: Entry) -> None:
         if entry.topic == RETRAIN:
@@ -284,9 +314,11 @@ class ErrorsOutbox:
             del self.entries[key]
 
     def unchecked(self, partitions: set[int] | None = None) -> int:
-        """Restored entries (of ``partitions``, else all) not yet looked for in the topic: none of them is sent."""
+        """Restored entries (of ``partitions``, else all) not yet looked for in the topic: none of them is sent.
+
+        Entries whose acknowledgement failed are unchecked too, but :meth:`deliver` looks for those itself."""
         return sum(1 for e in self.entries.values()
-                   if not e.checked and (partitions is None or e.partition in partitions))
+                   if not e.checked and not e.unacked and (partitions is None or e.partition in partitions))
 
     async def reconcile_until_done(self, partitions: Callable[[], set[int]], backoff: Backoff, *,
                                    on_failure: Callable[[int, BaseException], None] | None = None,
@@ -312,27 +344,35 @@ class ErrorsOutbox:
 
     async def reconcile(self, partitions: set[int], timeout_s: float = 30.0) -> int:
         """Clear the restored entries of ``partitions`` whose message is already in its topic; how many."""
-        restored = [e for e in self.entries.values() if e.partition in partitions and not e.checked]
+        restored = [e for e in self.entries.values() if e.partition in partitions and not e.checked and not e.unacked]
         if not restored:
             return 0
+        cleared = len(await self._look_for(restored, timeout_s))
+        log.info("outbox of partitions %s: %d restored, %d already delivered, %d to send",
+                 sorted(partitions), len(restored), cleared, len(restored) - cleared)
+        return cleared
+
+    async def _look_for(self, entries: list[Entry], timeout_s: float) -> list[Entry]:
+        """Read the topics for the messages of ``entries``: those found are cleared, the others checked (they
+        may be sent); the entries found. Raises when the topics cannot be read to their end (nothing changes)."""
         starts: dict[tuple[str, int], int] = {}
         since: dict[tuple[str, int], float] = {}  # the earliest period close per message partition
-        for e in restored:
+        for e in entries:
             where, ts = (e.topic, e.message_partition), float(e.value["ts"])
             floor = e.floor if e.floor is not None else 0
             starts[where] = min(starts.get(where, floor), floor)
             since[where] = min(since.get(where, ts), ts)
-        found = await self._sent_since(starts, since, timeout_s)
-        cleared = 0
-        for e in restored:
-            if (e.topic, e.ident) in found:
+        stored = await self._sent_since(starts, since, timeout_s)
+        found = []
+        for e in entries:
+            e.unacked = False
+            if (e.topic, e.ident) in stored:
+                e.delivered = True
                 self._clear(e)
-                cleared += 1
+                found.append(e)
             else:
                 e.checked = True
-        log.info("outbox of partitions %s: %d restored, %d already delivered, %d to send",
-                 sorted(partitions), len(restored), cleared, len(restored) - cleared)
-        return cleared
+        return found
 
     async def _sent_since(self, starts: dict[tuple[str, int], int], since: dict[tuple[str, int], float],
                           timeout_s: float) -> set[tuple[str, tuple[Any, ...]]]:

@@ -51,6 +51,7 @@ class Broker:
         self.clock = clock
         self.logs: dict[tuple[str, int], list[Any]] = {}
         self.mode: dict[str, str] = {}
+        self.unreadable = False  # the worker's reader cannot reach the broker
 
     def log(self, topic: str, partition: int) -> list[Any]:
         return self.logs.setdefault((topic, partition), [])
@@ -91,7 +92,8 @@ class Broker:
                 self.pos: dict[Any, int] = {}
 
             async def start(self) -> None:
-                pass
+                if broker.unreadable:
+                    raise KafkaConnectionError("broker away")
 
             async def stop(self) -> None:
                 pass
@@ -301,5 +303,76 @@ def test_a_drift_event_the_broker_stored_is_found_by_the_restarted_worker_not_se
         await second.checkpoint()
         assert len(drift_events(broker)) == 1
         assert sent_count(second) == 0.0
+
+    asyncio.run(run())
+
+
+# -- a message sent and not acknowledged is looked for in its topic before it is sent again
+
+def messages(broker: Broker, topic: str) -> list[tuple[Any, ...]]:
+    if topic == "retrain-events":
+        return [(v["model_key"], v["ts"]) for v in drift_events(broker)]
+    return [(v["node"], v["ts"]) for v in broker.values(topic)]
+
+
+def counted(loop: FeedbackLoop, topic: str) -> float:
+    return loop.metrics.value("rtt_worker_messages_out_total", topic=topic)
+
+
+async def period_of(topic: str, loop: FeedbackLoop, clock: ManualClock, broker: Broker, mode: str) -> None:
+    """The period whose ``topic`` message is sent in ``mode``: the drift's for retrain-events."""
+    if topic == "retrain-events":
+        await until_drift(loop, clock)
+    before = counted(loop, topic)
+    broker.mode[topic] = mode
+    await period(loop, clock, 200.0 if topic == "retrain-events" else 100.0)
+    assert counted(loop, topic) == before  # not acknowledged
+    broker.mode[topic] = Broker.OK
+
+
+@pytest.mark.parametrize("topic", ["prediction-errors", "retrain-events"])
+def test_a_message_stored_without_its_acknowledgement_is_not_sent_again(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog], topic: str) -> None:
+    """The broker stored the message and its acknowledgement was lost (a request timed out): the next
+    checkpoint finds it in the topic, counts it and clears it instead of publishing it twice."""
+    clock, broker, changelog = world
+    loop = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await period_of(topic, loop, clock, broker, Broker.STORED_NOT_ACKED)
+        before = counted(loop, topic)
+        clock.advance(1.0)
+        await loop.checkpoint()
+        await loop.checkpoint()
+        sent = messages(broker, topic)
+        assert len(sent) == len(set(sent))
+        assert counted(loop, topic) == before + 1
+        assert loop.outbox is not None and len(loop.outbox) == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("topic", ["prediction-errors", "retrain-events"])
+def test_a_message_not_acknowledged_is_sent_again_only_once_looked_for(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog], topic: str) -> None:
+    """The broker did not store it: it is sent again, once, after the topic was read; while the topic cannot be
+    read it waits (staged) for a later checkpoint."""
+    clock, broker, changelog = world
+    loop = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await period_of(topic, loop, clock, broker, Broker.FAIL)
+        before, sent_before = counted(loop, topic), len(messages(broker, topic))
+        broker.unreadable = True
+        clock.advance(1.0)
+        await loop.checkpoint()  # cannot look for it: not sent yet
+        assert len(messages(broker, topic)) == sent_before and counted(loop, topic) == before
+        broker.unreadable = False
+        clock.advance(1.0)
+        await loop.checkpoint()
+        await loop.checkpoint()
+        sent = messages(broker, topic)
+        assert len(sent) == len(set(sent)) == sent_before + 1
+        assert counted(loop, topic) == before + 1
 
     asyncio.run(run())
