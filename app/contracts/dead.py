@@ -19,17 +19,32 @@ def _text(b: Any) -> str | None:
     return b.decode("utf-8", "replace") if isinstance(b, bytes | bytearray) else str(b)
 
 
+def _utf8(text: str) -> str:
+    """``text``, each lone surrogate (which UTF-8 cannot encode) written as its escape (``\\udXXX``).
+
+    >>> _utf8("gpu-\\ud800"), _utf8("n1")
+    ('gpu-\\\\ud800', 'n1')
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _key(key: bytes | bytearray | str | None) -> tuple[str | None, str]:
-    """``key`` as text of at most :data:`MAX_KEY_CHARS` characters (4 bytes of UTF-8 at most each), and what was
-    cut (empty when nothing was).
+    """``key`` as text of at most :data:`MAX_KEY_CHARS` characters, and what was cut (empty when nothing was).
 
     Each byte that is not UTF-8 becomes one replacement character (three bytes), so only the first bytes are
-    decoded: a 1 MB key makes at most 1 KiB here, not 3 MB.
+    decoded: a 1 MB key makes at most 1 KiB here, not 3 MB. A lone surrogate in a key given as a ``str`` is
+    kept as its escape (six characters), so the dead letter can be encoded: at most 1.5 KiB.
 
     >>> _key(b"\\xff" * 1000)[0] == "\\ufffd" * MAX_KEY_CHARS, _key(b"\\xff" * 1000)[1]
     (True, 'key cut to its first 256 characters (of 1,000 bytes)')
-    >>> _key("n1"), _key(None)
-    (('n1', ''), (None, ''))
+    >>> _key("n1"), _key(None), _key("k\\ud800")
+    (('n1', ''), (None, ''), ('k\\\\ud800', ''))
     """
     if key is None:
         return None, ""
@@ -37,17 +52,20 @@ def _key(key: bytes | bytearray | str | None) -> tuple[str | None, str]:
         head = bytes(key[:4 * MAX_KEY_CHARS])  # the first MAX_KEY_CHARS characters lie within these bytes
         text, size = head.decode("utf-8", "replace"), f"{len(key):,} bytes"
         cut = len(text) > MAX_KEY_CHARS or len(key) > len(head)
+        text = text[:MAX_KEY_CHARS]
     else:
-        text = str(key)
-        size, cut = f"{len(text):,} characters", len(text) > MAX_KEY_CHARS
-    return (text[:MAX_KEY_CHARS], f"key cut to its first {MAX_KEY_CHARS} characters (of {size})") if cut else (text, "")
+        whole = str(key)
+        size, cut = f"{len(whole):,} characters", len(whole) > MAX_KEY_CHARS
+        text = _utf8(whole[:MAX_KEY_CHARS])  # escaped once cut: six characters at most for each one kept
+    return text, f"key cut to its first {MAX_KEY_CHARS} characters (of {size})" if cut else ""
 
 
 def dead_letter_value(topic: str, partition: int, offset: int, error: str, reason: str, raw: bytes | bytearray | str,
                       key: bytes | bytearray | str | None, ts: float) -> dict[str, Any]:
     """The dead-letters value of one record, bounded whatever the record: its first :data:`MAX_RAW_BYTES` in
-    base64, its key's first :data:`MAX_KEY_CHARS` characters (bytes that are not UTF-8 replaced), the error cut
-    to 2,000 characters. What was cut is said at the end of ``error``. The value is about 100 KB at most, well within
+    base64, its key's first :data:`MAX_KEY_CHARS` characters (bytes that are not UTF-8 replaced, a lone surrogate
+    in a ``str`` written as its ``\\udXXX`` escape, as in the error), the error cut to 2,000 characters. What was
+    cut is said at the end of ``error``. The value is about 100 KB at most, well within
     what a broker takes (1 MB by default).
 
     >>> d = dead_letter_value("t", -1, 3, "invalid_json: ...", "invalid_json", b"{", None, 0.0)
@@ -61,7 +79,7 @@ def dead_letter_value(topic: str, partition: int, offset: int, error: str, reaso
     cuts = [f"raw cut to its first {MAX_RAW_BYTES:,} bytes (of {len(data):,})"] if len(data) > MAX_RAW_BYTES else []
     cuts += [key_cut] if key_cut else []
     return {"topic": topic, "partition": partition, "offset": offset,
-            "error": "; ".join([error[:MAX_ERROR_CHARS], *cuts]), "reason": reason,
+            "error": "; ".join([_utf8(error[:MAX_ERROR_CHARS]), *cuts]), "reason": reason,
             "raw": base64.b64encode(data[:MAX_RAW_BYTES]).decode("ascii"), "key": text, "ts": ts}
 
 

@@ -1,19 +1,19 @@
 """Dead letters: a message that fails decoding or its contract is recorded, counted and skipped.
 
-Every intake (:class:`~app.streams.intake.PartitionIntake`) hands the messages it cannot decode or check to
-:meth:`DeadLetters.send_all` before it applies any message of their batch: the dead-letters topic (contract
-``topics/dead-letters.json``) gets its source topic, partition, offset, error, stable ``reason``, raw bytes
-(base64), key and time, and ``rtt_worker_dead_letters_total{topic, reason}`` counts it once the broker has it.
-A message its handler refuses (a cap) is known only once the handler ran: its dead letter goes out on the
-intake's own sender with the batch's other outputs (:meth:`DeadLetters.stage`), counted when delivered
-(:meth:`DeadLetters.stored`).
+Every intake (:class:`~app.streams.intake.PartitionIntake`) hands the messages it cannot decode or check, and
+those its handlers refuse (a cap), to its own sender with the batch's other outputs (:meth:`DeadLetters.stage`),
+in the step that applies the batch: the dead-letters topic (contract ``topics/dead-letters.json``) gets its
+source topic, partition, offset, error, stable ``reason``, raw bytes (base64), key and time, and
+``rtt_worker_dead_letters_total{topic, reason}`` counts it once the broker has it (:meth:`DeadLetters.stored`).
+The sender sends it until the broker has it, and a checkpoint flushes the sender before it writes the read
+positions past it. An intake not started (no sender) waits for them instead (:meth:`DeadLetters.send_all`).
 
 A dead letter is bounded (:func:`app.contracts.dead.dead_letter_value`: the raw payload's first 64 KiB, the
 key's first 256 characters, cuts said in ``error``). One the broker refuses for good all the same — too large
 for it, the topic invalid or not ours to write (:func:`app.kafka.batches.permanent`) — is dropped: one ERROR
-line naming the message, counted in ``rtt_worker_send_failures_total{topic="dead-letters", outcome="dropped"}``,
-and the intake goes on (sending it again would stall the intake for ever). One refused for a while (a broker
-away) is sent again until stored, counted there with ``outcome="retried"``.
+line, counted in ``rtt_worker_send_failures_total{topic="dead-letters", outcome="dropped"}``, and the intake
+goes on (sending it again would stall the intake for ever). One refused for a while (a broker away) is sent
+again until stored, counted there with ``outcome="retried"``.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ class DeadLetters:
 
         The sender sends them until delivered, or drops one refused for good (logged, and counted with
         ``outcome="dropped"``), like the intake's other outputs; a checkpoint flushes it before it writes the
-        read positions, so those never pass a message whose dead letter the broker does not have.
+        read positions, so those never pass a message whose dead letter the broker does not have. A worker that
+        stops before that checkpoint is stored reads the messages again and stages their dead letters again.
         """
         out = []
         for letter in letters(bad, self.clock.now()):
@@ -117,10 +118,11 @@ class DeadLetters:
 
     async def send_all(self, bad: list[Bad]) -> None:
         """Send in order and wait until the broker has them all: what it refused for a while is sent again
-        until it takes it, what it refuses for good is dropped (logged at ERROR, counted). The intake applies
-        a batch, and moves its read positions past it, only once this returns; each is counted when stored.
+        until it takes it, what it refuses for good is dropped (logged at ERROR, naming the message, counted);
+        each is counted when stored. What an intake not started (no sender) does before its read positions
+        move past ``bad``.
 
-        Raises an error that is not the broker's or the client's (the intake reads the batch again).
+        Raises an error that is not the broker's or the client's.
         """
         pending = letters(bad, self.clock.now())
         failures = self.metrics.send_failures

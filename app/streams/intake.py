@@ -32,13 +32,13 @@ ahead of an output of the messages they cover (a training sample, node-features)
 have yet. ``rtt_worker_messages_in_total`` counts messages as they are processed, before any checkpoint:
 a message read again after a restart is counted again.
 
-Dead letters keep that rule (:meth:`PartitionIntake.process`): a batch's messages that fail their contract
-are dead-lettered, and the broker has those dead letters, before any message of the batch is applied, so
-the handlers' effects and the positions past them always change in one step, with no wait in between: a
-checkpoint never stores a batch's effects with the positions from before it (a restart would apply the
-batch twice). A send that fails puts the consumer back to read the batch again. A message its handler
-refuses is dead-lettered on the intake's sender, which a checkpoint flushes before it writes the positions
-past it.
+Dead letters keep that rule (:meth:`PartitionIntake.process`): the dead letter of a message that fails its
+contract, or that its handler refuses, is handed to the intake's sender in the same step as the handlers'
+effects and the read positions past the batch, with no wait in between, so a checkpoint, which flushes the
+sender before it writes the positions, never stores positions past a message whose dead letter the broker
+does not have. Dead letters are at least once: a worker that stops between a batch and the next stored
+checkpoint reads the batch again and sends its dead letters again (its effects are not in the restored
+state, so they are applied once).
 """
 
 from __future__ import annotations
@@ -315,31 +315,28 @@ class PartitionIntake:
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
 
-        Every message of the batch is checked first. One that fails its contract, whose key is not its node
-        or whose time is out of range (:mod:`app.contracts.admission`) goes to dead letters with the reason,
-        and the batch waits until the broker has them (:meth:`DeadLetters.send_all`) before any of it is
-        applied. Then the handlers run and the read positions move past the batch with no await in between:
-        a checkpoint records either none of the batch (its effects and positions) or all of it. A message its
-        handler refuses (a cap) or whose handling fails has its dead letter handed to the sender in that same
-        step (:meth:`DeadLetters.stage`), like the handlers' outputs: a checkpoint flushes the sender before
-        it writes the positions.
+        Each message in turn is decoded and checked, then handed to its handler. One that fails its contract,
+        whose key is not its node or whose time is out of range (:mod:`app.contracts.admission`), that its
+        handler refuses (a cap) or whose handling fails has a dead letter with the reason, handed to the
+        intake's sender (:meth:`DeadLetters.stage`) like the handlers' outputs; then the read positions move past
+        the batch. Nothing in between awaits: a checkpoint sees none of the batch (effects, dead letters,
+        positions) or all of it, and it flushes the sender before it writes the positions, so those never pass
+        a message whose dead letter the broker does not have.
 
-        If the dead letters cannot be sent (an error other than the broker's, which
-        :meth:`~DeadLetters.send_all` waits out), nothing of the batch is applied, the consumer goes back to
-        the batch's first messages, to read them again, and the error is raised. A partition released, or
-        assigned again, while they were awaited is skipped: its new owner, or its new position, reads it.
+        An intake not started has no sender: it waits until the broker has the dead letters
+        (:meth:`DeadLetters.send_all`) before the positions move.
         """
         owned, topics = self.owned, self.topics
-        invalid: list[Bad] = []
-        checked: list[tuple[TopicPartition, str, int | None, list[Any], list[dict[str, Any] | None]]] = []
+        bad: list[Bad] = []
+        done: list[tuple[TopicPartition, int]] = []
+        n = 0
         t0 = time.perf_counter()
         now, skew, age = self.clock.now(), self.settings.max_clock_skew_s, self.settings.max_event_age_s
         for tp, records in batch.items():
             if tp.partition not in owned:
                 continue  # released while this batch was in flight: the new owner reads it
             name = topics[tp.topic]
-            decode = self.decoders[name]
-            values: list[dict[str, Any] | None] = []
+            decode, handle, p = self.decoders[name], self.handlers[name], tp.partition
             for rec in records:
                 try:
                     value = decode(rec.value)
@@ -347,55 +344,26 @@ class PartitionIntake:
                     check_time(name, value, now=now, max_skew_s=skew, max_age_s=age)
                     check_order(name, value)
                 except ContractError as exc:
-                    invalid.append((rec, name, exc))
-                    value = None
-                values.append(value)
-            checked.append((tp, name, self.positions.get(tp), records, values))
-        spent = time.perf_counter() - t0
-        if invalid:  # stored before anything of the batch is applied
-            try:
-                await self.dead.send_all(invalid)
-            except BaseException:
-                self._read_again([(tp, records[0].offset) for tp, _, _, records, _ in checked])
-                raise
-        t0 = time.perf_counter()
-        refused: list[Bad] = []
-        done: list[tuple[TopicPartition, str, list[Any]]] = []
-        for tp, name, before, records, values in checked:
-            if tp.partition not in self.owned or self.positions.get(tp) != before:
-                continue  # released (or assigned again) while the dead letters were awaited
-            handle, p = self.handlers[name], tp.partition
-            for rec, value in zip(records, values, strict=True):
-                if value is None:
+                    bad.append((rec, name, exc))
                     continue
                 try:
                     handle(value, p)
                 except ContractError as exc:  # a handler's own refusal (a cap), with its reason
-                    refused.append((rec, name, exc))
+                    bad.append((rec, name, exc))
                 except Exception as exc:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
-                    refused.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
-            done.append((tp, name, records))
-        if refused and self.sender is not None:
-            self._dead_staged.extend(self.dead.stage(self.sender, refused))
-        elif refused:  # not started, so no sender: stored before the positions move past them
-            spent += time.perf_counter() - t0
-            await self.dead.send_all(refused)
-            t0 = time.perf_counter()
-        n = 0
-        for tp, name, records in done:
-            if tp.partition in self.owned:
-                self.positions[tp] = records[-1].offset + 1
+                    bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
+            done.append((tp, records[-1].offset + 1))
             self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
-        if n:
-            self.metrics.processing.labels(self.name).observe((spent + time.perf_counter() - t0) / n)
-        return n
-
-    def _read_again(self, starts: list[tuple[TopicPartition, int]]) -> None:
-        """Put the consumer back to ``starts`` (each an owned partition's first offset not applied)."""
-        if self._consumer is None:
-            return
-        for tp, offset in starts:
+        if bad and self.sender is not None:
+            self._dead_staged.extend(self.dead.stage(self.sender, bad))
+        spent = time.perf_counter() - t0
+        if bad and self.sender is None:  # not started: stored before the positions move past them
+            await self.dead.send_all(bad)
+        for tp, off in done:
             if tp.partition in self.owned:
-                self._consumer.seek(tp, offset)
+                self.positions[tp] = off
+        if n:
+            self.metrics.processing.labels(self.name).observe(spent / n)
+        return n

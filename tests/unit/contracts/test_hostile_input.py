@@ -149,3 +149,16 @@ def test_a_str_with_a_lone_surrogate_makes_a_dead_letter_that_keeps_its_code_uni
     raw = '{"node": "gpu-\udc80"}'
     d = dead_letter_value("t", 0, 7, "schema: x", "schema", raw, None, 0.0)
     assert base64.b64decode(d["raw"]) == raw.encode("utf-8", "surrogatepass")
+
+
+def test_a_key_given_as_a_str_with_a_lone_surrogate_makes_a_dead_letter_that_can_be_encoded() -> None:
+    """Encoding its dead letter raised ``unserialisable`` (UTF-8 cannot encode a lone surrogate): the surrogate is
+    kept as its escape, the rest of the key as it was."""
+    d = dead_letter_value("t", 0, 7, "schema: x", "schema", "x\ud800", "k\ud800", 0.0)
+    assert decode("dead-letters", encode("dead-letters", d)) == d
+    assert d["key"] == "k\\ud800" and d["error"] == "schema: x"
+    long = "gpu-\udc80" * 100  # 500 characters: cut to 256, then escaped
+    d = dead_letter_value("t", 0, 7, "schema: \udc80", "schema", b"{", long, 0.0)
+    assert decode("dead-letters", encode("dead-letters", d)) == d
+    assert d["key"] == long[:256].encode("utf-8", "backslashreplace").decode()
+    assert d["error"] == "schema: \\udc80; key cut to its first 256 characters (of 500 characters)"

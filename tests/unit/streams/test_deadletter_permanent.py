@@ -1,5 +1,6 @@
 """A dead letter stays small, and one the broker refuses for good is dropped (logged, counted), never retried for
-ever: the intake waits for its dead letters, so one that can never be stored would stall it."""
+ever: a checkpoint waits for the intake's dead letters before it writes the read positions past them, and an
+intake not started waits for them itself, so one that can never be stored would stall it."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ import base64
 import dataclasses
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
 
+from app.clock import ManualClock
 from app.config import Settings
 from app.contracts import decode, encode
 from app.contracts.dead import MAX_KEY_CHARS, MAX_RAW_BYTES, dead_letter_record
 from app.errors import ContractError
+from app.kafka.batches import BatchSender
 from app.streams.deadletter import DeadLetters
+from app.streams.intake import PartitionIntake
 
 
 @dataclasses.dataclass
@@ -123,3 +129,55 @@ def test_a_key_within_the_bound_is_kept_whole_and_nothing_is_said() -> None:
     rec = dead_letter_record(Msg(b"{", name.encode() + b"!"), "node-metrics", ContractError("invalid_json", "x"),
                              1.0)
     assert rec["key"] == name and "key cut" in rec["error"]
+
+
+class Batches:
+    """aiokafka's ``create_batch`` / ``send_batch``, each batch failed at once with the next of ``failures`` (None:
+    stored in ``stored``)."""
+
+    def __init__(self, *failures: BaseException | None) -> None:
+        self.failures = list(failures)
+        self.stored: list[bytes] = []
+
+    def create_batch(self) -> Any:
+        records: list[bytes] = []
+        return SimpleNamespace(records=records, record_count=lambda: len(records),
+                               append=lambda *, key, value, timestamp: records.append(value) or object())
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        error = self.failures.pop(0) if self.failures else None
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(SimpleNamespace(offset=len(self.stored)))
+            self.stored += batch.records
+        return fut
+
+
+async def test_a_dead_letter_on_the_intake_s_sender_refused_for_good_is_dropped_logged_once_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An intake's dead letters go out on its sender: one refused for good leaves it (the next checkpoint is not
+    held up by it), never counted as stored, and the dead letters after it are counted under their own reason."""
+    broker = Batches(MessageSizeTooLargeError("too large"))
+    dead = dead_letters(tmp_path, Broker(lambda offset, n: None))
+    settings = Settings.from_env({"RTT_METRICS_PORT": "0"})
+    topic = settings.topic("node-metrics")
+    it = PartitionIntake(settings, {"node-metrics": lambda value, p: None}, dead, clock=ManualClock(1.0),
+                         metrics=dead.metrics)
+    it.assign({0}, {})
+    sender = it.sender = BatchSender(broker, on_delivered=it._delivered, on_failed=it._failed)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        await it.process({TopicPartition(topic, 0): [Msg(b"{", b"n1", offset=1, topic=topic)]})
+        with pytest.raises(MessageSizeTooLargeError):
+            await sender.flush()  # the checkpoint that waited for it fails once
+        await it.process({TopicPartition(topic, 0): [Msg(b"{}", b"n1", offset=2, topic=topic)]})
+        await sender.flush()  # the next one is not held up
+    assert [decode("dead-letters", v)["offset"] for v in broker.stored] == [2] and len(sender) == 0
+    m = dead.metrics
+    assert m.value("rtt_worker_send_failures_total", topic="dead-letters", outcome="dropped") == 1
+    assert m.value("rtt_worker_dead_letters_total", topic="node-metrics", reason="invalid_json") == 0
+    assert m.value("rtt_worker_dead_letters_total", topic="node-metrics", reason="schema") == 1
+    assert dead.sent == 1
+    [line] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "dead-letters" in line.getMessage() and "MessageSizeTooLarge" in line.getMessage()
