@@ -23,6 +23,14 @@ acknowledged for the first time: count what was sent there, not when a record is
 records, error, outcome)`` for each failed one (``retried`` | ``dropped``). Failures are logged (WARNING,
 ERROR for a drop; once per period each with :func:`app.kafka.quiet.quiet_client_errors`).
 
+**Discarding.** :meth:`BatchSender.discard` drops every record of some partitions of a topic that the broker
+has not acknowledged: collected, to be sent again, being handed over, or in a batch still in flight (which,
+failed, is not sent again; taken, it is stored and counted delivered). The worker calls it for a table's
+changelog partitions when it loses them: its new owner writes them from then on, and a record this worker
+sent there afterwards would land among, or after, the new owner's. Discarded records are never counted
+delivered nor reported to ``on_failed``; they are counted in :attr:`BatchSender.discarded` and logged at
+INFO (the caller says why).
+
 Records keep their order within a partition: batches of one partition are shipped in order, one
 :meth:`~BatchSender.ship` at a time. A failed batch is sent again once every batch of its partition shipped
 before the resend is settled, and the batches shipped after it that the broker did take are sent again
@@ -50,7 +58,7 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -70,7 +78,7 @@ log = logging.getLogger(__name__)
 Record = tuple[bytes | None, bytes | None, int]  # key, value, timestamp ms
 _Rec = tuple[bytes | None, bytes | None, int, bool]  # ... and whether it was counted delivered (a resend)
 TP = tuple[str, int]  # topic, partition
-DELIVERED, RETRIED, DROPPED = "delivered", "retried", "dropped"
+DELIVERED, RETRIED, DROPPED, DISCARDED = "delivered", "retried", "dropped", "discarded"
 # the broker refuses the record itself, or the topic for good: sending it again cannot succeed
 PERMANENT: tuple[type[BaseException], ...] = (
     MessageSizeTooLargeError, RecordListTooLargeError, InvalidTopicError, CorruptRecordException,
@@ -101,7 +109,8 @@ class _Shipment:
 
     records: list[_Rec]
     fresh: int  # records not counted delivered before (not a resend of a delivered one)
-    outcome: str = ""  # "" in flight, then DELIVERED, RETRIED (to send again) or DROPPED (failed for good)
+    outcome: str = ""  # "" in flight, then DELIVERED, RETRIED (to send again), DROPPED (failed for good) or DISCARDED
+    discarded: bool = False  # its partition was discarded while it flew: not sent again if it fails
 
 
 class BatchSender:
@@ -119,10 +128,12 @@ class BatchSender:
         self._lock = asyncio.Lock()
         self._resent_pending: set[TP] = set()  # partitions whose pending records include resent ones (put back)
         self._end: dict[TP, int] = {}  # offset after the last acknowledged batch
+        self._discards: dict[TP, int] = {}  # how many times each partition was discarded (a ship in progress checks)
         self.rewound: set[TP] = set()  # (topic, partition) whose log restarted below that end
         self.records = 0  # records shipped (a resend counts again)
         self.delivered = 0  # records acknowledged, each once
         self.dropped = 0  # records failed for good
+        self.discarded = 0  # records dropped undelivered by :meth:`discard`
 
     def __len__(self) -> int:
         """Records collected and not shipped yet (failed ones waiting to be sent again included)."""
@@ -160,34 +171,45 @@ class BatchSender:
         """Send ``records`` of ``tp`` in batches (those sent before, maybe counted, among the first ``redo``);
         how many."""
         start = 0  # records[:start] handed over (or dropped)
+        discards = self._discards.get(tp, 0)
         try:
             batch = self.producer.create_batch()
             for i, (key, value, ts, _) in enumerate(records):
                 if batch.append(key=key, value=value, timestamp=ts) is not None:
                     continue
                 if batch.record_count():
-                    await self._send(batch, tp, records, start, i, redo)
+                    await self._send(batch, tp, records, start, i, redo, discards)
                     start = i
+                    if self._discards.get(tp, 0) != discards:
+                        break
                     batch = self.producer.create_batch()
                 if batch.append(key=key, value=value, timestamp=ts) is None:  # alone too large (aiokafka takes it)
                     self._failure(tp, [records[i]], MessageSizeTooLargeError(f"{len(value or b'')} bytes"))
                     start = i + 1
                     batch = self.producer.create_batch()
-            if batch.record_count():
-                await self._send(batch, tp, records, start, len(records), redo)
+            else:
+                if batch.record_count():
+                    await self._send(batch, tp, records, start, len(records), redo, discards)
                 start = len(records)
         except BaseException:
-            self._pending[tp][:0] = records[start:]  # ahead of what was added meanwhile
-            if start < redo:
-                self._resent_pending.add(tp)
+            if self._discards.get(tp, 0) != discards:  # discarded while it was handed over: nothing goes back
+                self._discarded(tp, len(records) - start)
+            else:
+                self._pending[tp][:0] = records[start:]  # ahead of what was added meanwhile
+                if start < redo:
+                    self._resent_pending.add(tp)
             raise
-        self.records += len(records)
-        return len(records)
+        if start < len(records):  # discarded while a batch was handed over: the rest is not sent
+            self._discarded(tp, len(records) - start)
+        self.records += start
+        return start
 
-    async def _send(self, batch: Any, tp: TP, records: list[_Rec], start: int, end: int, redo: int) -> None:
+    async def _send(self, batch: Any, tp: TP, records: list[_Rec], start: int, end: int, redo: int,
+                    discards: int) -> None:
         future = await self.producer.send_batch(batch, tp[0], partition=tp[1])
         counted = sum(1 for r in records[start:min(end, redo)] if r[3])  # only a resend holds counted records
-        shipment = _Shipment(records[start:end], end - start - counted)
+        shipment = _Shipment(records[start:end], end - start - counted,
+                             discarded=self._discards.get(tp, 0) != discards)  # discarded while handed over
         self._flights[tp].append(shipment)
         self._futures[tp].add(future)
         future.add_done_callback(functools.partial(self._settled, tp, shipment))
@@ -201,7 +223,11 @@ class BatchSender:
         if future.cancelled() or future.exception() is not None:
             exc = KafkaError("delivery cancelled (the producer stopped)") if future.cancelled() else future.exception()
             assert exc is not None
-            shipment.outcome = self._failure(tp, shipment.records, exc)
+            if shipment.discarded:
+                self._discarded(tp, len(shipment.records))
+                shipment.outcome = DISCARDED
+            else:
+                shipment.outcome = self._failure(tp, shipment.records, exc)
         else:
             shipment.outcome = DELIVERED
             records = shipment.records
@@ -243,6 +269,31 @@ class BatchSender:
         if self.on_failed is not None:
             self.on_failed(tp[0], len(records), exc, outcome)
         return outcome
+
+    def discard(self, topic: str, partitions: Collection[int]) -> int:
+        """Drop every record of ``partitions`` of ``topic`` the broker has not acknowledged: those collected or to
+        be sent again now (how many: the return value), those a ship in progress is handing over, and those in
+        flight should their batch fail (one the broker takes is stored). Not counted delivered, not reported to
+        ``on_failed``: counted in :attr:`discarded`. The partitions leave :attr:`rewound` too."""
+        n = 0
+        for partition in partitions:
+            tp = (topic, partition)
+            self._discards[tp] = self._discards.get(tp, 0) + 1
+            n += len(self._pending.pop(tp, ())) + len(self._redo.pop(tp, ()))
+            self._resent_pending.discard(tp)
+            self.rewound.discard(tp)
+            for shipment in self._flights.get(tp, ()):
+                shipment.discarded = True
+        self._discarded_log(topic, partitions, n)
+        return n
+
+    def _discarded(self, tp: TP, records: int) -> None:
+        self._discarded_log(tp[0], [tp[1]], records)
+
+    def _discarded_log(self, topic: str, partitions: Collection[int], records: int) -> None:
+        if records:
+            self.discarded += records
+            log.info("%d undelivered records to %s%s discarded", records, topic, sorted(partitions))
 
     def take_rewound(self, topic: str) -> set[int]:
         """Partitions of ``topic`` found rewound since the last call."""

@@ -18,7 +18,9 @@ tracker or join entries read back from the changelogs after a restart or a rebal
 (:attr:`~app.streams.node_features.NodeFeatures.restored`, ``FeedbackLoop.partitions``) — is evicted the same
 way once none has named it for ``RTT_NODE_EVICT_AFTER_S``, counted from when the worker found it so (a node
 that left the cluster shortly before a restart would otherwise keep its state, rows and compacted values for
-ever). The state of a partition being revoked is not: its new owner holds it.
+ever). The state of a partition being revoked is not, nor is a node whose window state is of one
+(:attr:`~app.streams.node_table.NodeStore.leaving`, while the revoke's last checkpoint of it is written): its new
+owner holds it, and its tombstones would go to a changelog partition the new owner writes.
 
 The node-features tombstone goes out with the intake's records, sent again until the broker acknowledges
 it. A node-weights tombstone the broker did not acknowledge (the broker away past the producer's request
@@ -87,13 +89,18 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
 
     def evict_now() -> tuple[set[str], list[str]]:
         now = clock.monotonic()
-        window = set(nodes.store.states) | nodes.restored_nodes().keys()  # a window state, or its rows read back
+        states, leaving = nodes.store.states, nodes.store.leaving
+        # a window state, not of a partition being revoked (its new owner holds it), or its rows read back (of a
+        # partition held)
+        window = {n for n, s in states.items() if s.partition not in leaving} | nodes.restored_nodes().keys()
         feedback = loop.partitions if loop is not None else {}  # node -> partition: a tracker or join entries
         bounds.forget_nodes([n for n in bounds.nodes
                              if n not in window and n not in feedback and now - bounds.nodes[n] < after])
         # held here; not the nodes of a partition being revoked: its new owner holds them
         held = window | {n for n, p in feedback.items() if loop is not None and p in loop.held}
         silent = set(bounds.silent_nodes(now, after)) | held_unheard_nodes(now, held)
+        if leaving:  # a node heard of whose state is being checkpointed for its new owner stays until it goes
+            silent = {n for n in silent if (s := states.get(n)) is None or s.partition not in leaving}
         apps = set(bounds.silent_apps(now, after)) | held_unheard_apps(now)  # before their nodes' trackers go
         sender = nodes.intake.live_sender
         if silent:

@@ -22,7 +22,10 @@ partitions lost (which checkpoints them), then removes their rows from its in-me
 (:func:`~app.streams.changelog.drop_partitions`): a partition that comes back is read again from its changelog.
 A revoke that fails (its checkpoint not stored: the broker away) is logged on one line and counted in
 ``rtt_worker_revoke_checkpoint_failures_total{table}``, and the rows go all the same; nothing escapes
-``on_rebalance``, on which Faust would crash the app.
+``on_rebalance``, on which Faust would crash the app. Either way, whatever the sender the rows were written on
+still holds of those changelog partitions (rows or read positions not delivered) is discarded
+(:meth:`~app.kafka.batches.BatchSender.discard`): their new owner writes them from then on, and this worker
+writes nothing of them afterwards.
 
 >>> join_row_key(3, "gpu-1", "task|7")
 b'3|j|gpu-1|task|7'
@@ -101,6 +104,7 @@ class FeedbackTable(faust.Table):
     on_stopping: Callable[[], Awaitable[int]] | None = None
     on_rewound: Callable[[set[int]], None] | None = None
     revoke_failures: Any = None  # its rtt_worker_revoke_checkpoint_failures_total{table} child (feedback_table)
+    sender: BatchSender | None = None  # the last sender rows were written on (the join intake's)
 
     def partition_for_key(self, key: Any) -> int | None:
         partition = row_partition(key)
@@ -113,8 +117,17 @@ class FeedbackTable(faust.Table):
         With ``sender`` the rows go out as record batches on its producer; without, through Faust
         (:func:`~app.streams.changelog.write_rows`).
         """
+        if sender is not None:
+            self.sender = sender
         return await write_rows(self, [_row(k, v) for k, v in rows], last=last, sender=sender,
                                 on_rewound=self.on_rewound)
+
+    def discard_undelivered(self, partitions: set[int]) -> int:
+        """Drop what the sender rows were written on still holds of the changelog ``partitions`` (lost: their new
+        owner writes them now), so that it never lands after the new owner's rows; records dropped."""
+        if not isinstance(self.sender, BatchSender):  # rows only ever went through Faust's producer
+            return 0
+        return self.sender.discard(self.changelog_topic.get_topic_name(), partitions)
 
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)
@@ -124,6 +137,7 @@ class FeedbackTable(faust.Table):
                     await self.on_revoke(lost)  # forgets the partitions' state even when its checkpoint fails
                 except Exception as exc:  # broker away: the new owner reads again from the positions last stored
                     revoke_failed(self.name, lost, exc, self.revoke_failures)
+            self.discard_undelivered(lost)  # not sent again once the new owner writes the partitions
             n = drop_partitions(self.data, lost, row_partition)
             log.info("partitions %s revoked: dropped %d feedback rows from memory", sorted(lost), n)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)

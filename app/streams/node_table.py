@@ -10,7 +10,11 @@ A revoke whose checkpoint fails (the broker away, a batch not delivered) is logg
 ``rtt_worker_revoke_checkpoint_failures_total{table}`` (partitions), and the states are dropped all the same: what
 that checkpoint did not store is read again by the partitions' new owner from the positions last stored, which
 never run ahead of the rows stored before them. An exception out of ``on_rebalance`` would end the worker (Faust
-crashes the app on it).
+crashes the app on it). Either way, whatever the intake's sender still holds of those changelog partitions (rows
+or read positions not delivered: the broker away) is discarded before the states go
+(:meth:`~app.kafka.batches.BatchSender.discard`): their new owner writes them from then on, and this worker
+writes nothing of them afterwards. While the revoke's checkpoint is written, the partitions' states are
+:attr:`NodeStore.leaving`, and eviction leaves them alone.
 
 Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
 it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
@@ -28,6 +32,7 @@ import faust
 from prometheus_client import CollectorRegistry, Counter
 
 from app.errors import ConfigError
+from app.kafka.batches import BatchSender
 from app.streams.changelog import Row, drop_partitions, write_rows
 from app.streams.context import context_of
 from app.streams.intake import PartitionIntake, decode_positions
@@ -74,6 +79,8 @@ class NodeStore:
         self.options = options
         self.emit_interval_s = emit_interval_s
         self.states: dict[str, NodeState] = {}
+        # partitions being revoked: their states are checkpointed, then dropped; nothing else is done with them
+        self.leaving: set[int] = set()
         self.app_names: dict[str, frozenset[str]] = {}  # app -> features its models read (set by the feedback loop)
 
     def state(self, node: str, partition: int, get: Callable[[bytes], bytes | None]) -> NodeState:
@@ -179,6 +186,14 @@ class NodeStateTable(faust.Table):
                     self.send_changelog(partition, key, None)
         return n
 
+    def discard_undelivered(self, partitions: set[int]) -> int:
+        """Drop what the intake's sender still holds of the changelog ``partitions`` (lost: their new owner writes
+        them now), so that it never lands after the new owner's rows; records dropped."""
+        sender = self.intake.live_sender if self.intake is not None else None
+        if not isinstance(sender, BatchSender):  # the intake is not running: nothing of it is sent any more
+            return 0
+        return sender.discard(self.changelog_topic.get_topic_name(), partitions)
+
     def drop_rows(self, partitions: set[int]) -> int:
         """Remove from the in-memory rows those of ``partitions``: the rows of their nodes held in the store (call
         it before the store drops them) and their read positions; how many. Nothing is written to the changelog."""
@@ -189,17 +204,22 @@ class NodeStateTable(faust.Table):
     async def on_rebalance(self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
         lost = lost_partitions(revoked, self.ownership_topic)
         if lost:
-            if self.intake is not None:
-                self.intake.release(lost)
+            self.store.leaving |= lost
             try:
-                await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
-            except Exception as exc:  # broker away: the new owner reads again from the positions last stored
-                revoke_failed(self.name, lost, exc, self.revoke_failures)
-            rows = self.drop_rows(lost)
-            log.info("partitions %s revoked: dropped %d node states, %d rows from memory", sorted(lost),
-                     self.store.drop_partitions(lost), rows)
-            if self.intake is not None:
-                self.intake.forget(lost)
+                if self.intake is not None:
+                    self.intake.release(lost)
+                try:
+                    await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
+                except Exception as exc:  # broker away: the new owner reads again from the positions last stored
+                    revoke_failed(self.name, lost, exc, self.revoke_failures)
+                self.discard_undelivered(lost)  # not sent again once the new owner writes the partitions
+                rows = self.drop_rows(lost)
+                log.info("partitions %s revoked: dropped %d node states, %d rows from memory", sorted(lost),
+                         self.store.drop_partitions(lost), rows)
+                if self.intake is not None:
+                    self.intake.forget(lost)
+            finally:
+                self.store.leaving -= lost
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     async def on_recovery_completed(self, active_tps: Any, standby_tps: Any) -> None:

@@ -1,4 +1,5 @@
-"""BatchSender delivers every record until the broker has it, counts it once, and keeps a partition's order.
+"""BatchSender delivers every record until the broker has it, counts it once, and keeps a partition's order; a
+discard drops, and never sends, what it holds of the partitions named (a lost changelog partition).
 
 The producer here is a stand-in whose every batch the test acknowledges or fails (the real broker's
 version of the first case is tests/integration/test_sample_delivery.py).
@@ -17,6 +18,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NodeNot
 from app.kafka.batches import DROPPED, RETRIED, BatchSender, permanent
 
 T = "training-samples"
+C = "worker-node-window-changelog"  # a table's changelog: its partition p belongs to the owner of partition p
 
 
 class Batch:
@@ -156,6 +158,103 @@ async def test_records_the_producer_refuses_to_take_stay_in_order() -> None:
     sender.add(T, 0, b"k", b"5")
     await sender.flush()
     assert [v for _, v in producer.log[(T, 0)]] == [str(i).encode() for i in range(6)]
+
+
+async def test_a_discard_drops_the_undelivered_records_of_those_partitions_and_nothing_else() -> None:
+    """A worker that lost partition 0 while the broker was away: what it still holds of changelog partition 0
+    (to send again, or collected since) must never reach the log its new owner writes. Nothing else goes: not
+    the other partitions of the changelog, not the same partition of another topic (a training sample is
+    keyed by task, its partition no one's to own)."""
+    producer = Producer()
+    sender, seen = sender_on(producer)
+    producer.failures = [KafkaTimeoutError()] * 3  # the broker away: every batch expires
+    sender.add(C, 0, b"gpu-0#0", b"row")
+    sender.add(C, 1, b"gpu-1#0", b"row")
+    sender.add(T, 0, b"task-1", b"sample")
+    with pytest.raises(KafkaTimeoutError):
+        await sender.flush()
+    sender.add(C, 0, b"#positions|0", b"{}")  # collected after the failure, not shipped yet
+    sender.rewound = {(C, 0), (C, 1)}
+    assert sender.undelivered == 3 and len(sender) == 4
+
+    assert sender.discard(C, {0}) == 2
+    assert sender.discarded == 2 and sender.undelivered == 2 and len(sender) == 2
+    assert sender.take_rewound(C) == {1}  # a lost partition is not the caller's to write again
+    await sender.flush()  # the broker is back
+    assert producer.log[(C, 0)] == []
+    assert producer.log[(C, 1)] == [(b"gpu-1#0", b"row")] and producer.log[(T, 0)] == [(b"task-1", b"sample")]
+    assert sorted(seen["delivered"]) == sorted([(C, 1), (T, 1)]) and sender.delivered == 2  # never counted delivered
+    assert [f for f in seen["failed"] if f[2] != RETRIED] == [] and sender.dropped == 0
+
+
+async def test_a_batch_in_flight_when_discarded_is_not_sent_again_if_it_fails() -> None:
+    """Shipped before the discard and failed after it: dropped, and so is the batch behind it that the broker
+    took (it would otherwise be sent again behind the failed one)."""
+    producer = Producer(cap=1, auto=False)
+    sender, seen = sender_on(producer)
+    sender.add(C, 0, b"a", b"1")
+    sender.add(C, 0, b"b", b"1")
+    await sender.ship()
+    assert len(producer.flying) == 2
+    assert sender.discard(C, {0}) == 0  # nothing held but what is in flight
+    producer.settle(KafkaTimeoutError())  # a=1 expired
+    producer.settle()  # b=1 stored
+    await asyncio.sleep(0)
+    assert sender.undelivered == 0 and len(sender) == 0 and sender.discarded == 1
+    assert seen["delivered"] == [(C, 1)] and sender.delivered == 1  # b was stored: counted once
+    producer.auto = True
+    await sender.flush()
+    assert producer.log[(C, 0)] == [(b"b", b"1")]  # a=1 never sent again, b not sent behind it
+
+
+async def test_a_discard_while_the_partition_is_being_shipped_stops_its_shipment() -> None:
+    """The intake's ship may be handing the partition's batches over when the table discards them: the batch
+    being handed over is in flight (not sent again if it fails), the rest is not sent, and a send the producer
+    refuses puts nothing of the partition back."""
+    for refused in (False, True):
+        producer = Producer(cap=1)
+        sender, seen = sender_on(producer)
+        entered, release = asyncio.Event(), asyncio.Event()
+        send_batch = producer.send_batch
+
+        async def slow_send(batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+            entered.set()
+            await release.wait()
+            if refused:
+                raise KafkaTimeoutError()
+            producer.failures = [KafkaTimeoutError()]  # the batch handed over expires
+            return await send_batch(batch, topic, partition=partition)
+
+        producer.send_batch = slow_send  # type: ignore[method-assign]
+        for i in range(3):
+            sender.add(C, 0, b"k", str(i).encode())
+        shipping = asyncio.ensure_future(sender.ship())
+        await entered.wait()
+        assert sender.discard(C, {0}) == 0  # the three are the ship's now
+        release.set()
+        if refused:
+            with pytest.raises(KafkaTimeoutError):
+                await shipping
+        else:
+            await shipping
+        await asyncio.sleep(0)
+        assert len(sender) == 0 and sender.discarded == 3, refused
+        producer.send_batch = send_batch  # type: ignore[method-assign]
+        await sender.flush()
+        assert producer.log[(C, 0)] == [] and seen["delivered"] == []
+
+
+async def test_a_partition_discarded_then_held_again_is_written_as_before() -> None:
+    producer = Producer()
+    sender, seen = sender_on(producer)
+    producer.failures = [KafkaTimeoutError()]
+    sender.add(C, 0, b"a", b"old")
+    with pytest.raises(KafkaTimeoutError):
+        await sender.flush()
+    sender.discard(C, [0])
+    sender.add(C, 0, b"a", b"new")  # the partition came back: its state read again, written from there
+    await sender.flush()
+    assert producer.log[(C, 0)] == [(b"a", b"new")] and seen["delivered"] == [(C, 1)]
 
 
 def test_what_sending_again_cannot_cure() -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+from test_revoke_checkpoint_failure import real_sender
 from test_revoke_memory import OWNERSHIP, Intake, app_for, feedback_loop, revoked
 
 from app.clock import ManualClock
+from app.drift.tracker import NodeTracker
 from app.streams.feedback_state import FeedbackLoop
-from app.streams.feedback_table import FeedbackTable, feedback_table, join_row_key
+from app.streams.feedback_table import FeedbackTable, feedback_table, join_row_key, node_row_key
 
 P = 3
 TTL_S = 600.0  # feedback_loop's JoinBuffer
@@ -130,3 +133,38 @@ async def test_a_rewrite_writes_the_entries_of_evicted_nodes_to_their_partition(
     loop.rewrite({P})  # the changelog was recreated empty under the worker
     await loop.checkpoint()
     assert (P, join_row_key(P, "gpu-3", "task-1")) in {(p, k) for p, k, _ in intake.live_sender.sent[sent:]}
+
+
+async def test_a_deletion_queued_for_a_revoked_partition_is_not_written_when_the_partition_comes_back(
+        tmp_path: Path) -> None:
+    """An evicted node's tracker row is deleted by the next checkpoint; the revoke's checkpoint fails (the broker
+    away), so the deletion stays queued. The partition goes to another worker, which hears of the node again and
+    stores its tracker, then comes back here: the restored tracker is the node's, and the stale deletion must not
+    be written over it (the changelog would lose the node's tracker while this worker holds it in memory, and the
+    next restore would miss it)."""
+    clock, table, loop, intake = setup(tmp_path)
+    broker = real_sender(intake)
+    loop.partitions["gpu-3"] = P
+    loop.tracker("gpu-3").add("gCTF", 100.0, 110.0)
+    loop.dirty_nodes.add("gpu-3")
+    await loop.checkpoint()
+    key = node_row_key(P, "gpu-3")
+    assert key in table.data
+
+    loop.forget_nodes({"gpu-3"})  # evicted: its tracker row's deletion queued for the next checkpoint
+    broker.down = lambda topic, partition, keys: True
+    await table.on_rebalance(set(), revoked({P}), set())  # its checkpoint not stored: the deletion with it
+    broker.down = lambda topic, partition, keys: False
+
+    newer = NodeTracker()  # the other owner's: the node named again there
+    newer.add("gCTF", 100.0, 130.0)
+    rows = {key: orjson.dumps(newer.to_dict())}
+    table.data.update(rows)  # Faust's recovery of the partition, back here
+    loop.restore(rows, {P})
+    assert "gpu-3" in loop.trackers
+    changelog = table.changelog_topic.get_topic_name()
+    since = len(broker.log[(changelog, P)])
+    await intake.live_sender.ship()  # the intake's next batch
+    await loop.checkpoint()
+    assert (key, None) not in broker.log[(changelog, P)][since:]
+    assert table.data.get(key) == rows[key]
