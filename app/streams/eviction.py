@@ -19,8 +19,11 @@ tracker or join entries read back from the changelogs after a restart or a rebal
 way once none has named it for ``RTT_NODE_EVICT_AFTER_S``, counted from when the worker found it so (a node
 that left the cluster shortly before a restart would otherwise keep its state, rows and compacted values for
 ever). The state of a partition being revoked is not, nor is a node whose window state is of one
-(:attr:`~app.streams.node_table.NodeStore.leaving`, while the revoke's last checkpoint of it is written): its new
-owner holds it, and its tombstones would go to a changelog partition the new owner writes.
+(:attr:`~app.streams.node_table.NodeStore.leaving`, while the revoke's last checkpoint of it is written), nor a
+node whose tracker or join entries are of a partition the feedback loop no longer holds (``FeedbackLoop.held``:
+Faust revokes the node table first, and the feedback table's revoke, after it, can wait long for its
+checkpoint): its new owner holds it, and its tombstones would go to a changelog partition the new owner writes,
+or tell node-features and node-weights to forget a node the new owner holds.
 
 The node-features tombstone goes out with the intake's records, sent again until the broker acknowledges
 it. A node-weights tombstone the broker did not acknowledge (the broker away past the producer's request
@@ -101,6 +104,8 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
         silent = set(bounds.silent_nodes(now, after)) | held_unheard_nodes(now, held)
         if leaving:  # a node heard of whose state is being checkpointed for its new owner stays until it goes
             silent = {n for n in silent if (s := states.get(n)) is None or s.partition not in leaving}
+        if loop is not None:  # nor a node of a partition the feedback loop lets go (its revoke may still wait)
+            silent = {n for n in silent if (p := feedback.get(n)) is None or p in loop.held}
         apps = set(bounds.silent_apps(now, after)) | held_unheard_apps(now)  # before their nodes' trackers go
         sender = nodes.intake.live_sender
         if silent:

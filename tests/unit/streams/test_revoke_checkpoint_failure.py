@@ -319,3 +319,49 @@ async def test_a_node_of_a_partition_being_revoked_is_not_evicted_while_its_last
     await revoke
     assert "quiet" not in w.nodes.store.states and w.nodes.store.leaving == set()
     assert w.tombstones("quiet") == {"changelog": set(), "node-features": set(), "node-weights": set()}
+
+
+async def test_a_node_of_a_lost_partition_is_not_evicted_while_the_feedback_revoke_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Faust runs the tables' revokes one after the other, the node table's first: once it has dropped the
+    partition's window states, the feedback table's revoke can still wait long (its checkpoint's flush). A silent
+    node of the lost partition is not evicted then either: before, its node-features and node-weights tombstones
+    went out, for a node the new owner holds."""
+    from test_restored_node_eviction import AFTER_S, P, Sender, Worker
+
+    class Flushing(Sender):
+        async def flush(self) -> int:
+            return len(self.sent)
+
+        def take_rewound(self, topic: str) -> set[int]:
+            return set()
+
+    w = Worker(tmp_path, monkeypatch)
+    w.sender = Flushing()
+    w.nodes.intake.sender = w.loop.intake.sender = w.sender
+    await w.restore({"quiet": P})
+    w.metrics("quiet")  # heard: a window state and a tracker, of partition P
+    w.clock.advance(AFTER_S)  # silent for the eviction delay
+    await w.table.on_rebalance(set(), {TP(w.table.ownership_topic, P)}, set())  # the node table's revoke: done
+    assert "quiet" not in w.nodes.store.states and w.nodes.store.leaving == set()
+    assert w.ctx.metrics.value(FAILURES, table="node-window") == 0.0
+
+    gate, writing = asyncio.Event(), asyncio.Event()
+
+    async def write(rows: Any, **_kw: Any) -> int:  # the feedback checkpoint's write, the broker slow to answer
+        writing.set()
+        await gate.wait()
+        return len(list(rows))
+
+    w.loop.table.write = write  # type: ignore[method-assign]
+    w.loop.dirty_nodes.add("quiet")
+    revoke = asyncio.ensure_future(w.loop.revoke({P}))
+    await asyncio.wait_for(writing.wait(), 5.0)
+
+    await w.tick()  # while the feedback revoke's checkpoint waits
+    assert w.evicted() == 0.0
+    assert w.tombstones("quiet") == {"changelog": set(), "node-features": set(), "node-weights": set()}
+
+    gate.set()
+    await revoke
+    assert "quiet" not in w.loop.partitions
