@@ -7,11 +7,11 @@ Three consumers share one event loop (the third, of model-updates, is described 
   (every trainer replica needs every key's samples, since any key's event may reach it);
 * **retrain-events**, group ``{topic_prefix}rttsched-trainer`` (replicas share keys; the prefix keeps
   deployments on one cluster apart); from the earliest offset when the group has none, skipping events
-  older than ``max_event_age_s``. No auto-commit: an event is committed once its retrain ended (promoted,
-  rejected, insufficient data, failed) or it was skipped, dead-lettered or coalesced into a retrain that
-  ended — each partition up to, never past, its oldest event still in progress
-  (:class:`~app.kafka.commits.GroupCommits`). A trainer stopped mid-retrain leaves that event uncommitted:
-  the next one retrains it.
+  published more than ``max_event_age_s`` ago (:func:`event_published`). No auto-commit: an event is
+  committed once its retrain ended (promoted, rejected, insufficient data, failed) or it was skipped,
+  dead-lettered or coalesced into a retrain that ended — each partition up to, never past, its oldest event
+  still in progress (:class:`~app.kafka.commits.GroupCommits`). A trainer stopped mid-retrain leaves that
+  event uncommitted: the next one retrains it.
 
 A key no sample arrived for in ``RTT_TRAINER_KEY_IDLE_S`` (default a day, by arrival on the trainer's
 clock, checked every ``min(idle / 4, 60 s)``) has its history dropped (``rtt_trainer_keys_dropped_total``),
@@ -125,6 +125,24 @@ def storable(key: str) -> None:
         raise ContractError("bad_model_key", str(exc)) from None
 
 
+def event_published(rec: Any, event: dict[str, Any]) -> float:
+    """When a retrain event was published (seconds): its record's timestamp (CreateTime, set by the producer at
+    send), or the event's ``ts`` where the record has none. A drift event's ``ts`` is the close of the error period
+    that signalled it, fixed when the event is staged, and the event is sent once its checkpoint is stored: after an
+    outage, possibly hours later.
+
+    >>> from types import SimpleNamespace
+    >>> event_published(SimpleNamespace(timestamp=1_700_000_000_500), {"ts": 1_699_990_000.0})
+    1700000000.5
+    >>> event_published(SimpleNamespace(timestamp=-1), {"ts": 1_699_990_000.0})
+    1699990000.0
+    """
+    ts = getattr(rec, "timestamp", None)
+    if ts is None or ts < 0:
+        return float(event["ts"])
+    return ts / 1000.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one retrain did: ``outcome`` is promoted | rejected | failed | insufficient_data | coalesced."""
@@ -156,7 +174,9 @@ class TrainerService(RegistryAgreement):
     holdout_fraction
         Most recent share of a key's rows kept out of training and used to judge both models.
     max_event_age_s
-        Events older than this (by their ``ts``) are skipped, so a new group does not replay a week.
+        Events published longer ago than this are skipped, so a new group does not replay a week. Published: the
+        record's timestamp (set by the producer at send), or the event's ``ts`` for a record without one; not the
+        ``ts`` alone, which a drift event fixes when it is staged, possibly long before an outage lets it out.
     selector
         Feature selection (``None``: every varying column).
     gpu_apps
@@ -418,8 +438,10 @@ class TrainerService(RegistryAgreement):
                         await self.dead_letters.send("retrain-events", [(rec, exc)], once=False)  # then committed
                         commits.done(mark)
                         continue
-                    if self.clock.now() - float(event["ts"]) > self.max_event_age_s:
-                        log.info("skipping stale retrain event for %s (ts %.0f)", event["model_key"], event["ts"])
+                    published = event_published(rec, event)
+                    if self.clock.now() - published > self.max_event_age_s:
+                        log.info("skipping stale retrain event for %s (published %.0f, ts %.0f)",
+                                 event["model_key"], published, event["ts"])
                         commits.done(mark)
                         continue
                     self.submit(event, mark)

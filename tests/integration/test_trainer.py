@@ -524,6 +524,36 @@ async def test_a_committed_offset_beyond_the_partition_s_end_is_reset_and_counte
     store.close()
 
 
+async def test_a_retrain_event_s_age_is_judged_from_when_its_record_was_produced(
+        kafka_settings: Settings, redis_url: str) -> None:
+    """An event sent long after its ``ts`` (the close of the error period that signalled it: staged, then sent once
+    its checkpoint was stored, after an outage) is retrained; one whose record was produced more than
+    ``max_event_age_s`` ago (read again long after) is skipped as stale."""
+    settings = dataclasses.replace(kafka_settings, redis_url=redis_url)
+    store = RedisModelStore(redis_url, namespace=f"t{uuid.uuid4().hex[:10]}")
+    two_hours_ago = time.time() - 7200.0
+    old_ts = encode("retrain-events", {"model_key": KEY, "reason": "drift", "cumulative_error": 0.7,
+                                       "threshold": 0.5, "ts": two_hours_ago, "onset_ts": None})
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        topic = settings.topic("retrain-events")
+        await producer.send(topic, event(KEY, "manual"), key=KEY.encode(), timestamp_ms=int(two_hours_ago * 1000))
+        await producer.send(topic, old_ts, key=KEY.encode())  # the same partition, after the old record
+        await producer.flush()
+    finally:
+        await producer.stop()
+    gate = threading.Event()
+    gate.set()
+    service = GatedTrainer(settings, registry=ModelRegistry(store=store), registry_check_s=0, catch_up_timeout_s=5.0,
+                           gate=gate)
+    async with service:
+        await wait_for(lambda: bool(service.submitted), 30.0, "the event sent late")
+        await asyncio.sleep(0.5)
+        assert service.submitted == [(KEY, "drift")]
+    store.close()
+
+
 class SlowCheckTrainer(TrainerService):
     """A trainer whose check after each fetch waits on the broker (as confirming a position beyond the end does)."""
 
