@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=None,
                    help="relative holdout RMSE improvement a challenger needs over the champion (RTT_TRAINER_MARGIN)")
     p.add_argument("--max-event-age", type=float, default=3600.0,
-                   help="skip retrain events older than this many seconds (default 3600)")
+                   help="skip retrain events published more than this many seconds before they are read (default 3600)")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
