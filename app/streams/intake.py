@@ -13,6 +13,11 @@ cure, such as a record too large).
 While more than ``HELD_MAX`` (20,000) records wait for the broker — producing fails while fetching works,
 say an output topic deleted — the intake reads nothing more and only tries to send them, once per producer
 request timeout: its memory stays bounded, and it reads on from where it stopped once the broker takes them.
+Likewise while its sender holds more than ``DEAD_HELD_MAX_BYTES`` (64 MiB) of dead letters the broker has not
+taken (sent, in flight or to be sent again) — the dead-letters partition unavailable while the source topics
+are readable — the intake reads nothing more and waits for the sender (a flush, then again after ``RETRY_S``
+when it fails); one WARNING line when it pauses, one INFO line when it reads on, once they are back within the
+bound. It holds that bound and one batch's dead letters at most.
 
 Ownership comes from the Faust group (:mod:`app.streams.ownership`). Every source topic and changelog
 of the worker has the same partition count and is keyed by node, so partition *p* of each belongs to the
@@ -48,7 +53,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -74,6 +79,7 @@ MAX_RECORDS = 10_000
 HELD_MAX = 2 * MAX_RECORDS  # records waiting for the broker beyond which the intake reads no more
 RETRY_S = 1.0
 REQUEST_TIMEOUT_MS = 40_000  # aiokafka's default
+DEAD_HELD_MAX_BYTES = 64 << 20  # undelivered dead-letter bytes on the sender beyond which the intake reads no more
 
 
 class Countable(Protocol):
@@ -83,6 +89,20 @@ class Countable(Protocol):
 def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
     """``{(contract, partition): offset}`` of a row written by :meth:`PartitionIntake.position_rows`."""
     return {(name, partition): int(off) for name, off in orjson.loads(raw).items()}
+
+
+class _Measured:
+    """A sender's :meth:`~BatchSender.add` that notes the size (key and value bytes) of each record added."""
+
+    __slots__ = ("sender", "sizes")
+
+    def __init__(self, sender: BatchSender) -> None:
+        self.sender = sender
+        self.sizes: list[int] = []
+
+    def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        self.sizes.append(len(key or b"") + len(value or b""))
+        self.sender.add(topic, partition, key, value)
 
 
 class PartitionIntake:
@@ -126,7 +146,10 @@ class PartitionIntake:
         self.started = asyncio.Event()
         self._counted: dict[str, tuple[str, tuple[Countable, ...]]] = {}  # topic -> (contract, more counters)
         self._dead_topic = settings.topic(DEAD_LETTERS)
-        self._dead_staged: collections.deque[tuple[str, str]] = collections.deque()  # on the sender, in order
+        # (source, reason, bytes) of each dead letter on the sender, in order; and those bytes in all
+        self._dead_staged: collections.deque[tuple[str, str, int]] = collections.deque()
+        self._dead_bytes = 0
+        self._dead_paused = False
 
     def count_delivered(self, contract_name: str, *also: Countable) -> None:
         """Count each record of ``contract_name``'s topic that the broker acknowledged in
@@ -154,8 +177,14 @@ class PartitionIntake:
         self.metrics.send_failures.labels(counted[0] if counted is not None else topic, outcome).inc(records)
 
     def _take_staged(self, records: int) -> list[tuple[str, str]]:
-        """The labels of the next ``records`` dead letters handed to the sender (settled in that order)."""
-        return [self._dead_staged.popleft() for _ in range(min(records, len(self._dead_staged)))]
+        """The labels of the next ``records`` dead letters handed to the sender (settled in that order); their
+        bytes are no longer counted as held."""
+        out = []
+        for _ in range(min(records, len(self._dead_staged))):
+            source, reason, size = self._dead_staged.popleft()
+            self._dead_bytes -= size
+            out.append((source, reason))
+        return out
 
     # -- ownership (called by the feedback table's recovery and rebalance hooks) --------------------
     def assign(self, partitions: set[int], offsets: dict[tuple[str, int], int]) -> None:
@@ -210,6 +239,7 @@ class PartitionIntake:
         await self._producer.start()
         self.sender = BatchSender(self._producer, on_delivered=self._delivered, on_failed=self._failed)
         self._dead_staged.clear()  # what an earlier sender left is not this one's to settle
+        self._dead_bytes = 0
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
         self._consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                              auto_offset_reset="none",
@@ -273,6 +303,13 @@ class PartitionIntake:
                         len(self.sender))
             await self.sender.ship()  # raises while it cannot: run() waits and comes back here
             return
+        if self._dead_bytes > DEAD_HELD_MAX_BYTES:  # dead letters the broker does not take: read no more
+            await self._wait_for_dead_letters()
+            return
+        if self._dead_paused:
+            self._dead_paused = False
+            log.info("%s: the dead letters it holds are back within %d bytes; reading resumed", self.name,
+                     DEAD_HELD_MAX_BYTES)
         try:
             batch = await self._consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)
         except OffsetOutOfRangeError as exc:
@@ -283,6 +320,19 @@ class PartitionIntake:
             await self.sender.ship()
             self._report_lag(batch)
         self._reset(await self._guard().after_fetch(self._owned_positions()))
+
+    async def _wait_for_dead_letters(self) -> None:
+        """Wait for the sender to deliver what it holds (an error it met is logged by the sender: try again
+        after ``RETRY_S``)."""
+        assert self.sender is not None
+        if not self._dead_paused:
+            self._dead_paused = True
+            log.warning("%s: %d dead letters (%d bytes) wait for the broker; reading paused until it takes them",
+                        self.name, len(self._dead_staged), self._dead_bytes)
+        try:
+            await self.sender.flush()
+        except KafkaError:
+            await asyncio.sleep(RETRY_S)
 
     def _guard(self) -> PositionGuard:
         assert self.guard is not None
@@ -357,7 +407,10 @@ class PartitionIntake:
             self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
         if bad and self.sender is not None:
-            self._dead_staged.extend(self.dead.stage(self.sender, bad))
+            measured = _Measured(self.sender)
+            labels = self.dead.stage(cast(BatchSender, measured), bad)
+            self._dead_staged.extend((s, r, size) for (s, r), size in zip(labels, measured.sizes, strict=True))
+            self._dead_bytes += sum(measured.sizes)
         spent = time.perf_counter() - t0
         if bad and self.sender is None:  # not started: stored before the positions move past them
             await self.dead.send_all(bad)
