@@ -25,7 +25,8 @@ ERROR for a drop; once per period each with :func:`app.kafka.quiet.quiet_client_
 
 **Discarding.** :meth:`BatchSender.discard` drops every record of some partitions of a topic that the broker
 has not acknowledged: collected, to be sent again, being handed over, or in a batch still in flight (which,
-failed, is not sent again; taken, it is stored and counted delivered). The worker calls it for a table's
+failed, is not sent again — nor one that failed queued behind it —, and which a flush neither waits for nor
+raises the error of; taken, it is stored and counted delivered). The worker calls it for a table's
 changelog partitions when it loses them: its new owner writes them from then on, and a record this worker
 sent there afterwards would land among, or after, the new owner's. Discarded records are never counted
 delivered nor reported to ``on_failed``; they are counted in :attr:`BatchSender.discarded` and logged at
@@ -111,6 +112,7 @@ class _Shipment:
     fresh: int  # records not counted delivered before (not a resend of a delivered one)
     outcome: str = ""  # "" in flight, then DELIVERED, RETRIED (to send again), DROPPED (failed for good) or DISCARDED
     discarded: bool = False  # its partition was discarded while it flew: not sent again if it fails
+    future: asyncio.Future[Any] | None = None  # its acknowledgement
 
 
 class BatchSender:
@@ -209,7 +211,8 @@ class BatchSender:
         future = await self.producer.send_batch(batch, tp[0], partition=tp[1])
         counted = sum(1 for r in records[start:min(end, redo)] if r[3])  # only a resend holds counted records
         shipment = _Shipment(records[start:end], end - start - counted,
-                             discarded=self._discards.get(tp, 0) != discards)  # discarded while handed over
+                             discarded=self._discards.get(tp, 0) != discards,  # discarded while handed over
+                             future=future)
         self._flights[tp].append(shipment)
         self._futures[tp].add(future)
         future.add_done_callback(functools.partial(self._settled, tp, shipment))
@@ -244,11 +247,15 @@ class BatchSender:
 
     def _land(self, tp: TP) -> None:
         """Take the settled batches at the head of ``tp``'s flights: a failed one is sent again, and so is every
-        one shipped after it that the broker took (its records already counted)."""
+        one shipped after it that the broker took (its records already counted). A failed one whose partition was
+        discarded since (it failed behind one still in flight) is dropped, counted discarded."""
         flights, redo = self._flights[tp], self._redo[tp]
         while flights and flights[0].outcome:
             shipment = flights.popleft()
-            if shipment.outcome == RETRIED:
+            if shipment.outcome == RETRIED and shipment.discarded:
+                self._discarded(tp, len(shipment.records))
+                shipment.outcome = DISCARDED
+            elif shipment.outcome == RETRIED:
                 redo += shipment.records
             elif shipment.outcome == DELIVERED and redo:  # taken after one that failed: sent again behind it
                 redo += [(k, v, ts, True) for k, v, ts, _ in shipment.records]
@@ -306,13 +313,18 @@ class BatchSender:
         acknowledged; records shipped now.
 
         Raises the first delivery error of the batches it waited for; the failed batches stay to be sent
-        again (those failed for good are dropped), so a later flush that returns has delivered them.
+        again (those failed for good are dropped), so a later flush that returns has delivered them. A batch
+        of a discarded partition is not waited for, and its error is not raised: nothing of it is sent again.
         """
         n = await self.ship()
-        flying = {f for fs in self._futures.values() for f in fs}
+        shipments = {s.future: s for flights in self._flights.values() for s in flights if s.future is not None}
+        flying = {f for fs in self._futures.values() for f in fs
+                  if (s := shipments.get(f)) is None or not s.discarded}
         if flying:
             await asyncio.wait(flying)  # not gather: a cancelled flush leaves the deliveries alone
             for f in flying:
+                if (s := shipments.get(f)) is not None and s.discarded:  # discarded while the flush waited
+                    continue
                 if f.cancelled():
                     raise KafkaError("delivery cancelled (the producer stopped)")
                 exc = f.exception()

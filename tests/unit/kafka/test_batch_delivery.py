@@ -207,6 +207,46 @@ async def test_a_batch_in_flight_when_discarded_is_not_sent_again_if_it_fails() 
     assert producer.log[(C, 0)] == [(b"b", b"1")]  # a=1 never sent again, b not sent behind it
 
 
+async def test_a_failed_batch_queued_behind_one_in_flight_when_discarded_is_not_sent_again() -> None:
+    """The second batch failed while the first was still in flight, then the partition was discarded: once the
+    first settles, the failed one is dropped (counted discarded), not put back to go to the lost partition."""
+    producer = Producer(cap=1, auto=False)
+    sender, seen = sender_on(producer)
+    sender.add(C, 0, b"a", b"1")
+    sender.add(C, 0, b"b", b"1")
+    await sender.ship()
+    producer.settle(KafkaTimeoutError(), index=1)  # b=1 expired, behind a=1 still in flight
+    await asyncio.sleep(0)
+    assert sender.discard(C, {0}) == 0
+    producer.settle()  # a=1 stored
+    await asyncio.sleep(0)
+    assert sender.undelivered == 0 and len(sender) == 0 and sender.discarded == 1
+    producer.auto = True
+    await sender.flush()
+    assert producer.log[(C, 0)] == [(b"a", b"1")] and seen["delivered"] == [(C, 1)]
+
+
+async def test_a_flush_neither_waits_for_nor_raises_the_error_of_a_discarded_batch_in_flight() -> None:
+    """The checkpoint after a revoke flushes the sender while a batch of the lost partition is still in flight:
+    its failure is not the flush's (nothing of it is sent again), so the flush returns once the rest is stored."""
+    producer = Producer(cap=1, auto=False)
+    sender, seen = sender_on(producer)
+    sender.add(C, 0, b"a", b"1")
+    await sender.ship()
+    assert sender.discard(C, {0}) == 0
+    sender.add(T, 0, b"task-1", b"sample")
+    flushing = asyncio.ensure_future(sender.flush())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(producer.flying) == 2
+    producer.settle(index=1)  # the sample stored
+    producer.settle(KafkaTimeoutError())  # a=1 expired
+    assert await flushing == 1  # before: KafkaTimeoutError
+    assert sender.discarded == 1 and sender.undelivered == 0
+    assert producer.log[(C, 0)] == [] and producer.log[(T, 0)] == [(b"task-1", b"sample")]
+    assert seen["failed"] == [] and seen["delivered"] == [(T, 1)]
+
+
 async def test_a_discard_while_the_partition_is_being_shipped_stops_its_shipment() -> None:
     """The intake's ship may be handing the partition's batches over when the table discards them: the batch
     being handed over is in flight (not sent again if it fails), the rest is not sent, and a send the producer
