@@ -15,8 +15,11 @@ closed: the restarted worker reports them again). So a closed period's messages 
    key holds a ``:``, a period's time never does);
 2. **deliver** — once durable, each message is sent and its acknowledgement awaited; one the broker did
    not acknowledge stays staged and goes out after the next checkpoint: at once if its send raised (it
-   never reached the producer), once looked for in its topic (below) if its acknowledgement was an error
-   (a request that timed out may have been stored), so a lost acknowledgement publishes nothing twice;
+   never reached the producer; the messages after it wait too, unsent), once looked for in its topic
+   (below) if its acknowledgement was an error (a request that timed out may have been stored). A message
+   the leader stored may not be readable yet (acks=all: the in-sync replicas have not caught up), so one
+   not found counts as not stored only ``UNACKED_UNREADABLE_S`` after its failure; a broker that makes it
+   readable later than that gets a second copy;
 3. **clear** — acknowledged messages leave the outbox (tombstones in the next checkpoint).
 
 A restarted worker restores the outbox rows with the trackers. A row may be there because its message
@@ -44,6 +47,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.batches import partition_for
@@ -56,6 +60,9 @@ log = logging.getLogger(__name__)
 OUTBOX = "e"
 TIME_MARGIN_S = 30.0  # clock steps between staging a message and sending it, on one host
 UNACKED_LOOK_S = 10.0  # how long a checkpoint reads to look for its messages whose acknowledgement failed
+# how long after a failed acknowledgement a message the leader stored may still be unreadable (not yet on the
+# in-sync replicas): Kafka's default replica.lag.time.max.ms, after which a lagging follower leaves the ISR
+UNACKED_UNREADABLE_S = 30.0
 ERRORS, RETRAIN = "prediction-errors", "retrain-events"
 
 
@@ -98,6 +105,7 @@ class Entry:
     delivered: bool = False
     checked: bool = True  # False for a restored entry until reconcile looked for it in the topic
     unacked: bool = False  # sent, its acknowledgement an error: unchecked until the outbox looked for it
+    failed_at: float = 0.0  # unacked: when its acknowledgement failed (the outbox clock's monotonic seconds)
     topic: str = ERRORS  # the contract: ERRORS or RETRAIN
     node: str = ""  # RETRAIN: the node whose detector fired (it names the row)
 
@@ -135,8 +143,9 @@ class ErrorsOutbox:
     yet known to be acknowledged."""
 
     def __init__(self, settings: Settings, send: Any = None, *, metrics: WorkerMetrics | None = None,
-                 send_retrain: Any = None) -> None:
+                 send_retrain: Any = None, clock: Clock | None = None) -> None:
         self.settings = settings
+        self.clock: Clock = clock or SystemClock()
         metrics = metrics or WorkerMetrics()
         self.sent_counter = metrics.messages_out.labels(ERRORS)
         self._retrain_out = metrics.messages_out.labels(RETRAIN)
@@ -196,8 +205,10 @@ class ErrorsOutbox:
         """Send every durable entry, wait for the acknowledgements, clear them; messages sent.
 
         A message the broker did not acknowledge stays in the outbox and goes out after the next checkpoint.
-        One whose send raised never reached the producer, and is sent again. One whose acknowledgement is an
-        error may have been stored all the same (the request timed out, the connection dropped after the
+        One whose send raised never reached the producer, and is sent again; such a send raises only after
+        waiting up to the producer's request timeout, so the entries after it are not sent either (each
+        would wait as long, under the lock), and wait for the next checkpoint. One whose acknowledgement is
+        an error may have been stored all the same (the request timed out, the connection dropped after the
         write): it is unchecked, and looked for in its topic first (:meth:`_look_for_unacked`), like an
         entry restored after a restart; found, it is cleared (and counted) instead of being published twice.
         """
@@ -210,21 +221,26 @@ class ErrorsOutbox:
                 return 0
             pending: list[Any] = []
             unsent: set[int] = set()  # positions in ``ready`` whose send raised
+            waiting = 0  # entries after the send that raised: not sent, kept as they are
             for i, e in enumerate(ready):
                 try:
                     pending.append(await self._sender(e)(e.message_key, encode(e.topic, e.value, check=False)))
                 except Exception as exc:  # not handed to the producer (no metadata, broker away): kept
                     unsent.add(i)
                     pending.append(_failed(exc))
+                    waiting = len(ready) - i - 1
+                    ready = ready[:i + 1]  # each further send would wait as long: the next checkpoint's
+                    break
             done = await asyncio.gather(*pending, return_exceptions=True)
             sent = 0
             failed: dict[str, tuple[int, BaseException]] = {}
             acked: dict[tuple[str, int], int] = {}
+            now = self.clock.monotonic()
             for i, (entry, meta) in enumerate(zip(ready, done, strict=True)):
                 if isinstance(meta, BaseException):
                     failed[entry.topic] = (failed.get(entry.topic, (0, meta))[0] + 1, meta)  # kept: sent again
                     if i not in unsent:  # perhaps stored: looked for before it is sent again
-                        entry.checked, entry.unacked = False, True
+                        entry.checked, entry.unacked, entry.failed_at = False, True, now
                     continue
                 entry.delivered = True
                 self._clear(entry)
@@ -240,12 +256,17 @@ class ErrorsOutbox:
             for topic, (n, error) in failed.items():
                 log.warning("%s: %d of %d messages not acknowledged (%r); sent again later", topic, n,
                             sum(1 for e in ready if e.topic == topic), error)
+            if waiting:
+                log.warning("outbox: a send raised; %d further messages not sent, left to the next checkpoint",
+                            waiting)
             return sent
 
     async def _look_for_unacked(self) -> None:
         """Look for the messages whose acknowledgement failed in their topics: those found are cleared and
-        counted, the others may be sent again. A look that fails (broker away, a partition not read to its
-        end within ``UNACKED_LOOK_S``) leaves them unchecked for the next checkpoint."""
+        counted, the others may be sent again once ``UNACKED_UNREADABLE_S`` passed since their failure (the
+        leader may hold one that its in-sync replicas, and so its readers, do not have yet); until then they
+        stay unchecked for a later checkpoint's look. A look that fails (broker away, a partition not read to
+        its end within ``UNACKED_LOOK_S``) leaves them unchecked for the next checkpoint."""
         doubtful = [e for e in self.entries.values() if e.unacked]
         if not doubtful:
             return
@@ -257,9 +278,14 @@ class ErrorsOutbox:
             return
         for e in found:
             self._count(e)
-        if found:
-            log.info("outbox: %d of %d messages whose acknowledgement failed found stored; the others are sent"
-                     " again", len(found), len(doubtful))
+        now = self.clock.monotonic()
+        young = [e for e in doubtful if not e.delivered and now - e.failed_at < UNACKED_UNREADABLE_S]
+        for e in young:  # perhaps stored and not readable yet: looked for again
+            e.checked, e.unacked = False, True
+        if found or young:
+            log.info("outbox: %d of %d messages whose acknowledgement failed found stored, %d not found yet"
+                     " (looked for again until %.0f s after the failure); the others are sent again",
+                     len(found), len(doubtful), len(young), UNACKED_UNREADABLE_S)
 
     def _count(self, entry: Entry) -> None:
         if entry.topic == RETRAIN:

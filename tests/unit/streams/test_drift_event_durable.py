@@ -46,15 +46,25 @@ class Broker:
     """Topics in memory; what each send does is set per topic (``mode``)."""
 
     OK, RAISE, FAIL, STORED_NOT_ACKED = "ok", "raise", "fail", "stored, not acknowledged"
+    NOT_REPLICATED = "on the leader, not acknowledged, not readable yet"  # acks=all: replicas behind
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.logs: dict[tuple[str, int], list[Any]] = {}
         self.mode: dict[str, str] = {}
         self.unreadable = False  # the worker's reader cannot reach the broker
+        self.held: list[tuple[str, int, bytes, int]] = []  # NOT_REPLICATED records, readable once replicated
+        self.sends = 0  # sends handed to the producer or raised
 
     def log(self, topic: str, partition: int) -> list[Any]:
         return self.logs.setdefault((topic, partition), [])
+
+    def replicate(self) -> None:
+        """The in-sync replicas caught up: the held records become readable."""
+        for topic, p, value, ms in self.held:
+            log = self.log(topic, p)
+            log.append(SimpleNamespace(value=value, offset=len(log), timestamp=ms))
+        self.held = []
 
     def values(self, name: str) -> list[dict[str, Any]]:
         topic = Settings(metrics_port=0).topic(name)
@@ -66,6 +76,7 @@ class Broker:
         class Topic:
             async def send(self, key: bytes, value: bytes) -> asyncio.Future[Any]:
                 mode = broker.mode.get(name, Broker.OK)
+                broker.sends += 1
                 if mode == Broker.RAISE:
                     raise KafkaTimeoutError()
                 decode(name, value, strict=True)
@@ -74,6 +85,10 @@ class Broker:
                     fut.set_exception(KafkaConnectionError("broker away"))
                     return fut
                 p = partition_for(key, partitions)
+                if mode == Broker.NOT_REPLICATED:
+                    broker.held.append((topic, p, value, int(broker.clock.now() * 1000)))
+                    fut.set_exception(RequestTimedOutError())
+                    return fut
                 log = broker.log(topic, p)
                 log.append(SimpleNamespace(value=value, offset=len(log), timestamp=int(broker.clock.now() * 1000)))
                 if mode == Broker.STORED_NOT_ACKED:
@@ -174,6 +189,8 @@ def worker(tmp_path: Path, name: str, clock: ManualClock, changelog: Changelog) 
                         ModelCache(settings, store=DirectoryModelStore(tmp_path / "models")),
                         JoinBuffer(60.0, clock=clock), changelog)  # type: ignore[arg-type]
     feedback_errors.register_errors(app, loop)
+    assert loop.outbox is not None
+    loop.outbox.clock = clock
     loop.node_class[NODE] = "gpu"
     loop.partitions[NODE] = PARTITION
     return loop
@@ -221,7 +238,7 @@ def test_a_drift_event_whose_send_fails_is_delivered_at_the_next_tick(
         await period(loop, clock, 200.0)  # the drift: the detector fires and is reset
         assert drift_events(broker) == [] and sent_count(loop) == 0.0
         broker.mode["retrain-events"] = Broker.OK
-        clock.advance(1.0)
+        clock.advance(feedback_outbox.UNACKED_UNREADABLE_S)  # a failed acknowledgement: not readable for as long
         await loop.checkpoint()  # the checkpoint timer's next tick
         events = drift_events(broker)
         assert [(e["model_key"], e["reason"]) for e in events] == [(KEY, "drift")]
@@ -369,10 +386,76 @@ def test_a_message_not_acknowledged_is_sent_again_only_once_looked_for(
         assert len(messages(broker, topic)) == sent_before and counted(loop, topic) == before
         broker.unreadable = False
         clock.advance(1.0)
+        await loop.checkpoint()  # not found, but perhaps not readable yet: not sent yet
+        assert len(messages(broker, topic)) == sent_before and counted(loop, topic) == before
+        clock.advance(feedback_outbox.UNACKED_UNREADABLE_S)
         await loop.checkpoint()
         await loop.checkpoint()
         sent = messages(broker, topic)
         assert len(sent) == len(set(sent)) == sent_before + 1
         assert counted(loop, topic) == before + 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("topic", ["prediction-errors", "retrain-events"])
+def test_a_message_on_the_leader_not_readable_yet_is_not_sent_again(
+        tmp_path: Path, world: tuple[ManualClock, Broker, Changelog], topic: str) -> None:
+    """acks=all: the request timed out with the record on the leader, not yet on the in-sync replicas, so
+    not yet readable. A look a second later does not find it; the message waits for a later look (up to
+    ``UNACKED_UNREADABLE_S`` after the failure) instead of being sent again, and is found once readable."""
+    clock, broker, changelog = world
+    loop = worker(tmp_path, "a", clock, changelog)
+
+    async def run() -> None:
+        await period_of(topic, loop, clock, broker, Broker.NOT_REPLICATED)
+        before, sent_before = counted(loop, topic), len(messages(broker, topic))
+        clock.advance(1.0)
+        await loop.checkpoint()  # not readable yet: not found, not sent again
+        clock.advance(1.0)
+        await loop.checkpoint()
+        broker.replicate()
+        clock.advance(1.0)
+        await loop.checkpoint()  # readable now: found, counted, cleared
+        await loop.checkpoint()
+        sent = messages(broker, topic)
+        assert len(sent) == len(set(sent)) == sent_before + 1
+        assert counted(loop, topic) == before + 1
+        assert loop.outbox is not None and len(loop.outbox) == 0
+
+    asyncio.run(run())
+
+
+# -- a send that raises (after the producer's request timeout) stops the delivery: the rest wait
+
+def test_a_send_that_raises_leaves_the_rest_staged_for_the_next_checkpoint(
+        world: tuple[ManualClock, Broker, Changelog]) -> None:
+    """aiokafka's send raises only after waiting up to the request timeout: the outbox stops at the first
+    one that raises, and the messages after it are neither sent nor looked for, but sent at the next checkpoint."""
+    clock, _broker, _changelog = world
+    calls: list[bytes] = []
+    raising = True
+
+    async def send(key: bytes, value: bytes) -> Any:
+        calls.append(key)
+        if raising:
+            raise KafkaTimeoutError()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.set_result(SimpleNamespace(topic="t", partition=PARTITION, offset=len(calls)))
+        return fut
+
+    outbox = feedback_outbox.ErrorsOutbox(Settings(metrics_port=0), send, clock=clock)
+
+    async def run() -> None:
+        nonlocal raising
+        for i in range(3):
+            outbox.stage(PARTITION, {"node": f"gpu-{i}", "ts": 2000.0 + i})
+        outbox.written(outbox.take_rows())
+        assert await outbox.deliver() == 0
+        assert len(calls) == 1  # stopped at the first send that raised
+        assert len(outbox) == 3 and all(e.checked and not e.unacked for e in outbox.entries.values())
+        raising = False
+        assert await outbox.deliver() == 3  # all three, none looked for first
+        assert len(outbox) == 0
 
     asyncio.run(run())
