@@ -104,7 +104,7 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         return True
 
     outbox = loop.outbox = ErrorsOutbox(settings, lambda key, value: errors_topic.send(key=key, value=value),
-                                        metrics=loop.metrics,
+                                        metrics=loop.metrics, clock=clock,
                                         send_retrain=lambda key, value: retrain_topic.send(key=key, value=value))
 
     def stage_drift(partition: int, node: str, key: str, r: AppReport, now: float) -> None:
