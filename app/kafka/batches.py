@@ -312,8 +312,10 @@ class BatchSender:
         """Ship what is collected (what is to be sent again first) and wait until every shipped record is
         acknowledged; records shipped now.
 
-        Raises the first delivery error of the batches it waited for; the failed batches stay to be sent
-        again (those failed for good are dropped), so a later flush that returns has delivered them. A batch
+        Raises the first delivery error of the batches it waited for, or, when none failed, while records of an
+        earlier failed batch are still to be sent again (one that failed behind a batch in flight goes back only
+        as that one settles); the failed batches stay to be sent again (those failed for good are dropped), so a
+        later flush that returns has delivered them. A batch
         of a discarded partition is not waited for, and its error is not raised: nothing of it is sent again.
         """
         n = await self.ship()
@@ -330,4 +332,9 @@ class BatchSender:
                 exc = f.exception()
                 if exc is not None:
                     raise exc
+        # a batch that failed before the flush, queued behind one in flight, went back to be sent again only as
+        # that one settled: not delivered, so the flush has not done its job
+        again = sum(len(records) for records in self._redo.values())
+        if again:
+            raise KafkaError(f"{again} records of a failed delivery are still to be sent again")
         return n

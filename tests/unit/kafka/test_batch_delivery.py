@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NodeNotReadyError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, NodeNotReadyError
 
 from app.kafka.batches import DROPPED, RETRIED, BatchSender, permanent
 
@@ -224,6 +224,28 @@ async def test_a_failed_batch_queued_behind_one_in_flight_when_discarded_is_not_
     producer.auto = True
     await sender.flush()
     assert producer.log[(C, 0)] == [(b"a", b"1")] and seen["delivered"] == [(C, 1)]
+
+
+async def test_a_flush_does_not_return_over_a_batch_that_failed_behind_one_in_flight_before_it_began() -> None:
+    """The second batch failed while the first was in flight, before the flush began: it goes back to be sent
+    again only as the first settles, so the flush that waited for the first has not delivered it and raises; the
+    next flush sends it."""
+    producer = Producer(cap=1, auto=False)
+    sender, seen = sender_on(producer)
+    sender.add(C, 0, b"a", b"1")
+    sender.add(C, 0, b"b", b"1")
+    await sender.ship()
+    producer.settle(KafkaTimeoutError(), index=1)  # b=1 expired, behind a=1 still in flight
+    await asyncio.sleep(0)
+    flushing = asyncio.ensure_future(sender.flush())
+    await asyncio.sleep(0)
+    producer.settle()  # a=1 stored
+    with pytest.raises(KafkaError, match="still to be sent again"):
+        await flushing
+    assert sender.undelivered == 1
+    producer.auto = True
+    await sender.flush()
+    assert producer.log[(C, 0)] == [(b"a", b"1"), (b"b", b"1")] and sender.undelivered == 0
 
 
 async def test_a_flush_neither_waits_for_nor_raises_the_error_of_a_discarded_batch_in_flight() -> None:
