@@ -41,15 +41,19 @@ class Bounds:
         self.max_nodes = max_nodes
         self.max_apps = max_apps
         self.nodes: dict[str, float] = {}
+        self.partitions: dict[str, int] = {}  # node -> the partition of the last message that named it
         self.apps: dict[str, float] = {}
         self.on_new_app: list[Callable[[str], None]] = []
 
-    def admit_node(self, node: str, now: float) -> None:
-        """Note ``node`` as heard of at ``now``; ``node_cap`` if it is new and the worker is full."""
+    def admit_node(self, node: str, now: float, partition: int | None = None) -> None:
+        """Note ``node`` as heard of at ``now`` (in ``partition``, when known); ``node_cap`` if it is new and the
+        worker is full."""
         if node not in self.nodes and len(self.nodes) >= self.max_nodes:
             raise ContractError("node_cap", f"node {node!r} would be number {len(self.nodes) + 1}; this worker"
                                 f" holds at most {self.max_nodes} (RTT_WORKER_MAX_NODES)")
         self.nodes[node] = now
+        if partition is not None:
+            self.partitions[node] = partition
 
     def admit_app(self, app: str, now: float) -> None:
         """Note ``app`` as heard of at ``now``; ``app_cap`` if it is not held and the worker is full."""
@@ -72,6 +76,7 @@ class Bounds:
     def forget_nodes(self, nodes: set[str] | list[str]) -> None:
         for n in nodes:
             self.nodes.pop(n, None)
+            self.partitions.pop(n, None)
 
     def forget_apps(self, apps: set[str] | list[str]) -> None:
         for a in apps:

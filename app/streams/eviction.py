@@ -97,8 +97,11 @@ def register_eviction(app: faust.App, settings: Settings) -> None:
         # partition held)
         window = {n for n, s in states.items() if s.partition not in leaving} | nodes.restored_nodes().keys()
         feedback = loop.partitions if loop is not None else {}  # node -> partition: a tracker or join entries
-        bounds.forget_nodes([n for n in bounds.nodes
-                             if n not in window and n not in feedback and now - bounds.nodes[n] < after])
+        owned = nodes.intake.owned
+        # a node no longer held here whose messages come on a partition this worker no longer reads is its new
+        # owner's: forgotten, never evicted (its tombstones would go out for a node the new owner holds)
+        bounds.forget_nodes([n for n in bounds.nodes if n not in window and n not in feedback and (
+            now - bounds.nodes[n] < after or ((p := bounds.partitions.get(n)) is not None and p not in owned))])
         # held here; not the nodes of a partition being revoked: its new owner holds them
         held = window | {n for n, p in feedback.items() if loop is not None and p in loop.held}
         silent = set(bounds.silent_nodes(now, after)) | held_unheard_nodes(now, held)

@@ -156,14 +156,14 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         if emit_sample(h["c"], h["partition"], h["p"]):
             buffer.release(key)
 
-    def admit(node: str, app_name: str) -> None:
+    def admit(node: str, app_name: str, partition: int) -> None:
         now = clock.monotonic()
         bounds.admit_app(app_name, now)  # app_cap / node_cap: the message goes to dead-letters
-        bounds.admit_node(node, now)
+        bounds.admit_node(node, now, partition)
 
     def on_completion(c: dict[str, Any], partition: int) -> None:
         node = c["node"]
-        admit(node, c["app"])
+        admit(node, c["app"], partition)
         loop.partitions[node] = partition
         r = buffer.add_completion((c["task_id"], node), _completion_payload(c))
         if r.outcome == DUPLICATE:
@@ -175,7 +175,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     def on_prediction(p: dict[str, Any], partition: int) -> None:
         node = p["node"]
-        admit(node, p["app"])
+        admit(node, p["app"], partition)
         loop.partitions[node] = partition
         r = buffer.add_prediction((p["task_id"], node), _prediction_payload(p), chosen=p.get("chosen") is True)
         if r.outcome == DUPLICATE:

@@ -142,7 +142,7 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
 
     def on_snapshot(snap: dict[str, Any], partition: int) -> None:
         node = snap["node"]
-        bounds.admit_node(node, clock.monotonic())  # node_cap beyond RTT_WORKER_MAX_NODES
+        bounds.admit_node(node, clock.monotonic(), partition)  # node_cap beyond RTT_WORKER_MAX_NODES
         state = store.state(node, partition, get_row)
         if not state.update(snap, partition):
             if not clock_went_back(state, snap["ts"], clock.now()):

@@ -365,3 +365,6 @@ async def test_a_node_of_a_lost_partition_is_not_evicted_while_the_feedback_revo
     gate.set()
     await revoke
     assert "quiet" not in w.loop.partitions
+    await w.tick()  # and once the revoke is done: the node is its new owner's, forgotten here, not evicted
+    assert w.evicted() == 0.0 and "quiet" not in w.ctx.bounds.nodes
+    assert w.tombstones("quiet") == {"changelog": set(), "node-features": set(), "node-weights": set()}
