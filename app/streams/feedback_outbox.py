@@ -50,7 +50,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, encode
-from app.kafka.batches import partition_for
+from app.kafka.batches import DROPPED, partition_for, permanent
 from app.kafka.client import client_options
 from app.retry import Backoff
 from app.streams.metrics import WorkerMetrics
@@ -148,6 +148,7 @@ class ErrorsOutbox:
         self.clock: Clock = clock or SystemClock()
         metrics = metrics or WorkerMetrics()
         self.sent_counter = metrics.messages_out.labels(ERRORS)
+        self._send_failures = metrics.send_failures
         self._retrain_out = metrics.messages_out.labels(RETRAIN)
         self._retrain_events = metrics.feedback.retrain_events
         self.topic = settings.topic(ERRORS)
@@ -206,8 +207,11 @@ class ErrorsOutbox:
 
         A message the broker did not acknowledge stays in the outbox and goes out after the next checkpoint.
         One whose send raised never reached the producer, and is sent again; such a send raises only after
-        waiting up to the producer's request timeout, so the entries after it are not sent either (each
-        would wait as long, under the lock), and wait for the next checkpoint. One whose acknowledgement is
+        waiting up to the producer's request timeout, so the entries of its topic after it are not sent either
+        (each would wait as long, under the lock) and wait for the next checkpoint; the other topic's are sent.
+        One whose send raised an error no retry can cure (too large, a topic not ours to write) is dropped, with
+        one ERROR line, counted in ``rtt_worker_send_failures_total{outcome="dropped"}``, instead of holding
+        the entries behind it for good. One whose acknowledgement is
         an error may have been stored all the same (the request timed out, the connection dropped after the
         write): it is unchecked, and looked for in its topic first (:meth:`_look_for_unacked`), like an
         entry restored after a restart; found, it is cleared (and counted) instead of being published twice.
@@ -220,17 +224,26 @@ class ErrorsOutbox:
             if not ready:
                 return 0
             pending: list[Any] = []
-            unsent: set[int] = set()  # positions in ``ready`` whose send raised
-            waiting = 0  # entries after the send that raised: not sent, kept as they are
-            for i, e in enumerate(ready):
+            unsent: set[int] = set()  # positions in ``tried`` whose send raised
+            tried: list[Entry] = []
+            blocked: dict[str, int] = {}  # topic whose send raised -> its entries after it: kept as they are
+            for e in ready:
+                if e.topic in blocked:  # each further send of the topic would wait as long: the next checkpoint's
+                    blocked[e.topic] += 1
+                    continue
                 try:
                     pending.append(await self._sender(e)(e.message_key, encode(e.topic, e.value, check=False)))
-                except Exception as exc:  # not handed to the producer (no metadata, broker away): kept
-                    unsent.add(i)
+                except Exception as exc:  # not handed to the producer
+                    if permanent(exc):  # never will be: dropped, not left to hold the rest for good
+                        self._clear(e)
+                        self._send_failures.labels(e.topic, DROPPED).inc()
+                        log.error("%s: a message the broker can never take (%r): dropped", e.topic, exc)
+                        continue
+                    unsent.add(len(tried))  # no metadata, broker away: kept
                     pending.append(_failed(exc))
-                    waiting = len(ready) - i - 1
-                    ready = ready[:i + 1]  # each further send would wait as long: the next checkpoint's
-                    break
+                    blocked[e.topic] = 0
+                tried.append(e)
+            ready = tried
             done = await asyncio.gather(*pending, return_exceptions=True)
             sent = 0
             failed: dict[str, tuple[int, BaseException]] = {}
@@ -256,9 +269,10 @@ class ErrorsOutbox:
             for topic, (n, error) in failed.items():
                 log.warning("%s: %d of %d messages not acknowledged (%r); sent again later", topic, n,
                             sum(1 for e in ready if e.topic == topic), error)
-            if waiting:
-                log.warning("outbox: a send raised; %d further messages not sent, left to the next checkpoint",
-                            waiting)
+            for topic, waiting in blocked.items():
+                if waiting:
+                    log.warning("%s: a send raised; %d further messages not sent, left to the next checkpoint",
+                                topic, waiting)
             return sent
 
     async def _look_for_unacked(self) -> None:

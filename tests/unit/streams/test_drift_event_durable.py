@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimedOutError, TopicAuthorizationFailedError
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -34,6 +34,7 @@ from app.streams.app import create_app
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_state import FeedbackLoop
+from app.streams.metrics import WorkerMetrics
 from app.streams.node_table import NodeStore
 from app.streams.options import WorkerOptions
 
@@ -457,5 +458,51 @@ def test_a_send_that_raises_leaves_the_rest_staged_for_the_next_checkpoint(
         raising = False
         assert await outbox.deliver() == 3  # all three, none looked for first
         assert len(outbox) == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("error", [KafkaTimeoutError(), TopicAuthorizationFailedError()], ids=["waits", "never"])
+def test_a_retrain_event_whose_send_raises_does_not_hold_the_prediction_errors_behind_it(
+        world: tuple[ManualClock, Broker, Changelog], error: Exception) -> None:
+    """A send of retrain-events that raises holds back only the retrain-events after it; one that raises an
+    error no retry cures (the topic not ours to write) is dropped and counted, never sent again."""
+    clock, _broker, _changelog = world
+    sent: list[bytes] = []
+    retrain_calls: list[bytes] = []
+
+    def acked(key: bytes) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.set_result(SimpleNamespace(topic="t", partition=PARTITION, offset=len(sent)))
+        return fut
+
+    async def send(key: bytes, value: bytes) -> Any:
+        sent.append(key)
+        return acked(key)
+
+    async def send_retrain(key: bytes, value: bytes) -> Any:
+        retrain_calls.append(key)
+        raise error
+
+    metrics = WorkerMetrics()
+    outbox = feedback_outbox.ErrorsOutbox(Settings(metrics_port=0), send, clock=clock, metrics=metrics,
+                                          send_retrain=send_retrain)
+    event = {"model_key": "gCTF:gpu", "reason": "drift", "cumulative_error": 0.7, "threshold": 0.5,
+             "ts": 2000.0, "onset_ts": 1990.0}
+
+    async def run() -> None:
+        outbox.stage_retrain(PARTITION, "gpu-0", event)
+        outbox.stage_retrain(PARTITION, "gpu-1", {**event, "model_key": "Motioncor2:gpu"})
+        for i in range(3):
+            outbox.stage(PARTITION, {"node": f"gpu-{i}", "ts": 2000.0 + i})
+        outbox.written(outbox.take_rows())
+        assert await outbox.deliver() == 3  # the prediction-errors go out
+        assert len(sent) == 3
+        dropped = metrics.registry.get_sample_value("rtt_worker_send_failures_total",
+                                                     {"topic": "retrain-events", "outcome": "dropped"})
+        if isinstance(error, KafkaTimeoutError):
+            assert len(retrain_calls) == 1 and len(outbox) == 2 and not dropped  # the second waits its turn
+        else:
+            assert len(retrain_calls) == 2 and len(outbox) == 0 and dropped == 2.0
 
     asyncio.run(run())
