@@ -15,7 +15,7 @@ closed: the restarted worker reports them again). So a closed period's messages 
    key holds a ``:``, a period's time never does);
 2. **deliver** — once durable, each message is sent and its acknowledgement awaited; one the broker did
    not acknowledge stays staged and goes out after the next checkpoint: at once if its send raised (it
-   never reached the producer; the messages after it wait too, unsent), once looked for in its topic
+   never reached the producer; the messages of its topic after it wait too, unsent), once looked for in its topic
    (below) if its acknowledgement was an error (a request that timed out may have been stored). A message
    the leader stored may not be readable yet (acks=all: the in-sync replicas have not caught up), so one
    not found counts as not stored only ``UNACKED_UNREADABLE_S`` after its failure; a broker that makes it
@@ -53,6 +53,7 @@ from app.contracts import contract, encode
 from app.kafka.batches import DROPPED, partition_for, permanent
 from app.kafka.client import client_options
 from app.retry import Backoff
+from app.streams.deadletter import kafka_error
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -234,10 +235,8 @@ class ErrorsOutbox:
                 try:
                     pending.append(await self._sender(e)(e.message_key, encode(e.topic, e.value, check=False)))
                 except Exception as exc:  # not handed to the producer
-                    if permanent(exc):  # never will be: dropped, not left to hold the rest for good
-                        self._clear(e)
-                        self._send_failures.labels(e.topic, DROPPED).inc()
-                        log.error("%s: a message the broker can never take (%r): dropped", e.topic, exc)
+                    if permanent(kafka_error(exc) or exc):  # never will be (Faust wraps the client's error)
+                        self._drop(e, exc)  # not left to hold the rest for good
                         continue
                     unsent.add(len(tried))  # no metadata, broker away: kept
                     pending.append(_failed(exc))
@@ -251,6 +250,9 @@ class ErrorsOutbox:
             now = self.clock.monotonic()
             for i, (entry, meta) in enumerate(zip(ready, done, strict=True)):
                 if isinstance(meta, BaseException):
+                    if i not in unsent and permanent(kafka_error(meta) or meta):  # refused for good: not stored
+                        self._drop(entry, meta)
+                        continue
                     failed[entry.topic] = (failed.get(entry.topic, (0, meta))[0] + 1, meta)  # kept: sent again
                     if i not in unsent:  # perhaps stored: looked for before it is sent again
                         entry.checked, entry.unacked, entry.failed_at = False, True, now
@@ -310,6 +312,12 @@ class ErrorsOutbox:
                      v["cumulative_error"], v["threshold"])
         else:
             self.sent_counter.inc()
+
+    def _drop(self, entry: Entry, exc: BaseException) -> None:
+        """``entry`` can never be stored (too large, a topic not ours to write): cleared, counted, logged."""
+        self._clear(entry)
+        self._send_failures.labels(entry.topic, DROPPED).inc()
+        log.error("%s: a message the broker can never take (%r): dropped", entry.topic, exc)
 
     def _clear(self, entry: Entry) -> None:
         self.entries.pop(entry.key, None)

@@ -21,7 +21,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimedOutError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+)
+from faust.exceptions import ProducerSendError
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -462,11 +469,21 @@ def test_a_send_that_raises_leaves_the_rest_staged_for_the_next_checkpoint(
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("error", [KafkaTimeoutError(), TopicAuthorizationFailedError()], ids=["waits", "never"])
+def _wrapped(exc: Exception) -> Exception:
+    """What Faust's producer raises for an error of the client's send: ProducerSendError from it."""
+    try:
+        raise ProducerSendError(f"Error while sending: {exc!r}") from exc
+    except ProducerSendError as wrapped:
+        return wrapped
+
+
+@pytest.mark.parametrize("error", [_wrapped(KafkaTimeoutError()), TopicAuthorizationFailedError(),
+                                   _wrapped(TopicAuthorizationFailedError())], ids=["waits", "never", "never-faust"])
 def test_a_retrain_event_whose_send_raises_does_not_hold_the_prediction_errors_behind_it(
         world: tuple[ManualClock, Broker, Changelog], error: Exception) -> None:
     """A send of retrain-events that raises holds back only the retrain-events after it; one that raises an
-    error no retry cures (the topic not ours to write) is dropped and counted, never sent again."""
+    error no retry cures (the topic not ours to write; as the client raises it, or wrapped by Faust) is dropped
+    and counted, never sent again."""
     clock, _broker, _changelog = world
     sent: list[bytes] = []
     retrain_calls: list[bytes] = []
@@ -500,9 +517,38 @@ def test_a_retrain_event_whose_send_raises_does_not_hold_the_prediction_errors_b
         assert len(sent) == 3
         dropped = metrics.registry.get_sample_value("rtt_worker_send_failures_total",
                                                      {"topic": "retrain-events", "outcome": "dropped"})
-        if isinstance(error, KafkaTimeoutError):
+        if isinstance(error.__cause__, KafkaTimeoutError):
             assert len(retrain_calls) == 1 and len(outbox) == 2 and not dropped  # the second waits its turn
         else:
             assert len(retrain_calls) == 2 and len(outbox) == 0 and dropped == 2.0
+
+    asyncio.run(run())
+
+
+def test_a_message_the_broker_refuses_for_good_is_dropped_not_looked_for_and_sent_again(
+        world: tuple[ManualClock, Broker, Changelog]) -> None:
+    """An acknowledgement that says the broker can never store the message (too large for it, a topic not ours
+    to write) ends it: dropped and counted, not looked for and sent again at every checkpoint."""
+    clock, _broker, _changelog = world
+    calls: list[bytes] = []
+
+    async def send(key: bytes, value: bytes) -> Any:
+        calls.append(key)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.set_exception(MessageSizeTooLargeError())
+        return fut
+
+    metrics = WorkerMetrics()
+    outbox = feedback_outbox.ErrorsOutbox(Settings(metrics_port=0), send, clock=clock, metrics=metrics)
+
+    async def run() -> None:
+        outbox.stage(PARTITION, {"node": "gpu-0", "ts": 2000.0})
+        outbox.written(outbox.take_rows())
+        assert await outbox.deliver() == 0
+        assert len(outbox) == 0 and len(calls) == 1
+        assert metrics.registry.get_sample_value("rtt_worker_send_failures_total",
+                                                 {"topic": "prediction-errors", "outcome": "dropped"}) == 1.0
+        clock.advance(60.0)
+        assert await outbox.deliver() == 0 and len(calls) == 1
 
     asyncio.run(run())
