@@ -113,6 +113,7 @@ class _Shipment:
     outcome: str = ""  # "" in flight, then DELIVERED, RETRIED (to send again), DROPPED (failed for good) or DISCARDED
     discarded: bool = False  # its partition was discarded while it flew: not sent again if it fails
     future: asyncio.Future[Any] | None = None  # its acknowledgement
+    serial: int = 0  # in the order the sender shipped its batches
 
 
 class BatchSender:
@@ -131,6 +132,8 @@ class BatchSender:
         self._resent_pending: set[TP] = set()  # partitions whose pending records include resent ones (put back)
         self._end: dict[TP, int] = {}  # offset after the last acknowledged batch
         self._discards: dict[TP, int] = {}  # how many times each partition was discarded (a ship in progress checks)
+        self._shipped = 0  # batches handed to the producer so far (the serial of the last)
+        self._redo_since: dict[TP, int] = {}  # serial of the earliest batch whose records wait in _redo
         self.rewound: set[TP] = set()  # (topic, partition) whose log restarted below that end
         self.records = 0  # records shipped (a resend counts again)
         self.delivered = 0  # records acknowledged, each once
@@ -162,6 +165,7 @@ class BatchSender:
                 if self._redo.get(tp) and self._futures.get(tp):
                     await asyncio.wait(set(self._futures[tp]))  # every earlier batch settled: the resend goes last
                 redo = self._redo.pop(tp, [])
+                self._redo_since.pop(tp, None)
                 records = redo + self._pending.pop(tp, [])
                 resent = len(records) if tp in self._resent_pending else len(redo)
                 self._resent_pending.discard(tp)
@@ -210,9 +214,10 @@ class BatchSender:
                     discards: int) -> None:
         future = await self.producer.send_batch(batch, tp[0], partition=tp[1])
         counted = sum(1 for r in records[start:min(end, redo)] if r[3])  # only a resend holds counted records
+        self._shipped += 1
         shipment = _Shipment(records[start:end], end - start - counted,
                              discarded=self._discards.get(tp, 0) != discards,  # discarded while handed over
-                             future=future)
+                             future=future, serial=self._shipped)
         self._flights[tp].append(shipment)
         self._futures[tp].add(future)
         future.add_done_callback(functools.partial(self._settled, tp, shipment))
@@ -257,12 +262,14 @@ class BatchSender:
                 shipment.outcome = DISCARDED
             elif shipment.outcome == RETRIED:
                 redo += shipment.records
+                self._redo_since[tp] = min(self._redo_since.get(tp, shipment.serial), shipment.serial)
             elif shipment.outcome == DELIVERED and redo:  # taken after one that failed: sent again behind it
                 redo += [(k, v, ts, True) for k, v, ts, _ in shipment.records]
         if not flights:
             del self._flights[tp]
         if not redo:
             del self._redo[tp]
+            self._redo_since.pop(tp, None)
 
     def _failure(self, tp: TP, records: list[_Rec], exc: BaseException) -> str:
         if permanent(exc):
@@ -287,6 +294,7 @@ class BatchSender:
             tp = (topic, partition)
             self._discards[tp] = self._discards.get(tp, 0) + 1
             n += len(self._pending.pop(tp, ())) + len(self._redo.pop(tp, ()))
+            self._redo_since.pop(tp, None)
             self._resent_pending.discard(tp)
             self.rewound.discard(tp)
             for shipment in self._flights.get(tp, ()):
@@ -319,6 +327,7 @@ class BatchSender:
         of a discarded partition is not waited for, and its error is not raised: nothing of it is sent again.
         """
         n = await self.ship()
+        shipped = self._shipped  # the batches this flush answers for: shipped up to now
         shipments = {s.future: s for flights in self._flights.values() for s in flights if s.future is not None}
         flying = {f for fs in self._futures.values() for f in fs
                   if (s := shipments.get(f)) is None or not s.discarded}
@@ -332,9 +341,10 @@ class BatchSender:
                 exc = f.exception()
                 if exc is not None:
                     raise exc
-        # a batch that failed before the flush, queued behind one in flight, went back to be sent again only as
-        # that one settled: not delivered, so the flush has not done its job
-        again = sum(len(records) for records in self._redo.values())
+        # a batch shipped before the flush that failed behind one in flight went back to be sent again only as
+        # that one settled: not delivered, so the flush has not done its job (a batch shipped since, by another
+        # caller, is that caller's)
+        again = sum(len(self._redo.get(tp, ())) for tp, since in self._redo_since.items() if since <= shipped)
         if again:
             raise KafkaError(f"{again} records of a failed delivery are still to be sent again")
         return n

@@ -248,6 +248,27 @@ async def test_a_flush_does_not_return_over_a_batch_that_failed_behind_one_in_fl
     assert producer.log[(C, 0)] == [(b"a", b"1"), (b"b", b"1")] and sender.undelivered == 0
 
 
+async def test_a_flush_answers_for_what_was_shipped_before_it_not_for_a_batch_another_caller_ships_meanwhile(
+        ) -> None:
+    """The checkpoint's flush waits for its rows while the intake ships a later batch that fails: the rows are
+    stored, so the flush returns; the later batch is the intake's, sent again by its next ship."""
+    producer = Producer(cap=10, auto=False)
+    sender, _ = sender_on(producer)
+    sender.add(C, 0, b"row", b"1")
+    flushing = asyncio.ensure_future(sender.flush())
+    await asyncio.sleep(0)
+    sender.add(T, 3, b"sample", b"x")
+    await sender.ship()
+    producer.settle(KafkaTimeoutError(), index=1)  # the later sample expires
+    await asyncio.sleep(0)
+    producer.settle()  # the checkpoint's row stored
+    assert await flushing == 1
+    assert sender.undelivered == 1
+    producer.auto = True
+    await sender.flush()
+    assert producer.log[(T, 3)] == [(b"sample", b"x")] and sender.undelivered == 0
+
+
 async def test_a_flush_neither_waits_for_nor_raises_the_error_of_a_discarded_batch_in_flight() -> None:
     """The checkpoint after a revoke flushes the sender while a batch of the lost partition is still in flight:
     its failure is not the flush's (nothing of it is sent again), so the flush returns once the rest is stored."""
