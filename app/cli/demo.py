@@ -146,7 +146,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
 
     from app.cli.processes import ProcessError, ProcessGroup
     from app.kafka.admin import ensure_topics
-    from app.kafka.embedded import EmbeddedBroker, free_port
+    from app.kafka.embedded import EmbeddedBroker, free_ports
     from app.redis_client import check_redis
     from app.sim.live import run_live, scaled_worker_env
     from app.sim.policies.rtt_aware import shipped_policy
@@ -177,7 +177,7 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
             asyncio.run(check_redis(s))
         asyncio.run(ensure_topics(s))
         made = s  # what the demo made under its prefix is removed at the end
-        ext_port, worker_port, trainer_port = free_port(), free_port(), free_port()
+        ext_port, worker_port, trainer_port = free_ports(3)  # distinct: each child binds its own
         env = {"RTT_KAFKA_BOOTSTRAP": bootstrap, "RTT_TOPIC_PREFIX": prefix, "RTT_MODELS_DIR": s.models_dir,
                "RTT_METRICS_PORT": "0", "PYTHONUNBUFFERED": "1", **scaled_worker_env(settings, args.speed)}
         group = ProcessGroup(logs, env)

