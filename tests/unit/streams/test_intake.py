@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
+from intake_standins import Record
 from prometheus_client import CollectorRegistry
 
 from app.clock import ManualClock
@@ -21,15 +21,6 @@ from app.streams.intake import PartitionIntake
 
 S = Settings.from_env({}, topic_prefix="u-")
 C, P = S.topic("task-completions"), S.topic("rtt-predictions")
-
-
-@dataclasses.dataclass
-class Record:
-    offset: int
-    value: bytes
-    topic: str = C
-    partition: int = 0
-    key: bytes | None = b"n1"
 
 
 class Dead:

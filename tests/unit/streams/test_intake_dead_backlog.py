@@ -10,7 +10,6 @@ Here a real :class:`BatchSender` over a stand-in producer that never settles a b
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from intake_standins import Batch, Record
 from prometheus_client import CollectorRegistry
 
 import app.streams.intake as intake_module
@@ -34,27 +34,6 @@ DEAD = S.topic("dead-letters")
 BOUND = 1 << 20  # the bound for this test (64 MiB in the worker)
 RAW = b"{" + b"x" * 40_000  # invalid JSON: a dead letter of about 54 KB
 PER_BATCH = 4
-
-
-@dataclasses.dataclass
-class Record:
-    offset: int
-    value: bytes
-    topic: str = C
-    partition: int = 0
-    key: bytes | None = b"n1"
-
-
-class Batch:
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes | None, bytes | None]] = []
-
-    def append(self, *, key: bytes | None, value: bytes | None, timestamp: int) -> object:
-        self.records.append((key, value))
-        return object()
-
-    def record_count(self) -> int:
-        return len(self.records)
 
 
 class Producer:

@@ -10,7 +10,6 @@ positions last, as the tables write it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
+from intake_standins import Batch, Record
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -35,30 +35,9 @@ DEAD = S.topic("dead-letters")
 CHANGELOG = "u-feedback-changelog"
 
 
-@dataclasses.dataclass
-class Record:
-    offset: int
-    value: bytes
-    topic: str = C
-    partition: int = 0
-    key: bytes | None = b"n1"
-
-
 def completion(task: str) -> bytes:
     return orjson.dumps({"task_id": task, "app": "gCTF", "node": "n1", "submitted_ts": 0.5, "started_ts": 1.0,
                          "finished_ts": 2.0, "rtt_ms": 1000.0, "status": "ok"})
-
-
-class Batch:
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes | None, bytes | None]] = []
-
-    def append(self, *, key: bytes | None, value: bytes | None, timestamp: int) -> object:
-        self.records.append((key, value))
-        return object()
-
-    def record_count(self) -> int:
-        return len(self.records)
 
 
 class Producer:

@@ -31,6 +31,7 @@ import faust
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 from faust.types import TP
+from intake_standins import Batch
 from test_revoke_memory import OWNERSHIP, Intake, app_for, feedback_loop, revoked, row_partition
 
 from app.clock import ManualClock
@@ -46,18 +47,6 @@ from app.streams.options import WorkerOptions
 FAILURES = "rtt_worker_revoke_checkpoint_failures_total"
 NODES = {"gpu-0": 0, "gpu-1": 1}
 SAMPLES = "training-samples"  # another topic the intake's sender writes, partitioned otherwise
-
-
-class Batch:
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes | None, bytes | None]] = []
-
-    def append(self, *, key: bytes | None, value: bytes | None, timestamp: int) -> object:
-        self.records.append((key, value))
-        return object()
-
-    def record_count(self) -> int:
-        return len(self.records)
 
 
 class Broker:
