@@ -40,6 +40,11 @@ class WorkerMetrics:
                                      registry=r)
         self.dead_letters = Counter("rtt_worker_dead_letters_total", "Messages sent to dead-letters",
                                     ["topic", "reason"], registry=r)
+        self.revoke_failures = Counter(
+            "rtt_worker_revoke_checkpoint_failures_total",
+            "Partitions revoked whose last checkpoint was not stored (the broker away): their state left memory"
+            " all the same, and their new owner reads again from the last stored checkpoint, by table",
+            ["table"], registry=r)
         self.late_events = Counter("rtt_worker_late_events_total", "Events older than the kept history, dropped",
                                    ["topic"], registry=r)
         self.processing = Histogram("rtt_worker_processing_seconds", "Time to process one message, by agent",

@@ -24,12 +24,10 @@ the node-features intake reads on from there after a recovery.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
-from prometheus_client import CollectorRegistry, Counter
 
 from app.errors import ConfigError
 from app.kafka.batches import BatchSender
@@ -42,24 +40,13 @@ from app.streams.ownership import lost_partitions
 
 log = logging.getLogger(__name__)
 
-_REVOKE_FAILURES: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
-
-
 def revoke_failures(app: faust.App, table: str) -> Any:
-    """The ``rtt_worker_revoke_checkpoint_failures_total{table}`` child of ``table`` on the app's registry (the
-    counter is created once per registry, for both tables); None for an app not built by ``create_app``."""
+    """The ``rtt_worker_revoke_checkpoint_failures_total{table}`` child of ``table`` (:class:`~app.streams.metrics.WorkerMetrics`);
+    None for an app not built by ``create_app``."""
     try:
-        registry = context_of(app).metrics.registry
+        return context_of(app).metrics.revoke_failures.labels(table)
     except ConfigError:
         return None
-    counter = _REVOKE_FAILURES.get(registry)
-    if counter is None:
-        counter = _REVOKE_FAILURES[registry] = Counter(
-            "rtt_worker_revoke_checkpoint_failures_total",
-            "Partitions revoked whose last checkpoint was not stored (the broker away): their state left memory"
-            " all the same, and their new owner reads again from the last stored checkpoint, by table",
-            ["table"], registry=registry)
-    return counter.labels(table)
 
 
 def revoke_failed(table: str, lost: set[int], exc: BaseException, counter: Any) -> None:
