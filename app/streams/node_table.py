@@ -41,8 +41,8 @@ from app.streams.ownership import lost_partitions
 log = logging.getLogger(__name__)
 
 def revoke_failures(app: faust.App, table: str) -> Any:
-    """The ``rtt_worker_revoke_checkpoint_failures_total{table}`` child of ``table`` (:class:`~app.streams.metrics.WorkerMetrics`);
-    None for an app not built by ``create_app``."""
+    """The ``rtt_worker_revoke_checkpoint_failures_total{table}`` child of ``table``
+    (:class:`~app.streams.metrics.WorkerMetrics`); None for an app not built by ``create_app``."""
     try:
         return context_of(app).metrics.revoke_failures.labels(table)
     except ConfigError:
