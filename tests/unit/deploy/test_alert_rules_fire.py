@@ -165,3 +165,45 @@ def test_gpu_node_read_as_cpu_fires_for_a_node_with_gpu_capacity_the_bridge_read
         {"interval": "1m", "input_series": read,
          "alert_rule_test": [{"eval_time": "20m", "alertname": alert, "exp_alerts": []}]},
     ])
+
+
+def test_component_down_fires_under_either_job_naming_and_names_the_component(tmp_path: Path) -> None:
+    """prometheus.yml and the PodMonitor name the job after the component; a `kubernetes-pods` job that honours
+    the prometheus.io/* annotations keeps its own job name and maps the pod's labels."""
+    alert = "RttschedComponentDown"
+    note = _annotations(alert)
+    cases = [({"job": "rttsched-worker", "instance": "w:9102"}, "rttsched-worker w:9102"),
+             ({"job": "kubernetes-pods", "app_kubernetes_io_name": "rttsched-worker", "instance": "10.0.0.7:9102"},
+              "rttsched-worker 10.0.0.7:9102")]
+    tests = []
+    for labels, said in cases:
+        series = "up{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        other = {"job": "kubernetes-pods", "app_kubernetes_io_name": "someone-else", "instance": "10.0.0.9:80"}
+        tests.append({"interval": "1m", "input_series": [
+            {"series": series, "values": "1x5 0x10"},
+            {"series": "up{" + ", ".join(f'{k}="{v}"' for k, v in other.items()) + "}", "values": "0x15"}],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+                {"eval_time": "9m", "alertname": alert, "exp_alerts": [
+                    {"exp_labels": {"alertname": alert, "severity": "warning", **labels},
+                     "exp_annotations": {**note, "summary": note["summary"].replace(
+                         note["summary"].split(" does not")[0], said)}}]}]})
+    _promtool(tmp_path, tests)
+
+
+def test_no_bridge_fires_only_when_no_bridge_is_up_under_either_job_naming(tmp_path: Path) -> None:
+    alert = "RttschedNoBridge"
+    fired = [{"exp_labels": {"alertname": alert, "severity": "critical"},
+              "exp_annotations": _annotations(alert)}]
+    worker = {"series": 'up{job="rttsched-worker", instance="w:9102"}', "values": "1x15"}
+    _promtool(tmp_path, [
+        {"interval": "1m", "input_series": [worker],
+         "alert_rule_test": [{"eval_time": "5m", "alertname": alert, "exp_alerts": fired}]},
+        {"interval": "1m", "input_series": [worker, {"series": 'up{job="rttsched-bridge", instance="b:9101"}',
+                                                     "values": "1x15"}],
+         "alert_rule_test": [{"eval_time": "5m", "alertname": alert, "exp_alerts": []}]},
+        {"interval": "1m", "input_series": [worker, {
+            "series": 'up{job="kubernetes-pods", app_kubernetes_io_name="rttsched-bridge", instance="10.0.0.5:9101"}',
+            "values": "1x15"}],
+         "alert_rule_test": [{"eval_time": "5m", "alertname": alert, "exp_alerts": []}]},
+    ])
