@@ -105,6 +105,15 @@ async def test_reading_pauses_while_the_sender_holds_too_many_dead_letter_bytes(
             await it._step()
             await asyncio.sleep(0)
 
+    flushes = 0
+    flush = it.sender.flush
+
+    async def counted_flush(*args: Any, **kwargs: Any) -> Any:
+        nonlocal flushes
+        flushes += 1
+        return await flush(*args, **kwargs)
+
+    it.sender.flush = counted_flush  # type: ignore[method-assign]
     caplog.set_level(logging.INFO, logger="app.streams.intake")
     task = asyncio.create_task(reading())
     try:
@@ -119,6 +128,11 @@ async def test_reading_pauses_while_the_sender_holds_too_many_dead_letter_bytes(
                                   reason="invalid_json") == 0
         paused = [r for r in caplog.records if "paused" in r.getMessage()]
         assert len(paused) == 1 and paused[0].exc_info is None
+        # paused, it waits on the batches in flight instead of asking again and again
+        calls, waits = consumer.calls, flushes
+        for _ in range(500):
+            await asyncio.sleep(0)
+        assert consumer.calls == calls and 1 <= flushes <= waits + 1, (flushes, waits)
 
         calls = consumer.calls
         producer.deliver()  # the broker takes them: it reads on
