@@ -101,9 +101,10 @@ class DeadLetters:
         self.metrics.messages_out.labels(TOPIC).inc()
         self.sent += 1
 
-    def stage(self, sender: BatchSender, bad: list[Bad]) -> list[tuple[str, str]]:
+    def stage(self, sender: BatchSender, bad: list[Bad]) -> list[tuple[str, str, int]]:
         """Hand the dead letters of ``bad`` to ``sender`` (an intake's), in order, without waiting; their
-        ``(source, reason)``, which the intake passes to :meth:`stored` as the sender reports them delivered.
+        ``(source, reason, size)`` (key and value bytes): the intake passes ``source`` and ``reason`` to
+        :meth:`stored` as the sender reports them delivered, and bounds what it holds by their sizes.
 
         The sender sends them until delivered, or drops one refused for good (logged, and counted with
         ``outcome="dropped"``), like the intake's other outputs; a checkpoint flushes it before it writes the
@@ -113,7 +114,7 @@ class DeadLetters:
         out = []
         for letter in letters(bad, self.clock.now()):
             sender.add(self.topic_name, partition_for(letter.key, self.partitions), letter.key, letter.value)
-            out.append((letter.source, letter.reason))
+            out.append((letter.source, letter.reason, len(letter.key) + len(letter.value)))
         return out
 
     async def send_all(self, bad: list[Bad]) -> None:

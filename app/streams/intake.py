@@ -53,7 +53,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -89,20 +89,6 @@ class Countable(Protocol):
 def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
     """``{(contract, partition): offset}`` of a row written by :meth:`PartitionIntake.position_rows`."""
     return {(name, partition): int(off) for name, off in orjson.loads(raw).items()}
-
-
-class _Measured:
-    """A sender's :meth:`~BatchSender.add` that notes the size (key and value bytes) of each record added."""
-
-    __slots__ = ("sender", "sizes")
-
-    def __init__(self, sender: BatchSender) -> None:
-        self.sender = sender
-        self.sizes: list[int] = []
-
-    def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
-        self.sizes.append(len(key or b"") + len(value or b""))
-        self.sender.add(topic, partition, key, value)
 
 
 class PartitionIntake:
@@ -407,10 +393,9 @@ class PartitionIntake:
             self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
         if bad and self.sender is not None:
-            measured = _Measured(self.sender)
-            labels = self.dead.stage(cast(BatchSender, measured), bad)
-            self._dead_staged.extend((s, r, size) for (s, r), size in zip(labels, measured.sizes, strict=True))
-            self._dead_bytes += sum(measured.sizes)
+            staged = self.dead.stage(self.sender, bad)
+            self._dead_staged.extend(staged)
+            self._dead_bytes += sum(size for _, _, size in staged)
         spent = time.perf_counter() - t0
         if bad and self.sender is None:  # not started: stored before the positions move past them
             await self.dead.send_all(bad)
