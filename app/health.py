@@ -100,14 +100,15 @@ def health_app(registry: CollectorRegistry, heartbeat: Heartbeat) -> Callable[..
 def serve_metrics_and_health(port: int, addr: str, registry: CollectorRegistry,
                              heartbeat: Heartbeat) -> WSGIServer:
     """Serve ``/metrics`` and ``/healthz`` on ``addr:port`` in a daemon thread; a port that cannot be bound is a
-    :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT``."""
+    :class:`~app.errors.ConfigError` naming ``RTT_METRICS_PORT`` (``RTT_METRICS_HOST`` for an address that is
+    not this host's or does not resolve)."""
     try:
         family = socket.getaddrinfo(addr or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         server_class = type("_Server", (_ThreadingServer,), {"address_family": family})
         server: WSGIServer = make_server(addr, port, health_app(registry, heartbeat), server_class,
                                          handler_class=_Quiet)
     except OSError as exc:  # socket.gaierror included
-        raise listen_error("RTT_METRICS_PORT", addr, port, exc) from None
+        raise listen_error("RTT_METRICS_PORT", addr, port, exc, "RTT_METRICS_HOST") from None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
 

@@ -18,13 +18,22 @@ app.errors.ConfigError: RTT_METRICS_PORT: cannot listen on 127.0.0.1:...: Addres
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from app.errors import ConfigError
 
 
-def listen_error(field: str, host: str, port: int, exc: OSError) -> ConfigError:
-    """The error of a server that could not bind ``host:port``, naming ``field`` (a variable or a flag)."""
+def listen_error(field: str, host: str, port: int, exc: OSError, host_field: str | None = None) -> ConfigError:
+    """The error of a server that could not bind ``host:port``, naming ``field`` (a variable or a flag), or
+    ``host_field`` when the host is what failed (it does not resolve, or is not an address of this machine).
+
+    >>> listen_error("RTT_METRICS_PORT", "x.invalid", 9102, socket.gaierror(-2, "Name or service not known"),
+    ...              "RTT_METRICS_HOST")
+    ConfigError('RTT_METRICS_HOST: cannot listen on x.invalid:9102: Name or service not known')
+    """
+    if host_field is not None and (isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL):
+        field = host_field
     return ConfigError(field, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
@@ -61,7 +70,7 @@ def _bind(host: str, port: int, keep: bool = False) -> socket.socket | None:
     return None
 
 
-def hold_listen(host: str, port: int, field: str) -> socket.socket | None:
+def hold_listen(host: str, port: int, field: str, host_field: str | None = None) -> socket.socket | None:
     """A socket bound to ``host:port`` and listening, for a server that would otherwise bind it late (the worker's
     Faust web server): nothing can take the port between this check and that server's start. :class:`ConfigError`
     naming ``field`` when it cannot be bound; None for ``port`` 0 (no server). The caller closes it, or the server
@@ -76,17 +85,18 @@ def hold_listen(host: str, port: int, field: str) -> socket.socket | None:
     try:
         sock = _bind(host, port, keep=True)
     except OSError as exc:
-        raise listen_error(field, host, port, exc) from None
+        raise listen_error(field, host, port, exc, host_field) from None
     assert sock is not None
     return sock
 
 
-def check_listen(host: str, port: int, field: str) -> None:
+def check_listen(host: str, port: int, field: str, host_field: str | None = None) -> None:
     """Bind ``host:port`` and let it go; :class:`ConfigError` naming ``field`` when that fails (the port is
-    taken, the address is not this host's or does not resolve). Nothing for ``port`` 0 (no server)."""
+    taken), or ``host_field``, when given, for a host that is not this machine's or does not resolve. Nothing for
+    ``port`` 0 (no server)."""
     if port <= 0:
         return
     try:
         _bind(host, port)
     except OSError as exc:  # socket.gaierror included: a host that does not resolve
-        raise listen_error(field, host, port, exc) from None
+        raise listen_error(field, host, port, exc, host_field) from None

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if not settings.redis_url:
         raise ConfigError("REDIS_URL", "the pods watcher writes the running-apps view to Redis: set REDIS_URL")
     if not args.once:  # a port taken: one line naming the variable, before the API or Redis is asked
-        check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
+        check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT", "RTT_METRICS_HOST")
     metrics = PodWatchMetrics()
 
     async def main() -> int:

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             pin_cpus(cpus, field="RTT_TRAINER_CPUS")
     if not settings.redis_url:  # the registry is a local directory: one it cannot write fails now, named
         writable_dir(settings.models_dir, "RTT_MODELS_DIR")
-    check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")  # taken: one line, named
+    # a port taken, a host not this machine's: one line, naming the variable
+    check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT", "RTT_METRICS_HOST")
 
     async def main() -> int:
         await check_reachable(settings, TRAINER_TOPICS)  # one clear line: no broker, or topics not created

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         writable_dir(opts.datadir, "RTT_WORKER_DATADIR")
     # Faust's web server would bind /metrics late, with a page of traceback when the port is taken: bound here
     # first and held, the web server serves on this socket
-    held = hold_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT")
+    held = hold_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT", "RTT_METRICS_HOST")
     # one clear line, not Faust's traceback, when there is no broker or its topics are not created yet
     try:
         asyncio.run(check_reachable(settings, tuple(load_contracts())))

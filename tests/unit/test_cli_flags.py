@@ -271,6 +271,23 @@ def test_a_flag_holds_to_the_bounds_of_its_variable(argv, line, capsys):
 
 
 @pytest.mark.parametrize("host", ["nonexistent.invalid", "192.0.2.1"])  # no such name; an address not this host's
+@pytest.mark.parametrize("argv", [["worker", "--datadir", "{tmp}"],
+                                  ["bridge", "--target", "node=w,url=http://127.0.0.1:9/metrics"],
+                                  ["trainer"], ["pods", "--api-url", "http://127.0.0.1:9"]])
+def test_a_metrics_host_it_cannot_listen_on_is_named(argv, host, tmp_path, monkeypatch, capsys):
+    """The host is what is wrong, not the port: the line names RTT_METRICS_HOST."""
+    monkeypatch.setenv("RTT_METRICS_PORT", "19105")
+    monkeypatch.setenv("RTT_METRICS_HOST", host)
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached: the host fails first
+    monkeypatch.setenv("RTT_MODELS_DIR", str(tmp_path / "models"))
+    if argv[0] == "pods":
+        monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    said = f"rttsched {argv[0]}: error: RTT_METRICS_HOST: cannot listen on {host}:19105: "
+    assert error_line(capsys).startswith(said)
+
+
+@pytest.mark.parametrize("host", ["nonexistent.invalid", "192.0.2.1"])  # no such name; an address not this host's
 def test_a_broker_host_it_cannot_listen_on_is_named(host, capsys):
     assert main(["broker", "--port", "0", "--host", host, "--no-topics"]) == 2
     assert error_line(capsys).startswith(f"rttsched broker: error: --host: cannot listen on {host}: ")
