@@ -164,7 +164,8 @@ class DirectoryModelStore:
     ) -> ModelRecord:
         with self._locked(model_key) as d:
             check_current(model_key, replacing, self._current_version(model_key))
-            version = max(max(self._kept(model_key), default=0), after) + 1
+            # above the current version too, whose metadata may be gone: a version number is never used twice
+            version = max(max(self._kept(model_key), default=0), self._current_version(model_key) or 0, after) + 1
             blob_path = d / f"{version}.{fmt}"
             record = new_record(
                 model_key, version, blob, fmt=fmt, features=features, params=params, metrics=metrics,

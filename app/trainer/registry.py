@@ -15,7 +15,12 @@ first compared with. Its registration is compare-and-set (:meth:`ModelRegistry.p
 made current in one step only if the current version is still the champion it was judged against, else judged
 again against the new current and registered only if it still wins — a rollback that landed while the trainer
 waited for model-updates is never replaced by a challenger that only beat the model rolled back from. A refused
-save stores nothing.
+save stores nothing. A challenger refused :data:`PROMOTE_TRIES` times (the current version changing under it each
+time) gives up with a WARNING: its retrain fails, and the key's next event trains again.
+
+A current version whose blob or metadata is gone (evicted from Redis, deleted by hand, a file removed from the
+models directory) is a champion that cannot be loaded, at the version the current pointer names: the challenger is
+judged against it as unusable and replaces that version.
 
 A version saved again (:meth:`ModelRegistry.reissue` for a registry that lost its newest versions,
 :meth:`ModelRegistry.restore` for an operator's rollback) is the same verified blob under a new version above
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 FORMAT = "ubj"
 UNJUDGED = ""  # the champion's sha256 when not even its record could be read (the verdict is given again)
 NO_CHAMPION = (0, None)  # the champion judged against when there was none: (version 0, no sha256)
+PROMOTE_TRIES = 5  # compare-and-set refusals a challenger takes before it gives up
 
 
 def update_message(record: ModelRecord) -> dict[str, Any]:
@@ -119,9 +125,16 @@ class ModelRegistry:
         """Holdout metrics of the current version; None without one; NaN RMSE when it is unusable."""
         try:
             predictor, record = load_predictor(self.store, model_key)
-        except ModelNotFoundError:
-            self._judged[model_key] = NO_CHAMPION
-            return None
+        except ModelNotFoundError as exc:
+            if exc.version is None:  # no current version
+                self._judged[model_key] = NO_CHAMPION
+                return None
+            # the current pointer names a version whose blob or metadata is gone: unusable, and replaced
+            found = self._current(model_key)
+            self._judged[model_key] = (exc.version, found[1] if found[0] == exc.version else UNJUDGED)
+            log.warning("champion of %s: current version %d is not in the registry (%s): treating it as unusable",
+                        model_key, exc.version, exc)
+            return {"rmse_ms": math.nan}
         except RegistryUnavailableError:
             raise  # Redis away says nothing about the champion: the retrain is tried again later
         except (ModelError, ValueError) as exc:
@@ -141,10 +154,21 @@ class ModelRegistry:
         """(version, sha256) of the current record; :data:`NO_CHAMPION` without a current version; version None
         and sha256 :data:`UNJUDGED` if it cannot be read."""
         try:
-            current = self.store.current(model_key)
+            return self._pointer(model_key)
         except (ModelError, ValueError):
             return None, UNJUDGED
-        return (current.version, current.sha256) if current is not None else NO_CHAMPION
+
+    def _pointer(self, model_key: str) -> tuple[int, str | None]:
+        """(version, sha256) of the version the key's current pointer names: sha256 None when its metadata is gone;
+        :data:`NO_CHAMPION` when there is no current version."""
+        current = self.store.current(model_key)
+        if current is not None:
+            return current.version, current.sha256
+        try:  # no current version, or one whose metadata is gone: the error names which
+            _, record = self.store.load(model_key)
+        except ModelNotFoundError as exc:
+            return (exc.version, None) if exc.version is not None else NO_CHAMPION
+        return record.version, record.sha256  # made current since
 
     def champion_version(self, model_key: str) -> int | None:
         """The version :meth:`champion_metrics` scored last (0: there was none), which a challenger judged against
@@ -159,12 +183,12 @@ class ModelRegistry:
         new version is the same champion (the verdict stands, the new version is the one it replaces)."""
         if model_key not in self._judged:
             return verdict
-        current = self.store.current(model_key)
-        if (current.sha256 if current is not None else None) == self._judged[model_key][1]:
-            self._judged[model_key] = (current.version, current.sha256) if current is not None else NO_CHAMPION
+        version, sha256 = self._pointer(model_key)
+        if sha256 == self._judged[model_key][1]:  # None and None: no current version, or its metadata gone
+            self._judged[model_key] = (version, sha256)
             return verdict
         log.warning("retrain of %s: the current model changed to %s while the challenger %s: judging it again",
-                    model_key, f"v{current.version}" if current is not None else "none", meanwhile)
+                    model_key, f"v{version}" if version else "none", meanwhile)
         return judge(challenger.metrics, self.champion_metrics(model_key, challenger.holdout), margin=margin)
 
     def register(self, model_key: str, challenger: Challenger, after: int = 0,
@@ -189,10 +213,14 @@ class ModelRegistry:
         only if it still wins. The final verdict and the model-updates fields (None: it lost, nothing saved)."""
         if not verdict.promote:
             return verdict, None
-        while True:
+        for tries in range(1, PROMOTE_TRIES + 1):
             try:
                 return verdict, self.register(model_key, challenger, after, self.champion_version(model_key))
-            except CurrentChangedError:
+            except CurrentChangedError as exc:
+                if tries == PROMOTE_TRIES:
+                    log.warning("retrain of %s: gave up registering the challenger after %d tries, the current "
+                                "version changing each time (%s)", model_key, tries, exc)
+                    raise
                 verdict = self.judge_again(model_key, challenger, verdict, margin, "waited to be registered")
             if not verdict.promote:
                 now = self.champion_version(model_key)
@@ -200,6 +228,7 @@ class ModelRegistry:
                             "registered, and the challenger does not beat it (%s): rejected", model_key,
                             f"v{now}" if now else "none", verdict.reason)
                 return verdict, None
+        raise AssertionError("unreachable: the last refusal is raised")
 
     def reissue(self, model_key: str, after: int) -> dict[str, Any] | None:
         """Save the current version again as a new one above ``after`` and make it current; its model-updates
