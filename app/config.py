@@ -117,8 +117,12 @@ def _readable_file(v: str) -> str | None:
     if not v:
         return None
     path = Path(v)
-    if not path.is_file():
+    if not path.exists():
         return f"no such file: {v}"
+    if path.is_dir():
+        return f"a directory, not a file: {v} (name the file in it, such as a Secret's key)"
+    if not path.is_file():
+        return f"not a regular file: {v}"
     if not os.access(path, os.R_OK):
         return f"file not readable: {v}"
     return None

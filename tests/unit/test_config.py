@@ -107,3 +107,16 @@ def test_the_trainer_key_idle_time_is_checked_at_start(bad):
     assert info.value.field == "RTT_TRAINER_KEY_IDLE_S"
     with pytest.raises(ValueError, match="key_idle_s"):
         TrainerService(Settings(), key_idle_s=0.0)
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("/nonexistent/redis-password", "no such file: /nonexistent/redis-password"),
+    ("{tmp}", "a directory, not a file: {tmp} (name the file in it"),  # a mounted Secret's directory, not its key
+    ("/dev/null", "not a regular file: /dev/null"),
+])
+def test_a_secret_file_setting_says_what_is_wrong_with_the_path(path, words, tmp_path):
+    from app.config import Settings
+
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"RTT_REDIS_PASSWORD_FILE": path.format(tmp=tmp_path)})
+    assert info.value.field == "RTT_REDIS_PASSWORD_FILE" and words.format(tmp=tmp_path) in info.value.message
