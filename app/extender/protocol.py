@@ -48,8 +48,8 @@ class _Metadata(msgspec.Struct):
     name: str | None = None
     namespace: str | None = None
     uid: str | None = None
-    labels: dict[str, Any] | None = None
-    annotations: dict[str, Any] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
 
 
 class _Pod(msgspec.Struct):

@@ -152,6 +152,10 @@ async def test_pod_without_app_label_is_neutral(client: Client, service: Extende
     (b'{"Pod": {}, "Nodes": []}', "Nodes must be a NodeList"),
     (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0].metadata.name"),
     (b'{"Pod": {"metadata": {"labels": ["a"]}}, "NodeNames": []}', "Pod.metadata.labels"),
+    (b'{"Pod": {"metadata": {"labels": {"rttsched.io/app": 5}}}, "NodeNames": ["n1"]}',
+     "Pod.metadata.labels[...] must be a string"),  # label and annotation values are strings in the API
+    (b'{"Pod": {"metadata": {"annotations": {"rttsched.io/input-size-mb": 512}}}, "NodeNames": ["n1"]}',
+     "Pod.metadata.annotations[...] must be a string"),
     (b'{"Pod": {}, "NodeNames": ["n1", ""]}', "NodeNames[1] must be a non-empty string"),
     (b'{"Pod": {"spec": ' + b"[" * 5000 + b"]" * 5000 + b'}, "NodeNames": ["n1"]}', "nested too deeply"),
 ])
