@@ -72,7 +72,17 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError("--nodes", "name at least one candidate node")
         if args.pod:
             pod = _read_json(args.pod, "--pod")
+            if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod" or "items" in pod \
+                    or not isinstance(pod.get("metadata"), dict):
+                got = type(pod).__name__ if not isinstance(pod, dict) else pod.get("kind") or (
+                    "a list of items" if "items" in pod else "an object without metadata")
+                raise ConfigError("--pod", f"must hold a v1 Pod with metadata (got {got})")
         else:
+            from app.scheduler.podinfo import APP_PATTERN, MAX_APP_LEN
+
+            if not args.app or len(args.app) > MAX_APP_LEN or not APP_PATTERN.fullmatch(args.app):
+                raise ConfigError("--app", f"not an app label value: letters, digits, '.', '_' and '-', at most "
+                                           f"{MAX_APP_LEN} (got {args.app!r})")
             annotations = {} if args.input_mb is None else {"rttsched.io/input-size-mb": f"{args.input_mb:g}"}
             pod = {"metadata": {"name": f"explain-{args.app.lower()}", "namespace": "default", "uid": "",
                                 "labels": {"rttsched.io/app": args.app}, "annotations": annotations}}

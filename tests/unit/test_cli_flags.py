@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,26 @@ def test_extender_port_0_is_a_port_the_os_picks_as_with_the_setting(monkeypatch,
 def test_explain_timeout_must_be_positive(value, shown, capsys):
     assert main(["explain", "--url", "http://127.0.0.1:9", "--app", "gCTF", "--nodes", "a", "--timeout", value]) == 2
     assert error_line(capsys) == f"rttsched explain: error: --timeout: must be > 0 (got {shown})"
+
+
+# -- explain refuses a pod it could only answer neutrally for (one line, exit 2, nothing sent)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
+
+
+@pytest.mark.parametrize(("flags", "line"), [
+    (["--app", "bad app!"], "--app: not an app label value: letters, digits, '.', '_' and '-', at most 64 "
+                            "(got 'bad app!')"),
+    (["--app", "x" * 65], "--app: not an app label value"),
+    (["--pod", str(FIXTURES / "nodelist.json")], "--pod: must hold a v1 Pod with metadata (got a list of items)"),
+    (["--pod", "{tmp}/list.json"], "--pod: must hold a v1 Pod with metadata (got list)"),
+    (["--pod", "{tmp}/node.json"], "--pod: must hold a v1 Pod with metadata (got Node)"),
+])
+def test_explain_refuses_an_app_or_pod_it_cannot_use(flags, line, tmp_path, capsys):
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "node.json").write_text('{"kind": "Node", "metadata": {"name": "a"}}')
+    argv = ["explain", "--url", "http://127.0.0.1:9", "--nodes", "a", *[f.format(tmp=tmp_path) for f in flags]]
+    assert main(argv) == 2
+    assert error_line(capsys).startswith(f"rttsched explain: error: {line}")
 
 
 # -- explain's head is wrapped, not cut, and names only what the pod has
