@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-id", action="append", default=None, metavar="ID",
                    help="also create the internal topics of this worker group (default: the default group,"
                         " {RTT_TOPIC_PREFIX}rttsched-worker; repeat for several)")
+    p.add_argument("--recreate", action="store_true",
+                   help="delete and create again a topic whose partition count or cleanup policy is not its"
+                        " contract's, dropping its messages (default: refuse, naming it)")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.streams.app import worker_topics
 
     internal = [t for wid in (args.worker_id or [None]) for t in worker_topics(settings, wid)]
-    results = asyncio.run(ensure_topics(settings, internal))
+    results = asyncio.run(ensure_topics(settings, internal, recreate=args.recreate))
     width = max(22, *(len(r.topic) for r in results))
     print(f"{'topic':<{width}} {'parts':>5} {'cleanup':<8} status")
     for r in results:

@@ -103,7 +103,8 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
             return await _ensure_topics(settings, internal)
         except _WrongTopics as exc:
             if not recreate or attempt == 2:
-                raise TopicError(f"{exc}: delete and create them again") from None
+                raise TopicError(f"{exc}: delete and create them again (`rttsched topics create --recreate` "
+                                 "does, dropping their messages)") from None
             log.warning("%s: deleting and creating again (a client had them auto-created first; their messages "
                         "are dropped)", exc)
             names = [new.name for new, _ in exc.wrong]

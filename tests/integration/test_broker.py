@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 
 import pytest
@@ -118,6 +119,35 @@ def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_
         results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
     assert results[name].partitions == load_contracts()["node-metrics"].partitions == 8
     assert any("deleting and creating again" in r.getMessage() for r in caplog.records)
+
+
+def test_topics_create_names_a_wrong_topic_and_recreate_mends_it(kafka_bootstrap, settings_factory, monkeypatch,
+                                                                  capsys):
+    """What runbook §7 tells the on-call to run after Tansu auto-created a topic with its default count."""
+    from aiokafka.admin import NewTopic
+
+    from app.cli.main import main
+
+    s = settings_factory(kafka_bootstrap=kafka_bootstrap)
+    name = s.topic("node-metrics")
+
+    async def auto_created() -> None:
+        admin = await started_admin(s)
+        try:
+            await admin.create_topics([NewTopic(name, 4, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(auto_created())
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", s.topic_prefix)
+    assert main(["topics", "create"]) == 2
+    err = capsys.readouterr().err
+    assert f"topic {name} has 4 partitions, 8 expected" in err and "rttsched topics create --recreate" in err
+    assert main(["topics", "create", "--recreate"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{re.escape(name)} +8 ", out, flags=re.M), out
+    assert main(["topics", "create"]) == 0  # as the contract has it now: nothing to mend
 
 
 def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_bootstrap, settings_factory):
