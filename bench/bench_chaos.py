@@ -18,6 +18,9 @@ same scenarios the fault tests run — and reports:
   SIGKILL at period close — second kill to every pair reported (a worker start included); hostile input —
   valid snapshots after a ts = 9.9e10 one to the node's next node-features.
 
+The hostile-input row's notes set its worker's RSS growth for 10,000 node names (capped at 1,000) beside the
+same names, measured the same way in the same run, sent to a worker whose cap is raised to hold them all.
+
 Load average and the table go to stdout; progress to stderr.
 """
 
@@ -38,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from fault_outages import broker_away, broker_wipe, redis_outage, redis_wiped  # noqa: E402
 from fault_stack import Load, Outcome, Stack, stack_on_redis  # noqa: E402
-from fault_worker import hostile_input, period_kill  # noqa: E402
+from fault_worker import NAMES, hostile_input, names_uncapped, period_kill  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.kafka.admin import ensure_topics  # noqa: E402
@@ -79,7 +82,15 @@ def _on_own_broker(root: Path, scenario: str) -> Outcome:
         s = dataclasses.replace(s, error_period_s=1.0)
         if scenario == "kill":
             return asyncio.run(period_kill(s, root))[0]
-        return asyncio.run(hostile_input(s, root))[0]
+        outcome, r = asyncio.run(hostile_input(s, root))
+        say(f"  the same {NAMES:,} names, the cap raised to {NAMES:,}")
+        raised = dataclasses.replace(s, topic_prefix=f"{scenario}-uncapped-")
+        asyncio.run(ensure_topics(raised))
+        u = asyncio.run(names_uncapped(raised, root / "uncapped"))
+        return dataclasses.replace(outcome, detail=(
+            f"{outcome.detail}; the same names with the cap raised to {NAMES:,} (same run): {u['nodes']:.0f} held,"
+            f" RSS +{u['rss_growth_kb'] / 1024:.0f} MB on {u['rss_before_kb'] / 1024:.0f} MB,"
+            f" {u['rss_growth_kb'] / max(r['rss_growth_kb'], 1):.1f}x the capped growth"))
 
 
 def table(rows: list[Outcome]) -> str:

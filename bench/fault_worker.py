@@ -95,6 +95,7 @@ async def period_kill(s: Settings, root: Path, waves: int = 12) -> tuple[Outcome
 
 # -- hostile input -------------------------------------------------------------------------------------------
 CAP_NODES, CAP_APPS = 1000, 8
+NAMES = 10_000  # node names sent at once
 
 
 def snap(node: str, ts: float, util: float = 0.3) -> dict[str, Any]:  # GPU utilisation 0..1, as the bridge sends it
@@ -157,6 +158,33 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+async def flood_names(s: Settings, url: str, pid: int, cap: int,
+                      then: list[tuple[str, dict[str, Any]]] | None = None) -> tuple[int, int]:
+    """:data:`NAMES` node names at once on node-metrics (then ``then``) to the worker at ``url`` (process ``pid``)
+    holding at most ``cap`` nodes: its RSS in kB before the names, and its growth once every name is held or a
+    dead letter (``node_cap``), a node-weights period later (every held node in it)."""
+    rss0 = rss_kb(pid)
+    t = time.time()
+    await produce(s, [("node-metrics", snap(f"n{i:05d}", t)) for i in range(NAMES)])
+    if then:
+        await produce(s, then)
+    if cap < NAMES:
+        await wait_for(lambda: metric(scrape(url), "rtt_worker_dead_letters_total", topic="node-metrics",
+                                      reason="node_cap") >= NAMES - cap, 60, "node_cap dead letters")
+    else:
+        await wait_for(lambda: metric(scrape(url), "rtt_worker_nodes") >= NAMES, 120, "every name held")
+    await asyncio.sleep(2.5)  # a node-weights period with every held node in it
+    return rss0, rss_kb(pid) - rss0
+
+
+async def names_uncapped(s: Settings, root: Path) -> dict[str, float]:
+    """What the cap saves: :func:`hostile_input`'s names, measured the same way (:func:`flood_names`), by a worker
+    whose node cap is raised to hold them all (its own broker prefix in ``s``; nodes evicted after the default
+    silence, so none leaves while the names are read)."""
+    with ProcessGroup(root) as group:
+        url = start_worker(group, s, "worker", RTT_WORKER_MAX_NODES=str(NAMES), RTT_WORKER_MAX_APPS=str(CAP_APPS))
+        rss0, growth = await flood_names(s, url, group.children["worker"].pid, NAMES)
+        return {"nodes": metric(scrape(url), "rtt_worker_nodes"), "rss_before_kb": rss0, "rss_growth_kb": growth}
 
 
 async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any]]:
@@ -193,16 +221,10 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
                 out: dict[str, Any] = {"clock_resets": metric(text, "rtt_worker_clock_resets_total"),
                                        "future_recover_s": future_recover_s}
                 # 10,000 node names, and 20 app names
-                rss0 = rss_kb(pid)
-                t = time.time()
-                await produce(s, [("node-metrics", snap(f"n{i:05d}", t)) for i in range(10_000)])
-                await produce(s, [("task-completions", completion(f"t-app-{a}", "gpu-future", f"app{a:02d}"))
-                                  for a in range(20)])
-                await wait_for(lambda: metric(scrape(url), "rtt_worker_dead_letters_total", topic="node-metrics",
-                                            reason="node_cap") >= 10_000 - CAP_NODES, 60, "node_cap dead letters")
-                await asyncio.sleep(2.5)  # a node-weights period with every held node in it
+                apps = [("task-completions", completion(f"t-app-{a}", "gpu-future", f"app{a:02d}")) for a in range(20)]
+                rss0, growth = await flood_names(s, url, pid, CAP_NODES, then=apps)
                 text = scrape(url)
-                out.update(nodes=metric(text, "rtt_worker_nodes"), rss_before_kb=rss0, rss_growth_kb=rss_kb(pid) - rss0,
+                out.update(nodes=metric(text, "rtt_worker_nodes"), rss_before_kb=rss0, rss_growth_kb=growth,
                            weight_series=text.count("rtt_worker_node_weight{"),
                            app_cap=metric(text, "rtt_worker_dead_letters_total", reason="app_cap"))
                 # silence: every node is evicted
@@ -224,8 +246,7 @@ async def hostile_input(s: Settings, root: Path) -> tuple[Outcome, dict[str, Any
     lost = len(dead_letters) + int(r["clock_resets"] != 1) + int(r["weight_series_after"] != 0) + len(r["alive_after"])
     return Outcome("hostile input: lying keys, ts 9.9e10 / 2 days old, clock jump, 10k node names",
                    len(r["dead_processes"]), lost, 0, r["future_recover_s"],
-                   f"held {r['nodes']:.0f} of 10,000 names (cap {CAP_NODES}), RSS +{r['rss_growth_kb'] / 1024:.0f}"
+                   f"held {r['nodes']:.0f} of {NAMES:,} names (cap {CAP_NODES}), RSS +{r['rss_growth_kb'] / 1024:.0f}"
                    f" MB on {r['rss_before_kb'] / 1024:.0f} MB before the names (+"
-                   f"{100 * r['rss_growth_kb'] / max(r['rss_before_kb'], 1):.0f} %; an earlier, uncapped worker:"
-                   f" +660 MB),"
+                   f"{100 * r['rss_growth_kb'] / max(r['rss_before_kb'], 1):.0f} %),"
                    f" {r['weight_series']} weight series, then all evicted ({r['evicted']:.0f})"), r

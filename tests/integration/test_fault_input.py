@@ -10,9 +10,9 @@ One worker subprocess, capped at 1,000 nodes and 8 apps, evicting nodes silent f
 * a node whose clock ran 200 s ahead and comes back gets a fresh window (``rtt_worker_clock_resets_total``)
   and its features go on;
 * 10,000 node names: the worker holds 1,000 nodes, the rest are dead letters (``node_cap``), its metric
-  series stay at the cap (its memory then: ``bench/bench_chaos.py --only input``, 10k unbounded nodes cost
-  ~660 MB before); 6 s of silence later the nodes are evicted: from the worker's state and series, and from
-  node-features (tombstones);
+  series stay at the cap (its memory then: ``bench/bench_chaos.py --only input``, beside the same names sent
+  to a worker whose cap is raised to hold them all); 6 s of silence later the nodes are evicted: from the
+  worker's state and series, and from node-features (tombstones);
 * 20 app names: 8 tracked, the others ``app_cap``.
 """
 
