@@ -19,7 +19,11 @@ spent).
 
 Redis being away (connection refused or lost, a timeout, still loading its data) surfaces as
 :class:`~app.model.errors.RegistryUnavailableError` from every method, so a caller can tell "try again
-later" from a model that is missing or corrupt.
+later" from a model that is missing or corrupt. So does a Redis that answers but refuses writes
+(:func:`refuses_writes`): out of memory under ``maxmemory-policy noeviction`` (``OOM``), a replica (``READONLY``,
+after a failover demoted it), a failed snapshot under ``stop-writes-on-bgsave-error`` (``MISCONF``), a replica
+whose master is away (``MASTERDOWN``), a cluster slot moving (``TRYAGAIN``).
+:meth:`RedisModelStore.check_writable` tells when it takes a write again.
 """
 
 from __future__ import annotations
@@ -50,16 +54,47 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+# replies of a Redis that answers but takes no write now, as redis-py raises them
+REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError,
+           redis.exceptions.TryAgainError)
+# the same by error code, for a reply redis-py raises as a plain ResponseError (MISCONF has no class of its own)
+REFUSED_CODES = frozenset({"OOM", "READONLY", "MISCONF", "MASTERDOWN", "TRYAGAIN", "LOADING"})
+PROBE_TTL_MS = 10_000  # a write probe left behind by a lost connection expires after this
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis answering that it takes no write now (full, a replica, unable to persist): a
+    condition to wait out, as Redis being away — not a broken request.
+
+    >>> refuses_writes(redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+    True
+    >>> refuses_writes(redis.ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's currently "
+    ...                                    "unable to persist to disk."))
+    True
+    >>> refuses_writes(redis.ResponseError("Command # 2 (SET k v) of pipeline caused error: MISCONF Errors writing "
+    ...                                    "to the AOF file"))
+    True
+    >>> refuses_writes(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    False
+    """
+    if isinstance(exc, REFUSED):
+        return True
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    reply = str(exc).rpartition("caused error: ")[2]  # a pipeline's command names itself before the reply
+    return reply.split(" ", 1)[0] in REFUSED_CODES
 
 
 def _available(method: F) -> F:
-    """Turn Redis being away into :class:`RegistryUnavailableError` (with where and why)."""
+    """Turn Redis being away, or refusing writes, into :class:`RegistryUnavailableError` (with where and why)."""
 
     @functools.wraps(method)
     def wrapper(self: RedisModelStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except UNAVAILABLE as exc:
+        except redis.RedisError as exc:
+            if not isinstance(exc, UNAVAILABLE) and not refuses_writes(exc):
+                raise
             raise RegistryUnavailableError(f"model registry at {self._where} unavailable: "
                                            f"{type(exc).__name__}: {exc}") from exc
 
@@ -98,6 +133,15 @@ class RedisModelStore:
 
     def close(self) -> None:
         self._redis.close()
+
+    @_available
+    def check_writable(self, model_key: str) -> None:
+        """Write a short-lived probe key of ``model_key`` and delete it: :class:`RegistryUnavailableError` while Redis
+        is away or refuses writes (:func:`refuses_writes`), so a caller can wait before training a model Redis would
+        not take. One byte: a probe the size of a model could itself push a Redis near its ``maxmemory`` to evict."""
+        probe = self._k(model_key, "probe")
+        self._redis.set(probe, b"1", px=PROBE_TTL_MS)
+        self._redis.delete(probe)
 
     # -- key names
     def _k(self, model_key: str, *parts: object) -> str:

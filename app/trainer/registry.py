@@ -27,9 +27,10 @@ A version saved again (:meth:`ModelRegistry.reissue` for a registry that lost it
 every version announced, so every process that applies model-updates takes it; it replaces the current version
 it was decided against, or nothing (:class:`~app.model.errors.CurrentChangedError`).
 
-A save the store cannot make now — Redis away, or a models directory that is full, read-only or gone — raises
-:class:`~app.model.errors.RegistryUnavailableError`; :meth:`ModelRegistry.ready` tells the service when to
-try again: Redis answers, and a models directory takes a write the size of the blob that did not fit.
+A save the store cannot make now — Redis away or refusing writes (out of memory, a read-only replica), or a models
+directory that is full, read-only or gone — raises :class:`~app.model.errors.RegistryUnavailableError`;
+:meth:`ModelRegistry.ready` tells the service when to try again: Redis takes a write, and a models directory takes
+a write the size of the blob that did not fit.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from app.model.errors import CurrentChangedError, ModelError, ModelNotFoundError
 from app.model.train import booster_to_bytes
 from app.registry.base import ModelRecord, ModelStore
 from app.registry.directory import DirectoryModelStore
+from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor, open_store
 from app.trainer.champion import MARGIN, Verdict, judge
 from app.trainer.history import Dataset
@@ -101,11 +103,14 @@ class ModelRegistry:
 
     def ready(self, model_key: str) -> None:
         """Return once the store would take ``model_key``'s next save, else raise
-        :class:`~app.model.errors.RegistryUnavailableError`: it answers, and a models directory takes a write as
-        large as the blob it refused last (so a retrain is not spent on a model with no room to land)."""
+        :class:`~app.model.errors.RegistryUnavailableError`: it answers, a models directory takes a write as
+        large as the blob it refused last (so a retrain is not spent on a model with no room to land), and Redis
+        takes a write (not out of memory, not a read-only replica)."""
         self.store.current(model_key)
         if isinstance(self.store, DirectoryModelStore):
             self.store.check_writable(model_key, self._unsaved.get(model_key, 1))
+        elif isinstance(self.store, RedisModelStore):
+            self.store.check_writable(model_key)
 
     def _save(self, model_key: str, blob: bytes, replacing: int | None, **fields: Any) -> dict[str, Any]:
         """Save ``blob`` as the next version and make it current — in one step, only if the current version is
