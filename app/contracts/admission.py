@@ -3,9 +3,11 @@
 * **Key**: a topic keyed by node carries the node's name as its key (the partition follows the key, so a
   message whose key names another node is read by the wrong worker), one keyed by model key its
   ``model_key``; a mismatch (or no key) is ``key_mismatch``.
-* **Time**: a message's event time (``ts``; ``finished_ts`` of a completion) later than now plus
-  ``max_skew_s`` is ``ts_in_future`` (it would freeze the node's window: every later snapshot would look
-  late), earlier than now minus ``max_age_s`` is ``ts_too_old``. Both go to dead-letters with the reason.
+* **Time**: a message's event time (``ts``; ``finished_ts`` of a completion; ``started_ts`` of a training sample)
+  later than now plus ``max_skew_s`` is ``ts_in_future`` (it would freeze the node's window: every later snapshot
+  would look late; a training sample would sit in every holdout of its key), earlier than now minus ``max_age_s``
+  is ``ts_too_old``. Both go to dead-letters with the reason. A consumer that keeps old messages by design (the
+  trainer's sample history, the extender's views) passes ``max_age_s=math.inf``.
 * **Order**: a completion that finished before it started (both stamped on its node) is
   ``finished_before_start``: its time on the node is negative, and a span ending before it starts is
   refused the same way (``bad_span``). The submission time may come from another clock and is not compared.
@@ -39,7 +41,7 @@ NODE_KEYED = frozenset({"node-metrics", "task-completions", "rtt-predictions", "
                         "prediction-errors"})
 MODEL_KEYED = frozenset({"training-samples", "retrain-events", "model-updates"})
 TIME_FIELD = {"node-metrics": "ts", "task-completions": "finished_ts", "rtt-predictions": "ts",
-              "node-features": "ts", "node-weights": "ts"}
+              "node-features": "ts", "node-weights": "ts", "training-samples": "started_ts"}
 
 
 def check_key(topic: str, key: bytes | None, value: dict[str, Any]) -> None:

@@ -39,7 +39,9 @@ the worker once the new model serves.
 
 The registry and model-updates are kept in agreement (:mod:`app.trainer.agreement`, the third consumer).
 A message of any of the three that breaks its contract is dead-lettered with its reason, once
-(:mod:`app.trainer.dead_letters`).
+(:mod:`app.trainer.dead_letters`); so is a training sample whose ``started_ts`` is later than the trainer's clock
+plus ``RTT_MAX_CLOCK_SKEW_S`` (``ts_in_future``, :func:`app.contracts.admission.check_time`: newest in time, it
+would sit in every holdout of its key). An old sample is kept: the history is the topic's retained samples.
 
 Redis or Kafka away does not lose a retrain, nor does a models directory (``RTT_MODELS_DIR``, the registry
 without Redis) that is full, read-only, not permitted or gone: a retrain whose registry step fails with
@@ -75,7 +77,7 @@ from aiokafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRa
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, decode
-from app.contracts.admission import check_key
+from app.contracts.admission import check_key, check_time
 from app.contracts.keys import parse_model_key
 from app.errors import ContractError
 from app.kafka.client import client_options, consumer_options
@@ -372,12 +374,15 @@ class TrainerService(RegistryAgreement):
         while True:
             batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
             now = self.clock.monotonic()
+            wall, skew = self.clock.now(), self.settings.max_clock_skew_s
             bad: list[tuple[Any, ContractError]] = []
             for tp, records in batches.items():  # no await in here: a batch lands in the history at once
                 for rec in records:
                     try:
                         sample = decode("training-samples", rec.value)
                         check_key("training-samples", rec.key, sample)
+                        # one from the future would sit in every holdout of its key; old ones are the history
+                        check_time("training-samples", sample, now=wall, max_skew_s=skew, max_age_s=math.inf)
                         if self.history.add(sample, now):
                             self.metrics.key_samples.labels(sample["model_key"]).inc()
                         else:
