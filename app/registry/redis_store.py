@@ -22,7 +22,8 @@ Redis being away (connection refused or lost, a timeout, still loading its data)
 later" from a model that is missing or corrupt. So does a Redis that answers but refuses writes
 (:func:`refuses_writes`): out of memory under ``maxmemory-policy noeviction`` (``OOM``), a replica (``READONLY``,
 after a failover demoted it), a failed snapshot under ``stop-writes-on-bgsave-error`` (``MISCONF``), a replica
-whose master is away (``MASTERDOWN``), a cluster slot moving (``TRYAGAIN``).
+whose master is away (``MASTERDOWN``), a cluster slot moving (``TRYAGAIN``), too few replicas in reach under
+``min-replicas-to-write`` (``NOREPLICAS``).
 :meth:`RedisModelStore.check_writable` tells when it takes a write again.
 """
 
@@ -58,7 +59,7 @@ UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError
 REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError,
            redis.exceptions.TryAgainError)
 # the same by error code, for a reply redis-py raises as a plain ResponseError (MISCONF has no class of its own)
-REFUSED_CODES = frozenset({"OOM", "READONLY", "MISCONF", "MASTERDOWN", "TRYAGAIN", "LOADING"})
+REFUSED_CODES = frozenset({"OOM", "READONLY", "MISCONF", "MASTERDOWN", "TRYAGAIN", "LOADING", "NOREPLICAS"})
 PROBE_TTL_MS = 10_000  # a write probe left behind by a lost connection expires after this
 
 

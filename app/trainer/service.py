@@ -526,6 +526,8 @@ class TrainerService(RegistryAgreement):
                     await self._registry_back(key, backoff)
                     event = self._latest.pop(key, event)  # the newest event that arrived while it waited
                     continue
+                except CurrentChangedError as exc:  # the registry gave up on it, logged there: the next event trains
+                    outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
                 except Exception as exc:
                     log.exception("retrain of %s failed", key)
                     outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
@@ -609,6 +611,9 @@ class TrainerService(RegistryAgreement):
                 return
             except RegistryUnavailableError:
                 continue
+            except Exception as exc:  # a check it cannot run (a Redis user not allowed a command): not ready
+                log.warning("retrain of %s waits: the registry's readiness check failed: %s: %s", key,
+                            type(exc).__name__, exc)
 
     def _train_and_judge(self, names: tuple[str, ...], rows: list[Any], node_class: str,
                          key: str, onset_ts: float | None = None) -> tuple[Challenger, Verdict]:
