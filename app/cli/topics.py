@@ -15,15 +15,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " {RTT_TOPIC_PREFIX}rttsched-worker; repeat for several)")
     p.add_argument("--recreate", action="store_true",
                    help="delete and create again a topic whose partition count or cleanup policy is not its"
-                        " contract's, dropping its messages (default: refuse, naming it)")
+                        " contract's, dropping its messages (default: refuse, naming it); needs --yes")
+    p.add_argument("--yes", action="store_true", help="with --recreate: do drop those topics' messages")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     from app.config import check_flag, topic_name_part
     from app.contracts import load_contracts
+    from app.errors import ConfigError
 
     for worker_id in args.worker_id or ():  # a part of topic names, as RTT_TOPIC_PREFIX is
         check_flag("--worker-id", worker_id, topic_name_part)
+    if args.recreate and not args.yes:
+        raise ConfigError("--recreate", "drops every message of each topic it recreates: run `rttsched topics "
+                                        "create` first to see which it names, then add --yes")
     if args.action == "list":
         print(f"{'topic':<22} {'key':<14} {'parts':>5} {'cleanup':<8} retention_ms")
         for c in load_contracts().values():

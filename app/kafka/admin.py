@@ -9,8 +9,10 @@ answer it is warned about, and the contract's policy is printed as wanted, not c
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -24,6 +26,8 @@ from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
 TOPIC_ALREADY_EXISTS = 36
+UNKNOWN_TOPIC_OR_PARTITION = 3
+RECREATE_WAIT_S = 30.0  # how long a deleted topic may stay listed before it is created again
 log = logging.getLogger(__name__)
 
 
@@ -102,19 +106,38 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
         try:
             return await _ensure_topics(settings, internal)
         except _WrongTopics as exc:
-            if not recreate or attempt == 2:
-                raise TopicError(f"{exc}: delete and create them again (`rttsched topics create --recreate` "
+            if not recreate:
+                raise TopicError(f"{exc}: delete and create them again (`rttsched topics create --recreate --yes` "
                                  "does, dropping their messages)") from None
-            log.warning("%s: deleting and creating again (a client had them auto-created first; their messages "
-                        "are dropped)", exc)
-            names = [new.name for new, _ in exc.wrong]
+            if attempt == 2:
+                raise TopicError(f"{exc}, still after deleting and creating them twice") from None
+            log.warning("%s: deleting and creating them again (their messages are dropped)", exc)
             admin = await started_admin(settings)
             try:  # at once, the same connection: a client retrying meanwhile would have it auto-created again
-                await admin.delete_topics(names)
-                await admin.create_topics([new for new, _ in exc.wrong])
+                await _recreate(admin, exc.wrong)
             finally:
                 await admin.close()
     raise AssertionError("unreachable")
+
+
+async def _recreate(admin: AIOKafkaAdminClient, wrong: list[tuple[NewTopic, str]]) -> None:
+    """Delete the topics of ``wrong`` and create them as wanted; :class:`TopicError` with the broker's error code
+    when it refuses either (topic ACLs, ``delete.topic.enable=false``). Kafka deletes a topic in the background:
+    the creation waits up to ``RECREATE_WAIT_S`` for the broker to stop listing it."""
+    names = [new.name for new, _ in wrong]
+    deleted = await admin.delete_topics(names)
+    refused = [f"{topic}: error {code}" for topic, code, *_ in deleted.topic_error_codes
+               if code not in (0, UNKNOWN_TOPIC_OR_PARTITION)]
+    if refused:
+        raise TopicError(f"the broker did not delete {'; '.join(refused)}")
+    deadline = time.monotonic() + RECREATE_WAIT_S
+    while set(names) & set(await admin.list_topics()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    created = await admin.create_topics([new for new, _ in wrong])
+    failed = [f"{topic}: error {code}: {message}" for topic, code, message in (e[:3] for e in created.topic_errors)
+              if code not in (0, TOPIC_ALREADY_EXISTS)]
+    if failed:
+        raise TopicError(f"the broker deleted but did not create again {'; '.join(failed)}")
 
 
 class _WrongTopics(Exception):

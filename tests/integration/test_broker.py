@@ -118,7 +118,7 @@ def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_
     with caplog.at_level(logging.WARNING, logger="app.kafka.admin"):
         results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}
     assert results[name].partitions == load_contracts()["node-metrics"].partitions == 8
-    assert any("deleting and creating again" in r.getMessage() for r in caplog.records)
+    assert any("deleting and creating them again" in r.getMessage() for r in caplog.records)
 
 
 def test_topics_create_names_a_wrong_topic_and_recreate_mends_it(kafka_bootstrap, settings_factory, monkeypatch,
@@ -143,8 +143,10 @@ def test_topics_create_names_a_wrong_topic_and_recreate_mends_it(kafka_bootstrap
     monkeypatch.setenv("RTT_TOPIC_PREFIX", s.topic_prefix)
     assert main(["topics", "create"]) == 2
     err = capsys.readouterr().err
-    assert f"topic {name} has 4 partitions, 8 expected" in err and "rttsched topics create --recreate" in err
-    assert main(["topics", "create", "--recreate"]) == 0
+    assert f"topic {name} has 4 partitions, 8 expected" in err and "rttsched topics create --recreate --yes" in err
+    assert main(["topics", "create", "--recreate"]) == 2  # it drops messages: only with --yes
+    assert "--recreate: drops every message" in capsys.readouterr().err
+    assert main(["topics", "create", "--recreate", "--yes"]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^{re.escape(name)} +8 ", out, flags=re.M), out
     assert main(["topics", "create"]) == 0  # as the contract has it now: nothing to mend
