@@ -74,8 +74,12 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
             pod = _read_json(args.pod, "--pod")
             if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod" or "items" in pod \
                     or not isinstance(pod.get("metadata"), dict):
-                got = type(pod).__name__ if not isinstance(pod, dict) else pod.get("kind") or (
-                    "a list of items" if "items" in pod else "an object without metadata")
+                if not isinstance(pod, dict):
+                    got = type(pod).__name__
+                elif pod.get("kind", "Pod") != "Pod":
+                    got = f"kind {pod['kind']}" if isinstance(pod["kind"], str) else f"kind {pod['kind']!r}"
+                else:
+                    got = "a list of items" if "items" in pod else "an object without metadata"
                 raise ConfigError("--pod", f"must hold a v1 Pod with metadata (got {got})")
         else:
             from app.scheduler.podinfo import APP_PATTERN, MAX_APP_LEN

@@ -105,11 +105,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
     (["--app", "x" * 65], "--app: not an app label value"),
     (["--pod", str(FIXTURES / "nodelist.json")], "--pod: must hold a v1 Pod with metadata (got a list of items)"),
     (["--pod", "{tmp}/list.json"], "--pod: must hold a v1 Pod with metadata (got list)"),
-    (["--pod", "{tmp}/node.json"], "--pod: must hold a v1 Pod with metadata (got Node)"),
+    (["--pod", "{tmp}/node.json"], "--pod: must hold a v1 Pod with metadata (got kind Node)"),
+    (["--pod", "{tmp}/null.json"], "--pod: must hold a v1 Pod with metadata (got kind None)"),
 ])
 def test_explain_refuses_an_app_or_pod_it_cannot_use(flags, line, tmp_path, capsys):
     (tmp_path / "list.json").write_text("[1]")
     (tmp_path / "node.json").write_text('{"kind": "Node", "metadata": {"name": "a"}}')
+    (tmp_path / "null.json").write_text('{"kind": null, "metadata": {"name": "a"}}')
     argv = ["explain", "--url", "http://127.0.0.1:9", "--nodes", "a", *[f.format(tmp=tmp_path) for f in flags]]
     assert main(argv) == 2
     assert error_line(capsys).startswith(f"rttsched explain: error: {line}")
