@@ -149,11 +149,19 @@ class DirectoryModelStore:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def _trim(self, model_key: str, d: Path) -> None:
-        for v in versions_to_drop(self._kept(model_key), self._current_version(model_key), self.keep):
+        current = self._current_version(model_key)
+        for v in versions_to_drop(self._kept(model_key), current, self.keep):
             (d / f"{v}{META}").unlink(missing_ok=True)  # metadata first: the version disappears at once
             for fmt in FORMATS:
                 (d / f"{v}.{fmt}").unlink(missing_ok=True)
             log.debug("model %s: dropped version %d", model_key, v)
+        kept = self._kept(model_key)
+        for fmt in FORMATS:  # blobs whose metadata is gone (removed by hand), below the versions kept, not current
+            for blob in d.glob(f"*.{fmt}"):
+                v = blob.name.removesuffix(f".{fmt}")
+                if v.isdigit() and int(v) not in kept and int(v) != current and kept and int(v) < max(kept):
+                    blob.unlink(missing_ok=True)
+                    log.debug("model %s: dropped the blob of version %s, which has no metadata", model_key, v)
 
     # -- ModelStore
     @_available

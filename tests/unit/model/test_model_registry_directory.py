@@ -45,6 +45,20 @@ def test_a_blob_without_metadata_is_not_a_version(tmp_path):
     assert store.load(KEY, 2)[0] == b"two"
 
 
+def test_a_blob_whose_metadata_was_removed_goes_with_the_versions_trimmed_after_it(tmp_path):
+    store = DirectoryModelStore(tmp_path, keep=2)
+    save(store, b"one")
+    store.promote(KEY, 1)
+    (tmp_path / KEY / "1.meta.json").unlink()  # removed by hand: the current version has no metadata
+    assert save(store, b"two").version == 2
+    assert (tmp_path / KEY / "1.ubj").exists()  # still the current version's blob
+    store.promote(KEY, 2)
+    for blob in (b"three", b"four", b"five"):
+        save(store, blob)
+    assert sorted(p.name for p in (tmp_path / KEY).iterdir() if not p.name.startswith(".")) == [
+        "2.meta.json", "2.ubj", "4.meta.json", "4.ubj", "5.meta.json", "5.ubj", "CURRENT"]
+
+
 def test_truncated_blob_is_refused(tmp_path):
     store = DirectoryModelStore(tmp_path)
     save(store, b"0123456789")
