@@ -158,10 +158,13 @@ class DirectoryModelStore:
         kept = self._kept(model_key)
         for fmt in FORMATS:  # blobs whose metadata is gone (removed by hand), below the versions kept, not current
             for blob in d.glob(f"*.{fmt}"):
-                v = blob.name.removesuffix(f".{fmt}")
-                if v.isdigit() and int(v) not in kept and int(v) != current and kept and int(v) < max(kept):
+                name = blob.name.removesuffix(f".{fmt}")
+                if not name.isdigit():
+                    continue
+                version = int(name)
+                if kept and version < max(kept) and version not in kept and version != current:
                     blob.unlink(missing_ok=True)
-                    log.debug("model %s: dropped the blob of version %s, which has no metadata", model_key, v)
+                    log.debug("model %s: dropped the blob of version %d, which has no metadata", model_key, version)
 
     # -- ModelStore
     @_available
