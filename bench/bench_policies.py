@@ -3,6 +3,7 @@
     python3 bench/bench_policies.py                       # scenarios/*.yaml, each with its seeds (5)
     python3 bench/bench_policies.py --quick               # 2 seeds, short runs, small rtt_aware models
     python3 bench/bench_policies.py --scenarios default,closed-loop --seeds 5 --json out.json
+    python3 bench/bench_policies.py --scenarios default,large --first-seed 6   # seeds 6-10, held out
     python3 bench/bench_policies.py --learning            # also DWA vs fixed window
     python3 bench/bench_policies.py --markdown out.json   # markdown tables of a --json file (no runs)
 
@@ -240,6 +241,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="2 seeds, a quarter of each run, small rtt_aware models")
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: all)")
     ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per scenario (default: the scenario's)")
+    ap.add_argument("--first-seed", type=positive_int, default=None,
+                    help="run seeds FIRST.. (e.g. 6 with --seeds 5: seeds 6-10, not the tables' own)")
     ap.add_argument("--policies", default=None, help="comma-separated subset (rtt_aware, clairvoyant always in)")
     ap.add_argument("--json", default=None, help="write every aggregate and ratio to this file")
     ap.add_argument("--learning", action="store_true", help="also rtt_aware with a fixed 30 s window")
@@ -270,8 +273,9 @@ def main() -> int:
     plan = []
     for sc in scenarios:
         n_seeds = args.seeds or (2 if args.quick else len(sc.seeds))
-        plan.append((sc, shorten(sc.config) if args.quick else sc.config, sc.seeds[:n_seeds] if not args.seeds
-                     else list(range(1, n_seeds + 1))))
+        seeds = (sc.seeds[:n_seeds] if not args.seeds and args.first_seed is None
+                 else list(range(args.first_seed or 1, (args.first_seed or 1) + n_seeds)))
+        plan.append((sc, shorten(sc.config) if args.quick else sc.config, seeds))
     out: dict[str, dict] = {}
     speed: dict[str, dict[str, float]] = {}
     summary = []

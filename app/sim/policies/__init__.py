@@ -13,10 +13,10 @@ import numpy as np
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.clairvoyant import Clairvoyant
 from app.sim.policies.kube_default import KubeDefault
-from app.sim.policies.load_aware import LoadAware
+from app.sim.policies.load_aware import LoadAware, load_aware_tuned
 from app.sim.policies.simple import RandomChoice, RoundRobin
 from app.sim.policies.static_best import StaticBest
-from app.sim.policies.target_load import TargetLoad
+from app.sim.policies.target_load import TargetLoad, target_load_tuned
 from app.sim.policy import Policy, PolicyError, PolicyTrace
 
 PolicyFactory = Callable[[np.random.Generator], Policy]
@@ -34,6 +34,8 @@ FACTORIES: dict[str, PolicyFactory] = {
     "random": RandomChoice,
     "load_aware": LoadAware,
     "target_load": TargetLoad,
+    "load_aware_tuned": load_aware_tuned,  # the two above at a scaled timing, knobs from a held-out grid
+    "target_load_tuned": target_load_tuned,
     "static_best": StaticBest,
     "rtt_aware": _rtt_aware,
     "clairvoyant": lambda rng: Clairvoyant(),

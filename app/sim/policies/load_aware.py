@@ -68,8 +68,9 @@ class LoadAware(BasePolicy):
 
     def __init__(self, rng: np.random.Generator, *, margin: float = 1.0, sensitivity: float = 1.0,
                  fetch_s: float = FETCH_S, refresh_s: float = REFRESH_S, window_s: float = WINDOW_S,
-                 with_defaults: bool = True) -> None:
+                 with_defaults: bool = True, name: str = "load_aware") -> None:
         super().__init__()
+        self.name = name
         if margin < 0:
             raise ValueError(f"LoadAware.margin: must be >= 0 (got {margin})")
         self._rng = rng
@@ -121,3 +122,15 @@ class LoadAware(BasePolicy):
         if self.with_defaults:
             scores = [a + b for a, b in zip(scores, self._defaults.scores(task, candidates, view), strict=True)]
         return select_host(candidates, scores, self._rng)
+
+
+TUNED: dict[str, float] = {"fetch_s": 1.0, "refresh_s": 0.5, "window_s": 15.0, "margin": 1.0, "sensitivity": 1.0}
+"""``load_aware_tuned``: the watcher's timing scaled to the scenarios' time scale and the plugin's knobs, as
+``bench/bench_trimaran_grid.py`` chose them on held-out seeds (6-8; docs/simulator.md, **The Trimaran
+baselines' timing and knobs**)."""
+
+
+def load_aware_tuned(rng: np.random.Generator) -> LoadAware:
+    t = TUNED
+    return LoadAware(rng, margin=t["margin"], sensitivity=t["sensitivity"], fetch_s=t["fetch_s"],
+                     refresh_s=t["refresh_s"], window_s=t["window_s"], name="load_aware_tuned")

@@ -7,6 +7,11 @@ and Trimaran's collector polls the watcher every 30 s (``pkg/trimaran/collector.
 ``metricsUpdateIntervalSeconds``). A plugin scores from the last polled snapshot; a node absent from it
 (no data yet, e.g. just joined) gets no metrics.
 
+The three timings are options of the watcher and of both plugins, upstream's the defaults. The shipped
+scenarios last 21-300 simulated seconds, so at upstream's timing a plugin scores a whole run from one to six
+fetches, the first of the idle cluster; ``load_aware_tuned`` and ``target_load_tuned`` run them scaled to
+that time scale (:data:`app.sim.policies.load_aware.TUNED`).
+
 Here the samples are the simulator's scrapes (CPU utilisation ``1 - cpu_idle``, memory
 ``memory_used_fraction``); the snapshot at time ``t`` is the watcher's fetch at
 ``floor(floor(t / refresh_s) * refresh_s / fetch_s) * fetch_s`` over the preceding ``window_s``.

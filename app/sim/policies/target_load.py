@@ -47,8 +47,9 @@ class TargetLoad(BasePolicy):
     name = "target_load"
 
     def __init__(self, rng: np.random.Generator, *, target: float = TARGET_PERCENT, fetch_s: float = FETCH_S,
-                 refresh_s: float = REFRESH_S, window_s: float = WINDOW_S) -> None:
+                 refresh_s: float = REFRESH_S, window_s: float = WINDOW_S, name: str = "target_load") -> None:
         super().__init__()
+        self.name = name
         if not 0 < target < 100:
             raise ValueError(f"TargetLoad.target: must be between 0 and 100 (got {target})")
         self._rng = rng
@@ -87,3 +88,15 @@ class TargetLoad(BasePolicy):
         chosen = select_host(candidates, [self._score(task, n, view) for n in candidates], self._rng)
         self._bound.setdefault(chosen.name, {})[task.idx] = (view.now, task.profile.place.cpu_cores * 1000.0)
         return chosen
+
+
+TUNED: dict[str, float] = {"fetch_s": 1.0, "refresh_s": 0.5, "window_s": 15.0, "target": 20.0}
+"""``target_load_tuned``: the watcher's timing scaled to the scenarios' time scale and the target utilisation,
+as ``bench/bench_trimaran_grid.py`` chose them on held-out seeds (6-8; docs/simulator.md, **The Trimaran
+baselines' timing and knobs**)."""
+
+
+def target_load_tuned(rng: np.random.Generator) -> TargetLoad:
+    t = TUNED
+    return TargetLoad(rng, target=t["target"], fetch_s=t["fetch_s"], refresh_s=t["refresh_s"],
+                      window_s=t["window_s"], name="target_load_tuned")

@@ -67,6 +67,10 @@ POLICIES = {
                     "pods' requests), as kube-scheduler computes it.",
     "load_aware": "Trimaran LoadVariationRiskBalancing on a load-watcher's averages, added to the default profile.",
     "target_load": "Trimaran TargetLoadPacking (target 40 % CPU) on a load-watcher's averages.",
+    "load_aware_tuned": "load_aware with the load-watcher's timing scaled to the run's time scale and the plugin's "
+                        "margin and sensitivity chosen on held-out seeds, as an operator would tune it.",
+    "target_load_tuned": "target_load with the load-watcher's timing scaled to the run's time scale and the target "
+                         "utilisation chosen on held-out seeds, as an operator would tune it.",
     "static_best": "a hand-tuned table an operator writes: each hardware class calibrated once, idle, per app "
                    "and input size, with one contention factor; the task goes where the table says is fastest.",
     "round_robin": "the next node in turn.",

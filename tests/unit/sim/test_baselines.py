@@ -119,3 +119,74 @@ def test_gpu_app_requests_are_what_the_filter_sees():
     gpu, cpu = gpu_node("g", "RTX 4090"), cpu_node("c")
     assert APPS["gCTF"].place.gpu_share == 1 and not APPS["upload"].place.gpu_share
     assert not APPS["gCTF"].fits(cpu, 50.0) and APPS["gCTF"].fits(gpu, 50.0) and APPS["upload"].fits(gpu, 50.0)
+
+
+def test_trimaran_defaults_keep_upstream_timing_and_knobs():
+    from app.sim.policies import make_policy
+
+    for name in ("load_aware", "target_load"):
+        w = make_policy(name, np.random.default_rng(0)).watcher
+        # load-watcher pkg/watcher/watcher.go: a fetch a minute, 15-minute window; Trimaran collector.go: 30 s
+        assert (w.fetch_s, w.refresh_s, w.window_s) == (60.0, 30.0, 900.0)
+    la, tl = make_policy("load_aware", np.random.default_rng(0)), make_policy("target_load", np.random.default_rng(0))
+    assert (la.margin, la.sensitivity, la.with_defaults, tl.target) == (1.0, 1.0, True, 40.0)
+
+
+def _fetches(policy: str, monkeypatch) -> list[float]:
+    import dataclasses
+
+    from app.sim.runner import run_offline
+    from app.sim.scenario import load_scenario
+    from app.sim.scenario_paths import scenario_path
+
+    cfg = load_scenario(scenario_path("large")).config
+    cfg = dataclasses.replace(cfg, n_tasks=3000)  # about 3 simulated seconds of the 21-second run
+    seen: list[float] = []
+    fetch = LoadWatcher._fetch
+
+    def spy(self, at):
+        seen.append(at)
+        fetch(self, at)
+
+    monkeypatch.setattr(LoadWatcher, "_fetch", spy)
+    m = run_offline(cfg, policy, 1)
+    assert m.policy == policy
+    return sorted(set(seen))
+
+
+def test_upstream_timing_sees_one_fetch_of_a_large_run_and_the_tuned_one_several(monkeypatch):
+    assert _fetches("load_aware", monkeypatch) == [0.0]  # the idle cluster, for the whole run
+    for name in ("load_aware_tuned", "target_load_tuned"):
+        fetched = _fetches(name, monkeypatch)
+        assert len(fetched) > 1 and fetched[0] == 0.0
+
+
+class _View:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def requested_many(self, names):
+        return [0.0] * len(names), [0.0] * len(names)
+
+
+@pytest.mark.parametrize("name", ["load_aware", "target_load", "load_aware_tuned", "target_load_tuned"])
+def test_a_load_reading_changes_the_scores(name):
+    from app.sim.policies import make_policy
+    from app.sim.view import Task
+
+    pol = make_policy(name, np.random.default_rng(0))
+    nodes = [cpu_node("busy"), cpu_node("idle")]
+    w = pol.watcher
+    t_end = w.fetch_s * 2  # two fetches on, the window holds the readings
+    t = 0.0
+    while t <= t_end:
+        w.observe("busy", t, cpu=0.9, mem=0.5)
+        w.observe("idle", t, cpu=0.05, mem=0.5)
+        t += min(1.0, w.window_s / 4)
+    view, task = _View(t_end + w.refresh_s / 2), Task(1, "upload", 10.0, 0.0, 0.0)
+    if name.startswith("load_aware"):
+        busy, idle = pol.lvrb(task, nodes, view)
+    else:
+        busy, idle = (pol._score(task, n, view) for n in nodes)
+    assert idle > busy
+    assert {pol.choose(task, nodes, view).name for _ in range(3)} == {"idle"}

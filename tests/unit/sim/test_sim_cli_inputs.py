@@ -149,7 +149,8 @@ def test_the_report_lines_name_each_file_once(capsys, tmp_path):
 @pytest.mark.parametrize("argv, line", [
     (["--first-seed", "-3"], "--first-seed: must be >= 0 (got -3)"),
     (["--policies", ","], "--policies: no policy named (got ','); 'all' or a comma-separated list of: kube_default, "
-                          "round_robin, random, load_aware, target_load, static_best, rtt_aware, clairvoyant"),
+                          "round_robin, random, load_aware, target_load, load_aware_tuned, target_load_tuned, "
+                          "static_best, rtt_aware, clairvoyant"),
     (["--rate", "inf"], "--rate: must be finite (got inf)"),
     (["--load", "nan"], "--load: must be > 0 (got nan)"),
 ])
