@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -39,21 +39,52 @@ async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridg
     return producer
 
 
-async def publish(producer: AIOKafkaProducer, settings: Settings, topic: str, values: Iterable[dict[str, Any]],
-                  *, metrics: BridgeMetrics | None = None) -> int:
-    """Encode every value for contract ``topic`` (all before sending any), send them, wait for the acks."""
+Message = tuple[str, bytes, bytes | None]  # topic (prefixed), value, key
+
+
+def encode_messages(settings: Settings, topic: str, values: Iterable[dict[str, Any]]) -> list[Message]:
+    """Encode every value for contract ``topic``, keyed by its node (dead letters: by the topic meant):
+    :class:`~app.errors.ContractError` for one that breaks the contract, before any is sent."""
     key_field = KEY_FIELD.get(topic)
-    encoded = []
+    name = settings.topic(topic)
+    out: list[Message] = []
     for v in values:
         key = v.get(key_field) if key_field else v.get("topic")
-        encoded.append((encode(topic, v), key.encode() if isinstance(key, str) else None))
-    name = settings.topic(topic)
-    futures = [await producer.send(name, value=b, key=k) for b, k in encoded]
-    if futures:
-        await asyncio.gather(*futures)
-    if metrics is not None and encoded:
-        metrics.messages.labels(topic=name).inc(len(encoded))
-    return len(encoded)
+        out.append((name, encode(topic, v), key.encode() if isinstance(key, str) else None))
+    return out
+
+
+async def send_messages(producer: AIOKafkaProducer, messages: Sequence[Message]) -> list[tuple[Message, BaseException]]:
+    """Send ``messages`` and wait for every answer: those the broker did not take, in their order, each with its
+    error ([] when it took them all). A send refused before the message left (no metadata, no room in the
+    producer's buffer within its request timeout) leaves that message and those after it unsent. A message
+    that failed with a timeout may have been stored all the same."""
+    futures: list[asyncio.Future[Any]] = []
+    refused: BaseException | None = None
+    for name, value, key in messages:
+        try:
+            futures.append(await producer.send(name, value=value, key=key))
+        except (KafkaError, OSError) as exc:  # OSError: TimeoutError too
+            refused = exc
+            break
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    failed = [(m, r) for m, r in zip(messages, results, strict=False) if isinstance(r, BaseException)]
+    if refused is not None:
+        failed.extend((m, refused) for m in messages[len(futures):])
+    return failed
+
+
+async def publish(producer: AIOKafkaProducer, settings: Settings, topic: str, values: Iterable[dict[str, Any]],
+                  *, metrics: BridgeMetrics | None = None) -> int:
+    """Encode every value for contract ``topic`` (all before sending any), send them, wait for the acks; the
+    first error of a message the broker did not take is raised."""
+    messages = encode_messages(settings, topic, values)
+    failed = await send_messages(producer, messages)
+    if failed:
+        raise failed[0][1]
+    if metrics is not None and messages:
+        metrics.messages.labels(topic=settings.topic(topic)).inc(len(messages))
+    return len(messages)
 
 
 async def publish_node_metrics(producer: AIOKafkaProducer, settings: Settings, messages: Iterable[dict[str, Any]],

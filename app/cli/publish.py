@@ -8,7 +8,14 @@
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
 are produced. A line that is not UTF-8 is one such line (``invalid_json: not UTF-8 ...``): the lines after it
-are read on. Exit status 0 when every line was valid, 1 when some were not.
+are read on. Exit status 0 when every line was valid, 1 when some were not, 3 when Kafka did not take some
+messages (:data:`UNSENT`: ``--give-up-after``, or refused for good).
+
+What the broker did not take (it restarted, or stalled past the producer's request timeout) is held and sent
+again, with a backoff and a new producer, until it does (:class:`_Delivery`): ``publish`` waits, it does not
+end, and meanwhile reads on only as far as its read-ahead. One WARNING says it waits, one INFO that it delivers
+again. ``--give-up-after SECONDS`` bounds the wait: the summary, then how many messages were not sent and the
+input line they start at, exit status 3. Delivery is at least once: a send that timed out may have been stored.
 
 A thread reads the input (at most :data:`READ_AHEAD` records ahead of the producer) while the records read are
 converted and produced: they go out in batches of up to :data:`BATCH` while lines keep coming, and as soon as the
@@ -27,6 +34,7 @@ and warned about, since in Kubernetes that is the pod's name (:mod:`app.bridge.a
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -44,6 +52,9 @@ READ_AHEAD = 4 * BATCH  # records read and not yet taken, at most: the reading t
 PROGRESS_EVERY = 50_000
 NODES_REFRESH_S = 60.0  # the nodes with metrics, read again from Redis this often
 NODES_MISS_S = 5.0  # and on a line naming a node not in the set, at most this often
+UNSENT = 3  # exit status: messages Kafka did not take (--give-up-after) or refused for good
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,15 +68,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", metavar="FILE", help="bridge targets file: its nodes have metrics (with REDIS_URL, "
                                                     "so do the nodes with node-features in Redis)")
     p.add_argument("--dry-run", action="store_true", help="check and convert only; connect to no broker")
+    p.add_argument("--give-up-after", metavar="SECONDS", type=float, default=None,
+                   help="stop when Kafka has taken no message for this long, and exit 3 saying how many were not "
+                        "sent (default: hold them and wait for the broker however long it takes)")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
+    import math
 
     from app.errors import ConfigError
+    from app.kafka.quiet import PERIOD_S, quiet_client_errors
 
     if args.source != "values" and args.topic != "task-completions":
         raise ConfigError("--from", f"span conversion produces task-completions, not {args.topic}")
+    give_up = args.give_up_after
+    if give_up is not None and not (give_up > 0 and math.isfinite(give_up)):
+        raise ConfigError("--give-up-after", f"must be a number of seconds > 0 (got {give_up:g})")
     options, targets = None, ()
     if args.topic == "task-completions":
         options, targets = asyncio.run(_span_options(args, settings))
@@ -75,9 +94,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     except OSError as exc:
         raise ConfigError(args.file, f"cannot read: {exc.strerror}") from None
     reader = _ReadAhead(stream)
+    quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
+    level = log.level
+    if not log.isEnabledFor(logging.INFO):  # a command's output is warnings only: but "delivering again" is said
+        log.setLevel(logging.INFO)
     try:
         return asyncio.run(_publish(args, settings, reader, name, options, targets))
     finally:
+        log.setLevel(level)
         ended = reader.stop(wait_s=0.0 if args.file == "-" else 0.2)
         if args.file != "-" and ended:  # a file whose reading thread is still blocked (a FIFO, on Ctrl-C): the exit
             stream.close()
@@ -256,36 +280,154 @@ class _ReadAhead:
         return not self._thread.is_alive()
 
 
+class _GaveUp(Exception):
+    """Kafka did not take the held messages within ``--give-up-after`` (or the tries allowed)."""
+
+    def __init__(self, error: str, waited_s: float) -> None:
+        super().__init__(error)
+        self.error, self.waited_s = error, waited_s
+
+
+def _said(exc: BaseException) -> str:
+    """An error as one line, its kind named once (aiokafka's name it themselves).
+
+    >>> _said(ValueError("bad.")), _said(ValueError()), _said(RuntimeError("[Error 7] RuntimeError"))
+    ('ValueError: bad', 'ValueError', '[Error 7] RuntimeError')
+    """
+    text, kind = str(exc).strip().rstrip("."), type(exc).__name__
+    return text if kind in text else f"{kind}: {text}" if text else kind
+
+
+class _Delivery:
+    """Sends each flush's messages until the broker has taken every one.
+
+    What the broker did not take (away, restarting, stalled past the producer's request timeout) is held and
+    sent again, with a backoff and through a new producer, until it does -- or for at most ``give_up_s``, then
+    :class:`_GaveUp`. The first failed try logs one WARNING, the try that delivers what was held one INFO.
+    A message refused for good (too large for the broker, a topic it may not write) is not sent again: one
+    error line on stderr, counted in :attr:`refused`. At least once: a message whose send timed out may have
+    been stored, and is sent again."""
+
+    def __init__(self, settings: Any, topic: str, give_up_s: float | None, metrics: Any) -> None:
+        from app.retry import Backoff
+
+        self._settings = settings
+        self._topic = settings.topic(topic)  # what ``sent`` counts (not the dead letters)
+        self._give_up_s = give_up_s
+        self._metrics = metrics
+        self._backoff = Backoff.upto(settings.retry_max_backoff_s)
+        self.producer: Any = None
+        self.held: list[Any] = []  # the messages of the flush under way not taken yet
+        self.held_line = 0  # the input line of the first of them
+        self.waiting_since: float | None = None  # the start of the first try that failed, while it fails
+        self.refused = 0
+
+    async def start(self) -> None:
+        """The first producer: an unreachable broker is an error (:class:`~app.bridge.errors.BridgeError`)."""
+        from app.bridge.producer import start_producer
+
+        self.producer = await start_producer(self._settings, client_id="rttsched-publish")
+
+    async def close(self) -> None:
+        import contextlib
+
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+
+    async def send(self, messages: list[Any], line: int, *, tries: int | None = None) -> int:
+        """Send ``messages`` (from input line ``line`` on) until the broker took each, or ``tries`` tries
+        failed (:class:`_GaveUp`); how many of the topic's it took."""
+        import asyncio
+        import collections
+        import time
+
+        from app.bridge.errors import BridgeError
+        from app.bridge.producer import send_messages, start_producer
+        from app.kafka.batches import permanent
+
+        self.held, self.held_line = list(messages), line
+        sent = 0
+        while self.held:
+            began = time.monotonic()
+            error: BaseException | None = None
+            if self.producer is None:
+                try:
+                    self.producer = await start_producer(self._settings, client_id="rttsched-publish")
+                except BridgeError as exc:
+                    error = exc
+            if self.producer is not None:
+                failed = await send_messages(self.producer, self.held)
+                failed_ids = {id(m) for m, _ in failed}
+                for name, n in collections.Counter(m[0] for m in self.held if id(m) not in failed_ids).items():
+                    self._metrics.messages.labels(topic=name).inc(n)
+                    sent += n if name == self._topic else 0
+                for_good = [(m, e) for m, e in failed if permanent(e)]
+                if for_good:
+                    self.refused += len(for_good)
+                    print(f"publish: error: Kafka refused {len(for_good)} message(s) for good "
+                          f"({_said(for_good[0][1])}); they are not sent again", file=sys.stderr, flush=True)
+                self.held = [m for m, e in failed if not permanent(e)]
+                error = next((e for m, e in failed if not permanent(e)), None)
+                if self.held:
+                    await self.close()  # a new producer for the next try: fresh metadata, fresh connections
+            if not self.held:
+                break
+            assert error is not None
+            if self.waiting_since is None:
+                self.waiting_since = began
+                bound = f", for at most {self._give_up_s:g} s (--give-up-after)" if self._give_up_s else ""
+                log.warning("Kafka at %s did not take %d message(s) (%s): holding them and sending them again "
+                            "until it does%s; input is read at most %d records ahead meanwhile",
+                            self._settings.bootstrap_servers, len(self.held), _said(error), bound, READ_AHEAD)
+            waited = time.monotonic() - self.waiting_since
+            if tries is not None:
+                tries -= 1
+                if tries <= 0:
+                    raise _GaveUp(_said(error), waited)
+            if self._give_up_s is not None and waited >= self._give_up_s:
+                raise _GaveUp(_said(error), waited)
+            await asyncio.sleep(self._backoff.next())
+        if self.waiting_since is not None:
+            log.info("Kafka at %s takes messages again after %.0f s: the held messages are delivered, publishing "
+                     "goes on", self._settings.bootstrap_servers, time.monotonic() - self.waiting_since)
+            self.waiting_since = None
+        self._backoff.reset()
+        return sent
+
+
 async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, name: str, options: Any,
                    targets: tuple[Any, ...] = ()) -> int:
     from app.bridge.metrics import BridgeMetrics
-    from app.bridge.producer import dead_letter, publish, publish_dead_letters, start_producer
+    from app.bridge.producer import dead_letter, encode_messages
     from app.bridge.records import convert
     from app.kafka.admin import check_reachable
 
     metrics = BridgeMetrics()
+    give_up_s = getattr(args, "give_up_after", None)
+    delivery = _Delivery(settings, args.topic, give_up_s, metrics)
     if not args.dry_run:  # topics not created yet (or another prefix): one line, not topics auto-created wrong
         await check_reachable(settings, [args.topic, *(["dead-letters"] if args.dead_letters else [])])
-    producer = None if args.dry_run else await start_producer(settings, client_id="rttsched-publish")
+        await delivery.start()
     sent = skipped = invalid = 0
     fallbacks: dict[str, int] = {}
     pending: list[dict[str, Any]] = []
     letters: list[dict[str, Any]] = []
+    pending_line = 0  # the input line of the first record in pending or letters
 
-    failed = False  # a flush that raised (Kafka away) is not tried again on the way out
-
-    async def flush() -> None:
-        nonlocal sent, failed
-        failed = True
-        if producer is not None:
-            sent += await publish(producer, settings, args.topic, pending, metrics=metrics)
-            if letters:
-                await publish_dead_letters(producer, settings, letters, metrics=metrics)
-        else:
+    async def flush(tries: int | None = None) -> None:
+        nonlocal sent
+        if args.dry_run:
             sent += len(pending)
+        elif pending or letters:
+            messages = encode_messages(settings, args.topic, pending)
+            messages += encode_messages(settings, "dead-letters", letters)
+            pending.clear()
+            letters.clear()
+            sent += await delivery.send(messages, pending_line, tries=tries)
         pending.clear()
         letters.clear()
-        failed = False
 
     async def flush_and_tell() -> None:
         before = sent
@@ -293,48 +435,64 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         if sent // PROGRESS_EVERY > before // PROGRESS_EVERY:
             print(f"publish: {sent} messages so far", file=sys.stderr, flush=True)
 
+    def unsent() -> tuple[int, int]:
+        """The messages read and not delivered, and the input line they start at."""
+        n = len(delivery.held) + len(pending) + len(letters)
+        return n, (delivery.held_line if delivery.held else pending_line)
+
     nodes = _Nodes(settings, options, targets)
+    gave_up: _GaveUp | None = None
     reader.start()
     try:
-        try:
-            while True:
-                if (pending or letters) and reader.empty():  # the input has nothing more for now: out it goes
-                    await flush_and_tell()
-                records = await reader.take()
-                if not records:
-                    break
-                for record in records:
-                    if nodes.due():
-                        await nodes.read()
+        while True:
+            if (pending or letters) and reader.empty():  # the input has nothing more for now: out it goes
+                await flush_and_tell()
+            records = await reader.take()
+            if not records:
+                break
+            for record in records:
+                if nodes.due():
+                    await nodes.read()
+                out = convert(record, args.topic, args.source, nodes.options)
+                if (out.problems and nodes.may_miss()
+                        and any(p.error.reason == "unknown_node" for p in out.problems)):
+                    await nodes.read()  # a node that joined since the set was read
                     out = convert(record, args.topic, args.source, nodes.options)
-                    if (out.problems and nodes.may_miss()
-                            and any(p.error.reason == "unknown_node" for p in out.problems)):
-                        await nodes.read()  # a node that joined since the set was read
-                        out = convert(record, args.topic, args.source, nodes.options)
-                    pending.extend(out.values)
-                    skipped += out.skipped
-                    for attribute, n in out.fallbacks.items():
-                        if attribute not in fallbacks:
-                            print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes "
-                                  "is the pod's name: set k8s.node.name (span or resource) or give --node-map",
-                                  file=sys.stderr)
-                        fallbacks[attribute] = fallbacks.get(attribute, 0) + n
-                        metrics.node_fallbacks.labels(attribute=attribute).inc(n)
-                    for p in out.problems:
-                        invalid += 1
-                        metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
-                        print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
-                        if args.dead_letters:
-                            letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
-                                                       reason=p.error.reason, offset=p.line))
-                    if len(pending) >= BATCH or len(letters) >= BATCH:
-                        await flush_and_tell()
-        finally:  # what was read goes out, also when reading stops early (an unreadable file, Ctrl-C)
-            if not failed:
-                await flush()
+                if not (pending or letters):
+                    pending_line = record.line
+                pending.extend(out.values)
+                skipped += out.skipped
+                for attribute, n in out.fallbacks.items():
+                    if attribute not in fallbacks:
+                        print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes "
+                              "is the pod's name: set k8s.node.name (span or resource) or give --node-map",
+                              file=sys.stderr)
+                    fallbacks[attribute] = fallbacks.get(attribute, 0) + n
+                    metrics.node_fallbacks.labels(attribute=attribute).inc(n)
+                for p in out.problems:
+                    invalid += 1
+                    metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
+                    print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
+                    if args.dead_letters:
+                        letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
+                                                   reason=p.error.reason, offset=p.line))
+                if len(pending) >= BATCH or len(letters) >= BATCH:
+                    await flush_and_tell()
+        await flush()  # the end of the input: what was read goes out, however long the broker takes
+    except _GaveUp as exc:
+        gave_up = exc
+    except BaseException:  # reading stopped early (an unreadable file), Ctrl-C: what was read goes out, one try
+        import contextlib
+
+        if delivery.waiting_since is None:
+            with contextlib.suppress(_GaveUp, Exception):
+                await flush(tries=1)
+        n, line = unsent()
+        if n:
+            print(f"publish: {n} message(s) not sent (from {name}:{line} on)", file=sys.stderr, flush=True)
+        raise
     finally:
-        if producer is not None:
-            await producer.stop()
+        await delivery.close()
     if skipped:
         metrics.skipped.labels(source=args.source, reason="not_a_task").inc(skipped)
     verb = "checked" if args.dry_run else f"published to {settings.topic(args.topic)}:"
@@ -344,4 +502,14 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
     unchecked = options is not None and options.known_nodes is None
     where += "; nodes not checked (no --targets, no REDIS_URL)" if unchecked else ""
     print(f"publish: {verb} {sent} message(s){extra}, {invalid} invalid record(s){where}")
+    if gave_up is not None:
+        n, line = unsent()
+        print(f"publish: error: Kafka at {settings.bootstrap_servers} took no message for {gave_up.waited_s:.0f} s "
+              f"(--give-up-after {give_up_s:g}; last error {gave_up.error}): {n} message(s) not sent, the input "
+              f"from {name}:{line} on is not published", file=sys.stderr, flush=True)
+        return UNSENT
+    if delivery.refused:
+        print(f"publish: error: {delivery.refused} message(s) refused by Kafka for good, not sent",
+              file=sys.stderr, flush=True)
+        return UNSENT
     return 1 if invalid else 0

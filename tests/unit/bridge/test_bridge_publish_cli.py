@@ -185,3 +185,12 @@ def test_ctrl_c_ends_a_publish_whose_input_pipe_stays_open():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_give_up_time_that_is_not_positive_is_one_clear_line(tmp_path, capsys):
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(GOOD) + "\n")
+    for given in ("0", "-1", "nan"):
+        assert main(["publish", "task-completions", str(p), "--give-up-after", given]) == 2
+        err = capsys.readouterr().err
+        assert "--give-up-after: must be a number of seconds > 0" in err and "Traceback" not in err

@@ -1,0 +1,164 @@
+"""``rttsched publish`` as a long-lived pipe while its broker goes away, against the real embedded broker: what
+the broker did not take is held and sent again once it is back (at least once), nothing read is lost, and the
+process neither ends nor prints a traceback. Before, an outage longer than the producer's request timeout (10 s)
+ended ``publish`` with an aiokafka error (rc 1) and lost every line read and not yet sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.config import Settings
+from app.kafka.admin import ensure_topics
+from app.kafka.embedded import EmbeddedBroker
+
+pytestmark = pytest.mark.integration
+
+AWAY_S = 13.0  # the broker is away longer than the producer's request timeout (10 s)
+
+
+def completion(n: int) -> dict[str, Any]:
+    return {"task_id": f"away-{n}", "app": "upload", "node": f"worker-{n % 3}", "submitted_ts": 10.0 + n,
+            "started_ts": 11.0 + n, "finished_ts": 13.5 + n, "rtt_ms": 3500.0, "status": "ok"}
+
+
+async def topic_values(settings: Settings, topic: str, until: Any = None, timeout_s: float = 15.0) -> list[Any]:
+    """Every value on the contract ``topic`` from its start: once ``until(values)`` holds, or after
+    ``timeout_s`` (without ``until``: what came within a few quiet seconds)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        name = settings.topic(topic)
+        await consumer.topics()  # metadata of every topic
+        tps = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name) or ())]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        values: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        quiet_until = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            got = [json.loads(m.value) for msgs in batch.values() for m in msgs]
+            values.extend(got)
+            if until is not None and until(values):
+                break
+            if until is None:
+                if got:
+                    quiet_until = time.monotonic() + 3.0
+                elif time.monotonic() >= quiet_until:
+                    break
+        return values
+    finally:
+        await consumer.stop()
+
+
+def start_publish(settings: Settings, *extra: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # nodes not checked
+    env.update(RTT_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix)
+    return subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "-", *extra],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def write(proc: subprocess.Popen[bytes], line: bytes) -> None:
+    assert proc.poll() is None, f"publish ended (rc {proc.returncode}) while its input was open: " + (
+        proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else "")
+    assert proc.stdin is not None
+    proc.stdin.write(line + b"\n")
+    proc.stdin.flush()
+
+
+def task_ids(values: list[Any]) -> set[str]:
+    return {v["task_id"] for v in values}
+
+
+def test_publish_holds_what_a_stopped_broker_did_not_take_and_sends_it_once_it_is_back() -> None:
+    broker = EmbeddedBroker().start()
+    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"away{uuid.uuid4().hex[:8]}-")
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        asyncio.run(ensure_topics(settings))
+        proc = start_publish(settings, "--dead-letters")
+        for n in (1, 2, 3):
+            write(proc, json.dumps(completion(n)).encode())
+        before = asyncio.run(topic_values(settings, "task-completions",
+                                          lambda vs: len(task_ids(vs)) >= 3))
+        assert task_ids(before) == {"away-1", "away-2", "away-3"}
+
+        broker.kill()  # stopped: in memory, its topics go with it
+        for n in (4, 5, 6):
+            write(proc, json.dumps(completion(n)).encode())
+            time.sleep(0.3)
+        write(proc, b'{"task_id": "away-bad"')  # an invalid line while the broker is away: a dead letter
+        time.sleep(AWAY_S)
+        write(proc, json.dumps(completion(7)).encode())  # read while the broker is still away
+
+        # started again on the same port; publish is paused across the start so that the topics come from
+        # topics/ first -- Tansu creates a topic with its own partition count the moment a client asks
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            broker.start()
+            asyncio.run(ensure_topics(settings))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        for n in (8, 9):
+            write(proc, json.dumps(completion(n)).encode())
+        assert proc.stdin is not None
+        proc.stdin.close()
+        rc = proc.wait(timeout=60)
+        out = proc.stdout.read().decode()  # type: ignore[union-attr]
+        err = proc.stderr.read().decode()  # type: ignore[union-attr]
+        after = asyncio.run(topic_values(settings, "task-completions",
+                                         lambda vs: task_ids(vs) >= {f"away-{n}" for n in range(4, 10)}))
+        letters = asyncio.run(topic_values(settings, "dead-letters", lambda vs: len(vs) >= 1))
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        broker.stop()
+
+    assert "Traceback" not in err, err
+    assert rc == 1, (rc, out, err)  # the one invalid line
+    # every line written before, during and after the outage arrived (at least once)
+    assert task_ids(before) | task_ids(after) == {f"away-{n}" for n in range(1, 10)}, (out, err)
+    assert [v["offset"] for v in letters] == [7], letters  # the invalid line, its line number as offset
+    assert err.count("WARNING app.cli.publish") == 1, err  # one line when it starts waiting...
+    assert "did not take" in err and "holding them" in err, err
+    assert err.count("INFO app.cli.publish") == 1, err  # ...and one when it delivers again
+    assert "takes messages again" in err, err
+    assert "9 message(s), 1 invalid record(s) (sent to dead-letters)" in out, out
+
+
+def test_publish_gives_up_after_the_time_given_and_says_what_was_not_sent() -> None:
+    broker = EmbeddedBroker().start()
+    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"gone{uuid.uuid4().hex[:8]}-")
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        asyncio.run(ensure_topics(settings))
+        proc = start_publish(settings, "--give-up-after", "2")
+        write(proc, json.dumps(completion(1)).encode())
+        asyncio.run(topic_values(settings, "task-completions", lambda vs: len(vs) >= 1))
+        broker.kill()  # and it stays away
+        for n in (2, 3):
+            write(proc, json.dumps(completion(n)).encode())
+        rc = proc.wait(timeout=60)  # the input still open
+        out = proc.stdout.read().decode()  # type: ignore[union-attr]
+        err = proc.stderr.read().decode()  # type: ignore[union-attr]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        broker.stop()
+    assert "Traceback" not in err, err
+    assert rc == 3, (rc, out, err)  # not 1: that is "some input lines were invalid"
+    assert "published to" in out and "1 message(s), 0 invalid record(s)" in out, out
+    assert "--give-up-after 2" in err and "message(s) not sent, the input from <stdin>:2 on is not published" in err
