@@ -1,8 +1,10 @@
 """Input records for ``rttsched publish``: JSON lines (or one JSON document) -> contract values or problems.
 
 A file is read as JSON lines (blank lines ignored). When its first non-blank line is not JSON by itself but
-the whole file is -- a pretty-printed span export -- the whole file is one record. Each record is
-converted according to ``source``:
+the whole file is -- a pretty-printed span export -- the whole file is one record. That is tried only for a
+regular file (and an in-memory stream): on a pipe or a FIFO, whose end may never come (``tail -F``), a first
+line that is not JSON -- one cut short when the pipeline restarted -- is an invalid line like any other and
+the lines after it are read on. Each record is converted according to ``source``:
 
 ``values``   the record is a value of the topic, checked against the topic's contract
 ``jaeger``   the record is a Jaeger JSON span (Kafka encoding), a list of them, or a query-API
@@ -29,6 +31,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import io
+import os
+import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -80,8 +85,9 @@ def _parse(line: int, raw: bytes) -> Record:
 
 
 def read_records(stream: BinaryIO) -> Iterator[Record]:
-    """The records of a JSON-lines byte stream (or of one multi-line JSON document). The stream is read as
-    bytes, split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the end of the file."""
+    """The records of a JSON-lines byte stream (or, from a regular file, of one multi-line JSON document). The
+    stream is read as bytes, split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the
+    end of the file."""
     first: Record | None = None
     for n, line in enumerate(stream, start=1):
         raw = line.strip()
@@ -90,7 +96,7 @@ def read_records(stream: BinaryIO) -> Iterator[Record]:
         rec = _parse(n, raw)
         if first is None:
             first = rec
-            if rec.error is not None and raw[:1] in (b"{", b"["):
+            if rec.error is not None and raw[:1] in (b"{", b"[") and _has_an_end(stream):
                 rest = raw + b"\n" + stream.read()
                 whole = _parse(n, rest)
                 if whole.error is None:
@@ -99,6 +105,32 @@ def read_records(stream: BinaryIO) -> Iterator[Record]:
                 yield from _lines(rest, n)
                 return
         yield rec
+
+
+def _has_an_end(stream: BinaryIO) -> bool:
+    """Whether reading ``stream`` to its end returns: a regular file, or an in-memory stream -- not a pipe, a
+    FIFO, a terminal or a socket, whose end comes only when the writer closes it (under ``tail -F``, never).
+
+    >>> import io, os
+    >>> _has_an_end(io.BytesIO(b"{"))
+    True
+    >>> with open(__file__, "rb") as f:
+    ...     _has_an_end(f)
+    True
+    >>> r, w = os.pipe()
+    >>> with open(r, "rb") as pipe:
+    ...     _has_an_end(pipe)
+    False
+    >>> os.close(w)
+    """
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both; no file descriptor
+        return isinstance(stream, io.BytesIO)
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def _lines(data: bytes, start: int) -> Iterator[Record]:

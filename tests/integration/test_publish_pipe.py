@@ -67,3 +67,44 @@ async def test_publish_on_an_open_pipe_sends_each_completion_while_the_pipe_stay
             proc.kill()
             proc.wait()
         await consumer.stop()
+
+
+async def test_a_cut_first_line_on_an_open_pipe_is_a_dead_letter_and_the_lines_after_it_are_sent(
+        kafka_settings: Settings):
+    """A first line cut short -- what a restart of ``tail -F spans.json | rttsched publish`` can hand over -- is
+    one invalid line: the lines after it are on the topic while the pipe stays open. It used to be taken as the
+    start of a pretty-printed document, and the pipe read to its end: nothing was published."""
+    from pathlib import Path
+
+    export = json.loads((Path(__file__).parents[1] / "fixtures" / "spans" / "otlp-export.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(RTT_KAFKA_BOOTSTRAP=kafka_settings.kafka_bootstrap, RTT_TOPIC_PREFIX=kafka_settings.topic_prefix)
+    consumers = [AIOKafkaConsumer(kafka_settings.topic(t), bootstrap_servers=kafka_settings.bootstrap_servers,
+                                  auto_offset_reset="earliest", enable_auto_commit=False)
+                 for t in ("task-completions", "dead-letters")]
+    for c in consumers:
+        await c.start()
+    completions, letters = consumers
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "--from", "otlp",
+                             "--dead-letters", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"resourceSpans":[{"resource":{"attri\n' + json.dumps(export).encode() + b"\n")
+        proc.stdin.flush()  # and the pipe stays open
+        got = await take(completions, 2, WITHIN_S)
+        assert proc.poll() is None, "publish ended while its input was open"
+        assert len(got) == 2, f"the export after the cut line not on the topic within {WITHIN_S}s, the pipe open"
+        dead = await take(letters, 1, WITHIN_S)
+        assert [(v["offset"], v["reason"]) for v in (json.loads(m.value) for m in dead)] == [(1, "invalid_json")]
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 1  # the one invalid line
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()  # type: ignore[union-attr]
+        assert "<stdin>:1: invalid_json:" in err and "Traceback" not in err, err
+        assert "2 message(s), 1 span(s) that are no task skipped, 1 invalid record(s)" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for c in consumers:
+            await c.stop()
