@@ -5,7 +5,8 @@ pods, an address that moved to another node. Their counters are not one counter:
 pages is one host's value minus the other's (a huge rate, or a "reset" every other scrape). Each exporter
 declares in the mapping (``identity``) what tells its host apart:
 
-- labels: node_exporter's ``node_uname_info{nodename}``, dcgm-exporter's ``Hostname`` and ``UUID``,
+- labels: node_exporter's ``node_uname_info{nodename}``, dcgm-exporter's ``Hostname`` (``hostname`` on its
+  master since upstream PR #655: either spelling is read, as one label) and ``UUID``,
   nvidia_gpu_exporter's ``nvidia_smi_gpu_info{uuid}``. Two pages are of other hosts when labels are on both
   and every one of them shares no value; a value shared by any label is the same host: a GPU left out of
   one scrape, a GPU's UUID on both pages whatever ``Hostname`` says (dcgm-exporter's ``Hostname`` is its
@@ -40,6 +41,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from app.bridge.exposition import Exposition
 from app.bridge.mapping_types import ExporterSpec
@@ -81,13 +83,22 @@ def identify(spec: ExporterSpec, exposition: Exposition, bridge_t: float) -> Ide
     """The identity a page gives per ``spec.identity`` / ``spec.boot``; None when the exporter declares none."""
     if not spec.identity and spec.boot is None:
         return None
-    labels = tuple((label, frozenset(s.labels[label] for s in exposition.get(metric) if s.labels.get(label)))
-                   for metric, label in spec.identity)
+    labels = tuple((spellings[0], frozenset(v for s in exposition.get(metric) if (v := _label(s.labels, spellings))))
+                   for metric, spellings in spec.identity)
     boot_samples = exposition.get(spec.boot) if spec.boot else []
     boot = boot_samples[0].value if boot_samples else None
     clock = exposition.get(spec.clock) if spec.clock else []
     on_bridge = bridge_t - (clock[0].value - boot) if boot is not None and clock else None
     return Identity(spec.name, labels, boot, on_bridge)
+
+
+def _label(labels: Mapping[str, str], spellings: tuple[str, ...]) -> str | None:
+    """The value of the first spelling of a label that ``labels`` has (a non-empty one).
+
+    >>> _label({"hostname": "worker-3"}, ("Hostname", "hostname")), _label({"UUID": ""}, ("UUID",))
+    ('worker-3', None)
+    """
+    return next((labels[name] for name in spellings if labels.get(name)), None)
 
 
 class HostWatch:

@@ -191,16 +191,25 @@ def _exporter(p: _Path, name: str, raw: Any) -> ExporterSpec:
     )
 
 
-def _identity(p: _Path, where: str, raw: Any) -> tuple[tuple[tuple[str, str], ...], str | None]:
-    """``{labels: {metric: label or [labels]}, boot: metric}``: what tells an exporter's host apart."""
+def _identity(p: _Path, where: str, raw: Any) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], str | None]:
+    """``{labels: {metric: label or [labels]}, boot: metric}``: what tells an exporter's host apart. A label
+    may be a list of its spellings (``[Hostname, hostname]``): the first one a sample carries is read."""
     if raw is None:
         return (), None
     d = _obj(p, where, raw)
     unknown = set(d) - {"labels", "boot"}
     if unknown:
         raise p.fail(where, f"unknown keys {sorted(unknown)}")
-    pairs = [(str(metric), label) for metric, labels in _obj(p, f"{where}.labels", d.get("labels") or {}).items()
-             for label in _names(p, f"{where}.labels.{metric}", labels)]
+    pairs = []
+    for metric, labels in _obj(p, f"{where}.labels", d.get("labels") or {}).items():
+        given = labels if isinstance(labels, list) else [labels]
+        if not given:
+            raise p.fail(f"{where}.labels.{metric}", "needs a label")
+        for i, label in enumerate(given):
+            spellings = _names(p, f"{where}.labels.{metric}" + (f"[{i}]" if isinstance(labels, list) else ""), label)
+            if not spellings:
+                raise p.fail(f"{where}.labels.{metric}[{i}]", "needs a spelling of the label")
+            pairs.append((str(metric), spellings))
     boot = _str(p, f"{where}.boot", d["boot"]) if d.get("boot") is not None else None
     if not pairs and boot is None:
         raise p.fail(where, "needs labels or boot")

@@ -101,7 +101,9 @@ class ExporterSpec:
     blank_ranges: tuple[tuple[float, float], ...] = ()
     health: tuple[HealthCheck, ...] = ()
     required: tuple[str, ...] = ()
-    identity: tuple[tuple[str, str], ...] = ()  # (metric, label) pairs that tell the answering host apart
+    # (metric, label) pairs that tell the answering host apart; a label as its spellings, the first one a
+    # sample has is read (dcgm-exporter's Hostname is hostname on its master)
+    identity: tuple[tuple[str, tuple[str, ...]], ...] = ()
     boot: str | None = None  # the host's boot time (unix seconds): another boot is another host's counters
 
     def is_blank(self, value: float) -> bool:

@@ -251,6 +251,31 @@ def test_two_dcgm_hosts_are_caught_across_a_restart_of_one_exporter():
     assert "Hostname=dcgm-exporter-7xk2p" in snaps[2].skips[0].detail
 
 
+def on_master(text: str) -> str:
+    """The page as dcgm-exporter's master writes it: its ``Hostname`` label is ``hostname`` (upstream PR #655)."""
+    return text.replace('Hostname="', 'hostname="')
+
+
+def gpus_replaced(text: str) -> str:
+    """The same node (``Hostname`` kept) with other GPUs: no UUID in common with the page before."""
+    return (text.replace("GPU-5b1d8c0e-3f7a-6c2e-91d4-0a8e4f6b2c71", "GPU-0e6a2d95-71b4-4c08-9f3e-5d2a8c61b7f0")
+            .replace("GPU-c2e49a17-8d05-4b6f-a3e1-7f90d2b6e854", "GPU-94f1c7e2-3a6d-4b50-8e29-c1d07a5b3f86"))
+
+
+@pytest.mark.parametrize("first", [on_master, lambda text: text], ids=["hostname", "Hostname_then_hostname"])
+def test_dcgm_exporters_hostname_label_spelt_as_on_its_master_tells_the_host(first):
+    line = next(x for x in on_master(DCGM_A.read_text()).splitlines() if x.startswith("DCGM_FI_DEV_GPU_UTIL{"))
+    assert 'hostname="worker-3"' in line and "Hostname" not in line  # the fixture line as master writes it
+    # the same hostname with new GPUs is the same node, whichever spelling the page before had (an upgrade)
+    pages = [first(DCGM_A.read_text()), on_master(gpus_replaced(DCGM_B.read_text()))]
+    snaps = scrapes("aa", lambda k, h: pages[k], DCGM_URL)
+    assert snaps[1].skips == (), [s.detail for s in snaps[1].skips]
+    # and another node's page under hostname is another host's, described by the label's name
+    other = scrapes("ab", lambda k, h: on_master(DCGM_A.read_text() if h == "a" else dcgm_other_host(
+        DCGM_A.read_text())), DCGM_URL)
+    assert reasons(other[1]) == ["host_changed"] and "Hostname=worker-4" in other[1].skips[0].detail
+
+
 def test_a_gpu_left_out_of_one_dcgm_scrape_is_still_the_same_host():
     one_gpu = "".join(line + "\n" for line in DCGM_B.read_text().splitlines()
                       if not (line.startswith("DCGM_FI_DEV_GPU_UTIL") and 'gpu="1"' in line))
