@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -70,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="check and convert only; connect to no broker")
     p.add_argument("--give-up-after", metavar="SECONDS", type=float, default=None,
                    help="stop when Kafka has taken no message for this long, and exit 3 saying how many were not "
-                        "sent (default: hold them and wait for the broker however long it takes)")
+                        "sent (default: hold them and wait for the broker however long it takes); checked between "
+                        "tries, and one try may last the producer's 10 s request timeout")
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
@@ -98,13 +100,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     level = log.level
     if not log.isEnabledFor(logging.INFO):  # a command's output is warnings only: but "delivering again" is said
         log.setLevel(logging.INFO)
-    try:
+    old_term = signal.signal(signal.SIGTERM, _interrupt)  # stopped by Kubernetes or systemd: as Ctrl-C, it
+    try:  # says how many held messages it did not send and from which input line
         return asyncio.run(_publish(args, settings, reader, name, options, targets))
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         log.setLevel(level)
         ended = reader.stop(wait_s=0.0 if args.file == "-" else 0.2)
         if args.file != "-" and ended:  # a file whose reading thread is still blocked (a FIFO, on Ctrl-C): the exit
             stream.close()
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _stdin() -> BinaryIO:

@@ -162,3 +162,36 @@ def test_publish_gives_up_after_the_time_given_and_says_what_was_not_sent() -> N
     assert rc == 3, (rc, out, err)  # not 1: that is "some input lines were invalid"
     assert "published to" in out and "1 message(s), 0 invalid record(s)" in out, out
     assert "--give-up-after 2" in err and "message(s) not sent, the input from <stdin>:2 on is not published" in err
+
+
+def test_publish_stopped_by_sigterm_while_it_holds_messages_says_what_was_not_sent() -> None:
+    """SIGTERM is how Kubernetes and systemd stop it: as for Ctrl-C, the count of held messages not sent and the
+    input line they start from, no traceback (before: killed by the signal, nothing said)."""
+    broker = EmbeddedBroker().start()
+    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"term{uuid.uuid4().hex[:8]}-")
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        asyncio.run(ensure_topics(settings))
+        proc = start_publish(settings)
+        write(proc, json.dumps(completion(1)).encode())
+        asyncio.run(topic_values(settings, "task-completions", lambda vs: len(vs) >= 1))
+        broker.kill()
+        for n in (2, 3):
+            write(proc, json.dumps(completion(n)).encode())
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60.0
+        said = b""
+        while b"holding them" not in said and time.monotonic() < deadline:  # the WARNING: it holds them now
+            said += proc.stderr.readline()
+        assert b"holding them" in said, said
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        err = said.decode() + proc.stderr.read().decode()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        broker.stop()
+    assert "Traceback" not in err, err
+    assert rc == 130, (rc, err)
+    assert "2 message(s) not sent (from <stdin>:2 on)" in err, err
