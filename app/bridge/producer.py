@@ -93,12 +93,6 @@ async def publish_node_metrics(producer: AIOKafkaProducer, settings: Settings, m
     return await publish(producer, settings, "node-metrics", messages, metrics=metrics)
 
 
-async def publish_completions(producer: AIOKafkaProducer, settings: Settings, completions: Iterable[dict[str, Any]],
-                              *, metrics: BridgeMetrics | None = None) -> int:
-    """Send task-completions; :class:`~app.errors.ContractError` (nothing sent) if one breaks the contract."""
-    return await publish(producer, settings, "task-completions", completions, metrics=metrics)
-
-
 def dead_letter(settings: Settings, topic: str, raw: bytes | str, error: str, *, reason: str,
                 key: str | None = None, partition: int = -1, offset: int = -1,
                 ts: float | None = None) -> dict[str, Any]:
@@ -115,8 +109,3 @@ def dead_letter(settings: Settings, topic: str, raw: bytes | str, error: str, *,
     """
     return dead_letter_value(settings.topic(topic), partition, offset, error, reason, raw, key,
                              time.time() if ts is None else ts)
-
-
-async def publish_dead_letters(producer: AIOKafkaProducer, settings: Settings, letters: Iterable[dict[str, Any]],
-                               *, metrics: BridgeMetrics | None = None) -> int:
-    return await publish(producer, settings, "dead-letters", letters, metrics=metrics)

@@ -352,7 +352,7 @@ class _Delivery:
         import time
 
         from app.bridge.errors import BridgeError
-        from app.bridge.producer import send_messages, start_producer
+        from app.bridge.producer import send_messages
         from app.kafka.batches import permanent
 
         self.held, self.held_line = list(messages), line
@@ -362,7 +362,7 @@ class _Delivery:
             error: BaseException | None = None
             if self.producer is None:
                 try:
-                    self.producer = await start_producer(self._settings, client_id="rttsched-publish")
+                    await self.start()
                 except BridgeError as exc:
                     error = exc
             if self.producer is not None:
@@ -428,14 +428,14 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         nonlocal sent
         if args.dry_run:
             sent += len(pending)
-        elif pending or letters:
-            messages = encode_messages(settings, args.topic, pending)
-            messages += encode_messages(settings, "dead-letters", letters)
-            pending.clear()
-            letters.clear()
-            sent += await delivery.send(messages, pending_line, tries=tries)
+            messages = []
+        else:
+            messages = encode_messages(settings, args.topic, pending) + encode_messages(settings, "dead-letters",
+                                                                                       letters)
         pending.clear()
         letters.clear()
+        if messages:
+            sent += await delivery.send(messages, pending_line, tries=tries)
 
     async def flush_and_tell() -> None:
         before = sent

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from app.bridge.metrics import BridgeMetrics
 from app.bridge.otlp import otlp_to_completions
-from app.bridge.producer import publish_completions
+from app.bridge.producer import publish
 from app.bridge.scraper import run_bridge
 from app.bridge.targets import Endpoint, Target
 from app.cli.main import main
@@ -138,7 +138,7 @@ async def test_publish_completions_keys_by_node(kafka_settings):
     producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap_servers)
     await producer.start()
     try:
-        assert await publish_completions(producer, kafka_settings, batch.completions) == 2
+        assert await publish(producer, kafka_settings, "task-completions", batch.completions) == 2
     finally:
         await producer.stop()
     records = await consume(kafka_settings, "task-completions", 2)

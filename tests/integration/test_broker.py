@@ -9,6 +9,7 @@ import signal
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from app.config import Settings
 from app.contracts import load_contracts
 from app.kafka.admin import ensure_topics, started_admin
 from app.kafka.embedded import BrokerError, EmbeddedBroker
@@ -93,26 +94,31 @@ def test_topics_get_the_configured_replication_factor(kafka_bootstrap, settings_
     assert asyncio.run(_replicas(s, names)) == {n: {replicas} for n in names}  # the contracts' 1 unless set
 
 
+def create_topic(s: Settings, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    """Create ``name`` as a client or an operator would, otherwise than its contract says."""
+    from aiokafka.admin import NewTopic
+
+    async def create() -> None:
+        admin = await started_admin(s)
+        try:
+            await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+
+
 def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_bootstrap, settings_factory, caplog):
     """A client that reached a fresh in-memory broker first had node-metrics auto-created with the broker's
     default count: `rttsched broker` recreates it with the contract's; anywhere else it is an error."""
     import logging
-
-    from aiokafka.admin import NewTopic
 
     from app.kafka.admin import TopicError
 
     s = settings_factory(kafka_bootstrap=kafka_bootstrap)
     name = s.topic("node-metrics")
 
-    async def auto_created() -> None:
-        admin = await started_admin(s)
-        try:
-            await admin.create_topics([NewTopic(name, 4, 1)])
-        finally:
-            await admin.close()
-
-    asyncio.run(auto_created())
+    create_topic(s, name, 4)  # as Tansu auto-creates it
     with pytest.raises(TopicError, match=f"topic {name} has 4 partitions, 8 expected"):
         asyncio.run(ensure_topics(s))
     with caplog.at_level(logging.WARNING, logger="app.kafka.admin"):
@@ -124,21 +130,12 @@ def test_a_topic_auto_created_with_another_count_is_an_error_or_recreated(kafka_
 def test_topics_create_names_a_wrong_topic_and_recreate_mends_it(kafka_bootstrap, settings_factory, monkeypatch,
                                                                   capsys):
     """What runbook §7 tells the on-call to run after Tansu auto-created a topic with its default count."""
-    from aiokafka.admin import NewTopic
-
     from app.cli.main import main
 
     s = settings_factory(kafka_bootstrap=kafka_bootstrap)
     name = s.topic("node-metrics")
 
-    async def auto_created() -> None:
-        admin = await started_admin(s)
-        try:
-            await admin.create_topics([NewTopic(name, 4, 1)])
-        finally:
-            await admin.close()
-
-    asyncio.run(auto_created())
+    create_topic(s, name, 4)  # as Tansu auto-creates it
     monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_bootstrap)
     monkeypatch.setenv("RTT_TOPIC_PREFIX", s.topic_prefix)
     assert main(["topics", "create"]) == 2
@@ -156,22 +153,13 @@ def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_
     """model-updates created beforehand (by hand, or auto-created) with the broker's default policy, ``delete``:
     its models would go at its retention. It used to pass: only the partition count was checked, and the
     contract's policy was printed as the topic's."""
-    from aiokafka.admin import NewTopic
-
     from app.kafka.admin import TopicError
 
     s = settings_factory(kafka_bootstrap=kafka_bootstrap)
     name = s.topic("model-updates")
     partitions = load_contracts()["model-updates"].partitions
 
-    async def by_hand() -> None:
-        admin = await started_admin(s)
-        try:
-            await admin.create_topics([NewTopic(name, partitions, 1, topic_configs={"cleanup.policy": "delete"})])
-        finally:
-            await admin.close()
-
-    asyncio.run(by_hand())
+    create_topic(s, name, partitions, {"cleanup.policy": "delete"})  # by hand, the broker's default policy
     with pytest.raises(TopicError, match=f"topic {name} has cleanup.policy delete, compact expected"):
         asyncio.run(ensure_topics(s))
     results = {r.topic: r for r in asyncio.run(ensure_topics(s, recreate=True))}

@@ -6,6 +6,7 @@ ended ``publish`` with an aiokafka error (rc 1) and lost every line read and not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,13 +83,35 @@ def task_ids(values: list[Any]) -> set[str]:
     return {v["task_id"] for v in values}
 
 
-def test_publish_holds_what_a_stopped_broker_did_not_take_and_sends_it_once_it_is_back() -> None:
+@contextlib.contextmanager
+def publishing(name: str, *flags: str) -> Iterator[tuple[EmbeddedBroker, Settings, subprocess.Popen[bytes]]]:
+    """A broker of its own with the topics of topics/, and `rttsched publish` reading a pipe into it; both stopped
+    after."""
     broker = EmbeddedBroker().start()
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"away{uuid.uuid4().hex[:8]}-")
+    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"{name}{uuid.uuid4().hex[:8]}-")
     proc: subprocess.Popen[bytes] | None = None
     try:
         asyncio.run(ensure_topics(settings))
-        proc = start_publish(settings, "--dead-letters")
+        proc = start_publish(settings, *flags)
+        yield broker, settings, proc
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        broker.stop()
+
+
+def one_delivered_then_broker_gone(broker: EmbeddedBroker, settings: Settings, proc: subprocess.Popen[bytes]) -> None:
+    """Line 1 delivered; the broker killed for good; lines 2 and 3 written, which publish holds."""
+    write(proc, json.dumps(completion(1)).encode())
+    asyncio.run(topic_values(settings, "task-completions", lambda vs: len(vs) >= 1))
+    broker.kill()
+    for n in (2, 3):
+        write(proc, json.dumps(completion(n)).encode())
+
+
+def test_publish_holds_what_a_stopped_broker_did_not_take_and_sends_it_once_it_is_back() -> None:
+    with publishing("away", "--dead-letters") as (broker, settings, proc):
         for n in (1, 2, 3):
             write(proc, json.dumps(completion(n)).encode())
         before = asyncio.run(topic_values(settings, "task-completions",
@@ -120,11 +144,6 @@ def test_publish_holds_what_a_stopped_broker_did_not_take_and_sends_it_once_it_i
         after = asyncio.run(topic_values(settings, "task-completions",
                                          lambda vs: task_ids(vs) >= {f"away-{n}" for n in range(4, 10)}))
         letters = asyncio.run(topic_values(settings, "dead-letters", lambda vs: len(vs) >= 1))
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        broker.stop()
 
     assert "Traceback" not in err, err
     assert rc == 1, (rc, out, err)  # the one invalid line
@@ -139,25 +158,11 @@ def test_publish_holds_what_a_stopped_broker_did_not_take_and_sends_it_once_it_i
 
 
 def test_publish_gives_up_after_the_time_given_and_says_what_was_not_sent() -> None:
-    broker = EmbeddedBroker().start()
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"gone{uuid.uuid4().hex[:8]}-")
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        asyncio.run(ensure_topics(settings))
-        proc = start_publish(settings, "--give-up-after", "2")
-        write(proc, json.dumps(completion(1)).encode())
-        asyncio.run(topic_values(settings, "task-completions", lambda vs: len(vs) >= 1))
-        broker.kill()  # and it stays away
-        for n in (2, 3):
-            write(proc, json.dumps(completion(n)).encode())
+    with publishing("gone", "--give-up-after", "2") as (broker, settings, proc):
+        one_delivered_then_broker_gone(broker, settings, proc)
         rc = proc.wait(timeout=60)  # the input still open
         out = proc.stdout.read().decode()  # type: ignore[union-attr]
         err = proc.stderr.read().decode()  # type: ignore[union-attr]
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        broker.stop()
     assert "Traceback" not in err, err
     assert rc == 3, (rc, out, err)  # not 1: that is "some input lines were invalid"
     assert "published to" in out and "1 message(s), 0 invalid record(s)" in out, out
@@ -167,17 +172,8 @@ def test_publish_gives_up_after_the_time_given_and_says_what_was_not_sent() -> N
 def test_publish_stopped_by_sigterm_while_it_holds_messages_says_what_was_not_sent() -> None:
     """SIGTERM is how Kubernetes and systemd stop it: as for Ctrl-C, the count of held messages not sent and the
     input line they start from, no traceback (before: killed by the signal, nothing said)."""
-    broker = EmbeddedBroker().start()
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"term{uuid.uuid4().hex[:8]}-")
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        asyncio.run(ensure_topics(settings))
-        proc = start_publish(settings)
-        write(proc, json.dumps(completion(1)).encode())
-        asyncio.run(topic_values(settings, "task-completions", lambda vs: len(vs) >= 1))
-        broker.kill()
-        for n in (2, 3):
-            write(proc, json.dumps(completion(n)).encode())
+    with publishing("term") as (broker, settings, proc):
+        one_delivered_then_broker_gone(broker, settings, proc)
         assert proc.stderr is not None
         deadline = time.monotonic() + 60.0
         said = b""
@@ -187,11 +183,6 @@ def test_publish_stopped_by_sigterm_while_it_holds_messages_says_what_was_not_se
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=30)
         err = said.decode() + proc.stderr.read().decode()
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        broker.stop()
     assert "Traceback" not in err, err
     assert rc == 130, (rc, err)
     assert "2 message(s) not sent (from <stdin>:2 on)" in err, err

@@ -207,16 +207,22 @@ async def test_a_batch_in_flight_when_discarded_is_not_sent_again_if_it_fails() 
     assert producer.log[(C, 0)] == [(b"b", b"1")]  # a=1 never sent again, b not sent behind it
 
 
-async def test_a_failed_batch_queued_behind_one_in_flight_when_discarded_is_not_sent_again() -> None:
-    """The second batch failed while the first was still in flight, then the partition was discarded: once the
-    first settles, the failed one is dropped (counted discarded), not put back to go to the lost partition."""
+async def failed_behind_one_in_flight() -> tuple[Producer, BatchSender, dict[str, list[Any]]]:
+    """Two batches of partition 0 shipped one at a time: b=1 expired while a=1 is still in flight."""
     producer = Producer(cap=1, auto=False)
     sender, seen = sender_on(producer)
     sender.add(C, 0, b"a", b"1")
     sender.add(C, 0, b"b", b"1")
     await sender.ship()
-    producer.settle(KafkaTimeoutError(), index=1)  # b=1 expired, behind a=1 still in flight
+    producer.settle(KafkaTimeoutError(), index=1)
     await asyncio.sleep(0)
+    return producer, sender, seen
+
+
+async def test_a_failed_batch_queued_behind_one_in_flight_when_discarded_is_not_sent_again() -> None:
+    """The second batch failed while the first was still in flight, then the partition was discarded: once the
+    first settles, the failed one is dropped (counted discarded), not put back to go to the lost partition."""
+    producer, sender, seen = await failed_behind_one_in_flight()
     assert sender.discard(C, {0}) == 0
     producer.settle()  # a=1 stored
     await asyncio.sleep(0)
@@ -230,13 +236,7 @@ async def test_a_flush_does_not_return_over_a_batch_that_failed_behind_one_in_fl
     """The second batch failed while the first was in flight, before the flush began: it goes back to be sent
     again only as the first settles, so the flush that waited for the first has not delivered it and raises; the
     next flush sends it."""
-    producer = Producer(cap=1, auto=False)
-    sender, seen = sender_on(producer)
-    sender.add(C, 0, b"a", b"1")
-    sender.add(C, 0, b"b", b"1")
-    await sender.ship()
-    producer.settle(KafkaTimeoutError(), index=1)  # b=1 expired, behind a=1 still in flight
-    await asyncio.sleep(0)
+    producer, sender, seen = await failed_behind_one_in_flight()
     flushing = asyncio.ensure_future(sender.flush())
     await asyncio.sleep(0)
     producer.settle()  # a=1 stored

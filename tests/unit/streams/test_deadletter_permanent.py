@@ -9,7 +9,6 @@ import base64
 import dataclasses
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -17,6 +16,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
+from intake_standins import Producer
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -131,35 +131,11 @@ def test_a_key_within_the_bound_is_kept_whole_and_nothing_is_said() -> None:
     assert rec["key"] == name and "key cut" in rec["error"]
 
 
-class Batches:
-    """aiokafka's ``create_batch`` / ``send_batch``, each batch failed at once with the next of ``failures`` (None:
-    stored in ``stored``)."""
-
-    def __init__(self, *failures: BaseException | None) -> None:
-        self.failures = list(failures)
-        self.stored: list[bytes] = []
-
-    def create_batch(self) -> Any:
-        records: list[bytes] = []
-        return SimpleNamespace(records=records, record_count=lambda: len(records),
-                               append=lambda *, key, value, timestamp: records.append(value) or object())
-
-    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        error = self.failures.pop(0) if self.failures else None
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(SimpleNamespace(offset=len(self.stored)))
-            self.stored += batch.records
-        return fut
-
-
 async def test_a_dead_letter_on_the_intake_s_sender_refused_for_good_is_dropped_logged_once_and_counted(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An intake's dead letters go out on its sender: one refused for good leaves it (the next checkpoint is not
     held up by it), never counted as stored, and the dead letters after it are counted under their own reason."""
-    broker = Batches(MessageSizeTooLargeError("too large"))
+    broker = Producer(MessageSizeTooLargeError("too large"))
     dead = dead_letters(tmp_path, Broker(lambda offset, n: None))
     settings = Settings.from_env({"RTT_METRICS_PORT": "0"})
     topic = settings.topic("node-metrics")
@@ -173,7 +149,7 @@ async def test_a_dead_letter_on_the_intake_s_sender_refused_for_good_is_dropped_
             await sender.flush()  # the checkpoint that waited for it fails once
         await it.process({TopicPartition(topic, 0): [Msg(b"{}", b"n1", offset=2, topic=topic)]})
         await sender.flush()  # the next one is not held up
-    assert [decode("dead-letters", v)["offset"] for v in broker.stored] == [2] and len(sender) == 0
+    assert [decode("dead-letters", v)["offset"] for _, _, v in broker.log] == [2] and len(sender) == 0
     m = dead.metrics
     assert m.value("rtt_worker_send_failures_total", topic="dead-letters", outcome="dropped") == 1
     assert m.value("rtt_worker_dead_letters_total", topic="node-metrics", reason="invalid_json") == 0

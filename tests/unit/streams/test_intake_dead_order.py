@@ -18,7 +18,7 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
-from intake_standins import Batch, Record
+from intake_standins import Producer, Record
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -38,31 +38,6 @@ CHANGELOG = "u-feedback-changelog"
 def completion(task: str) -> bytes:
     return orjson.dumps({"task_id": task, "app": "gCTF", "node": "n1", "submitted_ts": 0.5, "started_ts": 1.0,
                          "finished_ts": 2.0, "rtt_ms": 1000.0, "status": "ok"})
-
-
-class Producer:
-    """aiokafka's ``create_batch`` / ``send_batch``: each batch settled at once, failed with the next of
-    ``failures`` (None: stored). ``log``: what the broker stored, in the order it stored it."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, bytes | None, bytes | None]] = []
-        self.failures: list[BaseException | None] = []
-
-    def create_batch(self) -> Batch:
-        return Batch()
-
-    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        error = self.failures.pop(0) if self.failures else None
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(SimpleNamespace(offset=len(self.log)))
-            self.log += [(topic, k, v) for k, v in batch.records]
-        return fut
-
-    def topics(self) -> list[str]:
-        return [topic for topic, _, _ in self.log]
 
 
 def dead_letters(tmp_path: Path) -> DeadLetters:
