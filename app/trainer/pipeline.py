@@ -25,7 +25,11 @@ Run off the event loop (the service uses a one-thread executor). Steps, for a ke
    under the monotone constraints of :func:`app.model.constraints.monotone_constraints`. After a drift,
    each fit row since the onset weighs :data:`AFTER_ONSET_COPIES` rows (:func:`emphasise_after`).
 4. **Score** the challenger and, in :func:`score_champion`, the champion on the same holdout rows,
-   each with its own feature names (a column the holdout lacks is missing, NaN).
+   each with its own feature names (a column the holdout lacks is missing, NaN). The champion is judged
+   only on the holdout rows it cannot have fitted, those that started after the last row of its fit set
+   (:func:`unseen`; its registry record's ``training_window``), and the challenger on the same rows: after a
+   drift the champion fitted every other row since the onset, and a later plain holdout (the newest rows)
+   can hold many of them, on which it scores better than on rows it never saw.
 
 :func:`retrain` is the whole retrain — the steps above and the champion/challenger verdict
 (:func:`app.trainer.champion.judge`) — as the trainer service and the simulator's ``rtt_aware`` both run it.
@@ -58,6 +62,8 @@ ALWAYS_KEPT = frozenset(HARDWARE_FEATURES) | frozenset(TASK_FEATURES)
 HOLDOUT_FRACTION = 0.2
 SELECTION_MAX_ROWS = 1_000  # the vote's newest fit rows (docs/feedback.md: measured against 2,000 and 500)
 MIN_AFTER_ONSET = 10  # rows after a drift's onset needed to share them between fit and holdout
+MIN_UNSEEN = 10  # holdout rows after the champion's fit set needed to judge on them alone
+JUDGED_AFTER = "judged_after_ts"  # in a champion's metrics: scored only on the holdout rows after this time
 AFTER_ONSET_COPIES = 10  # weight of a fit row from after a drift's onset (as repeated rows)
 FALLBACKS = ("all", "none")
 FALLBACK = "none"  # the selection kept nothing: no metric column (docs/feedback.md: measured against "all")
@@ -78,6 +84,11 @@ class Challenger:
     n_fit: int
     fit_window: tuple[float, float]
     seconds: float
+
+    def score(self, rows: Dataset) -> dict[str, float]:
+        """The challenger's metrics on ``rows`` (its :attr:`metrics` are those on its whole holdout)."""
+        booster = self.result.booster
+        return score(lambda X: booster.inplace_predict(X, missing=np.nan), self.selected, rows)
 
 
 def default_selector(X: np.ndarray, y: np.ndarray, names: Sequence[str]) -> Sequence[str]:
@@ -234,12 +245,12 @@ def train_challenger(ds: Dataset, node_class: str, *, holdout_fraction: float = 
         merged["monotone_constraints"] = monotone_constraints(names, gpu_app)
     result = train_model(train.columns(names), train.y, names, node_class, holdout_fraction=0.0, seed=seed,
                          params=merged)
-    metrics = score(lambda X: result.booster.inplace_predict(X, missing=np.nan), names, holdout)
+    challenger = Challenger(result, holdout, {}, names, len(fit), (float(fit.ts[0]), float(fit.ts[-1])), 0.0)
+    metrics = challenger.score(holdout)
     seconds = time.perf_counter() - t0
     log.info("challenger %s: %d fit rows, %d features, holdout rmse %.1f ms (%.2fs)", node_class, len(fit),
              len(names), metrics["rmse_ms"], seconds)
-    window = (float(fit.ts[0]), float(fit.ts[-1]))
-    return Challenger(result, holdout, metrics, names, len(fit), window, seconds)
+    return dataclasses.replace(challenger, metrics=metrics, seconds=seconds)
 
 
 def score(predict: Callable[[np.ndarray], np.ndarray], names: Sequence[str], holdout: Dataset) -> dict[str, float]:
@@ -248,16 +259,50 @@ def score(predict: Callable[[np.ndarray], np.ndarray], names: Sequence[str], hol
     return {k: float(v) for k, v in m.items()}
 
 
-def score_champion(champion: Predictor, holdout: Dataset) -> dict[str, float]:
-    """The champion's metrics on the challenger's holdout (its own feature names and order)."""
-    return score(champion.predict, champion.feature_names, holdout)
+def unseen(holdout: Dataset, fit_end_ts: float | None, min_rows: int = MIN_UNSEEN) -> Dataset:
+    """The rows of ``holdout`` (in time order) that started after ``fit_end_ts``, the last row a champion was
+    fitted on: rows it cannot have trained on. The whole holdout when ``fit_end_ts`` is None (not known) or
+    fewer than ``min_rows`` rows are left (judged as before, on rows it may have fitted: the verdict then
+    favours the champion, which keeps the model in service).
+
+    >>> import numpy as np
+    >>> ds = Dataset(np.zeros((30, 1), np.float32), np.arange(30.0), np.arange(30.0), ("a",))
+    >>> len(unseen(ds, 14.0)), len(unseen(ds, 25.0)), len(unseen(ds, None))
+    (15, 30, 30)
+    """
+    if fit_end_ts is None:
+        return holdout
+    start = int(np.searchsorted(holdout.ts, fit_end_ts, side="right"))
+    return holdout.rows(start) if len(holdout) - start >= min_rows and start else holdout
+
+
+def score_champion(champion: Predictor, holdout: Dataset, fit_end_ts: float | None = None) -> dict[str, float]:
+    """The champion's metrics on the challenger's holdout (its own feature names and order), on its
+    :func:`unseen` rows when ``fit_end_ts`` (its fit set's last row) is known: then with :data:`JUDGED_AFTER`,
+    which :func:`judge_challenger` scores the challenger after too."""
+    rows = unseen(holdout, fit_end_ts)
+    metrics = score(champion.predict, champion.feature_names, rows)
+    if rows is not holdout:
+        assert fit_end_ts is not None  # rows were cut after it
+        metrics[JUDGED_AFTER] = fit_end_ts
+    return metrics
+
+
+def judge_challenger(challenger: Challenger, champion: Mapping[str, float] | None, *,
+                     margin: float = MARGIN) -> Verdict:
+    """:func:`~app.trainer.champion.judge` on the rows both were scored on: the challenger's whole holdout, or
+    the rows after ``champion[JUDGED_AFTER]`` (:func:`score_champion`)."""
+    ours: Mapping[str, float] = challenger.metrics
+    if champion is not None and JUDGED_AFTER in champion:
+        ours = challenger.score(unseen(challenger.holdout, champion[JUDGED_AFTER]))
+    return judge(ours, champion, margin=margin)
 
 
 def retrain(ds: Dataset, node_class: str, champion: Callable[[Dataset], Mapping[str, float] | None], *,
             margin: float = MARGIN, **options: Any) -> tuple[Challenger, Verdict]:
     """One whole retrain: :func:`train_challenger` on ``ds`` (``options`` are its keyword arguments), then the
-    verdict of :func:`~app.trainer.champion.judge` against ``champion(holdout)`` — the champion's metrics on
-    the challenger's holdout, None when there is no champion (the service reads it from the registry, the
-    simulator scores the model it serves with :func:`score_champion`)."""
+    verdict of :func:`judge_challenger` against ``champion(holdout)`` — the champion's metrics on the
+    challenger's holdout (:func:`score_champion`), None when there is no champion (the service reads it from
+    the registry, the simulator scores the model it serves)."""
     challenger = train_challenger(ds, node_class, **options)
-    return challenger, judge(challenger.metrics, champion(challenger.holdout), margin=margin)
+    return challenger, judge_challenger(challenger, champion(challenger.holdout), margin=margin)

@@ -2,8 +2,9 @@
 
 Blocking (Redis or file I/O): the service calls it from its training thread. The champion is the
 key's *current* version, loaded through :func:`app.registry.store.load_predictor` (sha256 verified)
-and scored on the challenger's holdout with its own feature names. When there is no current version
-the result is None (no champion); when it cannot be loaded or evaluated — a corrupt blob, a booster
+and scored on the challenger's holdout with its own feature names — on the rows after its record's
+``training_window`` (:func:`app.trainer.pipeline.unseen`), the challenger on the same rows. When there is
+no current version the result is None (no champion); when it cannot be loaded or evaluated — a corrupt blob, a booster
 the fast predictor does not support — the champion's RMSE is NaN, so the challenger replaces it.
 
 A challenger is saved (next version number) and promoted only once it has won, so the versions of a
@@ -48,9 +49,9 @@ from app.registry.base import ModelRecord, ModelStore
 from app.registry.directory import DirectoryModelStore
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor, open_store
-from app.trainer.champion import MARGIN, Verdict, judge
+from app.trainer.champion import MARGIN, Verdict
 from app.trainer.history import Dataset
-from app.trainer.pipeline import Challenger, score_champion
+from app.trainer.pipeline import Challenger, judge_challenger, score_champion
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +149,13 @@ class ModelRegistry:
             return {"rmse_ms": math.nan}
         self._judged[model_key] = (record.version, record.sha256)
         try:
-            metrics = score_champion(predictor, holdout)
+            fit_end = record.training_window[1] if record.training_window else None
+            metrics = score_champion(predictor, holdout, fit_end)
         except (ModelError, ValueError) as exc:
             log.warning("champion %s v%d cannot be scored (%s)", model_key, record.version, exc)
             return {"rmse_ms": math.nan}
-        log.info("champion %s v%d: holdout rmse %.1f ms", model_key, record.version, metrics["rmse_ms"])
+        log.info("champion %s v%d: holdout rmse %.1f ms on %d rows", model_key, record.version, metrics["rmse_ms"],
+                 metrics["n"])
         return metrics
 
     def _current(self, model_key: str) -> tuple[int | None, str | None]:
@@ -194,7 +197,7 @@ class ModelRegistry:
             return verdict
         log.warning("retrain of %s: the current model changed to %s while the challenger %s: judging it again",
                     model_key, f"v{version}" if version else "none", meanwhile)
-        return judge(challenger.metrics, self.champion_metrics(model_key, challenger.holdout), margin=margin)
+        return judge_challenger(challenger, self.champion_metrics(model_key, challenger.holdout), margin=margin)
 
     def register(self, model_key: str, challenger: Challenger, after: int = 0,
                  replacing: int | None = None) -> dict[str, Any]:

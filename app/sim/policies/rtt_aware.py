@@ -66,7 +66,7 @@ from app.scheduler.snapshot import Snapshot
 from app.sim.hardware import NodeSpec
 from app.sim.policies.base import BasePolicy
 from app.sim.policies.kube_default import KubeDefault
-from app.sim.policies.training import SimulatedTrainer, VerdictDelay
+from app.sim.policies.training import Champion, SimulatedTrainer, VerdictDelay
 from app.sim.view import ClusterView, Task
 from app.trainer.history import SampleHistory
 from app.trainer.pipeline import default_selector
@@ -131,7 +131,7 @@ class RttAware(BasePolicy):
         self.windows: dict[str, NodeWindow] = {}
         self.trackers: dict[str, NodeTracker] = {}
         self.specs: dict[str, NodeSpec] = {}
-        self.models: dict[str, tuple[int, FastPredictor]] = {}  # model key -> (version, predictor) serving
+        self.models: dict[str, tuple[int, Champion]] = {}  # model key -> (version, the model) serving
         self.samples_per_key: collections.Counter[str] = collections.Counter()
         self.pods: dict[str, collections.Counter[str]] = {}  # node -> app -> running (the podwatch's truth)
         self._scraped: set[str] = set()
@@ -163,8 +163,8 @@ class RttAware(BasePolicy):
 
     def _app_names(self) -> dict[str, frozenset[str]]:
         names: dict[str, set[str]] = {}
-        for key, (_, predictor) in self.models.items():
-            names.setdefault(parse_model_key(key)[0], set()).update(predictor.feature_names)
+        for key, (_, champion) in self.models.items():
+            names.setdefault(parse_model_key(key)[0], set()).update(champion.predictor.feature_names)
         return {app: frozenset(n) for app, n in names.items()}
 
     def observe_metrics(self, node: str, ts: float, metrics: Mapping[str, float], view: ClusterView) -> None:
@@ -264,7 +264,7 @@ class RttAware(BasePolicy):
             return
         version = self.models[done.key][0] + 1 if done.key in self.models else 1
         predictor = FastPredictor.from_booster(done.challenger.result.booster)
-        self.models[done.key] = (version, predictor)
+        self.models[done.key] = (version, Champion(predictor, done.challenger.fit_window[1]))
         self.builder.set_model(done.key, version, predictor)
         app, node_class, _ = parse_model_key(done.key)
         for node, tracker in self.trackers.items():

@@ -76,6 +76,15 @@ class VerdictDelay:
 
 
 @dataclasses.dataclass(frozen=True)
+class Champion:
+    """The model a key serves, as a retrain judges it: the predictor and the start time of the last row it was
+    fitted on (its registry record's ``training_window`` end; None: not known)."""
+
+    predictor: Predictor
+    fit_end_ts: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Done:
     """A retrain whose verdict is known (``due_s``: when it counts, simulated seconds); ``challenger`` and
     ``verdict`` are None when it could not train."""
@@ -89,9 +98,9 @@ class Done:
     detail: str = ""
 
 
-def _run(ds: Dataset, key: str, champion: Predictor | None, options: Mapping[str, Any]) -> tuple[Challenger, Verdict]:
+def _run(ds: Dataset, key: str, champion: Champion | None, options: Mapping[str, Any]) -> tuple[Challenger, Verdict]:
     def champion_metrics(holdout: Dataset) -> dict[str, float] | None:
-        return score_champion(champion, holdout) if champion is not None else None
+        return score_champion(champion.predictor, holdout, champion.fit_end_ts) if champion is not None else None
 
     return retrain(ds, parse_model_key(key)[1], champion_metrics, **options)
 
@@ -135,7 +144,7 @@ class SimulatedTrainer:
         self.waited_s = 0.0  # wall seconds ready() spent waiting for a retrain still running when its verdict was due
         self.trained_s = 0.0  # wall seconds the retrains ran, in their thread (failed ones included)
 
-    def _timed(self, ds: Dataset, key: str, champion: Predictor | None,
+    def _timed(self, ds: Dataset, key: str, champion: Champion | None,
                options: Mapping[str, Any]) -> tuple[Challenger, Verdict]:
         started = time.perf_counter()
         try:
@@ -151,7 +160,7 @@ class SimulatedTrainer:
         """When the next verdict is due (simulated seconds; ``inf``: none asked)."""
         return min((due for due, *_rest in self._due.values()), default=math.inf)
 
-    def submit(self, key: str, reason: str, now_s: float, ds: Dataset, champion: Predictor | None,
+    def submit(self, key: str, reason: str, now_s: float, ds: Dataset, champion: Champion | None,
                onset_ts: float | None = None) -> bool:
         """Ask a retrain of ``key`` on ``ds``; False when one is already running for it (coalesced)."""
         if key in self._due:

@@ -64,10 +64,11 @@ def test_the_simulator_and_the_live_processes_share_their_learning_functions():
     """The sim's references are the very objects the worker, the trainer and the extender call."""
     from app.extender import service as extender
     from app.streams import feedback_errors, feedback_join, feedback_state, feedback_weights, node_state
-    from app.trainer import pipeline
+    from app.trainer import pipeline, registry
     from app.trainer import service as trainer
 
     assert training.retrain is trainer.retrain is pipeline.retrain
+    assert training.score_champion is registry.score_champion is pipeline.score_champion
     assert rtt_aware.schedule is cycle.schedule and cycle.decide is extender.decide
     assert extender.filter_answer is cycle.filter_answer and extender.assume is cycle.assume
     assert rtt_aware.sample_value is feedback_join.node_sample_value
@@ -97,6 +98,9 @@ def test_every_app_and_node_class_is_learnt(runs):
     pol = sim.policy
     keys = {"gCTF:gpu", "Motioncor2:gpu", "upload:gpu", "upload:cpu"}
     assert keys <= set(pol.models), pol.models
+    for key, (_, champion) in pol.models.items():  # judged on the rows after its fit set (test_trainer_unseen)
+        ts = pol.history.dataset(key).ts
+        assert champion.fit_end_ts is not None and ts[0] < champion.fit_end_ts < ts[-1], key
     assert all(pol.samples_per_key[k] >= SETTINGS.cold_start_samples for k in keys), pol.samples_per_key
     joined = sim.cluster.nodes[-1]
     assert joined.join_at_s > 0

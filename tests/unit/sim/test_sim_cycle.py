@@ -20,6 +20,7 @@ from app.scheduler.policy import policy_from_dict
 from app.sim.hardware import small_preset
 from app.sim.policies.extender_http import pod_json
 from app.sim.policies.rtt_aware import RttAware, shipped_policy
+from app.sim.policies.training import Champion
 from app.sim.state import NodeRuntime
 from app.sim.view import ClusterView, Task
 
@@ -53,7 +54,7 @@ def simulated(case: tuple[Any, ...], predictor: FastPredictor) -> tuple[str | No
     xs, creds, prior, app, cands = case
     p = RttAware(np.random.default_rng(1), policy=RULES)
     feed(p.builder, xs, creds, predictor)
-    p.models["gCTF:gpu"] = (1, predictor)
+    p.models["gCTF:gpu"] = (1, Champion(predictor, None))
     p.snap = p.builder.build(TS)
     for tid, a, n, t in prior:
         p.assumed.assume(tid, a, n, t)
