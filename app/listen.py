@@ -5,7 +5,7 @@ pods) bind ``RTT_METRICS_HOST``:``RTT_METRICS_PORT`` late and fail with a bare `
 page of traceback). :func:`check_listen` binds the address once, as those servers do (``SO_REUSEADDR``), and lets
 it go, so that the trouble is one line naming the variable before anything else starts; :func:`hold_listen`
 keeps it bound and listening for the worker's web server, which serves on that socket, so no other process
-can take the port in between.
+can take the port in between; :func:`url_host` writes such a host into a URL (an IPv6 address in brackets).
 
 >>> import socket
 >>> with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -22,6 +22,15 @@ import errno
 import socket
 
 from app.errors import ConfigError
+
+
+def url_host(host: str) -> str:
+    """``host`` as the host part of a URL: an IPv6 address in brackets, anything else as it is.
+
+    >>> url_host("::1"), url_host("fd00:10::7"), url_host("10.0.0.7"), url_host("node-1"), url_host("[::1]")
+    ('[::1]', '[fd00:10::7]', '10.0.0.7', 'node-1', '[::1]')
+    """
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def listen_error(field: str, host: str, port: int, exc: OSError, host_field: str | None = None) -> ConfigError:

@@ -43,6 +43,7 @@ import yaml
 from app.bridge.errors import TargetError
 from app.bridge.mapping import load_mapping
 from app.errors import read_error
+from app.listen import url_host
 
 NODE_CLASSES = ("cpu", "gpu")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -185,13 +186,20 @@ def parse_target_flag(flag: str, exporters: Collection[str] | None = None) -> Ta
 
 
 def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace ``${VAR}`` by the environment's value; a missing variable is an error naming it."""
+    """Replace ``${VAR}`` by the environment's value; a missing variable is an error naming it. A value that
+    begins a URL's host (after ``://`` or ``@``) and is an IPv6 address is put in brackets: ``status.hostIP``
+    on an IPv6 cluster.
+
+    >>> expand_env("url: http://${NODE_IP}:9100/metrics", {"NODE_IP": "fd00::7"})
+    'url: http://[fd00::7]:9100/metrics'
+    """
     env = os.environ if environ is None else environ
 
     def sub(m: re.Match[str]) -> str:
         if m.group(1) not in env:
             raise TargetError(m.group(0), "environment variable is not set")
-        return env[m.group(1)]
+        value = env[m.group(1)]
+        return url_host(value) if text.endswith(("://", "@"), 0, m.start()) else value
 
     return _VAR.sub(sub, text)
 

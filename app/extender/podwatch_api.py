@@ -40,6 +40,7 @@ import aiohttp
 import orjson
 
 from app.errors import ConfigError, RttError
+from app.listen import url_host
 from app.scheduler.podinfo import APP_LABEL
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -75,9 +76,7 @@ class KubeAccess:
         if not host:
             raise ConfigError("RTT_PODS_API_URL", "not in a cluster (no KUBERNETES_SERVICE_HOST): "
                               "give the API URL, e.g. http://127.0.0.1:8001 for `kubectl proxy`")
-        if ":" in host:  # IPv6 literal
-            host = f"[{host}]"
-        return cls(f"https://{host}:{port}", str(root / "token"), str(root / "ca.crt"))
+        return cls(f"https://{url_host(host)}:{port}", str(root / "token"), str(root / "ca.crt"))
 
     @classmethod
     def from_url(cls, url: str, token_file: str = "", ca_file: str = "") -> KubeAccess:

@@ -44,6 +44,7 @@ from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request
 from app.extender.metrics import CONTENT_TYPE, Children
 from app.extender.protocol import ProtocolError, error_body, parse_args
 from app.extender.service import ExtenderService
+from app.listen import url_host
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ class ExtenderServer:
             self._server = await loop.create_server(self.http.protocol, host, port, ssl=ssl_context,
                                                     reuse_address=True, backlog=1024, ssl_handshake_timeout=timeout)
         self.port = int(self._server.sockets[0].getsockname()[1])
-        shown = "127.0.0.1" if host in ("", "0.0.0.0") else f"[{host}]" if ":" in host else host  # noqa: S104
+        shown = "127.0.0.1" if host in ("", "0.0.0.0") else url_host(host)  # noqa: S104
         self.url = f"{'https' if ssl_context is not None else 'http'}://{shown}:{self.port}"
         return self.port
 

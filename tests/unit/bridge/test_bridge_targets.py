@@ -50,6 +50,31 @@ def test_the_daemonset_targets_file_with_environment_variables(tmp_path):
         ("node_exporter", False), ("dcgm_exporter", True), ("nvidia_gpu_exporter", True)]
 
 
+@pytest.mark.parametrize(("node_ip", "host"), [
+    ("::1", "[::1]"),
+    ("2001:db8:85a3:0:0:8a2e:370:7334", "[2001:db8:85a3:0:0:8a2e:370:7334]"),
+    ("10.0.0.17", "10.0.0.17"),
+    ("worker-7.example", "worker-7.example"),
+])
+def test_the_daemonset_targets_file_on_an_ipv6_node(tmp_path, node_ip, host):
+    """status.hostIP on an IPv6 cluster is a bare IPv6 address: it goes into the URLs in brackets."""
+    config = yaml.safe_load_all((REPO / "k8s" / "config.yaml").read_text())
+    text = next(d for d in config if d["metadata"]["name"] == "rttsched-bridge-targets")["data"]["targets.yaml"]
+    p = tmp_path / "targets.yaml"
+    p.write_text(text)
+    [t] = load_targets(p, {"NODE_NAME": "worker-7", "NODE_IP": node_ip})
+    assert t.urls == tuple(f"http://{host}:{port}/metrics" for port in (9100, 9400, 9835))
+    assert [e.port for e in t.endpoints] == [9100, 9400, 9835]
+
+
+def test_an_ipv6_value_is_bracketed_only_where_it_is_a_urls_host(tmp_path):
+    p = tmp_path / "targets.yaml"
+    p.write_text("node: ${NODE}\ntargets:\n  - http://u@${IP}:9100/m\n  - http://[${IP}]:9400/m\n"
+                 "  - http://h:9835/${IP}\n")
+    [t] = load_targets(p, {"NODE": "w", "IP": "fd00::7"})
+    assert t.urls == ("http://u@[fd00::7]:9100/m", "http://[fd00::7]:9400/m", "http://h:9835/fd00::7")
+
+
 def test_a_file_with_several_nodes(tmp_path):
     p = tmp_path / "targets.yaml"
     p.write_text("nodes:\n"
