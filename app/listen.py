@@ -5,7 +5,8 @@ pods) bind ``RTT_METRICS_HOST``:``RTT_METRICS_PORT`` late and fail with a bare `
 page of traceback). :func:`check_listen` binds the address once, as those servers do (``SO_REUSEADDR``), and lets
 it go, so that the trouble is one line naming the variable before anything else starts; :func:`hold_listen`
 keeps it bound and listening for the worker's web server, which serves on that socket, so no other process
-can take the port in between; :func:`url_host` writes such a host into a URL (an IPv6 address in brackets).
+can take the port in between. :func:`listen_on` binds the same way for the extender, which says its own error;
+``::`` is an IPv6 socket that takes IPv4 too. :func:`url_host` writes such a host into a URL (IPv6 in brackets).
 
 >>> import socket
 >>> with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -61,22 +62,38 @@ def check_host(host: str, field: str) -> None:
         raise ConfigError(field, f"cannot listen on {host}: {exc.strerror or exc}") from None
 
 
-def _bind(host: str, port: int, keep: bool = False) -> socket.socket | None:
-    # socket.create_server would do, but its errors carry the address a second time
+def _bind(host: str, port: int, keep: bool = False, backlog: int = 128) -> socket.socket | None:
+    # socket.create_server would do, but it needs the family given and its errors carry the address a second time
     family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and socket.has_dualstack_ipv6():  # "::" takes IPv4 too, whatever the OS default
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)
         if keep:
-            sock.listen(128)
+            sock.listen(backlog)
             return sock
     except BaseException:
         sock.close()
         raise
     sock.close()
     return None
+
+
+def listen_on(host: str, port: int, backlog: int = 128) -> socket.socket:
+    """A socket bound to ``host:port`` and listening, of the family ``host`` is (``::`` an IPv6 socket that takes
+    IPv4 too where the OS allows, ``0.0.0.0`` or ``""`` IPv4); port 0 is one the OS picks. ``OSError`` when it
+    cannot be bound (``socket.gaierror`` for a host that does not resolve); the caller closes it.
+
+    >>> with listen_on("127.0.0.1", 0) as sock:
+    ...     sock.family.name, sock.getsockname()[1] > 0
+    ('AF_INET', True)
+    """
+    sock = _bind(host, port, keep=True, backlog=backlog)
+    assert sock is not None
+    return sock
 
 
 def hold_listen(host: str, port: int, field: str, host_field: str | None = None) -> socket.socket | None:
@@ -92,11 +109,9 @@ def hold_listen(host: str, port: int, field: str, host_field: str | None = None)
     if port <= 0:
         return None
     try:
-        sock = _bind(host, port, keep=True)
+        return listen_on(host, port)
     except OSError as exc:
         raise listen_error(field, host, port, exc, host_field) from None
-    assert sock is not None
-    return sock
 
 
 def check_listen(host: str, port: int, field: str, host_field: str | None = None) -> None:

@@ -21,11 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import dataclasses
-    import socket
 
     from app.cli.flags import flag_errors
     from app.errors import ConfigError
     from app.extender.options import ExtenderOptions
+    from app.listen import listen_on, url_host
     from app.scheduler.policy import load_policy
 
     if args.port is not None and not 0 <= args.port <= 65535:  # as RTT_EXTENDER_PORT: 0 is a port the OS picks
@@ -37,9 +37,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     with flag_errors(args, FLAGS):  # a bad policy fails here, naming the flag or variable, before the port opens
         policy = load_policy(options.policy_file)
     try:  # bound before the heavy imports: the kernel accepts connections while the rest loads
-        sock = socket.create_server((options.host, options.port), backlog=1024)
+        sock = listen_on(options.host, options.port, backlog=1024)  # "::": IPv6, and IPv4 where the OS allows
     except OSError as exc:  # the port is taken, the address does not exist, ...
-        print(f"rttsched extender: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}",
+        print(f"rttsched extender: cannot listen on {url_host(options.host)}:{options.port}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
     import asyncio

@@ -27,6 +27,7 @@ import orjson
 from app.extender.http import HttpLimits, HttpProtocol, HttpServerState, Request, Response, tls_context
 from app.extender.options import ExtenderOptions
 from app.extender.protocol import ProtocolError, error_body, filter_body, parse_args, priority_body
+from app.listen import url_host
 
 STARTING = "starting: loading the scheduler"
 
@@ -71,7 +72,7 @@ async def boot(
                                         ssl_handshake_timeout=options.header_timeout_s if ctx else None)
     port = int(sock.getsockname()[1])
     scheme = "https" if ctx else "http"
-    announce(f"rttsched extender: listening on {scheme}://{options.host}:{port} "
+    announce(f"rttsched extender: listening on {scheme}://{url_host(options.host)}:{port} "
              f"(kafka {settings.bootstrap_servers}, redis {'on' if settings.redis_url else 'off'})")
     try:
         server_mod = await asyncio.to_thread(importlib.import_module, "app.extender.server")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from app.cli.main import main
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_bad_policy_fails_naming_the_field_before_listening(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,3 +41,24 @@ def test_missing_tls_files_fail_naming_the_variable(monkeypatch: pytest.MonkeyPa
     assert main(["extender", "--host", "127.0.0.1", "--port", "0"]) == 2
     out = capsys.readouterr()
     assert "RTT_EXTENDER_TLS_CERT" in out.err and "no such file" in out.err and "listening" not in out.out
+
+
+def test_host_double_colon_answers_on_ipv6_and_ipv4_loopback(tmp_path: Path) -> None:
+    """RTT_EXTENDER_HOST=:: (an IPv6 cluster): the extender starts, and answers on [::1] and on 127.0.0.1."""
+    with socket.socket(socket.AF_INET6) as probe:  # the machine has an IPv6 loopback, or this test says so first
+        probe.bind(("::1", 0))
+    env = {**os.environ, "RTT_EXTENDER_HOST": "::", "RTT_EXTENDER_PORT": "0",
+           "RTT_KAFKA_BOOTSTRAP": "127.0.0.1:1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "extender", "--no-redis", "--no-publish"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the first line: listening, or why not
+        m = re.match(r"rttsched extender: listening on http://\[::\]:(\d+) ", line)
+        assert m, line + (proc.stdout.read() if proc.poll() is not None else "")
+        for host in ("[::1]", "127.0.0.1"):
+            with urllib.request.urlopen(f"http://{host}:{m.group(1)}/healthz", timeout=10) as resp:
+                assert resp.status == 200, host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
