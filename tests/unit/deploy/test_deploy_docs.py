@@ -2,12 +2,65 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
 from pathlib import Path
+
+import pytest
+import yaml
 
 from app.config import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY_MD = REPO / "docs" / "deploy.md"
+README = REPO / "README.md"
+# what a step before the deployment may run here: the commands that make a secret file
+SECRET_MAKERS = {"mkdir", "openssl", "chmod"}
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def _steps(text: str) -> list[str]:
+    """The commands of a text in their order: each line of a fenced block, each `inline` span."""
+    steps: list[str] = []
+    for m in re.finditer(r"```\w*\n(.*?)```|`([^`\n]+)`", text, re.S):
+        lines = m.group(1).splitlines() if m.group(1) is not None else [m.group(2)]
+        steps += [line.split(" #")[0].strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    return steps
+
+
+def _compose_secret_files() -> list[str]:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    return [str(Path(s["file"])) for s in compose["secrets"].values()]
+
+
+def _kustomize_secret_files() -> list[str]:
+    kust = yaml.safe_load((REPO / "k8s" / "kustomization.yaml").read_text(encoding="utf-8"))
+    return [f"k8s/{f.split('=', 1)[-1]}" for g in kust["secretGenerator"] for f in g.get("files", [])]
+
+
+@pytest.mark.parametrize(("deploy", "files"), [("docker compose up", _compose_secret_files()),
+                                               ("kubectl apply -k", _kustomize_secret_files())])
+def test_the_readme_creates_the_secret_files_before_it_deploys(tmp_path, deploy, files):
+    """The files are never committed (.gitignore): the README's steps, run in order in an empty checkout up to
+    the deployment, must leave each one there, or compose cannot mount the secret and kustomize fails."""
+    assert files
+    steps = _steps(_section(README.read_text(encoding="utf-8"), "## Deploying"))
+    for step in steps:
+        if step.startswith(deploy):
+            break
+        words = {shlex.split(part)[0] for part in re.split(r"&&|;", step) if part.strip()}
+        if words <= SECRET_MAKERS:
+            subprocess.run(["bash", "-c", step], cwd=tmp_path, check=True, timeout=30)
+    else:
+        pytest.fail(f"the README's Deploying section never runs {deploy!r}")
+    for f in files:
+        assert (tmp_path / f).is_file() and (tmp_path / f).stat().st_size > 0, f"{f} is not made before {deploy!r}"
 
 
 def test_deploy_md_says_how_to_listen_on_an_ipv6_cluster(known_env):
