@@ -314,3 +314,19 @@ def test_every_container_with_the_shared_settings_mounts_the_optional_kafka_secr
         volume = {v["name"]: v for v in spec["volumes"]}["kafka"]["secret"]
         assert volume == {"secretName": "rttsched-kafka", "optional": True, "defaultMode": 0o440}, _where(doc)
         assert spec.get("securityContext", {}).get("fsGroup") == 10001, _where(doc)  # the image's user reads 0440
+
+
+def test_kustomization_comments_name_only_secrets_and_keys_the_pods_mount():
+    """What the comments tell an operator to add to a Secret must reach a container: a key of a generated Secret
+    that no volume projects, or a Secret no pod mounts, is read by nothing."""
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    comments = "\n".join(line for line in (K8S / "kustomization.yaml").read_text().splitlines()
+                         if line.lstrip().startswith("#"))
+    volumes = [v["secret"] for _, spec in _pod_specs() for v in spec.get("volumes", []) if "secret" in v]
+    mounted = {v["secretName"] for v in volumes}
+    for gen in kust["secretGenerator"]:
+        keys = {i["key"] for v in volumes if v["secretName"] == gen["name"] for i in v.get("items", [])}
+        for key in re.findall(r"([\w.-]+)=secrets/", comments):
+            assert key in keys, f"kustomization.yaml says to add {key!r} to {gen['name']}, which no volume mounts"
+    named = set(re.findall(r"\brttsched-[a-z-]*[a-z]\b", comments)) - {"rttsched-config"}
+    assert named and named <= mounted, f"Secrets the comments name that no pod mounts: {named - mounted}"
