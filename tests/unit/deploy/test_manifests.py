@@ -330,3 +330,12 @@ def test_kustomization_comments_name_only_secrets_and_keys_the_pods_mount():
             assert key in keys, f"kustomization.yaml says to add {key!r} to {gen['name']}, which no volume mounts"
     named = set(re.findall(r"\brttsched-[a-z-]*[a-z]\b", comments)) - {"rttsched-config"}
     assert named and named <= mounted, f"Secrets the comments name that no pod mounts: {named - mounted}"
+
+
+def test_no_container_sets_again_what_it_gets_from_its_configmap():
+    """A key of an envFrom ConfigMap that the container's env also sets is dead in the ConfigMap: editing it there
+    changes nothing (the env wins), so it must not be there to be edited."""
+    for doc, c in _all_containers():
+        shared = {k for src in c.get("envFrom", []) for k in _configmap_data(src["configMapRef"]["name"], _ns(doc))}
+        again = shared & {e["name"] for e in c.get("env", [])}
+        assert not again, f"{_where(doc, c)} sets {sorted(again)} beside envFrom"
