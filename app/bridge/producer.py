@@ -21,6 +21,7 @@ from app.bridge.metrics import BridgeMetrics
 from app.config import Settings
 from app.contracts import encode
 from app.contracts.dead import dead_letter_value
+from app.kafka.batches import permanent
 from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
@@ -56,21 +57,28 @@ def encode_messages(settings: Settings, topic: str, values: Iterable[dict[str, A
 
 async def send_messages(producer: AIOKafkaProducer, messages: Sequence[Message]) -> list[tuple[Message, BaseException]]:
     """Send ``messages`` and wait for every answer: those the broker did not take, in their order, each with its
-    error ([] when it took them all). A send refused before the message left (no metadata, no room in the
-    producer's buffer within its request timeout) leaves that message and those after it unsent. A message
-    that failed with a timeout may have been stored all the same."""
-    futures: list[asyncio.Future[Any]] = []
+    error ([] when it took them all). A message refused for good before it left (larger than the producer's
+    request size: :func:`~app.kafka.batches.permanent`) fails alone, and the others are sent. A send refused
+    before the message left for another reason (no metadata, no room in the producer's buffer within its request
+    timeout) leaves that message and those after it unsent. A message that failed with a timeout may have been
+    stored all the same."""
+    outcomes: list[asyncio.Future[Any] | BaseException] = []
     refused: BaseException | None = None
     for name, value, key in messages:
         try:
-            futures.append(await producer.send(name, value=value, key=key))
+            outcomes.append(await producer.send(name, value=value, key=key))
         except (KafkaError, OSError) as exc:  # OSError: TimeoutError too
+            if permanent(exc):  # this message only
+                outcomes.append(exc)
+                continue
             refused = exc
             break
-    results = await asyncio.gather(*futures, return_exceptions=True)
+    answers = iter(await asyncio.gather(*(f for f in outcomes if not isinstance(f, BaseException)),
+                                        return_exceptions=True))
+    results = [f if isinstance(f, BaseException) else next(answers) for f in outcomes]
     failed = [(m, r) for m, r in zip(messages, results, strict=False) if isinstance(r, BaseException)]
     if refused is not None:
-        failed.extend((m, refused) for m in messages[len(futures):])
+        failed.extend((m, refused) for m in messages[len(outcomes):])
     return failed
 
 

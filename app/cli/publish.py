@@ -8,8 +8,15 @@
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
 are produced. A line that is not UTF-8 is one such line (``invalid_json: not UTF-8 ...``): the lines after it
-are read on. Exit status 0 when every line was valid, 1 when some were not, 3 when Kafka did not take some
-messages (:data:`UNSENT`: ``--give-up-after``, or refused for good).
+are read on. Exit status 0 when every line was valid and every message published, 1 when some lines were not
+valid or some messages went to dead-letters instead (kept, not lost), 3 when Kafka did not take some messages
+and they are kept nowhere (:data:`UNSENT`: ``--give-up-after``, or refused for good and not dead-lettered).
+
+A message Kafka refuses for good (larger than it takes, a topic it may not write) is not sent again: it goes to
+the dead-letters topic, ``--dead-letters`` or not, with the reason :data:`REFUSED` and its input line as
+``offset`` (a value too large for a dead letter keeps its first bytes, its size and its sha256). One error line
+says so, and the summary line counts them. With no dead-letters topic under the prefix (none is auto-created),
+or a dead letter refused too, the message is not sent: an error line, exit status 3.
 
 What the broker did not take (it restarted, or stalled past the producer's request timeout) is held and sent
 again, with a backoff and a new producer, until it does (:class:`_Delivery`): ``publish`` waits, it does not
@@ -46,14 +53,16 @@ if TYPE_CHECKING:
 
     from app.bridge.records import Record
 
-HELP = "produce JSON lines (or Jaeger / OTLP span JSON) to a topic; invalid lines are reported and skipped"
+HELP = ("produce JSON lines (or Jaeger / OTLP span JSON) to a topic; invalid lines are reported and skipped, a "
+        "message Kafka refuses for good goes to dead-letters")
 TOPICS = ("task-completions", "node-metrics")
 BATCH = 1000  # records produced at most at once (fewer when the input has nothing more for now)
 READ_AHEAD = 4 * BATCH  # records read and not yet taken, at most: the reading thread waits while there are this many
 PROGRESS_EVERY = 50_000
 NODES_REFRESH_S = 60.0  # the nodes with metrics, read again from Redis this often
 NODES_MISS_S = 5.0  # and on a line naming a node not in the set, at most this often
-UNSENT = 3  # exit status: messages Kafka did not take (--give-up-after) or refused for good
+UNSENT = 3  # exit status: messages Kafka did not take (--give-up-after), or refused for good and not dead-lettered
+REFUSED = "refused_by_kafka"  # the dead letters' reason for a message Kafka refused for good
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="JSON-lines file, or - for stdin")
     p.add_argument("--from", dest="source", choices=["values", "jaeger", "otlp"], default="values",
                    help="values: each line is a value of TOPIC; jaeger: Jaeger JSON spans; otlp: OTLP JSON exports")
-    p.add_argument("--dead-letters", action="store_true", help="also send invalid lines to the dead-letters topic")
+    p.add_argument("--dead-letters", action="store_true",
+                   help="also send invalid lines to the dead-letters topic (a message Kafka refuses for good goes "
+                        "there without it too)")
     p.add_argument("--node-map", metavar="FILE", help="YAML map of pod or host names (k8s.pod.name, host.name) to "
                                                      "node names, for spans without k8s.node.name")
     p.add_argument("--targets", metavar="FILE", help="bridge targets file: its nodes have metrics (with REDIS_URL, "
@@ -312,23 +323,33 @@ class _Delivery:
     What the broker did not take (away, restarting, stalled past the producer's request timeout) is held and
     sent again, with a backoff and through a new producer, until it does -- or for at most ``give_up_s``, then
     :class:`_GaveUp`. The first failed try logs one WARNING, the try that delivers what was held one INFO.
-    A message refused for good (too large for the broker, a topic it may not write) is not sent again: one
-    error line on stderr, counted in :attr:`refused`. At least once: a message whose send timed out may have
-    been stored, and is sent again."""
+    A message refused for good (too large for the broker, a topic it may not write) is not sent again: it goes to
+    the dead-letters topic (reason :data:`REFUSED`, its input line as ``offset``), counted in :attr:`kept` once
+    stored, and one error line says so. Where it cannot (no dead-letters topic under the prefix, or the dead
+    letter refused for good too), it is counted in :attr:`refused`, not sent. At least once: a message whose
+    send timed out may have been stored, and is sent again."""
 
-    def __init__(self, settings: Any, topic: str, give_up_s: float | None, metrics: Any) -> None:
+    def __init__(self, settings: Any, topic: str, give_up_s: float | None, metrics: Any, *, name: str = "<input>",
+                 letters_checked: bool = False) -> None:
         from app.retry import Backoff
 
         self._settings = settings
+        self._contract = topic
         self._topic = settings.topic(topic)  # what ``sent`` counts (not the dead letters)
         self._give_up_s = give_up_s
         self._metrics = metrics
+        self._name = name
+        self._letters_ok = letters_checked  # the dead-letters topic is known to exist
         self._backoff = Backoff.upto(settings.retry_max_backoff_s)
+        self._lines: dict[int, int] = {}  # the input line of each message of the flush under way (by id)
+        self._of_refused: set[int] = set()  # the dead letters of refused messages among them (by id)
+        self._made: list[Any] = []  # those dead letters, kept while their ids are used
         self.producer: Any = None
         self.held: list[Any] = []  # the messages of the flush under way not taken yet
         self.held_line = 0  # the input line of the first of them
         self.waiting_since: float | None = None  # the start of the first try that failed, while it fails
-        self.refused = 0
+        self.refused = 0  # refused for good and not kept anywhere
+        self.kept = 0  # refused for good and stored on dead-letters
 
     async def start(self) -> None:
         """The first producer: an unreachable broker is an error (:class:`~app.bridge.errors.BridgeError`)."""
@@ -344,9 +365,9 @@ class _Delivery:
             with contextlib.suppress(Exception):
                 await producer.stop()
 
-    async def send(self, messages: list[Any], line: int, *, tries: int | None = None) -> int:
-        """Send ``messages`` (from input line ``line`` on) until the broker took each, or ``tries`` tries
-        failed (:class:`_GaveUp`); how many of the topic's it took."""
+    async def send(self, messages: list[Any], lines: list[int], *, tries: int | None = None) -> int:
+        """Send ``messages`` (read from input lines ``lines``, one each) until the broker took each, or ``tries``
+        tries failed (:class:`_GaveUp`); how many of the topic's it took."""
         import asyncio
         import collections
         import time
@@ -355,7 +376,10 @@ class _Delivery:
         from app.bridge.producer import send_messages
         from app.kafka.batches import permanent
 
-        self.held, self.held_line = list(messages), line
+        self.held = list(messages)
+        self._lines = {id(m): n for m, n in zip(messages, lines, strict=True)}
+        self._of_refused, self._made = set(), []
+        self.held_line = lines[0] if lines else 0
         sent = 0
         while self.held:
             began = time.monotonic()
@@ -368,20 +392,19 @@ class _Delivery:
             if self.producer is not None:
                 failed = await send_messages(self.producer, self.held)
                 failed_ids = {id(m) for m, _ in failed}
-                for name, n in collections.Counter(m[0] for m in self.held if id(m) not in failed_ids).items():
+                taken = [m for m in self.held if id(m) not in failed_ids]
+                for name, n in collections.Counter(m[0] for m in taken).items():
                     self._metrics.messages.labels(topic=name).inc(n)
                     sent += n if name == self._topic else 0
-                for_good = [(m, e) for m, e in failed if permanent(e)]
-                if for_good:
-                    self.refused += len(for_good)
-                    print(f"publish: error: Kafka refused {len(for_good)} message(s) for good "
-                          f"({_said(for_good[0][1])}); they are not sent again", file=sys.stderr, flush=True)
-                self.held = [m for m, e in failed if not permanent(e)]
-                error = next((e for m, e in failed if not permanent(e)), None)
+                self.kept += sum(id(m) in self._of_refused for m in taken)
+                letters = await self._dead_letter([(m, e) for m, e in failed if permanent(e)])
+                self.held = [m for m, e in failed if not permanent(e)] + letters
                 if self.held:
-                    await self.close()  # a new producer for the next try: fresh metadata, fresh connections
-            if not self.held:
-                break
+                    self.held_line = min(self._lines[id(m)] for m in self.held)
+                error = next((e for m, e in failed if not permanent(e)), None)
+                if error is None:  # every one taken, or only the dead letters of refused ones to send: at once
+                    continue
+                await self.close()  # a new producer for the next try: fresh metadata, fresh connections
             assert error is not None
             if self.waiting_since is None:
                 self.waiting_since = began
@@ -404,6 +427,75 @@ class _Delivery:
         self._backoff.reset()
         return sent
 
+    async def _dead_letter(self, for_good: list[tuple[Any, BaseException]]) -> list[Any]:
+        """The dead letters of the messages of the topic Kafka refused for good (one error line says so); the
+        others -- dead letters refused themselves, or any where there is no dead-letters topic -- are counted
+        in :attr:`refused`, with one error line."""
+        from app.bridge.producer import dead_letter, encode_messages
+
+        if not for_good:
+            return []
+        mine = [(m, e) for m, e in for_good if m[0] == self._topic]
+        lost = [(m, e) for m, e in for_good if m[0] != self._topic]
+        letters: list[Any] = []
+        if mine:
+            where = await self._letters_topic()
+            line = min(self._lines[id(m)] for m, _ in mine)
+            said = f"publish: error: Kafka refused {len(mine)} message(s) for good ({_said(mine[0][1])}), " \
+                   f"from {self._name}:{line} on"
+            if where is None:
+                values = [dead_letter(self._settings, self._contract, m[1], _refusal(e, m[1]), reason=REFUSED,
+                                      key=m[2].decode("utf-8", "replace") if m[2] is not None else None,
+                                      offset=self._lines[id(m)]) for m, e in mine]
+                letters = encode_messages(self._settings, "dead-letters", values)
+                for (m, _), letter in zip(mine, letters, strict=True):
+                    self._lines[id(letter)] = self._lines[id(m)]
+                    self._of_refused.add(id(letter))
+                self._made.extend(letters)
+                print(f"{said}: they go to dead-letters (reason {REFUSED})", file=sys.stderr, flush=True)
+            else:
+                self.refused += len(mine)
+                print(f"{said}; not sent again, nor dead-lettered: {where}", file=sys.stderr, flush=True)
+        if lost:
+            self.refused += len(lost)
+            print(f"publish: error: Kafka refused {len(lost)} dead letter(s) for good ({_said(lost[0][1])}), from "
+                  f"{self._name}:{min(self._lines[id(m)] for m, _ in lost)} on; not sent again",
+                  file=sys.stderr, flush=True)
+        return letters
+
+    async def _letters_topic(self) -> str | None:
+        """None when the dead-letters topic exists (listed once, the first time it is needed, unless checked at
+        the start), else why not: a topic the broker would auto-create is not written to."""
+        from app.kafka.admin import TopicError, check_reachable
+
+        if not self._letters_ok:
+            try:
+                await check_reachable(self._settings, ["dead-letters"])
+            except TopicError as exc:
+                return str(exc)
+            self._letters_ok = True
+        return None
+
+
+def _refusal(exc: BaseException, value: bytes) -> str:
+    """The dead letter's error for a message Kafka refused for good; with the whole value's sha256 when the
+    dead letter keeps only its first bytes (:data:`~app.contracts.dead.MAX_RAW_BYTES`).
+
+    >>> from aiokafka.errors import MessageSizeTooLargeError
+    >>> _refusal(MessageSizeTooLargeError("too big"), b"{}")
+    'refused_by_kafka: refused for good ([Error 10] MessageSizeTooLargeError: too big)'
+    >>> _refusal(MessageSizeTooLargeError(), b"x" * 70_000)
+    'refused_by_kafka: refused for good (...); sha256 of the whole value bca09f4a757d5571c7d9f3341d4...'
+    """
+    import hashlib
+
+    from app.contracts.dead import MAX_RAW_BYTES
+
+    text = f"{REFUSED}: refused for good ({_said(exc)})"
+    if len(value) > MAX_RAW_BYTES:
+        text += f"; sha256 of the whole value {hashlib.sha256(value).hexdigest()}"
+    return text
+
 
 async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, name: str, options: Any,
                    targets: tuple[Any, ...] = ()) -> int:
@@ -414,13 +506,14 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
 
     metrics = BridgeMetrics()
     give_up_s = getattr(args, "give_up_after", None)
-    delivery = _Delivery(settings, args.topic, give_up_s, metrics)
+    delivery = _Delivery(settings, args.topic, give_up_s, metrics, name=name, letters_checked=args.dead_letters)
     if not args.dry_run:  # topics not created yet (or another prefix): one line, not topics auto-created wrong
         await check_reachable(settings, [args.topic, *(["dead-letters"] if args.dead_letters else [])])
         await delivery.start()
     sent = skipped = invalid = 0
     fallbacks: dict[str, int] = {}
     pending: list[dict[str, Any]] = []
+    pending_lines: list[int] = []  # the input line of each
     letters: list[dict[str, Any]] = []
     pending_line = 0  # the input line of the first record in pending or letters
 
@@ -432,10 +525,12 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         else:
             messages = encode_messages(settings, args.topic, pending) + encode_messages(settings, "dead-letters",
                                                                                        letters)
+        lines = pending_lines + [letter["offset"] for letter in letters]
         pending.clear()
+        pending_lines.clear()
         letters.clear()
         if messages:
-            sent += await delivery.send(messages, pending_line, tries=tries)
+            sent += await delivery.send(messages, lines, tries=tries)
 
     async def flush_and_tell() -> None:
         before = sent
@@ -469,6 +564,7 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
                 if not (pending or letters):
                     pending_line = record.line
                 pending.extend(out.values)
+                pending_lines.extend([record.line] * len(out.values))
                 skipped += out.skipped
                 for attribute, n in out.fallbacks.items():
                     if attribute not in fallbacks:
@@ -509,7 +605,8 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
     where = " (sent to dead-letters)" if args.dead_letters and invalid and not args.dry_run else ""
     unchecked = options is not None and options.known_nodes is None
     where += "; nodes not checked (no --targets, no REDIS_URL)" if unchecked else ""
-    print(f"publish: {verb} {sent} message(s){extra}, {invalid} invalid record(s){where}")
+    kept = f", {delivery.kept} refused by Kafka for good (sent to dead-letters)" if delivery.kept else ""
+    print(f"publish: {verb} {sent} message(s){extra}, {invalid} invalid record(s){where}{kept}")
     if gave_up is not None:
         n, line = unsent()
         print(f"publish: error: Kafka at {settings.bootstrap_servers} took no message for {gave_up.waited_s:.0f} s "
@@ -520,4 +617,4 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         print(f"publish: error: {delivery.refused} message(s) refused by Kafka for good, not sent",
               file=sys.stderr, flush=True)
         return UNSENT
-    return 1 if invalid else 0
+    return 1 if invalid or delivery.kept else 0
