@@ -71,3 +71,22 @@ def test_deploy_md_says_how_to_listen_on_an_ipv6_cluster(known_env):
         assert name in known_env
     settings = Settings.from_env(dict.fromkeys(names, "::"))
     assert (settings.extender_host, settings.metrics_host) == ("::", "::")
+
+
+def _deployments() -> dict[str, dict]:
+    docs = [d for p in sorted((REPO / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+    return {d["metadata"]["name"]: d for d in docs if d.get("kind") in ("Deployment", "ConfigMap")}
+
+
+def test_logs_are_read_from_the_pod_that_does_the_work():
+    """``kubectl logs deploy/NAME`` reads one pod kubectl picks: the docs read a Deployment's logs so only where it
+    has one replica; the second scheduler's two replicas are read through the leader its Lease names."""
+    objects = _deployments()
+    for path in sorted((REPO / "docs").glob("*.md")):
+        for name in re.findall(r"logs (?:deploy|deployment)/([\w-]+)", path.read_text(encoding="utf-8")):
+            assert objects[name]["spec"].get("replicas", 1) == 1, f"{path.name}: logs {name} may read the standby"
+    config = yaml.safe_load(objects["rtt-scheduler-config"]["data"]["scheduler-config.yaml"])["leaderElection"]
+    assert config["leaderElect"] is True
+    lease = (f"kubectl -n {config['resourceNamespace']} get lease {config['resourceName']} "
+             "-o jsonpath='{.spec.holderIdentity}'")
+    assert lease in DEPLOY_MD.read_text(encoding="utf-8"), "docs/deploy.md does not find the scheduler's leader"
