@@ -8,7 +8,7 @@
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
 are produced. A line that is not UTF-8 is one such line (``invalid_json: not UTF-8 ...``): the lines after it
-are read on. Exit status 0 when every line was valid and every message published, 1 when some lines were not
+are read on; so is a value that would be a message over the contracts' 1 MiB (``too_large``). Exit status 0 when every line was valid and every message published, 1 when some lines were not
 valid or some messages went to dead-letters instead (kept, not lost), 3 when Kafka did not take some messages
 and they are kept nowhere (:data:`UNSENT`: ``--give-up-after``, or refused for good and not dead-lettered).
 
@@ -501,7 +501,8 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
                    targets: tuple[Any, ...] = ()) -> int:
     from app.bridge.metrics import BridgeMetrics
     from app.bridge.producer import dead_letter, encode_messages
-    from app.bridge.records import convert
+    from app.bridge.records import Problem, convert
+    from app.errors import ContractError
     from app.kafka.admin import check_reachable
 
     metrics = BridgeMetrics()
@@ -512,7 +513,7 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         await delivery.start()
     sent = skipped = invalid = 0
     fallbacks: dict[str, int] = {}
-    pending: list[dict[str, Any]] = []
+    pending: list[Any] = []  # the messages of the topic, encoded as they are read: one too large is invalid
     pending_lines: list[int] = []  # the input line of each
     letters: list[dict[str, Any]] = []
     pending_line = 0  # the input line of the first record in pending or letters
@@ -523,8 +524,7 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
             sent += len(pending)
             messages = []
         else:
-            messages = encode_messages(settings, args.topic, pending) + encode_messages(settings, "dead-letters",
-                                                                                       letters)
+            messages = pending + encode_messages(settings, "dead-letters", letters)
         lines = pending_lines + [letter["offset"] for letter in letters]
         pending.clear()
         pending_lines.clear()
@@ -563,8 +563,14 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
                     out = convert(record, args.topic, args.source, nodes.options)
                 if not (pending or letters):
                     pending_line = record.line
-                pending.extend(out.values)
-                pending_lines.extend([record.line] * len(out.values))
+                problems = list(out.problems)
+                for value in out.values:
+                    try:  # the contract's bounds on the bytes written too: a value over 1 MiB is too_large
+                        pending.extend(encode_messages(settings, args.topic, [value]))
+                    except ContractError as exc:
+                        problems.append(Problem(record.line, record.raw, exc))
+                        continue
+                    pending_lines.append(record.line)
                 skipped += out.skipped
                 for attribute, n in out.fallbacks.items():
                     if attribute not in fallbacks:
@@ -573,7 +579,7 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
                               file=sys.stderr)
                     fallbacks[attribute] = fallbacks.get(attribute, 0) + n
                     metrics.node_fallbacks.labels(attribute=attribute).inc(n)
-                for p in out.problems:
+                for p in problems:
                     invalid += 1
                     metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
                     print(f"{name}:{p.line}: {p.error}", file=sys.stderr)

@@ -15,6 +15,7 @@ import json
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -32,14 +33,14 @@ def scrape(node: str, size: int = 0) -> dict[str, Any]:
     """A node-metrics value; with ``size``, one whose encoding is exactly that many bytes."""
     value: dict[str, Any] = {"node": node, "ts": 1_796_208_576.0, "node_class": "cpu", "gpu_model": None,
                              "metrics": {"rtt_up": 1.0}}
-    left = size - len(encode("node-metrics", value)) if size else 0
+    left = size - len(orjson.dumps(value)) if size else 0
     while left > 0:  # an entry ,"NAME":1.0 is its name and 7 bytes; a name has at most 194 characters
         n = len(value["metrics"])
         width = left - 7 if left - 7 <= 190 else min(190, left - 37)  # the last one at least 23 characters
         name = f"rtt_metric_{n:06d}_".ljust(width, "x")
         value["metrics"][name] = 1.0
         left -= len(name) + 7
-    assert not size or len(encode("node-metrics", value)) == size
+    assert not size or len(orjson.dumps(value)) == size  # as encode() writes it
     return value
 
 
@@ -126,3 +127,29 @@ def test_without_a_dead_letters_topic_a_refused_message_is_said_not_sent(
     assert "2 message(s), 0 invalid record(s)" in out and "refused" not in out, out
     published = asyncio.run(values(settings, "node-metrics", 3, timeout_s=5.0))
     assert sorted(m.key for m in published) == [b"worker-1", b"worker-3"]
+
+
+def test_a_value_over_the_contracts_size_is_dead_lettered_as_too_large(
+        kafka_settings: Settings, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One byte more than the contracts allow is no message at all: an invalid line (``too_large``), dead-lettered
+    with ``--dead-letters``, the others published. Before, publish ended (exit status 2) and sent nothing more."""
+    huge = scrape("worker-2", size=MAX_MESSAGE_BYTES + 1)
+    line = json.dumps(huge)
+    path = tmp_path / "scrapes.jsonl"
+    path.write_text("\n".join([json.dumps(scrape("worker-1")), line, json.dumps(scrape("worker-3"))]) + "\n")
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
+    rc = main(["publish", "node-metrics", str(path), "--dead-letters"])
+    out, err = capsys.readouterr()
+
+    assert "Traceback" not in err, err
+    assert rc == 1, (rc, out, err)
+    assert f"{path}:2: too_large: {MAX_MESSAGE_BYTES + 1} bytes > {MAX_MESSAGE_BYTES}" in err, err
+    assert "2 message(s), 1 invalid record(s) (sent to dead-letters)" in out, out
+    published = asyncio.run(values(kafka_settings, "node-metrics", 3, timeout_s=5.0))
+    assert sorted(m.key for m in published) == [b"worker-1", b"worker-3"]
+    [letter] = asyncio.run(values(kafka_settings, "dead-letters", 1))
+    dl = decode("dead-letters", letter.value, strict=True)
+    assert (dl["offset"], dl["reason"]) == (2, "too_large")
+    assert base64.b64decode(dl["raw"]) == line.encode()[:MAX_RAW_BYTES]
