@@ -76,6 +76,27 @@ def test_published_ports_are_unique_and_the_extender_publishes_its_own():
     assert (8888, int(_env("extender")["RTT_EXTENDER_PORT"])) in _ports("extender")
 
 
+def test_published_ports_are_on_the_loopback_only():
+    """Kafka's host listener, the extender and Prometheus ask for no credentials: nothing is published beyond the
+    machine (docs/deploy.md says to go through SSH)."""
+    for name, svc in SERVICES.items():
+        for spec in svc.get("ports", []):
+            assert str(spec).startswith("127.0.0.1:"), f"{name} publishes {spec} on every interface"
+
+
+# where each stateful service keeps its data: Kafka where KAFKA_LOG_DIRS says, Redis's --save, Prometheus's TSDB
+DATA_DIRS = {"kafka": _env("kafka").get("KAFKA_LOG_DIRS", "/tmp/kafka-logs"), "redis": "/data",
+             "prometheus": "/prometheus"}
+
+
+def test_stateful_services_keep_their_data_in_named_volumes():
+    """`docker compose down` keeps the topics, the models and the metrics; only `down -v` drops them."""
+    for name, path in DATA_DIRS.items():
+        mounts = dict(reversed(str(v).split(":")[:2]) for v in SERVICES[name].get("volumes", []))
+        assert mounts.get(path) in COMPOSE["volumes"], f"{name} keeps {path} in no named volume"
+    assert DATA_DIRS["kafka"] == "/var/lib/kafka/data"  # the apache/kafka image's VOLUME, owned by its user
+
+
 def test_start_order_is_sound():
     for name, svc in SERVICES.items():
         deps = svc.get("depends_on", {})
