@@ -8,9 +8,10 @@
 Invalid lines are reported as ``FILE:LINE: reason: detail`` on stderr and skipped (with ``--dead-letters``
 also sent to the dead-letters topic, ``partition`` -1 and the line number as ``offset``); the valid ones
 are produced. A line that is not UTF-8 is one such line (``invalid_json: not UTF-8 ...``): the lines after it
-are read on; so is a value that would be a message over the contracts' 1 MiB (``too_large``). Exit status 0 when every line was valid and every message published, 1 when some lines were not
-valid or some messages went to dead-letters instead (kept, not lost), 3 when Kafka did not take some messages
-and they are kept nowhere (:data:`UNSENT`: ``--give-up-after``, or refused for good and not dead-lettered).
+are read on; so is a value that would be a message over the contracts' 1 MiB (``too_large``). Exit status 0
+when every line was valid and every message published, 1 when some lines were not valid or some messages went
+to dead-letters instead (kept, not lost), 3 when Kafka did not take some messages and they are kept nowhere
+(:data:`UNSENT`: ``--give-up-after``, or refused for good and not dead-lettered).
 
 A message Kafka refuses for good (larger than it takes, a topic it may not write) is not sent again: it goes to
 the dead-letters topic, ``--dead-letters`` or not, with the reason :data:`REFUSED` and its input line as
