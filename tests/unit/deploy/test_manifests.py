@@ -339,3 +339,11 @@ def test_no_container_sets_again_what_it_gets_from_its_configmap():
         shared = {k for src in c.get("envFrom", []) for k in _configmap_data(src["configMapRef"]["name"], _ns(doc))}
         again = shared & {e["name"] for e in c.get("env", [])}
         assert not again, f"{_where(doc, c)} sets {sorted(again)} beside envFrom"
+
+
+def test_the_image_exposes_every_port_its_containers_serve(project_image):
+    exposed = {int(p) for line in (REPO / "deploy" / "Dockerfile").read_text().splitlines()
+               if line.startswith("EXPOSE ") for p in line.split()[1:]}
+    served = {p["containerPort"] for _, c in _all_containers() if c["image"] == project_image
+              for p in c.get("ports", [])}
+    assert served and served <= exposed, f"deploy/Dockerfile does not EXPOSE {sorted(served - exposed)}"
