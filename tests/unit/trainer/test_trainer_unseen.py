@@ -11,8 +11,15 @@ from app.registry.directory import DirectoryModelStore
 from app.sim.policies.training import Champion, SimulatedTrainer
 from app.trainer.champion import judge
 from app.trainer.history import Dataset
-from app.trainer.pipeline import JUDGED_AFTER, MIN_UNSEEN, judge_challenger, score, score_champion, \
-    train_challenger, unseen
+from app.trainer.pipeline import (
+    JUDGED_AFTER,
+    MIN_UNSEEN,
+    judge_challenger,
+    score,
+    score_champion,
+    train_challenger,
+    unseen,
+)
 from app.trainer.registry import ModelRegistry
 
 FAST = {"n_estimators": 40}
