@@ -83,11 +83,13 @@ def accuracy_keys(agg: Agg) -> list[str]:
 
 
 def to_csv(agg: Agg) -> str:
-    """Long format: ``policy,figure,mean,ci95,n``."""
+    """Long format: ``policy,figure,mean,ci95,n``; ``ci95`` is empty below two seeds (no interval), as in
+    :func:`cell`."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["policy", "figure", "mean", "ci95", "n"])
     for policy, figs in agg.items():
         for f, d in figs.items():
-            w.writerow([policy, f, repr(d["mean"]), repr(d["ci95"]), int(d["n"])])
+            ci = repr(d["ci95"]) if d["n"] >= 2 and math.isfinite(d["ci95"]) else ""
+            w.writerow([policy, f, repr(d["mean"]), ci, int(d["n"])])
     return buf.getvalue()

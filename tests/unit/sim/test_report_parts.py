@@ -12,7 +12,7 @@ from app.sim.report.goals import goal_rows
 from app.sim.report.plots_rtt import rolling
 from app.sim.report.sections import config_table, policy_table
 from app.sim.report.svg import new_figure, to_svg
-from app.sim.report.tables import cell, format_table
+from app.sim.report.tables import cell, format_table, to_csv
 
 
 def _fig(n: float) -> dict[str, float]:
@@ -41,6 +41,14 @@ def test_cells_show_an_interval_only_from_two_seeds():
     assert cell({"mean": float("nan"), "ci95": 0.0, "n": 2.0}, "sla") == "-"
     text = format_table({"a": {"mean_rtt_ms": {"mean": 1.0, "ci95": 0.0, "n": 1.0}}})
     assert "±" not in text and max(map(len, text.splitlines())) <= 100
+
+
+def test_the_csv_leaves_the_interval_empty_with_one_seed():
+    """One seed has no interval: policies.csv wrote 0.0 there, a zero-width interval that does not exist."""
+    agg = {"random": {"mean_rtt_ms": {"mean": 180.0, "ci95": 0.0, "n": 1.0}},
+           "clairvoyant": {"mean_rtt_ms": {"mean": 100.0, "ci95": 2.0, "n": 5.0}}}
+    assert to_csv(agg).splitlines() == ["policy,figure,mean,ci95,n", "random,mean_rtt_ms,180.0,,1",
+                                        "clairvoyant,mean_rtt_ms,100.0,2.0,5"]
 
 
 def test_inline_svgs_keep_ids_unique_and_label_their_axes():
