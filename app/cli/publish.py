@@ -262,6 +262,17 @@ class _ReadAhead:
         """Whether every record read so far has been taken."""
         return not self._items
 
+    def drain(self) -> list[Record]:
+        """The records read and not yet taken, without waiting (what the thread appends meanwhile stays)."""
+        out: list[Record] = []
+        for _ in range(len(self._items) if self._end is None else 0):
+            item = self._items.popleft()
+            if isinstance(item, _End):
+                self._end = item
+                break
+            out.append(item)
+        return out
+
     async def take(self) -> list[Record]:
         """The records read and not yet taken, waiting for one; [] after the last; raises what stopped the
         reading once the records read before it have been taken."""
@@ -545,6 +556,49 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         return n, (delivery.held_line if delivery.held else pending_line)
 
     nodes = _Nodes(settings, options, targets)
+    async def take_in(record: Record, *, refresh: bool = True) -> None:
+        """Convert ``record`` into pending messages (its problems reported, into dead letters with
+        ``--dead-letters``); ``refresh``: read the nodes with metrics again when due."""
+        nonlocal pending_line, skipped, invalid
+        if refresh and nodes.due():
+            await nodes.read()
+        out = convert(record, args.topic, args.source, nodes.options)
+        if (refresh and out.problems and nodes.may_miss()
+                and any(p.error.reason == "unknown_node" for p in out.problems)):
+            await nodes.read()  # a node that joined since the set was read
+            out = convert(record, args.topic, args.source, nodes.options)
+        if not (pending or letters):
+            pending_line = record.line
+        problems = list(out.problems)
+        for value in out.values:
+            try:  # the contract's bounds on the bytes written too: a value over 1 MiB is too_large
+                pending.extend(encode_messages(settings, args.topic, [value]))
+            except ContractError as exc:
+                problems.append(Problem(record.line, record.raw, exc))
+                continue
+            pending_lines.append(record.line)
+        skipped += out.skipped
+        for attribute, n in out.fallbacks.items():
+            if attribute not in fallbacks:
+                print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes "
+                      "is the pod's name: set k8s.node.name (span or resource) or give --node-map",
+                      file=sys.stderr)
+            fallbacks[attribute] = fallbacks.get(attribute, 0) + n
+            metrics.node_fallbacks.labels(attribute=attribute).inc(n)
+        for p in problems:
+            invalid += 1
+            metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
+            print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
+            if args.dead_letters:
+                letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
+                                           reason=p.error.reason, offset=p.line))
+
+    async def take_in_read_ahead() -> None:
+        """The records read and not taken yet (the read-ahead) converted too, with no wait: what was read is
+        tried, or counted as not sent."""
+        for record in reader.drain():
+            await take_in(record, refresh=False)
+
     gave_up: _GaveUp | None = None
     reader.start()
     try:
@@ -555,46 +609,18 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
             if not records:
                 break
             for record in records:
-                if nodes.due():
-                    await nodes.read()
-                out = convert(record, args.topic, args.source, nodes.options)
-                if (out.problems and nodes.may_miss()
-                        and any(p.error.reason == "unknown_node" for p in out.problems)):
-                    await nodes.read()  # a node that joined since the set was read
-                    out = convert(record, args.topic, args.source, nodes.options)
-                if not (pending or letters):
-                    pending_line = record.line
-                problems = list(out.problems)
-                for value in out.values:
-                    try:  # the contract's bounds on the bytes written too: a value over 1 MiB is too_large
-                        pending.extend(encode_messages(settings, args.topic, [value]))
-                    except ContractError as exc:
-                        problems.append(Problem(record.line, record.raw, exc))
-                        continue
-                    pending_lines.append(record.line)
-                skipped += out.skipped
-                for attribute, n in out.fallbacks.items():
-                    if attribute not in fallbacks:
-                        print(f"{name}:{record.line}: warning: node taken from {attribute}, which in Kubernetes "
-                              "is the pod's name: set k8s.node.name (span or resource) or give --node-map",
-                              file=sys.stderr)
-                    fallbacks[attribute] = fallbacks.get(attribute, 0) + n
-                    metrics.node_fallbacks.labels(attribute=attribute).inc(n)
-                for p in problems:
-                    invalid += 1
-                    metrics.skipped.labels(source=args.source, reason=p.error.reason).inc()
-                    print(f"{name}:{p.line}: {p.error}", file=sys.stderr)
-                    if args.dead_letters:
-                        letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
-                                                   reason=p.error.reason, offset=p.line))
+                await take_in(record)
                 if len(pending) >= BATCH or len(letters) >= BATCH:
                     await flush_and_tell()
         await flush()  # the end of the input: what was read goes out, however long the broker takes
     except _GaveUp as exc:
         gave_up = exc
+        await take_in_read_ahead()
     except BaseException:  # reading stopped early (an unreadable file), Ctrl-C: what was read goes out, one try
         import contextlib
 
+        with contextlib.suppress(Exception):
+            await take_in_read_ahead()
         if delivery.waiting_since is None:
             with contextlib.suppress(_GaveUp, Exception):
                 await flush(tries=1)
