@@ -33,13 +33,18 @@ def fit(line: str, width: int = WIDTH) -> str:
 
 
 def summary_lines(agg: Mapping[str, Any], goals: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The policy table (seed means; intervals from two seeds), the interval note and the goals."""
+    """The policy table (seed means; intervals from two seeds; ``failed`` when tasks failed, with a warning
+    line), the interval note and the goals, each line within :data:`WIDTH` (a table too wide goes on in a
+    second block)."""
     from app.sim.report import format_goals, format_table, interval_note
+    from app.sim.report.tables import failed_note, terminal_figures
 
-    lines = [*format_table(agg).splitlines(), interval_note(agg)]
+    lines = [*format_table(agg, terminal_figures(agg), WIDTH).splitlines(), interval_note(agg)]
+    if warning := failed_note(agg, WIDTH):
+        lines.append(warning)
     if goals:
         lines += ["", *format_goals(goals).splitlines()]
-    return lines
+    return [fit(line) for line in lines]
 
 
 def output_lines(out: Path, html: bool) -> list[str]:

@@ -50,3 +50,29 @@ def test_demo_offline_one_seed_prints_no_interval(tmp_path, capsys, monkeypatch)
         assert any(line.startswith(policy + " ") for line in out.splitlines()), policy
     assert " INFO " not in err and "WARNING" not in err and "ERROR" not in err
     assert "report: " + str(tmp_path / "report.html") in out
+
+
+def _wide_agg(policies: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Long policy names and four-digit means with four-digit intervals on every terminal figure."""
+    figs = {"mean_rtt_ms": 1232.9, "p95_rtt_ms": 5140.9, "p99_rtt_ms": 16510.7, "sla": 0.654, "gpu_util": 0.569,
+            "throughput": 118.4, "failed": 1234.5, "tasks": 3765.5}
+    ci = {"mean_rtt_ms": 1046.0, "p95_rtt_ms": 1340.0, "p99_rtt_ms": 12950.0, "sla": 0.064, "gpu_util": 0.247,
+          "throughput": 11.4, "failed": 1001.0, "tasks": 1001.0}
+    return {p: {f: {"mean": v, "ci95": ci[f], "n": 3.0} for f, v in figs.items()} for p in policies}
+
+
+def test_a_table_too_wide_for_100_columns_goes_on_in_a_second_block_not_past_the_edge():
+    """The summary's table was printed as built: wide intervals took its lines past 100 columns."""
+    from app.cli.summary import summary_lines
+    from app.sim.policies import POLICY_NAMES
+
+    lines = summary_lines(_wide_agg(list(POLICY_NAMES)), [])
+    assert max(map(len, lines)) <= WIDTH
+    text = "\n".join(lines)
+    assert "..." not in text  # nothing cut: every cell is there, in one block or the next
+    for value in ("1233 ± 1046", "5141 ± 1340", "16511 ± 12950", "0.654 ± 0.064", "0.569 ± 0.247", "118.4 ± 11",
+                  "1234 ± 1001"):
+        assert text.count(value) == len(POLICY_NAMES), value
+    heads = [line for line in lines if line.startswith("policy ")]
+    assert len(heads) == 2  # the second block repeats the policy column
+    assert all(any(line.startswith(p + " ") for line in lines) for p in POLICY_NAMES)

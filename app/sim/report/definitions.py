@@ -14,7 +14,8 @@ LABELS = {
     "mean_rtt_ms": "mean RTT ms", "p95_rtt_ms": "p95 ms", "p99_rtt_ms": "p99 ms", "rtt_std_ms": "RTT std ms",
     "queue_ms": "queue ms", "queue_p99_ms": "queue p99 ms", "throughput": "tasks/s", "gpu_util": "GPU busy",
     "gpu_demand": "GPU demand", "load_diff": "load diff pp", "load_std": "load std pp", "sla": "SLA met",
-    "retrains": "retrains", "live_pace": "live tasks/s wall", "sim_speed": "sim tasks/s wall",
+    "retrains": "retrains", "tasks": "tasks done", "failed": "failed", "makespan_s": "makespan s",
+    "live_pace": "live tasks/s wall", "sim_speed": "sim tasks/s wall",
     "acc": "1 − MAPE (accuracy)", "interval": "± (interval)", "change": "change", "rolling": "rolling mean and p95",
     "credibility": "credibility (node weight)", "dwa": "DWA window",
 }
@@ -37,6 +38,13 @@ DEFINITIONS = {
     "load_std": "standard deviation of the same per-node utilisation, in percentage points.",
     "sla": "fraction of completed tasks whose RTT met their app's SLA (the config's sla_ms).",
     "retrains": "model retrains the policy triggered (cold start, drift, growth).",
+    "tasks": "tasks that completed in a run.",
+    "failed": "tasks of a run that never completed: no node could run them (too large for every node, or every "
+              "node that could had left), or still waiting when nothing could change any more. Every other figure "
+              "is over the completed tasks only.",
+    "makespan_s": "simulated seconds from the start of a run to its end (its last event, normally the last "
+                  "task's finish).",
+    "mean_rtt_ms:<app>": "mean RTT over the completed tasks of one app.",
     "acc": "prediction accuracy 1 − MAPE per app and node class, over the tasks after the warm-up (the first "
            "20 % of tasks) that carry a prediction; MAPE = mean(|predicted − observed| / observed).",
     "live_pace": "live rows only: tasks placed and run per wall-clock second (the live run paces the simulated "
@@ -60,6 +68,8 @@ def label(figure: str) -> str:
     if figure.startswith("acc:"):
         _, app, cls = figure.split(":", 2)
         return f"1 − MAPE {app} on {cls}"
+    if figure.startswith("mean_rtt_ms:"):
+        return f"mean RTT ms {figure.split(':', 1)[1]}"
     return LABELS.get(figure, figure)
 
 POLICIES = {

@@ -17,7 +17,7 @@ from app.sim.report import plots_learning, plots_rtt, sections
 from app.sim.report.explain import explain_section
 from app.sim.report.goals import Agg, goal_rows
 from app.sim.report.halves import seed_means
-from app.sim.report.tables import TABLE_FIGURES, accuracy_keys, interval_note
+from app.sim.report.tables import TABLE_FIGURES, TASK_FIGURES, accuracy_keys, app_keys, failed_note, interval_note
 from app.sim.results import WARMUP_FRACTION
 
 CSS = """
@@ -31,7 +31,7 @@ td.better{background:#e3f4e3} td.worse{background:#f9e0e0}
 table.config{max-width:100%} table.config th{text-align:left}
 svg.plot{display:block;width:100%;height:auto;margin:.6em 0} svg.plot *{stroke-linejoin:round;stroke-linecap:butt}
 dl.definitions dt{font-weight:bold;margin-top:.5em} dl.definitions dd{margin-left:1.5em}
-.note{color:#555;font-size:.95em}
+.note{color:#555;font-size:.95em} .warning{color:#a40000;font-weight:bold}
 """
 
 
@@ -97,6 +97,8 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         f"<h1>{html.escape(title)}</h1>", f'<p class="lead">{html.escape(lead)}</p>',
         f'<p class="note">{html.escape(interval_note(agg))}.</p>',
     ]
+    if warning := failed_note(agg):
+        parts.append(f'<p class="warning">{html.escape(warning.capitalize())}.</p>')
     if scored:
         parts += ["<h2>Verdict: change of RTT against each policy</h2>",
                   '<p class="note">Row ÷ other − 1 on seed means; green: the row is faster. "2nd half": the tasks '
@@ -107,7 +109,8 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         ref = first[scored[0]] if scored else next(iter(first.values()))
         warm, half = _times(ref)
         parts += [f"<h2>RTT over time{which_seed}</h2>", plots_rtt.over_time(first, scored, warm, half, "time")]
-    parts += ["<h2>Every figure</h2>", sections.policy_table(agg, TABLE_FIGURES, live)]
+    parts += ["<h2>Every figure</h2>", sections.policy_table(agg, TABLE_FIGURES, live),
+              sections.policy_table(agg, [*TASK_FIGURES, *app_keys(agg)], (), rates=False)]
     goals = goal_rows(agg, closed_loop=config.get("arrivals") == "closed", live=live, second_half=second)
     if goals:
         parts += ["<h2>Goals</h2>", sections.goals_table(goals)]

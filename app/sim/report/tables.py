@@ -23,13 +23,16 @@ from collections.abc import Mapping, Sequence
 
 from app.sim.report.definitions import LABELS, label
 
-# the terminal's summary: within 100 columns with intervals; every figure is in the report
+# the terminal's summary (failed tasks added when a run had any); every figure is in the report
 TERMINAL_FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "sla", "gpu_util", "throughput")
 TABLE_FIGURES = ("mean_rtt_ms", "p95_rtt_ms", "p99_rtt_ms", "rtt_std_ms", "queue_ms", "queue_p99_ms", "throughput",
                  "gpu_util", "gpu_demand", "load_diff", "load_std", "sla", "retrains")
+TASK_FIGURES = ("tasks", "failed", "makespan_s")  # how many tasks ran and failed, how long the run was
+APP_RTT = "mean_rtt_ms:"  # mean_rtt_ms:<app>
 FRACTIONS = ("gpu_util", "gpu_demand", "sla")
 Agg = Mapping[str, Mapping[str, Mapping[str, float]]]
-__all__ = ["LABELS", "TABLE_FIGURES", "TERMINAL_FIGURES", "cell", "format_table", "interval_note", "to_csv"]
+__all__ = ["LABELS", "TABLE_FIGURES", "TASK_FIGURES", "TERMINAL_FIGURES", "app_keys", "cell", "failed_note",
+           "format_table", "interval_note", "terminal_figures", "to_csv"]
 
 
 def _fmt(v: float, key: str) -> str:
@@ -56,17 +59,62 @@ def cell(d: Mapping[str, float] | None, key: str) -> str:
     return _fmt(d["mean"], key)
 
 
-def format_table(agg: Agg, figures: Sequence[str] = TERMINAL_FIGURES) -> str:
-    """Fixed-width text: one row per policy, one :func:`cell` per figure, columns as narrow as their cells."""
+def format_table(agg: Agg, figures: Sequence[str] = TERMINAL_FIGURES, width: int | None = None) -> str:
+    """Fixed-width text: one row per policy, one :func:`cell` per figure, columns as narrow as their cells.
+
+    With ``width``, columns that would go past it continue in a block below (the policy column repeated),
+    so no line is longer and no cell is cut.
+    """
     names = [f"{p}" for p in agg]
     first = max([len("policy"), *map(len, names)]) + 2
     cols = [[cell(agg[p].get(f), f) for p in agg] for f in figures]
     widths = [max([len(label(f)), *map(len, c)]) + 2 for f, c in zip(figures, cols, strict=True)]
-    head = f"{'policy':<{first}}" + "".join(f"{label(f):>{w}}" for f, w in zip(figures, widths, strict=True))
-    lines = [head, "-" * len(head)]
-    for i, policy in enumerate(agg):
-        lines.append(f"{policy:<{first}}" + "".join(f"{c[i]:>{w}}" for c, w in zip(cols, widths, strict=True)))
-    return "\n".join(lines)
+    blocks: list[list[int]] = [[]]
+    used = first
+    for j, w in enumerate(widths):
+        if width is not None and blocks[-1] and used + w > width:
+            blocks.append([])
+            used = first
+        blocks[-1].append(j)
+        used += w
+    out = []
+    for block in blocks:
+        head = f"{'policy':<{first}}" + "".join(f"{label(figures[j]):>{widths[j]}}" for j in block)
+        lines = [head, "-" * len(head)]
+        for i, policy in enumerate(agg):
+            lines.append(f"{policy:<{first}}" + "".join(f"{cols[j][i]:>{widths[j]}}" for j in block))
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def _failed(agg: Agg) -> list[str]:
+    return [p for p, figs in agg.items() if figs.get("failed", {}).get("mean", 0.0) > 0]
+
+
+def terminal_figures(agg: Agg) -> tuple[str, ...]:
+    """:data:`TERMINAL_FIGURES`, and ``failed`` when a policy's runs failed tasks."""
+    return (*TERMINAL_FIGURES, "failed") if _failed(agg) else TERMINAL_FIGURES
+
+
+def failed_note(agg: Agg, width: int | None = None) -> str:
+    """One line when a policy's runs failed tasks (they never ran: every other figure leaves them out), else "".
+
+    ``width``: the policies are named when the line fits in it, else counted.
+
+    >>> failed_note({"random": {"failed": {"mean": 4.0, "n": 1.0}}, "clairvoyant": {"failed": {"mean": 0.0}}})
+    'warning: tasks failed under random: the other figures are over the completed tasks only'
+    """
+    hit = _failed(agg)
+    if not hit:
+        return ""
+    line = "warning: tasks failed under {}: the other figures are over the completed tasks only"
+    named = line.format(", ".join(hit))
+    return named if width is None or len(named) <= width else line.format(f"{len(hit)} policies")
+
+
+def app_keys(agg: Agg) -> list[str]:
+    """The per-app mean RTT figures (``mean_rtt_ms:<app>``) of any policy, sorted."""
+    return sorted({k for figs in agg.values() for k in figs if k.startswith(APP_RTT)})
 
 
 def interval_note(agg: Agg) -> str:

@@ -224,3 +224,41 @@ def test_a_trace_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b"ts,app,input_size_mb\n1,\xff,5\n")
     with pytest.raises(TraceError, match=f"^{path}: 'utf-8' codec can't decode byte 0xff"):
         trace_workload(path, np.random.default_rng(1))
+
+
+LEAVE_ALL = """name: leave
+cluster: {nodes: [{class: gpu, gpu: RTX 4090}, {class: cpu}]}
+workload: {kind: poisson, tasks: 100, load: 0.5}
+events: [{kind: leave, node: gpu-1, at: 10%}]
+seeds: 1
+policies: kube_default
+"""
+
+
+def test_failed_tasks_are_shown_and_warned_about(tmp_path, capsys):
+    """The only GPU node leaves at 10 %: the GPU tasks after it never run. The terminal showed a plain mean RTT
+    (of the tasks that did run) and neither it nor the report said that any task failed."""
+    import json
+
+    path = tmp_path / "leave.yaml"
+    path.write_text(LEAVE_ALL)
+    assert main(["sim", "--scenario", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    runs = json.loads((tmp_path / "out" / "policies.json").read_text())["runs"]["kube_default"]
+    failed, done = runs[0]["failed"], runs[0]["tasks"]
+    assert failed > 0 and done + failed == 100
+    head, row = out.splitlines()[0], next(line for line in out.splitlines() if line.startswith("kube_default "))
+    assert head.split()[-1] == "failed" and row.split()[-1] == f"{failed:.1f}"
+    warning = next(line for line in out.splitlines() if line.startswith("warning: "))
+    assert "kube_default" in warning and "failed" in warning and "completed tasks" in warning
+    html = (tmp_path / "out" / "report.html").read_text()
+    for name in ("failed", "tasks done", "makespan s"):
+        assert f">{name}</th>" in html, name
+    assert f"<td>{failed:.1f}</td>" in html and f"<td>{done:.1f}</td>" in html
+    assert "warning: tasks failed" in html.lower()
+
+
+def test_without_failed_tasks_the_terminal_has_no_failed_column(tmp_path, capsys):
+    assert main(["sim", *FAST, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "failed" not in out.splitlines()[0] and "warning" not in out
