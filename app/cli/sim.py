@@ -60,7 +60,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
             raise ConfigError("--scenario", str(exc)) from None
         sc = load_scenario(path)
         seeds = sc.seeds if args.seeds is None else list(range(args.first_seed, args.first_seed + args.seeds))
-        return sc.config, seeds, args.policies or sc.policies or "all"
+        return sc.config, seeds, args.policies if args.policies is not None else sc.policies or "all"
     preset = args.preset or "small"
     if args.nodes is not None and preset != "large":  # the small preset is a fixed cluster: no count to set
         raise ConfigError("--nodes", "a node count applies to the large preset only (add --preset large)")
@@ -79,7 +79,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         flag = FLAG_OF.get(field.removeprefix("SimConfig."))
         raise ConfigError(flag or field, message) from None
     n = 5 if args.seeds is None else args.seeds
-    return config, list(range(args.first_seed, args.first_seed + n)), args.policies or "all"
+    return config, list(range(args.first_seed, args.first_seed + n)), "all" if args.policies is None else args.policies
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -143,11 +143,16 @@ def _finite(doc: Any, where: str, path: str = "") -> None:
 
 
 def _seeds(doc: Any, where: str) -> None:
-    """Seeds are numpy seeds: >= 0 (the schema's own message for a list would not say which one)."""
+    """Seeds are numpy seeds: >= 0, each once (the schema's own message for a list would not say which one;
+    a repeated seed would count as one more seed with the same figures, narrowing the interval for nothing)."""
     seeds = doc.get("seeds") if isinstance(doc, dict) else None
     for i, seed in enumerate(seeds if isinstance(seeds, list) else ()):
-        if isinstance(seed, int) and not isinstance(seed, bool) and seed < 0:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            continue  # the schema's to refuse
+        if seed < 0:
             raise ScenarioError(where, f"seeds[{i}]", f"must be >= 0 (got {seed})")
+        if seed in seeds[:i]:
+            raise ScenarioError(where, f"seeds[{i}]", f"{seed} is given twice (each seed runs once)")
 
 
 def _mix(mix: Mapping[str, float] | None, nodes: list[NodeSpec], where: str, at: str = "") -> None:

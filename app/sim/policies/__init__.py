@@ -62,6 +62,10 @@ def parse_policies(spec: str) -> list[str]:
     Traceback (most recent call last):
     ...
     app.sim.policy.PolicyError: no policy named (got ' , '); 'all' or a comma-separated list of: kube_default, ...
+    >>> parse_policies("random,clairvoyant,random")
+    Traceback (most recent call last):
+    ...
+    app.sim.policy.PolicyError: 'random' is named twice (each policy runs once per seed)
     """
     if spec.strip() == "all":
         return list(POLICY_NAMES)
@@ -69,9 +73,11 @@ def parse_policies(spec: str) -> list[str]:
     if not names:  # a run of nothing would end at once with an empty report and status 0
         raise PolicyError(f"no policy named (got {spec!r}); 'all' or a comma-separated list of: "
                           f"{', '.join(POLICY_NAMES)}")
-    for n in names:
+    for i, n in enumerate(names):
         if n not in FACTORIES:
             raise PolicyError(f"unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}")
+        if n in names[:i]:  # its runs would be counted as more seeds of one row, with an interval of 0
+            raise PolicyError(f"{n!r} is named twice (each policy runs once per seed)")
     return names
 
 

@@ -101,6 +101,9 @@ def test_a_shipped_scenario_s_events_happen(path):
      "events[0].factor: must be a finite number"),
     ("name: x\nworkload: {kind: poisson}\nscrape_interval_s: .nan\n", "scrape_interval_s: must be a finite number"),
     ("name: x\nworkload: {kind: poisson}\nseeds: [3, -1]\n", "seeds[1]: must be >= 0 (got -1)"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: [1, 2, 1]\n", "seeds[2]: 1 is given twice (each seed runs once)"),
+    ("name: x\nworkload: {kind: poisson}\npolicies: random,random\n",
+     "policies: 'random' is named twice (each policy runs once per seed)"),
 ])
 def test_bad_scenario_names_the_field_in_one_line(tmp_path, capsys, text, field):
     path = tmp_path / "bad.yaml"
@@ -122,13 +125,14 @@ def test_a_scenario_file_that_is_not_utf8_is_named(tmp_path, capsys):
     assert err.startswith(f"rttsched sim: error: {path}: 'utf-8' codec can't decode byte 0xff") and err.count("\n") == 1
 
 
-def test_the_schema_refuses_negative_seeds_too():
+@pytest.mark.parametrize("seeds", [[-1], [2, 2]])
+def test_the_schema_refuses_negative_and_repeated_seeds_too(seeds):
     import fastjsonschema
 
     from app.sim.scenario import _validator
 
     with pytest.raises(fastjsonschema.JsonSchemaValueException, match="seeds"):
-        _validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": [-1]})
+        _validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": seeds})
 
 
 def test_a_gpu_app_may_run_on_a_node_that_joins_when_the_rate_is_given():

@@ -151,6 +151,11 @@ def test_the_report_lines_name_each_file_once(capsys, tmp_path):
     (["--policies", ","], "--policies: no policy named (got ','); 'all' or a comma-separated list of: kube_default, "
                           "round_robin, random, load_aware, target_load, load_aware_tuned, target_load_tuned, "
                           "static_best, rtt_aware, clairvoyant"),
+    (["--policies", "kube_default,random,kube_default"],
+     "--policies: 'kube_default' is named twice (each policy runs once per seed)"),
+    (["--policies", ""], "--policies: no policy named (got ''); 'all' or a comma-separated list of: kube_default, "
+                         "round_robin, random, load_aware, target_load, load_aware_tuned, target_load_tuned, "
+                         "static_best, rtt_aware, clairvoyant"),
     (["--rate", "inf"], "--rate: must be finite (got inf)"),
     (["--load", "nan"], "--load: must be > 0 (got nan)"),
 ])
