@@ -46,7 +46,7 @@ def test_demo_offline_one_seed_prints_no_interval(tmp_path, capsys, monkeypatch)
     assert "±" not in out and "± 0" not in (tmp_path / "report.html").read_text()
     assert "one seed: means only, no confidence interval" in out
     assert all(len(line) <= 80 for line in _lines(err))  # the progress bar follows a narrower terminal
-    for policy in ("kube_default", "static_best", "rtt_aware", "clairvoyant"):
+    for policy in ("kube_default", "static_best", "load_aware_tuned", "target_load_tuned", "rtt_aware", "clairvoyant"):
         assert any(line.startswith(policy + " ") for line in out.splitlines()), policy
     assert " INFO " not in err and "WARNING" not in err and "ERROR" not in err
     assert "report: " + str(tmp_path / "report.html") in out

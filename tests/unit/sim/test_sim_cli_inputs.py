@@ -202,6 +202,15 @@ def test_bad_demo_flags_fail_before_any_run(argv, line, capsys, tmp_path, no_run
     assert not no_run
 
 
+def test_the_demo_runs_every_baseline_so_its_goals_face_the_best():
+    """The demo left out load_aware_tuned and target_load_tuned: its "best baseline" was the best of the rest."""
+    from app.cli.demo import OFFLINE_POLICIES
+    from app.sim.policies import BASELINES, POLICY_NAMES
+
+    assert set(BASELINES) <= set(OFFLINE_POLICIES)
+    assert list(OFFLINE_POLICIES) == list(POLICY_NAMES)  # the report's order: baselines, rtt_aware, clairvoyant
+
+
 @pytest.mark.parametrize("rows, message", [
     ("1,gCTF,-5\n", "row 1: input_size_mb must be a number > 0 (got -5)"),
     ("1,gCTF,nan\n", "row 1: input_size_mb must be a number > 0 (got nan)"),
