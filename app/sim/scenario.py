@@ -97,16 +97,23 @@ def _nodes(cluster: Mapping[str, Any], where: str) -> tuple[str, int | None, tup
     return name, None, tuple(out)
 
 
-def _time(v: float | str) -> tuple[float, bool]:
-    return (float(v[:-1]) / 100.0, True) if isinstance(v, str) else (float(v), False)
+def _time(v: float | str, where: str, field: str) -> tuple[float, bool]:
+    """(seconds, False) or (fraction of the run, True) from ``12.5`` or ``"40%"``; a share over 100 % is an
+    error (it would fall after the run's end and stretch the run, and its utilisation figures, to it)."""
+    if not isinstance(v, str):
+        return float(v), False
+    share = float(v[:-1]) / 100.0
+    if share > 1.0:
+        raise ScenarioError(where, field, f"must be at most 100% of the run (got {v})")
+    return share, True
 
 
 def _events(raw: list[Mapping[str, Any]], names: set[str], where: str) -> tuple[EventSpec, ...]:
     out = []
     for i, e in enumerate(raw):
         field = f"events[{i}]"
-        at, rel = _time(e["at"])
-        until, rel_until = _time(e["until"]) if "until" in e else (float("inf"), rel)
+        at, rel = _time(e["at"], where, f"{field}.at")
+        until, rel_until = _time(e["until"], where, f"{field}.until") if "until" in e else (float("inf"), rel)
         if rel_until != rel:
             raise ScenarioError(where, f"{field}.until", "use the same unit as at (seconds or %)")
         if until <= at:

@@ -84,6 +84,10 @@ def test_a_shipped_scenario_s_events_happen(path):
     ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 10%, until: 20}]\n",
      "events[0].until"),
     ("name: x\nworkload: {kind: poisson}\nevents: [{kind: join, node: n9, at: 10}]\n", "events[0].spec"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 150%, factor: 2}]\n",
+     "events[0].at: must be at most 100% of the run (got 150%)"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 10%, until: 100.5%}]\n",
+     "events[0].until: must be at most 100% of the run (got 100.5%)"),
     ("name: x\nworkload: {kind: poisson}\nevents: [{kind: join, node: n9, at: 1, spec: {class: gpu, gpu: H900}}]\n",
      "events[0].spec"),
     ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: [{class: cpu, gpu: RTX 4090}]}\n", "cluster.nodes[0]"),
@@ -133,6 +137,12 @@ def test_the_schema_refuses_negative_and_repeated_seeds_too(seeds):
 
     with pytest.raises(fastjsonschema.JsonSchemaValueException, match="seeds"):
         _validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": seeds})
+
+
+def test_an_event_may_last_to_the_end_of_the_run():
+    sc = parse_scenario({"name": "x", "workload": {"kind": "poisson", "tasks": 10, "rate_per_s": 1.0},
+                         "events": [{"kind": "slowdown", "node": "cpu-1", "at": "0%", "until": "100%"}]})
+    assert (sc.config.events[0].at, sc.config.events[0].until) == (0.0, 1.0)
 
 
 def test_a_gpu_app_may_run_on_a_node_that_joins_when_the_rate_is_given():
