@@ -78,6 +78,10 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         field, _, message = str(exc).partition(": ")
         flag = FLAG_OF.get(field.removeprefix("SimConfig."))
         raise ConfigError(flag or field, message) from None
+    if config.arrivals == "trace":  # read now, as the runs will: a bad file fails here naming the flag
+        from app.sim.scenario import check_trace
+
+        check_trace(config, "--trace")
     n = 5 if args.seeds is None else args.seeds
     return config, list(range(args.first_seed, args.first_seed + n)), "all" if args.policies is None else args.policies
 

@@ -162,6 +162,20 @@ def _seeds(doc: Any, where: str) -> None:
             raise ScenarioError(where, f"seeds[{i}]", f"{seed} is given twice (each seed runs once)")
 
 
+def check_trace(config: SimConfig, field: str, where: str = "") -> None:
+    """Read ``config``'s trace as a run will (its first ``n_tasks`` rows), so that a missing or bad file fails
+    at setup naming ``field`` (a flag, or a scenario file's ``workload.trace`` with ``where``), not in the
+    first run."""
+    import numpy as np
+
+    from app.sim.workload import TraceError, trace_workload
+
+    try:
+        trace_workload(config.trace_path or "", np.random.default_rng(0), limit=config.n_tasks)
+    except TraceError as exc:
+        raise (ScenarioError(where, field, str(exc)) if where else ConfigError(field, str(exc))) from None
+
+
 def _mix(mix: Mapping[str, float] | None, nodes: list[NodeSpec], where: str, at: str = "") -> None:
     """The app mix: weights not all 0, every app in it one a node can run (``at``: which nodes, in words)."""
     try:
@@ -217,6 +231,8 @@ def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = 
             scrape_interval_s=doc.get("scrape_interval_s", 1.0), **extra)
     except ValueError as exc:
         raise ScenarioError(where, "", str(exc)) from None
+    if kind == "trace":
+        check_trace(config, "workload.trace", where)
     policies = doc.get("policies")
     if policies is not None:
         try:

@@ -276,3 +276,23 @@ def test_without_failed_tasks_the_terminal_has_no_failed_column(tmp_path, capsys
     assert main(["sim", *FAST, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "failed" not in out.splitlines()[0] and "warning" not in out
+
+
+@pytest.mark.parametrize("text, problem", [
+    (None, "No such file or directory"),
+    ("ts,app,input_size_mb\n0.1,upload,abc\n", "row 1: needs ts, app, input_size_mb (could not convert string to "
+                                               "float: 'abc')"),
+])
+def test_a_bad_trace_fails_at_setup_naming_the_flag(text, problem, capsys, tmp_path, no_run):
+    """It was read by the first run, and its error named neither --trace nor the scenario's field."""
+    trace = tmp_path / "t.csv"
+    if text is not None:
+        trace.write_text(text)
+    flags = [f for f in FAST if f != "--tasks" and f != "50"]
+    line = error_line([*flags, "--arrivals", "trace", "--trace", str(trace), "--out", str(tmp_path)], capsys)
+    assert line == f"rttsched sim: error: --trace: {trace}: {problem}"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: x\nworkload: {kind: trace, trace: t.csv}\nseeds: 1\n")
+    line = error_line(["--scenario", str(scenario), "--out", str(tmp_path)], capsys)
+    assert line == f"rttsched sim: error: {scenario}: workload.trace: {trace}: {problem}"
+    assert not no_run
