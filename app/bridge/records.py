@@ -2,9 +2,17 @@
 
 A file is read as JSON lines (blank lines ignored). When its first non-blank line is not JSON by itself but
 the whole file is -- a pretty-printed span export -- the whole file is one record. That is tried only for a
-regular file (and an in-memory stream): on a pipe or a FIFO, whose end may never come (``tail -F``), a first
-line that is not JSON -- one cut short when the pipeline restarted -- is an invalid line like any other and
-the lines after it are read on. Each record is converted according to ``source``:
+regular file (and an in-memory stream): a pipe or a FIFO may never end (``tail -F``). There, and in a file that
+is not one document, a line that is not JSON by itself but opens a bracket is gathered with the lines after it
+while their brackets stay open (:mod:`app.bridge.brackets`). Once all are closed, the lines gathered are one
+record if they parse as one JSON value -- a pretty-printed document, piped --, else each line is read by
+itself. The gathering stops short at a line that cannot continue it (a closing bracket that matches none, a
+line break inside a string: a line cut short), at a line that is a JSON object or array by itself (a record of
+its own, never held back) and at the end of the input: the first line gathered is then an invalid line, the
+others are read each by itself, and the line that stopped it is read anew. A document of more than
+:data:`MAX_DOCUMENT_BYTES` is one invalid record (``too_large``) for all its lines, read to its end and not
+kept. So a line that is a whole record is never delayed; a line that is not JSON and leaves a bracket open is
+reported once the next line shows that it goes nowhere. Each record is converted according to ``source``:
 
 ``values``   the record is a value of the topic, checked against the topic's contract
 ``jaeger``   the record is a Jaeger JSON span (Kafka encoding), a list of them, or a query-API
@@ -25,6 +33,9 @@ such a message), so one bad line never stops the lines after it.
 [(1, {'a': 1}), (3, 'invalid_json'), (4, 'invalid_json')]
 >>> str(recs[-1].error)
 'invalid_json: not UTF-8: byte 0xff at column 1'
+>>> recs = list(read_records(io.BytesIO(b'{"a": 1}\\n[\\n  1,\\n  2\\n]\\n{"b": [\\n{"c": 2}\\n')))
+>>> [(r.line, r.error.reason if r.error else r.doc) for r in recs]
+[(1, {'a': 1}), (2, [1, 2]), (6, 'invalid_json'), (7, {'c': 2})]
 """
 
 from __future__ import annotations
@@ -32,21 +43,25 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import itertools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 import orjson
 
+from app.bridge.brackets import BROKEN, CLOSED, Brackets
 from app.bridge.jaeger import jaeger_to_completions
 from app.bridge.otlp import otlp_to_completions
 from app.bridge.spans import SpanOptions, check_attribution
 from app.contracts.admission import check_order
 from app.contracts.codec import validate
+from app.contracts.dead import MAX_RAW_BYTES
 from app.errors import ContractError
 
 SOURCES = ("values", "jaeger", "otlp")
+MAX_DOCUMENT_BYTES = 64 << 20  # a document gathered from lines, at most (its lines in memory, then parsed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,26 +100,98 @@ def _parse(line: int, raw: bytes) -> Record:
 
 
 def read_records(stream: BinaryIO) -> Iterator[Record]:
-    """The records of a JSON-lines byte stream (or, from a regular file, of one multi-line JSON document). The
-    stream is read as bytes, split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the
-    end of the file."""
-    first: Record | None = None
-    for n, line in enumerate(stream, start=1):
-        raw = line.strip()
+    """The records of a JSON-lines byte stream, a document spread over lines gathered into one (see the module;
+    from a regular file, the whole file when it is one multi-line JSON document). The stream is read as bytes,
+    split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the end of the file."""
+    lines = ((n, line.strip()) for n, line in enumerate(stream, start=1))
+    for n, raw in lines:  # the first line that is not blank
         if not raw:
             continue
-        rec = _parse(n, raw)
-        if first is None:
-            first = rec
-            if rec.error is not None and raw[:1] in (b"{", b"[") and _has_an_end(stream):
-                rest = raw + b"\n" + stream.read()
-                whole = _parse(n, rest)
-                if whole.error is None:
-                    yield whole
-                    return
-                yield from _lines(rest, n)
+        if raw[:1] in (b"{", b"[") and _parse(n, raw).error is not None and _has_an_end(stream):
+            rest = raw + b"\n" + stream.read()
+            whole = _parse(n, rest)
+            if whole.error is None:
+                yield whole
                 return
+            yield from _gathered(enumerate((r.strip() for r in rest.split(b"\n")), start=n))
+            return
+        yield from _gathered(itertools.chain([(n, raw)], lines))
+        return
+
+
+def _gathered(lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
+    """The records of numbered lines (stripped), a document spread over lines gathered into one."""
+    gathered: list[tuple[int, bytes]] = []  # the lines of the document under way
+    size = 0
+    brackets = Brackets()
+    past: tuple[int, int, bytes] | None = None  # a document past the bound: its first and last line, first bytes
+    for n, raw in lines:
+        if not raw:
+            continue
+        if past is not None:
+            if not _whole(raw):
+                state = brackets.feed(raw + b"\n")
+                if state != BROKEN:
+                    past = (past[0], n, past[2])
+                    if state == CLOSED:
+                        yield _too_large(*past)
+                        past = None
+                    continue
+            yield _too_large(*past)  # and this line is read anew
+            past = None
+        elif gathered:
+            state = BROKEN if _whole(raw) else brackets.feed(raw + b"\n")
+            if state != BROKEN:
+                gathered.append((n, raw))
+                size += len(raw) + 1
+                if state == CLOSED:
+                    yield from _document(gathered)
+                    gathered = []
+                elif size > MAX_DOCUMENT_BYTES:
+                    head = b"\n".join(r for _, r in gathered)[:MAX_RAW_BYTES]
+                    past, gathered = (gathered[0][0], n, head), []
+                continue
+            yield from (_parse(m, r) for m, r in gathered)  # this line is read anew
+            gathered = []
+        rec = _parse(n, raw)
+        if rec.error is not None and raw[:1] in (b"{", b"["):
+            brackets = Brackets()
+            if brackets.feed(raw + b"\n") not in (BROKEN, CLOSED):
+                gathered, size = [(n, raw)], len(raw)
+                continue
         yield rec
+    if past is not None:
+        yield _too_large(*past)
+    yield from (_parse(m, r) for m, r in gathered)
+
+
+def _document(gathered: list[tuple[int, bytes]]) -> Iterator[Record]:
+    """The gathered lines, their brackets all closed: one record if they parse as one value, else each alone."""
+    whole = _parse(gathered[0][0], b"\n".join(r for _, r in gathered))
+    if whole.error is None:
+        yield whole
+    else:
+        yield from (_parse(n, r) for n, r in gathered)
+
+
+def _whole(raw: bytes) -> bool:
+    """Whether the line ``raw`` is by itself a JSON object or array with something in it: a record of its own.
+
+    >>> _whole(b'{"a": 1}'), _whole(b'[]'), _whole(b'{"a": 1},'), _whole(b'"a"')
+    (True, False, False, False)
+    """
+    if raw[:1] not in (b"{", b"[") or raw[-1:] not in (b"}", b"]"):
+        return False
+    try:
+        return bool(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _too_large(first: int, last: int, head: bytes) -> Record:
+    return Record(first, head, error=ContractError(
+        "too_large", f"a JSON document over lines {first}-{last} of more than {MAX_DOCUMENT_BYTES:,} bytes: give it as "
+                     "a file, or write it one record per line (jq -c)"))
 
 
 def _has_an_end(stream: BinaryIO) -> bool:
@@ -131,13 +218,6 @@ def _has_an_end(stream: BinaryIO) -> bool:
         return stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
         return False
-
-
-def _lines(data: bytes, start: int) -> Iterator[Record]:
-    for i, raw in enumerate(data.split(b"\n")):
-        raw = raw.strip()
-        if raw:
-            yield _parse(start + i, raw)
 
 
 def convert(record: Record, topic: str, source: str = "values", options: SpanOptions | None = None) -> Converted:

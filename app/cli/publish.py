@@ -70,7 +70,8 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", choices=TOPICS, help="contract the values must satisfy")
-    p.add_argument("file", help="JSON-lines file, or - for stdin")
+    p.add_argument("file", help="JSON-lines file, or - for stdin (a pretty-printed JSON document too, read whole "
+                                "once its brackets close)")
     p.add_argument("--from", dest="source", choices=["values", "jaeger", "otlp"], default="values",
                    help="values: each line is a value of TOPIC; jaeger: Jaeger JSON spans; otlp: OTLP JSON exports")
     p.add_argument("--dead-letters", action="store_true",

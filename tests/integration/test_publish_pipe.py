@@ -108,3 +108,47 @@ async def test_a_cut_first_line_on_an_open_pipe_is_a_dead_letter_and_the_lines_a
             proc.wait()
         for c in consumers:
             await c.stop()
+
+
+async def test_a_pretty_printed_export_on_an_open_pipe_is_published_once_its_last_line_is_read(
+        kafka_settings: Settings):
+    """``curl … | rttsched publish task-completions --from otlp -`` with a pretty-printed export: one record,
+    published while the pipe stays open. It used to be one invalid line per line, and nothing published."""
+    from pathlib import Path
+
+    export = json.loads((Path(__file__).parents[1] / "fixtures" / "spans" / "otlp-export.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(RTT_KAFKA_BOOTSTRAP=kafka_settings.kafka_bootstrap, RTT_TOPIC_PREFIX=kafka_settings.topic_prefix)
+    consumer = AIOKafkaConsumer(kafka_settings.topic("task-completions"),
+                                bootstrap_servers=kafka_settings.bootstrap_servers, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "--from", "otlp",
+                             "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        pretty = json.dumps(export, indent=2).encode() + b"\n"
+        assert pretty.count(b"\n") > 20
+        proc.stdin.write(pretty)
+        proc.stdin.flush()  # and the pipe stays open
+        got = await take(consumer, 2, WITHIN_S)
+        assert proc.poll() is None, "publish ended while its input was open"
+        assert sorted(decode("task-completions", m.value, strict=True)["task_id"] for m in got) == sorted(
+            c["task_id"] for c in completions_of(export)), "the export not on the topic, the pipe open"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()  # type: ignore[union-attr]
+        assert "2 message(s), 1 span(s) that are no task skipped, 0 invalid record(s)" in out, (out, err)
+        assert "Traceback" not in err and "invalid_json" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await consumer.stop()
+
+
+def completions_of(export: Any) -> list[dict[str, Any]]:
+    """The completions of an OTLP export, as ``publish`` converts them."""
+    from app.bridge.otlp import otlp_to_completions
+
+    return otlp_to_completions(export).completions

@@ -1,16 +1,20 @@
 """A first line cut short (what a restart of ``tail -F … | rttsched publish`` can hand over) on an open pipe is one
 invalid line, and the lines after it are read at once. It used to be taken as the start of a pretty-printed
 document and the rest of the pipe read to its end -- under ``tail -F``, never: nothing was published and the
-memory grew."""
+memory grew. A pretty-printed document on a pipe is one record as soon as its last line is read (it used to be
+one invalid line per line), one past the bound one invalid record."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Iterator
 
 import orjson
+import pytest
 
+from app.bridge import records
 from app.bridge.records import Record, read_records
 
 GOOD = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0, "started_ts": 2.0,
@@ -18,29 +22,88 @@ GOOD = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0
 CUT = b'{"resourceSpans":[{"resource":{"attri'
 
 
-def test_a_truncated_first_line_on_an_open_pipe_is_invalid_and_the_lines_after_it_are_read() -> None:
-    r, w = os.pipe()
-    got: list[Record] = []
-    with open(r, "rb") as pipe:
-        def read() -> None:
-            for rec in read_records(pipe):
-                got.append(rec)
+class OpenPipe:
+    """``read_records`` of a pipe, in a thread, while the test writes to the pipe and keeps it open."""
 
-        reading = threading.Thread(target=read, daemon=True)
-        try:
-            os.write(w, CUT + b"\n" + orjson.dumps(GOOD) + b"\n" + orjson.dumps({**GOOD, "task_id": "t-2"}) + b"\n")
-            reading.start()
-            deadline = time.monotonic() + 5.0
-            while len(got) < 3 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert [(rec.line, rec.error.reason if rec.error else rec.doc["task_id"]) for rec in got] == [
-                (1, "invalid_json"), (2, "t-1"), (3, "t-2")], "the lines after the cut one were not read"
-            assert reading.is_alive()  # and it reads on: the pipe is open
-        finally:
-            os.close(w)  # the end of the input: the reading ends (the old code's read() too)
-        reading.join(5.0)
-        assert not reading.is_alive()
-    assert len(got) == 3
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        self.got: list[Record] = []
+        self.pipe = open(self.r, "rb")  # noqa: SIM115 - closed by close()
+        self.reading = threading.Thread(target=self._read, daemon=True)
+        self.reading.start()
+
+    def _read(self) -> None:
+        for rec in read_records(self.pipe):
+            self.got.append(rec)  # each as soon as it is read
+
+    def write(self, data: bytes) -> None:
+        os.write(self.w, data)
+
+    def wait_for(self, n: int, timeout_s: float = 5.0) -> list[Record]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.got) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.reading.is_alive()  # it reads on: the pipe is open
+        return list(self.got)
+
+    def close(self) -> None:
+        os.close(self.w)  # the end of the input: the reading ends
+        self.reading.join(5.0)
+        assert not self.reading.is_alive()
+        self.pipe.close()
+
+
+@pytest.fixture
+def open_pipe() -> Iterator[OpenPipe]:
+    p = OpenPipe()
+    try:
+        yield p
+    finally:
+        if p.reading.is_alive():
+            p.close()
+
+
+def said(got: list[Record]) -> list[tuple[int, str]]:
+    return [(rec.line, rec.error.reason if rec.error else rec.doc["task_id"]) for rec in got]
+
+
+@pytest.mark.parametrize("cut", [CUT, b'{"resourceSpans":[', b'{"task_id": "t-0", "app": '],
+                         ids=["in-a-string", "after-a-bracket", "after-a-colon"])
+def test_a_truncated_first_line_on_an_open_pipe_is_invalid_and_the_lines_after_it_are_read(
+        open_pipe: OpenPipe, cut: bytes) -> None:
+    """Wherever it was cut: the next line, a record by itself, is never taken as more of it."""
+    open_pipe.write(cut + b"\n" + orjson.dumps(GOOD) + b"\n" + orjson.dumps({**GOOD, "task_id": "t-2"}) + b"\n")
+    assert said(open_pipe.wait_for(3)) == [(1, "invalid_json"), (2, "t-1"), (3, "t-2")], \
+        "the lines after the cut one were not read"
+    open_pipe.close()
+    assert len(open_pipe.got) == 3
+
+
+def test_a_pretty_printed_document_on_an_open_pipe_is_one_record_once_its_last_line_is_read(
+        open_pipe: OpenPipe) -> None:
+    pretty = orjson.dumps(GOOD, option=orjson.OPT_INDENT_2) + b"\n"
+    head, last = pretty[:-2], pretty[-2:]  # all but the closing brace
+    open_pipe.write(head)
+    time.sleep(0.2)
+    assert open_pipe.got == []  # gathered, not invalid lines
+    open_pipe.write(last + orjson.dumps({**GOOD, "task_id": "t-2"}) + b"\n" + pretty.replace(b"t-1", b"t-3"))
+    assert said(open_pipe.wait_for(3)) == [(1, "t-1"), (11, "t-2"), (12, "t-3")]
+    open_pipe.close()
+
+
+def test_a_document_past_the_bound_on_a_pipe_is_one_invalid_record(open_pipe: OpenPipe,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "MAX_DOCUMENT_BYTES", 100)
+    pretty = orjson.dumps({"spans": [GOOD, GOOD]}, option=orjson.OPT_INDENT_2) + b"\n"
+    lines = pretty.count(b"\n")
+    open_pipe.write(pretty + orjson.dumps(GOOD) + b"\n")
+    got = open_pipe.wait_for(2)
+    assert said(got) == [(1, "too_large"), (lines + 1, "t-1")]  # its lines one record, and the line after it
+    assert str(got[0].error) == (f"too_large: a JSON document over lines 1-{lines} of more than 100 bytes: give it "
+                                 "as a file, or write it one record per line (jq -c)")
+    stripped = b"\n".join(line.strip() for line in pretty.splitlines())
+    assert len(got[0].raw) > 100 and stripped.startswith(got[0].raw)  # its first lines, for a dead letter
+    open_pipe.close()
 
 
 def test_a_pretty_printed_document_in_a_regular_file_is_still_one_record(tmp_path) -> None:
