@@ -239,6 +239,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         raise ConfigError("--speed", f"must be in (0, 20] (got {args.speed})")
     if args.seed < 0:  # numpy seeds are >= 0
         raise ConfigError("--seed", f"must be >= 0 (got {args.seed})")
+    if args.seed >= 2**63:  # the report's JSON holds 64-bit integers: a larger seed failed after the runs
+        raise ConfigError("--seed", f"must be below 2**63 (got {args.seed})")
     config = demo_config(args.minutes, args.tasks, args.speed, settings.scrape_interval_s)
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # progress bars and the table; -v for every log line

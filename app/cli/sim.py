@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-html", action="store_true", help="CSV and JSON only")
 
 
+MAX_SEED = 2**63  # seeds are below it: the report's JSON holds 64-bit integers
+
 # SimConfig's fields as the flags that set them, for errors
 FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "load": "--load",
            "arrivals": "--arrivals", "trace_path": "--trace", "events": "--events", "preset": "--preset",
@@ -50,6 +52,12 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         raise ConfigError("--seeds", "must be >= 1")
     if args.first_seed < 0:  # numpy seeds are >= 0
         raise ConfigError("--first-seed", f"must be >= 0 (got {args.first_seed})")
+    n = 5 if args.seeds is None else args.seeds
+    if args.first_seed >= MAX_SEED:  # the report's JSON holds 64-bit integers: a larger seed failed after the runs
+        raise ConfigError("--first-seed", f"must be below 2**63 (got {args.first_seed})")
+    if args.first_seed + n - 1 >= MAX_SEED:
+        raise ConfigError("--first-seed", f"the last of its {n} seeds must be below 2**63 too (got "
+                                          f"{args.first_seed}, the last {args.first_seed + n - 1})")
     if args.scenario:
         given = [f"--{f.replace('_', '-')}" for f in SETUP_FLAGS if getattr(args, f) is not None]
         if given:
@@ -82,7 +90,6 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         from app.sim.scenario import check_trace
 
         check_trace(config, "--trace")
-    n = 5 if args.seeds is None else args.seeds
     return config, list(range(args.first_seed, args.first_seed + n)), "all" if args.policies is None else args.policies
 
 

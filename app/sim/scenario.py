@@ -38,6 +38,7 @@ from app.sim.workload import DEFAULT_MIX, check_mix
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
 DEFAULT_SEEDS = 5
+MAX_SEED = 2**63  # seeds are below it
 
 
 class ScenarioError(ConfigError):
@@ -150,14 +151,19 @@ def _finite(doc: Any, where: str, path: str = "") -> None:
 
 
 def _seeds(doc: Any, where: str) -> None:
-    """Seeds are numpy seeds: >= 0, each once (the schema's own message for a list would not say which one;
-    a repeated seed would count as one more seed with the same figures, narrowing the interval for nothing)."""
+    """Seeds are numpy seeds: >= 0, below 2**63 (the report's JSON holds 64-bit integers), each once (the
+    schema's own message for a list would not say which one; a repeated seed would count as one more seed
+    with the same figures, narrowing the interval for nothing). A count runs seeds 1 to it."""
     seeds = doc.get("seeds") if isinstance(doc, dict) else None
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= MAX_SEED:
+        raise ScenarioError(where, "seeds", f"must be below 2**63 (got {seeds})")
     for i, seed in enumerate(seeds if isinstance(seeds, list) else ()):
         if not isinstance(seed, int) or isinstance(seed, bool):
             continue  # the schema's to refuse
         if seed < 0:
             raise ScenarioError(where, f"seeds[{i}]", f"must be >= 0 (got {seed})")
+        if seed >= MAX_SEED:
+            raise ScenarioError(where, f"seeds[{i}]", f"must be below 2**63 (got {seed})")
         if seed in seeds[:i]:
             raise ScenarioError(where, f"seeds[{i}]", f"{seed} is given twice (each seed runs once)")
 

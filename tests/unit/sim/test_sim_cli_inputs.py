@@ -148,6 +148,11 @@ def test_the_report_lines_name_each_file_once(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, line", [
     (["--first-seed", "-3"], "--first-seed: must be >= 0 (got -3)"),
+    (["--first-seed", "18446744073709551616"],
+     "--first-seed: must be below 2**63 (got 18446744073709551616)"),
+    (["--first-seed", "9223372036854775806", "--seeds", "3"],
+     "--first-seed: the last of its 3 seeds must be below 2**63 too (got 9223372036854775806, the last "
+     "9223372036854775808)"),
     (["--policies", ","], "--policies: no policy named (got ','); 'all' or a comma-separated list of: kube_default, "
                           "round_robin, random, load_aware, target_load, load_aware_tuned, target_load_tuned, "
                           "static_best, rtt_aware, clairvoyant"),
@@ -188,6 +193,7 @@ def demo_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.mark.parametrize("argv, line", [
     (["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
+    (["--seed", "9223372036854775808"], "--seed: must be below 2**63 (got 9223372036854775808)"),
     (["--minutes", "1e300"], "--minutes: must be <= 1440, a day (got 1e+300)"),
     (["--minutes", "inf"], "--minutes: must be finite (got inf)"),
     (["--out", "{file}"], "--out: {file} exists and is not a directory"),
