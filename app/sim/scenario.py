@@ -157,14 +157,15 @@ def _seeds(doc: Any, where: str) -> None:
     seeds = doc.get("seeds") if isinstance(doc, dict) else None
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= MAX_SEED:
         raise ScenarioError(where, "seeds", f"must be below 2**63 (got {seeds})")
-    for i, seed in enumerate(seeds if isinstance(seeds, list) else ()):
+    listed: list[Any] = seeds if isinstance(seeds, list) else []
+    for i, seed in enumerate(listed):
         if not isinstance(seed, int) or isinstance(seed, bool):
             continue  # the schema's to refuse
         if seed < 0:
             raise ScenarioError(where, f"seeds[{i}]", f"must be >= 0 (got {seed})")
         if seed >= MAX_SEED:
             raise ScenarioError(where, f"seeds[{i}]", f"must be below 2**63 (got {seed})")
-        if seed in seeds[:i]:
+        if seed in listed[:i]:
             raise ScenarioError(where, f"seeds[{i}]", f"{seed} is given twice (each seed runs once)")
 
 
