@@ -18,14 +18,11 @@ app.sim.scenario.ScenarioError: bad.yaml: workload.clients: a closed loop needs 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import fastjsonschema
 import yaml
 
 from app.errors import ConfigError, read_error
@@ -34,9 +31,9 @@ from app.sim.events import SELECTORS, EventSpec
 from app.sim.hardware import NodeSpec, cpu_node, gpu_node, preset
 from app.sim.policies import PolicyError, parse_policies
 from app.sim.runner import SimConfig
+from app.sim.scenario_schema import schema_problem
 from app.sim.workload import DEFAULT_MIX, check_mix
 
-SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
 DEFAULT_SEEDS = 5
 MAX_SEED = 2**63  # seeds are below it
 
@@ -55,11 +52,6 @@ class Scenario:
     config: SimConfig
     seeds: list[int]
     policies: str | None = None  # "all" or a comma-separated list; None: the caller's choice
-
-
-@functools.cache
-def _validator() -> Any:
-    return fastjsonschema.compile(json.loads(SCHEMA_PATH.read_text()))
 
 
 def _node(d: Mapping[str, Any], name: str, field: str, where: str) -> NodeSpec:
@@ -198,12 +190,9 @@ def parse_scenario(doc: Any, where: str = "<scenario>", base_dir: Path | None = 
     """A validated :class:`Scenario` from a parsed YAML document."""
     _finite(doc, where)
     _seeds(doc, where)
-    try:
-        _validator()(doc)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        msg = exc.message
-        msg = msg[5:] if msg.startswith("data.") else msg[5:] if msg.startswith("data ") else msg
-        raise ScenarioError(where, "", msg) from None
+    problem = schema_problem(doc)
+    if problem:
+        raise ScenarioError(where, *problem)
     preset_name, n_nodes, explicit = _nodes(doc.get("cluster", {}), where)
     at_start = list(explicit or preset(preset_name, n_nodes))
     names = {n.name for n in at_start}

@@ -125,6 +125,54 @@ def test_bad_scenario_names_the_field_in_one_line(tmp_path, capsys, text, field)
     assert out.out == "" and out.err.count("\n") == 1 and field in out.err and "Traceback" not in out.err
 
 
+NODES = "name: x\nworkload: {kind: poisson, load: 0.5}\ncluster: {nodes: [%s, {class: cpu}]}\n"
+NODE_KEYS = "name, class, gpu, gpus, slots, cores, mem_gb, disk_mb_s, count"
+
+
+@pytest.mark.parametrize("text, line", [
+    (NODES % "{class: gpu, gpu: RTX 4090, gpu_count: 2}",
+     f"cluster.nodes[0]: unknown key 'gpu_count' (known: {NODE_KEYS})"),
+    (NODES % "{class: gpu, gpu: RTX 4090, count: -1}", "cluster.nodes[0].count: must be >= 1 (got -1)"),
+    (NODES % "{class: gpu, gpu: RTX 4090, cores: 0}", "cluster.nodes[0].cores: must be >= 1 (got 0)"),
+    (NODES % "{gpu: RTX 4090}", "cluster.nodes[0].class: is required"),
+    ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: 2, preset: large}\n",
+     "cluster.nodes: must be >= 4 (got 2)"),
+    ("name: x\nworkload: {kind: poisson}\ncluster: {nodes: many}\n",
+     "cluster.nodes: must be a node count (the large preset) or a list of nodes (got 'many')"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: '3'\n",
+     "seeds: must be a count of seeds (1 to it) or a list of seeds (got '3')"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: true\n",
+     "seeds: must be a count of seeds (1 to it) or a list of seeds (got True)"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: -2\n", "seeds: must be >= 1 (got -2)"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: [1, x]\n", "seeds[1]: must be integer (got 'x')"),
+    ("name: x\nworkload: {kind: poisson}\napps: {upload: 1, Foo: 2}\n",
+     "apps: unknown app 'Foo' (known: upload, gCTF, Motioncor2)"),
+    ("name: x\nworkload: {kind: poisson}\nsla_ms: {gctf: 2}\n",
+     "sla_ms: unknown app 'gctf' (known: upload, gCTF, Motioncor2)"),
+    ("name: x\nworkload: {kind: poisson, rat: 2}\n", "workload: unknown key 'rat' (known: kind, tasks, load, "
+     "rate_per_s, trace, burst_factor, burst_fraction, mean_burst_s, clients, think_s, duration_s)"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: 10x}]\n",
+     "events[0].at: must be \"NN%\" of the run (got '10x')"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: slowdown, node: cpu-1, at: -1}]\n",
+     "events[0].at: must be >= 0 (got -1)"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: neighbour, node: cpu-1, at: 1, loads: {ram: 1}}]\n",
+     "events[0].loads: unknown resource 'ram' (known: gpu, membw, pcie, disk, cpu)"),
+    ("name: x\nworkload: {kind: poisson, tasks: 0}\n", "workload.tasks: must be >= 1 (got 0)"),
+    ("name: x\nworkload: {kind: poisson, load: 0}\n", "workload.load: must be > 0 (got 0)"),
+    ("name: x\nworkload: {kind: fast}\n",
+     "workload.kind: must be one of ['poisson', 'bursty', 'trace', 'closed'] (got 'fast')"),
+    ("workload: {kind: poisson}\n", "name: is required"),
+])
+def test_a_schema_error_says_what_is_wrong(tmp_path, text, line):
+    """The schema's own words named a field but not the problem ("cluster.nodes must be valid exactly by one
+    definition (0 matches found)", "apps must be named by propertyName definition")."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: {line}"
+
+
 def test_a_scenario_file_that_is_not_utf8_is_named(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_bytes(b"name: \xff\n")
@@ -137,10 +185,10 @@ def test_a_scenario_file_that_is_not_utf8_is_named(tmp_path, capsys):
 def test_the_schema_refuses_negative_and_repeated_seeds_too(seeds):
     import fastjsonschema
 
-    from app.sim.scenario import _validator
+    from app.sim.scenario_schema import validator
 
     with pytest.raises(fastjsonschema.JsonSchemaValueException, match="seeds"):
-        _validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": seeds})
+        validator()({"name": "x", "workload": {"kind": "poisson"}, "seeds": seeds})
 
 
 def test_an_event_may_last_to_the_end_of_the_run():
