@@ -20,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="node count of the large preset (default 300; the small preset's nodes are fixed)")
     p.add_argument("--policies", default=None, help="'all' (default) or a comma-separated list of policy names")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, or the scenario's)")
-    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=None,
+                   help="the first of consecutive seeds (default 1); with --scenario, as many seeds as it lists "
+                        "(or --seeds) from this one instead of its own, e.g. held-out seeds")
     p.add_argument("--tasks", type=int, default=None, help="tasks per run (default 5000)")
     p.add_argument("--rate", type=float, default=None, help="arrivals per second (default: 4 per node)")
     p.add_argument("--load", type=float, default=None, help="arrival rate as a multiple of the cluster's capacity")
@@ -41,6 +43,16 @@ FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "
            "large_preset.n_nodes": "--nodes"}
 
 
+def _seed_range(first: int, n: int) -> list[int]:
+    """``n`` seeds from ``first``, the last below :data:`MAX_SEED` too."""
+    from app.errors import ConfigError
+
+    if first + n - 1 >= MAX_SEED:
+        raise ConfigError("--first-seed", f"the last of its {n} seeds must be below 2**63 too (got {first}, "
+                                          f"the last {first + n - 1})")
+    return list(range(first, first + n))
+
+
 def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str]:
     """(SimConfig, seeds, policies) from a scenario file or from the flags."""
     from app.errors import ConfigError
@@ -50,14 +62,11 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
 
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError("--seeds", "must be >= 1")
-    if args.first_seed < 0:  # numpy seeds are >= 0
-        raise ConfigError("--first-seed", f"must be >= 0 (got {args.first_seed})")
-    n = 5 if args.seeds is None else args.seeds
-    if args.first_seed >= MAX_SEED:  # the report's JSON holds 64-bit integers: a larger seed failed after the runs
-        raise ConfigError("--first-seed", f"must be below 2**63 (got {args.first_seed})")
-    if args.first_seed + n - 1 >= MAX_SEED:
-        raise ConfigError("--first-seed", f"the last of its {n} seeds must be below 2**63 too (got "
-                                          f"{args.first_seed}, the last {args.first_seed + n - 1})")
+    first = 1 if args.first_seed is None else args.first_seed
+    if first < 0:  # numpy seeds are >= 0
+        raise ConfigError("--first-seed", f"must be >= 0 (got {first})")
+    if first >= MAX_SEED:  # the report's JSON holds 64-bit integers: a larger seed failed after the runs
+        raise ConfigError("--first-seed", f"must be below 2**63 (got {first})")
     if args.scenario:
         given = [f"--{f.replace('_', '-')}" for f in SETUP_FLAGS if getattr(args, f) is not None]
         if given:
@@ -67,7 +76,10 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         except ValueError as exc:
             raise ConfigError("--scenario", str(exc)) from None
         sc = load_scenario(path)
-        seeds = sc.seeds if args.seeds is None else list(range(args.first_seed, args.first_seed + args.seeds))
+        if args.seeds is None and args.first_seed is None:
+            seeds = sc.seeds
+        else:  # as many as it lists (or --seeds), from --first-seed (or 1)
+            seeds = _seed_range(first, len(sc.seeds) if args.seeds is None else args.seeds)
         return sc.config, seeds, args.policies if args.policies is not None else sc.policies or "all"
     preset = args.preset or "small"
     if args.nodes is not None and preset != "large":  # the small preset is a fixed cluster: no count to set
@@ -90,7 +102,8 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         from app.sim.scenario import check_trace
 
         check_trace(config, "--trace")
-    return config, list(range(args.first_seed, args.first_seed + n)), "all" if args.policies is None else args.policies
+    seeds = _seed_range(first, 5 if args.seeds is None else args.seeds)
+    return config, seeds, "all" if args.policies is None else args.policies
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -302,3 +302,23 @@ def test_a_bad_trace_fails_at_setup_naming_the_flag(text, problem, capsys, tmp_p
     line = error_line(["--scenario", str(scenario), "--out", str(tmp_path)], capsys)
     assert line == f"rttsched sim: error: {scenario}: workload.trace: {trace}: {problem}"
     assert not no_run
+
+
+def test_first_seed_applies_to_a_scenario_as_to_the_flags():
+    """With --scenario, --first-seed was dropped without a word: the scenario's own seeds ran."""
+    sc = load_scenario(SCENARIO_DIR / "default.yaml")
+    _, seeds, _ = setup(["--scenario", "default", "--first-seed", "6"])
+    assert seeds == list(range(6, 6 + len(sc.seeds)))  # as many seeds as it lists, from 6: held-out seeds
+    _, seeds, _ = setup(["--scenario", "default", "--first-seed", "6", "--seeds", "2"])
+    assert seeds == [6, 7]
+    _, seeds, _ = setup(["--scenario", "default"])
+    assert seeds == sc.seeds
+    _, seeds, _ = setup(["--first-seed", "3", "--seeds", "2"])
+    assert seeds == [3, 4]
+
+
+def test_first_seed_has_a_help_text():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["sim"]
+    action = next(a for a in sub._actions if a.dest == "first_seed")
+    assert action.help and "--scenario" in action.help
