@@ -68,9 +68,13 @@ def live_lines(live: Mapping[str, Any], halves: Mapping[str, Sequence[float]], l
     """
     from app.sim.report.stats import ratio
 
-    ext = live["extender"]
-    lines = [f"live: {ext['requests']:.0f} prioritize calls ({ext['scored']:.0f} scored, {ext['neutral']:.0f} neutral,"
-             f" {ext['errors']:.0f} errors)",
+    ext = {k: live["extender"].get(k, 0) for k in ("requests", "scored", "neutral", "errors", "bound", "filtered_out")}
+    # every attempt ends one way: prioritize scored or neutral, an error (default scoring), bound after filter alone
+    # (one node passed), or left pending (none passed)
+    lines = [f"live: {ext['requests']:.0f} placement attempts: {ext['scored']:.0f} scored, "
+             f"{ext['neutral']:.0f} neutral, {ext['errors']:.0f} errors,",
+             f"      {ext['bound']:.0f} bound by filter alone (one node passed), "
+             f"{ext['filtered_out']:.0f} left pending (none passed)",
              f"      {live['retrain_events']} retrain events, {live['model_updates']} model updates, "
              f"{live['predictions_joined']} predictions joined",
              f"  {'mean RTT ms':<16}{'all tasks':>10}{'1st half':>10}{'2nd half':>10}   live vs row, 2nd half"]

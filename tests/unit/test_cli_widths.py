@@ -76,3 +76,20 @@ def test_a_table_too_wide_for_100_columns_goes_on_in_a_second_block_not_past_the
     heads = [line for line in lines if line.startswith("policy ")]
     assert len(heads) == 2  # the second block repeats the policy column
     assert all(any(line.startswith(p + " ") for line in lines) for p in POLICY_NAMES)
+
+
+def test_the_demo_s_live_line_counts_placement_attempts_that_add_up():
+    """It said "N prioritize calls" of the extender's placement attempts, which also count the tasks bound after
+    filter alone and those filter left pending: its scored, neutral and errors did not add up to N."""
+    from app.cli.summary import live_lines
+
+    live = {"extender": {"requests": 20.0, "scored": 12.0, "neutral": 3.0, "errors": 1.0, "bound": 2.0,
+                         "filtered_out": 2.0, "http_s": 0.5},
+            "retrain_events": 4, "model_updates": 3, "predictions_joined": 15}
+    lines = live_lines(live, {"rtt_aware_live": (100.0, 110.0, 90.0)}, "rtt_aware_live", {})
+    text = "\n".join(lines)
+    assert "prioritize calls" not in text
+    counts = re.findall(r"(\d+) (scored|neutral|errors|bound|left pending)", text)
+    assert [n for n, _ in counts] == ["12", "3", "1", "2", "2"]
+    assert "20 placement attempts" in text and sum(int(n) for n, _ in counts) == 20
+    assert max(map(len, lines)) <= WIDTH
