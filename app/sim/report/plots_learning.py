@@ -17,7 +17,9 @@ import numpy as np
 from app.sim.report.svg import new_figure, to_svg
 
 APP_COLOURS = {"upload": "#1f77b4", "gCTF": "#d62728", "Motioncor2": "#2ca02c"}
-REASON_COLOURS = {"initial": "#7f7f7f", "cold_start": "#1f77b4", "drift": "#d62728", "growth": "#2ca02c"}
+# none of the apps' colours: a retrain marker stands beside the apps' error lines
+REASON_COLOURS = {"initial": "#7f7f7f", "cold_start": "#9467bd", "drift": "#ff7f0e", "growth": "#8c564b",
+                  "manual": "#e377c2", "schedule": "#17becf"}
 REASON_TEXT = {
     "cold_start": "first model: the key's samples reached the cold-start count",
     "growth": "more history: the key's samples grew by the growth fraction since the last ask",

@@ -54,8 +54,8 @@ def percentile_table(runs: Mapping[str, Sequence[Any]]) -> str:
     body = []
     for p, rs in runs.items():
         f = seed_means(rs, "all")
-        body.append(f"<tr><th>{esc(p)}</th>" + "".join(f"<td>{f[k]:.1f}</td>" for k in
-                                                         ("p50_rtt_ms", "p95_rtt_ms", "p99_rtt_ms")) + "</tr>")
+        body.append(f"<tr><th>{esc(p)}</th>" + "".join(f"<td>{f[k]:.1f}</td>" if math.isfinite(f[k]) else "<td>-</td>"
+                                                         for k in ("p50_rtt_ms", "p95_rtt_ms", "p99_rtt_ms")) + "</tr>")
     return f"<table><tr><th>policy</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th></tr>{''.join(body)}</table>"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from app.sim.report.goals import goal_rows
 from app.sim.report.plots_rtt import rolling
-from app.sim.report.sections import config_table, policy_table
+from app.sim.report.sections import config_table, percentile_table, policy_table
 from app.sim.report.svg import new_figure, to_svg
 from app.sim.report.tables import cell, format_table, to_csv
 
@@ -96,3 +96,18 @@ def test_live_pace_and_simulator_speed_are_separate_columns():
     sim_row = re.search(r"<tr><th>kube_default</th>(.*?)</tr>", html).group(1)
     assert re.findall(r"<td>(.*?)</td>", live_row) == ["24.0", "-"]
     assert re.findall(r"<td>(.*?)</td>", sim_row) == ["-", "19113"]
+
+
+def test_retrain_markers_are_not_coloured_like_the_apps():
+    """Retrain kinds shared the apps' colours: a drift marker read as a gCTF point."""
+    from app.sim.report.plots_learning import APP_COLOURS, REASON_COLOURS
+
+    assert set(REASON_COLOURS.values()).isdisjoint(APP_COLOURS.values())
+    assert len(set(REASON_COLOURS.values())) == len(REASON_COLOURS)
+
+
+def test_the_percentile_table_prints_a_dash_where_there_is_no_value():
+    """A run with no completed task printed nan there, where every other table prints "-"."""
+    none_done = SimpleNamespace(apps=("a", "a"), rtt_ms=np.array([np.nan, np.nan]), ok=np.zeros(2, bool))
+    html = percentile_table({"kube_default": [none_done]})
+    assert "nan" not in html and html.count("<td>-</td>") == 3
