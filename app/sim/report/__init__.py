@@ -48,6 +48,18 @@ def hardware_labels(config: Any) -> dict[str, str]:
     return {n.name: n.gpu_model or f"CPU {n.cpu_cores} cores" for n in nodes}
 
 
+def blocked_paths(out_dir: str | Path, *, html: bool = True) -> list[Path]:
+    """The files :func:`write_report` would write under ``out_dir`` where something other than a file is (a
+    directory): checked before the runs, so that they do not fail at the end.
+
+    >>> blocked_paths("/nonexistent")
+    []
+    """
+    out = Path(out_dir)
+    names = ["policies.csv", "policies.json", *(["report.html"] if html else [])]
+    return [out / n for n in names if (out / n).exists() and not (out / n).is_file()]
+
+
 def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
                  config: Mapping[str, Any] | None = None, *, html: bool = True, live: Collection[str] = (),
                  hardware: Mapping[str, str] | None = None,
@@ -81,5 +93,5 @@ def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
     return paths
 
 
-__all__ = ["ReportPaths", "format_goals", "format_table", "goal_rows", "hardware_labels", "interval_note", "mean_ci",
-           "summarise", "write_report"]
+__all__ = ["ReportPaths", "blocked_paths", "format_goals", "format_table", "goal_rows", "hardware_labels",
+           "interval_note", "mean_ci", "summarise", "write_report"]
