@@ -20,18 +20,26 @@ app.errors.ConfigError: RTT_METRICS_PORT: cannot listen on 127.0.0.1:...: Addres
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 
 from app.errors import ConfigError
 
 
 def url_host(host: str) -> str:
-    """``host`` as the host part of a URL: an IPv6 address in brackets, anything else as it is.
+    """``host`` as the host part of a URL: an IPv6 address (with its ``%zone``, IPv4-mapped too) in brackets,
+    anything else as it is -- a name, an IPv4 address, ``host:port``, an address already in brackets.
 
-    >>> url_host("::1"), url_host("fd00:10::7"), url_host("10.0.0.7"), url_host("node-1"), url_host("[::1]")
-    ('[::1]', '[fd00:10::7]', '10.0.0.7', 'node-1', '[::1]')
+    >>> url_host("::1"), url_host("fd00:10::7"), url_host("fe80::1%eth0"), url_host("::ffff:10.0.0.7")
+    ('[::1]', '[fd00:10::7]', '[fe80::1%eth0]', '[::ffff:10.0.0.7]')
+    >>> url_host("10.0.0.7"), url_host("node-1"), url_host("[::1]"), url_host("10.0.0.7:9100"), url_host("u:p")
+    ('10.0.0.7', 'node-1', '[::1]', '10.0.0.7:9100', 'u:p')
     """
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host
+    return f"[{host}]" if address.version == 6 else host
 
 
 def listen_error(field: str, host: str, port: int, exc: OSError, host_field: str | None = None) -> ConfigError:

@@ -187,11 +187,13 @@ def parse_target_flag(flag: str, exporters: Collection[str] | None = None) -> Ta
 
 def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
     """Replace ``${VAR}`` by the environment's value; a missing variable is an error naming it. A value that
-    begins a URL's host (after ``://`` or ``@``) and is an IPv6 address is put in brackets: ``status.hostIP``
-    on an IPv6 cluster.
+    begins a URL's host (after ``://`` or ``@``, not before ``@``: that is the user info) and is an IPv6 address
+    (:func:`~app.listen.url_host`) is put in brackets: ``status.hostIP`` on an IPv6 cluster.
 
     >>> expand_env("url: http://${NODE_IP}:9100/metrics", {"NODE_IP": "fd00::7"})
     'url: http://[fd00::7]:9100/metrics'
+    >>> expand_env("http://${CREDS}@${ADDR}/m", {"CREDS": "user:pass", "ADDR": "10.0.0.7:9100"})
+    'http://user:pass@10.0.0.7:9100/m'
     """
     env = os.environ if environ is None else environ
 
@@ -199,7 +201,8 @@ def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
         if m.group(1) not in env:
             raise TargetError(m.group(0), "environment variable is not set")
         value = env[m.group(1)]
-        return url_host(value) if text.endswith(("://", "@"), 0, m.start()) else value
+        host = text.endswith(("://", "@"), 0, m.start()) and not text.startswith("@", m.end())
+        return url_host(value) if host else value
 
     return _VAR.sub(sub, text)
 

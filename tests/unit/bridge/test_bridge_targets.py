@@ -75,6 +75,26 @@ def test_an_ipv6_value_is_bracketed_only_where_it_is_a_urls_host(tmp_path):
     assert t.urls == ("http://u@[fd00::7]:9100/m", "http://[fd00::7]:9400/m", "http://h:9835/fd00::7")
 
 
+
+@pytest.mark.parametrize(("url", "env", "expected"), [
+    ("http://${ADDR}/metrics", {"ADDR": "10.0.0.7:9100"}, "http://10.0.0.7:9100/metrics"),  # host and port
+    ("http://${ADDR}/metrics", {"ADDR": "[fd00::7]:9100"}, "http://[fd00::7]:9100/metrics"),
+    ("http://${CREDS}@${IP}:9100/m", {"CREDS": "user:pass", "IP": "fd00::7"}, "http://user:pass@[fd00::7]:9100/m"),
+    ("http://${CREDS}@h:9100/m", {"CREDS": "fd00::7"}, "http://fd00::7@h:9100/m"),  # user info, not the host
+    ("http://${IP}:9100/m", {"IP": "[fd00::7]"}, "http://[fd00::7]:9100/m"),  # already in brackets
+    ("http://${IP}:9100/m", {"IP": "::ffff:10.0.0.7"}, "http://[::ffff:10.0.0.7]:9100/m"),  # IPv4-mapped
+    ("http://${IP}:9100/m", {"IP": "fe80::1%eth0"}, "http://[fe80::1%eth0]:9100/m"),  # a zone id
+    ("http://${IP}:9100/m", {"IP": "10.0.0.7"}, "http://10.0.0.7:9100/m"),
+], ids=["host-port", "v6-host-port", "user-pass-at-v6", "v6-like-user", "bracketed", "v4-mapped", "zone", "v4"])
+def test_a_value_is_bracketed_only_when_it_is_an_ipv6_address_as_a_urls_host(tmp_path, url, env, expected):
+    """Only an IPv6 address (a zone id after %, IPv4-mapped) goes in brackets: ``host:port`` in one variable and
+    ``user:pass`` before ``@`` are kept as they are (they were bracketed -- a URL rejected, or
+    ``http://[user:pass]@...``)."""
+    p = tmp_path / "targets.yaml"
+    p.write_text(f"node: w\ntargets:\n  - {url}\n")
+    [t] = load_targets(p, env)
+    assert t.urls == (expected,)
+
 def test_a_file_with_several_nodes(tmp_path):
     p = tmp_path / "targets.yaml"
     p.write_text("nodes:\n"
