@@ -16,8 +16,9 @@ to dead-letters instead (kept, not lost), 3 when Kafka did not take some message
 A message Kafka refuses for good (larger than it takes, a topic it may not write) is not sent again: it goes to
 the dead-letters topic, ``--dead-letters`` or not, with the reason :data:`REFUSED` and its input line as
 ``offset`` (a value too large for a dead letter keeps its first bytes, its size and its sha256). One error line
-says so, and the summary line counts them. With no dead-letters topic under the prefix (none is auto-created),
-or a dead letter refused too, the message is not sent: an error line, exit status 3.
+says so, and the summary line counts them. With no dead-letters topic under the prefix (none is auto-created;
+a broker that cannot say, away for a moment, is asked again at the next try, the dead letter held meanwhile), or a
+dead letter refused too, the message is not sent: an error line, exit status 3.
 
 What the broker did not take (it restarted, or stalled past the producer's request timeout) is held and sent
 again, with a backoff and a new producer, until it does (:class:`_Delivery`): ``publish`` waits, it does not
@@ -403,6 +404,8 @@ class _Delivery:
                 except BridgeError as exc:
                     error = exc
             if self.producer is not None:
+                error = await self._check_letters()
+            if self.producer is not None and error is None:
                 failed = await send_messages(self.producer, self.held)
                 failed_ids = {id(m) for m, _ in failed}
                 taken = [m for m in self.held if id(m) not in failed_ids]
@@ -452,7 +455,13 @@ class _Delivery:
         lost = [(m, e) for m, e in for_good if m[0] != self._topic]
         letters: list[Any] = []
         if mine:
-            where = await self._letters_topic()
+            from app.kafka.admin import TopicError
+
+            unsure: TopicError | None = None
+            try:
+                where = await self._letters_topic()
+            except TopicError as exc:  # Kafka cannot say now: the dead letters are made, held, and it is asked again
+                where, unsure = None, exc
             line = min(self._lines[id(m)] for m, _ in mine)
             said = f"publish: error: Kafka refused {len(mine)} message(s) for good ({_said(mine[0][1])}), " \
                    f"from {self._name}:{line} on"
@@ -465,7 +474,8 @@ class _Delivery:
                     self._lines[id(letter)] = self._lines[id(m)]
                     self._of_refused.add(id(letter))
                 self._made.extend(letters)
-                print(f"{said}: they go to dead-letters (reason {REFUSED})", file=sys.stderr, flush=True)
+                later = f" once Kafka says it has that topic (it could not be asked: {_said(unsure)})" if unsure else ""
+                print(f"{said}: they go to dead-letters (reason {REFUSED}){later}", file=sys.stderr, flush=True)
             else:
                 self.refused += len(mine)
                 print(f"{said}; not sent again, nor dead-lettered: {where}", file=sys.stderr, flush=True)
@@ -476,17 +486,53 @@ class _Delivery:
                   file=sys.stderr, flush=True)
         return letters
 
+    async def _check_letters(self) -> BaseException | None:
+        """Before a try that sends dead letters of refused messages to a dead-letters topic not known to exist yet
+        (Kafka could not be asked when they were made): whether it does. The error when Kafka still cannot say
+        (the try fails, they stay held); a missing topic takes them out, counted in :attr:`refused`."""
+        from app.kafka.admin import TopicError
+
+        letters = [m for m in self.held if id(m) in self._of_refused]
+        if self._letters_ok or not letters:
+            return None
+        try:
+            where = await self._letters_topic()
+        except TopicError as exc:
+            return exc
+        if where is not None:
+            self.refused += len(letters)
+            print(f"publish: error: Kafka refused {len(letters)} message(s) for good, from {self._name}:"
+                  f"{min(self._lines[id(m)] for m in letters)} on; not sent again, nor dead-lettered: {where}",
+                  file=sys.stderr, flush=True)
+            self.held = [m for m in self.held if id(m) not in self._of_refused]
+            if self.held:
+                self.held_line = min(self._lines[id(m)] for m in self.held)
+        return None
+
     async def _letters_topic(self) -> str | None:
         """None when the dead-letters topic exists (listed once, the first time it is needed, unless checked at
-        the start), else why not: a topic the broker would auto-create is not written to."""
-        from app.kafka.admin import TopicError, check_reachable
+        the start), else why not: a topic the broker would auto-create is not written to. Only a listing without
+        it is final: :class:`~app.kafka.admin.TopicError` when Kafka cannot be asked now (away for a moment)."""
+        from aiokafka.errors import KafkaError
 
-        if not self._letters_ok:
-            try:
-                await check_reachable(self._settings, ["dead-letters"])
-            except TopicError as exc:
-                return str(exc)
-            self._letters_ok = True
+        from app.kafka.admin import TopicError, started_admin
+
+        if self._letters_ok:
+            return None
+        settings = self._settings
+        admin = await started_admin(settings)  # TopicError: cannot reach Kafka
+        try:
+            have = set(await admin.list_topics())
+        except (KafkaError, OSError) as exc:
+            raise TopicError(f"cannot list the topics of {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): "
+                             f"{_said(exc)}") from None
+        finally:
+            await admin.close()
+        name = settings.topic("dead-letters")
+        if name not in have:
+            return (f"no topic {name} on {settings.bootstrap_servers} (RTT_TOPIC_PREFIX {settings.topic_prefix!r}): "
+                    "create it with `rttsched topics create`")
+        self._letters_ok = True
         return None
 
 
