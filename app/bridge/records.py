@@ -7,10 +7,12 @@ is not one document, a line that is not JSON by itself but opens a bracket is ga
 while their brackets stay open (:mod:`app.bridge.brackets`). Once all are closed, the lines gathered are one
 record if they parse as one JSON value -- a pretty-printed document, piped --, else each line is read by
 itself. The gathering stops short at a line that cannot continue it (a closing bracket that matches none, a
-line break inside a string: a line cut short), at a line that is a JSON object or array by itself (a record of
-its own, never held back) and at the end of the input: the first line gathered is then an invalid line, the
-others are read each by itself, and the line that stopped it is read anew. A document of more than
-:data:`MAX_DOCUMENT_BYTES` is one invalid record (``too_large``) for all its lines, read to its end and not
+line break inside a string: a line cut short), at a line that begins a document (``{`` or ``[`` at column 0,
+where ``jq`` and ``json.dumps(..., indent=2)`` begin one and never an inner line), at a line that is a JSON
+object or array by itself (a record of its own, never held back) and at the end of the input: the first line
+gathered is then an invalid line, the others are read anew -- gathered again, so a whole document among them is
+a record --, then the line that stopped it. So a document cut short holds back none after it. A document of more
+than :data:`MAX_DOCUMENT_BYTES` is one invalid record (``too_large``) for all its lines, read to its end and not
 kept. So a line that is a whole record is never delayed; a line that is not JSON and leaves a bracket open is
 reported once the next line shows that it goes nowhere. Each record is converted according to ``source``:
 
@@ -36,6 +38,9 @@ such a message), so one bad line never stops the lines after it.
 >>> recs = list(read_records(io.BytesIO(b'{"a": 1}\\n[\\n  1,\\n  2\\n]\\n{"b": [\\n{"c": 2}\\n')))
 >>> [(r.line, r.error.reason if r.error else r.doc) for r in recs]
 [(1, {'a': 1}), (2, [1, 2]), (6, 'invalid_json'), (7, {'c': 2})]
+>>> recs = list(read_records(io.BytesIO(b'{\\n  "task_id": "cut",\\n{\\n  "a": 1\\n}\\n')))
+>>> [(r.line, r.error.reason if r.error else r.doc) for r in recs]
+[(1, 'invalid_json'), (2, 'invalid_json'), (3, {'a': 1})]
 """
 
 from __future__ import annotations
@@ -103,8 +108,8 @@ def read_records(stream: BinaryIO) -> Iterator[Record]:
     """The records of a JSON-lines byte stream, a document spread over lines gathered into one (see the module;
     from a regular file, the whole file when it is one multi-line JSON document). The stream is read as bytes,
     split at ``\\n`` here: a line that is not UTF-8 is a problem of its own, not the end of the file."""
-    lines = ((n, line.strip()) for n, line in enumerate(stream, start=1))
-    for n, raw in lines:  # the first line that is not blank
+    lines = _numbered(stream)
+    for n, raw, top in lines:  # the first line that is not blank
         if not raw:
             continue
         if raw[:1] in (b"{", b"[") and _parse(n, raw).error is not None and _has_an_end(stream):
@@ -113,23 +118,60 @@ def read_records(stream: BinaryIO) -> Iterator[Record]:
             if whole.error is None:
                 yield whole
                 return
-            yield from _gathered(enumerate((r.strip() for r in rest.split(b"\n")), start=n))
+            yield from _gathered(_numbered(rest.split(b"\n"), start=n))
             return
-        yield from _gathered(itertools.chain([(n, raw)], lines))
+        yield from _gathered(itertools.chain([(n, raw, top)], lines))
         return
 
 
-def _gathered(lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
-    """The records of numbered lines (stripped), a document spread over lines gathered into one."""
-    gathered: list[tuple[int, bytes]] = []  # the lines of the document under way
+def _numbered(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, bytes, bool]]:
+    """Each line's number, the line stripped, and whether it begins with ``{`` or ``[`` at column 0: the first line
+    of a document as ``jq`` and ``json.dumps(..., indent=2)`` write it (its inner lines indented)."""
+    for n, line in enumerate(lines, start=start):
+        yield n, line.strip(), line[:1] in (b"{", b"[")
+
+
+_FRESH, _ANEW, _ALONE = 0, 1, 2  # a line read for the first time; read anew (it may begin a gathering); alone
+
+
+def _gathered(lines: Iterable[tuple[int, bytes, bool]]) -> Iterator[Record]:
+    """The records of numbered lines (:func:`_numbered`), a document spread over lines gathered into one.
+
+    A gathering that ends without a record (a line that cannot go on, one that begins a document at column 0, one
+    that is a record by itself, the end of the input) makes its first line invalid and reads the lines after it
+    anew, gathered again: a whole document among them is a record. The lines of a gathering that began on a
+    line read anew are read each by itself when it ends, so that no line is read more than a few times."""
+    source = iter(lines)
+    again: collections.deque[tuple[int, bytes, bool, int]] = collections.deque()  # read before source
+    gathered: list[tuple[int, bytes, bool]] = []  # the lines of the document under way
+    how = replayed = _FRESH  # how the line under way is read; how the gathering's first line was
     size = 0
     brackets = Brackets()
     past: tuple[int, int, bytes] | None = None  # a document past the bound: its first and last line, first bytes
-    for n, raw in lines:
+    ended = False  # the source is exhausted (a terminal is not read again after its end)
+    while True:
+        if again:
+            n, raw, top, how = again.popleft()
+        else:
+            item = None if ended else next(source, None)
+            if item is None:
+                ended = True
+                if past is not None:
+                    yield _too_large(*past)
+                    past = None
+                if not gathered:
+                    return
+                yield from _ends(gathered, replayed, again)
+                gathered = []
+                continue
+            (n, raw, top), how = item, _FRESH
         if not raw:
             continue
+        if how == _ALONE:
+            yield _parse(n, raw)
+            continue
         if past is not None:
-            if not _whole(raw):
+            if not (top or _whole(raw)):
                 state = brackets.feed(raw + b"\n")
                 if state != BROKEN:
                     past = (past[0], n, past[2])
@@ -140,38 +182,46 @@ def _gathered(lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
             yield _too_large(*past)  # and this line is read anew
             past = None
         elif gathered:
-            state = BROKEN if _whole(raw) else brackets.feed(raw + b"\n")
+            state = BROKEN if top or _whole(raw) else brackets.feed(raw + b"\n")
             if state != BROKEN:
-                gathered.append((n, raw))
+                gathered.append((n, raw, top))
                 size += len(raw) + 1
                 if state == CLOSED:
                     yield from _document(gathered)
                     gathered = []
                 elif size > MAX_DOCUMENT_BYTES:
-                    head = b"\n".join(r for _, r in gathered)[:MAX_RAW_BYTES]
+                    head = b"\n".join(r for _, r, _ in gathered)[:MAX_RAW_BYTES]
                     past, gathered = (gathered[0][0], n, head), []
                 continue
-            yield from (_parse(m, r) for m, r in gathered)  # this line is read anew
+            again.appendleft((n, raw, top, how))  # this line is read anew, after those gathered
+            yield from _ends(gathered, replayed, again)
             gathered = []
+            continue
         rec = _parse(n, raw)
         if rec.error is not None and raw[:1] in (b"{", b"["):
             brackets = Brackets()
             if brackets.feed(raw + b"\n") not in (BROKEN, CLOSED):
-                gathered, size = [(n, raw)], len(raw)
+                gathered, size, replayed = [(n, raw, top)], len(raw), how
                 continue
         yield rec
-    if past is not None:
-        yield _too_large(*past)
-    yield from (_parse(m, r) for m, r in gathered)
 
 
-def _document(gathered: list[tuple[int, bytes]]) -> Iterator[Record]:
+def _ends(gathered: list[tuple[int, bytes, bool]], replayed: int,
+          again: collections.deque[tuple[int, bytes, bool, int]]) -> Iterator[Record]:
+    """A gathering that ends without a record: its first line invalid, the others put first in ``again`` -- to be
+    gathered anew, or read alone when the gathering began on a line read anew (``replayed``)."""
+    yield _parse(gathered[0][0], gathered[0][1])
+    how = _ALONE if replayed != _FRESH else _ANEW
+    again.extendleft((m, r, t, how) for m, r, t in reversed(gathered[1:]))
+
+
+def _document(gathered: list[tuple[int, bytes, bool]]) -> Iterator[Record]:
     """The gathered lines, their brackets all closed: one record if they parse as one value, else each alone."""
-    whole = _parse(gathered[0][0], b"\n".join(r for _, r in gathered))
+    whole = _parse(gathered[0][0], b"\n".join(r for _, r, _ in gathered))
     if whole.error is None:
         yield whole
     else:
-        yield from (_parse(n, r) for n, r in gathered)
+        yield from (_parse(n, r) for n, r, _ in gathered)
 
 
 def _whole(raw: bytes) -> bool:

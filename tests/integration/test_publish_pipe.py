@@ -147,6 +147,41 @@ async def test_a_pretty_printed_export_on_an_open_pipe_is_published_once_its_las
         await consumer.stop()
 
 
+
+async def test_documents_after_one_cut_short_on_an_open_pipe_are_published_while_it_stays_open(
+        kafka_settings: Settings):
+    """A pretty-printed document cut short (its writer restarted under ``tail -F``), then three whole ones: the
+    three are on the topic before the writer closes the pipe. They used to be gathered with the cut one, whose
+    brace never closes -- nothing published while the pipe stayed open."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(RTT_KAFKA_BOOTSTRAP=kafka_settings.kafka_bootstrap, RTT_TOPIC_PREFIX=kafka_settings.topic_prefix)
+    consumer = AIOKafkaConsumer(kafka_settings.topic("task-completions"),
+                                bootstrap_servers=kafka_settings.bootstrap_servers, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "publish", "task-completions", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{\n  "task_id": "cut",\n'
+                         + b"".join(json.dumps(completion(n), indent=2).encode() + b"\n" for n in (1, 2, 3)))
+        proc.stdin.flush()  # and the pipe stays open
+        got = await take(consumer, 3, WITHIN_S)
+        assert proc.poll() is None, "publish ended while its input was open"
+        assert [decode("task-completions", m.value, strict=True) for m in got] == [
+            completion(n) for n in (1, 2, 3)], "the documents after the cut one not on the topic, the pipe open"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 1  # the cut document's two lines
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()  # type: ignore[union-attr]
+        assert "<stdin>:1: invalid_json:" in err and "<stdin>:2: invalid_json:" in err, err
+        assert "Traceback" not in err, err
+        assert "3 message(s), 2 invalid record(s)" in out, (out, err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await consumer.stop()
+
 def completions_of(export: Any) -> list[dict[str, Any]]:
     """The completions of an OTLP export, as ``publish`` converts them."""
     from app.bridge.otlp import otlp_to_completions

@@ -112,3 +112,41 @@ def test_a_pretty_printed_document_in_a_regular_file_is_still_one_record(tmp_pat
     with open(p, "rb") as f:
         recs = list(read_records(f))
     assert [(rec.line, rec.error, rec.doc) for rec in recs] == [(1, None, GOOD)]
+
+
+PRETTY = [orjson.dumps({**GOOD, "task_id": f"t-{n}"}, option=orjson.OPT_INDENT_2) + b"\n" for n in (1, 2, 3)]
+CUT_PRETTY = b'{\n  "task_id": "cut",\n'  # a pretty-printed document cut short (its writer restarted)
+
+
+def test_a_pretty_printed_document_cut_short_on_an_open_pipe_does_not_hold_back_the_documents_after_it(
+        open_pipe: OpenPipe) -> None:
+    """A document's first line at column 0 ends the gathering of one cut short: the cut one's first line is
+    invalid, its other lines are read anew, and each document after it is a record while the pipe stays open.
+    They used to be gathered with the cut one, whose brace never closes: nothing until the writer closed the pipe
+    (under ``tail -F``, never), then every line invalid."""
+    open_pipe.write(CUT_PRETTY + b"".join(PRETTY))
+    lines = PRETTY[0].count(b"\n")
+    assert said(open_pipe.wait_for(5)) == [(1, "invalid_json"), (2, "invalid_json"), (3, "t-1"),
+                                           (3 + lines, "t-2"), (3 + 2 * lines, "t-3")]
+    open_pipe.close()
+    assert len(open_pipe.got) == 5
+
+
+def test_the_lines_of_a_gathering_that_ends_are_gathered_anew(open_pipe: OpenPipe) -> None:
+    """Documents indented as a whole (no line at column 0) after a cut one: gathered with it until the end of the
+    input, then its first line is invalid and the lines after it are read anew -- gathered again, so each
+    document is one record (each of their lines used to be one invalid line)."""
+    indented = b"".join(b"  " + line + b"\n" for doc in PRETTY for line in doc.splitlines())
+    open_pipe.write(CUT_PRETTY + indented)
+    open_pipe.close()
+    lines = PRETTY[0].count(b"\n")
+    assert said(open_pipe.got) == [(1, "invalid_json"), (2, "invalid_json"), (3, "t-1"), (3 + lines, "t-2"),
+                                   (3 + 2 * lines, "t-3")]
+
+
+def test_a_document_on_lines_that_are_not_indented_is_still_one_record_from_a_file(tmp_path) -> None:
+    """The column-0 rule is for a stream: a regular file that is one document is read whole first."""
+    p = tmp_path / "export.json"
+    p.write_bytes(b'{\n"spans": [\n{\n"a": 1\n}\n]\n}\n')
+    with open(p, "rb") as f:
+        assert [(r.line, r.doc) for r in read_records(f)] == [(1, {"spans": [{"a": 1}]})]
