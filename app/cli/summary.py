@@ -71,16 +71,17 @@ def live_lines(live: Mapping[str, Any], halves: Mapping[str, Sequence[float]], l
     ext = {k: live["extender"].get(k, 0) for k in ("requests", "scored", "neutral", "errors", "bound", "filtered_out")}
     # every attempt ends one way: prioritize scored or neutral, an error (default scoring), bound after filter alone
     # (one node passed), or left pending (none passed)
+    w = max([16, *(len(p) + 1 for p in halves)])  # the name column: the longest name and a space
     lines = [f"live: {ext['requests']:.0f} placement attempts: {ext['scored']:.0f} scored, "
              f"{ext['neutral']:.0f} neutral, {ext['errors']:.0f} errors,",
              f"      {ext['bound']:.0f} bound by filter alone (one node passed), "
              f"{ext['filtered_out']:.0f} left pending (none passed)",
              f"      {live['retrain_events']} retrain events, {live['model_updates']} model updates, "
              f"{live['predictions_joined']} predictions joined",
-             f"  {'mean RTT ms':<16}{'all tasks':>10}{'1st half':>10}{'2nd half':>10}   live vs row, 2nd half"]
+             f"  {'mean RTT ms':<{w}}{'all tasks':>10}{'1st half':>10}{'2nd half':>10}   live vs row, 2nd half"]
     for p, (whole, first, second) in halves.items():
         r = "" if p == live_name else f"{ratio(halves[live_name][2], second):+.1%}"
-        lines.append(f"  {p:<16}{whole:>10.1f}{first:>10.1f}{second:>10.1f}   {r}")
+        lines.append(f"  {p:<{w}}{whole:>10.1f}{first:>10.1f}{second:>10.1f}   {r}")
     keys = sorted({k for a in accuracy.values() for k in a})
     if keys:
         lines.append(f"  {'1 - MAPE, 2nd half':<20}" + "".join(f"{p:>17}" for p in accuracy))

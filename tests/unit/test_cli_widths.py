@@ -93,3 +93,17 @@ def test_the_demo_s_live_line_counts_placement_attempts_that_add_up():
     assert [n for n, _ in counts] == ["12", "3", "1", "2", "2"]
     assert "20 placement attempts" in text and sum(int(n) for n, _ in counts) == 20
     assert max(map(len, lines)) <= WIDTH
+
+
+def test_the_demo_s_mean_rtt_rows_keep_their_columns_for_the_longest_policy_name():
+    """``target_load_tuned`` (17 characters) ran into its first figure, one column off the others."""
+    from app.cli.summary import live_lines
+
+    live = {"extender": {}, "retrain_events": 0, "model_updates": 0, "predictions_joined": 0}
+    halves = {"rtt_aware_live": (132.1, 153.4, 110.9), "target_load_tuned": (159.1, 169.0, 149.1)}
+    rows = [line for line in live_lines(live, halves, "rtt_aware_live", {}) if line.lstrip().startswith(
+        ("mean RTT", "rtt_aware_live", "target_load_tuned"))]
+    assert len(rows) == 3
+    assert len({line.index("all tasks") + len("all tasks") for line in rows[:1]}
+               | {line.index(f) + len(f) for line, f in zip(rows[1:], ("132.1", "159.1"), strict=True)}) == 1
+    assert "target_load_tuned " in rows[2]
