@@ -151,6 +151,8 @@ def _seeds(doc: Any, where: str) -> None:
         raise ScenarioError(where, "seeds", f"must be below 2**63 (got {seeds})")
     listed: list[Any] = seeds if isinstance(seeds, list) else []
     for i, seed in enumerate(listed):
+        if isinstance(seed, float):  # before the schema's "unique items", which would not say which
+            raise ScenarioError(where, f"seeds[{i}]", f"must be an integer (got {seed!r})")
         if not isinstance(seed, int) or isinstance(seed, bool):
             continue  # the schema's to refuse
         if seed < 0:

@@ -31,7 +31,10 @@ JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict), "boolean": lambda v: isinstance(v, bool),
 }
 WORDS = (("bigger than or equal to", ">="), ("smaller than or equal to", "<="), ("bigger than", ">"),
-         ("smaller than", "<"), ("must be object", "must be a mapping"), ("must be array", "must be a list"))
+         ("smaller than", "<"))
+TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "array": "a list",
+              "object": "a mapping", "boolean": "true or false", "null": "null"}
+LEAST = {"minItems": "items", "minProperties": "entries", "minLength": "characters"}
 
 
 @functools.cache
@@ -93,16 +96,58 @@ def _explain(exc: fastjsonschema.JsonSchemaValueException, base: str = "") -> tu
         return f"{field}.{missing}" if field else missing, "is required"
     if rule == "pattern" and definition.get("description"):
         return field, _got(f"must be {definition['description']}", value)
+    if rule == "type":
+        kinds = [ruled] if isinstance(ruled, str) else list(ruled)
+        return field, _got("must be " + " or ".join(TYPE_WORDS.get(k, k) for k in kinds), value)
+    if rule in LEAST and isinstance(ruled, int):
+        return field, _got("must not be empty" if ruled == 1 else f"must have at least {ruled} {LEAST[rule]}", value)
     message = exc.message.removeprefix(name).strip()
     for words, said in WORDS:
         message = message.replace(words, said)
     return field, _got(message, value)
 
 
+def _at(field: str, key: str) -> str:
+    return f"{field}.{key}" if field else key
+
+
+def _float_for_integer(part: Mapping[str, Any], value: Any, field: str = "") -> tuple[str, str] | None:
+    """The first float where ``part`` (a valid document's) says integer: JSON Schema counts 2.0 as one, the
+    runs do not (``range``, numpy's ``SeedSequence``)."""
+    part = _resolve(part)
+    if "oneOf" in part:
+        shapes = [_resolve(p) for p in part["oneOf"]]
+        fitting = [p for p in shapes if _fits(p, value)]
+        if not fitting:
+            wanted = " or ".join(p.get("description") or str(p.get("type", "?")) for p in shapes)
+            return field, _got(f"must be {wanted}", value)
+        return _float_for_integer(fitting[0], value, field)
+    if part.get("type") == "integer" and not JSON_TYPES["integer"](value):
+        return field, _got("must be an integer", value)
+    if isinstance(value, dict):
+        props = part.get("properties", {})
+        rest = part.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, rest if isinstance(rest, dict) else None)
+            problem = None if sub is None else _float_for_integer(sub, item, _at(field, str(key)))
+            if problem:
+                return problem
+    if isinstance(value, list) and isinstance(part.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = _float_for_integer(part["items"], item, f"{field}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
 def schema_problem(doc: Any) -> tuple[str, str] | None:
-    """The first problem of ``doc`` against the schema as (field, what is wrong); None when it is valid."""
+    """The first problem of ``doc`` against the schema as (field, what is wrong); None when it is valid.
+
+    >>> schema_problem({"name": "x", "workload": {"kind": "poisson", "tasks": 20.0}})
+    ('workload.tasks', 'must be an integer (got 20.0)')
+    """
     try:
         validator()(doc)
     except fastjsonschema.JsonSchemaValueException as exc:
         return _explain(exc)
-    return None
+    return _float_for_integer(schema(), doc)

@@ -144,7 +144,12 @@ NODE_KEYS = "name, class, gpu, gpus, slots, cores, mem_gb, disk_mb_s, count"
     ("name: x\nworkload: {kind: poisson}\nseeds: true\n",
      "seeds: must be a count of seeds (1 to it) or a list of seeds (got True)"),
     ("name: x\nworkload: {kind: poisson}\nseeds: -2\n", "seeds: must be >= 1 (got -2)"),
-    ("name: x\nworkload: {kind: poisson}\nseeds: [1, x]\n", "seeds[1]: must be integer (got 'x')"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: [1, x]\n", "seeds[1]: must be an integer (got 'x')"),
+    ("name: x\nworkload: {kind: poisson}\nseeds: []\n", "seeds: must not be empty"),
+    ("name: x\nworkload: {kind: poisson}\napps: {}\n", "apps: must not be empty"),
+    ("name: \"\"\nworkload: {kind: poisson}\n", "name: must not be empty (got '')"),
+    ("name: x\nworkload: {kind: poisson}\npolicies: 5\n", "policies: must be a string (got 5)"),
+    ("name: x\nworkload: {kind: poisson}\ncluster: 5\n", "cluster: must be a mapping (got 5)"),
     ("name: x\nworkload: {kind: poisson}\napps: {upload: 1, Foo: 2}\n",
      "apps: unknown app 'Foo' (known: upload, gCTF, Motioncor2)"),
     ("name: x\nworkload: {kind: poisson}\nsla_ms: {gctf: 2}\n",
@@ -236,3 +241,34 @@ def test_closed_loop_clients_have_one_task_in_flight():
     assert in_flight.max() <= 5
     assert np.nanmax(m.submit_s) < 30.0
     assert m.summary()["throughput"] == pytest.approx(np.sum(m.finish_s <= 30.0) / 30.0)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("name: x\nworkload: {kind: poisson, tasks: 20}\nseeds: [1, 2.0]\n", "seeds[1]: must be an integer (got 2.0)"),
+    ("name: x\nworkload: {kind: poisson, tasks: 20}\nseeds: [1, 1.0]\n", "seeds[1]: must be an integer (got 1.0)"),
+    ("name: x\nworkload: {kind: poisson, tasks: 20}\nseeds: 2.0\n",
+     "seeds: must be a count of seeds (1 to it) or a list of seeds (got 2.0)"),
+    ("name: x\nworkload: {kind: poisson, tasks: 20.0}\n", "workload.tasks: must be an integer (got 20.0)"),
+    ("name: x\nworkload: {kind: closed, clients: 2.0, duration_s: 5}\n",
+     "workload.clients: must be an integer (got 2.0)"),
+    ("name: x\ncluster: {nodes: [{class: cpu, count: 2.0}, {class: gpu, gpu: RTX 4090}]}\nworkload: {kind: poisson}\n",
+     "cluster.nodes[0].count: must be an integer (got 2.0)"),
+    ("name: x\ncluster: {preset: large, nodes: 8.0}\nworkload: {kind: poisson}\n",
+     "cluster.nodes: must be a node count (the large preset) or a list of nodes (got 8.0)"),
+    ("name: x\nworkload: {kind: poisson}\nevents: [{kind: join, node: n, at: 1, spec: {class: cpu, cores: 4.0}}]\n",
+     "events[0].spec.cores: must be an integer (got 4.0)"),
+])
+def test_a_whole_number_float_is_not_an_integer(tmp_path, text, line):
+    """JSON Schema counts 2.0 as an integer; the runs do not (numpy's SeedSequence, range()): a float where a
+    count or a seed goes is refused naming its field, before any run, not a TypeError after the first seed's."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: {line}"
+
+
+def test_floats_stay_numbers_where_the_schema_says_number():
+    sc = parse_scenario({"name": "x", "workload": {"kind": "poisson", "tasks": 10, "load": 1, "burst_factor": 2},
+                         "scrape_interval_s": 2, "seeds": [1, 2]})
+    assert sc.seeds == [1, 2] and sc.config.load == 1
