@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.summary import bar_width, output_lines, summary_lines
     from app.errors import ConfigError
     from app.sim.policies import PolicyError, parse_policies
-    from app.sim.report import blocked_paths, goal_rows, hardware_labels, summarise, write_report
+    from app.sim.report import goal_rows, hardware_labels, report_problem, summarise, write_report
     from app.sim.runner import describe, run_offline
 
     config, seeds, spec = _setup(args, settings)
@@ -124,8 +124,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     except PolicyError as exc:  # a scenario's policies were checked when it was read: this is the flag
         raise ConfigError("--policies", str(exc)) from None
     out = writable_dir(args.out, "--out")  # before the runs: a bad one fails at once, not after them
-    if blocked := blocked_paths(out, html=not args.no_html):  # an IsADirectoryError after every run, else
-        raise ConfigError("--out", f"{blocked[0]} is a directory, where the report writes a file")
+    if problem := report_problem(out, html=not args.no_html):  # a PermissionError after every run, else
+        raise ConfigError("--out", problem)
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     with tqdm(total=len(policies) * len(seeds), file=sys.stderr, unit="run", desc="sim", ncols=bar_width()) as bar:
         for seed in seeds:

@@ -9,6 +9,7 @@ Entry point for every caller (CLI, bench, a live run)::
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,45 @@ def blocked_paths(out_dir: str | Path, *, html: bool = True) -> list[Path]:
     >>> blocked_paths("/nonexistent")
     []
     """
+    return [p for p in _targets(out_dir, html) if p.exists() and not p.is_file()]
+
+
+def _targets(out_dir: str | Path, html: bool) -> list[Path]:
     out = Path(out_dir)
-    names = ["policies.csv", "policies.json", *(["report.html"] if html else [])]
-    return [out / n for n in names if (out / n).exists() and not (out / n).is_file()]
+    return [out / n for n in ("policies.csv", "policies.json", *(["report.html"] if html else []))]
+
+
+def _cannot_write(path: Path) -> str | None:
+    """Why ``path`` (a file or a link) cannot be written, tried without changing it; None when it can."""
+    try:
+        if path.exists():
+            with path.open("ab"):  # appends nothing: the file is left as it is
+                pass
+        else:  # a link to a file not there yet: its directory must take one
+            with tempfile.TemporaryFile(dir=path.resolve().parent):
+                pass
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
+def report_problem(out_dir: str | Path, *, html: bool = True) -> str | None:
+    """What would stop :func:`write_report` under ``out_dir`` (itself checked by the caller): a directory where
+    it writes a file, or an existing file or link it cannot write (read-only, a link to where no file can be).
+    Checked before the runs, so that they do not fail at the end with the report half written.
+
+    >>> report_problem("/nonexistent") is None
+    True
+    """
+    for path in _targets(out_dir, html):
+        if path.exists() and not path.is_file():
+            kind = "a directory" if path.is_dir() else "not a file"
+            return f"{path} is {kind}, where the report writes a file"
+        if path.exists() or path.is_symlink():
+            problem = _cannot_write(path)
+            if problem:
+                return problem
+    return None
 
 
 def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
@@ -94,4 +131,4 @@ def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
 
 
 __all__ = ["ReportPaths", "blocked_paths", "format_goals", "format_table", "goal_rows", "hardware_labels",
-           "interval_note", "mean_ci", "summarise", "write_report"]
+           "interval_note", "mean_ci", "report_problem", "summarise", "write_report"]
