@@ -77,7 +77,7 @@ class Cluster:
                 self._after(think, lambda c=c: self._client_submits(c))
         else:
             env.process(self._arrivals())
-        env.process(self._scraper())
+        self.scraper = env.process(self._scraper())  # ends with the run: its last scrape follows the last task
         for ev in events:
             env.process(self._event(ev))
         for rt in self.rt.values():

@@ -14,6 +14,8 @@ Figures (:meth:`RunMetrics.summary`; docs/simulator.md defines each):
 - ``sla``: fraction of completed tasks whose RTT met their app's SLA
 - ``acc:<app>:<class>``: prediction accuracy ``1 - MAPE`` after warm-up, where the policy predicts
 - ``retrains``: model retrains the policy triggered; ``tasks_per_wall_s``: simulator speed
+- ``makespan_s``: start to end of the run, the scrape after its last task (node events scripted past it
+  do not run: they stretch neither it nor the span ``gpu_util`` and ``load_diff`` divide by)
 """
 
 from __future__ import annotations

@@ -145,7 +145,10 @@ class Simulation:
     events: list[NodeEvent]
 
     def run(self, until: float | None = None) -> None:
-        self.env.run(until=until)
+        """Run to ``until`` (seconds), or to the run's end: the scrape that follows its last task (the cluster's
+        scraper stops there). Node events scripted past it would change nothing but stretch the measured span
+        (makespan, and the time gpu_util and load_diff divide by)."""
+        self.env.run(until=self.cluster.scraper if until is None else until)
 
     def metrics(self, wall_s: float = 0.0) -> RunMetrics:
         c = self.cluster

@@ -31,7 +31,7 @@ DEFINITIONS = {
     "throughput": "completed tasks per simulated second: first arrival to last finish in an open loop; "
                   "tasks finished within the submission window in a closed loop.",
     "gpu_util": "fraction of time each GPU runs at least one task, averaged over a node's GPUs, then over GPU "
-                "nodes.",
+                "nodes, from the node's join to the run's end (makespan).",
     "gpu_demand": "time-averaged compute demand of the tasks on GPU nodes (0..1), beside GPU busy.",
     "load_diff": "max − min over nodes of each node's utilisation (GPU nodes: GPU busy; CPU nodes: fraction of "
                  "time running at least one task), in percentage points.",
@@ -42,8 +42,8 @@ DEFINITIONS = {
     "failed": "tasks of a run that never completed: no node could run them (too large for every node, or every "
               "node that could had left), or still waiting when nothing could change any more. Every other figure "
               "is over the completed tasks only.",
-    "makespan_s": "simulated seconds from the start of a run to its end (its last event, normally the last "
-                  "task's finish).",
+    "makespan_s": "simulated seconds from the start of a run to its end: the first metrics scrape after the "
+                  "last task finished or failed (node events scripted later are not run).",
     "mean_rtt_ms:<app>": "mean RTT over the completed tasks of one app.",
     "acc": "prediction accuracy 1 − MAPE per app and node class, over the tasks after the warm-up (the first "
            "20 % of tasks) that carry a prediction; MAPE = mean(|predicted − observed| / observed).",
