@@ -25,6 +25,8 @@ again, with a backoff and a new producer, until it does (:class:`_Delivery`): ``
 end, and meanwhile reads on only as far as its read-ahead. One WARNING says it waits, one INFO that it delivers
 again. ``--give-up-after SECONDS`` bounds the wait: the summary, then how many messages were not sent and the
 input line they start at, exit status 3. Delivery is at least once: a send that timed out may have been stored.
+Ctrl-C or SIGTERM (both cancel the task, where it waits) gives what was read one more try, unless a send is under
+way or failing, then counts what was not delivered and the input line to resume from: every line before it was.
 
 A thread reads the input (at most :data:`READ_AHEAD` records ahead of the producer) while the records read are
 converted and produced: they go out in batches of up to :data:`BATCH` while lines keep coming, and as soon as the
@@ -51,7 +53,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Coroutine, Iterator
 
     from app.bridge.records import Record
 
@@ -116,7 +118,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         log.setLevel(logging.INFO)
     old_term = signal.signal(signal.SIGTERM, _interrupt)  # stopped by Kubernetes or systemd: as Ctrl-C, it
     try:  # says how many held messages it did not send and from which input line
-        return asyncio.run(_publish(args, settings, reader, name, options, targets))
+        code = asyncio.run(_cancelled_by_sigterm(_publish(args, settings, reader, name, options, targets)))
+        if code is None:  # SIGTERM: said as Ctrl-C is
+            raise KeyboardInterrupt
+        return code
     finally:
         signal.signal(signal.SIGTERM, old_term)
         log.setLevel(level)
@@ -126,7 +131,38 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
+    """SIGTERM outside the event loop (before ``publish`` reads a line, after its last): as Ctrl-C."""
     raise KeyboardInterrupt
+
+
+async def _cancelled_by_sigterm(work: Coroutine[Any, Any, int]) -> int | None:
+    """``work``'s exit status; None when SIGTERM stopped it. SIGTERM cancels it, as asyncio does on SIGINT: the
+    cancellation comes where it waits (a send, the next record), never in the middle of a record's conversion,
+    and it alone is cancelled -- the producer's own tasks still serve its last try and its close. Once only: a
+    second SIGTERM does not cut short the count of what was not sent."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped:
+            return None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _stdin() -> BinaryIO:
@@ -558,6 +594,8 @@ def _refusal(exc: BaseException, value: bytes) -> str:
 
 async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, name: str, options: Any,
                    targets: tuple[Any, ...] = ()) -> int:
+    import collections
+
     from app.bridge.metrics import BridgeMetrics
     from app.bridge.producer import dead_letter, encode_messages
     from app.bridge.records import Problem, convert
@@ -640,9 +678,14 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
                 letters.append(dead_letter(settings, args.topic, p.raw, str(p.error),
                                            reason=p.error.reason, offset=p.line))
 
+    taken: collections.deque[Record] = collections.deque()  # taken from the reader, not converted yet
+
     async def take_in_read_ahead() -> None:
-        """The records read and not taken yet (the read-ahead) converted too, with no wait: what was read is
-        tried, or counted as not sent."""
+        """The records taken and not converted yet, then those read and not taken yet (the read-ahead), converted
+        too, with no wait: what was read is tried, or counted as not sent."""
+        while taken:
+            await take_in(taken[0], refresh=False)
+            taken.popleft()
         for record in reader.drain():
             await take_in(record, refresh=False)
 
@@ -652,28 +695,31 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: _ReadAhead, 
         while True:
             if (pending or letters) and reader.empty():  # the input has nothing more for now: out it goes
                 await flush_and_tell()
-            records = await reader.take()
-            if not records:
+            taken.extend(await reader.take())
+            if not taken:
                 break
-            for record in records:
-                await take_in(record)
+            while taken:
+                await take_in(taken[0])
+                taken.popleft()  # in pending now: nothing is awaited between its conversion and here
                 if len(pending) >= BATCH or len(letters) >= BATCH:
                     await flush_and_tell()
         await flush()  # the end of the input: what was read goes out, however long the broker takes
     except _GaveUp as exc:
         gave_up = exc
         await take_in_read_ahead()
-    except BaseException:  # reading stopped early (an unreadable file), Ctrl-C: what was read goes out, one try
-        import contextlib
+    except BaseException:  # reading stopped early (an unreadable file), Ctrl-C, SIGTERM: what was read goes out
+        import contextlib  # in one more try -- unless a send is under way or failing: its batch is not replaced
 
-        with contextlib.suppress(Exception):
-            await take_in_read_ahead()
-        if delivery.waiting_since is None:
-            with contextlib.suppress(_GaveUp, Exception):
-                await flush(tries=1)
-        n, line = unsent()
-        if n:
-            print(f"publish: {n} message(s) not sent (from {name}:{line} on)", file=sys.stderr, flush=True)
+        try:
+            with contextlib.suppress(Exception):
+                await take_in_read_ahead()
+            if delivery.waiting_since is None and not delivery.held:
+                with contextlib.suppress(_GaveUp, Exception):
+                    await flush(tries=1)
+        finally:  # said even when a second Ctrl-C cuts the try short
+            n, line = unsent()
+            if n:
+                print(f"publish: {n} message(s) not sent (from {name}:{line} on)", file=sys.stderr, flush=True)
         raise
     finally:
         await delivery.close()
