@@ -9,6 +9,8 @@ from typing import Any
 HELP = "compare placement policies on the simulated heterogeneous cluster (offline) and write CSV/JSON/HTML"
 # flags that describe the cluster and workload; a scenario file replaces them
 SETUP_FLAGS = ("preset", "nodes", "tasks", "rate", "load", "arrivals", "trace", "events", "no_join")
+MAX_SEED = 2**63  # seeds are below it: the report's JSON holds 64-bit integers
+MAX_SEEDS = 10_000  # seeds per command, as a scenario file's (app.sim.scenario.MAX_SEEDS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=None,
                    help="node count of the large preset (default 300; the small preset's nodes are fixed)")
     p.add_argument("--policies", default=None, help="'all' (default) or a comma-separated list of policy names")
-    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, or the scenario's)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help=f"number of seeds (default 5, or the scenario's), at most {MAX_SEEDS}: each runs every "
+                        "policy once, and the 95 %% interval narrows only as the square root of their number")
     p.add_argument("--first-seed", type=int, default=None,
                    help="the first of consecutive seeds (default 1); with --scenario, as many seeds as it lists "
                         "(or --seeds) from this one instead of its own, e.g. held-out seeds")
@@ -35,7 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-html", action="store_true", help="CSV and JSON only")
 
 
-MAX_SEED = 2**63  # seeds are below it: the report's JSON holds 64-bit integers
 
 # SimConfig's fields as the flags that set them, for errors
 FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "load": "--load",
@@ -43,13 +46,12 @@ FLAG_OF = {"n_tasks": "--tasks", "n_nodes": "--nodes", "rate_per_s": "--rate", "
            "large_preset.n_nodes": "--nodes"}
 
 
-def _seed_range(first: int, n: int) -> list[int]:
-    """``n`` seeds from ``first``, the last below :data:`MAX_SEED` too."""
+def _seed_range(first: int, n: int, flag: str = "--first-seed") -> list[int]:
+    """``n`` seeds from ``first``, the last below :data:`MAX_SEED` too (else ``flag`` is named)."""
     from app.errors import ConfigError
 
     if first + n - 1 >= MAX_SEED:
-        raise ConfigError("--first-seed", f"the last of its {n} seeds must be below 2**63 too (got {first}, "
-                                          f"the last {first + n - 1})")
+        raise ConfigError(flag, f"the last seed, {first} + {n} - 1, must be below 2**63")
     return list(range(first, first + n))
 
 
@@ -62,6 +64,9 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
 
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError("--seeds", "must be >= 1")
+    if args.seeds is not None and args.seeds > MAX_SEEDS:  # a range of 2**63 seeds ended in MemoryError
+        raise ConfigError("--seeds", f"must be <= {MAX_SEEDS} (got {args.seeds})")
+    range_flag = "--seeds" if args.first_seed is None else "--first-seed"  # the one given: a range past 2**63
     first = 1 if args.first_seed is None else args.first_seed
     if first < 0:  # numpy seeds are >= 0
         raise ConfigError("--first-seed", f"must be >= 0 (got {first})")
@@ -79,7 +84,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         if args.seeds is None and args.first_seed is None:
             seeds = sc.seeds
         else:  # as many as it lists (or --seeds), from --first-seed (or 1)
-            seeds = _seed_range(first, len(sc.seeds) if args.seeds is None else args.seeds)
+            seeds = _seed_range(first, len(sc.seeds) if args.seeds is None else args.seeds, range_flag)
         return sc.config, seeds, args.policies if args.policies is not None else sc.policies or "all"
     preset = args.preset or "small"
     if args.nodes is not None and preset != "large":  # the small preset is a fixed cluster: no count to set
@@ -102,7 +107,7 @@ def _setup(args: argparse.Namespace, settings: Any) -> tuple[Any, list[int], str
         from app.sim.scenario import check_trace
 
         check_trace(config, "--trace")
-    seeds = _seed_range(first, 5 if args.seeds is None else args.seeds)
+    seeds = _seed_range(first, 5 if args.seeds is None else args.seeds, range_flag)
     return config, seeds, "all" if args.policies is None else args.policies
 
 

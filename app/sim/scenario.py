@@ -36,6 +36,7 @@ from app.sim.workload import DEFAULT_MIX, check_mix
 
 DEFAULT_SEEDS = 5
 MAX_SEED = 2**63  # seeds are below it
+MAX_SEEDS = 10_000  # seeds a file may run: each runs every policy once; 2**63 - 1 of them ended in MemoryError
 
 
 class ScenarioError(ConfigError):
@@ -145,11 +146,14 @@ def _finite(doc: Any, where: str, path: str = "") -> None:
 def _seeds(doc: Any, where: str) -> None:
     """Seeds are numpy seeds: >= 0, below 2**63 (the report's JSON holds 64-bit integers), each once (the
     schema's own message for a list would not say which one; a repeated seed would count as one more seed
-    with the same figures, narrowing the interval for nothing). A count runs seeds 1 to it."""
+    with the same figures, narrowing the interval for nothing). A count runs seeds 1 to it, at most
+    :data:`MAX_SEEDS` of them."""
     seeds = doc.get("seeds") if isinstance(doc, dict) else None
-    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= MAX_SEED:
-        raise ScenarioError(where, "seeds", f"must be below 2**63 (got {seeds})")
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > MAX_SEEDS:
+        raise ScenarioError(where, "seeds", f"must be <= {MAX_SEEDS} (got {seeds})")
     listed: list[Any] = seeds if isinstance(seeds, list) else []
+    if len(listed) > MAX_SEEDS:
+        raise ScenarioError(where, "seeds", f"must list at most {MAX_SEEDS} seeds (got {len(listed)})")
     for i, seed in enumerate(listed):
         if isinstance(seed, float):  # before the schema's "unique items", which would not say which
             raise ScenarioError(where, f"seeds[{i}]", f"must be an integer (got {seed!r})")

@@ -10,6 +10,7 @@ import pytest
 from app.cli import sim
 from app.cli.main import build_parser, main
 from app.config import Settings
+from app.errors import ConfigError
 from app.sim.hardware import preset
 from app.sim.runner import SimConfig
 from app.sim.scenario import load_scenario
@@ -151,8 +152,7 @@ def test_the_report_lines_name_each_file_once(capsys, tmp_path):
     (["--first-seed", "18446744073709551616"],
      "--first-seed: must be below 2**63 (got 18446744073709551616)"),
     (["--first-seed", "9223372036854775806", "--seeds", "3"],
-     "--first-seed: the last of its 3 seeds must be below 2**63 too (got 9223372036854775806, the last "
-     "9223372036854775808)"),
+     "--first-seed: the last seed, 9223372036854775806 + 3 - 1, must be below 2**63"),
     (["--policies", ","], "--policies: no policy named (got ','); 'all' or a comma-separated list of: kube_default, "
                           "round_robin, random, load_aware, target_load, load_aware_tuned, target_load_tuned, "
                           "static_best, rtt_aware, clairvoyant"),
@@ -342,3 +342,37 @@ def test_sim_says_it_writes_the_report_after_the_runs(capsys, tmp_path):
     flags = [f for f in FAST if f != "--no-html"]
     assert main(["sim", *flags, "--out", str(tmp_path)]) == 0
     assert "sim: writing the report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "9223372036854775808", "--tasks", "10"],
+                                  ["--seeds", "9223372036854775807", "--tasks", "10"],
+                                  ["--seeds", "10001", "--tasks", "10"],
+                                  ["--scenario", "default", "--seeds", "9223372036854775807"],
+                                  ["--first-seed", "3", "--seeds", "9223372036854775807"]])
+def test_too_many_seeds_name_seeds(argv, capsys, no_run):
+    """--seeds alone was blamed on --first-seed, and 2**63 - 1 seeds ended in MemoryError."""
+    line = error_line([*argv, "--out", "/nonexistent"], capsys)
+    n = argv[argv.index("--seeds") + 1]
+    assert line == f"rttsched sim: error: --seeds: must be <= 10000 (got {n})"
+    assert not no_run
+
+
+def test_the_most_seeds_run_from_the_first():
+    assert setup(["--seeds", "10000"])[1] == list(range(1, 10001))
+    assert sim.MAX_SEEDS == 10_000 and "10000" in " ".join(
+        a.help or "" for a in next(a for a in build_parser()._actions if a.dest == "command").choices["sim"]._actions)
+
+
+def test_the_last_seed_past_2_63_names_first_seed(capsys, no_run):
+    line = error_line(["--first-seed", str(2**63 - 2), "--seeds", "3", "--out", "/nonexistent"], capsys)
+    assert line.startswith("rttsched sim: error: --first-seed: ") and len(line) <= 100
+    assert not no_run
+
+
+@pytest.mark.parametrize("seeds", ["9223372036854775807", "10001"])
+def test_a_scenario_with_too_many_seeds_names_the_field(tmp_path, seeds):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: x\nworkload: {{kind: poisson, tasks: 10}}\nseeds: {seeds}\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: seeds: must be <= 10000 (got {seeds})"
