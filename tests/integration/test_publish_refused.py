@@ -70,25 +70,38 @@ def three_scrapes(tmp_path: Any) -> tuple[Any, bytes]:
     return path, encode("node-metrics", huge)
 
 
+def published(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+              *args: str) -> tuple[int, str, str]:
+    """``rttsched publish <args>`` on ``settings``' broker and prefix: its exit status, stdout and stderr (no
+    traceback in it)."""
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", settings.kafka_bootstrap)
+    monkeypatch.setenv("RTT_TOPIC_PREFIX", settings.topic_prefix)
+    rc = main(["publish", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return rc, out, err
+
+
+def the_dead_letter(settings: Settings) -> tuple[Any, dict[str, Any]]:
+    """The one message on dead-letters, and its decoded value; worker-1 and worker-3 published beside it."""
+    kept = asyncio.run(values(settings, "node-metrics", 3, timeout_s=5.0))
+    assert sorted(m.key for m in kept) == [b"worker-1", b"worker-3"]
+    [letter] = asyncio.run(values(settings, "dead-letters", 1))
+    return letter, decode("dead-letters", letter.value, strict=True)
+
+
 def test_a_message_kafka_refuses_for_good_goes_to_dead_letters_and_the_others_are_published(
         kafka_settings: Settings, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     path, value = three_scrapes(tmp_path)
-    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
-    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
-    rc = main(["publish", "node-metrics", str(path)])  # no --dead-letters: a refused message is kept anyway
-    out, err = capsys.readouterr()
-
-    assert "Traceback" not in err, err
+    # no --dead-letters: a refused message is kept anyway
+    rc, out, err = published(kafka_settings, monkeypatch, capsys, "node-metrics", str(path))
     assert rc == 1, (rc, out, err)  # not lost (3): kept on dead-letters, as an invalid line would be
     assert "Kafka refused 1 message(s) for good" in err and "MessageSizeTooLarge" in err, err
     assert f"from {path}:2 on: they go to dead-letters (reason refused_by_kafka)" in err, err
     assert "2 message(s), 0 invalid record(s), 1 refused by Kafka for good (sent to dead-letters)" in out, out
 
-    published = asyncio.run(values(kafka_settings, "node-metrics", 3, timeout_s=5.0))
-    assert sorted(m.key for m in published) == [b"worker-1", b"worker-3"]
-    [letter] = asyncio.run(values(kafka_settings, "dead-letters", 1))
-    dl = decode("dead-letters", letter.value, strict=True)
+    letter, dl = the_dead_letter(kafka_settings)
     assert letter.key == kafka_settings.topic("node-metrics").encode()
     assert (dl["topic"], dl["partition"], dl["offset"], dl["reason"], dl["key"]) == (
         kafka_settings.topic("node-metrics"), -1, 2, "refused_by_kafka", "worker-2")
@@ -115,18 +128,13 @@ def test_without_a_dead_letters_topic_a_refused_message_is_said_not_sent(
 
     asyncio.run(node_metrics_only())
     path, _ = three_scrapes(tmp_path)
-    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", settings.kafka_bootstrap)
-    monkeypatch.setenv("RTT_TOPIC_PREFIX", settings.topic_prefix)
-    rc = main(["publish", "node-metrics", str(path)])
-    out, err = capsys.readouterr()
-
-    assert "Traceback" not in err, err
+    rc, out, err = published(settings, monkeypatch, capsys, "node-metrics", str(path))
     assert rc == 3, (rc, out, err)
     assert f"from {path}:2 on; not sent again, nor dead-lettered: no topic {settings.topic('dead-letters')}" in err
     assert "1 message(s) refused by Kafka for good, not sent" in err, err
     assert "2 message(s), 0 invalid record(s)" in out and "refused" not in out, out
-    published = asyncio.run(values(settings, "node-metrics", 3, timeout_s=5.0))
-    assert sorted(m.key for m in published) == [b"worker-1", b"worker-3"]
+    kept = asyncio.run(values(settings, "node-metrics", 3, timeout_s=5.0))
+    assert sorted(m.key for m in kept) == [b"worker-1", b"worker-3"]
 
 
 def test_a_value_over_the_contracts_size_is_dead_lettered_as_too_large(
@@ -138,18 +146,10 @@ def test_a_value_over_the_contracts_size_is_dead_lettered_as_too_large(
     line = json.dumps(huge)
     path = tmp_path / "scrapes.jsonl"
     path.write_text("\n".join([json.dumps(scrape("worker-1")), line, json.dumps(scrape("worker-3"))]) + "\n")
-    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.kafka_bootstrap)
-    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
-    rc = main(["publish", "node-metrics", str(path), "--dead-letters"])
-    out, err = capsys.readouterr()
-
-    assert "Traceback" not in err, err
+    rc, out, err = published(kafka_settings, monkeypatch, capsys, "node-metrics", str(path), "--dead-letters")
     assert rc == 1, (rc, out, err)
     assert f"{path}:2: too_large: {MAX_MESSAGE_BYTES + 1} bytes > {MAX_MESSAGE_BYTES}" in err, err
     assert "2 message(s), 1 invalid record(s) (sent to dead-letters)" in out, out
-    published = asyncio.run(values(kafka_settings, "node-metrics", 3, timeout_s=5.0))
-    assert sorted(m.key for m in published) == [b"worker-1", b"worker-3"]
-    [letter] = asyncio.run(values(kafka_settings, "dead-letters", 1))
-    dl = decode("dead-letters", letter.value, strict=True)
+    _, dl = the_dead_letter(kafka_settings)
     assert (dl["offset"], dl["reason"]) == (2, "too_large")
     assert base64.b64decode(dl["raw"]) == line.encode()[:MAX_RAW_BYTES]
