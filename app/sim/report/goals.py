@@ -109,6 +109,7 @@ def format_goals(rows: Sequence[Mapping[str, Any]]) -> str:
     """Fixed-width text within 100 columns: figure, scored row, baseline, change, goal, met."""
     lines = [f"{'figure':<13}{'row':<16}{'vs baseline':<26}{'change':>9}{'goal':>8}  met"]
     for r in rows:
-        lines.append(f"{r['figure']:<13}{r['row']:<16}{r['baseline']:<26}{r['change']:>+9.1%}"
+        change = f"{r['change']:+.1%}" if math.isfinite(r["change"]) else "-"  # a row that completed no task
+        lines.append(f"{r['figure']:<13}{r['row']:<16}{r['baseline']:<26}{change:>9}"
                      f"{r['goal']:>+8.0%}  {'yes' if r['met'] else 'no'}")
     return "\n".join(lines)

@@ -98,7 +98,7 @@ def render(agg: Agg, runs: Mapping[str, Sequence[Any]], config: Mapping[str, Any
         f'<p class="note">{html.escape(interval_note(agg))}.</p>',
     ]
     if warning := failed_note(agg):
-        parts.append(f'<p class="warning">{html.escape(warning.capitalize())}.</p>')
+        parts.append(f'<p class="warning">{html.escape(warning[:1].upper() + warning[1:])}.</p>')
     if scored:
         parts += ["<h2>Verdict: change of RTT against each policy</h2>",
                   '<p class="note">Row ÷ other − 1 on seed means; green: the row is faster. "2nd half": the tasks '

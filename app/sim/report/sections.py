@@ -80,8 +80,9 @@ def goals_table(goals: Sequence[Mapping[str, Any]]) -> str:
     body = []
     for g in goals:
         met = '<td class="better">yes</td>' if g["met"] else '<td class="worse">no</td>'
+        change = f"{g['change']:+.1%}" if math.isfinite(g["change"]) else "-"  # a row that completed no task
         body.append(f"<tr><td>{esc(label(g['figure']))}</td><th>{esc(g['row'])}</th><td>{esc(g['baseline'])}</td>"
-                    f"<td>{g['change']:+.1%}</td><td>{g['goal']:+.0%}</td>{met}"
+                    f"<td>{change}</td><td>{g['goal']:+.0%}</td>{met}"
                     f'<td class="why">{esc(g["why"])}</td></tr>')
     return ('<table class="goals"><tr><th>figure</th><th>scored on row</th><th>baseline</th><th>change</th>'
             f"<th>goal</th><th>met</th><th>why not</th></tr>{''.join(body)}</table>")

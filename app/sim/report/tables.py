@@ -47,7 +47,7 @@ def _fmt_ci(v: float, key: str) -> str:
     """The half-width with no more digits than it carries (two significant figures)."""
     if key in FRACTIONS or key.startswith("acc:"):
         return f"{v:.3f}"
-    return f"{v:.2g}" if abs(v) < 100 else f"{v:.0f}"
+    return f"{v:.2g}" if abs(v) < 99.5 else f"{v:.0f}"  # .2g prints 99.5 to 100 as 1e+02
 
 
 def cell(d: Mapping[str, float] | None, key: str) -> str:

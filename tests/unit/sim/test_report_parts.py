@@ -111,3 +111,21 @@ def test_the_percentile_table_prints_a_dash_where_there_is_no_value():
     none_done = SimpleNamespace(apps=("a", "a"), rtt_ms=np.array([np.nan, np.nan]), ok=np.zeros(2, bool))
     html = percentile_table({"kube_default": [none_done]})
     assert "nan" not in html and html.count("<td>-</td>") == 3
+
+
+def test_a_half_width_just_under_100_prints_digits_not_an_exponent():
+    """``{:.2g}`` printed 99.7 as 1e+02."""
+    assert cell({"mean": 2000.0, "ci95": 99.7, "n": 5.0}, "mean_rtt_ms") == "2000 ± 100"
+    assert cell({"mean": 500.0, "ci95": 99.4, "n": 5.0}, "mean_rtt_ms") == "500.0 ± 99"
+
+
+def test_a_goal_whose_row_completed_no_task_prints_a_dash():
+    """It printed +nan% in the terminal and the report."""
+    from app.sim.report.goals import format_goals
+    from app.sim.report.sections import goals_table
+
+    row = {"figure": "mean_rtt_ms", "row": "rtt_aware", "baseline": "kube_default", "change": float("nan"),
+           "goal": -0.1, "met": False, "why": "no task completed"}
+    line = format_goals([row]).splitlines()[1]
+    assert "nan" not in line and line.split()[-3:] == ["-", "-10%", "no"]
+    assert "nan" not in goals_table([row]) and "<td>-</td>" in goals_table([row])
