@@ -231,7 +231,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.flags import writable_dir
     from app.cli.summary import bar_width, live_lines, output_lines, summary_lines
     from app.errors import ConfigError
-    from app.sim.report import blocked_paths, goal_rows, hardware_labels, summarise, write_report
+    from app.sim.report import goal_rows, hardware_labels, report_problem, summarise, write_report
     from app.sim.report.halves import half_figures
     from app.sim.runner import describe, run_offline
 
@@ -246,8 +246,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         logging.getLogger().setLevel(logging.WARNING)  # progress bars and the table; -v for every log line
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retried connects while the broker starts
     out = writable_dir(args.out, "--out")  # before the runs: a bad one fails at once, not after them
-    if blocked := blocked_paths(out, html=not args.no_html):  # an IsADirectoryError after every run, else
-        raise ConfigError("--out", f"{blocked[0]} is a directory, where the report writes a file")
+    if problem := report_problem(out, html=not args.no_html):  # an OSError after every run, else
+        raise ConfigError("--out", problem)
     t_start = time.monotonic()
     runs: dict[str, list[Any]] = {}
     explained: list[dict[str, Any]] = []

@@ -49,16 +49,6 @@ def hardware_labels(config: Any) -> dict[str, str]:
     return {n.name: n.gpu_model or f"CPU {n.cpu_cores} cores" for n in nodes}
 
 
-def blocked_paths(out_dir: str | Path, *, html: bool = True) -> list[Path]:
-    """The files :func:`write_report` would write under ``out_dir`` where something other than a file is (a
-    directory): checked before the runs, so that they do not fail at the end.
-
-    >>> blocked_paths("/nonexistent")
-    []
-    """
-    return [p for p in _targets(out_dir, html) if p.exists() and not p.is_file()]
-
-
 def _targets(out_dir: str | Path, html: bool) -> list[Path]:
     out = Path(out_dir)
     return [out / n for n in ("policies.csv", "policies.json", *(["report.html"] if html else []))]
@@ -130,5 +120,5 @@ def write_report(runs: Mapping[str, Sequence[RunMetrics]], out_dir: str | Path,
     return paths
 
 
-__all__ = ["ReportPaths", "blocked_paths", "format_goals", "format_table", "goal_rows", "hardware_labels",
+__all__ = ["ReportPaths", "format_goals", "format_table", "goal_rows", "hardware_labels",
            "interval_note", "mean_ci", "report_problem", "summarise", "write_report"]

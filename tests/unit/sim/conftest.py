@@ -28,3 +28,17 @@ def bench_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
         return errors[0].removeprefix(f"{name}.py: error: ")
 
     return run
+
+
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Records every simulated run; a bad flag must stop the command before the first."""
+    calls: list[object] = []
+
+    def run_offline(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr("app.sim.runner.run_offline", run_offline)
+    return calls
+

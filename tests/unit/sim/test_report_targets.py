@@ -8,33 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from sim_cli import FAST, error_line
 
-from app.cli.main import main
 from app.sim.report import report_problem
 
-FAST = ["--tasks", "50", "--seeds", "1", "--policies", "kube_default", "--no-html"]
 SYS_READ_ONLY = Path("/sys/kernel/notes")  # refused for writing to root too
-
-
-@pytest.fixture
-def no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    calls: list[object] = []
-
-    def run_offline(*args: object, **kwargs: object) -> None:
-        calls.append(args)
-        raise AssertionError("a run started")
-
-    monkeypatch.setattr("app.sim.runner.run_offline", run_offline)
-    return calls
-
-
-def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert main(["sim", *argv]) == 2
-    out = capsys.readouterr()
-    assert out.out == "" and "Traceback" not in out.err
-    lines = out.err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def test_a_link_to_where_no_file_can_be_fails_before_any_run(tmp_path, capsys, no_run):
@@ -43,7 +21,7 @@ def test_a_link_to_where_no_file_can_be_fails_before_any_run(tmp_path, capsys, n
     out = tmp_path / "out"
     out.mkdir()
     (out / "policies.json").symlink_to(tmp_path / "plain" / "policies.json")
-    line = _error([*FAST, "--out", str(out)], capsys)
+    line = error_line([*FAST, "--out", str(out)], capsys)
     assert line == f"rttsched sim: error: --out: cannot write {out / 'policies.json'}: Not a directory"
     assert not no_run
 
@@ -59,7 +37,7 @@ def _unwritable(path: Path) -> bool:
 @pytest.mark.skipif(not SYS_READ_ONLY.is_file() or not _unwritable(SYS_READ_ONLY), reason="no read-only sysfs file")
 def test_a_link_to_a_read_only_file_fails_before_any_run(tmp_path, capsys, no_run):
     (tmp_path / "policies.csv").symlink_to(SYS_READ_ONLY)
-    line = _error([*FAST, "--out", str(tmp_path)], capsys)
+    line = error_line([*FAST, "--out", str(tmp_path)], capsys)
     assert line.startswith(f"rttsched sim: error: --out: cannot write {tmp_path / 'policies.csv'}: ")
     assert not no_run
 
@@ -69,7 +47,7 @@ def test_a_read_only_report_file_fails_before_any_run(tmp_path, capsys, no_run):
     target = tmp_path / "policies.csv"
     target.write_text("old")
     target.chmod(0o444)
-    line = _error([*FAST, "--out", str(tmp_path)], capsys)
+    line = error_line([*FAST, "--out", str(tmp_path)], capsys)
     assert line == f"rttsched sim: error: --out: cannot write {target}: Permission denied"
     assert not no_run and target.read_text() == "old"
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sim_cli import FAST, error_line
 
 from app.cli import sim
 from app.cli.main import build_parser, main
@@ -15,30 +16,6 @@ from app.sim.hardware import preset
 from app.sim.runner import SimConfig
 from app.sim.scenario import load_scenario
 from app.sim.scenario_paths import SCENARIO_DIR, scenario_path
-
-FAST = ["--tasks", "50", "--seeds", "1", "--policies", "kube_default", "--no-html"]
-
-
-@pytest.fixture
-def no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Records every simulated run; a bad flag must stop the command before the first."""
-    calls: list[object] = []
-
-    def run_offline(*args: object, **kwargs: object) -> None:
-        calls.append(args)
-        raise AssertionError("a run started")
-
-    monkeypatch.setattr("app.sim.runner.run_offline", run_offline)
-    return calls
-
-
-def error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert main(["sim", *argv]) == 2
-    out = capsys.readouterr()
-    assert out.out == "" and "Traceback" not in out.err
-    lines = out.err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def setup(argv: list[str]) -> tuple[SimConfig, list[int], str]:
