@@ -549,25 +549,13 @@ class _Delivery:
         """None when the dead-letters topic exists (listed once, the first time it is needed, unless checked at
         the start), else why not: a topic the broker would auto-create is not written to. Only a listing without
         it is final: :class:`~app.kafka.admin.TopicError` when Kafka cannot be asked now (away for a moment)."""
-        from aiokafka.errors import KafkaError
-
-        from app.kafka.admin import TopicError, started_admin
+        from app.kafka.admin import missing_topics, no_topics
 
         if self._letters_ok:
             return None
-        settings = self._settings
-        admin = await started_admin(settings)  # TopicError: cannot reach Kafka
-        try:
-            have = set(await admin.list_topics())
-        except (KafkaError, OSError) as exc:
-            raise TopicError(f"cannot list the topics of {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): "
-                             f"{_said(exc)}") from None
-        finally:
-            await admin.close()
-        name = settings.topic("dead-letters")
-        if name not in have:
-            return (f"no topic {name} on {settings.bootstrap_servers} (RTT_TOPIC_PREFIX {settings.topic_prefix!r}): "
-                    "create it with `rttsched topics create`")
+        missing = await missing_topics(self._settings, ["dead-letters"])  # TopicError: Kafka cannot be asked
+        if missing:
+            return no_topics(self._settings, missing)
         self._letters_ok = True
         return None
 

@@ -78,19 +78,33 @@ async def check_reachable(settings: Settings, topics: Sequence[str] = ()) -> Non
     create`` (or with a mistyped prefix) used to have them auto-created by the broker with its default
     partition count, which ``topics create`` then refused. The check lists the topics (a metadata request
     for every topic creates none)."""
+    if not topics:
+        admin = await started_admin(settings)
+        await admin.close()
+        return
+    missing = await missing_topics(settings, topics)
+    if missing:
+        raise TopicError(no_topics(settings, missing))
+
+
+async def missing_topics(settings: Settings, topics: Sequence[str]) -> list[str]:
+    """The prefixed names of the contract ``topics`` the broker does not have, from a listing of its topics (which
+    creates none); :class:`TopicError` when Kafka cannot be reached or asked."""
     admin = await started_admin(settings)
     try:
-        if topics:
-            have = set(await admin.list_topics())
-            missing = [settings.topic(name) for name in topics if settings.topic(name) not in have]
-            if missing:
-                raise TopicError(f"no topic {', '.join(missing)} on {settings.bootstrap_servers} (RTT_TOPIC_PREFIX "
-                                 f"{settings.topic_prefix!r}): create them with `rttsched topics create`")
-    except KafkaError as exc:
+        have = set(await admin.list_topics())
+    except (KafkaError, OSError) as exc:
         raise TopicError(f"cannot list the topics of {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): "
                          f"{exc}") from None
     finally:
         await admin.close()
+    return [settings.topic(name) for name in topics if settings.topic(name) not in have]
+
+
+def no_topics(settings: Settings, missing: Sequence[str]) -> str:
+    """What :func:`check_reachable` says of topics the broker does not have (prefixed names)."""
+    return (f"no topic {', '.join(missing)} on {settings.bootstrap_servers} (RTT_TOPIC_PREFIX "
+            f"{settings.topic_prefix!r}): create them with `rttsched topics create`")
 
 
 async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = (),
