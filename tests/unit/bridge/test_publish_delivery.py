@@ -15,7 +15,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from app.bridge.metrics import BridgeMetrics
 from app.bridge.producer import encode_messages
-from app.cli.publish import _Delivery
+from app.cli.publish.delivery import Delivery
 from app.config import Settings
 
 GOOD = {"task_id": "t-1", "app": "gCTF", "node": "worker-1", "submitted_ts": 1.0, "started_ts": 2.0,
@@ -43,9 +43,9 @@ class Producer:
         pass
 
 
-def deliver(refuse: Callable[[str, bytes | None], BaseException | None]) -> tuple[_Delivery, Producer, int]:
+def deliver(refuse: Callable[[str, bytes | None], BaseException | None]) -> tuple[Delivery, Producer, int]:
     settings = Settings.from_env({}, topic_prefix="u-")
-    delivery = _Delivery(settings, "task-completions", None, BridgeMetrics(), name="spans.json",
+    delivery = Delivery(settings, "task-completions", None, BridgeMetrics(), name="spans.json",
                          letters_checked=True)
     producer = delivery.producer = Producer(refuse)
     values = [GOOD, dict(GOOD, task_id="t-2", node="worker-2"), dict(GOOD, task_id="t-3")]
@@ -113,10 +113,10 @@ def broker_away_then(monkeypatch: pytest.MonkeyPatch, topics: list[str], away: i
     return said
 
 
-def deliver_unchecked(refuse: Callable[[str, bytes | None], BaseException | None]) -> tuple[_Delivery, Producer, int]:
+def deliver_unchecked(refuse: Callable[[str, bytes | None], BaseException | None]) -> tuple[Delivery, Producer, int]:
     """As :func:`deliver`, the dead-letters topic not checked at the start (no --dead-letters)."""
     settings = Settings.from_env({}, topic_prefix="u-", retry_max_backoff_s=0.1)
-    delivery = _Delivery(settings, "task-completions", None, BridgeMetrics(), name="spans.json")
+    delivery = Delivery(settings, "task-completions", None, BridgeMetrics(), name="spans.json")
     producer = delivery.producer = Producer(refuse)
     values = [GOOD, dict(GOOD, task_id="t-2", node="worker-2"), dict(GOOD, task_id="t-3")]
     sent = asyncio.run(delivery.send(encode_messages(settings, "task-completions", values), [4, 7, 9]))

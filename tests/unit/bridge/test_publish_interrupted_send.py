@@ -30,8 +30,8 @@ def completion(n: int) -> dict[str, Any]:
 
 
 class Reader:
-    """:class:`~app.cli.publish._ReadAhead`'s interface: ``take()`` hands over :data:`CHUNK` records at a time, the
-    read-ahead (``drain()``) holds the next :data:`CHUNK`; the lines after those are not read yet."""
+    """:class:`~app.cli.publish.read_ahead.ReadAhead`'s interface: ``take()`` hands over :data:`CHUNK` records at a
+    time, the read-ahead (``drain()``) holds the next :data:`CHUNK`; the lines after those are not read yet."""
 
     def __init__(self, records: list[Record]) -> None:
         self.queue = collections.deque(records)
