@@ -207,3 +207,22 @@ def test_no_bridge_fires_only_when_no_bridge_is_up_under_either_job_naming(tmp_p
             "values": "1x15"}],
          "alert_rule_test": [{"eval_time": "5m", "alertname": alert, "exp_alerts": []}]},
     ])
+
+
+def test_revoke_checkpoints_lost_fires_for_the_table_whose_checkpoint_failed_until_it_is_an_hour_old(
+        tmp_path: Path) -> None:
+    """Each table's child exists from the worker's start at 0 (created with the table); two partitions of
+    node-window leave without their checkpoint at 10 min: the alert names that table, not feedback, whose
+    checkpoints were all stored, and is quiet again once the failure is more than an hour old."""
+    alert = "RttschedRevokeCheckpointsLost"
+    note = _annotations(alert)
+    note["summary"] = note["summary"].replace("{{ $labels.table }}", "node-window")
+    failed = {"series": 'rtt_worker_revoke_checkpoint_failures_total{table="node-window"}', "values": "0x10 2x120"}
+    stored = {"series": 'rtt_worker_revoke_checkpoint_failures_total{table="feedback"}', "values": "0x130"}
+    fired = {"exp_labels": {"table": "node-window", "severity": "info"}, "exp_annotations": note}
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [failed, stored], "alert_rule_test": [
+        {"eval_time": "9m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "11m", "alertname": alert, "exp_alerts": [fired]},
+        {"eval_time": "60m", "alertname": alert, "exp_alerts": [fired]},
+        {"eval_time": "75m", "alertname": alert, "exp_alerts": []},
+    ]}])
