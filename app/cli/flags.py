@@ -68,3 +68,42 @@ def writable_dir(path: str, field: str) -> Path:
         raise ConfigError(field, f"cannot write in {path}: {exc.strerror or exc}") from None
     return out
 
+
+def writable_file(path: str | Path, field: str) -> Path:
+    """``path`` tried as the file a command writes at its end, without changing it, so that one it cannot
+    write fails at its start naming ``field``, not after the work (as :func:`writable_dir` does for a
+    directory): a directory there, a file that cannot be written, a directory that is missing or takes no file.
+
+    >>> writable_file("/proc/nope.json", "--json")
+    Traceback (most recent call last):
+    ...
+    app.errors.ConfigError: --json: cannot write /proc/nope.json: No such file or directory
+    """
+    from app.errors import ConfigError
+
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(field, f"{path} is a directory, where a file is written")
+    try:
+        if out.exists():
+            with out.open("ab"):  # appends nothing: the file is left as it is
+                pass
+        else:  # a new file (or a link to one not there yet): its directory must take one
+            with tempfile.TemporaryFile(dir=out.resolve().parent):
+                pass
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write {path}: {exc.strerror or exc}") from None
+    return out
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal may show it: each character that is not printable (a control character such as
+    ESC or a line break, a bidirectional override) written as its Python escape, so that a name read from a
+    file or a server can neither recolour, move or clear the screen nor hide what follows it.
+
+    >>> printable("gCTF"), printable("a\\x1b[2Jb"), printable("x\\r\\n"), printable("üb\\u202eer")
+    ('gCTF', 'a\\\\x1b[2Jb', 'x\\\\r\\\\n', 'üb\\\\u202eer')
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
