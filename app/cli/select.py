@@ -4,12 +4,15 @@ Input is either a CSV file (header row; numeric columns are candidate features, 
 except the app column) or JSON lines of training-samples messages (each checked against the topic contract;
 its ``features`` map becomes columns, ``input_size_mb`` becomes ``task_input_size_mb``, and of the other
 fields only the identifiers and ``rtt_ms`` are kept). Empty cells and
-``nan`` are missing values, dropped pairwise per feature.
+``nan`` are missing values, dropped pairwise per feature. A line with fewer or more cells than the header, or a
+header naming a column twice, is refused; a UTF-8 byte-order mark (an Excel export) is read past. Names from
+the file are printed with control characters escaped; the ``--json`` report keeps them as they are.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import csv
 import math
 import sys
@@ -53,17 +56,29 @@ def _number(raw: str) -> float | None:
 
 
 def read_csv(path: Path) -> list[dict[str, Any]]:
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames:
+    """Rows of a CSV file with a header; each line must have as many cells as the header has columns."""
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: an Excel export's byte-order mark
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
             raise SelectInputError(f"{path}: empty file or no header row")
+        seen: set[str] = set()
+        for name in header:
+            if name in seen:
+                raise SelectInputError(f"{path}:{reader.line_num}: column {name!r} is named twice in the header")
+            seen.add(name)
         rows: list[dict[str, Any]] = []
-        for row in reader:
+        for cells in reader:
+            if not cells:  # a blank line
+                continue
+            if len(cells) > len(header):
+                raise SelectInputError(f"{path}:{reader.line_num}: more cells than header columns")
+            if len(cells) < len(header):
+                raise SelectInputError(f"{path}:{reader.line_num}: fewer cells than header columns "
+                                       f"({len(cells)} of {len(header)})")
             parsed: dict[str, Any] = {}
-            for key, raw in row.items():
-                if key is None:
-                    raise SelectInputError(f"{path}:{reader.line_num}: more cells than header columns")
-                value = _number(raw or "")
+            for key, raw in zip(header, cells, strict=True):
+                value = _number(raw)
                 parsed[key] = raw if value is None else value
             rows.append(parsed)
     return rows
@@ -76,6 +91,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
+            if lineno == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
             if not line.strip():
                 continue
             try:
@@ -92,8 +109,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
     """Rows of a CSV or JSON-lines file (chosen by suffix: .jsonl/.json/.ndjson, else CSV)."""
-    if not path.is_file():
+    if path.is_dir():
+        raise SelectInputError(f"{path}: is a directory, not a file")
+    if not path.exists():
         raise SelectInputError(f"{path}: no such file")
+    if not path.is_file():
+        raise SelectInputError(f"{path}: not a regular file")
     try:
         rows = read_jsonl(path) if path.suffix.lower() in (".jsonl", ".json", ".ndjson") else read_csv(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
@@ -141,14 +162,34 @@ def _rule(args: argparse.Namespace) -> Any:
         raise SelectInputError(f"bad selection rule: {exc}") from None
 
 
+def _shown(result: Any) -> Any:
+    """``result`` with its feature names as :func:`~app.cli.flags.printable` shows them, for its table."""
+    import dataclasses
+
+    from app.cli.flags import printable
+
+    if all(name.isprintable() for name in result.scores):
+        return result
+    return dataclasses.replace(
+        result, chosen=tuple(map(printable, result.chosen)), degenerate=tuple(map(printable, result.degenerate)),
+        **{field: {printable(k): v for k, v in getattr(result, field).items()}
+           for field in ("scores", "signed", "votes", "strongest")})
+
+
 def run(args: argparse.Namespace, settings: Any) -> int:
     import json
 
     import numpy as np
 
+    from app.cli.flags import printable, writable_file
+    from app.errors import ConfigError
     from app.features.selection import render_shares, render_table, select_features, strongest_share
 
     rule = _rule(args)
+    if args.json is not None:  # before the work: a report it cannot write fails now, not after every table
+        if args.json.resolve() == args.input.resolve():
+            raise ConfigError("--json", f"{args.json} is the --input file")
+        writable_file(args.json, "--json")
     rows = read_samples(args.input)
     if all(args.target not in r for r in rows):
         raise SelectInputError(f"{args.input}: no column {args.target!r} (the target)")
@@ -161,17 +202,18 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in target):
             raise SelectInputError(f"{args.input}: target {args.target!r} has non-numeric values (app {app!r})")
         X = np.array([[r.get(n, math.nan) for n in names] for r in group], dtype=np.float64)
-        print(f"measuring {app}: {len(group)} samples x {len(names)} features ...", file=sys.stderr, flush=True)
+        shown = printable(app)
+        print(f"measuring {shown}: {len(group)} samples x {len(names)} features ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         results[app] = select_features(X, np.asarray(target, dtype=np.float64), names, rule)
         print(f"  done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         res = results[app]
-        print(render_table(res, title=f"== {app}: {res.n_samples} samples, {len(names)} features, "
-                                      f"{len(res.chosen)} chosen (>= {rule.min_votes} votes)"))
+        print(render_table(_shown(res), title=f"== {shown}: {res.n_samples} samples, {len(names)} features, "
+                                              f"{len(res.chosen)} chosen (>= {rule.min_votes} votes)"))
         print()
     shares = strongest_share(results)
     print("== strongest measure per app (% of chosen features)")
-    print(render_shares(shares))
+    print(render_shares({printable(app): row for app, row in shares.items()}))
     if args.json is not None:
         report = {"input": str(args.input), "target": args.target, "app_column": args.app_column,
                   "apps": {a: r.to_dict() for a, r in results.items()}, "strongest_share": shares}
