@@ -8,11 +8,18 @@ above everything given and announced, made current and announced with the traine
 extender loads it and the trainer's next retrain judges its challenger against it. Without ``--yes`` it asks
 first, and refuses where there is no terminal to ask on. It replaces the current version it showed, or nothing:
 when the trainer promoted a retrain before the rollback landed, it says so and changes nothing (exit status 2).
+
+A record of the registry that cannot be read (:class:`~app.registry.base.CorruptRecordError`: metadata that is not
+JSON or lacks a field, a current pointer that is not a number, a Redis key of the wrong type) does not hide the
+others: ``list`` and ``show`` print what they can read, mark what they cannot with ``?``, say on stderr which
+record and why (one line each, as every error of the command), and exit 2. ``rollback`` refuses (exit status 2)
+when it needs such a record: the current one, the one to go back to, or one a default target would skip.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -120,6 +127,59 @@ def _announced(settings: Any) -> dict[str, Any]:
     return asyncio.run(read_announced(settings))
 
 
+@dataclasses.dataclass
+class Look:
+    """What the registry holds of one key: its ``current`` record (None: none, or unreadable:
+    ``current_unreadable`` is then the error), its readable ``kept`` records (None: not even which versions are kept
+    could be read), the kept versions whose record is unreadable (``bad``: version -> error), and ``unreadable``: an
+    error per record that could not be read, the current one first."""
+
+    current: Any = None
+    current_unreadable: Any = None
+    kept: list[Any] | None = dataclasses.field(default_factory=list)
+    bad: dict[int, Any] = dataclasses.field(default_factory=dict)
+    unreadable: list[Any] = dataclasses.field(default_factory=list)
+
+    def n_kept(self) -> str:
+        """The versions kept, `` ?`` after it where some cannot be read, ``?`` where which is not known."""
+        if self.kept is None:
+            return "?"
+        return f"{len(self.kept) + len(self.bad)}{' ?' if self.bad else ''}"
+
+
+def _look(store: Any, key: str) -> Look:
+    """The registry's records of ``key``, each that cannot be read kept as its error (RegistryUnavailableError, the
+    registry away, is raised: nothing can be read)."""
+    from app.model.errors import RegistryError, RegistryUnavailableError
+
+    look = Look()
+    try:
+        look.current = store.current(key)
+    except RegistryUnavailableError:
+        raise
+    except RegistryError as exc:
+        look.current_unreadable = exc
+        look.unreadable.append(exc)
+    try:
+        look.kept, unreadable = store.readable_versions(key)
+        look.bad = {e.version: e for e in unreadable}
+    except RegistryUnavailableError:
+        raise
+    except RegistryError as exc:
+        look.kept, unreadable = None, [exc]
+    said = {str(e) for e in look.unreadable}  # the current record's error, which the versions read again
+    look.unreadable += [e for e in unreadable if str(e) not in said]
+    return look
+
+
+def _unreadable(looks: Sequence[Look]) -> int:
+    """Say each record that could not be read on stderr, one line each; the exit status (2 where one could not)."""
+    errors = [str(e) for look in looks for e in look.unreadable]
+    for error in errors:
+        print(f"rttsched models: error: {error}", file=sys.stderr)
+    return 2 if errors else 0
+
+
 def _read(settings: Any) -> tuple[Any, dict[str, Any]]:
     """The store, once it answered, and the newest version announced per key on model-updates."""
     from app.registry.store import open_store
@@ -136,15 +196,23 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
     keys = sorted(set(store.keys()) | set(announced))
     if args.app is not None:
         keys = [k for k in keys if k.split(":", 1)[0] == args.app]
-    rows, out = [], []
+    rows, out, looks = [], [], []
     for key in keys:
-        current, kept, news = store.current(key), store.versions(key), announced.get(key)
+        look, news = _look(store, key), announced.get(key)
+        looks.append(look)
+        current, kept = look.current, look.kept
         agrees = current is not None and news is not None and (current.version, current.sha256) == (
             news.version, news.sha256)
-        out.append({"model_key": key, "current": current.to_dict() if current is not None else None,
-                    "kept": [r.version for r in kept], "announced": news.__dict__ if news is not None else None,
-                    "agrees": agrees})
-        if current is None:
+        entry = {"model_key": key, "current": current.to_dict() if current is not None else None,
+                 "kept": sorted({*(r.version for r in kept), *look.bad}) if kept is not None else None,
+                 "announced": news.__dict__ if news is not None else None, "agrees": agrees}
+        if look.unreadable:
+            entry["unreadable"] = [str(e) for e in look.unreadable]
+        out.append(entry)
+        if look.current_unreadable is not None:  # its version where that is known
+            bad = getattr(look.current_unreadable, "version", None)
+            cells = [f"v{bad} ?" if bad is not None else "?", "-", "-", "-", "-", "-"]
+        elif current is None:
             cells = ["-", "-", "-", "-", "-", "-"]
         else:
             restores = f" (=v{current.restores})" if current.restores is not None else ""
@@ -152,10 +220,11 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
                      str(current.n_samples), figure(current.metrics, "rmse_ms"),
                      figure(current.metrics, "mape", "{:.3f}")]
         said = f"v{news.version}" if news is not None else "-"
-        rows.append([key, *cells, str(len(kept)), said if agrees else f"{said} !"])
+        flagged = not agrees and look.current_unreadable is None  # an unreadable current is flagged ? already
+        rows.append([key, *cells, look.n_kept(), f"{said} !" if flagged else said])
     if args.json:
         print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
-        return 0
+        return _unreadable(looks)
     if not rows:
         print("no models" + (f" of app {args.app!r}" if args.app is not None else "") + " in the registry or on "
               "model-updates")
@@ -167,7 +236,10 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
     if any(r[-1].endswith("!") for r in rows):
         print("!: the registry's current version is not the newest announced on model-updates (the workers and "
               "extenders serve that one): rttsched models show KEY")
-    return 0
+    if any(look.unreadable for look in looks):
+        print("?: a record of the registry cannot be read (which, and why: on stderr): rttsched models show KEY")
+    sys.stdout.flush()  # the table before the lines saying what it lacks
+    return _unreadable(looks)
 
 
 def show_model(args: argparse.Namespace, settings: Any) -> int:
@@ -177,20 +249,36 @@ def show_model(args: argparse.Namespace, settings: Any) -> int:
 
     key = _key(args.key)
     store, announced = _read(settings)
-    current, kept, news = store.current(key), store.versions(key), announced.get(key)
-    if not kept and news is None:
+    look, news = _look(store, key), announced.get(key)
+    current, kept = look.current, look.kept or []
+    if not kept and not look.unreadable and news is None:
         raise ConfigError("KEY", f"no model {key!r} in the registry or on model-updates (rttsched models list)")
+    # the version the current pointer names when only its record is unreadable
+    bad_current = getattr(look.current_unreadable, "version", None)
+    current_version = current.version if current is not None else bad_current
     if args.json:
-        print(orjson.dumps({"model_key": key, "current": current.version if current is not None else None,
-                            "announced": news.__dict__ if news is not None else None,
-                            "versions": [r.to_dict() for r in kept]}, option=orjson.OPT_INDENT_2).decode())
-        return 0
+        shown: dict[str, Any] = {"model_key": key, "current": current_version,
+                                 "announced": news.__dict__ if news is not None else None,
+                                 "versions": [r.to_dict() for r in kept]}
+        if look.unreadable:
+            shown["unreadable"] = [str(e) for e in look.unreadable]
+        print(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode())
+        return _unreadable([look])
     said = f"announced v{news.version} (sha256 {news.sha256[:12]}, {when(news.ts)})" if news else "never announced"
-    print(f"{key}: current {f'v{current.version}' if current is not None else 'none'}, {said}")
+    if look.current_unreadable is not None:
+        now = f"v{bad_current} ?" if bad_current is not None else "?"
+    else:
+        now = f"v{current_version}" if current_version is not None else "none"
+    print(f"{key}: current {now}, {said}")
     rows = []
-    for r in kept:
-        state = [s for s, yes in (("current", current is not None and r.version == current.version),
-                                  ("announced", news is not None and r.version == news.version)) if yes]
+    records = {r.version: r for r in kept}
+    for version in sorted({*records, *look.bad}):
+        state = [s for s, yes in (("current", version == current_version),
+                                  ("announced", news is not None and version == news.version)) if yes]
+        if version not in records:  # unreadable: why, and where, in its line on stderr
+            rows.append([f"v{version}", ",".join([*state, "unreadable"]), *["-"] * 8, ""])
+            continue
+        r = records[version]
         window = trained_on(r.training_window)
         rows.append([f"v{r.version}", ",".join(state), r.sha256[:12], when(r.created_ts), str(r.n_samples),
                      figure(r.metrics, "rmse_ms"), figure(r.metrics, "mae_ms"), figure(r.metrics, "mape", "{:.3f}"),
@@ -198,9 +286,11 @@ def show_model(args: argparse.Namespace, settings: Any) -> int:
     head = ("VERSION", "STATE", "SHA256", "SAVED (UTC)", "ROWS", "RMSE MS", "MAE MS", "MAPE", "FEATURES",
             "TRAINED ON (UTC)", "")
     print("\n".join(table(head, rows, right=frozenset({4, 5, 6, 7, 8}))))
-    if news is not None and not any(r.version == news.version for r in kept):
+    if news is not None and look.kept is not None and not any(r.version == news.version for r in kept) and (
+            news.version not in look.bad):
         print(f"! the announced v{news.version} is not in the registry (the trainer's registry check replaces it)")
-    return 0
+    sys.stdout.flush()  # the table before the lines saying what it lacks
+    return _unreadable([look])
 
 
 def _confirm(question: str) -> bool:

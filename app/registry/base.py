@@ -30,6 +30,15 @@ Traceback (most recent call last):
 app.model.errors.RegistryError: model key 'gCTF:gpu\\n' must match ^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,252}$
 
 Every app the topic contracts accept (a Kubernetes label value) gives keys it accepts, ``app:cpu`` and ``app:gpu``.
+
+A stored record that cannot be read (metadata that is not JSON or lacks a field, a current pointer that is not a
+number, a Redis key of the wrong type) is a :class:`CorruptRecordError`, a
+:class:`~app.model.errors.RegistryError` naming the key, the version and what is wrong; nothing is changed:
+
+>>> ModelRecord.from_json(b'{"model_key": "gCTF:gpu", "version": "two"}')
+Traceback (most recent call last):
+...
+ValueError: metadata lacks 'sha256', 'format', 'features', 'created_ts', 'location'
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from app.model.errors import CurrentChangedError, IntegrityError, ModelNotFoundError, RegistryError
@@ -124,29 +133,112 @@ class ModelRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelRecord:
-        window = data.get("training_window")
-        return cls(
-            model_key=str(data["model_key"]),
-            version=int(data["version"]),
-            sha256=str(data["sha256"]),
-            format=str(data["format"]),
-            features=tuple(str(f) for f in data["features"]),
-            params=dict(data.get("params") or {}),
-            metrics={str(k): float(v) for k, v in (data.get("metrics") or {}).items()},
-            n_samples=int(data.get("n_samples", 0)),
-            training_window=(float(window[0]), float(window[1])) if window else None,
-            created_ts=float(data["created_ts"]),
-            location=str(data["location"]),
-            restores=int(data["restores"]) if data.get("restores") is not None else None,
-        )
+    def from_dict(cls, data: Any) -> ModelRecord:
+        """The record ``data`` (a parsed ``to_dict``) holds; ValueError saying what is wrong with it, in one line:
+        not an object, fields missing, or a field of the wrong kind."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"metadata is a JSON {_json_kind(data)}, not an object")
+        missing = [name for name in _REQUIRED if name not in data]
+        if missing:
+            raise ValueError(f"metadata lacks {', '.join(map(repr, missing))}")
+        fields: dict[str, Any] = {}
+        for name, read in _FIELDS.items():
+            try:
+                fields[name] = read(data)
+            except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+                raise ValueError(f"metadata field {name!r} is unusable ({type(exc).__name__}: {exc})") from None
+        return cls(**fields)
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ModelRecord:
-        return cls.from_dict(json.loads(raw))
+        """The record ``raw`` holds; ValueError saying what is wrong with it in one line (:meth:`from_dict`)."""
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            raise ValueError(f"metadata is not JSON ({exc})") from None
+        return cls.from_dict(data)
+
+
+def _window(data: Mapping[str, Any]) -> tuple[float, float] | None:
+    window = data.get("training_window")
+    return (float(window[0]), float(window[1])) if window else None
+
+
+_REQUIRED = ("model_key", "version", "sha256", "format", "features", "created_ts", "location")
+_FIELDS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "model_key": lambda d: str(d["model_key"]),
+    "version": lambda d: int(d["version"]),
+    "sha256": lambda d: str(d["sha256"]),
+    "format": lambda d: str(d["format"]),
+    "features": lambda d: tuple(str(f) for f in d["features"]),
+    "params": lambda d: dict(d.get("params") or {}),
+    "metrics": lambda d: {str(k): float(v) for k, v in (d.get("metrics") or {}).items()},
+    "n_samples": lambda d: int(d.get("n_samples", 0)),
+    "training_window": _window,
+    "created_ts": lambda d: float(d["created_ts"]),
+    "location": lambda d: str(d["location"]),
+    "restores": lambda d: int(d["restores"]) if d.get("restores") is not None else None,
+}
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's kind.
+
+    >>> _json_kind([1]), _json_kind("x"), _json_kind(None), _json_kind(True), _json_kind(2.5)
+    ('array', 'string', 'null', 'boolean', 'number')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "string" if isinstance(value, str) else "array"
+
+
+class CorruptRecordError(RegistryError):
+    """A record the registry holds cannot be read: metadata that is not JSON or lacks a field, a current pointer
+    that is not a version number, a Redis key holding the wrong kind of value. ``model_key`` and ``version``
+    (None: not one version's, e.g. the current pointer) name it, ``problem`` says what is wrong, ``where`` is the
+    Redis key or the file. Nothing is changed: it stays for an operator to repair or remove.
+
+    >>> str(CorruptRecordError("gCTF:gpu", 2, "metadata is not JSON", "rttsched:model:gCTF:gpu:meta:2"))
+    "model 'gCTF:gpu' version 2: metadata is not JSON (rttsched:model:gCTF:gpu:meta:2)"
+    >>> str(CorruptRecordError("gCTF:gpu", None, "its current version 'x' is not a version number"))
+    "model 'gCTF:gpu': its current version 'x' is not a version number"
+    """
+
+    def __init__(self, model_key: str, version: int | None, problem: str, where: str = "") -> None:
+        self.model_key = model_key
+        self.version = version
+        self.problem = problem
+        self.where = where
+        what = f"model {model_key!r}" + (f" version {version}" if version is not None else "")
+        super().__init__(f"{what}: {problem}" + (f" ({where})" if where else ""))
+
+
+def read_record(raw: bytes | str, model_key: str, version: int, where: str = "") -> ModelRecord:
+    """The record stored as ``model_key``'s ``version`` (at ``where``), else :class:`CorruptRecordError` naming them
+    and what is wrong.
+
+    >>> read_record(b"not json{", "gCTF:gpu", 2)
+    Traceback (most recent call last):
+    ...
+    app.registry.base.CorruptRecordError: model 'gCTF:gpu' version 2: metadata is not JSON
+    (Expecting value: line 1 column 1 (char 0))
+    >>> read_record(b'{"model_key": "gCTF:gpu"}', "gCTF:gpu", 2)
+    Traceback (most recent call last):
+    ...
+    app.registry.base.CorruptRecordError: model 'gCTF:gpu' version 2: metadata lacks 'version', 'sha256', 'format',
+    'features', 'created_ts', 'location'
+    """
+    try:
+        return ModelRecord.from_json(raw)
+    except ValueError as exc:
+        raise CorruptRecordError(model_key, version, str(exc), where) from None
 
 
 def new_record(
@@ -178,7 +270,11 @@ class ModelStore(Protocol):
     same atomic step as that check, else :class:`~app.model.errors.CurrentChangedError` with nothing changed —
     for ``save``, nothing stored (a Redis store's version number is spent: versions may have gaps).
     ``load`` with ``version=None`` loads the current version and verifies its sha256 (:class:`IntegrityError`).
-    An unknown key or version raises :class:`~app.model.errors.ModelNotFoundError`.
+    An unknown key or version raises :class:`~app.model.errors.ModelNotFoundError`. A record that cannot be read
+    (metadata that is not a record, a current pointer that is not a version number) raises
+    :class:`CorruptRecordError` from whatever reads it, and only from that: ``load`` of one version reads that
+    version's record and the current pointer (for the current version), ``current`` the pointer and its record,
+    ``versions`` every kept record — :meth:`readable_versions` returns the readable ones and an error per other.
     """
 
     def save(
@@ -192,6 +288,8 @@ class ModelStore(Protocol):
     def current(self, model_key: str) -> ModelRecord | None: ...
 
     def versions(self, model_key: str) -> list[ModelRecord]: ...
+
+    def readable_versions(self, model_key: str) -> tuple[list[ModelRecord], list[CorruptRecordError]]: ...
 
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord: ...
 

@@ -13,7 +13,9 @@ disk error — raises :class:`~app.model.errors.RegistryUnavailableError` from e
 and the OS error (``models directory /x: No space left on device``): like Redis away, a condition to wait out,
 not a broken model (a missing file is still :class:`~app.model.errors.ModelNotFoundError`). A write that failed
 leaves no partial file behind. :meth:`DirectoryModelStore.check_writable` tells when the directory takes a
-write of a given size again.
+write of a given size again. A ``<version>.meta.json`` that is not a record raises
+:class:`~app.registry.base.CorruptRecordError` naming the file, from whatever reads it (a ``CURRENT`` that is not a
+number is no current version).
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError, RegistryUnavailableError
 from app.registry.base import (
     FORMATS,
+    CorruptRecordError,
     ModelRecord,
     check_current,
     check_keep,
     check_model_key,
     new_record,
     previous_version,
+    read_record,
     verify,
     versions_to_drop,
 )
@@ -132,10 +136,12 @@ class DirectoryModelStore:
             return None
 
     def _record(self, model_key: str, version: int) -> ModelRecord:
+        path = self._dir(model_key) / f"{version}{META}"
         try:
-            return ModelRecord.from_json((self._dir(model_key) / f"{version}{META}").read_bytes())
+            raw = path.read_bytes()
         except FileNotFoundError:
             raise ModelNotFoundError(model_key, version) from None
+        return read_record(raw, model_key, version, str(path))
 
     @contextlib.contextmanager
     def _locked(self, model_key: str) -> Iterator[Path]:
@@ -217,11 +223,22 @@ class DirectoryModelStore:
 
     @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
-        out = []
+        records, unreadable = self.readable_versions(model_key)
+        if unreadable:
+            raise unreadable[0]
+        return records
+
+    @_available
+    def readable_versions(self, model_key: str) -> tuple[list[ModelRecord], list[CorruptRecordError]]:
+        records, unreadable = [], []
         for v in self._kept(model_key):
-            with contextlib.suppress(ModelNotFoundError):
-                out.append(self._record(model_key, v))
-        return out
+            try:
+                records.append(self._record(model_key, v))
+            except ModelNotFoundError:  # trimmed meanwhile
+                continue
+            except CorruptRecordError as exc:
+                unreadable.append(exc)
+        return records, unreadable
 
     @_available
     def promote(self, model_key: str, version: int, replacing: int | None = None) -> ModelRecord:

@@ -37,15 +37,17 @@ from typing import Any, TypeVar
 import redis
 
 from app.clock import Clock, SystemClock
-from app.model.errors import CurrentChangedError, ModelNotFoundError, RegistryError, RegistryUnavailableError
+from app.model.errors import ModelNotFoundError, RegistryError, RegistryUnavailableError
 from app.redis_client import DEFAULT_TIMEOUT_S, redis_client
 from app.registry.base import (
+    CorruptRecordError,
     ModelRecord,
     check_current,
     check_keep,
     check_model_key,
     new_record,
     previous_version,
+    read_record,
     verify,
     versions_to_drop,
 )
@@ -86,14 +88,33 @@ def refuses_writes(exc: BaseException) -> bool:
     return reply.split(" ", 1)[0] in REFUSED_CODES
 
 
+def wrong_type(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a command on a key that holds another kind of value (a key set by hand).
+
+    >>> wrong_type(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    True
+    >>> wrong_type(redis.ResponseError("Command # 1 (GET k) of pipeline caused error: WRONGTYPE Operation against "
+    ...                                "a key holding the wrong kind of value"))
+    True
+    >>> wrong_type(redis.ResponseError("NOPERM this user has no permissions to run the 'get' command"))
+    False
+    """
+    return isinstance(exc, redis.ResponseError) and str(exc).rpartition("caused error: ")[2].startswith("WRONGTYPE")
+
+
 def _available(method: F) -> F:
-    """Turn Redis being away, or refusing writes, into :class:`RegistryUnavailableError` (with where and why)."""
+    """Turn Redis being away, or refusing writes, into :class:`RegistryUnavailableError` (with where and why), and a
+    key of the model that holds the wrong kind of value into :class:`CorruptRecordError` naming the model."""
 
     @functools.wraps(method)
     def wrapper(self: RedisModelStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except redis.RedisError as exc:
+            model_key = args[0] if args else kwargs.get("model_key")
+            if wrong_type(exc) and isinstance(model_key, str):
+                raise CorruptRecordError(model_key, None, f"a Redis key of it holds the wrong kind of value: {exc}",
+                                         self._where) from exc
             if not isinstance(exc, UNAVAILABLE) and not refuses_writes(exc):
                 raise
             raise RegistryUnavailableError(f"model registry at {self._where} unavailable: "
@@ -102,14 +123,39 @@ def _available(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _version(raw: Any) -> int | None:
-    """The version a GET of a ``current`` key returned (None: no current version)."""
-    return int(raw) if raw is not None else None
+def _text(raw: Any, limit: int = 40) -> str:
+    """A value Redis returned, for a message: decoded and quoted, cut to ``limit`` characters.
+
+    >>> _text(b"notanumber"), _text(b"x" * 50)
+    ("'notanumber'", "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'")
+    """
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
 
 
-def _ints(values: Any) -> list[int]:
-    """Sorted ints of what ZRANGE returned (redis-py's return types are too wide for mypy)."""
-    return sorted(int(v) for v in values)
+def _version(raw: Any, model_key: str, where: str) -> int | None:
+    """The version a GET of ``model_key``'s ``current`` key (``where``) returned (None: no current version);
+    :class:`CorruptRecordError` when it is not a version number."""
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise CorruptRecordError(model_key, None, f"its current version {_text(raw)} is not a version number",
+                                 where) from None
+
+
+def _ints(values: Any, model_key: str, where: str) -> list[int]:
+    """Sorted ints of what ZRANGE of ``model_key``'s ``versions`` (``where``) returned (redis-py's return types are
+    too wide for mypy); :class:`CorruptRecordError` for a member that is not a version number."""
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise CorruptRecordError(model_key, None, f"its kept versions hold {_text(v)}, not a version number",
+                                     where) from None
+    return sorted(out)
 
 
 class RedisModelStore:
@@ -148,17 +194,51 @@ class RedisModelStore:
     def _k(self, model_key: str, *parts: object) -> str:
         return ":".join([self.namespace, "model", check_model_key(model_key), *map(str, parts)])
 
+    def _kind(self, key: str) -> str:
+        """What ``key`` holds, for a message: ``a Redis hash``."""
+        try:
+            return f"a Redis {_text(self._redis.type(key))[1:-1]}"
+        except redis.RedisError:
+            return "a Redis key of another type"
+
+    def _mistyped(self, model_key: str, version: int | None, key: str, what: str, expected: str) -> CorruptRecordError:
+        """``key`` of ``model_key`` (``what`` it is) holds another kind of value than ``expected``."""
+        return CorruptRecordError(model_key, version, f"{what} is {self._kind(key)}, not a {expected}", key)
+
     def _current_version(self, model_key: str) -> int | None:
-        return _version(self._redis.get(self._k(model_key, "current")))
+        key = self._k(model_key, "current")
+        try:
+            raw = self._redis.get(key)
+        except redis.ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise self._mistyped(model_key, None, key, "its current version", "string") from None
+        return _version(raw, model_key, key)
 
     def _kept(self, model_key: str) -> list[int]:
-        return _ints(self._redis.zrange(self._k(model_key, "versions"), 0, -1))
+        key = self._k(model_key, "versions")
+        try:
+            values = self._redis.zrange(key, 0, -1)
+        except redis.ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise self._mistyped(model_key, None, key, "its set of kept versions", "sorted set") from None
+        return _ints(values, model_key, key)
+
+    def _parse(self, model_key: str, version: int, raw: Any) -> ModelRecord:
+        return read_record(raw, model_key, version, self._k(model_key, "meta", version))
 
     def _record(self, model_key: str, version: int) -> ModelRecord:
-        raw = self._redis.get(self._k(model_key, "meta", version))
+        key = self._k(model_key, "meta", version)
+        try:
+            raw = self._redis.get(key)
+        except redis.ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise self._mistyped(model_key, version, key, "its metadata", "string") from None
         if raw is None:
             raise ModelNotFoundError(model_key, version)
-        return ModelRecord.from_json(raw)
+        return self._parse(model_key, version, raw)
 
     def _trim(self, model_key: str) -> None:
         versions_key, current_key = self._k(model_key, "versions"), self._k(model_key, "current")
@@ -166,8 +246,8 @@ class RedisModelStore:
             while True:
                 try:
                     pipe.watch(versions_key, current_key)
-                    kept = _ints(pipe.zrange(versions_key, 0, -1))
-                    drop = versions_to_drop(kept, _version(pipe.get(current_key)), self.keep)
+                    kept = _ints(pipe.zrange(versions_key, 0, -1), model_key, versions_key)
+                    drop = versions_to_drop(kept, _version(pipe.get(current_key), model_key, current_key), self.keep)
                     if not drop:
                         pipe.unwatch()
                         return
@@ -206,8 +286,9 @@ class RedisModelStore:
                     if replacing is not None:  # checked and moved in the transaction that stores the version
                         pipe.watch(current_key)
                         try:
-                            check_current(model_key, replacing, _version(pipe.get(current_key)))
-                        except CurrentChangedError:
+                            check_current(model_key, replacing, _version(pipe.get(current_key), model_key,
+                                                                         current_key))
+                        except RegistryError:
                             pipe.unwatch()
                             raise
                         pipe.multi()
@@ -238,7 +319,7 @@ class RedisModelStore:
             blob, meta = pipe.execute()
         if blob is None or meta is None:
             raise ModelNotFoundError(model_key, version)
-        record = ModelRecord.from_json(meta)
+        record = self._parse(model_key, version, meta)
         return verify(model_key, version, bytes(blob), record.sha256), record
 
     @_available
@@ -253,11 +334,29 @@ class RedisModelStore:
 
     @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
+        records, unreadable = self._versions(model_key)
+        if unreadable:
+            raise unreadable[0]
+        return records
+
+    @_available
+    def readable_versions(self, model_key: str) -> tuple[list[ModelRecord], list[CorruptRecordError]]:
+        return self._versions(model_key)
+
+    def _versions(self, model_key: str) -> tuple[list[ModelRecord], list[CorruptRecordError]]:
         kept = self._kept(model_key)
         if not kept:
-            return []
+            return [], []
         raws = self._redis.mget([self._k(model_key, "meta", v) for v in kept])
-        return [ModelRecord.from_json(r) for r in raws if r is not None]
+        records, unreadable = [], []
+        for version, raw in zip(kept, raws, strict=True):
+            if raw is None:  # trimmed meanwhile
+                continue
+            try:
+                records.append(self._parse(model_key, version, raw))
+            except CorruptRecordError as exc:
+                unreadable.append(exc)
+        return records, unreadable
 
     @_available
     def promote(self, model_key: str, version: int, replacing: int | None = None) -> ModelRecord:
@@ -270,7 +369,8 @@ class RedisModelStore:
                     try:
                         if raw is None:
                             raise ModelNotFoundError(model_key, version)
-                        check_current(model_key, replacing, _version(pipe.get(current_key)))
+                        record = self._parse(model_key, version, raw)  # unreadable: the pointer stays
+                        check_current(model_key, replacing, _version(pipe.get(current_key), model_key, current_key))
                     except RegistryError:
                         pipe.unwatch()
                         raise
@@ -282,7 +382,7 @@ class RedisModelStore:
                     continue
         self._trim(model_key)
         log.info("model %s: version %d is current", model_key, version)
-        return ModelRecord.from_json(raw)
+        return record
 
     @_available
     def rollback(self, model_key: str, to_version: int | None = None) -> ModelRecord:
@@ -293,5 +393,12 @@ class RedisModelStore:
 
     @_available
     def keys(self) -> list[str]:
-        return sorted(k.decode() if isinstance(k, bytes) else str(k)
-                      for k in self._redis.smembers(f"{self.namespace}:models"))
+        key = f"{self.namespace}:models"
+        try:
+            members = self._redis.smembers(key)
+        except redis.ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise RegistryError(f"model registry at {self._where}: {key}, the set of model keys, is "
+                                f"{self._kind(key)}, not a set") from None
+        return sorted(k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else str(k) for k in members)

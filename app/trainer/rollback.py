@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.model.errors import CurrentChangedError, ModelNotFoundError, RegistryError
-from app.registry.base import ModelRecord, ModelStore, check_model_key, previous_version
+from app.registry.base import CorruptRecordError, ModelRecord, ModelStore, check_model_key, previous_version
 from app.trainer.registry import ModelRegistry
 
 
@@ -60,16 +60,26 @@ def default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRe
 def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = None,
                   announced: int = 0) -> RollbackPlan:
     """The rollback of ``model_key`` to ``to_version`` (default: :func:`default_target`); :class:`RegistryError`
-    (:class:`ModelNotFoundError` for an unknown key or version) when there is nothing to roll back to."""
+    (:class:`ModelNotFoundError` for an unknown key or version) when there is nothing to roll back to.
+
+    A record it needs that cannot be read raises its :class:`~app.registry.base.CorruptRecordError`: the current
+    one, the one asked for, or, without ``to_version``, one between the current and the default target (it might
+    be the version meant: name one with ``to_version``). Others unreadable are no obstacle."""
     check_model_key(model_key)
     current = store.current(model_key)
     if current is None:
         known = store.keys()
         detail = (f"model {model_key!r} has no current version" if model_key in known else
-                  f"no model {model_key!r} in the registry (keys: {', '.join(known[:10]) or 'none'})")
+                  f"no model {model_key!r} in the registry (keys: {listing(known)})")
         raise ModelNotFoundError(model_key, detail=detail)
-    kept = store.versions(model_key)
-    version = default_target(model_key, kept, current) if to_version is None else to_version
+    kept, unreadable = store.readable_versions(model_key)
+    if to_version is None:
+        version = _default_target(model_key, kept, current, unreadable)
+    else:
+        version = to_version
+        for exc in unreadable:
+            if exc.version == version:
+                raise exc
     target = next((r for r in kept if r.version == version), None)
     if target is None:
         listed = ", ".join(f"v{r.version}" for r in kept)
@@ -80,6 +90,36 @@ def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = No
         raise RegistryError(f"model {model_key!r}: v{version} is the model the current v{current.version} serves "
                             f"already (sha256 {current.sha256[:12]})")
     return RollbackPlan(model_key, current, target, announced)
+
+
+def listing(keys: Sequence[str], shown: int = 10) -> str:
+    """The first ``shown`` of ``keys``, and how many more there are.
+
+    >>> listing([]), listing(["a:cpu", "b:gpu"]), listing([f"k{i}:cpu" for i in range(3001)], shown=2)
+    ('none', 'a:cpu, b:gpu', 'k0:cpu, k1:cpu and 2999 more')
+    """
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return (", ".join(keys[:shown]) or "none") + more
+
+
+def _default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRecord,
+                    unreadable: Sequence[CorruptRecordError]) -> int:
+    """:func:`default_target` among the readable ``kept`` records, unless an ``unreadable`` one lies between it and
+    the model the current one serves (or before it, where no readable one does): that one might be the version
+    meant, so :class:`RegistryError` naming it."""
+    try:
+        version: int | None = default_target(model_key, kept, current)
+    except ModelNotFoundError:
+        version = None
+    skipped = sorted(exc.version for exc in unreadable
+                     if exc.version is not None and (version or 0) < exc.version < served(current))
+    if skipped:
+        exc = next(e for e in unreadable if e.version == skipped[-1])
+        raise RegistryError(f"{exc}: cannot tell whether a rollback goes back to it; name the version to go back "
+                            "to (--to)") from None
+    if version is None:
+        return default_target(model_key, kept, current)  # raises the reason there is none
+    return version
 
 
 def roll_back(registry: ModelRegistry, plan: RollbackPlan) -> dict[str, Any]:
