@@ -2,8 +2,11 @@
 
 Options (flag, else environment variable, else default): ``--api-url`` / ``RTT_PODS_API_URL`` (empty: the
 in-cluster API with the pod's service account), ``--token-file`` / ``RTT_PODS_TOKEN_FILE``, ``--ca-file`` /
-``RTT_PODS_CA_FILE``, ``--resync`` / ``RTT_PODS_RESYNC_S`` (30), ``--ttl`` / ``RTT_PODS_TTL_S`` (3 x resync);
-the variables are settings like ``REDIS_URL``, ``RTT_TOPIC_PREFIX`` and ``RTT_METRICS_PORT`` (``rttsched settings``).
+``RTT_PODS_CA_FILE``, ``--resync`` / ``RTT_PODS_RESYNC_S`` (30, at most a day), ``--ttl`` / ``RTT_PODS_TTL_S``
+(3 x resync, at most 3 days); the variables are settings like ``REDIS_URL``, ``RTT_TOPIC_PREFIX`` and
+``RTT_METRICS_PORT`` (``rttsched settings``). ``--once`` prints the view it wrote as a table, a row per node and
+app: the pods that count and those started; with Redis away it says so in one line naming ``REDIS_URL`` (exit 2),
+where the service retries.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ca-file", default=None, help="CA bundle for an https API URL (default RTT_PODS_CA_FILE)")
     p.add_argument("--resync", type=float, default=None,
                    help="seconds between renewals of the keys from the pods held while the watch runs "
-                        "(with --poll: between lists; default RTT_PODS_RESYNC_S or 30)")
+                        "(with --poll: between lists; default RTT_PODS_RESYNC_S or 30; at most a day)")
     p.add_argument("--ttl", type=float, default=None,
-                   help="lifetime of a node's key that no sync confirms (default RTT_PODS_TTL_S or 3 x resync)")
+                   help="lifetime of a node's key that no sync confirms (default RTT_PODS_TTL_S or 3 x resync; "
+                        "at least resync, at most 3 days)")
     p.add_argument("--poll", action="store_true", help="no watch: only list, every resync period")
-    p.add_argument("--once", action="store_true", help="list once, write the view, print it and exit")
+    p.add_argument("--once", action="store_true",
+                   help="list once, write the view, print it (a row per node and app: pods, started) and exit")
 
 
 def _options(args: argparse.Namespace, settings: Any) -> Any:
@@ -53,12 +58,29 @@ def _access(args: argparse.Namespace, settings: Any) -> Any:
     return KubeAccess.in_cluster(os.environ)
 
 
+def view_table(written: dict[str, dict[str, int]], started: dict[str, dict[str, int]]) -> list[str]:
+    """The view as written: a row per node and app with the pods that count and those started, aligned.
+
+    >>> for line in view_table({"gpu-1": {"gCTF": 2}, "cpu-1": {"upload": 1}}, {"gpu-1": {"gCTF": 1}}):
+    ...     print(line)
+    NODE   APP     PODS  STARTED
+    cpu-1  upload     1        0
+    gpu-1  gCTF       2        1
+    """
+    from app.cli.models import table
+
+    rows = [(node, app, str(n), str(started.get(node, {}).get(app, 0)))
+            for node, apps in sorted(written.items()) for app, n in sorted(apps.items())]
+    return table(("NODE", "APP", "PODS", "STARTED"), rows, right=frozenset({2, 3}))
+
+
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
     import logging
     import signal
 
     import aiohttp
+    from redis.exceptions import RedisError
 
     from app.errors import ConfigError
     from app.extender.podwatch import PodWatcher, PodWatchMetrics
@@ -66,7 +88,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.health import beating, serve_health
     from app.listen import check_listen
     from app.masking import mask_url
-    from app.redis_client import settings_redis
+    from app.redis_client import check_redis, settings_redis
     from app.scheduler.cache import CacheKeys
 
     log = logging.getLogger("app.cli.pods")
@@ -83,16 +105,22 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     metrics = PodWatchMetrics()
 
     async def main() -> int:
+        if args.once:  # Redis away: one line naming REDIS_URL, before the API is asked (the service retries)
+            await check_redis(settings)
         async with aiohttp.ClientSession() as session:
             client = settings_redis(settings)
             watcher = PodWatcher(PodsApi(session, access), client, CacheKeys(settings.topic_prefix), options, metrics)
             try:
                 if args.once:
-                    await watcher.sync()
-                    for node, apps in sorted(watcher.written.items()):
-                        print(f"{node}\t" + " ".join(f"{app}={n}" for app, n in sorted(apps.items())))
-                    print(f"rttsched pods: {len(watcher.pods)} pods on {len(watcher.written)} nodes written",
-                          flush=True)
+                    try:
+                        await watcher.sync()
+                    except RedisError as exc:  # gone since the PING, or refusing writes (a replica, out of memory)
+                        raise ConfigError("REDIS_URL", f"cannot use Redis at {mask_url(settings.redis_url)}: "
+                                                       f"{exc}") from None
+                    print("\n".join(view_table(watcher.written, watcher.started)))
+                    started = sum(n for apps in watcher.started.values() for n in apps.values())
+                    print(f"rttsched pods: {len(watcher.pods)} pods ({started} started) on {len(watcher.written)} "
+                          "nodes written", flush=True)
                     return 0
                 return await _serve(watcher)
             finally:

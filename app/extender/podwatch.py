@@ -45,6 +45,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from redis.exceptions import RedisError
 
+from app.config import a_day_at_most, check_flag, non_negative
 from app.errors import ConfigError
 from app.extender.podwatch_api import KubeApiError, PodsApi
 from app.extender.podwatch_view import Placement, View, diff_views, encode_node, placement, tally
@@ -52,6 +53,17 @@ from app.scheduler.cache import CacheKeys, encode_running_sync
 from app.scheduler.podinfo import PodError
 
 log = logging.getLogger(__name__)
+
+MAX_TTL_S = 3 * 86_400.0  # 3 x the longest resync (a day), the longest default TTL; its ms fit Redis's PX
+
+
+def key_lifetime(v: float) -> str | None:
+    """What is wrong with a key TTL in seconds (0: 3 x resync), or None: finite, >= 0, at most :data:`MAX_TTL_S`.
+
+    >>> key_lifetime(0.0), key_lifetime(90.0), key_lifetime(float("nan")), key_lifetime(1e300)
+    (None, None, 'must be >= 0 (got nan)', 'must be <= 259200 s, 3 days (got 1e+300)')
+    """
+    return non_negative(v) or (None if v <= MAX_TTL_S else f"must be <= {MAX_TTL_S:g} s, 3 days (got {v})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +77,9 @@ class PodWatchOptions:
     backoff_max_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if not self.resync_s > 0:
-            raise ConfigError("RTT_PODS_RESYNC_S", f"must be > 0 (got {self.resync_s})")
+        # the checks of the settings (app.config), and bounds that keep the TTL in ms a number Redis takes
+        check_flag("RTT_PODS_RESYNC_S", self.resync_s, a_day_at_most)
+        check_flag("RTT_PODS_TTL_S", self.ttl_s, key_lifetime)
         if self.ttl_s and self.ttl_s < self.resync_s:
             raise ConfigError("RTT_PODS_TTL_S", f"must be >= RTT_PODS_RESYNC_S (got {self.ttl_s})")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
@@ -129,6 +142,11 @@ class PodWatcher:
     def written(self) -> dict[str, dict[str, int]]:
         """The pods that count per node and app, as Redis holds them (the values' ``apps``)."""
         return {node: dict(counts["apps"]) for node, counts in self._written.items()}
+
+    @property
+    def started(self) -> dict[str, dict[str, int]]:
+        """The pods started per node and app, as Redis holds them (the values' ``started``)."""
+        return {node: dict(counts["started"]) for node, counts in self._written.items()}
 
     # -- one step each
     async def sync(self) -> str:

@@ -380,7 +380,15 @@ async def test_cli_writes_the_view_and_stops_cleanly_on_sigterm(api, redis_clien
                                                 env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(once.communicate(), 60)
     assert once.returncode == 0, err.decode()
-    assert "cpu-1\tupload=1" in out.decode() and "6 pods on 3 nodes" in out.decode()
+    lines = out.decode().splitlines()
+    assert lines[0].split() == ["NODE", "APP", "PODS", "STARTED"], lines
+    rows = [line.split() for line in lines[1:-1]]
+    assert all(len(r) == 4 for r in rows), lines
+    assert {n: {a: int(p) for nn, a, p, _ in rows if nn == n} for n, *_ in rows} == EXPECTED
+    assert {n: {a: int(s) for nn, a, _, s in rows if nn == n and int(s)} for n, *_ in rows} == STARTED
+    widths = {len(line) for line in lines[:-1]}
+    assert len(widths) == 1, lines  # aligned: the counts right-aligned under their headers
+    assert lines[-1] == "rttsched pods: 6 pods (5 started) on 3 nodes written", lines
     assert await load_running(redis_client, keys) == EXPECTED
 
     await redis_client.delete(keys.running("cpu-1"))
@@ -399,6 +407,19 @@ async def test_cli_writes_the_view_and_stops_cleanly_on_sigterm(api, redis_clien
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert "stopped" in out.decode() and "Traceback" not in err.decode()
+
+
+async def test_cli_once_with_redis_away_says_so_in_one_line_naming_redis_url(api):
+    """The API answers, Redis does not: it used to end with ``error: ConnectionError: ...`` and exit 1."""
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    once = await asyncio.create_subprocess_exec(*_cli("--once", api_url=api.url), env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(once.communicate(), 60)
+    assert once.returncode == 2, err.decode()
+    (line,) = err.decode().splitlines()
+    assert line.startswith(f"rttsched pods: error: REDIS_URL: cannot use Redis at redis://127.0.0.1:{port}/0: "), line
+    assert out == b""
 
 
 async def test_bound_pending_and_terminating_pods_count_for_the_scheduler_but_only_started_ones_for_the_bridge(

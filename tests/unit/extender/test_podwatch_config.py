@@ -85,3 +85,70 @@ def test_an_unreadable_ca_file_fails_at_start_naming_the_variable(tmp_path):
         access.ssl_context()
     assert err.value.field == "RTT_PODS_CA_FILE"
     assert KubeAccess.from_url("http://127.0.0.1:8001").ssl_context() is None
+
+
+@pytest.mark.parametrize(("options", "line"), [
+    ({"resync_s": float("inf")}, "RTT_PODS_RESYNC_S: must be finite (got inf)"),
+    ({"resync_s": float("nan")}, "RTT_PODS_RESYNC_S: must be > 0 (got nan)"),
+    ({"resync_s": 1e300}, "RTT_PODS_RESYNC_S: must be <= 86400 s, a day (got 1e+300)"),
+    ({"ttl_s": float("nan")}, "RTT_PODS_TTL_S: must be >= 0 (got nan)"),
+    ({"ttl_s": float("inf")}, "RTT_PODS_TTL_S: must be finite (got inf)"),
+    ({"ttl_s": 1e300}, "RTT_PODS_TTL_S: must be <= 259200 s, 3 days (got 1e+300)"),
+])
+def test_options_hold_to_the_bounds_of_the_settings_and_of_a_redis_ttl(options, line):
+    """A resync or TTL that is no finite number, or whose TTL in ms Redis would refuse, fails at start: it used to
+    fail in key_ttl_ms (OverflowError, ValueError) or at each write (ResponseError), forever in service mode."""
+    with pytest.raises(ConfigError) as err:
+        PodWatchOptions(**options)
+    assert str(err.value) == line
+
+
+def test_the_longest_options_give_a_ttl_redis_takes():
+    assert PodWatchOptions(resync_s=86_400).key_ttl_ms == 259_200_000
+    assert PodWatchOptions(resync_s=86_400, ttl_s=259_200).key_ttl_ms == 259_200_000
+
+
+@pytest.mark.parametrize(("argv", "env", "line"), [
+    (["--resync", "inf"], {}, "rttsched pods: error: --resync: must be finite (got inf)"),
+    (["--ttl", "nan"], {}, "rttsched pods: error: --ttl: must be >= 0 (got nan)"),
+    (["--resync", "1e300"], {}, "rttsched pods: error: --resync: must be <= 86400 s, a day (got 1e+300)"),
+    (["--ttl", "1e300"], {}, "rttsched pods: error: --ttl: must be <= 259200 s, 3 days (got 1e+300)"),
+    (["--resync", "0"], {}, "rttsched pods: error: --resync: must be > 0 (got 0.0)"),
+    ([], {"RTT_PODS_RESYNC_S": "1e300"},
+     "rttsched pods: error: RTT_PODS_RESYNC_S: must be <= 86400 s, a day (got 1e+300)"),
+    ([], {"RTT_PODS_RESYNC_S": "inf"}, "rttsched pods: error: RTT_PODS_RESYNC_S: must be finite (got inf)"),
+])
+@pytest.mark.parametrize("once", [True, False])
+def test_resync_and_ttl_flags_hold_to_the_bounds_of_their_variables(monkeypatch, capsys, argv, env, line, once):
+    """Named as typed, exit 2, before the API, Redis or the metrics port is looked at (in --once and as a service)."""
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("RTT_PODS_API_URL", "http://127.0.0.1:1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["pods", *argv, *(["--once"] if once else [])]) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize("pinged", [True, False])
+def test_once_with_redis_away_is_one_line_naming_redis_url(monkeypatch, capsys, pinged):
+    """The API answers, Redis does not: one line naming REDIS_URL and exit 2, as `rttsched models` says it, not
+    ``error: ConnectionError: ...`` and exit 1. ``pinged``: Redis went away after answering the first PING."""
+    import app.redis_client
+    from app.extender.podwatch_api import PodsApi
+    from app.kafka.embedded import free_port
+
+    async def listed(self):
+        return [], "1"
+
+    async def answered(settings):
+        return None
+
+    port = free_port()
+    monkeypatch.setattr(PodsApi, "list_pods", listed)
+    if pinged:
+        monkeypatch.setattr(app.redis_client, "check_redis", answered)
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/0")
+    assert main(["pods", "--once", "--api-url", "http://127.0.0.1:1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"rttsched pods: error: REDIS_URL: cannot use Redis at redis://127.0.0.1:{port}/0: "), line
+    assert "Connection refused" in line or "Connect call failed" in line, line
