@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +23,9 @@ COMMANDS = (
 # commands a person runs and reads: a progress bar and the result, warnings and errors only (``-v``: debug);
 # the long-running services log at INFO
 INTERACTIVE = frozenset({"topics", "publish", "select", "sim", "demo", "settings", "explain", "models"})
+# the status of a command whose output's reader went away (`rttsched models list | head`): what a shell reports for
+# a tool that SIGPIPE ended, 128 + 13, as `yes | head` under `set -o pipefail`
+READER_GONE = 141
 
 
 def _available() -> dict[str, Any]:
@@ -32,6 +37,32 @@ def _available() -> dict[str, Any]:
             if exc.name != f"app.cli.{name}":
                 raise
     return mods
+
+
+def _output_cut(exc: BaseException) -> bool:
+    """Whether ``exc`` is stdout's reader gone: a broken pipe while stdout is a pipe (or a socket); a broken pipe
+    of a connection is an error like any other."""
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (OSError, ValueError):  # replaced by an object without a descriptor, or closed
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away: say nothing, as shell tools do, and point stdout at /dev/null so that the
+    interpreter's last flush of what is still buffered does not fail again at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):  # a stdout with no file descriptor (replaced, closed): nothing to flush there
+        pass
+    return READER_GONE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         masking.install(settings.secrets())
-        return int(args._module.run(args, settings) or 0)
+        status = int(args._module.run(args, settings) or 0)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not in the interpreter's flush at exit
+        return status
     except RttError as exc:
         print(f"rttsched {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -69,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rttsched {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # last line of defence: one clear line, the traceback only with -v
+        if _output_cut(exc):  # `| head`: the rest of the output is not wanted
+            return _reader_gone()
         if args.verbose:
             logging.getLogger("rttsched").exception("unexpected error")
         print(f"rttsched {args.command}: error: {type(exc).__name__}: {exc} (run with -v for details)",

@@ -19,21 +19,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help="with --recreate: do drop those topics' messages")
 
 
+def named(v: str) -> str | None:
+    """An empty ``--worker-id`` is refused, not taken for the default group (leaving the flag out gives that)."""
+    return None if v else "must not be empty"
+
+
 def run(args: argparse.Namespace, settings: Any) -> int:
+    from app.cli.models import table
     from app.config import check_flag, topic_name_part
     from app.contracts import load_contracts
     from app.errors import ConfigError
 
     for worker_id in args.worker_id or ():  # a part of topic names, as RTT_TOPIC_PREFIX is
-        check_flag("--worker-id", worker_id, topic_name_part)
+        check_flag("--worker-id", worker_id, named, topic_name_part)
     if args.recreate and not args.yes:
         raise ConfigError("--recreate", "drops every message of each topic it recreates: run `rttsched topics "
                                         "create` first to see which it names, then add --yes")
     if args.action == "list":
-        print(f"{'topic':<22} {'key':<14} {'parts':>5} {'cleanup':<8} retention_ms")
-        for c in load_contracts().values():
-            name = settings.topic(c.name)
-            print(f"{name:<22} {c.key:<14} {c.partitions:>5} {c.cleanup_policy:<8} {c.retention_ms}")
+        rows = [(settings.topic(c.name), c.key, str(c.partitions), c.cleanup_policy, str(c.retention_ms))
+                for c in load_contracts().values()]
+        print("\n".join(table(("topic", "key", "parts", "cleanup", "retention_ms"), rows, right=frozenset({2, 4}))))
         return 0
     import asyncio
 
@@ -42,8 +47,6 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     internal = [t for wid in (args.worker_id or [None]) for t in worker_topics(settings, wid)]
     results = asyncio.run(ensure_topics(settings, internal, recreate=args.recreate))
-    width = max(22, *(len(r.topic) for r in results))
-    print(f"{'topic':<{width}} {'parts':>5} {'cleanup':<8} status")
-    for r in results:
-        print(f"{r.topic:<{width}} {r.partitions:>5} {r.cleanup_policy:<8} {'created' if r.created else 'exists'}")
+    done = [(r.topic, str(r.partitions), r.cleanup_policy, "created" if r.created else "exists") for r in results]
+    print("\n".join(table(("topic", "parts", "cleanup", "status"), done, right=frozenset({1}))))
     return 0
