@@ -42,11 +42,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return 0
     import asyncio
 
-    from app.kafka.admin import ensure_topics
+    from app.kafka.admin import TopicError, TopicResult, ensure_topics
     from app.streams.app import worker_topics
 
+    def show(results: list[TopicResult]) -> None:
+        done = [(r.topic, str(r.partitions), r.cleanup_policy, r.status) for r in results]
+        print("\n".join(table(("topic", "parts", "cleanup", "status"), done, right=frozenset({1}))), flush=True)
+
     internal = [t for wid in (args.worker_id or [None]) for t in worker_topics(settings, wid)]
-    results = asyncio.run(ensure_topics(settings, internal, recreate=args.recreate))
-    done = [(r.topic, str(r.partitions), r.cleanup_policy, "created" if r.created else "exists") for r in results]
-    print("\n".join(table(("topic", "parts", "cleanup", "status"), done, right=frozenset({1}))))
+    try:
+        results = asyncio.run(ensure_topics(settings, internal, recreate=args.recreate))
+    except TopicError as exc:  # a refusal: what it did before (the topics created), then why
+        if exc.results:
+            show(exc.results)
+        raise
+    show(results)
     return 0

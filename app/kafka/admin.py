@@ -32,7 +32,12 @@ log = logging.getLogger(__name__)
 
 
 class TopicError(RttError):
-    """A topic could not be created, or exists with another partition count or cleanup policy."""
+    """A topic could not be created, or exists with another partition count or cleanup policy. ``results``: every
+    topic as it was left when that was found (the ones created before, those that differ), where it was found."""
+
+    def __init__(self, message: str, results: Sequence[TopicResult] = ()) -> None:
+        super().__init__(message)
+        self.results = list(results)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,14 @@ class TopicResult:
     partitions: int
     cleanup_policy: str  # the broker's (the contract's where the broker would not say)
     created: bool
+    recreated: bool = False  # deleted and created again (``recreate``)
+    differs: bool = False  # has another partition count or cleanup policy, left as it is
+
+    @property
+    def status(self) -> str:
+        """``created``, ``recreated``, ``differs`` or ``exists``."""
+        return ("recreated" if self.recreated else "created" if self.created else "differs" if self.differs
+                else "exists")
 
 
 DEFAULT_CLEANUP = "delete"  # Kafka's log.cleanup.policy default: a topic config the broker does not list
@@ -116,21 +129,30 @@ async def ensure_topics(settings: Settings, internal: Sequence[InternalTopic] = 
     instead of an error — for a broker just started in memory, where a client that reached it first had a
     topic auto-created with the broker's default count.
     """
+    created: set[str] = set()  # by an attempt before the last
+    recreated: set[str] = set()
     for attempt in range(3):
         try:
-            return await _ensure_topics(settings, internal)
+            results = await _ensure_topics(settings, internal)
         except _WrongTopics as exc:
+            created |= {r.topic for r in exc.results if r.created}
             if not recreate:
                 raise TopicError(f"{exc}: delete and create them again (`rttsched topics create --recreate --yes` "
-                                 "does, dropping their messages)") from None
+                                 "does, dropping their messages)", exc.results) from None
             if attempt == 2:
-                raise TopicError(f"{exc}, still after deleting and creating them twice") from None
+                raise TopicError(f"{exc}, still after deleting and creating them twice",
+                                 [dataclasses.replace(r, created=r.created or r.topic in created)
+                                  for r in exc.results]) from None
             log.warning("%s: deleting and creating them again (their messages are dropped)", exc)
             admin = await started_admin(settings)
             try:  # at once, the same connection: a client retrying meanwhile would have it auto-created again
                 await _recreate(admin, exc.wrong)
             finally:
                 await admin.close()
+            recreated |= {new.name for new, _ in exc.wrong}
+            continue
+        return [dataclasses.replace(r, created=r.created or r.topic in created, recreated=r.topic in recreated)
+                for r in results]
     raise AssertionError("unreachable")
 
 
@@ -155,10 +177,11 @@ async def _recreate(admin: AIOKafkaAdminClient, wrong: list[tuple[NewTopic, str]
 
 
 class _WrongTopics(Exception):
-    """Topics that exist otherwise than wanted: ``(the topic wanted, what it has)``."""
+    """Topics that exist otherwise than wanted: ``(the topic wanted, what it has)``; ``results``: every topic."""
 
-    def __init__(self, wrong: list[tuple[NewTopic, str]]) -> None:
+    def __init__(self, wrong: list[tuple[NewTopic, str]], results: list[TopicResult]) -> None:
         self.wrong = wrong
+        self.results = results
         super().__init__("; ".join(f"topic {new.name} has {have}" for new, have in wrong)
                          + " (topics/ or the worker's partition count)")
 
@@ -224,7 +247,9 @@ async def _ensure_topics(settings: Settings, internal: Sequence[InternalTopic]) 
             merged: dict[str, tuple[NewTopic, list[str]]] = {}
             for topic, problem in wrong:
                 merged.setdefault(topic.name, (topic, []))[1].append(problem)
-            raise _WrongTopics([(topic, " and ".join(problems)) for topic, problems in merged.values()])
+            checked = [dataclasses.replace(r, differs=r.topic in merged) for r in checked]
+            raise _WrongTopics([(topic, " and ".join(problems)) for topic, problems in merged.values()],
+                               sorted(checked, key=lambda r: r.topic))
         return sorted(checked, key=lambda r: r.topic)
     finally:
         await admin.close()

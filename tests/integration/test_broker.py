@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 
 import pytest
@@ -139,14 +138,24 @@ def test_topics_create_names_a_wrong_topic_and_recreate_mends_it(kafka_bootstrap
     monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_bootstrap)
     monkeypatch.setenv("RTT_TOPIC_PREFIX", s.topic_prefix)
     assert main(["topics", "create"]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert f"topic {name} has 4 partitions, 8 expected" in err and "rttsched topics create --recreate --yes" in err
+    status = _statuses(out)  # what it did before it refused: the other topics created, this one left as it was
+    assert status.pop(name) == ("4", "differs") and status and {s for _, s in status.values()} == {"created"}, out
     assert main(["topics", "create", "--recreate"]) == 2  # it drops messages: only with --yes
     assert "--recreate: drops every message" in capsys.readouterr().err
     assert main(["topics", "create", "--recreate", "--yes"]) == 0
-    out = capsys.readouterr().out
-    assert re.search(rf"^{re.escape(name)} +8 ", out, flags=re.M), out
+    status = _statuses(capsys.readouterr().out)
+    assert status.pop(name) == ("8", "recreated") and {s for _, s in status.values()} == {"exists"}, status
     assert main(["topics", "create"]) == 0  # as the contract has it now: nothing to mend
+    assert {s for _, s in _statuses(capsys.readouterr().out).values()} == {"exists"}
+
+
+def _statuses(out: str) -> dict[str, tuple[str, str]]:
+    """``rttsched topics create``'s table: topic -> (partitions, status)."""
+    lines = out.splitlines()
+    assert lines[0].split() == ["topic", "parts", "cleanup", "status"], out
+    return {topic: (parts, status) for topic, parts, _, status in (line.split() for line in lines[1:])}
 
 
 def test_a_compacted_topic_that_exists_on_delete_is_an_error_or_recreated(kafka_bootstrap, settings_factory):
