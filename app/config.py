@@ -95,6 +95,18 @@ def a_day_at_most(v: float) -> str | None:
     return positive(v) or (None if v <= 86_400 else f"must be <= 86400 s, a day (got {v})")
 
 
+MAX_TTL_S = 3 * 86_400.0  # 3 x the longest resync (a day), the longest default TTL; its ms fit Redis's PX
+
+
+def key_lifetime(v: float) -> str | None:
+    """What is wrong with a key TTL in seconds (0: 3 x resync), or None: finite, >= 0, at most :data:`MAX_TTL_S`.
+
+    >>> key_lifetime(0.0), key_lifetime(90.0), key_lifetime(float("nan")), key_lifetime(1e300)
+    (None, None, 'must be >= 0 (got nan)', 'must be <= 259200 s, 3 days (got 1e+300)')
+    """
+    return non_negative(v) or (None if v <= MAX_TTL_S else f"must be <= {MAX_TTL_S:g} s, 3 days (got {v})")
+
+
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
 
@@ -246,9 +258,9 @@ class Settings:
     pods_token_file: str = _f("", doc="bearer token file of the pods watcher, re-read on every request; empty ="
                               " the service account's in cluster")
     pods_ca_file: str = _f("", doc="CA bundle of the pods watcher for an https API URL")
-    pods_resync_s: float = _f(30.0, positive,
+    pods_resync_s: float = _f(30.0, a_day_at_most,
                               doc="seconds between the pods watcher's key renewals while it watches (--poll: lists)")
-    pods_ttl_s: float = _f(0.0, non_negative, doc="life of a node's running-pods key that no sync confirms;"
+    pods_ttl_s: float = _f(0.0, key_lifetime, doc="life of a node's running-pods key that no sync confirms;"
                            " 0 = 3 x RTT_PODS_RESYNC_S")
     # -- model registry
     model_keep: int = _f(5, positive, doc="model versions kept per key (plus the current one)")

@@ -45,7 +45,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from redis.exceptions import RedisError
 
-from app.config import a_day_at_most, check_flag, non_negative
+from app.config import a_day_at_most, check_flag, key_lifetime
 from app.errors import ConfigError
 from app.extender.podwatch_api import KubeApiError, PodsApi
 from app.extender.podwatch_view import Placement, View, diff_views, encode_node, placement, tally
@@ -53,17 +53,6 @@ from app.scheduler.cache import CacheKeys, encode_running_sync
 from app.scheduler.podinfo import PodError
 
 log = logging.getLogger(__name__)
-
-MAX_TTL_S = 3 * 86_400.0  # 3 x the longest resync (a day), the longest default TTL; its ms fit Redis's PX
-
-
-def key_lifetime(v: float) -> str | None:
-    """What is wrong with a key TTL in seconds (0: 3 x resync), or None: finite, >= 0, at most :data:`MAX_TTL_S`.
-
-    >>> key_lifetime(0.0), key_lifetime(90.0), key_lifetime(float("nan")), key_lifetime(1e300)
-    (None, None, 'must be >= 0 (got nan)', 'must be <= 259200 s, 3 days (got 1e+300)')
-    """
-    return non_negative(v) or (None if v <= MAX_TTL_S else f"must be <= {MAX_TTL_S:g} s, 3 days (got {v})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,3 +120,18 @@ def test_a_secret_file_setting_says_what_is_wrong_with_the_path(path, words, tmp
     with pytest.raises(ConfigError) as info:
         Settings.from_env({"RTT_REDIS_PASSWORD_FILE": path.format(tmp=tmp_path)})
     assert info.value.field == "RTT_REDIS_PASSWORD_FILE" and words.format(tmp=tmp_path) in info.value.message
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), [
+    ("RTT_PODS_RESYNC_S", "1e300", "must be <= 86400 s, a day"),
+    ("RTT_PODS_RESYNC_S", "inf", "must be finite"),
+    ("RTT_PODS_TTL_S", "nan", "must be >= 0"),
+    ("RTT_PODS_TTL_S", "1e300", "must be <= 259200 s, 3 days"),
+])
+def test_the_pods_watcher_s_periods_are_checked_in_every_process_that_reads_them(name, value, problem):
+    """The extender reads RTT_PODS_RESYNC_S too (its view is stale after 2 x it): a period whose TTL in ms Redis
+    cannot take is refused at the start of every command, not only of ``rttsched pods``."""
+    from app.config import Settings
+
+    with pytest.raises(ConfigError, match=f"{name}: {problem}"):
+        Settings.from_env({name: value})
