@@ -321,7 +321,8 @@ def roll_back_model(args: argparse.Namespace, settings: Any) -> int:
     plan = dataclasses.replace(plan, announced=news.version if news is not None else 0)
     cur, target = plan.current, plan.target
     print(f"{key}: current v{cur.version} (sha256 {cur.sha256[:12]}, saved {when(cur.created_ts)})\n"
-          f"  back to v{target.version} (sha256 {target.sha256[:12]}, saved {when(target.created_ts)}), saved again "
+          f"  back to v{target.version} ({(_origin(target) + ', ') if target.restores is not None else ''}"
+          f"sha256 {target.sha256[:12]}, saved {when(target.created_ts)}), saved again "
           f"as a new version above v{max(plan.announced, cur.version)}")
     if not args.yes and not _confirm(f"Roll {key} back to v{target.version}?"):
         print(f"rttsched models: {key} not rolled back", file=sys.stderr)

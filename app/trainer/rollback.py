@@ -9,9 +9,13 @@ current, and announces it with the trainer's message (:func:`app.trainer.announc
 and made current in one compare-and-set step, in place of the current version the plan was made against only: a
 retrain promoted meanwhile is left current and nothing is saved (:func:`roll_back`).
 
-The version gone back to by default is :func:`~app.registry.base.previous_version` of the model the current one
-is — the version it restores, when it is a rollback itself, so that a second rollback goes further back instead
-of undoing the first — among the kept versions whose blob differs from the current one.
+The version gone back to by default is the one before the model the current one serves — the version it restores,
+when it is a rollback itself, so that a second rollback goes further back instead of undoing the first — with a
+blob other than the current one's. "Before" is along the versions the key served, in the order they were given:
+each kept version stands at its own place, and a kept rollback copy also stands, with its model, at the place of
+the version it restores when that version was trimmed (``keep``) — so a rollback goes back to a model that is kept
+only as a copy, and never to a copy of the current model (:func:`default_target`). Where nothing was trimmed, that
+is :func:`~app.registry.base.previous_version` of the model served among the kept versions with another blob.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def served(record: ModelRecord) -> int:
 
 
 def default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRecord) -> int:
-    """The version a rollback without ``--to`` goes back to (see the module docstring).
+    """The version a rollback without ``--to`` goes back to (see the module docstring and :func:`lineage`).
 
     >>> def rec(v, sha, restores=None):
     ...     return ModelRecord("k:cpu", v, sha, "ubj", (), {}, {}, 1, None, 0.0, "", restores)
@@ -52,9 +56,40 @@ def default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRe
     >>> v4 = rec(4, "b", restores=2)  # v3 was rolled back to v2's model
     >>> default_target("k:cpu", [v1, v2, v3, v4], v4)
     1
+
+    v1 and v2 trimmed after rollbacks to v1 (v3) and back to v2 (v4): v3 holds the model served before v2's.
+
+    >>> default_target("k:cpu", [rec(3, "a", restores=1), rec(4, "b", restores=2)], rec(4, "b", restores=2))
+    3
     """
-    different = [r.version for r in kept if r.sha256 != current.sha256]
-    return previous_version(model_key, different, served(current))
+    return _previous(model_key, kept, current)[1]
+
+
+def lineage(kept: Sequence[ModelRecord]) -> dict[int, ModelRecord]:
+    """The places in the key's history that ``kept`` records tell, each with a kept record holding its model: every
+    kept version at its own place, and the version a kept rollback copy restores, when that one is not kept, held by
+    its newest copy.
+
+    >>> def rec(v, sha, restores=None):
+    ...     return ModelRecord("k:cpu", v, sha, "ubj", (), {}, {}, 1, None, 0.0, "", restores)
+    >>> {place: r.version for place, r in lineage([rec(3, "a", 1), rec(4, "b", 2), rec(5, "a", 1)]).items()}
+    {3: 3, 4: 4, 5: 5, 1: 5, 2: 4}
+    """
+    places: dict[int, ModelRecord] = {r.version: r for r in kept}
+    versions = set(places)
+    for r in sorted(kept, key=lambda r: r.version):
+        if r.restores is not None and r.restores not in versions:
+            places[r.restores] = r
+    return places
+
+
+def _previous(model_key: str, kept: Sequence[ModelRecord], current: ModelRecord) -> tuple[int, int]:
+    """The place before the model ``current`` serves along :func:`lineage` (with another blob than the current
+    one's), and the kept version holding its model; :class:`ModelNotFoundError` when there is none."""
+    places = lineage(kept)
+    different = [place for place, r in places.items() if r.sha256 != current.sha256]
+    place = previous_version(model_key, different, served(current))
+    return place, places[place].version
 
 
 def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = None,
@@ -63,8 +98,8 @@ def plan_rollback(store: ModelStore, model_key: str, to_version: int | None = No
     (:class:`ModelNotFoundError` for an unknown key or version) when there is nothing to roll back to.
 
     A record it needs that cannot be read raises its :class:`~app.registry.base.CorruptRecordError`: the current
-    one, the one asked for, or, without ``to_version``, one between the current and the default target (it might
-    be the version meant: name one with ``to_version``). Others unreadable are no obstacle."""
+    one, the one asked for, or, without ``to_version``, one that might hold the model the default target should be
+    (:func:`_default_target`; name the version with ``to_version``). Others unreadable are no obstacle."""
     check_model_key(model_key)
     current = store.current(model_key)
     if current is None:
@@ -104,20 +139,26 @@ def listing(keys: Sequence[str], shown: int = 10) -> str:
 
 def _default_target(model_key: str, kept: Sequence[ModelRecord], current: ModelRecord,
                     unreadable: Sequence[CorruptRecordError]) -> int:
-    """:func:`default_target` among the readable ``kept`` records, unless an ``unreadable`` one lies between it and
-    the model the current one serves (or before it, where no readable one does): that one might be the version
-    meant, so :class:`RegistryError` naming it."""
+    """:func:`default_target` among the readable ``kept`` records, unless an ``unreadable`` one might hold the model
+    meant: :class:`RegistryError` naming it. That is one between the place gone back to and the model the current one
+    serves (or before it, where there is none), and — where a version between them is not known (trimmed: a
+    rollback copy above might hold its model) — one above the model the current one serves."""
+    place: int | None = None
     try:
-        version: int | None = default_target(model_key, kept, current)
+        place, version = _previous(model_key, kept, current)
     except ModelNotFoundError:
-        version = None
+        version = 0
+    low, high = place or 0, served(current)
+    known = {*lineage(kept), *(exc.version for exc in unreadable if exc.version is not None)}
+    hidden = sum(1 for v in known if low < v < high) < high - low - 1
     skipped = sorted(exc.version for exc in unreadable
-                     if exc.version is not None and (version or 0) < exc.version < served(current))
+                     if exc.version is not None and exc.version != current.version
+                     and (low < exc.version < high or (hidden and exc.version > high)))
     if skipped:
         exc = next(e for e in unreadable if e.version == skipped[-1])
         raise RegistryError(f"{exc}: cannot tell whether a rollback goes back to it; name the version to go back "
                             "to (--to)") from None
-    if version is None:
+    if place is None:
         return default_target(model_key, kept, current)  # raises the reason there is none
     return version
 
