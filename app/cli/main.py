@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import os
+import select
 import stat
 import sys
 from collections.abc import Sequence
@@ -40,15 +41,21 @@ def _available() -> dict[str, Any]:
 
 
 def _output_cut(exc: BaseException) -> bool:
-    """Whether ``exc`` is stdout's reader gone: a broken pipe while stdout is a pipe (or a socket); a broken pipe
-    of a connection is an error like any other."""
+    """Whether ``exc`` is stdout's reader gone: a broken pipe while stdout is a pipe (or a socket) whose reading end
+    is closed; a broken pipe of a connection, while stdout's reader is still there, is an error like any other."""
     if not isinstance(exc, BrokenPipeError):
         return False
     try:
-        mode = os.fstat(sys.stdout.fileno()).st_mode
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        events = poll.poll(0)  # the writing end of a pipe with no reader left: POLLERR (a socket's: POLLHUP too)
     except (OSError, ValueError):  # replaced by an object without a descriptor, or closed
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in events)
 
 
 def _reader_gone() -> int:

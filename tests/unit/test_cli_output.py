@@ -55,6 +55,22 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch, capsys)
     assert "BrokenPipeError" in capsys.readouterr().err
 
 
+def test_a_connection_s_broken_pipe_is_an_error_while_stdout_is_a_pipe_still_read():
+    """Under docker, Kubernetes or systemd stdout is a pipe: a broken pipe of a connection (a socket whose peer is
+    gone) must still be an error line and status 1 there, not taken for stdout's reader gone (141, silent)."""
+    code = ("import socket, sys\n"
+            "import app.cli.settings as mod\n"
+            "from app.cli.main import main\n"
+            "def run(args, settings):\n"
+            "    a, b = socket.socketpair(); b.close()\n"
+            "    a.sendall(b'x' * 1_000_000)\n"
+            "mod.run = run\n"
+            "sys.exit(main(['settings']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done
+    assert "error: BrokenPipeError" in done.stderr
+
+
 def _columns_line_up(lines: list[str], names: list[str]) -> None:
     """Each row's first cell is its name, and every other column starts where its header does."""
     head = lines[0]
