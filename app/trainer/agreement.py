@@ -9,7 +9,16 @@ hands out a version the workers and extenders already hold (they would ignore it
 announced: where the registry lost it, its current version (if any) is saved again as a new version and
 announced, else a model is trained from the sample history (reason ``registry``); a current version that was
 never announced (the trainer stopped in between, or model-updates was recreated empty) is announced once two
-checks in a row found it so.
+checks in a row found it so. A current version whose metadata stays but whose blob is gone (deleted by hand, evicted,
+a partial restore; :meth:`~app.trainer.registry.ModelRegistry.blob_missing`, a cheap look for the blob each check)
+is a lost model too: no process can load it, so a model is trained from the sample history in its place (reason
+``registry``), above every version announced.
+
+One key whose record cannot be read (:class:`~app.registry.base.CorruptRecordError`: metadata that is not JSON, a
+current pointer that is not a number, a Redis key of the wrong type) does not stop the check: the other keys are
+checked and repaired; that key is named in one WARNING until what is wrong with it changes (and in an INFO line once
+it can be read again), and ``rtt_trainer_degraded{reason="registry_unreadable"}`` is 1 while the last check found
+any such key. The registry unavailable (Redis away) ends the check, with one INFO line: the next one tries again.
 
 An operator's rollback (``rttsched models rollback``) is a version like any other here: the registry's current
 is the version it announced, above every version before it, so the check finds them in agreement; the next
@@ -31,7 +40,7 @@ from app.contracts.admission import check_key
 from app.errors import ContractError
 from app.kafka.batches import partition_for
 from app.kafka.positions import PositionGuard
-from app.model.errors import RegistryUnavailableError
+from app.model.errors import RegistryError, RegistryUnavailableError
 from app.trainer.dead_letters import TrainerDeadLetters
 from app.trainer.metrics import TrainerMetrics
 from app.trainer.registry import ModelRegistry, update_message
@@ -42,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
+UNREADABLE = "registry_unreadable"  # the degraded reason while the registry check cannot read a key's record
 
 
 class RegistryAgreement:
@@ -55,6 +65,7 @@ class RegistryAgreement:
     announced: dict[str, tuple[int, str]]  # key -> newest (version, sha256) on model-updates
     _floor: dict[str, int]  # key -> newest version ever seen announced (kept across topic resets)
     _unannounced: dict[str, int]  # key -> current version the last check found not announced
+    _unreadable: dict[str, str]  # key -> why the last check could not check it (logged once until it changes)
     _training: set[str]
     _updates: AIOKafkaConsumer | None
     _update_tps: list[TopicPartition]
@@ -129,37 +140,68 @@ class RegistryAgreement:
 
     async def check_registry(self) -> list[str]:
         """Compare each key's current version in the registry with the newest announced on model-updates, and
-        start what brings them together (see the module docstring); the keys acted on."""
+        start what brings them together (see the module docstring); the keys acted on. A key that cannot be
+        checked (its record unreadable) is logged and skipped; the registry unavailable ends the check
+        (:class:`~app.model.errors.RegistryUnavailableError`)."""
         await self._caught_up(self._updates, self._update_tps, "model-updates")
         store = self.registry.store
         acted: list[str] = []
+        unreadable: dict[str, str] = {}
         for key in sorted(set(self.announced) | set(await asyncio.to_thread(store.keys))):
             if key in self._training:
+                if key in self._unreadable:
+                    unreadable[key] = self._unreadable[key]  # not checked now: as found last
                 continue
-            current = await asyncio.to_thread(store.current, key)
-            version, sha = self.announced.get(key, (0, ""))
-            if current is not None and current.version > version and current.version >= self._newest_announced(key):
-                # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
-                if self._unannounced.get(key) != current.version:
-                    self._unannounced[key] = current.version
-                    continue
-                del self._unannounced[key]
-                log.warning("model %s: the registry's current v%d was never announced (newest announced: v%d): "
-                            "announcing it", key, current.version, version)
-                await self._announce(update_message(current), {"ts": self.clock.now(), "onset_ts": None},
-                                     timed=False)
-                acted.append(key)
-                continue
-            self._unannounced.pop(key, None)
-            newest = self._newest_announced(key)
-            if (current is not None and (current.version, current.sha256) == (version, sha)) or (
-                    current is None and not newest):  # in agreement, or nothing ever served
-                continue
-            found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
-            log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
-                        "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
-                        found, newest)
-            if self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
-                            "onset_ts": None}) is not None:
-                acted.append(key)
+            try:
+                if await self._check_key(key):
+                    acted.append(key)
+            except RegistryUnavailableError:
+                raise
+            except Exception as exc:  # this key's records only: the other keys are checked
+                unreadable[key] = why = str(exc) if isinstance(exc, RegistryError) else f"{type(exc).__name__}: {exc}"
+                if self._unreadable.get(key) != why:
+                    log.warning("registry check: model %s cannot be checked, skipped until it can: %s", key, why)
+            else:
+                if key in self._unreadable:
+                    log.info("registry check: model %s can be checked again", key)
+        self._unreadable = unreadable
+        self.metrics.degraded.labels(UNREADABLE).set(1 if unreadable else 0)
         return acted
+
+    async def _check_key(self, key: str) -> bool:
+        """Check ``key`` (:meth:`check_registry`); whether something was started for it."""
+        store = self.registry.store
+        current = await asyncio.to_thread(store.current, key)
+        version, sha = self.announced.get(key, (0, ""))
+        newest = self._newest_announced(key)
+        if current is not None and await asyncio.to_thread(self.registry.blob_missing, current):
+            self._unannounced.pop(key, None)
+            above = max(newest, current.version)
+            log.warning("model %s: the registry's current v%d (sha256 %s) has its metadata but its blob is gone, no "
+                        "process can load it: the registry lost it; replacing it with a version above v%d", key,
+                        current.version, current.sha256[:12], above)
+            return self._replace(key)
+        if current is not None and current.version > version and current.version >= newest:
+            # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
+            if self._unannounced.get(key) != current.version:
+                self._unannounced[key] = current.version
+                return False
+            del self._unannounced[key]
+            log.warning("model %s: the registry's current v%d was never announced (newest announced: v%d): "
+                        "announcing it", key, current.version, version)
+            await self._announce(update_message(current), {"ts": self.clock.now(), "onset_ts": None}, timed=False)
+            return True
+        self._unannounced.pop(key, None)
+        if (current is not None and (current.version, current.sha256) == (version, sha)) or (
+                current is None and not newest):  # in agreement, or nothing ever served
+            return False
+        found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
+        log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
+                    "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
+                    found, newest)
+        return self._replace(key)
+
+    def _replace(self, key: str) -> bool:
+        """Start the retrain that replaces ``key``'s lost model (reason ``registry``); whether it started."""
+        return self.submit({"model_key": key, "reason": REGISTRY_LOST, "ts": self.clock.now(),
+                            "onset_ts": None}) is not None

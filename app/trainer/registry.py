@@ -19,9 +19,18 @@ waited for model-updates is never replaced by a challenger that only beat the mo
 save stores nothing. A challenger refused :data:`PROMOTE_TRIES` times (the current version changing under it each
 time) gives up with a WARNING: its retrain fails, and the key's next event trains again.
 
+A save Redis applied whose reply was lost (a connection reset or a failover at the wrong moment) is tried again, and
+the retry finds the current version changed — to the challenger itself. Refused with
+:class:`~app.model.errors.CurrentChangedError` while the current version's blob is the challenger's (same sha256),
+it is the challenger's own promotion: promoted, at that version, and not judged against itself. When the save ended
+in :class:`~app.model.errors.RegistryUnavailableError` instead (Redis away for the retries too), the challenger's
+sha256 is kept, and :meth:`ModelRegistry.landed` tells the retrain that tries again whether it landed.
+
 A current version whose blob or metadata is gone (evicted from Redis, deleted by hand, a file removed from the
 models directory) is a champion that cannot be loaded, at the version the current pointer names: the challenger is
-judged against it as unusable and replaces that version.
+judged against it as unusable and replaces that version. The registry check finds such a current version
+(:meth:`ModelRegistry.blob_missing`: a look for its blob — Redis ``EXISTS`` of the key its location names, a file's
+``stat`` — and only when that finds nothing a load of the version to be sure).
 
 A version saved again (:meth:`ModelRegistry.reissue` for a registry that lost its newest versions,
 :meth:`ModelRegistry.restore` for an operator's rollback) is the same verified blob under a new version above
@@ -36,16 +45,20 @@ a write the size of the blob that did not fit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import redis
 
 from app.config import Settings
 from app.contracts import encode
 from app.model.errors import CurrentChangedError, ModelError, ModelNotFoundError, RegistryUnavailableError
 from app.model.train import booster_to_bytes
-from app.registry.base import ModelRecord, ModelStore
+from app.registry.base import ModelRecord, ModelStore, sha256_hex
 from app.registry.directory import DirectoryModelStore
 from app.registry.redis_store import RedisModelStore
 from app.registry.store import load_predictor, open_store
@@ -72,6 +85,21 @@ def announcement(fields: Mapping[str, Any], *, ts: float, onset_ts: float | None
     """The key and the contract-checked value of the model-updates message announcing ``fields``
     (:func:`update_message`'s), as the trainer sends it (``ts``: now; ``onset_ts``: the drift that led to it)."""
     return str(fields["model_key"]).encode(), encode("model-updates", {**fields, "ts": ts, "onset_ts": onset_ts})
+
+
+@dataclasses.dataclass(frozen=True)
+class Landed:
+    """A challenger whose save the registry may have applied without saying so: its blob's ``sha256``, its training
+    ``window``, the newest version announced when it was saved (``after``: it was saved above), the verdict it was
+    registered on and its holdout ``metrics``; :meth:`ModelRegistry.landed` adds the model-updates ``fields`` of
+    the version that holds it."""
+
+    sha256: str
+    window: tuple[float, float] | None
+    after: int
+    verdict: Verdict
+    metrics: dict[str, float]
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class ModelRegistry:
@@ -101,6 +129,8 @@ class ModelRegistry:
         # key -> (version, sha256) of the champion last scored: NO_CHAMPION when there was none; version None
         # when not even its record could be read
         self._judged: dict[str, tuple[int | None, str | None]] = {}
+        # key -> the challenger whose save ended with the registry unavailable: it may have landed (:meth:`landed`)
+        self._unsure: dict[str, Landed] = {}
 
     def ready(self, model_key: str) -> None:
         """Return once the store would take ``model_key``'s next save, else raise
@@ -178,6 +208,41 @@ class ModelRegistry:
             return (exc.version, None) if exc.version is not None else NO_CHAMPION
         return record.version, record.sha256  # made current since
 
+    def blob_missing(self, record: ModelRecord) -> bool:
+        """Whether the blob of ``record``, the current version of its key as just read, is gone while its metadata
+        stays (deleted by hand, evicted, a partial restore): no process can load that version. A cheap look first —
+        Redis ``EXISTS`` of the key its location names, a file's ``stat`` —, and only when that finds nothing a load
+        of the version to be sure (a store without such a look is loaded each time); True only while the key's
+        current version is still ``record``'s. The registry away raises
+        :class:`~app.model.errors.RegistryUnavailableError`."""
+        if self._blob_seen(record):
+            return False
+        key = record.model_key
+        try:
+            self.store.load(key, record.version)
+        except ModelNotFoundError as exc:
+            if exc.version != record.version:
+                return False
+            current = self.store.current(key)  # promoted meanwhile (and the version trimmed): nothing lost
+            return current is not None and (current.version, current.sha256) == (record.version, record.sha256)
+        return False
+
+    def _blob_seen(self, record: ModelRecord) -> bool:
+        """Whether a cheap look finds the blob where ``record``'s location says it is (False: not found, or no such
+        look for this store)."""
+        store = self.store
+        if isinstance(store, RedisModelStore):
+            where = record.location.partition("#")[2]
+            if not where.startswith(f"{store.namespace}:model:"):
+                return False
+            try:
+                return bool(store.client.exists(where))
+            except redis.RedisError:  # the load tells what it is
+                return False
+        if isinstance(store, DirectoryModelStore):
+            return Path(record.location).is_file()
+        return False
+
     def champion_version(self, model_key: str) -> int | None:
         """The version :meth:`champion_metrics` scored last (0: there was none), which a challenger judged against
         it replaces; None when not known (never scored, or its record unreadable: registered without the check)."""
@@ -204,14 +269,50 @@ class ModelRegistry:
         """Save the challenger as the next version (above ``after``, the newest announced), make it current,
         return its model-updates fields. ``replacing``: only in place of that version (0: none), else
         :class:`CurrentChangedError` and nothing saved."""
+        return self._register(model_key, challenger, booster_to_bytes(challenger.result.booster, self.fmt), after,
+                              replacing)
+
+    def _register(self, model_key: str, challenger: Challenger, blob: bytes, after: int,
+                  replacing: int | None) -> dict[str, Any]:
         result = challenger.result
         holdout = challenger.holdout
         n = challenger.n_fit + len(holdout)
         metrics = {**challenger.metrics, **{k: v for k, v in result.metrics.items() if k.startswith("n_")}}
         metrics["n_holdout"] = float(len(holdout))
-        return self._save(model_key, booster_to_bytes(result.booster, self.fmt), replacing, fmt=self.fmt,
-                          features=list(result.feature_names), params=result.params, metrics=metrics,
-                          n_samples=n, training_window=challenger.fit_window, after=after)
+        return self._save(model_key, blob, replacing, fmt=self.fmt, features=list(result.feature_names),
+                          params=result.params, metrics=metrics, n_samples=n, training_window=challenger.fit_window,
+                          after=after)
+
+    def _own(self, model_key: str, saving: Landed) -> dict[str, Any] | None:
+        """The model-updates fields of ``model_key``'s current version if it is the challenger ``saving`` describes,
+        saved though the save seemed to fail: its blob (sha256), trained on its rows (training window), not a copy
+        saved again (a rollback to a model the same as the challenger), above the newest version announced when it
+        was saved; else None."""
+        current = self.store.current(model_key)
+        if current is None or (current.sha256, current.training_window) != (saving.sha256, saving.window) or (
+                current.restores is not None or current.version <= saving.after):
+            return None
+        return update_message(current)
+
+    def unsure(self, model_key: str) -> bool:
+        """Whether a challenger of ``model_key`` may have landed unannounced (:meth:`landed` tells)."""
+        return model_key in self._unsure
+
+    def landed(self, model_key: str) -> Landed | None:
+        """The challenger of ``model_key`` whose save ended with the registry unavailable, if that save was applied
+        after all (the current version holds its blob), with the model-updates fields of that version; else None.
+        Asked by the retrain that tries again once the registry answers: it announces that version instead of
+        judging a new challenger against its own model. Forgotten once answered, either way."""
+        unsure = self._unsure.get(model_key)
+        if unsure is None:
+            return None
+        own = self._own(model_key, unsure)  # the registry away still: raised, and asked again later
+        del self._unsure[model_key]
+        if own is None:
+            return None
+        log.warning("retrain of %s: the challenger's save was applied though the registry did not answer it: it is "
+                    "current as v%d", model_key, own["version"])
+        return dataclasses.replace(unsure, fields=own)
 
     def promote_challenger(self, model_key: str, challenger: Challenger, verdict: Verdict, after: int = 0,
                            margin: float = MARGIN) -> tuple[Verdict, dict[str, Any] | None]:
@@ -221,10 +322,21 @@ class ModelRegistry:
         only if it still wins. The final verdict and the model-updates fields (None: it lost, nothing saved)."""
         if not verdict.promote:
             return verdict, None
+        blob = booster_to_bytes(challenger.result.booster, self.fmt)
+        saving = Landed(sha256_hex(blob), challenger.fit_window, after, verdict, dict(challenger.metrics))
+        self._unsure.pop(model_key, None)
         for tries in range(1, PROMOTE_TRIES + 1):
             try:
-                return verdict, self.register(model_key, challenger, after, self.champion_version(model_key))
+                return verdict, self._register(model_key, challenger, blob, after, self.champion_version(model_key))
+            except RegistryUnavailableError:  # applied or not: the retrain that tries again asks (landed)
+                self._unsure[model_key] = dataclasses.replace(saving, verdict=verdict)
+                raise
             except CurrentChangedError as exc:
+                own = self._own(model_key, saving)
+                if own is not None:  # the save was applied, its reply lost, and the retry found it current
+                    log.warning("retrain of %s: the challenger is current already, as v%d: its save was applied "
+                                "though the registry did not answer it (%s): promoted", model_key, own["version"], exc)
+                    return verdict, own
                 if tries == PROMOTE_TRIES:
                     log.warning("retrain of %s: gave up registering the challenger after %d tries, the current "
                                 "version changing each time (%s)", model_key, tries, exc)

@@ -51,7 +51,8 @@ between tries) until the registry answers again — for a directory, until it ta
 model it refused — and is then tried again, until it is done, the newest event that arrived for the key in
 the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
 again the same way (``rtt_trainer_retrain_retries_total{step}``). While a retrain waits for the registry,
-``rtt_trainer_degraded{reason="model_store"}`` is 1; it is 0 again once no retrain waits. Every consumer
+``rtt_trainer_degraded{reason="model_store"}`` is 1; it is 0 again once no retrain waits (a trainer stopped while
+one waits leaves it at 1, and does not log the registry usable again). Every consumer
 checks its read positions (:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each
 assignment), so a wiped or recreated topic is read again from its start; a broker error while a position is
 checked is waited out like any other.
@@ -87,7 +88,7 @@ from app.model.errors import CurrentChangedError, NotEnoughSamplesError, Registr
 from app.model.train import MIN_SAMPLES
 from app.registry.base import check_model_key
 from app.retry import Backoff
-from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
+from app.trainer.agreement import REGISTRY_LOST, UNREADABLE, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
 from app.trainer.dead_letters import TrainerDeadLetters
@@ -231,6 +232,8 @@ class TrainerService(RegistryAgreement):
         self.announced = {}
         self._floor = {}
         self._unannounced = {}
+        self._unreadable = {}
+        self.metrics.degraded.labels(UNREADABLE).set(0)
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._waiting: set[str] = set()  # keys whose retrain waits for the model registry
@@ -516,6 +519,7 @@ class TrainerService(RegistryAgreement):
         """Train, judge, and (if better) register and announce a model for ``event["model_key"]``."""
         key = event["model_key"]
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
+        cancelled = False
         try:
             while True:
                 reason = event["reason"]
@@ -532,8 +536,12 @@ class TrainerService(RegistryAgreement):
                     log.exception("retrain of %s failed", key)
                     outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
                 break
+        except asyncio.CancelledError:  # the trainer stopping: the registry is no more usable than it was
+            cancelled = True
+            raise
         finally:
-            self._registry_wait_over(key)
+            if not cancelled:
+                self._registry_wait_over(key)
         self.metrics.retrains.labels(reason=reason, outcome=outcome.outcome).inc()
         self.outcomes.append(outcome)
         return outcome
@@ -541,6 +549,13 @@ class TrainerService(RegistryAgreement):
     async def _retrain(self, key: str, reason: str, event: dict[str, Any]) -> Outcome:
         _, node_class, _ = parse_model_key(key)
         loop = asyncio.get_running_loop()
+        landed = None
+        if self.registry.unsure(key):
+            landed = await loop.run_in_executor(self._executor, self.registry.landed, key)
+        if landed is not None:  # the last try's save was applied though the registry did not answer it
+            await self._announce(landed.fields, event, timed=reason != REGISTRY_LOST)
+            return Outcome(key, reason, "promoted", version=int(landed.fields["version"]), verdict=landed.verdict,
+                           metrics=landed.metrics, detail="saved by the try before, whose answer was lost")
         if reason == REGISTRY_LOST:  # the current version, if the registry kept one, saved again above the lost
             try:
                 record = await loop.run_in_executor(self._executor, self.registry.reissue, key,
@@ -591,8 +606,9 @@ class TrainerService(RegistryAgreement):
         log.warning("retrain of %s: %s; trying again once the registry answers", key, exc)
 
     def _registry_wait_over(self, key: str) -> None:
-        """The retrain of ``key`` no longer waits for the registry (done, or cancelled): the trainer is no longer
-        degraded once no retrain waits."""
+        """The retrain of ``key`` no longer waits for the registry (it ended): the trainer is no longer degraded once
+        no retrain waits. Not called for a retrain cancelled while it waits (the trainer stopping): the registry is
+        no more usable for that, and neither the gauge nor the log says otherwise."""
         if key not in self._waiting:
             return
         self._waiting.discard(key)
