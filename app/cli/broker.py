@@ -7,11 +7,11 @@ start it again): a process left running with no broker behind it looked healthy.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import threading
 from typing import Any
 
+from app.cli.output import say
 from app.config import EMBEDDED_BROKER_PORT
 
 CHECK_S = 0.2  # how often it looks whether Tansu still runs (a waitpid that does not wait)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if sig is not None:
             signal.signal(sig, lambda *_: stop.set())
     with EmbeddedBroker(args.port or None, args.host, storage_engine=args.storage_engine) as broker:
-        print(f"embedded broker listening on {broker.bootstrap} (pid {broker.pid})", flush=True)
+        say(f"embedded broker listening on {broker.bootstrap} (pid {broker.pid})")
         if not args.no_topics:
             from dataclasses import replace
 
@@ -68,10 +68,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 if (ended := broker.ended()) is not None:  # the cause, not the client's error that followed
                     raise ended from None
                 raise
-            print(f"{sum(r.created for r in results)} topics created, {len(results)} in all", flush=True)
+            say(f"{sum(r.created for r in results)} topics created, {len(results)} in all")
         while not stop.wait(CHECK_S):
             if (ended := broker.ended()) is not None:
                 raise ended
-    with contextlib.suppress(OSError):  # after a hang-up, a terminal that is gone
-        print("embedded broker stopped", flush=True)
+    say("embedded broker stopped")
     return 0

@@ -61,14 +61,9 @@ def _output_cut(exc: BaseException) -> bool:
 def _reader_gone() -> int:
     """stdout's reader went away: say nothing, as shell tools do, and point stdout at /dev/null so that the
     interpreter's last flush of what is still buffered does not fail again at exit."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        finally:
-            os.close(devnull)
-    except (OSError, ValueError):  # a stdout with no file descriptor (replaced, closed): nothing to flush there
-        pass
+    from app.cli.output import stdout_to_devnull
+
+    stdout_to_devnull()
     return READER_GONE
 
 
