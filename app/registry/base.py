@@ -297,6 +297,10 @@ class ModelStore(Protocol):
 
     def keys(self) -> list[str]: ...
 
+    def blob_stored(self, record: ModelRecord) -> bool:
+        """Whether ``record``'s blob is where the store keeps it, by a cheap look (no read of the blob)."""
+        ...
+
 
 def previous_version(model_key: str, kept: Sequence[int], current: int | None) -> int:
     """The newest kept version older than ``current`` (what ``rollback()`` goes back to)."""

@@ -222,6 +222,10 @@ class DirectoryModelStore:
             return None
 
     @_available
+    def blob_stored(self, record: ModelRecord) -> bool:
+        return (self._dir(record.model_key) / f"{record.version}.{record.format}").is_file()
+
+    @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
         records, unreadable = self.readable_versions(model_key)
         if unreadable:

@@ -333,6 +333,10 @@ class RedisModelStore:
             return None
 
     @_available
+    def blob_stored(self, record: ModelRecord) -> bool:
+        return bool(self._redis.exists(self._k(record.model_key, "blob", record.version)))
+
+    @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
         records, unreadable = self._versions(model_key)
         if unreadable:

@@ -49,10 +49,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-import redis
 
 from app.config import Settings
 from app.contracts import encode
@@ -210,12 +207,12 @@ class ModelRegistry:
 
     def blob_missing(self, record: ModelRecord) -> bool:
         """Whether the blob of ``record``, the current version of its key as just read, is gone while its metadata
-        stays (deleted by hand, evicted, a partial restore): no process can load that version. A cheap look first —
-        Redis ``EXISTS`` of the key its location names, a file's ``stat`` —, and only when that finds nothing a load
-        of the version to be sure (a store without such a look is loaded each time); True only while the key's
-        current version is still ``record``'s. The registry away raises
+        stays (deleted by hand, evicted, a partial restore): no process can load that version. A cheap look first
+        (:meth:`~app.registry.base.ModelStore.blob_stored`: Redis ``EXISTS``, a file's ``stat``), and only when that
+        finds nothing a load of the version to be sure; True only while the key's current version is still
+        ``record``'s. The registry away raises
         :class:`~app.model.errors.RegistryUnavailableError`."""
-        if self._blob_seen(record):
+        if self.store.blob_stored(record):
             return False
         key = record.model_key
         try:
@@ -225,22 +222,6 @@ class ModelRegistry:
                 return False
             current = self.store.current(key)  # promoted meanwhile (and the version trimmed): nothing lost
             return current is not None and (current.version, current.sha256) == (record.version, record.sha256)
-        return False
-
-    def _blob_seen(self, record: ModelRecord) -> bool:
-        """Whether a cheap look finds the blob where ``record``'s location says it is (False: not found, or no such
-        look for this store)."""
-        store = self.store
-        if isinstance(store, RedisModelStore):
-            where = record.location.partition("#")[2]
-            if not where.startswith(f"{store.namespace}:model:"):
-                return False
-            try:
-                return bool(store.client.exists(where))
-            except redis.RedisError:  # the load tells what it is
-                return False
-        if isinstance(store, DirectoryModelStore):
-            return Path(record.location).is_file()
         return False
 
     def champion_version(self, model_key: str) -> int | None:
