@@ -42,7 +42,7 @@ from app.kafka.batches import partition_for
 from app.kafka.positions import PositionGuard
 from app.model.errors import RegistryError, RegistryUnavailableError
 from app.trainer.dead_letters import TrainerDeadLetters
-from app.trainer.metrics import TrainerMetrics
+from app.trainer.metrics import UNREADABLE, TrainerMetrics
 from app.trainer.registry import ModelRegistry, update_message
 
 if TYPE_CHECKING:
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY_LOST = "registry"  # the reason of a retrain the registry check starts
-UNREADABLE = "registry_unreadable"  # the degraded reason while the registry check cannot read a key's record
 
 
 class RegistryAgreement:

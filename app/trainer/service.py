@@ -88,7 +88,7 @@ from app.model.errors import CurrentChangedError, NotEnoughSamplesError, Registr
 from app.model.train import MIN_SAMPLES
 from app.registry.base import check_model_key
 from app.retry import Backoff
-from app.trainer.agreement import REGISTRY_LOST, UNREADABLE, RegistryAgreement
+from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
 from app.trainer.dead_letters import TrainerDeadLetters
@@ -233,7 +233,6 @@ class TrainerService(RegistryAgreement):
         self._floor = {}
         self._unannounced = {}
         self._unreadable = {}
-        self.metrics.degraded.labels(UNREADABLE).set(0)
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._waiting: set[str] = set()  # keys whose retrain waits for the model registry
