@@ -71,8 +71,8 @@ def _input_size(value: float) -> str:
     if not value >= 0:
         raise ConfigError("--input-mb", f"must be a size in MB >= 0 (got {value:g})")
     if not value <= FLOAT32_MAX:
-        raise ConfigError("--input-mb", f"must be a size in MB >= 0 and at most {FLOAT32_MAX:.4g}, the largest "
-                                        f"the models take (got {value:g})")
+        raise ConfigError("--input-mb", f"must be a size in MB >= 0 and at most {FLOAT32_MAX!r}, the largest "
+                                        f"the models take (got {value!r})")
     return repr(value).removesuffix(".0")
 
 
@@ -258,7 +258,7 @@ def _why(n: Mapping[str, Any]) -> str:
     if not contribs:
         return n.get("contributions_error") or ("node-weights' own prediction" if n.get("source") == "node-weights"
                                                 else "no prediction")
-    moved = ", ".join(f"{c['feature']}={'-' if c['value'] is None else format(c['value'], 'g')} "
+    moved = ", ".join(f"{c['feature']}={'-' if c.get('value') is None else format(c['value'], 'g')} "
                       f"{c['contribution']:+.3f}" for c in contribs)
     scale = f"exp(margin {n['margin']:.3f})" if n.get("link") == "log" else f"margin {n['margin']:.3f}"
     return f"{moved}; bias {n['bias']:+.3f}; {scale} = {n['model_rtt_ms']} ms ({n['model_key']} v{n['model_version']})"

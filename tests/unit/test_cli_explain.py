@@ -134,13 +134,14 @@ def test_names_with_control_characters_are_escaped_not_printed_raw():
 
 # -- --input-mb: a size in MB, and only where it is used (it was dropped silently)
 
-TOO_BIG = "must be a size in MB >= 0 and at most 3.403e+38, the largest the models take"
+TOO_BIG = "must be a size in MB >= 0 and at most 3.4028234663852886e+38, the largest the models take"
 
 
 @pytest.mark.parametrize(("value", "said"), [
     ("-5", "must be a size in MB >= 0 (got -5)"), ("nan", "must be a size in MB >= 0 (got nan)"),
     ("-inf", "must be a size in MB >= 0 (got -inf)"), ("inf", f"{TOO_BIG} (got inf)"),
     ("1e300", f"{TOO_BIG} (got 1e+300)"), ("1e39", f"{TOO_BIG} (got 1e+39)"),
+    ("3.4028235e38", f"{TOO_BIG} (got 3.4028235e+38)"),  # just past the limit: both said to the digit
 ])
 def test_input_mb_that_is_no_size_is_named(value, said, capsys):
     """The extender takes such a size for none: it was sent, dropped there, and the answer said null."""
@@ -234,3 +235,12 @@ def test_an_answer_whose_nodes_cannot_be_shown_is_one_line(node, stand_in, capsy
     assert main(["explain", "--url", stand_in.url, "--app", "gCTF", "--nodes", "a"]) == 2
     assert error_line(capsys).startswith(f"rttsched explain: error: the answer from {stand_in.url} is not an "
                                          f"/explain answer (nodes[0]")
+
+
+def test_a_contribution_without_its_feature_s_value_is_shown_with_a_dash(stand_in, capsys):
+    """``value`` is optional in the answer (a feature the row lacks): it was a KeyError, exit 1."""
+    node = _node("a", "RTX 4090", source="model", contributions=[{"feature": "load", "contribution": 0.5}],
+                 bias=1.0, margin=2.0, model_key="gCTF:gpu", model_version=1)
+    stand_in.body = orjson.dumps(_answer([node]))
+    assert main(["explain", "--url", stand_in.url, "--app", "gCTF", "--nodes", "a"]) == 0
+    assert "load=- +0.500; bias +1.000; margin 2.000 = 120.5 ms (gCTF:gpu v1)" in capsys.readouterr().out
