@@ -204,7 +204,7 @@ def post(url: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
 
     import orjson
 
-    from app.cli.flags import printable
+    from app.cli.output import printable
     from app.errors import ConfigError, RttError
 
     try:  # parsed once, here: a bad [IPv6] address or port is the flag's error, not urllib's traceback
@@ -293,8 +293,7 @@ def _table(nodes: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
     in full. A row too wide for :data:`WIDTH` (cloud node names run to 40 characters and more) puts the node's
     name on a line of its own, the rest of the row indented below it; hardware still too wide is cut in the
     middle, marked ``…``."""
-    from app.cli.flags import printable
-    from app.cli.models import table
+    from app.cli.output import printable, table
 
     titles = [title for _, title, _ in COLUMNS]
     right = frozenset(i for i, (_, _, r) in enumerate(COLUMNS) if r)
@@ -316,7 +315,7 @@ def _table(nodes: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
 def format_answer(answer: Mapping[str, Any]) -> list[str]:
     """The answer (:func:`_not_explanation` says it is one) as lines within 100 columns: a head, one row per
     candidate, its reasons indented below. What the answer names is escaped where it cannot be printed."""
-    from app.cli.flags import printable
+    from app.cli.output import printable
 
     head = textwrap.TextWrapper(width=WIDTH, subsequent_indent="  ")
     lines = head.wrap(printable(f"{_pod_title(answer.get('pod') or {})}: {len(answer['nodes'])} candidates, "

@@ -94,16 +94,3 @@ def writable_file(path: str | Path, field: str) -> Path:
     except OSError as exc:
         raise ConfigError(field, f"cannot write {path}: {exc.strerror or exc}") from None
     return out
-
-
-def printable(text: str) -> str:
-    """``text`` as a terminal may show it: each character that is not printable (a control character such as
-    ESC or a line break, a bidirectional override) written as its Python escape, so that a name read from a
-    file or a server can neither recolour, move or clear the screen nor hide what follows it.
-
-    >>> printable("gCTF"), printable("a\\x1b[2Jb"), printable("x\\r\\n"), printable("üb\\u202eer")
-    ('gCTF', 'a\\\\x1b[2Jb', 'x\\\\r\\\\n', 'üb\\\\u202eer')
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

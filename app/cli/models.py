@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from app.cli.output import printable, table
+
 HELP = "list the model versions of the registry and model-updates, show one key's versions, roll a key back"
 NOT_A_TERMINAL = "stdin is not a terminal to ask on: add --yes to roll back without asking"
 
@@ -84,22 +86,6 @@ def figure(metrics: dict[str, float], name: str, fmt: str = "{:.1f}") -> str:
     ('41.2', '-')
     """
     return fmt.format(metrics[name]) if name in metrics else "-"
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    """Aligned columns (those in ``right`` aligned right), two spaces apart.
-
-    >>> for line in table(("KEY", "V"), [("gCTF:gpu", "v12")], right=frozenset({1})): print(line)
-    KEY       V
-    gCTF:gpu  v12
-    """
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    return [line(head), *(line(r) for r in rows)]
 
 
 def _origin(record: Any) -> str:
@@ -221,7 +207,7 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
                      figure(current.metrics, "mape", "{:.3f}")]
         said = f"v{news.version}" if news is not None else "-"
         flagged = not agrees and look.current_unreadable is None  # an unreadable current is flagged ? already
-        rows.append([key, *cells, look.n_kept(), f"{said} !" if flagged else said])
+        rows.append([printable(key), *cells, look.n_kept(), f"{said} !" if flagged else said])
     if args.json:
         print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
         return _unreadable(looks)

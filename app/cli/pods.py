@@ -67,7 +67,7 @@ def view_table(written: dict[str, dict[str, int]], started: dict[str, dict[str, 
     cpu-1  upload     1        0
     gpu-1  gCTF       2        1
     """
-    from app.cli.models import table
+    from app.cli.output import table
 
     rows = [(node, app, str(n), str(started.get(node, {}).get(app, 0)))
             for node, apps in sorted(written.items()) for app, n in sorted(apps.items())]

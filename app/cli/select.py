@@ -163,10 +163,10 @@ def _rule(args: argparse.Namespace) -> Any:
 
 
 def _shown(result: Any) -> Any:
-    """``result`` with its feature names as :func:`~app.cli.flags.printable` shows them, for its table."""
+    """``result`` with its feature names as :func:`~app.cli.output.printable` shows them, for its table."""
     import dataclasses
 
-    from app.cli.flags import printable
+    from app.cli.output import printable
 
     if all(name.isprintable() for name in result.scores):
         return result
@@ -181,7 +181,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     import numpy as np
 
-    from app.cli.flags import printable, writable_file
+    from app.cli.flags import writable_file
+    from app.cli.output import printable
     from app.errors import ConfigError
     from app.features.selection import render_shares, render_table, select_features, strongest_share
 

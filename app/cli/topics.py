@@ -25,7 +25,7 @@ def named(v: str) -> str | None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
-    from app.cli.models import table
+    from app.cli.output import table
     from app.config import check_flag, topic_name_part
     from app.contracts import load_contracts
     from app.errors import ConfigError
