@@ -4,13 +4,18 @@ Starts the embedded broker (unless ``RTT_KAFKA_BOOTSTRAP`` names one), creates t
 uuid prefix, starts worker, trainer and extender as child processes on free ports, runs the simulated
 cluster live against them for a few minutes (placement by the real extender over HTTP), then runs the
 offline policies on the same workload and seed, prints the policy table and writes the report. Everything
-it started is stopped on the way out: normal end, error, Ctrl-C (SIGINT) or SIGTERM.
+it started is stopped on the way out: normal end, error, Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal or SSH
+session closed; one ignored, as under ``nohup``, stays ignored). The terminal's signals do not reach its children,
+each in a session of its own: the demo stops them, and on Linux they get SIGTERM when it dies without stopping
+them (a SIGKILL; :mod:`app.cli.processes`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import os
 import signal
 import socket
 import sys
@@ -26,6 +31,7 @@ OFFLINE_POLICIES = ("kube_default", "round_robin", "random", "load_aware", "targ
                     "target_load_tuned", "static_best", "rtt_aware", "clairvoyant")
 READY_TIMEOUT_S = 120.0
 MAX_MINUTES = 1440  # a day of live run
+HANGUP = getattr(signal, "SIGHUP", None)  # the terminal or SSH session closed (none on Windows)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +47,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _say(msg: str) -> None:
-    print(f"demo: {msg}", file=sys.stderr, flush=True)
+    """One line on stderr. One that cannot be written is dropped, never raised: the clean-up that says what it
+    does goes on after a hang-up; a terminal that is gone (EIO) or a reader gone (EPIPE) gets nothing more."""
+    try:
+        print(f"demo: {msg}", file=sys.stderr, flush=True)
+    except OSError as exc:
+        if exc.errno in (errno.EIO, errno.EPIPE):
+            _discard(sys.stderr)
+
+
+def _discard(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null: what is still buffered for a terminal that hung up, and the last
+    line (``rttsched demo: interrupted``), go nowhere instead of failing again."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor (replaced, closed): nothing to flush there
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
 
 
 def _raise_interrupt(_signum: int, _frame: Any) -> None:
@@ -155,6 +179,11 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
 
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     old_int = signal.getsignal(signal.SIGINT)
+    # SIGHUP: the terminal or SSH session closed. The children, each in a session of its own, do not get it: it
+    # stops the demo as SIGTERM does, unless it is ignored (nohup)
+    old_hup = signal.getsignal(HANGUP) if HANGUP is not None else None
+    if HANGUP is not None and old_hup is not signal.SIG_IGN:
+        signal.signal(HANGUP, _raise_interrupt)
     broker: EmbeddedBroker | None = None
     group: ProcessGroup | None = None
     made: Any = None  # the demo's settings once its topics exist
@@ -208,6 +237,8 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
                            f"(logs in {out / 'logs'})") from None
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        if HANGUP is not None:
+            signal.signal(HANGUP, signal.SIG_IGN)  # nor a hang-up
         try:
             if group is not None:
                 group.stop()
@@ -221,6 +252,8 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
+            if HANGUP is not None and old_hup is not None:
+                signal.signal(HANGUP, old_hup)
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -1,7 +1,10 @@
 """Start the project's own processes as children and stop every one of them, also on Ctrl-C.
 
-Each child runs ``python -m app.cli.main <command>`` in its own process group with the parent's
-environment plus overrides; its output goes to a log file, so a failing child can be diagnosed.
+Each child runs ``python -m app.cli.main <command>`` in a session (so a process group) of its own with the parent's
+environment plus overrides; its output goes to a log file, so a failing child can be diagnosed. A terminal's Ctrl-C
+or hang-up reaches the parent, which stops them (:meth:`ProcessGroup.stop`), not the children directly. On Linux a
+child started from the main thread also gets SIGTERM when the parent dies without stopping it (a SIGKILL), as the
+embedded broker does (:func:`app.kafka.embedded.die_with_parent`), so none stays behind under PID 1.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from app.errors import RttError
+from app.kafka.embedded import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,11 @@ class ProcessError(RttError):
 
 
 class ProcessGroup:
-    """A set of child processes that are all stopped together (SIGTERM, then SIGKILL)."""
+    """A set of child processes that are all stopped together (SIGTERM, then SIGKILL).
+
+    Started from the main thread on Linux, a child also gets SIGTERM when this process dies; started from another
+    thread, it goes without (Linux would send it when that thread ends: :func:`~app.kafka.embedded.die_with_parent`).
+    """
 
     def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
         self.log_dir = Path(log_dir)
@@ -41,7 +49,7 @@ class ProcessGroup:
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli.main", *args],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**self.env, **(env or {})}, start_new_session=True,
+            env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=die_with_parent(),
         )
         logfile.close()
         self.children[name] = proc

@@ -1,5 +1,5 @@
 """``rttsched demo`` end to end: a short live run on the embedded broker writes the report and stops
-everything it started; SIGINT in the middle of a run stops every child too.
+everything it started; SIGINT in the middle of a run, or the terminal closing (SIGHUP), stops every child too.
 
 Both run the real command as a subprocess (embedded broker, worker, trainer, extender as its children);
 the demo writes the pids it started to ``<out>/logs/pids.json``.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -155,6 +156,52 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
         assert not (out / "policies.json").exists()  # interrupted before the report
     finally:
         _stop_everything(out, proc)
+
+
+def test_a_closed_terminal_stops_every_child(tmp_path: Path) -> None:
+    """The demo on a terminal that closes once it is ready: the kernel sends it SIGHUP, which killed it before its
+    clean-up, leaving worker, trainer and extender (sessions of their own) running under PID 1."""
+    out = tmp_path / "demo"
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child, exec'd at once
+        try:
+            _default_sigint()
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a test run under nohup has it ignored
+            os.chdir(ROOT)
+            os.execve(sys.executable, [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out),
+                                       "--minutes", "2", "--no-html"], _env())
+        finally:
+            os._exit(127)
+    status: int | None = None
+    try:
+        said = b""
+        deadline = time.monotonic() + 90
+        while b"demo: ready after" not in said and time.monotonic() < deadline:
+            try:
+                said += os.read(fd, 4096)
+            except OSError:  # the demo ended: its side of the terminal closed
+                break
+        assert b"demo: ready after" in said, said[-1000:]
+        pids = _pids(out)
+        assert set(pids) == {"broker", "worker", "trainer", "extender"}
+        assert all(_alive(p) for p in pids.values())
+        os.close(fd)  # the terminal closes
+        fd = -1
+        deadline = time.monotonic() + 60
+        while status is None and time.monotonic() < deadline:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(raw) if done else None
+            time.sleep(0.1)
+        assert status == 130, f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up)"
+        assert _wait_gone(pids, 2.0) == []  # its clean-up stopped them all before it ended
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        _stop_everything(out)
 
 
 def test_kafka_sink_produces_keyed_messages_and_rejects_bad_ones(kafka_settings: Settings) -> None:

@@ -1,0 +1,116 @@
+"""The demo's children (:class:`app.cli.processes.ProcessGroup`) die with it.
+
+Each child runs in a session of its own, so a terminal's signals reach only the parent, which stops them; a parent
+SIGKILLed (or dead of a signal it did not handle) left them running under PID 1. On Linux a child started from the
+main thread now gets SIGTERM when its parent dies, as the embedded broker does.
+
+The children here are a stand-in for ``python -m app.cli.main ...``: ``sys.executable`` is a shell script that
+execs ``sleep`` (the parent-death signal outlives an exec).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.cli.processes import ProcessGroup
+
+LINUX = sys.platform.startswith("linux")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie nobody reaped yet (reparented in a container whose init does not reap) counts
+    as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def sleeper(tmp_path: Path) -> Path:
+    """A stand-in for the Python interpreter that ignores its arguments and sleeps."""
+    path = tmp_path / "fake-python"
+    path.write_text("#!/bin/sh\nexec sleep 300\n")
+    path.chmod(0o755)
+    return path
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from app.cli.processes import ProcessGroup
+sys.executable = sys.argv[1]
+group = ProcessGroup(Path(sys.argv[2]))
+print(group.start("child", ["worker"]).pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_goes_when_its_parent_is_killed(tmp_path: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(sleeper(tmp_path)), str(tmp_path / "logs")],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child: int | None = None
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        assert line.strip().isdigit(), f"the parent did not start its child (exit code {parent.poll()})"
+        child = int(line)
+        assert _alive(child)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        assert _gone_within(child, 5), f"the child (pid {child}) outlived its SIGKILLed parent"
+    finally:
+        if parent.poll() is None:
+            _kill_group(parent.pid)
+        parent.wait(10)
+        if child is not None and _alive(child):  # a session of its own: its process group
+            _kill_group(child)
+
+
+def test_a_child_started_from_a_thread_that_ends_keeps_running(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux sends the parent-death signal when the *thread* that started the child ends: started from another
+    thread (``asyncio.to_thread``, as the fault stack restarts its children), a child goes without."""
+    monkeypatch.setattr(sys, "executable", str(sleeper(tmp_path)))
+    group = ProcessGroup(tmp_path / "logs")
+    try:
+        starter = threading.Thread(target=group.start, args=("child", ["worker"]), name="starts-the-child")
+        starter.start()
+        starter.join(30)
+        proc = group.children["child"]
+        time.sleep(0.5)  # a parent-death signal would have arrived by now
+        assert proc.poll() is None
+    finally:
+        group.stop(timeout_s=5)  # SIGTERM, then SIGKILL
