@@ -80,17 +80,11 @@ def writable_file(path: str | Path, field: str) -> Path:
     app.errors.ConfigError: --json: cannot write /proc/nope.json: No such file or directory
     """
     from app.errors import ConfigError
+    from app.paths import cannot_write, not_a_file
 
     out = Path(path)
-    if out.is_dir():
-        raise ConfigError(field, f"{path} is a directory, where a file is written")
-    try:
-        if out.exists():
-            with out.open("ab"):  # appends nothing: the file is left as it is
-                pass
-        else:  # a new file (or a link to one not there yet): its directory must take one
-            with tempfile.TemporaryFile(dir=out.resolve().parent):
-                pass
-    except OSError as exc:
-        raise ConfigError(field, f"cannot write {path}: {exc.strerror or exc}") from None
+    if kind := not_a_file(out):
+        raise ConfigError(field, f"{path} is {kind}, where a file is written")
+    if problem := cannot_write(out):
+        raise ConfigError(field, problem)
     return out

@@ -6,6 +6,7 @@ column twice, an Excel byte-order mark, app names with terminal escapes; ``--jso
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -121,6 +122,15 @@ def test_a_json_report_that_cannot_be_written_fails_before_the_work(target, said
     src = _write(tmp_path / "samples.csv", _samples())
     assert main(["select", "--input", src, "--json", target.format(tmp=tmp_path)]) == 2
     assert error_line(capsys) == f"rttsched select: error: {said.format(tmp=tmp_path)}"
+
+
+def test_a_json_report_at_a_fifo_is_refused_before_the_work(tmp_path, capsys):
+    """Opening a FIFO to try it blocks until something reads it: refused as not a file, without opening it."""
+    src = _write(tmp_path / "samples.csv", _samples())
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    assert main(["select", "--input", src, "--json", str(fifo)]) == 2
+    assert error_line(capsys) == f"rttsched select: error: --json: {fifo} is not a file, where a file is written"
 
 
 def test_the_json_report_over_the_input_is_refused(tmp_path, capsys):

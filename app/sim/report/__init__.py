@@ -9,13 +9,13 @@ Entry point for every caller (CLI, bench, a live run)::
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from app.paths import cannot_write, not_a_file
 from app.sim.report.goals import format_goals, goal_rows
 from app.sim.report.halves import seed_means
 from app.sim.report.stats import aggregate, mean_ci
@@ -54,20 +54,6 @@ def _targets(out_dir: str | Path, html: bool) -> list[Path]:
     return [out / n for n in ("policies.csv", "policies.json", *(["report.html"] if html else []))]
 
 
-def _cannot_write(path: Path) -> str | None:
-    """Why ``path`` (a file or a link) cannot be written, tried without changing it; None when it can."""
-    try:
-        if path.exists():
-            with path.open("ab"):  # appends nothing: the file is left as it is
-                pass
-        else:  # a link to a file not there yet: its directory must take one
-            with tempfile.TemporaryFile(dir=path.resolve().parent):
-                pass
-    except OSError as exc:
-        return f"cannot write {path}: {exc.strerror or exc}"
-    return None
-
-
 def report_problem(out_dir: str | Path, *, html: bool = True) -> str | None:
     """What would stop :func:`write_report` under ``out_dir`` (itself checked by the caller): a directory where
     it writes a file, or an existing file or link it cannot write (read-only, a link to where no file can be).
@@ -77,13 +63,10 @@ def report_problem(out_dir: str | Path, *, html: bool = True) -> str | None:
     True
     """
     for path in _targets(out_dir, html):
-        if path.exists() and not path.is_file():
-            kind = "a directory" if path.is_dir() else "not a file"
+        if kind := not_a_file(path):
             return f"{path} is {kind}, where the report writes a file"
-        if path.exists() or path.is_symlink():
-            problem = _cannot_write(path)
-            if problem:
-                return problem
+        if (path.exists() or path.is_symlink()) and (problem := cannot_write(path)):
+            return problem
     return None
 
 
