@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import os
 import signal
 import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from app.cli.output import say
 
 HELP = "run broker, worker, trainer and extender on a live simulated cluster, compare with baselines, write a report"
 LIVE_NAME = "rtt_aware_live"
@@ -48,24 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _say(msg: str) -> None:
     """One line on stderr. One that cannot be written is dropped, never raised: the clean-up that says what it
-    does goes on after a hang-up; a terminal that is gone (EIO) or a reader gone (EPIPE) gets nothing more."""
-    try:
-        print(f"demo: {msg}", file=sys.stderr, flush=True)
-    except OSError as exc:
-        if exc.errno in (errno.EIO, errno.EPIPE):
-            _discard(sys.stderr)
-
-
-def _discard(stream: Any) -> None:
-    """Point ``stream``'s descriptor at /dev/null: what is still buffered for a terminal that hung up, and the last
-    line (``rttsched demo: interrupted``), go nowhere instead of failing again."""
-    with contextlib.suppress(OSError, ValueError):  # no descriptor (replaced, closed): nothing to flush there
-        fd = stream.fileno()
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, fd)
-        finally:
-            os.close(devnull)
+    does goes on after a hang-up; a terminal that is gone (EIO) or a reader gone (EPIPE) gets nothing more, and
+    the last line (``rttsched demo: interrupted``) goes nowhere instead of failing again."""
+    say(f"demo: {msg}", sys.stderr)
 
 
 def _raise_interrupt(_signum: int, _frame: Any) -> None:

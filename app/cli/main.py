@@ -61,9 +61,9 @@ def _output_cut(exc: BaseException) -> bool:
 def _reader_gone() -> int:
     """stdout's reader went away: say nothing, as shell tools do, and point stdout at /dev/null so that the
     interpreter's last flush of what is still buffered does not fail again at exit."""
-    from app.cli.output import stdout_to_devnull
+    from app.cli.output import to_devnull
 
-    stdout_to_devnull()
+    to_devnull()
     return READER_GONE
 
 

@@ -6,28 +6,32 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 
-def stdout_to_devnull() -> None:
-    """Point stdout at /dev/null, so that what is still buffered, and what is printed after, goes nowhere instead of
-    failing again (at the interpreter's last flush too, which would print "Exception ignored" and exit 120)."""
+def to_devnull(stream: TextIO | None = None) -> None:
+    """Point ``stream``'s descriptor (stdout by default) at /dev/null, so that what is still buffered, and what is
+    printed after, goes nowhere instead of failing again (at the interpreter's last flush too, which would print
+    "Exception ignored" and exit 120)."""
     try:
+        fd = (stream or sys.stdout).fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, fd)
         finally:
             os.close(devnull)
-    except (OSError, ValueError):  # a stdout with no file descriptor (replaced, closed): nothing to flush there
+    except (OSError, ValueError):  # a stream with no file descriptor (replaced, closed): nothing to flush there
         pass
 
 
-def say(text: str) -> None:
-    """Print ``text`` to stdout, now; a stdout that can no longer be written (a terminal or SSH session that hung up:
-    EIO, a reader gone: EPIPE) is pointed at /dev/null and the line dropped, not raised."""
+def say(text: str, stream: TextIO | None = None) -> None:
+    """Print ``text`` to ``stream`` (stdout by default), now; one that can no longer be written (a terminal or SSH
+    session that hung up: EIO, a reader gone: EPIPE) is pointed at /dev/null and the line dropped, not raised."""
+    out = stream or sys.stdout
     try:
-        print(text, flush=True)
+        print(text, file=out, flush=True)
     except OSError:
-        stdout_to_devnull()
+        to_devnull(out)
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
