@@ -200,11 +200,6 @@ class EmbeddedBroker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def exit_code(self) -> int | None:
-        """The broker's exit status once it has ended on its own (negative: the signal that killed it); None while it
-        runs, and when it was not started or has been stopped."""
-        return self._proc.poll() if self._proc is not None else None
-
     def ended(self) -> BrokerError | None:
         """Why the running broker is gone once it has ended on its own (its pid, its exit status or signal, Tansu's
         last line); None while it runs, and when it was not started or has been stopped."""
@@ -212,8 +207,9 @@ class EmbeddedBroker:
         code = proc.poll() if proc is not None else None
         if proc is None or code is None:
             return None
-        # killed by a signal, its last line is no error of its own ("ready in 4ms"): only an error line is said
-        return self._failed(f"the embedded broker (pid {proc.pid}) {exit_description(code)}", code >= 0)
+        # killed by a signal, or ended with status 0 (stopped by someone on purpose), its last line is no error of its
+        # own ("ready in 4ms"): only an error line is said
+        return self._failed(f"the embedded broker (pid {proc.pid}) {exit_description(code)}", code > 0)
 
     def _read_output(self, stream: IO[bytes], out: collections.deque[str]) -> None:
         """Keep the last lines Tansu prints in ``out`` (bounded; the pipe is always drained), log them at DEBUG."""

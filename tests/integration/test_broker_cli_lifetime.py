@@ -142,29 +142,30 @@ def test_a_broker_started_from_a_thread_that_ends_keeps_running():
     started.join(30)
     pid = broker.pid
     try:
-        assert pid is not None and broker.exit_code() is None
+        assert pid is not None and broker.ended() is None
         time.sleep(0.5)  # a parent-death signal would have arrived by now
-        assert broker.exit_code() is None and _alive(pid) and _port_taken(broker.port)
+        assert broker.ended() is None and _alive(pid) and _port_taken(broker.port)
     finally:
         broker.stop()
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-    assert broker.exit_code() is None  # stopped: no process to ask
+    assert broker.ended() is None  # stopped: no process to ask
 
 
-def test_exit_code_and_ended_say_how_the_broker_ended():
+@pytest.mark.parametrize(("sig", "how"), [(signal.SIGKILL, "was killed by signal 9 (SIGKILL)"),
+                                         (signal.SIGTERM, "exited with status 0")])  # stopped on purpose
+def test_ended_says_how_the_broker_ended(sig, how):
     broker = EmbeddedBroker().start()
     pid = broker.pid
     try:
-        assert pid is not None and broker.exit_code() is None
-        os.kill(pid, signal.SIGKILL)
+        assert pid is not None and broker.ended() is None
+        os.kill(pid, sig)
         deadline = time.monotonic() + 5
-        while broker.exit_code() is None and time.monotonic() < deadline:
+        while broker.ended() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert broker.exit_code() == -signal.SIGKILL
         # what it printed last ("ready in 4ms") is no cause: only an error line of Tansu's would be added
-        assert str(broker.ended()) == f"the embedded broker (pid {pid}) was killed by signal 9 (SIGKILL)"
+        assert str(broker.ended()) == f"the embedded broker (pid {pid}) {how}"
     finally:
         broker.stop()
         if pid is not None:
