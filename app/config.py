@@ -107,6 +107,13 @@ def key_lifetime(v: float) -> str | None:
     return non_negative(v) or (None if v <= MAX_TTL_S else f"must be <= {MAX_TTL_S:g} s, 3 days (got {v})")
 
 
+def check_key_ttl(ttl_s: float, resync_s: float) -> None:
+    """A running-pods key TTL shorter than the renewal period would let every key expire between renewals:
+    :class:`~app.errors.ConfigError` naming RTT_PODS_TTL_S (0, the default, is 3 x the period)."""
+    if ttl_s and ttl_s < resync_s:
+        raise ConfigError("RTT_PODS_TTL_S", f"must be >= RTT_PODS_RESYNC_S (got {ttl_s})")
+
+
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
 
@@ -307,6 +314,7 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+        check_key_ttl(self.pods_ttl_s, self.pods_resync_s)
         if bool(self.extender_tls_cert) != bool(self.extender_tls_key):
             missing = "RTT_EXTENDER_TLS_KEY" if self.extender_tls_cert else "RTT_EXTENDER_TLS_CERT"
             raise ConfigError(missing, "HTTPS needs both RTT_EXTENDER_TLS_CERT and RTT_EXTENDER_TLS_KEY")

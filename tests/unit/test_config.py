@@ -135,3 +135,11 @@ def test_the_pods_watcher_s_periods_are_checked_in_every_process_that_reads_them
 
     with pytest.raises(ConfigError, match=f"{name}: {problem}"):
         Settings.from_env({name: value})
+
+
+def test_a_pods_key_ttl_shorter_than_its_renewal_is_refused_where_the_settings_are_read():
+    from app.config import Settings
+
+    with pytest.raises(ConfigError, match=r"RTT_PODS_TTL_S: must be >= RTT_PODS_RESYNC_S \(got 5.0\)"):
+        Settings.from_env({"RTT_PODS_TTL_S": "5", "RTT_PODS_RESYNC_S": "10"})
+    assert Settings.from_env({"RTT_PODS_TTL_S": "0", "RTT_PODS_RESYNC_S": "10"}).pods_ttl_s == 0.0
