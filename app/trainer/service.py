@@ -86,7 +86,7 @@ from app.kafka.commits import GroupCommits, Mark
 from app.kafka.positions import PositionGuard
 from app.model.errors import CurrentChangedError, NotEnoughSamplesError, RegistryError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
-from app.registry.base import check_model_key
+from app.registry.base import CorruptRecordError, check_model_key
 from app.retry import Backoff
 from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
@@ -531,6 +531,10 @@ class TrainerService(RegistryAgreement):
                     continue
                 except CurrentChangedError as exc:  # the registry gave up on it, logged there: the next event trains
                     outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
+                except CorruptRecordError as exc:  # an operator mends it (docs/runbook.md §10): no traceback
+                    log.error("retrain of %s failed: the registry's record cannot be read, nothing trained: %s", key,
+                              exc)
+                    outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
                 except Exception as exc:
                     log.exception("retrain of %s failed", key)
                     outcome = Outcome(key, reason, "failed", detail=f"{type(exc).__name__}: {exc}")
@@ -567,6 +571,9 @@ class TrainerService(RegistryAgreement):
                 await self._announce(record, event, timed=False)
                 return Outcome(key, reason, "promoted", version=int(record["version"]),
                                detail="the registry's current version saved again")
+        # a current record that cannot be read (CorruptRecordError) fails the retrain now, not after its training:
+        # no challenger could be judged against it, nor replace it
+        await loop.run_in_executor(self._executor, self.registry.store.current, key)
         await self.catch_up()
         names, rows = self.history.snapshot(key)
         if fit_rows(len(rows), self.holdout_fraction) < MIN_SAMPLES:

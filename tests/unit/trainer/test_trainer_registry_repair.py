@@ -349,3 +349,21 @@ def test_a_retrain_cancelled_while_it_waits_for_the_registry_does_not_say_it_is_
     assert value(service, "rtt_trainer_degraded", {"reason": "model_store"}) == 1.0
     assert not [r for r in caplog.records if "usable again" in r.getMessage()]
     assert not service.outcomes
+
+
+def test_a_retrain_over_an_unreadable_current_record_fails_before_its_training(
+        service: TrainerService, store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """It used to train in full, score the champion as unusable, then fail in the registry with a traceback: now one
+    ERROR line naming the record, nothing trained, nothing saved."""
+    record = put(store, KEY)
+    (tmp_path / "models" / KEY / f"{record.version}.meta.json").write_bytes(b"{bad\n")
+    with caplog.at_level(logging.INFO, logger="app.trainer"):
+        outcome = retrain(service)
+    assert outcome.outcome == "failed" and outcome.detail.startswith("CorruptRecordError: ")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.exc_info for r in errors] == [None]
+    assert errors[0].getMessage().startswith(f"retrain of {KEY} failed: the registry's record cannot be read, "
+                                             f"nothing trained: model '{KEY}' version 1: metadata is not JSON")
+    assert value(service, "rtt_trainer_training_seconds_count") == 0.0
+    assert value(service, "rtt_trainer_retrains_total", {"reason": "drift", "outcome": "failed"}) == 1.0
+    assert service._producer.sent == []  # type: ignore[union-attr]
