@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from child_processes import alive, gone_within
 
 from app.kafka.embedded import EmbeddedBroker
 
@@ -34,32 +35,6 @@ class Running:
     tansu: int
     port: int
     out: list[str]
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie nobody reaped yet (the reparented Tansu, in a container whose init does not
-    reap) counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
 
 
 def _port_taken(port: int) -> bool:
@@ -115,7 +90,7 @@ def test_a_hangup_stops_tansu_as_sigterm_does_and_frees_the_port(sig):
         os.kill(b.proc.pid, sig)
         out, err = b.proc.communicate(timeout=15)
         assert b.proc.returncode == 0, err
-        assert not _alive(b.tansu)
+        assert not alive(b.tansu)
         assert not _port_taken(b.port)
         assert out.rstrip("\n").splitlines()[-1] == "embedded broker stopped", out
         assert "error" not in err.lower(), err
@@ -126,7 +101,7 @@ def test_a_killed_command_takes_tansu_with_it():
     with broker_cli() as b:
         os.kill(b.proc.pid, signal.SIGKILL)
         b.proc.wait(10)
-        assert _gone_within(b.tansu, 5), f"Tansu (pid {b.tansu}) outlived the SIGKILLed rttsched broker"
+        assert gone_within(b.tansu, 5), f"Tansu (pid {b.tansu}) outlived the SIGKILLed rttsched broker"
         deadline = time.monotonic() + 5
         while _port_taken(b.port) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -144,7 +119,7 @@ def test_a_broker_started_from_a_thread_that_ends_keeps_running():
     try:
         assert pid is not None and broker.ended() is None
         time.sleep(0.5)  # a parent-death signal would have arrived by now
-        assert broker.ended() is None and _alive(pid) and _port_taken(broker.port)
+        assert broker.ended() is None and alive(pid) and _port_taken(broker.port)
     finally:
         broker.stop()
         if pid is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
 import re
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_processes import alive, default_signals, demo_env, left_running, lines_until, on_terminal
 
 from app.config import Settings
 
@@ -28,21 +28,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ("rtt_aware_live", "kube_default", "round_robin", "random", "load_aware", "target_load", "static_best",
             "rtt_aware", "clairvoyant")
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RTT_KAFKA_BOOTSTRAP", "REDIS_URL", "RTT_TOPIC_PREFIX")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _pids(out: Path) -> dict[str, int]:
@@ -59,7 +44,7 @@ def _default_sigint() -> None:
 def _demo(out: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), *args],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=demo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=_default_sigint,  # noqa: PLW1509 - only resets a signal disposition
     )
 
@@ -79,19 +64,9 @@ def _stop_everything(out: Path, proc: subprocess.Popen[str] | None = None) -> No
     except ValueError:  # cut short while the demo wrote it
         pids = {}
     for pid in pids.values():
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):  # ended meanwhile
                 os.killpg(pid, signal.SIGKILL)
-
-
-def _wait_gone(pids: dict[str, int], timeout_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        left = [f"{name} ({pid})" for name, pid in pids.items() if _alive(pid)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    return left
 
 
 def test_short_live_demo_writes_report_and_stops_everything(tmp_path: Path) -> None:
@@ -107,7 +82,7 @@ def test_short_live_demo_writes_report_and_stops_everything(tmp_path: Path) -> N
 
         pids = _pids(out)
         assert set(pids) == {"broker", "worker", "trainer", "extender"}
-        assert _wait_gone(pids) == []
+        assert left_running(pids) == []
 
         html = (out / "report.html").read_text()
         assert "Placements explained" in html  # the extender explained a few placements before it stopped
@@ -133,26 +108,21 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
     proc = _demo(out, "--minutes", "2", "--no-html")
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 90
-        ready = False
-        said: list[str] = []
-        while time.monotonic() < deadline and not ready:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-            said.append(line)
-            ready = line.startswith("demo: ready after")
+        said = lines_until(proc.stderr,
+                           lambda line: line.startswith("demo: ready after") or (not line and proc.poll() is not None),
+                           90)
+        ready = said[-1].startswith("demo: ready after")
         assert ready, f"the demo never became ready (exit code {proc.poll()}): {''.join(said[-5:])}"
         pids = _pids(out)
         assert set(pids) == {"broker", "worker", "trainer", "extender"}
-        assert all(_alive(p) for p in pids.values())
+        assert all(alive(p) for p in pids.values())
         time.sleep(2.0)  # let the live run start placing tasks
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 130, stderr[-3000:]
         assert "rttsched demo: interrupted" in stderr
         assert "Traceback" not in stderr
-        assert _wait_gone(pids) == []
+        assert left_running(pids) == []
         assert not (out / "policies.json").exists()  # interrupted before the report
     finally:
         _stop_everything(out, proc)
@@ -162,45 +132,20 @@ def test_a_closed_terminal_stops_every_child(tmp_path: Path) -> None:
     """The demo on a terminal that closes once it is ready: the kernel sends it SIGHUP, which killed it before its
     clean-up, leaving worker, trainer and extender (sessions of their own) running under PID 1."""
     out = tmp_path / "demo"
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child, exec'd at once
-        try:
-            _default_sigint()
-            signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a test run under nohup has it ignored
-            os.chdir(ROOT)
-            os.execve(sys.executable, [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out),
-                                       "--minutes", "2", "--no-html"], _env())
-        finally:
-            os._exit(127)
-    status: int | None = None
     try:
-        said = b""
-        deadline = time.monotonic() + 90
-        while b"demo: ready after" not in said and time.monotonic() < deadline:
-            try:
-                said += os.read(fd, 4096)
-            except OSError:  # the demo ended: its side of the terminal closed
-                break
-        assert b"demo: ready after" in said, said[-1000:]
-        pids = _pids(out)
-        assert set(pids) == {"broker", "worker", "trainer", "extender"}
-        assert all(_alive(p) for p in pids.values())
-        os.close(fd)  # the terminal closes
-        fd = -1
-        deadline = time.monotonic() + 60
-        while status is None and time.monotonic() < deadline:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            status = os.waitstatus_to_exitcode(raw) if done else None
-            time.sleep(0.1)
-        assert status == 130, f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up)"
-        assert _wait_gone(pids, 2.0) == []  # its clean-up stopped them all before it ended
+        # SIGINT and SIGHUP as a terminal delivers them (a test run under nohup has SIGHUP ignored)
+        with on_terminal([sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "2",
+                          "--no-html"], cwd=ROOT, env=demo_env(), before=default_signals) as demo:
+            said = demo.read_until(b"demo: ready after", 90)
+            assert b"demo: ready after" in said, said[-1000:]
+            pids = _pids(out)
+            assert set(pids) == {"broker", "worker", "trainer", "extender"}
+            assert all(alive(p) for p in pids.values())
+            demo.close()  # the terminal closes
+            status = demo.wait(60, every_s=0.1)
+            assert status == 130, f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up)"
+            assert left_running(pids, 2.0) == []  # its clean-up stopped them all before it ended
     finally:
-        if fd >= 0:
-            os.close(fd)
-        if status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
         _stop_everything(out)
 
 
@@ -269,7 +214,7 @@ def test_unreachable_extender_places_exactly_like_kube_default() -> None:
 
 def test_a_failing_child_is_one_line_and_everything_stops(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    env = {**_env(), "RTT_TRAINER_CPUS": "4095"}  # the trainer cannot pin itself there and exits
+    env = {**demo_env(), "RTT_TRAINER_CPUS": "4095"}  # the trainer cannot pin itself there and exits
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.5"],
@@ -281,7 +226,7 @@ def test_a_failing_child_is_one_line_and_everything_stops(tmp_path: Path) -> Non
         assert "Traceback" not in proc.stderr
         pids = _pids(out)
         assert {"broker", "worker", "trainer", "extender"} <= set(pids)
-        assert _wait_gone(pids) == []
+        assert left_running(pids) == []
     finally:
         _stop_everything(out)
 
@@ -296,14 +241,14 @@ def test_an_unusable_redis_is_one_line_before_anything_but_the_broker_starts(tmp
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "app.cli.main", "demo", "--out", str(out), "--minutes", "0.2"],
-            cwd=ROOT, env={**_env(), "REDIS_URL": url}, capture_output=True, text=True, timeout=120,
+            cwd=ROOT, env={**demo_env(), "REDIS_URL": url}, capture_output=True, text=True, timeout=120,
         )
         assert proc.returncode == 2, proc.stderr[-3000:]
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("rttsched demo: error:")]
         assert len(errors) == 1 and errors[0].startswith(f"rttsched demo: error: REDIS_URL: cannot use Redis at {url}")
         assert "Traceback" not in proc.stderr
         pids = _pids(out)
-        assert set(pids) == {"broker"} and _wait_gone(pids) == []
+        assert set(pids) == {"broker"} and left_running(pids) == []
     finally:
         _stop_everything(out)
 

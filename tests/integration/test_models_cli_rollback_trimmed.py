@@ -7,18 +7,15 @@ it goes no further: never back to B, the model rolled back from.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from models_cli import models_cli, registry_for_cli
 
-from app.cli.main import main
 from app.config import Settings
 from app.registry.base import ModelStore, sha256_hex
-from app.registry.redis_store import RedisModelStore
-from app.registry.store import open_store
 from app.trainer.announcements import read_announced
 
 pytestmark = pytest.mark.integration
@@ -31,34 +28,18 @@ def registry(request: pytest.FixtureRequest, kafka_settings: Settings, tmp_path:
              monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelStore]:
     """The test's registry (keeping 2 versions) holding v1 (A) and v2 (B), and the environment that points
     ``rttsched`` at it and at the test's topics."""
-    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.bootstrap_servers)
-    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
     monkeypatch.setenv("RTT_MODEL_KEEP", "2")
-    if request.param == "redis":  # the namespace is the test's topic prefix: a registry of its own
-        monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_url"))
-    else:
-        monkeypatch.delenv("REDIS_URL", raising=False)
-        monkeypatch.setenv("RTT_MODELS_DIR", str(tmp_path / "models"))
-    store = open_store(Settings.from_env())
-    for i, blob in enumerate([b"model-A", b"model-B"], 1):
-        store.save(KEY, blob, fmt="json", features=["x"], params={}, metrics={}, n_samples=100, replacing=i - 1)
-    yield store
-    if isinstance(store, RedisModelStore):
-        store.close()
+    with registry_for_cli(request, kafka_settings, tmp_path, monkeypatch) as store:
+        for i, blob in enumerate([b"model-A", b"model-B"], 1):
+            store.save(KEY, blob, fmt="json", features=["x"], params={}, metrics={}, n_samples=100, replacing=i - 1)
+        yield store
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Any]:
     """``rttsched models ARGS`` in this process (in a thread: it runs its own event loop): exit status, stdout,
     stderr."""
-
-    async def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = await asyncio.to_thread(main, ["models", *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return run
+    return models_cli(capsys)
 
 
 async def test_a_second_rollback_goes_further_back_after_versions_were_trimmed(

@@ -8,20 +8,18 @@ stderr in one line which record it is and what is wrong, and exit 2; ``rollback`
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from models_cli import models_cli, registry_for_cli
 
-from app.cli.main import main
 from app.config import Settings
 from app.registry.base import ModelStore
 from app.registry.directory import DirectoryModelStore
 from app.registry.redis_store import RedisModelStore
-from app.registry.store import open_store
 
 pytestmark = pytest.mark.integration
 
@@ -44,34 +42,16 @@ def fill(store: ModelStore) -> None:
 def registry(request: pytest.FixtureRequest, kafka_settings: Settings, tmp_path: Path,
              monkeypatch: pytest.MonkeyPatch) -> Any:
     """The test's registry, filled (:data:`REGISTRY`), and the environment that points ``rttsched`` at it."""
-    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", kafka_settings.bootstrap_servers)
-    monkeypatch.setenv("RTT_TOPIC_PREFIX", kafka_settings.topic_prefix)
-    if request.param == "redis":
-        # the registry's namespace is the test's topic prefix: a Redis of its own
-        monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_url"))
-        store = open_store(Settings.from_env())
-    else:
-        monkeypatch.delenv("REDIS_URL", raising=False)
-        monkeypatch.setenv("RTT_MODELS_DIR", str(tmp_path / "models"))
-        store = open_store(Settings.from_env())
-    fill(store)
-    yield store
-    if isinstance(store, RedisModelStore):
-        store.close()
+    with registry_for_cli(request, kafka_settings, tmp_path, monkeypatch) as store:
+        fill(store)
+        yield store
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Any]:
     """``rttsched models ARGS`` in this process (in a thread: it runs its own event loop): exit status, stdout,
     stderr."""
-
-    async def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = await asyncio.to_thread(main, ["models", *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return run
+    return models_cli(capsys)
 
 
 def corrupt(store: ModelStore, case: str) -> tuple[str, str]:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
 from fault_stack import RedisServer
+from redis_servers import server
 from test_trainer import FAST, KEY, event, produce, samples, wait_for
 
 from app.config import Settings
@@ -25,15 +24,7 @@ from app.trainer.registry import ModelRegistry
 from app.trainer.service import TrainerService
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path, persist=False).start()
-    try:
-        yield s
-    finally:
-        s.stop()
+__all__ = ["server"]  # the fixture, used here
 
 
 def refuse_writes(client: redis.Redis, how: str) -> None:

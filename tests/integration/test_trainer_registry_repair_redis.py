@@ -13,8 +13,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ import pytest
 import redis
 from aiokafka import AIOKafkaConsumer
 from fault_stack import RedisServer
+from redis_servers import server
 from test_trainer import FAST, KEY, drain, event, produce, samples, updates, wait_for
 
 from app.config import Settings
@@ -33,7 +32,7 @@ from app.trainer.registry import ModelRegistry
 from app.trainer.service import TrainerService
 
 pytestmark = pytest.mark.integration
-__all__ = ["updates"]  # the fixture, used here
+__all__ = ["server", "updates"]  # the fixtures, used here
 
 
 class LostReplyProxy:
@@ -91,15 +90,6 @@ class LostReplyProxy:
         finally:
             client.close()
             server.close()
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path, persist=False).start()
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 def value(service: TrainerService, name: str, labels: dict[str, str] | None = None) -> float:

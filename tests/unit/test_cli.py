@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from child_processes import lines_until
 
 from app.cli.main import COMMANDS, build_parser, main
 from app.kafka.embedded import free_port
@@ -171,7 +172,6 @@ def test_every_setting_is_described():
 def test_broker_start_prints_no_error_or_warning_line():
     import os
     import signal
-    import time
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "broker", "--port", str(port), "--no-topics"],
@@ -179,13 +179,7 @@ def test_broker_start_prints_no_error_or_warning_line():
                             start_new_session=True)
     try:
         assert proc.stdout is not None
-        seen = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            seen.append(line)
-            if "listening on" in line or not line:
-                break
+        seen = lines_until(proc.stdout, lambda line: "listening on" in line or not line, 60)
         assert any("listening on" in s for s in seen), seen
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from child_processes import alive, default_signals, demo_env, left_running, lines_until, on_terminal, sleeper
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = ("worker", "trainer", "extender")
@@ -70,38 +70,6 @@ sys.exit(main(["demo", "--out", str(out), "--minutes", "1", "--no-html"]))
 """
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RTT_KAFKA_BOOTSTRAP", "REDIS_URL", "RTT_TOPIC_PREFIX")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie nobody reaped yet counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _left(pids: dict[str, int], timeout_s: float = 10.0) -> list[str]:
-    """The children still running after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = [f"{name} ({pid})" for name, pid in pids.items() if _alive(pid)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
-
 def _children(out: Path) -> dict[str, int]:
     try:
         pids = json.loads((out / "logs" / "pids.json").read_text())
@@ -113,57 +81,41 @@ def _children(out: Path) -> dict[str, int]:
 def _stop_children(out: Path) -> None:
     """Kill every child of ``<out>/logs/pids.json`` still alive (each leads its own process group)."""
     for pid in _children(out).values():
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
 
 
-def _default_signals() -> None:
-    """In the demo before exec: Ctrl-C and hang-up as a terminal delivers them (a test run in the background, or
-    under nohup, has them ignored, and an ignored signal stays ignored across exec)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 def _ignore_hangup() -> None:
     """``nohup``."""
-    _default_signals()
+    default_signals()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 @pytest.fixture
 def fake_python(tmp_path: Path) -> Path:
-    path = tmp_path / "fake-python"
-    path.write_text("#!/bin/sh\nexec sleep 300\n")
-    path.chmod(0o755)
-    return path
+    return sleeper(tmp_path)
 
 
 def _start(fake_python: Path, out: Path, preexec: Callable[[], None]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", DEMO, str(fake_python), str(out)], cwd=ROOT, env=_env(),
+    return subprocess.Popen([sys.executable, "-c", DEMO, str(fake_python), str(out)], cwd=ROOT, env=demo_env(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=preexec)  # noqa: PLW1509 - only sets signal dispositions
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], out: Path) -> dict[str, int]:
     assert proc.stderr is not None
-    said = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        said.append(line)
-        if line.startswith(READY) or (not line and proc.poll() is not None):
-            break
+    said = lines_until(proc.stderr, lambda line: line.startswith(READY) or (not line and proc.poll() is not None), 60)
     assert said[-1].startswith(READY), f"not ready (exit code {proc.poll()}): {b''.join(said[-5:])!r}"
     pids = _children(out)
-    assert set(pids) == set(CHILDREN) and all(_alive(p) for p in pids.values()), pids
+    assert set(pids) == set(CHILDREN) and all(alive(p) for p in pids.values()), pids
     return pids
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
 def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python: Path, sig: int) -> None:
     out = tmp_path / "demo"
-    proc = _start(fake_python, out, _default_signals)
+    proc = _start(fake_python, out, default_signals)
     try:
         pids = _wait_ready(proc, out)
         proc.send_signal(sig)
@@ -173,7 +125,7 @@ def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python:
         assert "demo: stopped everything it started" in text
         assert text.rstrip("\n").splitlines()[-1] == "rttsched demo: interrupted", text
         assert "Traceback" not in text, text
-        assert _left(pids, 0.0) == []  # stopped by the clean-up, not later
+        assert left_running(pids, 0.0) == []  # stopped by the clean-up, not later
         assert (out / "broker-stopped").exists()
     finally:
         if proc.poll() is None:
@@ -190,11 +142,11 @@ def test_a_hangup_under_nohup_does_not_stop_it(tmp_path: Path, fake_python: Path
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert proc.poll() is None
-        assert all(_alive(p) for p in pids.values())
+        assert all(alive(p) for p in pids.values())
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
         assert proc.returncode == 130
-        assert _left(pids, 0.0) == []
+        assert left_running(pids, 0.0) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -206,43 +158,18 @@ def test_a_closed_terminal_stops_every_child(tmp_path: Path, fake_python: Path) 
     """The demo on a terminal that closes once it is ready: the kernel sends it SIGHUP, and every line its clean-up
     writes to the terminal that is gone fails (EIO)."""
     out = tmp_path / "demo"
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child, exec'd at once
-        try:
-            _default_signals()
-            env = _env()
-            os.chdir(ROOT)
-            os.execve(sys.executable, [sys.executable, "-c", DEMO, str(fake_python), str(out)], env)
-        finally:
-            os._exit(127)
-    status: int | None = None
     try:
-        said = b""
-        deadline = time.monotonic() + 60
-        while READY not in said and time.monotonic() < deadline:
-            try:
-                said += os.read(fd, 4096)
-            except OSError:  # the demo ended: its side of the terminal closed
-                break
-        assert READY in said, said[-500:]
-        pids = _children(out)
-        assert set(pids) == set(CHILDREN) and all(_alive(p) for p in pids.values()), pids
-        os.close(fd)  # the terminal closes
-        fd = -1
-        deadline = time.monotonic() + 30
-        while status is None and time.monotonic() < deadline:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            status = os.waitstatus_to_exitcode(raw) if done else None
-            time.sleep(0.05)
-        assert status == 130, (f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up; "
-                                f"1: an error, such as a line written to the terminal that is gone)")
-        assert _left(pids, 0.0) == []
-        assert (out / "broker-stopped").exists()
+        with on_terminal([sys.executable, "-c", DEMO, str(fake_python), str(out)], cwd=ROOT, env=demo_env(),
+                         before=default_signals) as demo:
+            said = demo.read_until(READY, 60)
+            assert READY in said, said[-500:]
+            pids = _children(out)
+            assert set(pids) == set(CHILDREN) and all(alive(p) for p in pids.values()), pids
+            demo.close()  # the terminal closes
+            status = demo.wait(30, every_s=0.05)
+            assert status == 130, (f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up; "
+                                    f"1: an error, such as a line written to the terminal that is gone)")
+            assert left_running(pids, 0.0) == []
+            assert (out / "broker-stopped").exists()
     finally:
-        if fd >= 0:
-            os.close(fd)
-        if status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
         _stop_children(out)

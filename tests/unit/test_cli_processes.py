@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_processes import alive, gone_within, sleeper
 
 from app.cli.processes import ProcessGroup
 
@@ -27,43 +28,9 @@ LINUX = sys.platform.startswith("linux")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie nobody reaped yet (reparented in a container whose init does not reap) counts
-    as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
-
-
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-def sleeper(tmp_path: Path) -> Path:
-    """A stand-in for the Python interpreter that ignores its arguments and sleeps."""
-    path = tmp_path / "fake-python"
-    path.write_text("#!/bin/sh\nexec sleep 300\n")
-    path.chmod(0o755)
-    return path
 
 
 PARENT = """
@@ -87,15 +54,15 @@ def test_a_child_goes_when_its_parent_is_killed(tmp_path: Path) -> None:
         line = parent.stdout.readline()
         assert line.strip().isdigit(), f"the parent did not start its child (exit code {parent.poll()})"
         child = int(line)
-        assert _alive(child)
+        assert alive(child)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
-        assert _gone_within(child, 5), f"the child (pid {child}) outlived its SIGKILLed parent"
+        assert gone_within(child, 5), f"the child (pid {child}) outlived its SIGKILLed parent"
     finally:
         if parent.poll() is None:
             _kill_group(parent.pid)
         parent.wait(10)
-        if child is not None and _alive(child):  # a session of its own: its process group
+        if child is not None and alive(child):  # a session of its own: its process group
             _kill_group(child)
 
 

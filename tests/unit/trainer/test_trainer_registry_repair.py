@@ -16,30 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_samples import KEY, AtTheEnd, samples
+from trainer_samples import KEY, Producer, trainer
 
 from app.config import Settings
-from app.contracts import decode
 from app.model.errors import RegistryUnavailableError
 from app.registry.base import ModelRecord
 from app.registry.directory import DirectoryModelStore
 from app.registry.store import load_predictor
 from app.trainer.agreement import REGISTRY_LOST, UNREADABLE
-from app.trainer.registry import ModelRegistry
 from app.trainer.service import Outcome, TrainerService
 
 FAST = {"n_estimators": 30}
 A, Z = "appa:cpu", "zzz:cpu"  # checked in this order
-
-
-class Producer:
-    """A Kafka producer that takes every message (the model-updates sent, decoded, in ``sent``)."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.sent.append(decode("model-updates", value, strict=True))
 
 
 class Store(DirectoryModelStore):
@@ -91,13 +79,7 @@ def store(tmp_path: Path) -> Store:
 def service(tmp_path: Path, store: Store) -> TrainerService:
     """A trainer on ``store`` with 700 samples of :data:`KEY`, Kafka that answers at once."""
     settings = Settings.from_env({}, models_dir=str(tmp_path / "models"), retry_max_backoff_s=0.05)
-    svc = TrainerService(settings, registry=ModelRegistry(store=store), selector=None,
-                         train_params=FAST, registry_check_s=0)
-    for sample in samples(700):
-        svc.history.add(sample)
-    svc._samples = svc._updates = AtTheEnd()  # type: ignore[assignment]
-    svc._producer = Producer()  # type: ignore[assignment]
-    return svc
+    return trainer(settings, store, FAST)
 
 
 def value(service: TrainerService, name: str, labels: dict[str, str] | None = None) -> float:

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from trainer_samples import KEY, AtTheEnd, samples
+from trainer_samples import KEY, AtTheEnd, Producer, trainer
 
 from app.config import Settings
-from app.contracts import decode
 from app.registry.directory import DirectoryModelStore
 from app.trainer.pipeline import train_challenger
 from app.trainer.registry import ModelRegistry
@@ -46,28 +45,12 @@ class RollbackInTheWait(AtTheEnd):
         return {}
 
 
-class Producer:
-    """A Kafka producer that takes every message (the model-updates sent, decoded, in ``sent``)."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.sent.append(decode("model-updates", value, strict=True))
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> TrainerService:
     """A trainer on a directory store with 700 samples of :data:`KEY`, Kafka that answers at once."""
     root = tmp_path / "models"
     settings = Settings.from_env({}, models_dir=str(root))
-    svc = TrainerService(settings, registry=ModelRegistry(store=DirectoryModelStore(root)), selector=None,
-                         train_params=FAST, registry_check_s=0)
-    for sample in samples(700):
-        svc.history.add(sample)
-    svc._samples = svc._updates = AtTheEnd()  # type: ignore[assignment]
-    svc._producer = Producer()  # type: ignore[assignment]
-    return svc
+    return trainer(settings, DirectoryModelStore(root), FAST)
 
 
 def retrain(service: TrainerService) -> Outcome:
