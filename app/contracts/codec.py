@@ -23,6 +23,8 @@ app.errors.ContractError: invalid_json: ...literal...: line 1 column 1 (char 0)
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import fastjsonschema
@@ -74,10 +76,62 @@ def validate(topic: str, value: Any) -> dict[str, Any]:
     try:
         check(value)
     except fastjsonschema.JsonSchemaValueException as exc:
-        raise ContractError("schema", exc.message) from None
+        raise ContractError("schema", _message(exc)) from None
     except Exception as exc:  # a value the validator cannot check (RecursionError, ...) is refused too
         raise ContractError("schema", f"{type(exc).__name__}: {exc}") from None
     return value
+
+
+def _message(exc: fastjsonschema.JsonSchemaValueException) -> str:
+    """The validator's message, naming what it leaves out: the first key of a map that breaks the rule of its
+    names (shown cut, control characters escaped) and the rule's description, or how many keys a map has.
+
+    >>> _message(fastjsonschema.JsonSchemaValueException("data.m must be named by propertyName definition",
+    ...          {"ok": 1, "a[0]": 2}, "data.m", rule="propertyNames",
+    ...          definition={"propertyNames": {"pattern": "^[a-z]+$", "description": "letters"}}))
+    "data.m must be named by propertyName definition: 'a[0]' is not letters"
+    >>> _message(fastjsonschema.JsonSchemaValueException("data.m must contain less than or equal to 1 properties",
+    ...          {"a": 1, "b": 2}, "data.m", rule="maxProperties", definition={"maxProperties": 1}))
+    'data.m must contain less than or equal to 1 properties (it has 2)'
+    """
+    value, rule, definition = exc.value, exc.rule, exc.rule_definition
+    if rule == "maxProperties" and isinstance(value, dict):
+        return f"{exc.message} (it has {len(value):,})"
+    if rule == "propertyNames" and isinstance(value, dict) and isinstance(definition, dict):
+        try:
+            names = _names_check(orjson.dumps(definition).decode())
+            bad = next((k for k in value if not names(k)), None)
+        except Exception:  # naming it is a courtesy: the validator's own message is still the answer
+            bad = None
+        if bad is not None:
+            return f"{exc.message}: {shown_name(bad)} is not {definition.get('description') or 'a name it takes'}"
+    return str(exc.message)
+
+
+def shown_name(name: object, limit: int = 80) -> str:
+    """``name`` for an error message: its ``repr`` (control characters escaped), cut past ``limit`` characters.
+
+    >>> shown_name("a\\nb"), shown_name("[" * 100, limit=3)
+    ("'a\\\\nb'", "'[[[' (cut; 100 characters)")
+    """
+    if isinstance(name, str) and len(name) > limit:
+        return f"{name[:limit]!r} (cut; {len(name):,} characters)"
+    return repr(name)
+
+
+@functools.lru_cache(maxsize=32)
+def _names_check(definition: str) -> Callable[[str], bool]:
+    """Whether a key satisfies a map's ``propertyNames`` rule (given as JSON: a cache key)."""
+    validator = fastjsonschema.compile(orjson.loads(definition))
+
+    def ok(name: str) -> bool:
+        try:
+            validator(name)
+        except fastjsonschema.JsonSchemaValueException:
+            return False
+        return True
+
+    return ok
 
 
 def encode(topic: str, value: dict[str, Any], *, check: bool = True) -> bytes:

@@ -9,7 +9,8 @@ entry. :class:`EdgeDecoder` gives the same result and the same errors, faster, i
   ``msgspec.to_builtins``. A JSON number keeps its kind (an integer field or an integer in a number field
   stays an ``int``, as ``orjson`` gives it); keys follow the contract's order instead of the message's.
 * **number maps**: the contract's validator without its number maps, and the maps by C-level passes whose
-  limits are read from the contract (a contract whose schema the typed decoder does not cover).
+  limits are read from the contract: key lengths and pattern, number of keys, value bounds (a contract whose
+  schema the typed decoder does not cover).
 
 Anything the fast path rejects goes through :func:`app.contracts.decode`, so the error and its ``reason``
 are the contract's own; tests check both agree on generated input, for every contract. So does anything it
@@ -38,6 +39,7 @@ app.errors.ContractError: schema: data.metrics.cpu_iowait must be smaller than o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import keyword
 import math
 import re
@@ -52,27 +54,44 @@ from app.contracts.codec import MAX_MESSAGE_BYTES, decode
 from app.contracts.loader import contract
 from app.contracts.unknown import UNKNOWN_FIELDS
 
-_NUMBER_MAP_KEYS = {"type", "propertyNames", "additionalProperties"}
+_NOTES = {"description", "$schema", "title", "$comment"}  # keywords that do not constrain
+_NUMBER_MAP_KEYS = _NOTES | {"type", "propertyNames", "additionalProperties", "maxProperties"}
 _NUMBER_KEYS = {"type", "minimum", "maximum"}
+_DOLLAR = re.compile(r"(?<!\\)\$")  # an unescaped ``$``
 
 
-def _number_map(schema: dict[str, Any]) -> tuple[int, float, float] | None:
-    """``(max key length, minimum, maximum)`` if ``schema`` is a plain map of bounded numbers."""
+@dataclasses.dataclass(frozen=True)
+class _MapLimits:
+    """What a plain map of bounded numbers allows: its key lengths and pattern, its size, its values' range."""
+
+    min_key: int
+    max_key: int
+    pattern: re.Pattern[str] | None
+    max_keys: int
+    lo: float
+    hi: float
+
+
+def _number_map(schema: dict[str, Any]) -> _MapLimits | None:
+    """The limits of ``schema`` if it is a plain map of bounded numbers."""
     props, items = schema.get("propertyNames", {}), schema.get("additionalProperties")
-    if set(schema) - _NUMBER_MAP_KEYS or schema.get("type") != "object" or set(props) - {"maxLength"}:
+    if set(schema) - _NUMBER_MAP_KEYS or schema.get("type") != "object" or not isinstance(props, dict):
+        return None
+    if set(props) - _NOTES - {"minLength", "maxLength", "pattern"}:
         return None
     if not isinstance(items, dict) or set(items) - _NUMBER_KEYS or items.get("type") != "number":
         return None
-    return (int(props.get("maxLength", 1 << 30)), float(items.get("minimum", -float("inf"))),
-            float(items.get("maximum", float("inf"))))
+    pattern = props.get("pattern")
+    return _MapLimits(int(props.get("minLength", 0)), int(props.get("maxLength", 1 << 30)),
+                      re.compile(_DOLLAR.sub(r"\\Z", pattern)) if pattern is not None else None,
+                      int(schema.get("maxProperties", 1 << 62)), float(items.get("minimum", -float("inf"))),
+                      float(items.get("maximum", float("inf"))))
 
 
-_NOTES = {"description", "$schema", "title", "$comment"}  # keywords that do not constrain
 _TYPED_KEYS = _NOTES | {"type", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
                         "exclusiveMaximum", "items", "minItems", "maxItems", "properties", "required",
-                        "additionalProperties", "propertyNames"}
+                        "additionalProperties", "propertyNames", "minProperties", "maxProperties"}
 _INT64 = (-(2**63), 2**63 - 1)  # msgspec bounds fit int64; orjson reads integers beyond 64 bits as floats
-_DOLLAR = re.compile(r"(?<!\\)\$")  # an unescaped ``$``
 
 
 class _Unsupported(Exception):
@@ -87,7 +106,8 @@ def typed_decoder(schema: dict[str, Any], name: str = "Value",
     Supported: ``type`` (one or a list), ``enum`` of strings, string lengths and ``pattern``, number bounds (draft-07
     ``exclusiveMinimum`` / ``exclusiveMaximum`` numbers), arrays with ``items`` and lengths, objects with
     ``properties`` and ``additionalProperties: false`` (a struct; fields not ``required`` may be absent),
-    and maps (``additionalProperties`` a schema, ``propertyNames`` lengths and pattern). A ``number`` is ``int |
+    and maps (``additionalProperties`` a schema, ``propertyNames`` lengths and pattern, ``minProperties`` and
+    ``maxProperties``). A ``number`` is ``int |
     float``, so integers stay integers; integers beyond 64 bits are refused (``orjson`` reads them as
     floats). What it refuses may still be valid: :class:`EdgeDecoder` then asks the reference decoder.
 
@@ -161,7 +181,7 @@ def _string(schema: dict[str, Any]) -> Any:
 def _object(schema: dict[str, Any], name: str, ignore_unknown: bool = False) -> Any:
     extra = schema.get("additionalProperties", True)
     if "properties" in schema:
-        if extra is not False or "propertyNames" in schema:
+        if extra is not False or {"propertyNames", "minProperties", "maxProperties"} & set(schema):
             raise _Unsupported(name)  # unknown fields allowed: a struct would drop them
         required = set(schema.get("required", ()))
         fields: list[Any] = []
@@ -174,10 +194,13 @@ def _object(schema: dict[str, Any], name: str, ignore_unknown: bool = False) -> 
             raise _Unsupported(name)
         return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=not ignore_unknown)
     keys = schema.get("propertyNames", {})
-    if set(keys) - {"minLength", "maxLength", "pattern"} or extra is False:
+    if not isinstance(keys, dict) or set(keys) - _NOTES - {"minLength", "maxLength", "pattern"} or extra is False:
         raise _Unsupported(name)
     key = _string(keys)
     value = Any if extra is True else _typed(extra, name + "Value")
+    size = {k: schema[j] for k, j in (("min_length", "minProperties"), ("max_length", "maxProperties")) if j in schema}
+    if size:
+        return Annotated[dict[key, value], msgspec.Meta(**size)]  # type: ignore[valid-type]
     return dict[key, value]  # type: ignore[valid-type]
 
 
@@ -195,7 +218,7 @@ class EdgeDecoder:
         self._typed = typed_decoder(schema, struct) if typed else None  # typed=False: the paths below (benches)
         self._lenient = typed_decoder(schema, struct, ignore_unknown=True) if self._typed is not None else None
         self._declared = frozenset(schema.get("properties", ()))
-        self._maps: dict[str, tuple[int, float, float]] = {}  # the number maps, checked apart when not typed
+        self._maps: dict[str, _MapLimits] = {}  # the number maps, checked apart when not typed
         if self._typed is None:
             for name, sub in schema.get("properties", {}).items():
                 limits = _number_map(sub)
@@ -246,14 +269,20 @@ class EdgeDecoder:
         return value  # type: ignore[no-any-return]
 
     @staticmethod
-    def _map_ok(m: Any, limits: tuple[int, float, float]) -> bool:
+    def _map_ok(m: Any, limits: _MapLimits) -> bool:
         if m is None:
             return True  # absent (the envelope checked required fields)
         if not m:
             return True
-        max_len, lo, hi = limits
+        if len(m) > limits.max_keys:
+            return False
         vals = m.values()
         types = set(map(type, vals))
         if not types <= {float, int}:
             return False
-        return max(map(len, m)) <= max_len and lo <= min(vals) and max(vals) <= hi
+        lengths = list(map(len, m))
+        if not (limits.min_key <= min(lengths) and max(lengths) <= limits.max_key):
+            return False
+        if limits.pattern is not None and not all(map(limits.pattern.search, m)):
+            return False
+        return limits.lo <= min(vals) and max(vals) <= limits.hi

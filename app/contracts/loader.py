@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import os
@@ -50,13 +51,79 @@ class TopicContract:
         return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
 
 
+_NAME_RULE_KEYS = {"minLength", "maxLength", "pattern", "description", "title", "$comment"}
+NAMES_REMEMBERED = 16_384  # names each map's rule remembers as valid (beyond: checked each time, nothing grows)
+
+
+class _NameRule:
+    """A map's ``propertyNames`` rule, remembering the names it found valid: the maps of one topic carry the same
+    few hundred names message after message, and checking each one by the validator's code (a regular expression
+    a name) was most of the time a training sample took to validate."""
+
+    def __init__(self, definition: dict[str, Any]) -> None:
+        self._check = fastjsonschema.compile(definition)
+        self._known: set[str] = set()
+
+    def _ok(self, name: str) -> bool:
+        try:
+            self._check(name)
+        except fastjsonschema.JsonSchemaValueException:
+            return False
+        return True
+
+    def all_ok(self, m: dict[Any, Any]) -> bool:
+        keys = m.keys()
+        known = self._known
+        if keys <= known:
+            return True
+        for name in keys:
+            if name not in known:
+                if not self._ok(name):
+                    return False
+                if len(known) < NAMES_REMEMBERED:
+                    known.add(name)
+        return True
+
+
+class SchemaValidator:
+    """The compiled validator of ``schema``, answering as ``fastjsonschema.compile(schema)`` does (the same errors),
+    with the names of its top-level maps (a ``propertyNames`` of lengths and a pattern: ``rules``) checked against
+    what each map's rule found valid before; a value the faster path refuses is validated by the schema's own code,
+    so the error is the schema's."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self._full = fastjsonschema.compile(schema)
+        self.rules: dict[str, _NameRule] = {}
+        for prop, sub in (schema.get("properties") or {}).items():
+            names = sub.get("propertyNames") if isinstance(sub, dict) else None
+            if isinstance(names, dict) and not set(names) - _NAME_RULE_KEYS and "properties" not in sub:
+                self.rules[prop] = _NameRule(names)
+        stripped = copy.deepcopy(schema)
+        for prop in self.rules:
+            del stripped["properties"][prop]["propertyNames"]
+        self._rest = fastjsonschema.compile(stripped) if self.rules else self._full
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            out = self._rest(value)
+        except fastjsonschema.JsonSchemaValueException:
+            self._full(value)  # the schema's own error (what the rest of it refuses, the whole schema refuses)
+            raise
+        if self.rules and isinstance(value, dict):
+            for prop, rule in self.rules.items():
+                m = value.get(prop)
+                if isinstance(m, dict) and m and not rule.all_ok(m):
+                    return self._full(value)  # raises the schema's own error
+        return out
+
+
 def _parse(path: Path) -> TopicContract:
     try:
         doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ConfigError(str(path), f"cannot read topic contract: {exc}") from None
     try:
-        validator = fastjsonschema.compile(doc["value_schema"])
+        validator = SchemaValidator(doc["value_schema"])
         return TopicContract(
             name=str(doc["name"]), description=str(doc.get("description", "")), key=str(doc["key"]),
             partitions=int(doc["partitions"]), replication_factor=int(doc.get("replication_factor", 1)),

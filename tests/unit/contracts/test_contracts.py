@@ -73,7 +73,10 @@ def test_decoder_never_crashes_on_bytes(raw):
             assert isinstance(value, dict)
 
 
-@given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False, allow_infinity=False), max_size=10))
+METRIC_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.:-]{0,19}", fullmatch=True)  # the contract's metric names
+
+
+@given(st.dictionaries(METRIC_NAME, st.floats(allow_nan=False, allow_infinity=False), max_size=10))
 def test_any_finite_metric_map_within_bounds_is_accepted(metrics):
     bounded = {k: v for k, v in metrics.items() if abs(v) <= 1e15}
     out = decode("node-metrics", encode("node-metrics", _metrics(metrics=bounded)))

@@ -8,6 +8,7 @@ kinds (``1`` is not ``1.0``).
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from app.contracts import decode
 from app.contracts.edge import EdgeDecoder, typed_decoder
-from app.contracts.loader import TOPIC_NAMES, contract
+from app.contracts.loader import NAMES_REMEMBERED, TOPIC_NAMES, SchemaValidator, contract
 from app.errors import ContractError
 
 WRONG = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.lists(st.integers(-2, 2), max_size=2),
@@ -116,11 +117,18 @@ def obj(data: st.DataObject, schema: dict[str, Any], wrong: bool) -> dict[str, A
         out = {string(data, names, True): value(data, extra) if isinstance(extra, dict) else data.draw(WRONG)
                for _ in range(data.draw(st.integers(0, 3)))}
         if wrong:
-            hows = (["key"] if names else []) + (["value"] if isinstance(extra, dict) else [])
+            hows = (["key"] if names else []) + (["value"] if isinstance(extra, dict) else []) + (
+                ["many"] if "maxProperties" in schema else [])
             if not hows:  # any key, any value: only not being an object breaks it
                 return data.draw(WRONG)  # type: ignore[no-any-return]
             how = data.draw(st.sampled_from(hows))
+            if how == "many":  # one key more than the map may have (keys of the names' rule)
+                return {f"k{i}": value(data, extra) if i < 3 and isinstance(extra, dict) else 0.5
+                        for i in range(schema["maxProperties"] + 1)}
             out[string(data, names, how != "key")] = value(data, extra, wrong=how == "value")
+        elif "maxProperties" in schema and data.draw(st.booleans()):  # as many keys as it may have
+            return {f"k{i}": value(data, extra) if i < 3 and isinstance(extra, dict) else 0.5
+                    for i in range(schema["maxProperties"])}
         return out
     required = set(schema.get("required", ()))
     out = {k: value(data, v) for k, v in props.items() if k in required or data.draw(st.booleans())}
@@ -216,3 +224,43 @@ def test_a_valid_value_keeps_its_number_kinds_and_fields() -> None:
     assert got == decode("node-features", VALID["node-features"])
     assert type(got["ts"]) is float and type(got["count"]) is int and type(got["features"]["a__mean"]) is int
     assert "stale" not in got and "gpu_model" not in got  # absent fields stay absent
+
+
+def schema_outcome(check: Any, v: Any) -> tuple[Any, ...]:
+    try:
+        check(v)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        return ("error", exc.message, exc.rule, exc.name)
+    return ("ok",)
+
+
+@functools.cache
+def compiled(topic: str) -> Any:
+    return fastjsonschema.compile(contract(topic).value_schema)
+
+
+@pytest.mark.parametrize("topic", [t for t in TOPIC_NAMES if SchemaValidator(contract(t).value_schema).rules])
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_every_contracts_validator_answers_as_its_schemas_own_code(topic: str, data: st.DataObject) -> None:
+    """The contract's validator checks the names of its maps against those found valid before
+    (:class:`app.contracts.loader.SchemaValidator`, one per process: the names of earlier examples are remembered):
+    the same answers and errors as the schema compiled as it is."""
+    v = value(data, contract(topic).value_schema, wrong=data.draw(st.booleans()))
+    assert schema_outcome(contract(topic).validator, v) == schema_outcome(compiled(topic), v)
+
+
+def test_the_names_a_map_remembers_are_bounded_and_a_bad_one_is_still_refused() -> None:
+    check = SchemaValidator(contract("training-samples").value_schema)
+    base = json.loads(VALID_SAMPLE)
+    for i in range(0, 20_000, 1_000):
+        check({**base, "features": {f"m{j}": 1.0 for j in range(i, i + 1_000)}})
+    assert len(check.rules["features"]._known) == NAMES_REMEMBERED
+    for bad in ("m1[0]", "m1\n", ""):
+        v = {**base, "features": {"m1": 1.0, bad: 1.0}}
+        assert schema_outcome(check, v)[0] == "error" and schema_outcome(check, v) == schema_outcome(
+            compiled("training-samples"), v)
+
+
+VALID_SAMPLE = ('{"model_key":"gCTF:gpu","task_id":"t","app":"gCTF","node":"n","node_class":"gpu","started_ts":1,'
+                '"rtt_ms":2,"features":{"a__mean":1}}')
