@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import xgboost
 
+from app.contracts.codec import shown_name
+from app.contracts.names import xgboost_refuses
 from app.cpus import usable_cpus
 from app.model.balance import stratified_sample
 from app.model.errors import ModelFormatError, NotEnoughSamplesError, TrainingError
@@ -104,6 +106,10 @@ def _check(X: np.ndarray, y: np.ndarray, feature_names: Sequence[str]) -> tuple[
         raise TrainingError(f"{len(feature_names)} feature names for {X.shape[1]} columns")
     if len(set(feature_names)) != len(feature_names):
         raise TrainingError("feature names must be unique")
+    bad = next((n for n in feature_names if xgboost_refuses(n)), None)
+    if bad is not None:  # XGBoost's own error names none of them
+        raise TrainingError(f"feature name {shown_name(bad)}: XGBoost takes no name with [, ] or <"
+                            " (the topic contracts refuse such a sample)")
     keep = np.isfinite(y)
     if not keep.all():
         log.debug("dropping %d rows without a finite RTT", int((~keep).sum()))

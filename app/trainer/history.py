@@ -4,7 +4,9 @@ One training-samples message becomes one row: its ``features`` map, the hardware
 node (:func:`app.features.hardware.hardware_features`) and ``task_input_size_mb``. Rows are float32
 arrays over a per-key vocabulary of feature names that only grows (a row shorter than the vocabulary
 is NaN — missing — in the columns added after it), so 50,000 rows of 100 features take about 25 MB
-instead of the ~350 MB of as many dicts. The oldest rows fall out first (``deque(maxlen)``).
+instead of the ~350 MB of as many dicts. The oldest rows fall out first (``deque(maxlen)``). A vocabulary holds
+at most :data:`MAX_FEATURES_PER_KEY` names, every one a name XGBoost takes: a sample that would break either is
+refused whole (:meth:`SampleHistory.add`).
 
 >>> h = SampleHistory(max_per_key=2)
 >>> for i, rtt in enumerate([100.0, 200.0, 300.0]):
@@ -35,18 +37,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from app.contracts.codec import shown_name
+from app.contracts.names import bad_feature_name
+from app.errors import ContractError
 from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, row
 
-log = logging.getLogger(__name__)
-
-MAX_FEATURES_PER_KEY = 2_000  # names beyond this are dropped: a runaway vocabulary is a bug upstream
+# names a key's history holds at most: above the most one sample brings (1,600 by its contract, and the hardware and
+# task names added here); a sample whose new names would pass it is refused whole
+MAX_FEATURES_PER_KEY = 2_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,22 +106,41 @@ class _KeyHistory:
         self.last_added = 0.0  # the ``now`` of the newest sample added
         self.nbytes = 0  # of the rows' arrays
 
+    def new_names(self, values: Mapping[str, float]) -> list[str]:
+        """The names of ``values`` this key does not hold yet, once checked: :class:`ContractError`
+        ``bad_feature_name`` for one XGBoost would refuse, ``feature_vocabulary_full`` when they would make more
+        than :data:`MAX_FEATURES_PER_KEY`."""
+        index = self.index
+        if values.keys() <= index.keys():  # the usual case, in C
+            return []
+        new = [n for n in values if n not in index]
+        bad = bad_feature_name(new)
+        if bad is not None:
+            raise ContractError("bad_feature_name", f"feature name {shown_name(bad)} is no name a model can be trained"
+                                " on (XGBoost refuses '[', ']' and '<'; the contract takes letters, digits, '_',"
+                                " '.', ':', '-')")
+        if len(self.names) + len(new) > MAX_FEATURES_PER_KEY:
+            raise ContractError("feature_vocabulary_full", f"{len(new):,} new feature names (the first"
+                                f" {shown_name(new[0])}) would make {len(self.names) + len(new):,} for this key,"
+                                f" more than the {MAX_FEATURES_PER_KEY:,} a key holds; the key keeps its"
+                                f" {len(self.names):,}")
+        return new
+
     def add(self, ts: float, values: Mapping[str, float], rtt_ms: float, task: str | None = None) -> bool:
+        """Add one row; False for a task held already. A row with names :meth:`new_names` refuses is refused whole
+        (its error raised, nothing kept)."""
         if task is not None and task in self.held:
             return False
+        new = self.new_names(values)
         if len(self.ids) == self.ids.maxlen:
             self.held.discard(self.ids[0])  # type: ignore[arg-type]  # the row about to fall out
             self.nbytes -= self.rows[0][1].nbytes
         self.ids.append(task)
         if task is not None:
             self.held.add(task)
-        for name in values:
-            if name not in self.index:
-                if len(self.names) >= MAX_FEATURES_PER_KEY:
-                    log.warning("more than %d feature names for one key: dropping %r", MAX_FEATURES_PER_KEY, name)
-                    continue
-                self.index[name] = len(self.names)
-                self.names.append(name)
+        for name in new:
+            self.index[name] = len(self.names)
+            self.names.append(name)
         values_row = row(values, self.names)
         self.nbytes += values_row.nbytes
         self.rows.append((ts, values_row, rtt_ms))
@@ -142,15 +165,26 @@ class SampleHistory:
     def add(self, sample: Mapping[str, Any], now: float = 0.0) -> bool:
         """Add one decoded training-samples value (its ``model_key`` says where) at time ``now`` (for
         :meth:`drop_idle`); False for a sample of a task (``task_id`` and ``node``) the key's history already
-        holds — the worker sends samples at least once, so a crash may repeat some."""
+        holds — the worker sends samples at least once, so a crash may repeat some.
+
+        A sample the key's history cannot take is refused whole, with a :class:`~app.errors.ContractError` (the
+        trainer dead-letters and counts it, and logs it once) and nothing of it kept: a feature name XGBoost would
+        refuse (``bad_feature_name``: one such name would fail every retrain of the key; the contract refuses it
+        first, this is for a sample an older contract let through), or new names that would make more than
+        :data:`MAX_FEATURES_PER_KEY` for the key (``feature_vocabulary_full``: the names the key has are kept, not
+        crowded out)."""
         key = str(sample["model_key"])
         hist = self._keys.get(key)
+        fresh = hist is None
         if hist is None:
-            hist = self._keys[key] = _KeyHistory(self.max_per_key)
+            hist = _KeyHistory(self.max_per_key)
         task = sample.get("task_id")
         ident = f"{task}|{sample.get('node')}" if task is not None else None
-        hist.last_added = now
-        return hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
+        added = hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
+        hist.last_added = now  # a refused sample (raised above) leaves the key as it was, a new key absent
+        if fresh:
+            self._keys[key] = hist
+        return added
 
     def drop_idle(self, now: float, idle_s: float, keep: Container[str] = ()) -> list[str]:
         """Drop the history of every key (but those in ``keep``) no sample was added to in the last ``idle_s``
