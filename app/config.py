@@ -107,11 +107,19 @@ def key_lifetime(v: float) -> str | None:
     return non_negative(v) or (None if v <= MAX_TTL_S else f"must be <= {MAX_TTL_S:g} s, 3 days (got {v})")
 
 
-def check_key_ttl(ttl_s: float, resync_s: float) -> None:
-    """A running-pods key TTL shorter than the renewal period would let every key expire between renewals:
-    :class:`~app.errors.ConfigError` naming RTT_PODS_TTL_S (0, the default, is 3 x the period)."""
-    if ttl_s and ttl_s < resync_s:
-        raise ConfigError("RTT_PODS_TTL_S", f"must be >= RTT_PODS_RESYNC_S (got {ttl_s})")
+FEATURES_PER_METRIC = 5  # the aggregates of each metric in a training sample (app.features.vector.AGGREGATES)
+SAMPLE_FEATURES_MAX = 1600  # the most features a training sample carries (topics/training-samples.json)
+SAMPLE_OTHER_FEATURES = 32  # room for the hardware and task columns of a sample (6 hw_* and the task's today)
+
+
+def metrics_kept_max(max_apps: int) -> int:
+    """The most metrics a worker may keep per node with ``max_apps`` apps: each metric's aggregates, a running-pods
+    count per app and the hardware and task columns must fit a training sample.
+
+    >>> metrics_kept_max(64)
+    300
+    """
+    return (SAMPLE_FEATURES_MAX - max_apps - SAMPLE_OTHER_FEATURES) // FEATURES_PER_METRIC
 
 
 def _port(v: int) -> str | None:
@@ -219,7 +227,8 @@ class Settings:
     worker_session_timeout_s: float = _f(10.0, positive, doc="Kafka group session timeout of the worker")
     feature_history_s: float = _f(120.0, a_day_at_most, doc="per-node bucket history; >= RTT_DWA_MAX_WINDOW_S")
     feature_bucket_s: float = _f(1.0, positive, doc="window edge resolution")
-    feature_max_metrics: int = _f(256, positive, doc="distinct metric names kept per node")
+    feature_max_metrics: int = _f(256, positive, doc="distinct metric names kept per node (at most 300 with 64"
+                                  " apps: its training samples must fit the contract's 1,600 features)")
     worker_checkpoint_interval_s: float = _f(1.0, positive, doc="how often node state is written to the changelog")
     worker_datadir: str = _f("var/faust", doc="Faust data directory")
     cold_start_samples: int = _f(25, positive, doc="samples of a key with no model that trigger a retrain"
@@ -314,7 +323,11 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
-        check_key_ttl(self.pods_ttl_s, self.pods_resync_s)
+        if self.feature_max_metrics > (most := metrics_kept_max(self.worker_max_apps)):
+            raise ConfigError("RTT_FEATURE_MAX_METRICS", f"must be <= {most} with RTT_WORKER_MAX_APPS="
+                              f"{self.worker_max_apps} (got {self.feature_max_metrics}): the training samples of a "
+                              f"node keeping more would carry more than {SAMPLE_FEATURES_MAX:,} features, which the "
+                              "trainer refuses (topics/training-samples.json)")
         if bool(self.extender_tls_cert) != bool(self.extender_tls_key):
             missing = "RTT_EXTENDER_TLS_KEY" if self.extender_tls_cert else "RTT_EXTENDER_TLS_CERT"
             raise ConfigError(missing, "HTTPS needs both RTT_EXTENDER_TLS_CERT and RTT_EXTENDER_TLS_KEY")

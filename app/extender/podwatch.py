@@ -45,7 +45,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from redis.exceptions import RedisError
 
-from app.config import a_day_at_most, check_flag, check_key_ttl, key_lifetime
+from app.config import a_day_at_most, check_flag, key_lifetime
 from app.errors import ConfigError
 from app.extender.podwatch_api import KubeApiError, PodsApi
 from app.extender.podwatch_view import Placement, View, diff_views, encode_node, placement, tally
@@ -69,7 +69,8 @@ class PodWatchOptions:
         # the checks of the settings (app.config), and bounds that keep the TTL in ms a number Redis takes
         check_flag("RTT_PODS_RESYNC_S", self.resync_s, a_day_at_most)
         check_flag("RTT_PODS_TTL_S", self.ttl_s, key_lifetime)
-        check_key_ttl(self.ttl_s, self.resync_s)
+        if self.ttl_s and self.ttl_s < self.resync_s:
+            raise ConfigError("RTT_PODS_TTL_S", f"must be >= RTT_PODS_RESYNC_S (got {self.ttl_s})")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
             raise ConfigError("backoff_initial_s", "must be > 0 and <= backoff_max_s")
 

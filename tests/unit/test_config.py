@@ -137,9 +137,21 @@ def test_the_pods_watcher_s_periods_are_checked_in_every_process_that_reads_them
         Settings.from_env({name: value})
 
 
-def test_a_pods_key_ttl_shorter_than_its_renewal_is_refused_where_the_settings_are_read():
-    from app.config import Settings
+def test_the_metrics_a_worker_keeps_fit_the_training_samples_contract():
+    """A worker keeping more metrics per node than a training sample can carry (5 aggregates each, a running-pods
+    count per app, the hardware and task columns) would write samples the trainer dead-letters: refused at start.
+    The figures config.py keeps are those of the contract and of the feature builder."""
+    from app.config import FEATURES_PER_METRIC, SAMPLE_FEATURES_MAX, SAMPLE_OTHER_FEATURES, Settings
+    from app.contracts import contract
+    from app.features.hardware import hardware_features
+    from app.features.vector import AGGREGATES
 
-    with pytest.raises(ConfigError, match=r"RTT_PODS_TTL_S: must be >= RTT_PODS_RESYNC_S \(got 5.0\)"):
-        Settings.from_env({"RTT_PODS_TTL_S": "5", "RTT_PODS_RESYNC_S": "10"})
-    assert Settings.from_env({"RTT_PODS_TTL_S": "0", "RTT_PODS_RESYNC_S": "10"}).pods_ttl_s == 0.0
+    features = contract("training-samples").value_schema["properties"]["features"]
+    assert SAMPLE_FEATURES_MAX == features["maxProperties"]
+    assert FEATURES_PER_METRIC == len(AGGREGATES)
+    assert len(hardware_features("gpu", "RTX 4090", 16, 1)) + 1 <= SAMPLE_OTHER_FEATURES  # + task_input_size_mb
+    assert Settings.from_env({"RTT_FEATURE_MAX_METRICS": "300"}).feature_max_metrics == 300
+    with pytest.raises(ConfigError, match=r"RTT_FEATURE_MAX_METRICS: must be <= 300 with RTT_WORKER_MAX_APPS=64 "):
+        Settings.from_env({"RTT_FEATURE_MAX_METRICS": "301"})
+    with pytest.raises(ConfigError, match=r"must be <= 253 with RTT_WORKER_MAX_APPS=300 \(got 256\)"):
+        Settings.from_env({"RTT_WORKER_MAX_APPS": "300"})
