@@ -31,6 +31,7 @@ from app.bridge.mapping_types import (
     stale_groups,
 )
 from app.bridge.ranges import NON_NEGATIVE, default_tolerance
+from app.contracts.names import METRIC_NAME_MAX_LENGTH, metric_name_ok
 
 
 class _Path:
@@ -126,6 +127,9 @@ def _source(p: _Path, where: str, raw: Any) -> Source:
 
 def _metric(p: _Path, name: str, raw: Any) -> CanonicalMetric:
     where = f"metrics.{name}"
+    if not metric_name_ok(name):  # every scrape carrying it would be dead-lettered by the worker
+        raise p.fail(where, "not a metric name of the node-metrics contract: a letter or '_' then letters, digits, "
+                            f"'_', '.', ':', '-', at most {METRIC_NAME_MAX_LENGTH} characters (got {name!r})")
     d = _obj(p, where, raw)
     group = _str(p, f"{where}.group", d.get("group"))
     _groups(p, f"{where}.group", [group])

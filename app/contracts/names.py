@@ -33,17 +33,34 @@ def _names_rule(topic: str, field: str) -> tuple[dict[str, Any], int | None]:
     return schema["propertyNames"], schema.get("maxProperties")
 
 
+def _searched(pattern: str) -> re.Pattern[str]:
+    """A contract's pattern as its validator matches it: searched, ``$`` the end of the string (not before a final
+    newline)."""
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
 _RULE, _MAX = _names_rule("training-samples", "features")
-# the contract's pattern as its validator matches it: searched, ``$`` the end of the string (not before a final newline)
-FEATURE_NAME = re.compile(re.sub(r"(?<!\\)\$", r"\\Z", _RULE["pattern"]))
+FEATURE_NAME = _searched(_RULE["pattern"])
 FEATURE_NAME_MAX_LENGTH = int(_RULE["maxLength"])
 FEATURE_NAMES_MAX = int(_MAX) if _MAX is not None else 0  # names one training sample carries at most
-METRIC_NAMES_MAX = int(_names_rule("node-metrics", "metrics")[1] or 0)  # metric names one scrape carries at most
+_METRIC_RULE, _METRICS_MAX = _names_rule("node-metrics", "metrics")
+METRIC_NAME = _searched(_METRIC_RULE["pattern"])
+METRIC_NAME_MAX_LENGTH = int(_METRIC_RULE["maxLength"])  # room for ``__<aggregate>`` in a feature name
+METRIC_NAMES_MAX = int(_METRICS_MAX or 0)  # metric names one scrape carries at most
 
 
 def feature_name_ok(name: object) -> bool:
     """Whether ``name`` is a feature name the training-samples contract (and XGBoost) takes."""
     return isinstance(name, str) and 0 < len(name) <= FEATURE_NAME_MAX_LENGTH and FEATURE_NAME.search(name) is not None
+
+
+def metric_name_ok(name: object) -> bool:
+    """Whether ``name`` is a metric name the node-metrics contract takes (so its feature names are ones too).
+
+    >>> metric_name_ok("gpu_util"), metric_name_ok("gpu_util[0]"), metric_name_ok("x" * 195)
+    (True, False, False)
+    """
+    return isinstance(name, str) and 0 < len(name) <= METRIC_NAME_MAX_LENGTH and METRIC_NAME.search(name) is not None
 
 
 def bad_feature_name(names: Iterable[object]) -> object | None:

@@ -110,3 +110,15 @@ def test_the_simulator_emits_canonical_names_only():
 
     canonical = {m.name for m in load_mapping().metrics}
     assert set(ALL_METRICS) <= canonical, set(ALL_METRICS) - canonical
+
+
+@pytest.mark.parametrize("name", ["gpu_util[0]", "gpu util", "9lives", "x" * 195])
+def test_a_canonical_name_the_node_metrics_contract_refuses_fails_at_load(name):
+    """Every scrape carrying it would be dead-lettered by the worker (its feature names XGBoost would refuse):
+    the mapping fails when it is loaded, naming the metric, not at the first scrape."""
+    d = doc()
+    d["metrics"][name] = d["metrics"]["load1"]
+    with pytest.raises(MappingError) as err:
+        build(d, "mapping.yaml")
+    assert err.value.field == f"mapping.yaml: metrics.{name}"
+    assert "not a metric name of the node-metrics contract" in str(err.value)
