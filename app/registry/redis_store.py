@@ -354,7 +354,10 @@ class RedisModelStore:
         raws = self._redis.mget([self._k(model_key, "meta", v) for v in kept])
         records, unreadable = [], []
         for version, raw in zip(kept, raws, strict=True):
-            if raw is None:  # trimmed meanwhile
+            if raw is None:  # trimmed meanwhile, or (MGET answers nil for it too) a key that is not a string
+                meta = self._k(model_key, "meta", version)
+                if self._redis.type(meta) not in (b"none", "none"):
+                    unreadable.append(self._mistyped(model_key, version, meta, "its metadata", "string"))
                 continue
             try:
                 records.append(self._parse(model_key, version, raw))

@@ -77,6 +77,10 @@ def corrupt(store: ModelStore, case: str) -> tuple[str, str]:
             r.set(k("app00002:gpu", "current"), "notanumber")
             return "app00002:gpu", (f"model 'app00002:gpu': its current version 'notanumber' is not a version "
                                     f"number ({k('app00002:gpu', 'current')})")
+        if case == "kept meta a hash":  # MGET answers nil for it, as for a version trimmed meanwhile
+            r.delete(k(KEY, "meta:2"))
+            r.hset(k(KEY, "meta:2"), "version", "2")
+            return KEY, f"model 'gCTF:gpu' version 2: its metadata is a Redis hash, not a string ({k(KEY, 'meta:2')})"
         assert case == "versions a string"
         r.set(k("app00001:gpu", "versions"), "foo")
         return "app00001:gpu", (f"model 'app00001:gpu': its set of kept versions is a Redis string, not a sorted "
@@ -92,8 +96,10 @@ def corrupt(store: ModelStore, case: str) -> tuple[str, str]:
     return KEY, f"model 'gCTF:gpu' version {version}: {problem} ({path})"
 
 
-CASES = ["not json", "no fields", "current not json", "current not a number", "versions a string"]
-REDIS_ONLY = ("current not a number", "versions a string")  # Redis keys: a directory has no such record
+CASES = ["not json", "no fields", "current not json", "current not a number", "versions a string", "kept meta a hash"]
+KEPT_UNREADABLE = ("not json", "no fields", "kept meta a hash")  # version 2, kept, not the current one
+# Redis keys: a directory has no such record
+REDIS_ONLY = ("current not a number", "versions a string", "kept meta a hash")
 # (store, case): every case on Redis, those a directory can have on it too (a store parametrized indirectly)
 STORE_CASES = pytest.mark.parametrize(("registry", "case"), [(s, c) for s in ("redis", "directory") for c in CASES
                                                              if s == "redis" or c not in REDIS_ONLY],
@@ -124,7 +130,8 @@ async def test_list_and_show_print_what_they_can_read_and_name_what_they_cannot(
     assert sorted(listed) == sorted(REGISTRY)  # every key still listed
     for other in set(REGISTRY) - {key}:
         assert listed[other][1] == HEALTHY_ROWS[other][0] and HEALTHY_ROWS[other][1] in listed[other], listed[other]
-    expect = {"not json": ("v3", "3 ?"), "no fields": ("v3", "3 ?"), "current not json": ("v3 ?", "3 ?"),
+    expect = {"not json": ("v3", "3 ?"), "no fields": ("v3", "3 ?"), "kept meta a hash": ("v3", "3 ?"),
+              "current not json": ("v3 ?", "3 ?"),
               "current not a number": ("?", "2"), "versions a string": ("v1", "?")}[case]
     line = next(x for x in out.splitlines() if x.startswith(key))
     assert line.split(None, 1)[1].startswith(expect[0]), line
@@ -144,7 +151,7 @@ async def test_list_and_show_print_what_they_can_read_and_name_what_they_cannot(
     assert err == f"rttsched models: error: {said}\n"
     lines = out.splitlines()
     versions = {x.split()[0]: x.split() for x in lines[2:]}
-    if case in ("not json", "no fields"):
+    if case in KEPT_UNREADABLE:
         assert lines[0].startswith(f"{key}: current v3, never announced")
         assert versions["v2"][1:] == ["unreadable", *["-"] * 8]
         assert versions["v1"][2] != "-" and versions["v3"][1] == "current"
@@ -165,17 +172,16 @@ async def test_list_and_show_print_what_they_can_read_and_name_what_they_cannot(
 async def test_a_rollback_refuses_in_one_line_where_it_needs_an_unreadable_record(
         registry: ModelStore, cli: Callable[..., Any], case: str) -> None:
     key, said = corrupt(registry, case)
-    expect = {"not json": f"{said}: cannot tell whether a rollback goes back to it; name the version to go back to "
-                          "(--to)",
-              "no fields": f"{said}: cannot tell whether a rollback goes back to it; name the version to go back to "
-                           "(--to)"}.get(case, said)
+    unsure = f"{said}: cannot tell whether a rollback goes back to it; name the version to go back to (--to)"
+    expect = unsure if case in KEPT_UNREADABLE else said
 
     rc, out, err = await cli("rollback", key, "--yes")
     assert rc == 2, (out, err)
     assert err == f"rttsched models: error: {expect}\n"
-    if case in ("not json", "no fields"):
+    if case in KEPT_UNREADABLE:
         rc, out, err = await cli("rollback", KEY, "--to", "2", "--yes")
-        assert rc == 2 and err == f"rttsched models: error: {said}\n"
+        assert rc == 2 and err.startswith("rttsched models: error: model 'gCTF:gpu' version 2: "), err
+        assert err == f"rttsched models: error: {said}\n" or case == "kept meta a hash"
         # the record it needs not: v1's model saved again as v4, made current
         rc, out, err = await cli("rollback", KEY, "--to", "1", "--yes")
         assert rc == 0, (out, err)
