@@ -323,6 +323,11 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+        if metrics_kept_max(self.worker_max_apps) < 1:  # no room left for a single metric's aggregates
+            most = SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC
+            raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {most} (got {self.worker_max_apps}): a training "
+                              f"sample carries a running-pods count per app within its {SAMPLE_FEATURES_MAX:,} "
+                              "features (topics/training-samples.json)")
         if self.feature_max_metrics > (most := metrics_kept_max(self.worker_max_apps)):
             raise ConfigError("RTT_FEATURE_MAX_METRICS", f"must be <= {most} with RTT_WORKER_MAX_APPS="
                               f"{self.worker_max_apps} (got {self.feature_max_metrics}): the training samples of a "
