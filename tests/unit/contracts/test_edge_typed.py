@@ -264,3 +264,37 @@ def test_the_names_a_map_remembers_are_bounded_and_a_bad_one_is_still_refused() 
 
 VALID_SAMPLE = ('{"model_key":"gCTF:gpu","task_id":"t","app":"gCTF","node":"n","node_class":"gpu","started_ts":1,'
                 '"rtt_ms":2,"features":{"a__mean":1}}')
+
+
+RULED = [t for t in TOPIC_NAMES if SchemaValidator(contract(t).value_schema).rules]
+
+
+@pytest.mark.parametrize("topic", RULED)
+def test_the_names_of_a_ruled_map_are_checked_after_decoding_by_the_validators_rule(topic: str) -> None:
+    """msgspec runs a key's pattern in Python for every key (a 30-key map: 22.6 µs instead of 4.1 µs): a map whose
+    names the contract's validator checks by a remembered rule is decoded with plain string keys, and its names
+    are checked by that same rule (one remembered set, shared with the validator)."""
+    d = EdgeDecoder(topic)
+    fields = {f.name: f.type for f in msgspec.inspect.type_info(d._typed.type).fields}  # type: ignore[union-attr]
+    rules = contract(topic).validator.rules  # type: ignore[attr-defined]
+    assert rules
+    for prop in rules:
+        assert fields[prop].key_type == msgspec.inspect.StrType()  # no pattern, no lengths: checked after
+
+
+@pytest.mark.parametrize("typed", [True, False])
+@pytest.mark.parametrize("extra", [b"", b',"unknown_field":1'])
+@pytest.mark.parametrize("bad", ["gpu_util[0]", "a<b", "m\n", "", "x" * 195, "0lead", "\u00e9"])
+def test_a_bad_name_after_remembered_ones_is_refused_as_the_reference_refuses_it(typed: bool, extra: bytes,
+                                                                                   bad: str) -> None:
+    """Names found valid before are remembered; a bad one among them is still refused, with the reference's error,
+    on the typed path, its pass that ignores unknown fields, and the number-map path."""
+    d = EdgeDecoder("node-metrics", typed=typed)
+    names = [f"metric_{i}" for i in range(40)]
+    good = orjson.dumps({"node": "n", "ts": 1, "node_class": "gpu", "metrics": dict.fromkeys(names, 1.5)})
+    assert d(good)["metrics"] == dict.fromkeys(names, 1.5)
+    assert set(names) <= contract("node-metrics").validator.rules["metrics"]._known  # type: ignore[attr-defined]
+    raw = orjson.dumps({"node": "n", "ts": 1, "node_class": "gpu",
+                        "metrics": {**dict.fromkeys(names, 1.5), bad: 2.0}})[:-1] + extra + b"}"
+    assert outcome(d, raw) == outcome(lambda r: decode("node-metrics", r), raw)
+    assert outcome(d, raw)[:2] == ("error", "schema")
