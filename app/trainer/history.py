@@ -2,11 +2,13 @@
 
 One training-samples message becomes one row: its ``features`` map, the hardware descriptors of its
 node (:func:`app.features.hardware.hardware_features`) and ``task_input_size_mb``. Rows are float32
-arrays over a per-key vocabulary of feature names that only grows (a row shorter than the vocabulary
+arrays over a per-key vocabulary of feature names that grows (a row shorter than the vocabulary
 is NaN — missing — in the columns added after it), so 50,000 rows of 100 features take about 25 MB
 instead of the ~350 MB of as many dicts. The oldest rows fall out first (``deque(maxlen)``). A vocabulary holds
-at most :data:`MAX_FEATURES_PER_KEY` names, every one a name XGBoost takes: a sample that would break either is
-refused whole (:meth:`SampleHistory.add`).
+at most :data:`MAX_FEATURES_PER_KEY` names, every one a name XGBoost takes. At that cap, a sample's new names take
+the columns of names no row kept carries any more (their rows have all fallen out; no row is rewritten: every row
+is NaN there); a sample with a bad name, or with more new names than the rows kept leave room for, is refused whole
+(:meth:`SampleHistory.add`).
 
 >>> h = SampleHistory(max_per_key=2)
 >>> for i, rtt in enumerate([100.0, 200.0, 300.0]):
@@ -45,12 +47,16 @@ import numpy as np
 from app.contracts.codec import shown_name
 from app.contracts.names import bad_feature_name
 from app.errors import ContractError
-from app.features.hardware import hardware_features, node_counts
+from app.features.hardware import HARDWARE_FEATURES, hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, row
 
 # names a key's history holds at most: above the most one sample brings (1,600 by its contract, and the hardware and
-# task names added here); a sample whose new names would pass it is refused whole
+# task names added here); at the cap, new names take the columns of names no row kept carries, and a sample whose new
+# names would make more than it with the names the rows kept carry is refused whole
 MAX_FEATURES_PER_KEY = 2_000
+# names every sample brings, NaN in many (a CPU node's GPU descriptors, a task without a size): a key keeps them, never
+# a column a new name takes (a row's NaN does not tell a name it carried from one it did not)
+_KEPT_NAMES = frozenset((*HARDWARE_FEATURES, *TASK_FEATURES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +111,26 @@ class _KeyHistory:
         self.held: set[str] = set()
         self.last_added = 0.0  # the ``now`` of the newest sample added
         self.nbytes = 0  # of the rows' arrays
+        # per column, the rows kept with a value there (not NaN), 1 more for a name of _KEPT_NAMES: 0 is a column no
+        # row kept carries, whose name is forgotten when a new name needs its place at the cap. Counted from the rows
+        # the first time a sample's new names pass the cap, kept up to date from then on (below it, no cost)
+        self.uses: np.ndarray | None = None
 
-    def new_names(self, values: Mapping[str, float]) -> list[str]:
-        """The names of ``values`` this key does not hold yet, once checked: :class:`ContractError`
-        ``bad_feature_name`` for one XGBoost would refuse, ``feature_vocabulary_full`` when they would make more
-        than :data:`MAX_FEATURES_PER_KEY`."""
+    def count_uses(self) -> np.ndarray:
+        """:attr:`uses`, counted from the rows kept (once a key, the first time its names pass the cap)."""
+        uses = np.zeros(MAX_FEATURES_PER_KEY, dtype=np.int32)
+        for _, values, _ in self.rows:
+            uses[: values.shape[0]] += values == values  # not NaN
+        for name in _KEPT_NAMES.intersection(self.index):
+            uses[self.index[name]] += 1
+        return uses
+
+    def new_names(self, values: Mapping[str, float]) -> list[tuple[str, int]]:
+        """The names of ``values`` this key does not hold yet, each with its column, once checked:
+        :class:`ContractError` ``bad_feature_name`` for one XGBoost would refuse, ``feature_vocabulary_full`` when
+        they would make more than :data:`MAX_FEATURES_PER_KEY` with the names the rows kept carry (the row the
+        sample pushes out not counted). Below the cap a new name takes a new column, after the others; at it, the
+        column of a name no row kept carries (the first such columns)."""
         index = self.index
         if values.keys() <= index.keys():  # the usual case, in C
             return []
@@ -119,12 +140,26 @@ class _KeyHistory:
             raise ContractError("bad_feature_name", f"feature name {shown_name(bad)} is no name a model can be trained"
                                 " on (XGBoost refuses '[', ']' and '<'; the contract takes letters, digits, '_',"
                                 " '.', ':', '-')")
-        if len(self.names) + len(new) > MAX_FEATURES_PER_KEY:
+        width = len(self.names)
+        if width + len(new) <= MAX_FEATURES_PER_KEY:  # below the cap, as ever: no column looked at
+            return [(n, width + k) for k, n in enumerate(new)]
+        if self.uses is None:
+            self.uses = self.count_uses()
+        uses = self.uses[:width].copy()
+        if len(self.rows) == self.rows.maxlen:  # the oldest row falls out as this one comes in
+            leaving = self.rows[0][1]
+            uses[: leaving.shape[0]] -= leaving == leaving
+        uses[[index[n] for n in values if n in index]] += 1  # and this one carries the names it has of the key's
+        free = np.flatnonzero(uses == 0)
+        carried = width - free.shape[0]
+        if carried + len(new) > MAX_FEATURES_PER_KEY:
             raise ContractError("feature_vocabulary_full", f"{len(new):,} new feature names (the first"
-                                f" {shown_name(new[0])}) would make {len(self.names) + len(new):,} for this key,"
+                                f" {shown_name(new[0])}) would make {carried + len(new):,} for this key,"
                                 f" more than the {MAX_FEATURES_PER_KEY:,} a key holds; the key keeps its"
-                                f" {len(self.names):,}")
-        return new
+                                f" {carried:,}")
+        columns = free[: len(new)].tolist()
+        columns += range(width, width + len(new) - len(columns))
+        return list(zip(new, columns, strict=True))
 
     def add(self, ts: float, values: Mapping[str, float], rtt_ms: float, task: str | None = None) -> bool:
         """Add one row; False for a task held already. A row with names :meth:`new_names` refuses is refused whole
@@ -134,14 +169,25 @@ class _KeyHistory:
         new = self.new_names(values)
         if len(self.ids) == self.ids.maxlen:
             self.held.discard(self.ids[0])  # type: ignore[arg-type]  # the row about to fall out
-            self.nbytes -= self.rows[0][1].nbytes
+            leaving = self.rows[0][1]
+            self.nbytes -= leaving.nbytes
+            if self.uses is not None:
+                self.uses[: leaving.shape[0]] -= leaving == leaving
         self.ids.append(task)
         if task is not None:
             self.held.add(task)
-        for name in new:
-            self.index[name] = len(self.names)
-            self.names.append(name)
+        for name, j in new:
+            if j < len(self.names):  # a forgotten name's column: NaN in every row kept, so missing for this name
+                del self.index[self.names[j]]
+                self.names[j] = name
+            else:
+                self.names.append(name)
+            self.index[name] = j
+            if self.uses is not None:
+                self.uses[j] = name in _KEPT_NAMES
         values_row = row(values, self.names)
+        if self.uses is not None:
+            self.uses[: values_row.shape[0]] += values_row == values_row
         self.nbytes += values_row.nbytes
         self.rows.append((ts, values_row, rtt_ms))
         return True
@@ -171,8 +217,8 @@ class SampleHistory:
         trainer dead-letters and counts it, and logs it once) and nothing of it kept: a feature name XGBoost would
         refuse (``bad_feature_name``: one such name would fail every retrain of the key; the contract refuses it
         first, this is for a sample an older contract let through), or new names that would make more than
-        :data:`MAX_FEATURES_PER_KEY` for the key (``feature_vocabulary_full``: the names the key has are kept, not
-        crowded out)."""
+        :data:`MAX_FEATURES_PER_KEY` for the key with the names its rows carry (``feature_vocabulary_full``: the
+        names the key's rows use are kept, not crowded out; names no row kept carries any more make room)."""
         key = str(sample["model_key"])
         hist = self._keys.get(key)
         fresh = hist is None
