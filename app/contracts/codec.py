@@ -30,7 +30,7 @@ from typing import Any
 import fastjsonschema
 import orjson
 
-from app.contracts.loader import contract
+from app.contracts.loader import NameRule, contract
 from app.contracts.unknown import UNKNOWN_FIELDS, drop_unknown
 from app.errors import ContractError
 
@@ -122,16 +122,7 @@ def shown_name(name: object, limit: int = 80) -> str:
 @functools.lru_cache(maxsize=32)
 def _names_check(definition: str) -> Callable[[str], bool]:
     """Whether a key satisfies a map's ``propertyNames`` rule (given as JSON: a cache key)."""
-    validator = fastjsonschema.compile(orjson.loads(definition))
-
-    def ok(name: str) -> bool:
-        try:
-            validator(name)
-        except fastjsonschema.JsonSchemaValueException:
-            return False
-        return True
-
-    return ok
+    return NameRule(orjson.loads(definition)).ok
 
 
 def encode(topic: str, value: dict[str, Any], *, check: bool = True) -> bytes:

@@ -55,7 +55,7 @@ _NAME_RULE_KEYS = {"minLength", "maxLength", "pattern", "description", "title", 
 NAMES_REMEMBERED = 16_384  # names each map's rule remembers as valid (beyond: checked each time, nothing grows)
 
 
-class _NameRule:
+class NameRule:
     """A map's ``propertyNames`` rule, remembering the names it found valid: the maps of one topic carry the same
     few hundred names message after message, and checking each one by the validator's code (a regular expression
     a name) was most of the time a training sample took to validate."""
@@ -64,7 +64,8 @@ class _NameRule:
         self._check = fastjsonschema.compile(definition)
         self._known: set[str] = set()
 
-    def _ok(self, name: str) -> bool:
+    def ok(self, name: str) -> bool:
+        """Whether ``name`` follows the rule (checked by the schema's own code, not remembered)."""
         try:
             self._check(name)
         except fastjsonschema.JsonSchemaValueException:
@@ -78,7 +79,7 @@ class _NameRule:
             return True
         for name in keys:
             if name not in known:
-                if not self._ok(name):
+                if not self.ok(name):
                     return False
                 if len(known) < NAMES_REMEMBERED:
                     known.add(name)
@@ -93,11 +94,11 @@ class SchemaValidator:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._full = fastjsonschema.compile(schema)
-        self.rules: dict[str, _NameRule] = {}
+        self.rules: dict[str, NameRule] = {}
         for prop, sub in (schema.get("properties") or {}).items():
             names = sub.get("propertyNames") if isinstance(sub, dict) else None
             if isinstance(names, dict) and not set(names) - _NAME_RULE_KEYS and "properties" not in sub:
-                self.rules[prop] = _NameRule(names)
+                self.rules[prop] = NameRule(names)
         stripped = copy.deepcopy(schema)
         for prop in self.rules:
             del stripped["properties"][prop]["propertyNames"]
