@@ -3,7 +3,7 @@ dead-letters with the reason ``refused_by_kafka`` and its input line, the lines 
 summary says how many were dead-lettered. Before, it was dropped after one error line -- and the messages after
 it in the same batch were dropped with it, refused by the same error.
 
-A node-metrics value of exactly the contracts' 1 MiB (a scrape with thousands of metrics) is what Kafka refuses:
+A node-metrics value of exactly the contracts' 1 MiB (its stale list padded) is what Kafka refuses:
 with the record's key and overhead it is larger than the producer's maximum request size, Kafka's default."""
 
 from __future__ import annotations
@@ -30,17 +30,16 @@ pytestmark = pytest.mark.integration
 
 
 def scrape(node: str, size: int = 0) -> dict[str, Any]:
-    """A node-metrics value; with ``size``, one whose encoding is exactly that many bytes."""
+    """A node-metrics value; with ``size``, one whose encoding is exactly that many bytes: its ``stale`` list
+    padded with group names (a scrape carries at most 512 metrics, some 100 KB: no metrics map reaches 1 MiB)."""
     value: dict[str, Any] = {"node": node, "ts": 1_796_208_576.0, "node_class": "cpu", "gpu_model": None,
-                             "metrics": {"rtt_up": 1.0}}
-    left = size - len(orjson.dumps(value)) if size else 0
-    while left > 0:  # an entry ,"NAME":1.0 is its name and 7 bytes; a name has at most 194 characters
-        n = len(value["metrics"])
-        width = left - 7 if left - 7 <= 190 else min(190, left - 37)  # the last one at least 23 characters
-        name = f"rtt_metric_{n:06d}_".ljust(width, "x")
-        value["metrics"][name] = 1.0
-        left -= len(name) + 7
-    assert not size or len(orjson.dumps(value)) == size  # as encode() writes it
+                             "metrics": {"rtt_up": 1.0}, "stale": []}
+    if size:
+        # each item costs its quoted name and a comma (one comma fewer than items): "gpu" 6, "node" 7 with it
+        target = size - len(orjson.dumps(value)) + 1
+        sevens = target % 6  # 7 * sevens is target modulo 6: the rest in sixes
+        value["stale"] = ["node"] * sevens + ["gpu"] * ((target - 7 * sevens) // 6)
+        assert len(orjson.dumps(value)) == size  # as encode() writes it
     return value
 
 
