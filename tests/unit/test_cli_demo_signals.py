@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -97,10 +97,19 @@ def fake_python(tmp_path: Path) -> Path:
     return sleeper(tmp_path)
 
 
-def _start(fake_python: Path, out: Path, preexec: Callable[[], None]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", DEMO, str(fake_python), str(out)], cwd=ROOT, env=demo_env(),
+@contextlib.contextmanager
+def _started(fake_python: Path, out: Path, preexec: Callable[[], None]) -> Iterator[subprocess.Popen[bytes]]:
+    """The demo started with stand-ins; at the end it is killed if still running, and so is every child left."""
+    proc = subprocess.Popen([sys.executable, "-c", DEMO, str(fake_python), str(out)], cwd=ROOT, env=demo_env(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=preexec)  # noqa: PLW1509 - only sets signal dispositions
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        _stop_children(out)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], out: Path) -> dict[str, int]:
@@ -115,8 +124,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], out: Path) -> dict[str, int]:
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
 def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python: Path, sig: int) -> None:
     out = tmp_path / "demo"
-    proc = _start(fake_python, out, default_signals)
-    try:
+    with _started(fake_python, out, default_signals) as proc:
         pids = _wait_ready(proc, out)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
@@ -127,17 +135,11 @@ def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python:
         assert "Traceback" not in text, text
         assert left_running(pids, 0.0) == []  # stopped by the clean-up, not later
         assert (out / "broker-stopped").exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        _stop_children(out)
 
 
 def test_a_hangup_under_nohup_does_not_stop_it(tmp_path: Path, fake_python: Path) -> None:
     out = tmp_path / "demo"
-    proc = _start(fake_python, out, _ignore_hangup)
-    try:
+    with _started(fake_python, out, _ignore_hangup) as proc:
         pids = _wait_ready(proc, out)
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
@@ -147,11 +149,6 @@ def test_a_hangup_under_nohup_does_not_stop_it(tmp_path: Path, fake_python: Path
         proc.communicate(timeout=30)
         assert proc.returncode == 130
         assert left_running(pids, 0.0) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        _stop_children(out)
 
 
 def test_a_closed_terminal_stops_every_child(tmp_path: Path, fake_python: Path) -> None:
