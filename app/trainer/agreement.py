@@ -12,7 +12,10 @@ never announced (the trainer stopped in between, or model-updates was recreated 
 checks in a row found it so. A current version whose metadata stays but whose blob is gone (deleted by hand, evicted,
 a partial restore; :meth:`~app.trainer.registry.ModelRegistry.blob_missing`, a cheap look for the blob each check)
 is a lost model too: no process can load it, so a model is trained from the sample history in its place (reason
-``registry``), above every version announced.
+``registry``), above every version announced. A lost model is named in one WARNING until what the check finds changes
+(another version announced, the registry holding another, or the key found in agreement and then lost again), and
+the retrains that cannot replace it yet in one INFO line until what they find changes (their number of samples): a key
+with no samples is tried on every check, not logged on every check.
 
 One key whose record cannot be read (:class:`~app.registry.base.CorruptRecordError`: metadata that is not JSON, a
 current pointer that is not a number, a Redis key of the wrong type) does not stop the check: the other keys are
@@ -65,6 +68,7 @@ class RegistryAgreement:
     _floor: dict[str, int]  # key -> newest version ever seen announced (kept across topic resets)
     _unannounced: dict[str, int]  # key -> current version the last check found not announced
     _unreadable: dict[str, str]  # key -> why the last check could not check it (logged once until it changes)
+    _lost: dict[str, list[str]]  # key -> what was said of its lost model: the check's finding, its retrain's (if any)
     _training: set[str]
     _updates: AIOKafkaConsumer | None
     _update_tps: list[TopicPartition]
@@ -176,9 +180,9 @@ class RegistryAgreement:
         if current is not None and await asyncio.to_thread(self.registry.blob_missing, current):
             self._unannounced.pop(key, None)
             above = max(newest, current.version)
-            log.warning("model %s: the registry's current v%d (sha256 %s) has its metadata but its blob is gone, no "
-                        "process can load it: the registry lost it; replacing it with a version above v%d", key,
-                        current.version, current.sha256[:12], above)
+            self._say_lost(key, f"the registry's current v{current.version} (sha256 {current.sha256[:12]}) has its "
+                           "metadata but its blob is gone, no process can load it: the registry lost it; replacing it "
+                           f"with a version above v{above}")
             return self._replace(key)
         if current is not None and current.version > version and current.version >= newest:
             # promoted, not announced (or not yet); or its announcement is gone with a recreated topic
@@ -193,12 +197,32 @@ class RegistryAgreement:
         self._unannounced.pop(key, None)
         if (current is not None and (current.version, current.sha256) == (version, sha)) or (
                 current is None and not newest):  # in agreement, or nothing ever served
+            self._lost.pop(key, None)
             return False
         found = f"v{current.version} (sha256 {current.sha256[:12]})" if current is not None else "nothing"
-        log.warning("model %s: model-updates announced v%d (sha256 %s), the registry's current is %s: the "
-                    "registry lost it; replacing it with a version above v%d", key, newest, sha[:12] or "-",
-                    found, newest)
+        self._say_lost(key, f"model-updates announced v{newest} (sha256 {sha[:12] or '-'}), the registry's current "
+                       f"is {found}: the registry lost it; replacing it with a version above v{newest}")
         return self._replace(key)
+
+    def _say_lost(self, key: str, finding: str) -> None:
+        """The check found ``key``'s model lost: one WARNING, unless the last check found the same (DEBUG)."""
+        said = self._lost.get(key)
+        if said is not None and said[0] == finding:
+            log.debug("model %s: %s (as the check before found)", key, finding)
+            return
+        self._lost[key] = [finding]
+        log.warning("model %s: %s", key, finding)
+
+    def _repeated(self, key: str, reason: str, outcome: str) -> bool:
+        """Whether a retrain of ``key`` for ``reason`` that could not replace its lost model says what the retrain
+        before it said of that same lost model (``outcome``): said once, not on every registry check."""
+        said = self._lost.get(key)
+        if reason != REGISTRY_LOST or said is None:
+            return False
+        if said[1:] == [outcome]:
+            return True
+        said[1:] = [outcome]
+        return False
 
     def _replace(self, key: str) -> bool:
         """Start the retrain that replaces ``key``'s lost model (reason ``registry``); whether it started."""

@@ -233,6 +233,7 @@ class TrainerService(RegistryAgreement):
         self._floor = {}
         self._unannounced = {}
         self._unreadable = {}
+        self._lost = {}
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
         self._waiting: set[str] = set()  # keys whose retrain waits for the model registry
@@ -577,7 +578,8 @@ class TrainerService(RegistryAgreement):
         await self.catch_up()
         names, rows = self.history.snapshot(key)
         if fit_rows(len(rows), self.holdout_fraction) < MIN_SAMPLES:
-            log.info("retrain of %s: only %d samples", key, len(rows))
+            level = logging.DEBUG if self._repeated(key, reason, f"{len(rows)} samples") else logging.INFO
+            log.log(level, "retrain of %s: only %d samples", key, len(rows))
             return Outcome(key, reason, "insufficient_data", detail=f"{len(rows)} samples")
         onset = event.get("onset_ts") if reason == "drift" else None
         run = functools.partial(self._train_and_judge, names, rows, node_class, key, onset)

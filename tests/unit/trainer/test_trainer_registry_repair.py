@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_samples import KEY, Producer, trainer
+from trainer_samples import KEY, Producer, samples, trainer
 
 from app.config import Settings
 from app.model.errors import RegistryUnavailableError
@@ -349,3 +349,55 @@ def test_a_retrain_over_an_unreadable_current_record_fails_before_its_training(
     assert value(service, "rtt_trainer_training_seconds_count") == 0.0
     assert value(service, "rtt_trainer_retrains_total", {"reason": "drift", "outcome": "failed"}) == 1.0
     assert service._producer.sent == []  # type: ignore[union-attr]
+
+
+# -- a lost model with no samples to train its replacement on
+
+
+def checks_with_retrains(service: TrainerService, n: int) -> None:
+    """``n`` registry checks, each followed by the retrains it started (to their end)."""
+    async def go() -> None:
+        for _ in range(n):
+            await service.check_registry()
+            await asyncio.gather(*service._tasks)
+
+    asyncio.run(go())
+
+
+def test_a_lost_model_with_no_samples_is_named_once_until_what_the_check_finds_changes(
+        service: TrainerService, caplog: pytest.LogCaptureFixture) -> None:
+    """upload:cpu was announced, the registry has nothing for it, the trainer no sample: each check retrains it
+    (insufficient_data), but says so once -- one WARNING naming the lost model and one INFO for its retrain over
+    five checks, where it used to log both on every check, forever. A sample arriving changes what its retrain
+    finds (said once more, the check's line not); another version announced changes what the check finds (both
+    said once more)."""
+    caplog.set_level(logging.INFO)
+    lost = "upload:cpu"
+
+    def announced(version: int) -> None:
+        service._note_announced({"model_key": lost, "version": version, "sha256": f"{version:02d}" * 32})
+
+    def said() -> list[tuple[str, str]]:
+        return [(r.levelname, r.getMessage()) for r in caplog.records
+                if lost in r.getMessage() and r.levelno >= logging.INFO]
+
+    announced(3)
+    checks_with_retrains(service, 5)
+    lines = said()
+    assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
+    assert "the registry lost it" in lines[0][1] and "announced v3" in lines[0][1], lines
+    assert lines[1][1] == f"retrain of {lost}: only 0 samples", lines
+    assert [o.outcome for o in service.outcomes] == ["insufficient_data"] * 5  # still tried on every check
+    assert value(service, "rtt_trainer_retrains_total", {"reason": REGISTRY_LOST, "outcome": "insufficient_data"}) == 5
+
+    caplog.clear()
+    service.history.add({**samples(1)[0], "model_key": lost, "app": "upload", "node_class": "cpu"})
+    checks_with_retrains(service, 3)
+    assert said() == [("INFO", f"retrain of {lost}: only 1 samples")], said()
+
+    caplog.clear()
+    announced(4)  # a replica announced another version: what the check finds changed
+    checks_with_retrains(service, 3)
+    assert [level for level, _ in said()] == ["WARNING", "INFO"], said()
+    assert "announced v4" in said()[0][1]
+    service._executor.shutdown(wait=True)
