@@ -65,6 +65,22 @@ REFUSED_CODES = frozenset({"OOM", "READONLY", "MISCONF", "MASTERDOWN", "TRYAGAIN
 PROBE_TTL_MS = 10_000  # a write probe left behind by a lost connection expires after this
 
 
+def _reply_code(exc: BaseException) -> str:
+    """The error code of the reply Redis answered ``exc`` with (its first word), also where a pipeline named its
+    command before it; ``""`` for what is no error reply.
+
+    >>> _reply_code(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    'WRONGTYPE'
+    >>> _reply_code(redis.ResponseError("Command # 2 (SET k v) of pipeline caused error: MISCONF Errors writing"))
+    'MISCONF'
+    >>> _reply_code(redis.ConnectionError("Connection refused")), _reply_code(ValueError("OOM"))
+    ('', '')
+    """
+    if not isinstance(exc, redis.ResponseError):
+        return ""
+    return str(exc).rpartition("caused error: ")[2].split(" ", 1)[0]
+
+
 def refuses_writes(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis answering that it takes no write now (full, a replica, unable to persist): a
     condition to wait out, as Redis being away — not a broken request.
@@ -80,12 +96,7 @@ def refuses_writes(exc: BaseException) -> bool:
     >>> refuses_writes(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
     False
     """
-    if isinstance(exc, REFUSED):
-        return True
-    if not isinstance(exc, redis.ResponseError):
-        return False
-    reply = str(exc).rpartition("caused error: ")[2]  # a pipeline's command names itself before the reply
-    return reply.split(" ", 1)[0] in REFUSED_CODES
+    return isinstance(exc, REFUSED) or _reply_code(exc) in REFUSED_CODES
 
 
 def wrong_type(exc: BaseException) -> bool:
@@ -99,7 +110,7 @@ def wrong_type(exc: BaseException) -> bool:
     >>> wrong_type(redis.ResponseError("NOPERM this user has no permissions to run the 'get' command"))
     False
     """
-    return isinstance(exc, redis.ResponseError) and str(exc).rpartition("caused error: ")[2].startswith("WRONGTYPE")
+    return _reply_code(exc) == "WRONGTYPE"
 
 
 def _available(method: F) -> F:
