@@ -14,6 +14,12 @@ JSON or lacks a field, a current pointer that is not a number, a Redis key of th
 others: ``list`` and ``show`` print what they can read, mark what they cannot with ``?``, say on stderr which
 record and why (one line each, as every error of the command), and exit 2. ``rollback`` refuses (exit status 2)
 when it needs such a record: the current one, the one to go back to, or one a default target would skip.
+
+A version whose record reads but whose blob cannot serve (:class:`~app.registry.base.BlobError`: the blob gone, a
+Redis key evicted or deleted, a file removed) is marked the same way (``?``, one line on stderr, exit status 2); the
+look is cheap (:meth:`~app.registry.base.ModelStore.check_blobs`: one Redis round trip per key, a file ``stat``), no
+blob is read. ``--verify`` reads every kept blob and checks its sha256 against its record too, so a blob changed or
+truncated in place is found before a process fails to load it.
 """
 
 from __future__ import annotations
@@ -38,10 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             description="Every model key of the registry and of model-updates.")
     ls.add_argument("--app", default=None, help="only this app's keys")
     ls.add_argument("--json", action="store_true", help="one JSON array instead of the table")
+    verify = ("read every kept version's blob and check its sha256 against its record (reads every blob; without it "
+              "only whether each blob is there is looked at)")
+    ls.add_argument("--verify", action="store_true", help=verify)
     show = actions.add_parser("show", help="every kept version of KEY with its record",
                               description="Every kept version of a model key, which is current, which announced.")
     show.add_argument("key", metavar="KEY", help="model key, e.g. gCTF:gpu")
     show.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    show.add_argument("--verify", action="store_true", help=verify)
     back = actions.add_parser("rollback", help="go back to an earlier version of KEY: saved again as a new "
                               "version, made current and announced on model-updates",
                               description="Go back to an earlier version of a model key, as the running system "
@@ -117,25 +127,34 @@ def _announced(settings: Any) -> dict[str, Any]:
 class Look:
     """What the registry holds of one key: its ``current`` record (None: none, or unreadable:
     ``current_unreadable`` is then the error), its readable ``kept`` records (None: not even which versions are kept
-    could be read), the kept versions whose record is unreadable (``bad``: version -> error), and ``unreadable``: an
-    error per record that could not be read, the current one first."""
+    could be read), the kept versions whose record is unreadable (``bad``: version -> error), ``unreadable``: an
+    error per record that could not be read, the current one first, and ``blobs``: the readable versions whose blob
+    cannot serve (version -> :class:`~app.registry.base.BlobError`)."""
 
     current: Any = None
     current_unreadable: Any = None
     kept: list[Any] | None = dataclasses.field(default_factory=list)
     bad: dict[int, Any] = dataclasses.field(default_factory=dict)
     unreadable: list[Any] = dataclasses.field(default_factory=list)
+    blobs: dict[int, Any] = dataclasses.field(default_factory=dict)
 
     def n_kept(self) -> str:
-        """The versions kept, `` ?`` after it where some cannot be read, ``?`` where which is not known."""
+        """The versions kept, `` ?`` after it where some cannot be read or their blob cannot serve, ``?`` where which
+        is not known."""
         if self.kept is None:
             return "?"
-        return f"{len(self.kept) + len(self.bad)}{' ?' if self.bad else ''}"
+        kept = {r.version for r in self.kept} | set(self.bad)
+        return f"{len(kept)}{' ?' if self.bad or self.blobs.keys() & kept else ''}"
+
+    def errors(self) -> list[Any]:
+        """Every error of the key: its unreadable records', then its blobs' by version."""
+        return [*self.unreadable, *(self.blobs[v] for v in sorted(self.blobs))]
 
 
-def _look(store: Any, key: str) -> Look:
-    """The registry's records of ``key``, each that cannot be read kept as its error (RegistryUnavailableError, the
-    registry away, is raised: nothing can be read)."""
+def _look(store: Any, key: str, verify: bool = False) -> Look:
+    """The registry's records of ``key``, each that cannot be read kept as its error, and whether the blob of each
+    readable one is there (``verify``: and its sha256 the record's). RegistryUnavailableError, the registry away, is
+    raised: nothing can be read."""
     from app.model.errors import RegistryError, RegistryUnavailableError
 
     look = Look()
@@ -155,12 +174,23 @@ def _look(store: Any, key: str) -> Look:
         look.kept, unreadable = None, [exc]
     said = {str(e) for e in look.unreadable}  # the current record's error, which the versions read again
     look.unreadable += [e for e in unreadable if str(e) not in said]
+    records = {r.version: r for r in look.kept or []}
+    if look.current is not None:
+        records.setdefault(look.current.version, look.current)
+    try:
+        if records:
+            look.blobs = {e.version: e for e in store.check_blobs(key, [records[v] for v in sorted(records)], verify)}
+    except RegistryUnavailableError:
+        raise
+    except RegistryError as exc:
+        look.unreadable.append(exc)
     return look
 
 
 def _unreadable(looks: Sequence[Look]) -> int:
-    """Say each record that could not be read on stderr, one line each; the exit status (2 where one could not)."""
-    errors = [str(e) for look in looks for e in look.unreadable]
+    """Say each record that could not be read, and each blob that cannot serve, on stderr, one line each; the exit
+    status (2 where there was one)."""
+    errors = [str(e) for look in looks for e in look.errors()]
     for error in errors:
         print(f"rttsched models: error: {error}", file=sys.stderr)
     return 2 if errors else 0
@@ -184,7 +214,7 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
         keys = [k for k in keys if k.split(":", 1)[0] == args.app]
     rows, out, looks = [], [], []
     for key in keys:
-        look, news = _look(store, key), announced.get(key)
+        look, news = _look(store, key, args.verify), announced.get(key)
         looks.append(look)
         current, kept = look.current, look.kept
         agrees = current is not None and news is not None and (current.version, current.sha256) == (
@@ -194,6 +224,8 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
                  "announced": news.__dict__ if news is not None else None, "agrees": agrees}
         if look.unreadable:
             entry["unreadable"] = [str(e) for e in look.unreadable]
+        if look.blobs:
+            entry["bad_blobs"] = [str(look.blobs[v]) for v in sorted(look.blobs)]
         out.append(entry)
         if look.current_unreadable is not None:  # its version where that is known
             bad = getattr(look.current_unreadable, "version", None)
@@ -202,9 +234,10 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
             cells = ["-", "-", "-", "-", "-", "-"]
         else:
             restores = f" (=v{current.restores})" if current.restores is not None else ""
-            cells = [f"v{current.version}{restores}", current.sha256[:12], when(current.created_ts, seconds=False),
-                     str(current.n_samples), figure(current.metrics, "rmse_ms"),
-                     figure(current.metrics, "mape", "{:.3f}")]
+            mark = " ?" if current.version in look.blobs else ""
+            cells = [f"v{current.version}{restores}{mark}", current.sha256[:12],
+                     when(current.created_ts, seconds=False), str(current.n_samples),
+                     figure(current.metrics, "rmse_ms"), figure(current.metrics, "mape", "{:.3f}")]
         said = f"v{news.version}" if news is not None else "-"
         flagged = not agrees and look.current_unreadable is None  # an unreadable current is flagged ? already
         rows.append([printable(key), *cells, look.n_kept(), f"{said} !" if flagged else said])
@@ -224,6 +257,9 @@ def list_models(args: argparse.Namespace, settings: Any) -> int:
               "extenders serve that one): rttsched models show KEY")
     if any(look.unreadable for look in looks):
         print("?: a record of the registry cannot be read (which, and why: on stderr): rttsched models show KEY")
+    if any(look.blobs for look in looks):
+        print("?: a version's model blob is missing or not the one its record names, no process can load it (which, "
+              "and why: on stderr): rttsched models show KEY")
     sys.stdout.flush()  # the table before the lines saying what it lacks
     return _unreadable(looks)
 
@@ -232,10 +268,11 @@ def show_model(args: argparse.Namespace, settings: Any) -> int:
     import orjson
 
     from app.errors import ConfigError
+    from app.registry.base import MISSING_BLOB
 
     key = _key(args.key)
     store, announced = _read(settings)
-    look, news = _look(store, key), announced.get(key)
+    look, news = _look(store, key, args.verify), announced.get(key)
     current, kept = look.current, look.kept or []
     if not kept and not look.unreadable and news is None:
         raise ConfigError("KEY", f"no model {key!r} in the registry or on model-updates (rttsched models list)")
@@ -248,13 +285,16 @@ def show_model(args: argparse.Namespace, settings: Any) -> int:
                                  "versions": [r.to_dict() for r in kept]}
         if look.unreadable:
             shown["unreadable"] = [str(e) for e in look.unreadable]
+        if look.blobs:
+            shown["bad_blobs"] = [str(look.blobs[v]) for v in sorted(look.blobs)]
         print(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode())
         return _unreadable([look])
     said = f"announced v{news.version} (sha256 {news.sha256[:12]}, {when(news.ts)})" if news else "never announced"
     if look.current_unreadable is not None:
         now = f"v{bad_current} ?" if bad_current is not None else "?"
     else:
-        now = f"v{current_version}" if current_version is not None else "none"
+        now = f"v{current_version}{' ?' if current_version in look.blobs else ''}" if current_version is not None \
+            else "none"
     print(f"{key}: current {now}, {said}")
     rows = []
     records = {r.version: r for r in kept}
@@ -265,6 +305,8 @@ def show_model(args: argparse.Namespace, settings: Any) -> int:
             rows.append([f"v{version}", ",".join([*state, "unreadable"]), *["-"] * 8, ""])
             continue
         r = records[version]
+        if version in look.blobs:  # why, and where, in its line on stderr
+            state.append("no-blob" if look.blobs[version].problem == MISSING_BLOB else "bad-blob")
         window = trained_on(r.training_window)
         rows.append([f"v{r.version}", ",".join(state), r.sha256[:12], when(r.created_ts), str(r.n_samples),
                      figure(r.metrics, "rmse_ms"), figure(r.metrics, "mae_ms"), figure(r.metrics, "mape", "{:.3f}"),

@@ -220,6 +220,41 @@ class CorruptRecordError(RegistryError):
         super().__init__(f"{what}: {problem}" + (f" ({where})" if where else ""))
 
 
+class BlobError(RegistryError):
+    """A version whose record reads but whose blob cannot serve: gone (a Redis key evicted or deleted, a file
+    removed), holding another kind of value, or bytes whose sha256 is not the record's. ``model_key`` and
+    ``version`` name it, ``problem`` says what is wrong, ``where`` is the blob's Redis key or file. No process can
+    load that version; nothing is changed.
+
+    >>> str(BlobError("gCTF:gpu", 2, "its blob is missing", "rttsched:model:gCTF:gpu:blob:2"))
+    "model 'gCTF:gpu' version 2: its blob is missing (rttsched:model:gCTF:gpu:blob:2)"
+    """
+
+    def __init__(self, model_key: str, version: int, problem: str, where: str = "") -> None:
+        self.model_key = model_key
+        self.version = version
+        self.problem = problem
+        self.where = where
+        super().__init__(f"model {model_key!r} version {version}: {problem}" + (f" ({where})" if where else ""))
+
+
+MISSING_BLOB = "its blob is missing: no process can load this version"
+
+
+def blob_mismatch(blob: bytes, record: ModelRecord) -> str | None:
+    """What is wrong with ``blob`` as ``record``'s blob (its sha256 is not the recorded one), None where nothing.
+
+    >>> r = new_record("k", 1, b"blob", fmt="json", features=[], params={}, metrics={}, n_samples=1,
+    ...                training_window=None, created_ts=0.0, location="")
+    >>> blob_mismatch(b"blob", r) is None, blob_mismatch(b"blob!", r)
+    (True, 'its blob has sha256 fade95397337..., not the recorded fa2c8cc4f281...: changed or truncated')
+    """
+    actual = sha256_hex(blob)
+    if actual == record.sha256:
+        return None
+    return f"its blob has sha256 {actual[:12]}..., not the recorded {record.sha256[:12]}...: changed or truncated"
+
+
 def read_record(raw: bytes | str, model_key: str, version: int, where: str = "") -> ModelRecord:
     """The record stored as ``model_key``'s ``version`` (at ``where``), else :class:`CorruptRecordError` naming them
     and what is wrong.
@@ -299,6 +334,13 @@ class ModelStore(Protocol):
 
     def blob_stored(self, record: ModelRecord) -> bool:
         """Whether ``record``'s blob is where the store keeps it, by a cheap look (no read of the blob)."""
+        ...
+
+    def check_blobs(self, model_key: str, records: Sequence[ModelRecord], read: bool = False) -> list[BlobError]:
+        """A :class:`BlobError` per record of ``records`` (``model_key``'s) whose blob is missing while its metadata
+        stays (a version trimmed meanwhile is no error) or holds another kind of value, by a cheap look (Redis
+        ``TYPE``, a file's ``stat``: no blob is read); with ``read``, each blob is read and its sha256 checked against
+        the record's too (one blob in memory at a time)."""
         ...
 
 

@@ -34,8 +34,11 @@ from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError, RegistryUnavailableError
 from app.registry.base import (
     FORMATS,
+    MISSING_BLOB,
+    BlobError,
     CorruptRecordError,
     ModelRecord,
+    blob_mismatch,
     check_current,
     check_keep,
     check_model_key,
@@ -224,6 +227,26 @@ class DirectoryModelStore:
     @_available
     def blob_stored(self, record: ModelRecord) -> bool:
         return (self._dir(record.model_key) / f"{record.version}.{record.format}").is_file()
+
+    @_available
+    def check_blobs(self, model_key: str, records: Sequence[ModelRecord], read: bool = False) -> list[BlobError]:
+        d, errors = self._dir(model_key), []
+        for record in records:
+            blob = d / f"{record.version}.{record.format}"
+            if record.format not in FORMATS:  # no file to look at: the name would be the record's to choose
+                problem: str | None = f"its record names blob format {record.format!r}, not one of {FORMATS}"
+            elif read:
+                try:
+                    problem = blob_mismatch(blob.read_bytes(), record)
+                except (FileNotFoundError, IsADirectoryError):
+                    problem = MISSING_BLOB
+            else:
+                problem = None if blob.is_file() else MISSING_BLOB
+            # a trim removes the metadata before the blob: metadata still there after the blob was found gone is a
+            # blob lost, not a version trimmed meanwhile
+            if problem is not None and (problem != MISSING_BLOB or (d / f"{record.version}{META}").is_file()):
+                errors.append(BlobError(model_key, record.version, problem, str(blob)))
+        return errors
 
     @_available
     def versions(self, model_key: str) -> list[ModelRecord]:

@@ -40,8 +40,11 @@ from app.clock import Clock, SystemClock
 from app.model.errors import ModelNotFoundError, RegistryError, RegistryUnavailableError
 from app.redis_client import DEFAULT_TIMEOUT_S, redis_client
 from app.registry.base import (
+    MISSING_BLOB,
+    BlobError,
     CorruptRecordError,
     ModelRecord,
+    blob_mismatch,
     check_current,
     check_keep,
     check_model_key,
@@ -346,6 +349,43 @@ class RedisModelStore:
     @_available
     def blob_stored(self, record: ModelRecord) -> bool:
         return bool(self._redis.exists(self._k(record.model_key, "blob", record.version)))
+
+    @_available
+    def check_blobs(self, model_key: str, records: Sequence[ModelRecord], read: bool = False) -> list[BlobError]:
+        # what a blob key holds and whether the metadata is still there, in one transaction: a version trimmed
+        # meanwhile lost both at once (a whole key's records in one round trip; with ``read``, one blob at a time)
+        errors = []
+        for batch in ([[r] for r in records] if read else [list(records)] if records else []):
+            with self._redis.pipeline(transaction=True) as pipe:
+                for record in batch:
+                    blob_key = self._k(model_key, "blob", record.version)
+                    pipe.type(blob_key)
+                    if read:
+                        pipe.get(blob_key)
+                    pipe.exists(self._k(model_key, "meta", record.version))
+                answered = pipe.execute(raise_on_error=False)  # a GET of a key of another type answers WRONGTYPE
+            for reply in answered:
+                if isinstance(reply, redis.RedisError) and not wrong_type(reply):
+                    raise reply
+            replies = iter(answered)
+            for record in batch:
+                kind = _text(next(replies))[1:-1]
+                blob = next(replies) if read else None
+                problem = self._blob_problem(kind, blob, record, meta_stored=bool(next(replies)))
+                if problem is not None:
+                    errors.append(BlobError(model_key, record.version, problem,
+                                            self._k(model_key, "blob", record.version)))
+        return errors
+
+    @staticmethod
+    def _blob_problem(kind: str, blob: Any, record: ModelRecord, meta_stored: bool) -> str | None:
+        """What is wrong with the blob of ``record`` whose key holds ``kind`` (and, read, ``blob``), None where
+        nothing: none while its metadata is gone too (trimmed meanwhile)."""
+        if kind == "none":
+            return MISSING_BLOB if meta_stored else None
+        if kind != "string":
+            return f"its blob is a Redis {kind}, not a string"
+        return blob_mismatch(blob, record) if isinstance(blob, bytes) else None  # None: not read
 
     @_available
     def versions(self, model_key: str) -> list[ModelRecord]:
