@@ -246,6 +246,9 @@ class Settings:
     trainer_max_samples_per_key: int = _f(50_000, positive, doc="training samples kept in memory per model key")
     trainer_key_idle_s: float = _f(86_400.0, positive, doc="a model key with no new training sample for this"
                                    " long has its sample history dropped (its model keeps serving)")
+    trainer_max_keys: int = _f(1_000, positive, doc="model keys whose sample history the trainer holds at most: a"
+                               " sample of a new key beyond it is refused (dead-lettered, model_keys_full), unless"
+                               " its key has a model: that one takes the place of the key idle longest without one")
     trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
     trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
     trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "

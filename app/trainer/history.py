@@ -25,6 +25,23 @@ A sample of a task the history holds (same ``task_id`` and ``node``) is a redeli
 >>> h.add(s), h.add(s), h.count("k:gpu")
 (True, False, 1)
 
+A history holds at most ``max_keys`` keys. At the bound, a sample of a new key is refused
+(``model_keys_full``), unless its key is one the caller keeps (one with a model): that key takes the place of
+the key no sample was added to for longest among those it does not keep (``on_evict`` hears of it):
+
+>>> h2 = SampleHistory(max_per_key=10, max_keys=2, on_evict=lambda k: print("evicted", k))
+>>> for i, key in enumerate(["a:cpu", "b:cpu"]):
+...     _ = h2.add({**s, "model_key": key}, now=float(i))
+>>> h2.add({**s, "model_key": "c:cpu"}, now=2.0)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+app.errors.ContractError: model_keys_full: the trainer holds the sample histories of 2 model keys, ... 'c:cpu' refused
+>>> h2.add({**s, "model_key": "m:cpu"}, now=3.0, keep={"m:cpu", "b:cpu"})  # m has a model: a:cpu goes
+evicted a:cpu
+True
+>>> h2.keys()
+['b:cpu', 'm:cpu']
+
 A key no sample was added to for a while can be dropped (:meth:`SampleHistory.drop_idle`, by the time ``now``
 given with each sample); a sample of it afterwards starts its history again, from that sample:
 
@@ -39,7 +56,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +74,7 @@ MAX_FEATURES_PER_KEY = 2_000
 # names every sample brings, NaN in many (a CPU node's GPU descriptors, a task without a size): a key keeps them, never
 # a column a new name takes (a row's NaN does not tell a name it carried from one it did not)
 _KEPT_NAMES = frozenset((*HARDWARE_FEATURES, *TASK_FEATURES))
+KEYS_FULL = "model_keys_full"  # the reason a sample of a new key is refused at the bound on keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,15 +218,24 @@ class SampleHistory:
     ----------
     max_per_key
         Bound of each key's history, ``>= 1`` (the oldest sample is dropped first).
+    max_keys
+        Keys held at most, ``>= 1``; None: no bound (see :meth:`add`).
+    on_evict
+        Called with each key whose history :meth:`add` dropped to make room for a key it keeps.
     """
 
-    def __init__(self, max_per_key: int = 50_000) -> None:
+    def __init__(self, max_per_key: int = 50_000, max_keys: int | None = None,
+                 on_evict: Callable[[str], None] | None = None) -> None:
         if max_per_key < 1:
             raise ValueError(f"max_per_key must be >= 1 (got {max_per_key})")
+        if max_keys is not None and max_keys < 1:
+            raise ValueError(f"max_keys must be >= 1 (got {max_keys})")
         self.max_per_key = int(max_per_key)
+        self.max_keys = max_keys
+        self.on_evict = on_evict
         self._keys: dict[str, _KeyHistory] = {}
 
-    def add(self, sample: Mapping[str, Any], now: float = 0.0) -> bool:
+    def add(self, sample: Mapping[str, Any], now: float = 0.0, keep: Container[str] = ()) -> bool:
         """Add one decoded training-samples value (its ``model_key`` says where) at time ``now`` (for
         :meth:`drop_idle`); False for a sample of a task (``task_id`` and ``node``) the key's history already
         holds — the worker sends samples at least once, so a crash may repeat some.
@@ -218,19 +245,44 @@ class SampleHistory:
         refuse (``bad_feature_name``: one such name would fail every retrain of the key; the contract refuses it
         first, this is for a sample an older contract let through), or new names that would make more than
         :data:`MAX_FEATURES_PER_KEY` for the key with the names its rows carry (``feature_vocabulary_full``: the
-        names the key's rows use are kept, not crowded out; names no row kept carries any more make room)."""
+        names the key's rows use are kept, not crowded out; names no row kept carries any more make room).
+
+        A sample of a new key while the history holds ``max_keys`` keys is refused the same way
+        (``model_keys_full``: a producer inventing keys would hold a history and a metric series for each), unless
+        its key is in ``keep`` (the trainer's: keys with a model, keys training): then the key no sample was added
+        to for longest, of those not in ``keep``, is dropped in its place (``on_evict``); with none such, refused."""
         key = str(sample["model_key"])
         hist = self._keys.get(key)
         fresh = hist is None
+        full = fresh and self.max_keys is not None and len(self._keys) >= self.max_keys
+        if full and key not in keep:  # refused before anything of it is built
+            raise self._full(key, keep)
         if hist is None:
             hist = _KeyHistory(self.max_per_key)
         task = sample.get("task_id")
         ident = f"{task}|{sample.get('node')}" if task is not None else None
         added = hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
         hist.last_added = now  # a refused sample (raised above) leaves the key as it was, a new key absent
+        if full:
+            self._evict_for(key, keep)
         if fresh:
             self._keys[key] = hist
         return added
+
+    def _evict_for(self, key: str, keep: Container[str]) -> None:
+        """Drop the history of the key idle longest not in ``keep`` to make room for ``key``; none such:
+        :class:`ContractError` ``model_keys_full``."""
+        idle = min(((h.last_added, k) for k, h in self._keys.items() if k not in keep), default=None)
+        if idle is None:
+            raise self._full(key, keep)
+        del self._keys[idle[1]]
+        if self.on_evict is not None:
+            self.on_evict(idle[1])
+
+    def _full(self, key: str, keep: Container[str]) -> ContractError:
+        return ContractError(KEYS_FULL, f"the trainer holds the sample histories of {len(self._keys):,} model keys,"
+                             f" its bound (RTT_TRAINER_MAX_KEYS), none of which it may drop for this new"
+                             f" key{'' if key in keep else ' without a model'}: {shown_name(key)} refused")
 
     def drop_idle(self, now: float, idle_s: float, keep: Container[str] = ()) -> list[str]:
         """Drop the history of every key (but those in ``keep``) no sample was added to in the last ``idle_s``
@@ -248,6 +300,11 @@ class SampleHistory:
 
     def __len__(self) -> int:
         return sum(len(h.rows) for h in self._keys.values())
+
+    @property
+    def n_keys(self) -> int:
+        """Keys whose history is held."""
+        return len(self._keys)
 
     def count(self, key: str) -> int:
         hist = self._keys.get(key)

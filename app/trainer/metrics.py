@@ -29,6 +29,10 @@ class TrainerMetrics:
     * ``rtt_trainer_history_bytes``: bytes of their feature rows;
     * ``rtt_trainer_keys_dropped_total``: keys whose history was dropped after ``RTT_TRAINER_KEY_IDLE_S``
       without a sample;
+    * ``rtt_trainer_keys``: model keys whose history is held (at most ``RTT_TRAINER_MAX_KEYS``; a sample of a new
+      key beyond it is ``rtt_trainer_bad_messages_total{reason="model_keys_full"}``);
+    * ``rtt_trainer_keys_evicted_total``: keys without a model whose history was dropped to make room for a key
+      with one, the trainer holding ``RTT_TRAINER_MAX_KEYS``;
     * ``rtt_trainer_retrain_retries_total{step}``: retrain steps tried again (``registry``: the model registry
       could not be read or written — Redis away, a models directory full, read-only or gone; ``announce``:
       Kafka did not acknowledge the model-updates message);
@@ -67,6 +71,10 @@ class TrainerMetrics:
                                    registry=self.registry)
         self.keys_dropped = Counter("rtt_trainer_keys_dropped", "Model keys whose sample history was dropped:"
                                     " no sample for RTT_TRAINER_KEY_IDLE_S", registry=self.registry)
+        self.keys = Gauge("rtt_trainer_keys", "Model keys whose sample history is held (RTT_TRAINER_MAX_KEYS at most)",
+                          registry=self.registry)
+        self.keys_evicted = Counter("rtt_trainer_keys_evicted", "Model keys without a model whose sample history was"
+                                    " dropped for a key with one, at RTT_TRAINER_MAX_KEYS", registry=self.registry)
         self.duplicates = Counter("rtt_trainer_duplicate_samples", "Training samples of a task already held",
                                   registry=self.registry)
         self.retries = Counter("rtt_trainer_retrain_retries", "Retrain steps tried again because the model"

@@ -21,7 +21,12 @@ key that comes back starts its history again from its next sample: its retrains 
 until it has enough rows, and its model stays the champion (served by workers and extenders, and judged
 on the new rows' holdout against each challenger) until a challenger beats it. What the trainer keeps of
 announcements (versions, sha256) stays. A restarted trainer reads the retained samples again and drops
-the keys idle by then ``RTT_TRAINER_KEY_IDLE_S`` after its start.
+the keys idle by then ``RTT_TRAINER_KEY_IDLE_S`` after its start. At most ``RTT_TRAINER_MAX_KEYS`` keys are held
+(``rtt_trainer_keys``): at the bound, a sample of a new key is refused (``model_keys_full``: counted, dead-lettered,
+one WARNING per :data:`~app.kafka.quiet.PERIOD_S`), unless its key has a model (announced on model-updates, read to
+its end before the first sample is taken): that key takes the place of the key idle longest without a model and not
+training (``rtt_trainer_keys_evicted_total``), so a producer inventing keys never crowds out one whose model serves.
+A key's ``rtt_trainer_key_samples_total`` series goes with its history, dropped or evicted.
 
 On an event, after the samples consumer has caught up with the samples topic's end offsets as they
 were at that moment (so a sample produced before the event is in the history), the key's rows go
@@ -69,7 +74,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -84,6 +89,7 @@ from app.errors import ContractError
 from app.kafka.client import client_options, consumer_options
 from app.kafka.commits import GroupCommits, Mark
 from app.kafka.positions import PositionGuard
+from app.kafka.quiet import PERIOD_S
 from app.model.errors import CurrentChangedError, NotEnoughSamplesError, RegistryError, RegistryUnavailableError
 from app.model.train import MIN_SAMPLES
 from app.registry.base import CorruptRecordError, check_model_key
@@ -92,7 +98,7 @@ from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
 from app.trainer.dead_letters import TrainerDeadLetters
-from app.trainer.history import Dataset, SampleHistory, build_dataset
+from app.trainer.history import KEYS_FULL, Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
 from app.trainer.metrics import MODEL_STORE, TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
@@ -147,6 +153,20 @@ def event_published(rec: Any, event: dict[str, Any]) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class AnyOf(Container[str]):
+    """The keys in any of ``parts`` (looked up in each, as they are now).
+
+    >>> "b" in AnyOf(({"a": 1}, {"b"})), "c" in AnyOf(({"a": 1}, {"b"}))
+    (True, False)
+    """
+
+    parts: tuple[Container[str], ...]
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in part for part in self.parts)
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one retrain did: ``outcome`` is promoted | rejected | failed | insufficient_data | coalesced."""
 
@@ -190,6 +210,9 @@ class TrainerService(RegistryAgreement):
     key_idle_s
         A key with no new sample for this long (seconds, ``clock.monotonic``) has its history dropped;
         default ``settings.trainer_key_idle_s``.
+    max_keys
+        Keys whose history is held at most (:class:`~app.trainer.history.SampleHistory`); default
+        ``settings.trainer_max_keys``.
     """
 
     session_timeout_ms = SESSION_TIMEOUT_MS
@@ -203,7 +226,8 @@ class TrainerService(RegistryAgreement):
                  selector: Selector | None = default_selector, metrics: TrainerMetrics | None = None,
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
                  train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = (),
-                 registry_check_s: float = 30.0, key_idle_s: float | None = None) -> None:
+                 registry_check_s: float = 30.0, key_idle_s: float | None = None,
+                 max_keys: int | None = None) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
         key_idle_s = settings.trainer_key_idle_s if key_idle_s is None else key_idle_s
@@ -213,7 +237,8 @@ class TrainerService(RegistryAgreement):
             raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
         self.settings = settings
         self.registry = registry or ModelRegistry(settings)
-        self.history = SampleHistory(max_samples_per_key)
+        self.history = SampleHistory(max_samples_per_key, settings.trainer_max_keys if max_keys is None else max_keys,
+                                     on_evict=self._evicted)
         self.cpus = set(cpus) if cpus is not None else None
         self.margin = margin
         self.holdout_fraction = holdout_fraction
@@ -234,8 +259,12 @@ class TrainerService(RegistryAgreement):
         self._unannounced = {}
         self._unreadable = {}
         self._lost = {}
+        self._full_said: float | None = None  # clock.monotonic() of the last line about samples refused at max_keys
+        self._full_since = 0  # samples refused at max_keys since that line
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=OUTCOMES_KEPT)  # oldest first
         self._training: set[str] = set()
+        # keys with a model (announced) or training: a new key never takes their place, and they take another's
+        self._kept = AnyOf((self._floor, self._training))
         self._waiting: set[str] = set()  # keys whose retrain waits for the model registry
         self._latest: dict[str, dict[str, Any]] = {}  # key -> newest event that arrived while it was training
         self._marks: dict[str, list[Mark]] = {}  # key -> retrain-events its running retrain answers for
@@ -374,6 +403,8 @@ class TrainerService(RegistryAgreement):
 
     async def _consume_samples(self) -> None:
         assert self._samples is not None
+        # the keys with a model known first: at max_keys, a sample of one takes the place of a key without
+        await self._caught_up(self._updates, self._update_tps, "model-updates")
         while True:
             batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
             now = self.clock.monotonic()
@@ -386,13 +417,16 @@ class TrainerService(RegistryAgreement):
                         check_key("training-samples", rec.key, sample)
                         # one from the future would sit in every holdout of its key; old ones are the history
                         check_time("training-samples", sample, now=wall, max_skew_s=skew, max_age_s=math.inf)
-                        if self.history.add(sample, now):
+                        if self.history.add(sample, now, keep=self._kept):
                             self.metrics.key_samples.labels(sample["model_key"]).inc()
                         else:
                             self.metrics.duplicates.inc()
                     except ContractError as exc:
                         self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
-                        log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
+                        if exc.reason == KEYS_FULL:
+                            self._keys_full(f"{tp.topic}:{rec.offset}", exc, now)
+                        else:
+                            log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
                         bad.append((rec, exc))
             if bad:
                 self.dead_letter_later("training-samples", bad)
@@ -400,7 +434,18 @@ class TrainerService(RegistryAgreement):
                 self._idle_checked = now
                 self.drop_idle(now)
             self.metrics.samples.set(len(self.history))
+            self.metrics.keys.set(self.history.n_keys)
             self.metrics.history_bytes.set(self.history.nbytes)
+
+    def _keys_full(self, where: str, exc: ContractError, now: float) -> None:
+        """A sample of a new key refused at ``max_keys``: one WARNING per :data:`~app.kafka.quiet.PERIOD_S` (a
+        producer inventing keys sends thousands), saying how many were refused since the line before."""
+        self._full_since += 1
+        if self._full_said is not None and now - self._full_said < PERIOD_S:
+            return
+        more = f" ({self._full_since - 1:,} more refused since the line before)" if self._full_since > 1 else ""
+        log.warning("training sample at %s refused: %s; one such line per %.0f s%s", where, exc, PERIOD_S, more)
+        self._full_said, self._full_since = now, 0
 
     def dead_letter_later(self, source: str, bad: list[tuple[Any, ContractError]]) -> None:
         """Dead-letter ``bad`` (of a topic read from its start) in the background: the consumer reads on while
@@ -416,13 +461,24 @@ class TrainerService(RegistryAgreement):
         if gone:
             self.metrics.keys_dropped.inc(len(gone))
             for key in gone:
-                with contextlib.suppress(KeyError):
-                    self.metrics.key_samples.remove(key)
+                self._forget_series(key)
             log.info("dropped the sample history of %d key(s) with no sample for %.0f s: %s", len(gone),
                      self.key_idle_s, gone[:10])
             with contextlib.suppress(RuntimeError):  # stopping: the executor is shut down
                 self._executor.submit(release_freed_memory)  # the freed rows' pages back to the OS
         return gone
+
+    def _evicted(self, key: str) -> None:
+        """``key``'s history made room for a key with a model (the history at ``max_keys``)."""
+        self.metrics.keys_evicted.inc()
+        self._forget_series(key)
+        log.info("dropped the sample history of %s, idle longest of the keys without a model: the trainer holds "
+                 "RTT_TRAINER_MAX_KEYS keys and a key with a model needs room", key)
+
+    def _forget_series(self, key: str) -> None:
+        """The metric series of a key whose history went."""
+        with contextlib.suppress(KeyError):
+            self.metrics.key_samples.remove(key)
 
     async def _consume_events(self) -> None:
         """Each event handed to :meth:`submit` with its mark; the group commits it once its retrain ended (or at
