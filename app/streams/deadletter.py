@@ -8,6 +8,10 @@ source topic, partition, offset, error, stable ``reason``, raw bytes (base64), k
 The sender sends it until the broker has it, and a checkpoint flushes the sender before it writes the read
 positions past it. An intake not started (no sender) waits for them instead (:meth:`DeadLetters.send_all`).
 
+What the worker makes but may not send -- a training sample that breaks its contract -- has a dead letter too
+(:class:`Unsent`: source the contract it breaks, offset -1), handed to the intake's sender the same way
+(:meth:`~app.streams.intake.PartitionIntake.refuse`).
+
 A dead letter is bounded (:func:`app.contracts.dead.dead_letter_value`: the raw payload's first 64 KiB, the
 key's first 256 characters, cuts said in ``error``). One the broker refuses for good all the same — too large
 for it, the topic invalid or not ours to write (:func:`app.kafka.batches.permanent`) — is dropped: one ERROR
@@ -40,6 +44,17 @@ log = logging.getLogger(__name__)
 
 TOPIC = "dead-letters"
 Bad = tuple[Any, str, ContractError]  # (message, source contract, why)
+
+
+class Unsent(NamedTuple):
+    """A record the worker made but does not send, as its dead letter names it: the topic and partition it was meant
+    for, offset -1 (it never was on Kafka, as the bridge names a record it refuses to send)."""
+
+    topic: str
+    partition: int
+    key: bytes
+    value: bytes
+    offset: int = -1
 
 
 class Letter(NamedTuple):

@@ -22,6 +22,14 @@ sent again until it does (at least once: the trainer keeps one row per task and 
 positions are recorded only once every sample made so far is acknowledged (the checkpoint's flush), and
 ``rtt_worker_training_samples_total`` counts a sample when it is acknowledged.
 
+A sample is checked against the training-samples contract before it goes out
+(:class:`~app.streams.sample_check.SampleCheck`): one a consumer would refuse (a feature name outside the contract's
+rule, say, from a metric name an exporter gave) is never sent. Its dead letter (source training-samples, the
+partition it was meant for, offset -1, the contract's reason and error, the sample's bytes, the model key) goes out
+on the same sender (:meth:`~app.streams.intake.PartitionIntake.refuse`), counted in
+``rtt_worker_dead_letters_total{topic="training-samples"}`` once the broker has it; the completion is counted at once
+in ``rtt_worker_training_samples_dropped_total{reason="contract"}``, and not in the samples of its model key.
+
 When the matched prediction carries ``features`` (task features the extender computed at decision time:
 ``running_pods_<app>``), they join the sample's ``features``, so a model is trained on the values it is
 asked with; a completion whose prediction has not arrived gets none (missing, NaN, to the trainer).
@@ -48,9 +56,11 @@ from app.errors import ContractError
 from app.features.node_value import sample_value as node_sample_value
 from app.kafka.batches import partition_for
 from app.streams.context import context_of
+from app.streams.deadletter import Unsent
 from app.streams.feedback_state import FeedbackLoop
 from app.streams.intake import PartitionIntake
 from app.streams.node_state import NodeState
+from app.streams.sample_check import SampleCheck
 from app.streams.timers import timer
 
 HELD_RETRY_S = 0.5  # how often held completions look again for their node's class
@@ -109,6 +119,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     fm = loop.metrics.feedback
     matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
     dropped_status = fm.samples_dropped.labels("status")
+    dropped_contract = fm.samples_dropped.labels("contract")
+    check_sample = SampleCheck()
     fm.samples_held.set_function(lambda: len(buffer.held_keys))  # also right after expiry and revocation
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
@@ -134,13 +146,25 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         window_s = tracker.window(c["app"])
         value = sample_value(c, node_class, state, window_s, prediction)
         key = value["model_key"]
+        kb = key.encode()
+        out_partition = partition_for(kb, samples_partitions)
+        why: ContractError | None
+        try:
+            raw = encode("training-samples", value, check=False)
+        except ContractError as exc:  # not even JSON (a value orjson cannot write)
+            why, raw = exc, repr(value).encode("utf-8", "backslashreplace")
+        else:
+            why = check_sample(value, raw)
+        if why is not None:  # a consumer would refuse it: a dead letter instead, never sent
+            dropped_contract.inc()
+            intake.refuse([(Unsent(samples_name, out_partition, kb, raw), "training-samples", why)])
+            return True
         loop.samples_per_key[key] += 1
         counted = loop.handles.get("sample_counted")
         if counted is not None:  # a key without a model may ask its cold start now (feedback_errors)
             counted(key)
-        kb = key.encode()  # counted once the broker has it (count_delivered below)
-        intake.sender.add(samples_name, partition_for(kb, samples_partitions), kb,  # type: ignore[union-attr]
-                          encode("training-samples", value, check=False))
+        # counted once the broker has it (count_delivered below)
+        intake.sender.add(samples_name, out_partition, kb, raw)  # type: ignore[union-attr]
         return True
 
     def sample_or_hold(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:

@@ -348,6 +348,18 @@ class PartitionIntake:
                 await self._consumer.seek_to_beginning(tp)
         log.info("%s reads partitions %s", self.name, sorted(self.owned))
 
+    def refuse(self, bad: list[Bad]) -> None:
+        """Dead letters for what a handler or timer made but may not send (a training sample that breaks its contract:
+        :class:`~app.streams.deadletter.Unsent`), handed to the running intake's sender now, bounded and counted as
+        a batch's are."""
+        assert self.sender is not None, "refuse() is for handlers and timers of a running intake"
+        self._stage_dead(self.sender, bad)
+
+    def _stage_dead(self, sender: BatchSender, bad: list[Bad]) -> None:
+        staged = self.dead.stage(sender, bad)
+        self._dead_staged.extend(staged)
+        self._dead_bytes += sum(size for _, _, size in staged)
+
     async def process(self, batch: dict[TopicPartition, list[Any]]) -> int:
         """Process one fetched batch; messages processed.
 
@@ -393,9 +405,7 @@ class PartitionIntake:
             self.metrics.messages_in.labels(name).inc(len(records))
             n += len(records)
         if bad and self.sender is not None:
-            staged = self.dead.stage(self.sender, bad)
-            self._dead_staged.extend(staged)
-            self._dead_bytes += sum(size for _, _, size in staged)
+            self._stage_dead(self.sender, bad)
         spent = time.perf_counter() - t0
         if bad and self.sender is None:  # not started: stored before the positions move past them
             await self.dead.send_all(bad)
