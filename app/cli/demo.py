@@ -5,7 +5,8 @@ uuid prefix, starts worker, trainer and extender as child processes on free port
 cluster live against them for a few minutes (placement by the real extender over HTTP), then runs the
 offline policies on the same workload and seed, prints the policy table and writes the report. Everything
 it started is stopped on the way out: normal end, error, Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal or SSH
-session closed; one ignored, as under ``nohup``, stays ignored). The terminal's signals do not reach its children,
+session closed; one ignored, as under ``nohup``, stays ignored). Stopped by a signal, it exits with 128 + its number,
+as a shell expects: 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP). The terminal's signals do not reach its children,
 each in a session of its own: the demo stops them, and on Linux they get SIGTERM when it dies without stopping
 them (a SIGKILL; :mod:`app.cli.processes`).
 """
@@ -53,8 +54,17 @@ def _say(msg: str) -> None:
     say(f"demo: {msg}", sys.stderr)
 
 
-def _raise_interrupt(_signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP stopping the live run as Ctrl-C does (the same clean-up), remembering which: the demo then
+    exits with 128 + its number, as a shell reports a command that signal ended (143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise Stopped(signum)
 
 
 def demo_config(minutes: float, tasks: int | None, speed: float, scrape_interval_s: float = 1.0) -> Any:
@@ -271,7 +281,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     explained: list[dict[str, Any]] = []
     info: dict[str, Any] = {**describe(config), "seed": args.seed}
     if not args.no_live:
-        live, explained = _live(args, settings, config, out)
+        try:
+            live, explained = _live(args, settings, config, out)
+        except Stopped as exc:  # Ctrl-C (130) is said by the command's main
+            say("rttsched demo: interrupted", sys.stderr)
+            return 128 + exc.signum
         runs[LIVE_NAME] = [live.metrics]
         info["live"] = live.describe()
     with tqdm(total=len(OFFLINE_POLICIES), file=sys.stderr, unit="policy", desc="offline", ncols=bar_width()) as bar:

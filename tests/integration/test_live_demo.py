@@ -143,7 +143,7 @@ def test_a_closed_terminal_stops_every_child(tmp_path: Path) -> None:
             assert all(alive(p) for p in pids.values())
             demo.close()  # the terminal closes
             status = demo.wait(60, every_s=0.1)
-            assert status == 130, f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up)"
+            assert status == 129, f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up)"
             assert left_running(pids, 2.0) == []  # its clean-up stopped them all before it ended
     finally:
         _stop_everything(out)

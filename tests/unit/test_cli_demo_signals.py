@@ -1,4 +1,5 @@
-"""``rttsched demo`` stops every child on a hang-up (SIGHUP: the terminal or SSH session closed) as on SIGTERM.
+"""``rttsched demo`` stops every child on a hang-up (SIGHUP: the terminal or SSH session closed) as on SIGTERM, and
+exits with 128 + the number of the signal that stopped it: 129 (SIGHUP), 143 (SIGTERM), 130 (SIGINT).
 
 It died of the SIGHUP without its clean-up, leaving worker, trainer and extender (each in a session of its own, so
 untouched by the terminal) running under PID 1. These tests run the real command's signal handling and clean-up in
@@ -121,15 +122,18 @@ def _wait_ready(proc: subprocess.Popen[bytes], out: Path) -> dict[str, int]:
     return pids
 
 
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
-def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python: Path, sig: int) -> None:
+@pytest.mark.parametrize("sig, code", [(signal.SIGHUP, 129), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGHUP", "SIGTERM", "SIGINT"])
+def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python: Path, sig: int, code: int) -> None:
+    """Every stopping signal runs the whole clean-up, and the demo exits with 128 + the signal's number, as a shell
+    reports a command that signal ended (a hang-up's was 130, Ctrl-C's)."""
     out = tmp_path / "demo"
     with _started(fake_python, out, default_signals) as proc:
         pids = _wait_ready(proc, out)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
         text = err.decode(errors="replace")
-        assert proc.returncode == 130, text  # not -1, dead of the SIGHUP before its clean-up
+        assert proc.returncode == code, text  # not -sig, dead of the signal before its clean-up
         assert "demo: stopped everything it started" in text
         assert text.rstrip("\n").splitlines()[-1] == "rttsched demo: interrupted", text
         assert "Traceback" not in text, text
@@ -147,7 +151,7 @@ def test_a_hangup_under_nohup_does_not_stop_it(tmp_path: Path, fake_python: Path
         assert all(alive(p) for p in pids.values())
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
-        assert proc.returncode == 130
+        assert proc.returncode == 143
         assert left_running(pids, 0.0) == []
 
 
@@ -164,7 +168,7 @@ def test_a_closed_terminal_stops_every_child(tmp_path: Path, fake_python: Path) 
             assert set(pids) == set(CHILDREN) and all(alive(p) for p in pids.values()), pids
             demo.close()  # the terminal closes
             status = demo.wait(30, every_s=0.05)
-            assert status == 130, (f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up; "
+            assert status == 129, (f"the demo ended with {status} (-1: killed by the SIGHUP, with no clean-up; "
                                     f"1: an error, such as a line written to the terminal that is gone)")
             assert left_running(pids, 0.0) == []
             assert (out / "broker-stopped").exists()
