@@ -9,6 +9,7 @@ from app.contracts.unknown import register_unknown_fields
 OUTCOMES = ("promoted", "rejected", "failed", "insufficient_data")
 MODEL_STORE = "model_store"  # the degraded reason of a retrain waiting for the model registry
 UNREADABLE = "registry_unreadable"  # the degraded reason while the registry check cannot read a key's record
+KAFKA = "kafka"  # the degraded reason while the broker does not answer (as rtt_extender_degraded's)
 TRAINING_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PROMOTION_BUCKETS_S = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
@@ -38,7 +39,8 @@ class TrainerMetrics:
       Kafka did not acknowledge the model-updates message);
     * ``rtt_trainer_degraded{reason}``: 1 while the trainer runs without a dependency, else 0 (``model_store``:
       a retrain waits for the model registry; ``registry_unreadable``: the last registry check could not read a
-      key's record, :mod:`app.trainer.agreement`), as ``rtt_worker_degraded`` and ``rtt_extender_degraded``.
+      key's record, :mod:`app.trainer.agreement`; ``kafka``: the broker did not answer the last look for its
+      metadata), as ``rtt_worker_degraded`` and ``rtt_extender_degraded``.
 
     >>> m = TrainerMetrics()
     >>> m.retrains.labels(reason="drift", outcome="promoted").inc()
@@ -84,3 +86,4 @@ class TrainerMetrics:
                               " else 0", ["reason"], registry=self.registry)
         self.degraded.labels(MODEL_STORE).set(0)
         self.degraded.labels(UNREADABLE).set(0)
+        self.degraded.labels(KAFKA).set(0)

@@ -57,10 +57,12 @@ model it refused — and is then tried again, until it is done, the newest event
 the meantime superseding the one it started with; an announcement Kafka does not acknowledge is sent
 again the same way (``rtt_trainer_retrain_retries_total{step}``). While a retrain waits for the registry,
 ``rtt_trainer_degraded{reason="model_store"}`` is 1; it is 0 again once no retrain waits (a trainer stopped while
-one waits leaves it at 1, and does not log the registry usable again). Every consumer
-checks its read positions (:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each
-assignment), so a wiped or recreated topic is read again from its start; a broker error while a position is
-checked is waited out like any other.
+one waits leaves it at 1, and does not log the registry usable again). ``rtt_trainer_degraded{reason="kafka"}``
+is 1 while the broker does not answer the trainer's look for its metadata (every ``broker_check_s``,
+:meth:`TrainerService._watch_broker`). Every consumer checks its read positions
+(:class:`~app.kafka.positions.PositionGuard`; the group's committed offsets on each assignment), so a wiped or
+recreated topic is read again from its start; a broker error while a position is checked is waited out like any
+other.
 """
 
 from __future__ import annotations
@@ -100,12 +102,13 @@ from app.trainer.cpus import pin_cpus
 from app.trainer.dead_letters import TrainerDeadLetters
 from app.trainer.history import KEYS_FULL, Dataset, SampleHistory, build_dataset
 from app.trainer.memory import release_freed_memory
-from app.trainer.metrics import MODEL_STORE, TrainerMetrics
+from app.trainer.metrics import KAFKA, MODEL_STORE, TrainerMetrics
 from app.trainer.pipeline import HOLDOUT_FRACTION, Challenger, Selector, default_selector, fit_rows, retrain
 from app.trainer.registry import ModelRegistry, announcement
 
 log = logging.getLogger(__name__)
 
+BROKER_CHECK_S = 5.0  # the broker is asked for its metadata this often (seconds): rtt_trainer_degraded{reason="kafka"}
 GROUP_ID = "rttsched-trainer"
 IDLE_CHECK_MAX_S = 60.0  # idle keys are looked for at least this often (seconds)
 OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
@@ -213,6 +216,8 @@ class TrainerService(RegistryAgreement):
     max_keys
         Keys whose history is held at most (:class:`~app.trainer.history.SampleHistory`); default
         ``settings.trainer_max_keys``.
+    broker_check_s
+        Seconds between two looks at whether the broker answers (``rtt_trainer_degraded{reason="kafka"}``).
     """
 
     session_timeout_ms = SESSION_TIMEOUT_MS
@@ -227,12 +232,14 @@ class TrainerService(RegistryAgreement):
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
                  train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = (),
                  registry_check_s: float = 30.0, key_idle_s: float | None = None,
-                 max_keys: int | None = None) -> None:
+                 max_keys: int | None = None, broker_check_s: float = BROKER_CHECK_S) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
         key_idle_s = settings.trainer_key_idle_s if key_idle_s is None else key_idle_s
         if not 0.0 < key_idle_s < math.inf:
             raise ValueError(f"key_idle_s must be > 0 and finite (got {key_idle_s})")
+        if not 0.0 < broker_check_s < math.inf:
+            raise ValueError(f"broker_check_s must be > 0 and finite (got {broker_check_s})")
         if not 0.0 < holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
         self.settings = settings
@@ -250,6 +257,8 @@ class TrainerService(RegistryAgreement):
         self.train_params = train_params
         self.gpu_apps = frozenset(gpu_apps)
         self.registry_check_s = registry_check_s
+        self.broker_check_s = broker_check_s
+        self._broker_away = False  # the broker did not answer the last look
         self.key_idle_s = key_idle_s
         self._idle_check_s = min(key_idle_s / 4, IDLE_CHECK_MAX_S)
         self._idle_checked: float | None = None  # clock.monotonic() of the last idle check
@@ -315,7 +324,7 @@ class TrainerService(RegistryAgreement):
         self._update_guard = PositionGuard(self._updates, "trainer-updates", registry=self.metrics.registry,
                                            topic_label=lambda _t: "model-updates")
         loops = [(self._consume_samples(), "samples"), (self._consume_events(), "events"),
-                 (self._consume_updates(), "updates")]
+                 (self._consume_updates(), "updates"), (self._watch_broker(), "broker-check")]
         if self.registry_check_s > 0:
             loops.append((self._watch_registry(), "registry-check"))
         for coro, name in loops:
@@ -356,6 +365,29 @@ class TrainerService(RegistryAgreement):
         log.error("trainer %s loop ended: %r", task.get_name(), task.exception())
         if self.crashed is not None:
             self.crashed.set()
+
+    async def _watch_broker(self) -> None:
+        """Ask the broker for its metadata every ``broker_check_s``: the consumers and the producer retry by
+        themselves while it is away (a fetch returns nothing, a send waits), so only a look of its own tells the
+        trainer runs without it. No answer within ``broker_check_s`` (5 s at most) sets
+        ``rtt_trainer_degraded{reason="kafka"}`` with one WARNING; the first answer after clears it with one INFO."""
+        assert self._producer is not None
+        client, servers = self._producer.client, self.settings.bootstrap_servers
+        while True:
+            try:
+                await asyncio.wait_for(client.fetch_all_metadata(), min(self.broker_check_s, 5.0))
+            except (KafkaError, OSError, TimeoutError) as exc:
+                if not self._broker_away:
+                    log.warning("degraded (kafka): Kafka at %s not answering (%s: %s); the trainer reads and "
+                                "announces nothing until it does", servers, type(exc).__name__, exc)
+                self._broker_away = True
+                self.metrics.degraded.labels(KAFKA).set(1)
+            else:
+                if self._broker_away:
+                    log.info("Kafka at %s answers again", servers)
+                self._broker_away = False
+                self.metrics.degraded.labels(KAFKA).set(0)
+            await asyncio.sleep(self.broker_check_s)
 
     # -- consuming
     async def _fetch(self, consumer: AIOKafkaConsumer, guard: PositionGuard,

@@ -75,6 +75,8 @@ def test_a_broker_reason_goes_to_the_broker_section_and_a_registry_reason_to_red
              "values": "1x10"}
     models = {"series": 'rtt_trainer_degraded{job="rttsched-trainer", instance="t:6067", reason="model_store"}',
               "values": "1x10"}
+    trainer_kafka = {"series": 'rtt_trainer_degraded{job="rttsched-trainer", instance="t:6067", reason="kafka"}',
+                     "values": "1x10"}
 
     def fired(alert: str, series: dict[str, str], job: str, instance: str, reason: str) -> dict[str, Any]:
         note = _annotations(alert)
@@ -83,10 +85,12 @@ def test_a_broker_reason_goes_to_the_broker_section_and_a_registry_reason_to_red
         return {"exp_labels": {"alertname": alert, "severity": "warning", "job": job, "instance": instance,
                                "reason": reason}, "exp_annotations": note}
 
-    _promtool(tmp_path, [{"interval": "1m", "input_series": [kafka, outbox, cache, models], "alert_rule_test": [
+    _promtool(tmp_path, [{"interval": "1m", "input_series": [kafka, outbox, cache, models, trainer_kafka],
+                          "alert_rule_test": [
         {"eval_time": "5m", "alertname": broker, "exp_alerts": [
             fired(broker, kafka, "rttsched-extender", "e:8888", "kafka"),
-            fired(broker, outbox, "rttsched-worker", "w:6066", "errors_outbox")]},
+            fired(broker, outbox, "rttsched-worker", "w:6066", "errors_outbox"),
+            fired(broker, trainer_kafka, "rttsched-trainer", "t:6067", "kafka")]},
         {"eval_time": "5m", "alertname": redis, "exp_alerts": [
             fired(redis, cache, "rttsched-worker", "w:6066", "redis_cache"),
             fired(redis, models, "rttsched-trainer", "t:6067", "model_store")]},
