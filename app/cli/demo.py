@@ -8,7 +8,7 @@ it started is stopped on the way out: normal end, error, Ctrl-C (SIGINT), SIGTER
 session closed; one ignored, as under ``nohup``, stays ignored). Stopped by a signal, it exits with 128 + its number,
 as a shell expects: 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP). The terminal's signals do not reach its children,
 each in a session of its own: the demo stops them, and on Linux they get SIGTERM when it dies without stopping
-them (a SIGKILL; :mod:`app.cli.processes`).
+them (a SIGKILL), its Python children SIGKILL 10 s later if still running (:mod:`app.cli.processes`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """Start the project's own processes as children and stop every one of them, also on Ctrl-C.
 
-Each child runs ``python -m app.cli.main <command>`` in a session (so a process group) of its own with the parent's
-environment plus overrides; its output goes to a log file, so a failing child can be diagnosed. A terminal's Ctrl-C
-or hang-up reaches the parent, which stops them (:meth:`ProcessGroup.stop`), not the children directly. On Linux a
-child started from the main thread also gets SIGTERM when the parent dies without stopping it (a SIGKILL), as the
-embedded broker does (:func:`app.kafka.embedded.die_with_parent`), so none stays behind under PID 1.
+Each child runs ``python -m app.cli.child <command>`` (``rttsched <command>``) in a session (so a process group) of its
+own with the parent's environment plus overrides; its output goes to a log file, so a failing child can be diagnosed.
+A terminal's Ctrl-C or hang-up reaches the parent, which stops them (:meth:`ProcessGroup.stop`), not the children
+directly. On Linux a child started from the main thread also gets SIGTERM when the parent dies without stopping it
+(a SIGKILL), as the embedded broker does (:func:`app.kafka.embedded.die_with_parent`), and is killed with its process
+group when it has not stopped ``orphan_stop_s`` (10 s) later (:mod:`app.cli.child`), so none stays behind under PID 1,
+not even one whose stop hangs or that ignores SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from app.cli.child import PARENT_ENV
 from app.errors import RttError
-from app.kafka.embedded import die_with_parent
+from app.kafka.embedded import ORPHAN_STOP_S, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +37,30 @@ class ProcessError(RttError):
 class ProcessGroup:
     """A set of child processes that are all stopped together (SIGTERM, then SIGKILL).
 
-    Started from the main thread on Linux, a child also gets SIGTERM when this process dies; started from another
-    thread, it goes without (Linux would send it when that thread ends: :func:`~app.kafka.embedded.die_with_parent`).
+    Started from the main thread on Linux, a child also gets SIGTERM when this process dies, and SIGKILL (its process
+    group) when it has not stopped ``orphan_stop_s`` later; started from another thread, it goes without either
+    (Linux would send the signal when that thread ends: :func:`~app.kafka.embedded.die_with_parent`).
     """
 
-    def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None, *,
+                 orphan_stop_s: float = ORPHAN_STOP_S) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(env or {})}
+        self.orphan_stop_s = orphan_stop_s
         self.children: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        preexec = die_with_parent()
+        child_env = {**self.env, **(env or {})}
+        child_env.pop(PARENT_ENV, None)
+        if preexec is not None:  # it gets the death signal: killed when it has not stopped in time (app.cli.child)
+            child_env[PARENT_ENV] = f"{os.getpid()} {self.orphan_stop_s:g}"
         logfile = open(self.log_dir / f"{name}.log", "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli.main", *args],
+            [sys.executable, "-m", "app.cli.child", *args],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=die_with_parent(),
+            env=child_env, start_new_session=True, preexec_fn=preexec,
         )
         logfile.close()
         self.children[name] = proc
