@@ -39,7 +39,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.errors import ConfigError
     from app.kafka.admin import ensure_topics
     from app.kafka.embedded import EmbeddedBroker, storage_problem
-    from app.listen import check_host
+    from app.listen import check_host, check_listen
 
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port", f"must be a port between 0 and 65535 (got {args.port})")
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if problem:
         raise ConfigError("--storage-engine", problem)
     check_host(args.host, "--host")  # a host that does not resolve, or is not this machine's: named, at once
+    check_listen(args.host, args.port, "--port", "--host")  # a port taken (0: one Tansu is given free)
     stop = threading.Event()
     # SIGHUP: the terminal or SSH session closed. Tansu, in a session of its own, does not get it: stopped here, it
     # does not stay behind holding the port

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 # flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
-FLAGS = {"--policy": "RTT_EXTENDER_POLICY_FILE"}
+FLAGS = {"--policy": "RTT_EXTENDER_POLICY_FILE", "--host": "RTT_EXTENDER_HOST", "--port": "RTT_EXTENDER_PORT"}
 HELP = "run the kube-scheduler extender (filter/prioritize by predicted RTT; /healthz /readyz /metrics)"
 
 
@@ -25,7 +24,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.flags import flag_errors
     from app.errors import ConfigError
     from app.extender.options import ExtenderOptions
-    from app.listen import listen_on, url_host
+    from app.listen import listen_error, listen_on, url_host
     from app.scheduler.policy import load_policy
 
     if args.port is not None and not 0 <= args.port <= 65535:  # as RTT_EXTENDER_PORT: 0 is a port the OS picks
@@ -36,12 +35,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     options = dataclasses.replace(options, **overrides)
     with flag_errors(args, FLAGS):  # a bad policy fails here, naming the flag or variable, before the port opens
         policy = load_policy(options.policy_file)
-    try:  # bound before the heavy imports: the kernel accepts connections while the rest loads
-        sock = listen_on(options.host, options.port, backlog=1024)  # "::": IPv6, and IPv4 where the OS allows
-    except OSError as exc:  # the port is taken, the address does not exist, ...
-        print(f"rttsched extender: cannot listen on {url_host(options.host)}:{options.port}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
+    # bound before the heavy imports: the kernel accepts connections while the rest loads; a port taken or a host
+    # not this machine's fails as the worker's and trainer's /metrics port does, naming the variable or the flag
+    with flag_errors(args, FLAGS):
+        try:
+            sock = listen_on(options.host, options.port, backlog=1024)  # "::": IPv6, and IPv4 where the OS allows
+        except OSError as exc:  # the port is taken, the address does not exist, ...
+            raise listen_error("RTT_EXTENDER_PORT", url_host(options.host), options.port, exc,
+                               "RTT_EXTENDER_HOST") from None
     import asyncio
 
     from app.extender.boot import boot

@@ -26,12 +26,42 @@ def test_bad_policy_fails_naming_the_field_before_listening(tmp_path: Path, caps
     assert "listening" not in out.out and "Traceback" not in out.err
 
 
-def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_port_in_use_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        assert main(["extender", "--host", "127.0.0.1", "--port", str(port)]) == 1
+        assert main(["extender", "--host", "127.0.0.1", "--port", str(port)]) == 2
     err = capsys.readouterr().err
-    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert err == f"rttsched extender: error: --port: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_port_in_use_from_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """As the worker's and trainer's RTT_METRICS_PORT: the setting to change, exit code 2."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("RTT_EXTENDER_HOST", "127.0.0.1")
+        monkeypatch.setenv("RTT_EXTENDER_PORT", str(port))
+        assert main(["extender", "--no-redis", "--no-publish"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"rttsched extender: error: RTT_EXTENDER_PORT: cannot listen on 127.0.0.1:{port}: "
+                   "Address already in use\n")
+
+
+@pytest.mark.parametrize("host", ["nonexistent.invalid", "192.0.2.1"])  # no such name; an address not this host's
+@pytest.mark.parametrize("from_flag", [False, True])
+def test_a_host_it_cannot_listen_on_is_named(host: str, from_flag: bool, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RTT_EXTENDER_PORT", "19106")
+    if from_flag:
+        argv = ["extender", "--host", host]
+    else:
+        monkeypatch.setenv("RTT_EXTENDER_HOST", host)
+        argv = ["extender"]
+    assert main([*argv, "--no-redis", "--no-publish"]) == 2
+    field = "--host" if from_flag else "RTT_EXTENDER_HOST"
+    err = capsys.readouterr().err
+    assert err.startswith(f"rttsched extender: error: {field}: cannot listen on {host}:19106: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_missing_tls_files_fail_naming_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
