@@ -9,11 +9,16 @@ True
 Traceback (most recent call last):
 ...
 ValueError: no such scenario 'nope' (shipped: default, bursty, ...)
+>>> scenario_path("/nope.yaml")  # a path (a '/' in it, or a scenario file's suffix) is a file or nothing
+Traceback (most recent call last):
+...
+ValueError: no such file /nope.yaml
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 # the order a listing shows them in (benchmarks run them in it); any other file comes after, by name
@@ -29,6 +34,22 @@ def shipped() -> list[str]:
 SUFFIXES = (".yaml", ".yml", ".json")  # JSON is YAML too
 
 
+def _no_file(name: str) -> NoReturn:
+    """ValueError saying why ``name``, a scenario file's path, is none.
+
+    >>> _no_file("/nope.yaml")
+    Traceback (most recent call last):
+    ...
+    ValueError: no such file /nope.yaml
+    """
+    path = Path(name)
+    if path.is_dir():
+        raise ValueError(f"{name} is a directory, not a scenario file")
+    if path.exists():
+        raise ValueError(f"{name} is not a regular file")
+    raise ValueError(f"no such file {name}")
+
+
 def scenario_path(name: str) -> Path:
     """A scenario by its name in ``scenarios/`` or by the path of a ``.yaml``/``.yml``/``.json`` file; ValueError
     (naming the shipped ones) when there is none, or saying the suffix of a file that has another."""
@@ -36,6 +57,8 @@ def scenario_path(name: str) -> Path:
     given = Path(name)
     if not path.is_file() and (given.suffix or "/" in name) and given.is_file():  # a path, not a shipped name
         raise ValueError(f"{name}: a scenario file ends in {', '.join(SUFFIXES[:-1])} or {SUFFIXES[-1]}")
+    if not path.is_file() and (name.endswith(SUFFIXES) or "/" in name):  # a path: no shipped name has either
+        _no_file(name)
     if not path.is_file():
         names = shipped()
         have = f"shipped: {', '.join(names)}" if names else f"none shipped: no scenarios in {SCENARIO_DIR}"
