@@ -14,11 +14,13 @@ HELP = "retrain models on retrain-events (feature selection + XGBoost), promote 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-samples-per-key", type=int, default=None,
-                   help="training samples kept in memory per model key (default RTT_TRAINER_MAX_SAMPLES_PER_KEY)")
+                   help="training samples kept in memory per model key (default RTT_TRAINER_MAX_SAMPLES_PER_KEY,"
+                        " 50000)")
     p.add_argument("--cpus", default=None,
                    help='pin the trainer to these CPUs, e.g. "2-3" (default RTT_TRAINER_CPUS: no pinning)')
     p.add_argument("--margin", type=float, default=None,
-                   help="relative holdout RMSE improvement a challenger needs over the champion (RTT_TRAINER_MARGIN)")
+                   help="relative holdout RMSE improvement a challenger needs over the champion, below 1"
+                        " (default RTT_TRAINER_MARGIN, 0.02)")
     p.add_argument("--max-event-age", type=float, default=3600.0,
                    help="skip retrain events published more than this many seconds before they are read (default 3600)")
 

@@ -22,8 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Faust app id = consumer group (default {RTT_TOPIC_PREFIX}rttsched-worker)")
     p.add_argument("--session-timeout-s", type=float, default=None,
                    help="Kafka group session timeout (default RTT_WORKER_SESSION_TIMEOUT_S, 10)")
-    p.add_argument("--history-s", type=float, default=None, help="per-node bucket history (default 120)")
-    p.add_argument("--datadir", default=None, help="Faust data directory (default var/faust)")
+    p.add_argument("--history-s", type=float, default=None,
+                   help="per-node bucket history in seconds, at least the longest feature window"
+                        " (default RTT_FEATURE_HISTORY_S, 120)")
+    p.add_argument("--datadir", default=None, help="Faust data directory (default RTT_WORKER_DATADIR, var/faust)")
     p.add_argument("--stop-timeout-s", type=float, default=None,
                    help="after SIGTERM / Ctrl-C, exit (code 1, one ERROR line saying why) when the stop has not"
                         " finished within this (default 30; below Kubernetes' grace period)")
