@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from app.config import Settings
 from app.errors import ConfigError
-from app.masking import mask_url
+from app.masking import mask_url, url_password
 from app.scheduler.cache import ROOT
 
 DEFAULT_TIMEOUT_S = 5.0  # RTT_REDIS_TIMEOUT_S's default (seconds)
@@ -52,15 +52,52 @@ def settings_redis(settings: Settings) -> aioredis.Redis:
     return async_redis_client(settings.redis_client_url, settings.redis_timeout_s)
 
 
+def refused_login(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it was raised from, is Redis refusing the client's password (NOAUTH, WRONGPASS, a
+    password given to a Redis that asks for none): the password is what to change, not the URL.
+
+    >>> refused_login(redis.AuthenticationError("invalid username-password pair or user is disabled."))
+    True
+    >>> refused_login(redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."))
+    False
+    """
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:  # the cause of a wrapper (the model registry's error), and so on
+        if isinstance(at, redis.AuthenticationError):
+            return True
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return False
+
+
+def password_setting(settings: Settings) -> str:
+    """What gives Redis its password in ``settings``, for an error about a password Redis refused.
+
+    >>> password_setting(Settings.from_env({"REDIS_URL": "redis://127.0.0.1:6379/0"}))
+    'RTT_REDIS_PASSWORD_FILE is not set and REDIS_URL has no password: this Redis asks for one'
+    >>> password_setting(Settings.from_env({"REDIS_URL": "redis://:pw@127.0.0.1:6379/0"}))
+    'RTT_REDIS_PASSWORD_FILE is not set: Redis refused the password in REDIS_URL'
+    """
+    if settings.redis_password_file:
+        return f"RTT_REDIS_PASSWORD_FILE is set ({settings.redis_password_file}): Redis refused the password in it"
+    if url_password(settings.redis_url):
+        return "RTT_REDIS_PASSWORD_FILE is not set: Redis refused the password in REDIS_URL"
+    return "RTT_REDIS_PASSWORD_FILE is not set and REDIS_URL has no password: this Redis asks for one"
+
+
 async def check_redis(settings: Settings) -> None:
-    """Raise :class:`~app.errors.ConfigError` naming ``REDIS_URL`` unless ``settings``' Redis answers a PING with
-    the password it is given (a run that needs Redis from its first step says so in one line; the services go on
-    without it and retry)."""
+    """Raise :class:`~app.errors.ConfigError` unless ``settings``' Redis answers a PING with the password it is
+    given (a run that needs Redis from its first step says so in one line; the services go on without it and
+    retry): naming ``REDIS_URL``, or ``RTT_REDIS_PASSWORD_FILE`` (set or not) when Redis refused the password."""
     client = settings_redis(settings)
     try:
         await client.ping()
     except redis.RedisError as exc:  # refused, timed out, NOAUTH / WRONGPASS
-        raise ConfigError("REDIS_URL", f"cannot use Redis at {mask_url(settings.redis_url)}: {exc}") from None
+        where = f"cannot use Redis at {mask_url(settings.redis_url)}: {exc}"
+        if refused_login(exc):
+            raise ConfigError("RTT_REDIS_PASSWORD_FILE", f"{where} ({password_setting(settings)})") from None
+        raise ConfigError("REDIS_URL", where) from None
     finally:
         await client.aclose()
 

@@ -375,5 +375,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     action = {"list": list_models, "show": show_model, "rollback": roll_back_model}[args.action]
     try:
         return action(args, settings)
-    except RegistryUnavailableError as exc:  # named by the setting that points at it
-        raise RttError(f"{exc} ({'REDIS_URL' if settings.redis_url else 'RTT_MODELS_DIR'})") from None
+    except RegistryUnavailableError as exc:  # named by the setting that points at it, or gives it its password
+        if settings.redis_url:
+            from app.redis_client import password_setting, refused_login
+
+            raise RttError(f"{exc} ({password_setting(settings) if refused_login(exc) else 'REDIS_URL'})") from None
+        raise RttError(f"{exc} (RTT_MODELS_DIR)") from None
