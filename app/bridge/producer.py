@@ -9,6 +9,7 @@ topic the bad record was meant for.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,6 +27,9 @@ from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
 
 KEY_FIELD = {"node-metrics": "node", "task-completions": "node"}
+STOP_S = 5.0  # a producer's stop (what it holds delivered, connections closed) waits at most this long
+
+log = logging.getLogger(__name__)
 
 
 async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridge") -> AIOKafkaProducer:
@@ -38,6 +42,24 @@ async def start_producer(settings: Settings, *, client_id: str = "rttsched-bridg
         await producer.stop()
         raise BridgeError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     return producer
+
+
+async def stop_producer(producer: AIOKafkaProducer, settings: Settings, timeout_s: float = STOP_S) -> bool:
+    """Stop ``producer``: what it holds is delivered first, for at most ``timeout_s`` (a broker away would hold the
+    stop for its request timeout or longer); whether it stopped in time. Past it, what was not delivered is lost,
+    said in one WARNING."""
+    stopping = asyncio.ensure_future(producer.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=max(timeout_s, 0.0))
+    if stopping in done:
+        error = None if stopping.cancelled() else stopping.exception()
+        if error is not None:
+            log.warning("Kafka producer at %s stopped with an error: %r", settings.bootstrap_servers, error)
+        return error is None
+    stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
+    log.warning("Kafka at %s did not take what the producer still held within %gs: stopped without it, "
+                "not delivered", settings.bootstrap_servers, timeout_s)
+    return False
 
 
 Message = tuple[str, bytes, bytes | None]  # topic (prefixed), value, key

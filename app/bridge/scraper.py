@@ -28,7 +28,7 @@ from aiokafka.errors import KafkaError
 
 from app.bridge.mapping import MetricMap, load_mapping
 from app.bridge.metrics import BridgeMetrics
-from app.bridge.producer import publish_node_metrics, start_producer
+from app.bridge.producer import STOP_S, publish_node_metrics, start_producer, stop_producer
 from app.bridge.running import RunningPods
 from app.bridge.snapshot import NodeAssembler, Skip, Snapshot, TargetResult
 from app.bridge.targets import Target, check_exporter, check_unique
@@ -55,6 +55,7 @@ class BridgeStats:
     failed_scrapes: int = 0
     troubles: int = 0
     unpublished: int = 0  # rounds whose node-metrics the broker did not take
+    abandoned: int = 0  # rounds a stop cut short (not done within STOP_S of it)
 
 
 class Bridge:
@@ -187,23 +188,28 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                      clock: Clock | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None,
                      producer: Any = None, publish: bool = True, mapping: MetricMap | None = None,
                      metrics: BridgeMetrics | None = None,
-                     on_round: Callable[[list[Snapshot]], None] | None = None) -> BridgeStats:
+                     on_round: Callable[[list[Snapshot]], None] | None = None,
+                     stop: asyncio.Event | None = None) -> BridgeStats:
     """Scrape ``targets`` every ``settings.scrape_interval_s`` and produce node-metrics.
 
-    ``scrapes``: rounds to run (None = until cancelled). ``producer``: a started ``AIOKafkaProducer`` to use
-    (else one is started and stopped here); ``publish=False`` produces nothing (``on_round`` still sees every
-    round). With ``REDIS_URL`` set, the running-pods view is read in the background for the GPU hang check
-    (:mod:`app.bridge.running`). Returns counts of what was done.
+    ``scrapes``: rounds to run (None = until cancelled or stopped). ``stop``: once set, no round starts; the round
+    under way has until :data:`~app.bridge.producer.STOP_S` after it to finish (else it is abandoned,
+    ``stats.abandoned``), and the producer's delivery of what it holds gets what is left of that, 1 s at least.
+    ``producer``: a started ``AIOKafkaProducer`` to use (else one is started and stopped here); ``publish=False``
+    produces nothing (``on_round`` still sees every round). With ``REDIS_URL`` set, the running-pods view is read
+    in the background for the GPU hang check (:mod:`app.bridge.running`). Returns counts of what was done.
     """
     clock = clock or SystemClock()
     sleep = sleep or asyncio.sleep
     metrics = metrics or BridgeMetrics()
+    stop = stop or asyncio.Event()
     stats = BridgeStats()
     own = publish and producer is None
     if own:
         producer = await start_producer(settings)
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
+    loop = asyncio.get_running_loop()
     if settings.redis_url:
         redis_client = settings_redis(settings)
         apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
@@ -211,14 +217,17 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                               refresh_s=settings.bridge_running_refresh_s)
         with contextlib.suppress(TimeoutError):  # a first view before the first round, never a long wait
             await asyncio.wait_for(running.refresh(), timeout=settings.scrape_timeout_s)
-        refresher = asyncio.get_running_loop().create_task(running.run(delay=True), name="bridge-running-pods")
+        refresher = loop.create_task(running.run(delay=True), name="bridge-running-pods")
+    stopping = loop.create_task(stop.wait(), name="bridge-stop")
+    asked = [math.inf]  # loop time the stop was asked at
+    stopping.add_done_callback(lambda f: asked.__setitem__(0, math.inf if f.cancelled() else loop.time()))
     try:
         async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics,
                           running=running) as bridge:
-            next_t = clock.monotonic()
-            last_progress = next_t
             last_unpublished = -math.inf
-            while scrapes is None or stats.rounds < scrapes:
+
+            async def one_round() -> None:
+                nonlocal last_unpublished
                 snaps = await bridge.scrape_all()
                 stats.rounds += 1
                 stats.troubles += sum(len(s.troubles) for s in snaps)
@@ -238,7 +247,13 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                                         "goes on, %d round(s) dropped so far", exc, settings.bootstrap_servers,
                                         stats.unpublished)
                             last_unpublished = now
-                if scrapes is not None and stats.rounds >= scrapes:
+
+            next_t = clock.monotonic()
+            last_progress = next_t
+            while (scrapes is None or stats.rounds < scrapes) and not stop.is_set():
+                if not await _unless_stopped(one_round(), stopping, STOP_S):
+                    stats.abandoned += 1
+                if stop.is_set() or (scrapes is not None and stats.rounds >= scrapes):
                     break
                 now = clock.monotonic()
                 if now - last_progress >= PROGRESS_EVERY_S:
@@ -250,8 +265,9 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                     missed = math.ceil((now - next_t) / interval)
                     log.warning("scrape round overran the %gs interval; skipping %d tick(s)", interval, missed)
                     next_t += missed * interval
-                await sleep(next_t - now)
+                await _unless_stopped(sleep(next_t - now), stopping, 0.0)
     finally:
+        stopping.cancel()
         if refresher is not None:
             refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -259,5 +275,23 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
         if redis_client is not None:
             await redis_client.aclose()
         if own:
-            await producer.stop()
+            await stop_producer(producer, settings, max(1.0, min(STOP_S, asked[0] + STOP_S - loop.time())))
     return stats
+
+
+async def _unless_stopped(work: Awaitable[Any], stopping: asyncio.Future[Any], grace_s: float) -> bool:
+    """Await ``work`` -- once ``stopping`` is done, for ``grace_s`` more at most: whether it finished (else it is
+    cancelled)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            await asyncio.wait({task}, timeout=grace_s)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # its error, if any
+    return True

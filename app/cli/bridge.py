@@ -3,6 +3,10 @@
     rttsched bridge --target node=worker-1,class=gpu,url=http://10.0.0.11:9100/metrics,url=http://10.0.0.11:9400/metrics
     rttsched bridge --targets /etc/rttsched/targets.yaml
     rttsched bridge --targets targets.yaml --once      # two scrapes, print the second as JSON, produce nothing
+
+SIGTERM (how Kubernetes and docker stop it) stops it cleanly: no round starts, the one under way may finish, what
+the producer holds is delivered, within 5 s of the signal in all (:data:`app.bridge.producer.STOP_S`); then one
+line ``bridge: stopped (SIGTERM), N rounds, ...`` and exit code 0. Ctrl-C (SIGINT) is an interruption: exit 130.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
+    import signal
 
     import orjson
 
     from app.bridge.mapping import load_mapping
     from app.bridge.metrics import BridgeMetrics, serve_metrics
-    from app.bridge.scraper import run_bridge
+    from app.bridge.producer import STOP_S
+    from app.bridge.scraper import BridgeStats, run_bridge
     from app.bridge.snapshot import Snapshot
     from app.bridge.targets import check_unique, load_targets, parse_target_flag
     from app.errors import ConfigError
@@ -68,12 +74,40 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 
     metrics = BridgeMetrics()
     heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)  # a taken port: named first
-    asyncio.run(check_reachable(settings, ("node-metrics",)))  # no broker, or its topic not created: one line
-    quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
-    print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
-          f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
-    stats = asyncio.run(beating(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping, metrics=metrics),
-                                heartbeat))
-    print(f"bridge: {stats.rounds} rounds, {stats.messages} messages, {stats.failed_scrapes} failed scrapes, "
-          f"{stats.unpublished} rounds not taken by Kafka")
+
+    async def main() -> tuple[BridgeStats, bool]:
+        stop = asyncio.Event()
+        task = asyncio.current_task()
+        assert task is not None
+        starting = True
+
+        def on_sigterm() -> None:  # Kubernetes and docker stop it so: a clean stop, exit code 0
+            if starting and not stop.is_set():
+                task.cancel()  # still asking the broker: nothing to finish
+            stop.set()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            try:
+                await check_reachable(settings, ("node-metrics",))  # no broker, or its topic not created: one line
+            except asyncio.CancelledError:
+                if stop.is_set():
+                    return BridgeStats(), True
+                raise
+            starting = False
+            quiet_client_errors(PERIOD_S)  # aiokafka's per-retry errors while the broker is away: one per 10 s
+            print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
+                  f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
+            stats = await beating(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping,
+                                             metrics=metrics, stop=stop), heartbeat)
+            return stats, stop.is_set()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    stats, stopped = asyncio.run(main())
+    said = "stopped (SIGTERM), " if stopped else ""
+    abandoned = f", the round under way abandoned after {STOP_S:g}s" if stats.abandoned else ""
+    print(f"bridge: {said}{stats.rounds} rounds, {stats.messages} messages, {stats.failed_scrapes} failed scrapes, "
+          f"{stats.unpublished} rounds not taken by Kafka{abandoned}", flush=True)
     return 0
