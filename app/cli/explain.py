@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import re
+import ssl
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -29,7 +31,12 @@ INDENT = "  "  # the rest of a row under a node name too long to share a line wi
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=None, help="the extender's URL (default http://127.0.0.1:RTT_EXTENDER_PORT)")
+    p.add_argument("--url", default=None,
+                   help="the extender's URL (default http://127.0.0.1:RTT_EXTENDER_PORT, https:// when "
+                        "RTT_EXTENDER_TLS_CERT is set: run it beside the extender, in its pod)")
+    p.add_argument("--ca-file", default=None, metavar="PATH",
+                   help="CA certificates (PEM) to verify an https:// extender's certificate and host name against "
+                        "(default: the system's; for the default URL, the certificate of RTT_EXTENDER_TLS_CERT)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--args", help="an ExtenderArgs JSON file, the body of /prioritize ('-': stdin)")
     src.add_argument("--pod", help="a v1 Pod JSON file (candidates from --nodes)")
@@ -195,8 +202,111 @@ def _not_explanation(answer: Any) -> str | None:
     return None
 
 
-def post(url: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-    """POST ``body`` to ``url/explain``; one-line errors (:class:`RttError`) when that fails."""
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL)
+
+
+def _read_file(path: str, field: str) -> bytes:
+    from app.errors import ConfigError
+
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(field, f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _ca_context(path: str) -> ssl.SSLContext:
+    """A client context that trusts the CA certificates of ``path`` (``--ca-file``) and checks the host name."""
+    from app.errors import ConfigError
+
+    certs = _PEM_CERT.findall(_read_file(path, "--ca-file"))
+    if not certs:
+        raise ConfigError("--ca-file", f"{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    try:  # these CAs only, not the system's beside them
+        return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=b"\n".join(certs).decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError) as exc:
+        raise ConfigError("--ca-file", f"{path} holds no certificate that can be read: {_ssl_reason(exc)}") from None
+
+
+def _own_certificate_context(path: str) -> ssl.SSLContext:
+    """A client context for the local extender that serves the certificate of ``path`` (``RTT_EXTENDER_TLS_CERT``,
+    the one beside ``rttsched explain`` in the extender's pod): that certificate, and no other, is trusted (its
+    issuer need not be known, nor its names include 127.0.0.1)."""
+    from app.errors import ConfigError
+
+    certs = _PEM_CERT.findall(_read_file(path, "RTT_EXTENDER_TLS_CERT"))
+    if not certs:
+        raise ConfigError("RTT_EXTENDER_TLS_CERT", f"{path} holds no PEM certificate")
+    try:  # the server's own certificate, and not the system's CAs: pinned
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=certs[0].decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError) as exc:
+        raise ConfigError("RTT_EXTENDER_TLS_CERT", f"cannot read the certificate of {path}: {_ssl_reason(exc)}"
+                          ) from None
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # trusted as it is, whoever issued it
+    ctx.check_hostname = False  # 127.0.0.1, which its names need not hold: the certificate itself is what is checked
+    return ctx
+
+
+def endpoint(args: argparse.Namespace, settings: Any) -> tuple[str, ssl.SSLContext | None, str | None]:
+    """The URL to ask, the TLS context to verify it with (None: plain HTTP, or the system's CAs) and what that
+    context trusts, for an error (``--ca-file PATH``, ``RTT_EXTENDER_TLS_CERT PATH``; None: the system's CAs).
+
+    No ``--url``: the extender on this machine, ``https://`` when ``RTT_EXTENDER_TLS_CERT`` is set (the extender's
+    own settings, as in its pod), verified against ``--ca-file`` or else that very certificate. ``--ca-file`` is
+    only for an ``https://`` URL."""
+    from app.errors import ConfigError
+
+    tls = bool(settings.extender_tls_cert)
+    url = args.url or f"{'https' if tls else 'http'}://127.0.0.1:{settings.extender_port}"
+    if args.ca_file is not None and not url.lower().startswith("https://"):
+        said = "--url is" if args.url else "RTT_EXTENDER_TLS_CERT is not set: the default URL is"
+        raise ConfigError("--ca-file", f"only for an https:// extender ({said} {url})")
+    if args.ca_file is not None:
+        return url, _ca_context(args.ca_file), f"--ca-file {args.ca_file}"
+    if args.url is None and tls:
+        cert = settings.extender_tls_cert
+        return url, _own_certificate_context(cert), f"RTT_EXTENDER_TLS_CERT {cert}"
+    return url, None, None
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    """An ``ssl`` error in a few words: the verification's message, or the library's reason without its
+    ``[SSL: ...]`` code and ``(_ssl.c:NNN)`` place.
+
+    >>> _ssl_reason(ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)"))
+    'wrong version number'
+    """
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return str(exc.verify_message).rstrip(".")
+    text = str(exc.args[1] if isinstance(exc, ssl.SSLError) and len(exc.args) > 1 else exc)
+    return re.sub(r"^\[[A-Z0-9_]+: [A-Z0-9_]+\] | \(_ssl\.c:\d+\)$", "", text).strip() or text
+
+
+def _unreached(url: str, reason: Any, verified_by: str | None) -> str:
+    """What the line says when ``url`` gave no answer for ``reason`` (``verified_by``: what the certificate was
+    checked against, :func:`endpoint`)."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        if "mismatch" in (reason.verify_message or "").lower():  # "Hostname mismatch", "IP address mismatch"
+            fix = "give --url a name its certificate holds"
+        elif verified_by is None:
+            fix = "give the CA that issued it with --ca-file"
+        elif verified_by.startswith("--ca-file"):
+            fix = f"no CA of {verified_by} issued it"
+        else:  # the default URL, pinned to the certificate the extender's settings name
+            fix = f"it is not the certificate of {verified_by}: is another server on the port? --url, --ca-file"
+        return f"cannot verify the certificate of the extender at {url}: {_ssl_reason(reason)} ({fix})"
+    if isinstance(reason, ssl.SSLError):
+        return (f"no TLS with the extender at {url}: {_ssl_reason(reason)} (does it serve HTTPS? an extender "
+                f"without RTT_EXTENDER_TLS_CERT serves http://)")
+    if url.lower().startswith("http://") and isinstance(reason, ConnectionResetError):  # RemoteDisconnected too
+        return (f"cannot reach the extender at {url}: {reason} (one that serves HTTPS, with RTT_EXTENDER_TLS_CERT, "
+                f"closes plain HTTP: --url https://...)")
+    return f"cannot reach the extender at {url}: {reason} (is `rttsched extender` running? --url)"
+
+
+def post(url: str, body: Mapping[str, Any], timeout_s: float, context: ssl.SSLContext | None = None,
+         verified_by: str | None = None) -> dict[str, Any]:
+    """POST ``body`` to ``url/explain`` (an https URL verified with ``context``, None: the system's CAs; ``verified_by``
+    says what ``context`` trusts, for errors); one-line errors (:class:`RttError`) when that fails."""
     import http.client
     import urllib.error
     import urllib.request
@@ -219,7 +329,7 @@ def post(url: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
     req = urllib.request.Request(url.rstrip("/") + "/explain", data=orjson.dumps(body), method="POST",  # noqa: S310
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only, checked above
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:  # noqa: S310 - http(s) only
             raw = resp.read()
     except http.client.InvalidURL as exc:  # what urlsplit lets through (a control character ...)
         raise ConfigError("--url", f"not a URL: {exc} (got {url!r})") from None
@@ -230,9 +340,7 @@ def post(url: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
             detail = exc.reason
         raise RttError(f"the extender at {url} answered {exc.code}: {printable(str(detail))}") from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise RttError(f"cannot reach the extender at {url}: {reason} (is `rttsched extender` running? --url)") \
-            from None
+        raise RttError(_unreached(url, getattr(exc, "reason", exc), verified_by)) from None
     why: str | None = "not JSON"
     with contextlib.suppress(orjson.JSONDecodeError):
         answer = orjson.loads(raw)
@@ -344,8 +452,8 @@ def format_answer(answer: Mapping[str, Any]) -> list[str]:
 def run(args: argparse.Namespace, settings: Any) -> int:
     import orjson
 
-    url = args.url or f"http://127.0.0.1:{settings.extender_port}"
-    answer = post(url, request_body(args), args.timeout)
+    url, context, verified_by = endpoint(args, settings)
+    answer = post(url, request_body(args), args.timeout, context, verified_by)
     if args.json:
         print(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode())
     else:
