@@ -240,6 +240,8 @@ class DirectoryModelStore:
                     problem = blob_mismatch(blob.read_bytes(), record)
                 except (FileNotFoundError, IsADirectoryError):
                     problem = MISSING_BLOB
+                except OSError as exc:  # this blob's own fault (a bad sector, a link loop): the others are read
+                    problem = f"its blob cannot be read: {exc.strerror or type(exc).__name__}"
             else:
                 problem = None if blob.is_file() else MISSING_BLOB
             # a trim removes the metadata before the blob: metadata still there after the blob was found gone is a

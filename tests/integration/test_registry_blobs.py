@@ -118,3 +118,17 @@ def test_a_directory_record_naming_another_format_is_named_and_no_file_is_opened
     errors = store.check_blobs(KEY, [odd], read=True)
     assert [(e.version, e.problem) for e in errors] == [
         (1, "its record names blob format '../../x', not one of ('ubj', 'json')")]
+
+
+@pytest.mark.parametrize("store", ["directory"], indirect=True)  # a file's own read error
+def test_a_blob_that_cannot_be_read_is_named_and_the_others_are_still_checked(store: DirectoryModelStore) -> None:
+    records = saved(store)
+    blob = Path(blob_at(store, 1))
+    blob.unlink()
+    blob.symlink_to(blob.name)  # a link to itself: reading it fails with ELOOP, not "no such file"
+    Path(blob_at(store, 3)).write_bytes(b"changed")
+    errors = store.check_blobs(KEY, records, read=True)
+    assert [e.version for e in errors] == [1, 3]
+    assert errors[0].problem == "its blob cannot be read: Too many levels of symbolic links"
+    assert errors[1].problem.startswith("its blob has sha256 ")  # checked after the one that could not be read
+    assert errors[0].where == str(blob)
