@@ -231,9 +231,9 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
         raise ProcessError(f"{lines[0].split(';')[0]}: {lines[-1].strip() if len(lines) > 1 else ''} "
                            f"(logs in {out / 'logs'})") from None
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        if HANGUP is not None:
-            signal.signal(HANGUP, signal.SIG_IGN)  # nor a hang-up
+        for stopping in (signal.SIGINT, signal.SIGTERM, HANGUP):  # a second signal must not cut the clean-up short
+            if stopping is not None:
+                signal.signal(stopping, signal.SIG_IGN)
         try:
             if group is not None:
                 group.stop()

@@ -141,6 +141,31 @@ def test_a_hangup_stops_every_child_as_sigterm_does(tmp_path: Path, fake_python:
         assert (out / "broker-stopped").exists()
 
 
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_second_signal_during_the_clean_up_does_not_cut_it_short(tmp_path: Path, second: int) -> None:
+    """Children that take their time to stop (they ignore SIGTERM: the group kills them after its wait): a second
+    signal meanwhile (an impatient operator, a supervisor asking again) is ignored, so every child is stopped and the
+    broker too. Before, a second SIGTERM ended the demo in the middle of its clean-up, 143 all the same, its broker
+    left running and its children behind it."""
+    stubborn = tmp_path / "fake-python"
+    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 300\n")
+    stubborn.chmod(0o755)
+    out = tmp_path / "demo"
+    with _started(stubborn, out, default_signals) as proc:
+        pids = _wait_ready(proc, out)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)  # the clean-up waits for the children now
+        assert proc.poll() is None
+        proc.send_signal(second)
+        _, err = proc.communicate(timeout=60)
+        text = err.decode(errors="replace")
+        assert proc.returncode == 143, text  # the first signal's
+        assert "demo: stopped everything it started" in text, text
+        assert "Traceback" not in text, text
+        assert left_running(pids, 0.0) == []
+        assert (out / "broker-stopped").exists()
+
+
 def test_a_hangup_under_nohup_does_not_stop_it(tmp_path: Path, fake_python: Path) -> None:
     out = tmp_path / "demo"
     with _started(fake_python, out, _ignore_hangup) as proc:
