@@ -3,7 +3,8 @@
 1. The command binds the listening socket before importing anything heavy.
 2. :func:`boot` serves it at once with a *starting* handler that needs only the wire protocol: ``/healthz``
    200, ``/readyz`` 503 ("starting"), ``filter`` / ``prioritize`` neutral (every node passes with score 5 —
-   what the extender answers whenever it has no view), everything else 404/503 as JSON.
+   what the extender answers whenever it has no view), ``/explain``, ``/metrics`` and ``/openapi.json`` 503
+   ("starting"); an unknown path 404, a method a path does not take 405 -- each as JSON, as the full server.
 3. Meanwhile the service (numpy, the scheduler, metrics, the model layer's interface) is imported in a worker
    thread and built; the full :class:`~app.extender.server.ExtenderServer` then takes over the listener.
 4. Only then does the background work start — Redis warm start, Kafka feed, publisher — none of which is
@@ -30,26 +31,38 @@ from app.extender.protocol import ProtocolError, error_body, filter_body, parse_
 from app.listen import url_host
 
 STARTING = "starting: loading the scheduler"
+# path -> methods: the routes of the full server (app.extender.server.ExtenderServer, held to it by a test); each
+# gets a starting answer, never the 404 of an unknown path, and a method it does not take the server's 405
+ROUTES: dict[str, tuple[str, ...]] = {
+    "/filter": ("POST",), "/prioritize": ("POST",), "/explain": ("POST",),
+    "/healthz": ("GET",), "/readyz": ("GET",), "/metrics": ("GET",), "/openapi.json": ("GET",),
+}
 
 
 def starting_handler(request: Request) -> Response:
-    """What the port answers while the service is being imported and built (never raises)."""
+    """What the port answers while the service is being imported and built (never raises): as the full server
+    answers without a view where the wire protocol suffices, else 503 ``starting`` (``/explain``, ``/metrics``,
+    ``/openapi.json``); an unknown path 404 and a method a path does not take 405, as the full server."""
     path, method = request.path, request.method
+    allowed = ROUTES.get(path)
+    if allowed is None:
+        return Response(404, error_body(f"no such path: {path[:200]}"))
+    if method not in allowed:
+        return Response(405, error_body(f"method {method} not allowed on {path}"),
+                        headers=(("Allow", ", ".join(allowed)),))
     try:
-        if method == "POST" and path == "/filter":
+        if path == "/filter":
             args = parse_args(request.body, keep_nodes=True)
             return Response(200, filter_body(args, {}))
-        if method == "POST" and path == "/prioritize":
+        if path == "/prioritize":
             return Response(200, priority_body([(n, 5) for n in parse_args(request.body).node_names]))
     except ProtocolError as exc:
         return Response(400, error_body(str(exc)))
-    if method == "GET" and path == "/healthz":
+    if path == "/healthz":
         return Response(200, orjson.dumps({"status": "ok"}))
-    if method == "GET" and path == "/readyz":
+    if path == "/readyz":
         return Response(503, orjson.dumps({"ready": False, "Error": STARTING}))
-    if path in ("/metrics", "/openapi.json"):
-        return Response(503, error_body(STARTING))
-    return Response(404, error_body(f"no such path: {path[:200]}"))
+    return Response(503, error_body(STARTING))  # /explain, /metrics, /openapi.json: nothing to answer from yet
 
 
 async def boot(
