@@ -34,8 +34,9 @@ from typing import Any
 import yaml
 from redis.exceptions import RedisError
 
+from app.config import Settings
 from app.errors import ConfigError, read_error
-from app.redis_client import DEFAULT_TIMEOUT_S, async_redis_client
+from app.redis_client import DEFAULT_TIMEOUT_S, async_redis_client, password_setting, refused_login
 from app.scheduler.cache import CacheKeys
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,13 @@ async def nodes_with_features(client: Any, keys: CacheKeys) -> set[str]:
 
 
 async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = (),
-                      timeout_s: float = DEFAULT_TIMEOUT_S) -> set[str] | None:
+                      timeout_s: float = DEFAULT_TIMEOUT_S, *, settings: Settings | None = None) -> set[str] | None:
     """The nodes that have metrics (targets, Redis, a call failing after ``timeout_s`` without an answer); None
     when there is no source to ask.
 
-    A Redis that cannot be reached is an error naming ``REDIS_URL``: publishing unchecked would hide it.
+    A Redis that cannot be reached is an error naming ``REDIS_URL``: publishing unchecked would hide it. One that
+    refuses the password it is given names ``RTT_REDIS_PASSWORD_FILE`` and what gives it the password, set or
+    not, when ``settings`` (those ``redis_url`` is the ``redis_client_url`` of) are given.
     """
     nodes = nodes_of_targets(targets)
     if not redis_url:
@@ -85,7 +88,10 @@ async def known_nodes(redis_url: str, prefix: str, targets: Iterable[Any] = (),
     try:
         nodes |= await nodes_with_features(client, CacheKeys(prefix))
     except (RedisError, OSError) as exc:
-        raise ConfigError("REDIS_URL", f"cannot read the nodes that have metrics: {exc}") from None
+        why = f"cannot read the nodes that have metrics: {exc}"
+        if settings is not None and refused_login(exc):
+            raise ConfigError("RTT_REDIS_PASSWORD_FILE", f"{why} ({password_setting(settings)})") from None
+        raise ConfigError("REDIS_URL", why) from None
     finally:
         await client.aclose()
     return nodes

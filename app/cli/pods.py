@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.health import beating, serve_health
     from app.listen import check_listen
     from app.masking import mask_url
-    from app.redis_client import check_redis, settings_redis
+    from app.redis_client import check_redis, password_setting, refused_login, settings_redis
     from app.scheduler.cache import CacheKeys
 
     log = logging.getLogger("app.cli.pods")
@@ -114,9 +114,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 if args.once:
                     try:
                         await watcher.sync()
-                    except RedisError as exc:  # gone since the PING, or refusing writes (a replica, out of memory)
-                        raise ConfigError("REDIS_URL", f"cannot use Redis at {mask_url(settings.redis_url)}: "
-                                                       f"{exc}") from None
+                    except RedisError as exc:  # gone since the PING, refusing writes (a replica, out of memory),
+                        # or the password since (rotated): named as the PING names it
+                        where = f"cannot use Redis at {mask_url(settings.redis_url)}: {exc}"
+                        if refused_login(exc):
+                            raise ConfigError("RTT_REDIS_PASSWORD_FILE",
+                                              f"{where} ({password_setting(settings)})") from None
+                        raise ConfigError("REDIS_URL", where) from None
                     print("\n".join(view_table(watcher.written, watcher.started)))
                     started = sum(n for apps in watcher.started.values() for n in apps.values())
                     print(f"rttsched pods: {len(watcher.pods)} pods ({started} started) on {len(watcher.written)} "

@@ -180,7 +180,8 @@ async def _span_options(args: argparse.Namespace, settings: Any) -> tuple[Any, t
 
     node_map = load_node_map(args.node_map) if args.node_map else {}
     targets = load_targets(args.targets) if args.targets else []
-    known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets, settings.redis_timeout_s)
+    known = await known_nodes(settings.redis_client_url, settings.topic_prefix, targets, settings.redis_timeout_s,
+                              settings=settings)
     return SpanOptions(node_map, frozenset(known) if known is not None else None), tuple(targets)
 
 
@@ -214,7 +215,7 @@ class _Nodes:
         self._read_at = self._clock()
         try:
             known = await known_nodes(self._settings.redis_client_url, self._settings.topic_prefix,
-                                      self._targets, self._settings.redis_timeout_s)
+                                      self._targets, self._settings.redis_timeout_s, settings=self._settings)
         except ConfigError as exc:
             if not self._warned:
                 print(f"publish: warning: {exc}; checking nodes against the last set read", file=sys.stderr)
