@@ -122,12 +122,57 @@ def metrics_kept_max(max_apps: int) -> int:
     return (SAMPLE_FEATURES_MAX - max_apps - SAMPLE_OTHER_FEATURES) // FEATURES_PER_METRIC
 
 
+def apps_kept_max(max_metrics: int) -> int:
+    """The most apps a worker may track with ``max_metrics`` metrics kept per node (:func:`metrics_kept_max`'s
+    other side).
+
+    >>> apps_kept_max(256), metrics_kept_max(apps_kept_max(256)), metrics_kept_max(apps_kept_max(256) + 1)
+    (288, 256, 255)
+    """
+    return SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC * max_metrics
+
+
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else f"must be a port between 0 and 65535 (got {v})"
 
 
 def _fraction(v: float) -> str | None:
     return None if 0.0 <= v <= 1.0 else f"must be between 0 and 1 (got {v})"
+
+
+def _margin(v: float) -> str | None:
+    """The trainer's promotion margin: a challenger's holdout RMSE at most ``1 - margin`` of the champion's, so 1
+    would promote nothing (the trainer refuses it too)."""
+    return None if 0.0 <= v < 1.0 else f"must be in [0, 1) (got {v})"
+
+
+CPU_NUMBER_MAX = 65_535  # above any machine's CPU numbers: a list up to it is parsed in no time
+
+
+def cpu_list(v: str) -> str | None:
+    """What is wrong with the syntax of a CPU list (taskset's and cgroups': ``"2-3"``, ``"0,2,4-5"``), or None;
+    empty (blank) is no pinning. Only its syntax: whether the CPUs are there is known on the machine that runs
+    the trainer, which checks it when it pins itself at start (:func:`app.trainer.cpus.pin_cpus`).
+
+    >>> cpu_list("0,2,4-5"), cpu_list(""), cpu_list("2-x"), cpu_list("3-1"), cpu_list(",")
+    (None, None, "bad CPU list '2-x'", "bad CPU range '3-1' in '3-1'", "empty CPU list ','")
+    """
+    if not v.strip():
+        return None
+    parts = [p.strip() for p in v.split(",") if p.strip()]
+    if not parts:
+        return f"empty CPU list {v!r}"
+    for part in parts:  # as app.trainer.cpus.parse_cpus reads it, with its messages
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            return f"bad CPU list {v!r}"
+        if a < 0 or b < a:
+            return f"bad CPU range {part!r} in {v!r}"
+        if b > CPU_NUMBER_MAX:
+            return f"CPU {b} in {v!r} is above any machine's (at most {CPU_NUMBER_MAX})"
+    return None
 
 
 def _fetch_wait(v: int) -> str | None:
@@ -249,8 +294,9 @@ class Settings:
     trainer_max_keys: int = _f(1_000, positive, doc="model keys whose sample history the trainer holds at most: a"
                                " sample of a new key beyond it is refused (dead-lettered, model_keys_full), unless"
                                " its key has a model: that one takes the place of the key idle longest without one")
-    trainer_cpus: str = _f("", doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning')
-    trainer_margin: float = _f(0.02, _fraction, doc="relative holdout RMSE improvement a challenger needs")
+    trainer_cpus: str = _f("", cpu_list, doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning'
+                           " (its syntax checked here, the CPUs by the trainer at start)")
+    trainer_margin: float = _f(0.02, _margin, doc="relative holdout RMSE improvement a challenger needs (below 1)")
     trainer_gpu_apps: str = _f("gCTF,Motioncor2", doc="apps that run on a GPU, comma-separated: their models "
                                                       "never get slower on a faster GPU (monotone constraints)")
     # -- extender
@@ -326,6 +372,13 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+        longest = max(self.dwa_max_window_s, self.feature_window_s)  # the longest window a worker computes
+        if self.feature_history_s < longest:  # as app.streams.options.WorkerOptions, which --history-s goes through
+            name = "RTT_DWA_MAX_WINDOW_S" if self.dwa_max_window_s >= self.feature_window_s else "RTT_FEATURE_WINDOW_S"
+            raise ConfigError("RTT_FEATURE_HISTORY_S", f"must be >= {name} ({longest}) (got {self.feature_history_s})")
+        if self.feature_bucket_s > self.feature_history_s:  # a window holds at least one bucket
+            raise ConfigError("RTT_FEATURE_BUCKET_S", f"must be <= RTT_FEATURE_HISTORY_S ({self.feature_history_s})"
+                                                      f" (got {self.feature_bucket_s})")
         if metrics_kept_max(self.worker_max_apps) < 1:  # no room left for a single metric's aggregates
             most = SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC
             raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {most} (got {self.worker_max_apps}): a training "
@@ -343,6 +396,13 @@ class Settings:
 
     def _check_security(self) -> None:
         sasl = self.kafka_security_protocol.startswith("SASL_")
+        sasl_set = [name for name, value in (("RTT_KAFKA_SASL_MECHANISM", self.kafka_sasl_mechanism),
+                                             ("RTT_KAFKA_SASL_USERNAME", self.kafka_sasl_username),
+                                             ("RTT_KAFKA_SASL_PASSWORD_FILE", self.kafka_sasl_password_file)) if value]
+        if sasl_set and not sasl:  # they would be ignored: the clients would connect without SASL
+            raise ConfigError("RTT_KAFKA_SECURITY_PROTOCOL",
+                              f"{', '.join(sasl_set)} {'is' if len(sasl_set) == 1 else 'are'} set but the protocol "
+                              f"is {self.kafka_security_protocol}: SASL needs SASL_PLAINTEXT or SASL_SSL")
         if sasl and not self.kafka_sasl_mechanism:
             raise ConfigError("RTT_KAFKA_SASL_MECHANISM", f"required with {self.kafka_security_protocol}")
         if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password_file):
@@ -415,7 +475,19 @@ class Settings:
             except ValueError:
                 raise ConfigError(name, f"must be {KIND_WORDS.get(kind, 'a ' + kind.__name__)} (got {raw!r})") from None
         values.update(overrides)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            # too many apps for the metrics kept: named as the variable set, not the default it does not fit
+            if (exc.field != "RTT_FEATURE_MAX_METRICS" or "feature_max_metrics" in values
+                    or "worker_max_apps" not in values):
+                raise
+            apps, metrics = values["worker_max_apps"], cls.feature_max_metrics
+            raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {apps_kept_max(metrics)} with RTT_FEATURE_MAX_"
+                              f"METRICS={metrics}, its default (got {apps}): a training sample carries a running-pods "
+                              f"count per app and {FEATURES_PER_METRIC} features per metric kept within its "
+                              f"{SAMPLE_FEATURES_MAX:,} (topics/training-samples.json); or set RTT_FEATURE_MAX_METRICS "
+                              f"<= {metrics_kept_max(apps)}") from None
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:

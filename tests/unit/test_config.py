@@ -154,7 +154,7 @@ def test_the_metrics_a_worker_keeps_fit_the_training_samples_contract():
     with pytest.raises(ConfigError, match=r"RTT_FEATURE_MAX_METRICS: must be <= 300 with RTT_WORKER_MAX_APPS=64 "):
         Settings.from_env({"RTT_FEATURE_MAX_METRICS": "301"})
     with pytest.raises(ConfigError, match=r"must be <= 253 with RTT_WORKER_MAX_APPS=300 \(got 256\)"):
-        Settings.from_env({"RTT_WORKER_MAX_APPS": "300"})
+        Settings.from_env({"RTT_WORKER_MAX_APPS": "300", "RTT_FEATURE_MAX_METRICS": "256"})
     # so many apps that no metric fits: the apps are named, with a bound that can be met (it said "<= -7")
     with pytest.raises(ConfigError, match=r"RTT_WORKER_MAX_APPS: must be <= 1563 \(got 1600\)"):
         Settings.from_env({"RTT_WORKER_MAX_APPS": "1600", "RTT_FEATURE_MAX_METRICS": "1"})
