@@ -21,7 +21,12 @@ One key whose record cannot be read (:class:`~app.registry.base.CorruptRecordErr
 current pointer that is not a number, a Redis key of the wrong type) does not stop the check: the other keys are
 checked and repaired; that key is named in one WARNING until what is wrong with it changes (and in an INFO line once
 it can be read again), and ``rtt_trainer_degraded{reason="registry_unreadable"}`` is 1 while the last check found
-any such key. The registry unavailable (Redis away) ends the check, with one INFO line: the next one tries again.
+any such key. The registry unavailable (Redis away, a wrong password) ends the check: the
+next one tries again; the first check that cannot reach it says so in one WARNING line and sets
+``rtt_trainer_degraded{reason="model_store"}`` (the reason of a retrain waiting for the registry: 1 while either the
+check or a retrain finds the registry unavailable), and the first check that reaches it again says so in one INFO line
+and clears it, unless a retrain still waits. So a trainer with a wrong Redis password is degraded from its first check
+(``RTT_REGISTRY_CHECK_S`` after its start), not from its first retrain.
 
 An operator's rollback (``rttsched models rollback``) is a version like any other here: the registry's current
 is the version it announced, above every version before it, so the check finds them in agreement; the next
@@ -45,7 +50,7 @@ from app.kafka.batches import partition_for
 from app.kafka.positions import PositionGuard
 from app.model.errors import RegistryError, RegistryUnavailableError
 from app.trainer.dead_letters import TrainerDeadLetters
-from app.trainer.metrics import UNREADABLE, TrainerMetrics
+from app.trainer.metrics import MODEL_STORE, UNREADABLE, TrainerMetrics
 from app.trainer.registry import ModelRegistry, update_message
 
 if TYPE_CHECKING:
@@ -70,6 +75,8 @@ class RegistryAgreement:
     _unreadable: dict[str, str]  # key -> why the last check could not check it (logged once until it changes)
     _lost: dict[str, list[str]]  # key -> what was said of its lost model: the check's finding, its retrain's (if any)
     _training: set[str]
+    _waiting: set[str]  # keys whose retrain waits for the model registry (the service's)
+    _check_away: str | None = None  # why the last registry check could not reach the registry; None: it could
     _updates: AIOKafkaConsumer | None
     _update_tps: list[TopicPartition]
     _update_guard: PositionGuard
@@ -136,8 +143,8 @@ class RegistryAgreement:
             await asyncio.sleep(self.registry_check_s)
             try:
                 await self.check_registry()
-            except RegistryUnavailableError as exc:  # Redis away: the retrains wait for it anyway
-                log.info("registry check skipped: %s", exc)
+            except RegistryUnavailableError:  # said and counted by the check; the next one tries again
+                pass
             except Exception as exc:  # never the end of the trainer: the next check tries again
                 log.warning("registry check failed: %r; trying again in %.0f s", exc, self.registry_check_s)
 
@@ -145,8 +152,37 @@ class RegistryAgreement:
         """Compare each key's current version in the registry with the newest announced on model-updates, and
         start what brings them together (see the module docstring); the keys acted on. A key that cannot be
         checked (its record unreadable) is logged and skipped; the registry unavailable ends the check
-        (:class:`~app.model.errors.RegistryUnavailableError`)."""
+        (:class:`~app.model.errors.RegistryUnavailableError`), the trainer degraded (``model_store``) until a check
+        reaches it again."""
         await self._caught_up(self._updates, self._update_tps, "model-updates")
+        try:
+            acted = await self._check_keys()
+        except RegistryUnavailableError as exc:
+            self._check_unavailable(exc)
+            raise
+        if self._check_away is not None:
+            self._check_away = None
+            log.info("registry check: the model registry answers again")
+            self._model_store_gauge()
+        return acted
+
+    def _check_unavailable(self, exc: RegistryUnavailableError) -> None:
+        """The check could not reach the registry: degraded (``model_store``); one WARNING until a check reaches it."""
+        said, self._check_away = self._check_away, str(exc)
+        self._model_store_gauge()
+        if said is None:
+            log.warning("registry check: %s; degraded (model_store) until a check reaches it", exc)
+        else:
+            log.debug("registry check skipped: %s", exc)
+
+    def _model_store_gauge(self) -> None:
+        """``rtt_trainer_degraded{reason="model_store"}``: 1 while the registry check cannot reach the registry or a
+        retrain waits for it (:meth:`TrainerService._registry_away`), else 0."""
+        away = self._check_away is not None or bool(self._waiting)
+        self.metrics.degraded.labels(MODEL_STORE).set(1 if away else 0)
+
+    async def _check_keys(self) -> list[str]:
+        """:meth:`check_registry` past catching up with model-updates."""
         store = self.registry.store
         acted: list[str] = []
         unreadable: dict[str, str] = {}

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from app.contracts.unknown import register_unknown_fields
 
 OUTCOMES = ("promoted", "rejected", "failed", "insufficient_data")
-MODEL_STORE = "model_store"  # the degraded reason of a retrain waiting for the model registry
+MODEL_STORE = "model_store"  # the degraded reason of a retrain waiting for the registry, or a check not reaching it
 UNREADABLE = "registry_unreadable"  # the degraded reason while the registry check cannot read a key's record
 KAFKA = "kafka"  # the degraded reason while the broker does not answer (as rtt_extender_degraded's)
 TRAINING_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -38,9 +38,9 @@ class TrainerMetrics:
       could not be read or written — Redis away, a models directory full, read-only or gone; ``announce``:
       Kafka did not acknowledge the model-updates message);
     * ``rtt_trainer_degraded{reason}``: 1 while the trainer runs without a dependency, else 0 (``model_store``:
-      a retrain waits for the model registry; ``registry_unreadable``: the last registry check could not read a
-      key's record, :mod:`app.trainer.agreement`; ``kafka``: the broker did not answer the last look for its
-      metadata), as ``rtt_worker_degraded`` and ``rtt_extender_degraded``.
+      a retrain waits for the model registry, or the registry check cannot reach it; ``registry_unreadable``: the
+      last registry check could not read a key's record, :mod:`app.trainer.agreement`; ``kafka``: the broker did not
+      answer the last look for its metadata), as ``rtt_worker_degraded`` and ``rtt_extender_degraded``.
 
     >>> m = TrainerMetrics()
     >>> m.retrains.labels(reason="drift", outcome="promoted").inc()

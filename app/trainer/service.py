@@ -709,7 +709,7 @@ class TrainerService(RegistryAgreement):
             return
         self._waiting.discard(key)
         if not self._waiting:
-            self.metrics.degraded.labels(MODEL_STORE).set(0)
+            self._model_store_gauge()  # 0, unless the registry check cannot reach the registry
             log.info("model registry usable again: no retrain waits for it")
 
     async def _registry_back(self, key: str, backoff: Backoff) -> None:

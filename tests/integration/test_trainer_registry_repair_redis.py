@@ -214,6 +214,9 @@ async def test_redis_away_still_ends_the_check_with_no_line_per_key(
     server.stop()
     with pytest.raises(RegistryUnavailableError):
         await service.check_registry()
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and said[0].startswith("registry check: model registry at redis://"), said  # not per key
+    assert "appa:gpu" not in said[0] and "zzz:gpu" not in said[0]
     assert value(service, "rtt_trainer_degraded", {"reason": UNREADABLE}) == 0.0
+    assert value(service, "rtt_trainer_degraded", {"reason": "model_store"}) == 1.0
     store.close()

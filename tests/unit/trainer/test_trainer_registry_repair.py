@@ -166,13 +166,14 @@ def test_a_changed_problem_is_named_again(service: TrainerService, store: Store,
 
 def test_the_registry_unavailable_still_ends_the_check(service: TrainerService, store: Store,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    """Redis away: the check ends at the first key, without a line per key (the watcher logs one)."""
+    """Redis away: the check ends at the first key, without a line per key (one for the registry)."""
     for key in (A, Z):
         announce(service, put(store, key))
     store.away = True
     with pytest.raises(RegistryUnavailableError):
         checks(service)
-    assert not warnings(caplog)
+    assert warnings(caplog) == ["registry check: model registry at test unavailable: ConnectionError: gone; degraded"
+                                " (model_store) until a check reaches it"]
     assert value(service, "rtt_trainer_degraded", {"reason": UNREADABLE}) == 0.0
 
 
