@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.cpus import parse_cpus
 from app.errors import ConfigError
 from app.masking import mask_url, url_password, with_password
 
@@ -146,32 +147,23 @@ def _margin(v: float) -> str | None:
     return None if 0.0 <= v < 1.0 else f"must be in [0, 1) (got {v})"
 
 
-CPU_NUMBER_MAX = 65_535  # above any machine's CPU numbers: a list up to it is parsed in no time
 
 
 def cpu_list(v: str) -> str | None:
     """What is wrong with the syntax of a CPU list (taskset's and cgroups': ``"2-3"``, ``"0,2,4-5"``), or None;
-    empty (blank) is no pinning. Only its syntax: whether the CPUs are there is known on the machine that runs
-    the trainer, which checks it when it pins itself at start (:func:`app.trainer.cpus.pin_cpus`).
+    empty (blank) is no pinning. Only its syntax (:func:`app.cpus.parse_cpus`): whether the CPUs are there is known
+    on the machine that runs the trainer, which checks it when it pins itself at start
+    (:func:`app.trainer.cpus.pin_cpus`).
 
     >>> cpu_list("0,2,4-5"), cpu_list(""), cpu_list("2-x"), cpu_list("3-1"), cpu_list(",")
     (None, None, "bad CPU list '2-x'", "bad CPU range '3-1' in '3-1'", "empty CPU list ','")
     """
     if not v.strip():
         return None
-    parts = [p.strip() for p in v.split(",") if p.strip()]
-    if not parts:
-        return f"empty CPU list {v!r}"
-    for part in parts:  # as app.trainer.cpus.parse_cpus reads it, with its messages
-        lo, _, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            return f"bad CPU list {v!r}"
-        if a < 0 or b < a:
-            return f"bad CPU range {part!r} in {v!r}"
-        if b > CPU_NUMBER_MAX:
-            return f"CPU {b} in {v!r} is above any machine's (at most {CPU_NUMBER_MAX})"
+    try:
+        parse_cpus(v)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

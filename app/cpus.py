@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+CPU_NUMBER_MAX = 65_535  # above any machine's CPU numbers: a list up to it is parsed in no time
 
 
 def quota_cpus(cpu_max: str) -> float | None:
@@ -57,3 +59,41 @@ def usable_cpus(root: Path | None = None) -> int:
     if quota is not None:
         allowed = min(allowed, math.ceil(quota))
     return max(1, allowed)
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """CPU list syntax of taskset/cgroups: ``"2-3"``, ``"0,2,4-5"``.
+
+    >>> sorted(parse_cpus("0,2,4-5"))
+    [0, 2, 4, 5]
+    """
+    cpus: set[int] = set()
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"bad CPU list {spec!r}") from None
+        if a < 0 or b < a:
+            raise ValueError(f"bad CPU range {part!r} in {spec!r}")
+        if b > CPU_NUMBER_MAX:  # a range to a billion would take minutes and gigabytes to build
+            raise ValueError(f"CPU {b} in {spec!r} is above any machine's (at most {CPU_NUMBER_MAX})")
+        cpus.update(range(a, b + 1))
+    if not cpus:
+        raise ValueError(f"empty CPU list {spec!r}")
+    return cpus
+
+
+def format_cpus(cpus: Iterable[int]) -> str:
+    """CPUs in the CPU list syntax, ranges folded.
+
+    >>> format_cpus({0, 1, 2, 5, 7, 8})
+    '0-2,5,7-8'
+    """
+    out: list[str] = []
+    for cpu in sorted(set(cpus)):
+        if out and cpu == int(out[-1].rpartition("-")[2]) + 1:
+            out[-1] = f"{out[-1].partition('-')[0]}-{cpu}"
+        else:
+            out.append(str(cpu))
+    return ",".join(out)

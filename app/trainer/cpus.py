@@ -10,45 +10,12 @@ import logging
 import os
 from collections.abc import Iterable
 
+from app.cpus import format_cpus, parse_cpus
 from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-
-def parse_cpus(spec: str) -> set[int]:
-    """CPU list syntax of taskset/cgroups: ``"2-3"``, ``"0,2,4-5"``.
-
-    >>> sorted(parse_cpus("0,2,4-5"))
-    [0, 2, 4, 5]
-    """
-    cpus: set[int] = set()
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
-        lo, _, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            raise ValueError(f"bad CPU list {spec!r}") from None
-        if a < 0 or b < a:
-            raise ValueError(f"bad CPU range {part!r} in {spec!r}")
-        cpus.update(range(a, b + 1))
-    if not cpus:
-        raise ValueError(f"empty CPU list {spec!r}")
-    return cpus
-
-
-def format_cpus(cpus: Iterable[int]) -> str:
-    """CPUs in the CPU list syntax, ranges folded.
-
-    >>> format_cpus({0, 1, 2, 5, 7, 8})
-    '0-2,5,7-8'
-    """
-    out: list[str] = []
-    for cpu in sorted(set(cpus)):
-        if out and cpu == int(out[-1].rpartition("-")[2]) + 1:
-            out[-1] = f"{out[-1].partition('-')[0]}-{cpu}"
-        else:
-            out.append(str(cpu))
-    return ",".join(out)
+__all__ = ["format_cpus", "parse_cpus", "pin_cpus"]
 
 
 def pin_cpus(cpus: Iterable[int], field: str = "RTT_TRAINER_CPUS") -> None:

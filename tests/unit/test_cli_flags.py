@@ -194,6 +194,8 @@ def test_trainer_max_event_age_must_be_positive(value, shown, capsys):
      "rttsched worker: error: --history-s: must be >= RTT_DWA_MAX_WINDOW_S (60.0) (got -1.0)"),
     (["worker", "--session-timeout-s", "0"], "rttsched worker: error: --session-timeout-s: must be > 0 (got 0.0)"),
     (["trainer", "--cpus", "zz"], "rttsched trainer: error: --cpus: bad CPU list 'zz'"),
+    (["trainer", "--cpus", "0-999999999"],  # refused at once, not a billion CPUs put in a set first
+     "rttsched trainer: error: --cpus: CPU 999999999 in '0-999999999' is above any machine's (at most 65535)"),
     (["trainer", "--max-samples-per-key", "0"], "rttsched trainer: error: --max-samples-per-key: must be >= 1 (got 0)"),
     (["trainer", "--margin", "1"], "rttsched trainer: error: --margin: must be in [0, 1) (got 1.0)"),
     (["pods", "--resync", "-1"], "rttsched pods: error: --resync: must be > 0 (got -1.0)"),
