@@ -262,7 +262,9 @@ class SampleHistory:
         task = sample.get("task_id")
         ident = f"{task}|{sample.get('node')}" if task is not None else None
         added = hist.add(float(sample["started_ts"]), sample_values(sample), float(sample["rtt_ms"]), ident)
-        hist.last_added = now  # a refused sample (raised above) leaves the key as it was, a new key absent
+        # a refused sample (raised above) leaves the key as it was, a new key absent; an older ``now`` (a sample read
+        # late, of a replay) does not make the key look idle longer than its newest sample says
+        hist.last_added = now if fresh else max(hist.last_added, now)
         if full:
             self._evict_for(key, keep)
         if fresh:
@@ -284,10 +286,13 @@ class SampleHistory:
                              f" its bound (RTT_TRAINER_MAX_KEYS), none of which it may drop for this new"
                              f" key{'' if key in keep else ' without a model'}: {shown_name(key)} refused")
 
-    def drop_idle(self, now: float, idle_s: float, keep: Container[str] = ()) -> list[str]:
+    def drop_idle(self, now: float, idle_s: float, keep: Container[str] = (),
+                  until: Callable[[str], float] | None = None) -> list[str]:
         """Drop the history of every key (but those in ``keep``) no sample was added to in the last ``idle_s``
-        before ``now``; the keys dropped, sorted."""
-        gone = sorted(k for k, h in self._keys.items() if now - h.last_added >= idle_s and k not in keep)
+        before ``now`` (``until``: before ``until(key)`` instead, for a key whose samples are known only up to
+        then); the keys dropped, sorted."""
+        gone = sorted(k for k, h in self._keys.items()
+                      if (now if until is None else until(k)) - h.last_added >= idle_s and k not in keep)
         for k in gone:
             del self._keys[k]
         return gone
@@ -305,6 +310,10 @@ class SampleHistory:
     def n_keys(self) -> int:
         """Keys whose history is held."""
         return len(self._keys)
+
+    def full_for(self, key: str) -> bool:
+        """Whether a sample of ``key`` would be a new key at the bound (``max_keys`` held, ``key`` not one)."""
+        return self.max_keys is not None and len(self._keys) >= self.max_keys and key not in self._keys
 
     def count(self, key: str) -> int:
         hist = self._keys.get(key)

@@ -20,13 +20,18 @@ and go (each a new app label, so new model keys) no longer holds the trainer's m
 key that comes back starts its history again from its next sample: its retrains are ``insufficient_data``
 until it has enough rows, and its model stays the champion (served by workers and extenders, and judged
 on the new rows' holdout against each challenger) until a challenger beats it. What the trainer keeps of
-announcements (versions, sha256) stays. A restarted trainer reads the retained samples again and drops
-the keys idle by then ``RTT_TRAINER_KEY_IDLE_S`` after its start. At most ``RTT_TRAINER_MAX_KEYS`` keys are held
-(``rtt_trainer_keys``): at the bound, a sample of a new key is refused (``model_keys_full``: counted, dead-lettered,
-one WARNING per :data:`~app.kafka.quiet.PERIOD_S`), unless its key has a model (announced on model-updates, read to
-its end before the first sample is taken): that key takes the place of the key idle longest without a model and not
-training (``rtt_trainer_keys_evicted_total``), so a producer inventing keys never crowds out one whose model serves.
-A key's ``rtt_trainer_key_samples_total`` series goes with its history, dropped or evicted.
+announcements (versions, sha256) stays. A restarted trainer reads the retained samples again, each as old as its
+record's timestamp (not as new as the restart), so it holds the keys a trainer running all along would: a key idle by
+then is dropped at the first idle check once its partition is read up to where it ended at the start (a key of a
+partition read behind is judged at the newest sample read from it), and at ``RTT_TRAINER_MAX_KEYS`` a new key's sample
+drops first the keys idle by its own time; a batch is taken in time order across partitions.
+
+At most ``RTT_TRAINER_MAX_KEYS`` keys are held (``rtt_trainer_keys``): at the bound, a sample of a new key is refused
+(``model_keys_full``: counted, dead-lettered, one WARNING per :data:`~app.kafka.quiet.PERIOD_S`), unless its key has a
+model (announced on model-updates, read to its end before the first sample is taken): that key takes the place of the
+key idle longest without a model and not training (``rtt_trainer_keys_evicted_total``), so a producer inventing keys
+never crowds out one whose model serves. A key's ``rtt_trainer_key_samples_total`` series goes with its history,
+dropped or evicted.
 
 On an event, after the samples consumer has caught up with the samples topic's end offsets as they
 were at that moment (so a sample produced before the event is in the history), the key's rows go
@@ -262,6 +267,15 @@ class TrainerService(RegistryAgreement):
         self.key_idle_s = key_idle_s
         self._idle_check_s = min(key_idle_s / 4, IDLE_CHECK_MAX_S)
         self._idle_checked: float | None = None  # clock.monotonic() of the last idle check
+        self._room_checked: float | None = None  # the sample time of the last one for a new key at max_keys
+        self._since = -math.inf  # clock.now() as the samples loop began: samples produced before are a replay
+        # partitions of training-samples not read up to their end offsets as the samples loop began (None: those not
+        # known yet), the newest sample time (clock.monotonic()) read from each partition, and each key's partition
+        self._behind: dict[TopicPartition, int] | None = None
+        self._read_at: dict[TopicPartition, float] = {}
+        self._key_tp: dict[str, TopicPartition] = {}
+        self._ends_unknown = False  # the last look for those end offsets failed (said once)
+        self._reading: asyncio.Event | None = None  # set once the samples loop reads (model-updates read first)
         self.dead_letters = TrainerDeadLetters(settings, self.metrics, self.clock)
         self.announced = {}
         self._floor = {}
@@ -435,39 +449,120 @@ class TrainerService(RegistryAgreement):
 
     async def _consume_samples(self) -> None:
         assert self._samples is not None
+        self._reading = asyncio.Event()
+        self._since = self.clock.now()
         # the keys with a model known first: at max_keys, a sample of one takes the place of a key without
         await self._caught_up(self._updates, self._update_tps, "model-updates")
+        self._reading.set()
         while True:
-            batches = await self._fetch(self._samples, self._sample_guard, timeout_ms=500, max_records=5_000)
+            if self._behind is None:
+                self._behind = await self._end_offsets()
+            batches = await self._fetch(self._samples, self._sample_guard, self._samples_reset, timeout_ms=500,
+                                        max_records=5_000)
             now = self.clock.monotonic()
             wall, skew = self.clock.now(), self.settings.max_clock_skew_s
-            bad: list[tuple[Any, ContractError]] = []
-            for tp, records in batches.items():  # no await in here: a batch lands in the history at once
-                for rec in records:
-                    try:
-                        sample = decode("training-samples", rec.value)
-                        check_key("training-samples", rec.key, sample)
-                        # one from the future would sit in every holdout of its key; old ones are the history
-                        check_time("training-samples", sample, now=wall, max_skew_s=skew, max_age_s=math.inf)
-                        if self.history.add(sample, now, keep=self._kept):
-                            self.metrics.key_samples.labels(sample["model_key"]).inc()
-                        else:
-                            self.metrics.duplicates.inc()
-                    except ContractError as exc:
-                        self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
-                        if exc.reason == KEYS_FULL:
-                            self._keys_full(f"{tp.topic}:{rec.offset}", exc, now)
-                        else:
-                            log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
-                        bad.append((rec, exc))
-            if bad:
-                self.dead_letter_later("training-samples", bad)
+            # idle keys go before the batch is added: after a quiet spell, its new keys find the room they left
             if self._idle_checked is None or now - self._idle_checked >= self._idle_check_s:
                 self._idle_checked = now
                 self.drop_idle(now)
+            if self._behind:  # the batch reads up to their positions: its samples are applied in time order next
+                await self._replayed()
+            bad: list[tuple[Any, ContractError]] = []
+            # in the order they came (a replay reads partitions at their own pace: its batch in time order)
+            timed = sorted(((self._sample_time(rec, now, wall), tp, rec) for tp, records in batches.items()
+                            for rec in records), key=lambda item: item[0])
+            for at, tp, rec in timed:  # no await in here: a batch lands in the history at once
+                self._read_at[tp] = max(self._read_at.get(tp, -math.inf), at)
+                try:
+                    sample = decode("training-samples", rec.value)
+                    check_key("training-samples", rec.key, sample)
+                    # one from the future would sit in every holdout of its key; old ones are the history
+                    check_time("training-samples", sample, now=wall, max_skew_s=skew, max_age_s=math.inf)
+                    key = sample["model_key"]
+                    if self.history.full_for(key):
+                        self._make_room(at)
+                    if self.history.add(sample, at, keep=self._kept):
+                        self.metrics.key_samples.labels(key).inc()
+                    else:
+                        self.metrics.duplicates.inc()
+                    self._key_tp[key] = tp
+                except ContractError as exc:
+                    self.metrics.bad_messages.labels(topic="training-samples", reason=exc.reason).inc()
+                    if exc.reason == KEYS_FULL:
+                        self._keys_full(f"{tp.topic}:{rec.offset}", exc, now)
+                    else:
+                        log.warning("bad training sample at %s:%d: %s", tp.topic, rec.offset, exc)
+                    bad.append((rec, exc))
+            if bad:
+                self.dead_letter_later("training-samples", bad)
             self.metrics.samples.set(len(self.history))
             self.metrics.keys.set(self.history.n_keys)
             self.metrics.history_bytes.set(self.history.nbytes)
+
+    def _sample_time(self, rec: Any, now: float, wall: float) -> float:
+        """When (``clock.monotonic()``) a trainer running all along would have taken the sample of ``rec``: ``now``
+        for one produced since the samples loop began, or without a timestamp; for one produced before (the
+        retained samples a restarted trainer reads again) as long before ``now`` as its record's timestamp is before
+        ``wall``, so a key's idle time (``RTT_TRAINER_KEY_IDLE_S``, ``max_keys``) is that of its newest sample, not
+        that of the restart."""
+        ts = getattr(rec, "timestamp", None)
+        if ts is None or ts < 0 or ts / 1000.0 >= self._since:
+            return now
+        return now - (wall - ts / 1000.0)
+
+    def _known_until(self, t: float) -> Callable[[str], float]:
+        """Up to when each key's samples are known, at time ``t``: ``t``, but for a key of a partition not read yet
+        up to its end offset of when the samples loop began (all of them while those are not known), the newest
+        sample read from it, if earlier: a key idle by ``t`` as far as read may have newer samples not read yet."""
+        behind, read_at, key_tp = self._behind, self._read_at, self._key_tp
+
+        def until(key: str) -> float:
+            tp = key_tp.get(key)
+            if tp is None or (behind is not None and tp not in behind):
+                return t
+            return min(t, read_at.get(tp, -math.inf))
+
+        return until
+
+    def _make_room(self, at: float) -> None:
+        """A sample of a new key at ``max_keys``: the keys idle by its time ``at`` go first, as a trainer taking it
+        when it came would have dropped them by then (looked for once per idle check period of sample time: a
+        producer inventing keys sends thousands)."""
+        if self._room_checked is None or at - self._room_checked >= self._idle_check_s:
+            self._room_checked = at
+            self.drop_idle(at)
+
+    async def _end_offsets(self) -> dict[TopicPartition, int] | None:
+        """The end offsets of training-samples now (what a replay reads up to); None if the broker did not say."""
+        assert self._samples is not None
+        if not self._sample_tps:
+            return {}
+        try:
+            ends = dict(await self._samples.end_offsets(self._sample_tps))
+        except KafkaError as exc:
+            if not self._ends_unknown:  # one line until they are known: the broker away, every pass fails
+                log.warning("training-samples end offsets unknown (%r): no idle key dropped until they are", exc)
+            self._ends_unknown = True
+            return None
+        self._ends_unknown = False
+        return ends
+
+    async def _replayed(self) -> None:
+        """Partitions read up to their end offsets of when the samples loop began leave :attr:`_behind` (positions
+        past the batch fetched: applied in time order, none of its samples is newer than one applied before it)."""
+        assert self._samples is not None and self._behind is not None
+        for tp, end in list(self._behind.items()):
+            try:
+                if await self._samples.position(tp) < end:
+                    continue
+            except KafkaError:
+                return
+            del self._behind[tp]
+
+    def _samples_reset(self, reset: dict[TopicPartition, int]) -> None:
+        """Partitions of training-samples read again from their start (recreated, trimmed): the end offsets they
+        are read up to again are taken anew."""
+        self._behind = None
 
     def _keys_full(self, where: str, exc: ContractError, now: float) -> None:
         """A sample of a new key refused at ``max_keys``: one WARNING per :data:`~app.kafka.quiet.PERIOD_S` (a
@@ -488,8 +583,9 @@ class TrainerService(RegistryAgreement):
 
     def drop_idle(self, now: float) -> list[str]:
         """Drop the history of every key no sample arrived for in ``key_idle_s`` before ``now`` (but a key
-        training: its next check drops it); the keys dropped."""
-        gone = self.history.drop_idle(now, self.key_idle_s, keep=self._training)
+        training: its next check drops it; a key of a partition a replay has not read up to ``now``, judged at the
+        newest sample read from it); the keys dropped."""
+        gone = self.history.drop_idle(now, self.key_idle_s, keep=self._training, until=self._known_until(now))
         if gone:
             self.metrics.keys_dropped.inc(len(gone))
             for key in gone:
@@ -508,7 +604,8 @@ class TrainerService(RegistryAgreement):
                  "RTT_TRAINER_MAX_KEYS keys and a key with a model needs room", key)
 
     def _forget_series(self, key: str) -> None:
-        """The metric series of a key whose history went."""
+        """The metric series (and the partition noted) of a key whose history went."""
+        self._key_tp.pop(key, None)
         with contextlib.suppress(KeyError):
             self.metrics.key_samples.remove(key)
 
@@ -575,7 +672,15 @@ class TrainerService(RegistryAgreement):
                 self._commits.done(mark)
 
     async def catch_up(self) -> bool:
-        """Wait until every sample on training-samples now is in the history; False on timeout."""
+        """Wait until every sample on training-samples now is in the history; False on timeout.
+
+        The samples loop first reads model-updates to its end (as long as ``catch_up_timeout_s``): a retrain started
+        meanwhile waits for that first, then ``catch_up_timeout_s`` for the samples, so it never trains on a history
+        that wait left empty."""
+        reading = self._reading
+        if reading is not None and not reading.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reading.wait(), self.catch_up_timeout_s + 5.0)
         return await self._caught_up(self._samples, self._sample_tps, "training-samples")
 
     async def _caught_up(self, consumer: AIOKafkaConsumer | None, tps: list[TopicPartition], what: str) -> bool:
