@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 K8S = REPO / "k8s"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 BUILTIN_ROLES = {("kube-system", "extension-apiserver-authentication-reader")}
 BUILTIN_CLUSTER_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
 WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
