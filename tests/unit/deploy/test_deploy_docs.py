@@ -90,3 +90,34 @@ def test_logs_are_read_from_the_pod_that_does_the_work():
     lease = (f"kubectl -n {config['resourceNamespace']} get lease {config['resourceName']} "
              "-o jsonpath='{.spec.holderIdentity}'")
     assert lease in DEPLOY_MD.read_text(encoding="utf-8"), "docs/deploy.md does not find the scheduler's leader"
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def test_the_image_is_set_with_kubectl_alone_or_says_it_needs_the_standalone_kustomize():
+    """kubectl has kustomize built in but no ``kustomize edit``: the docs set the image with an overlay's ``images:``
+    entry, and wherever ``kustomize edit`` is named, the same paragraph says it is the standalone binary's."""
+    texts = {p.name: p.read_text(encoding="utf-8") for p in [*sorted((REPO / "docs").glob("*.md")), README]}
+    texts["k8s/kustomization.yaml"] = (REPO / "k8s" / "kustomization.yaml").read_text(encoding="utf-8")
+    for name, text in texts.items():
+        for para in _paragraphs(text):
+            if "kustomize edit" in para:
+                assert "standalone" in para, f"{name}: `kustomize edit` without saying kubectl has none: {para[:120]}"
+    kust = yaml.safe_load((REPO / "k8s" / "kustomization.yaml").read_text(encoding="utf-8"))
+    (image,) = [i["name"] for i in kust["images"]]
+    overlays = [d for block in re.findall(r"```yaml\n(.*?)```", DEPLOY_MD.read_text(encoding="utf-8"), re.S)
+                if isinstance(d := yaml.safe_load(block), dict) and d.get("kind") == "Kustomization"]
+    assert any("../k8s" in o["resources"] and any(i["name"] == image and i.get("newName") for i in o.get("images", []))
+               for o in overlays), "docs/deploy.md shows no overlay that sets the image"
+
+
+def test_the_runbook_s_up_queries_read_both_scrape_setups():
+    """With annotation scraping (a ``kubernetes-pods`` job) a component's ``up`` carries no job of its own but its
+    pod label app_kubernetes_io_name: each query on ``up{job="rttsched-..."}`` reads that form too, as the alerts do."""
+    text = (REPO / "docs" / "runbook.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```promql\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            for component in re.findall(r'up\{job="(rttsched-[\w-]+)"\}', line):
+                assert f'up{{app_kubernetes_io_name="{component}"}}' in line, line
