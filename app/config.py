@@ -364,13 +364,6 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
-        longest = max(self.dwa_max_window_s, self.feature_window_s)  # the longest window a worker computes
-        if self.feature_history_s < longest:  # as app.streams.options.WorkerOptions, which --history-s goes through
-            name = "RTT_DWA_MAX_WINDOW_S" if self.dwa_max_window_s >= self.feature_window_s else "RTT_FEATURE_WINDOW_S"
-            raise ConfigError("RTT_FEATURE_HISTORY_S", f"must be >= {name} ({longest}) (got {self.feature_history_s})")
-        if self.feature_bucket_s > self.feature_history_s:  # a window holds at least one bucket
-            raise ConfigError("RTT_FEATURE_BUCKET_S", f"must be <= RTT_FEATURE_HISTORY_S ({self.feature_history_s})"
-                                                      f" (got {self.feature_bucket_s})")
         if metrics_kept_max(self.worker_max_apps) < 1:  # no room left for a single metric's aggregates
             most = SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC
             raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {most} (got {self.worker_max_apps}): a training "

@@ -43,6 +43,11 @@ def table(rows: list[SettingRow], width: int = MAX_WIDTH) -> list[str]:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from app.streams.options import WorkerOptions
+
+    # what the worker checks of them at its start (a feature history as long as its windows, ...), without the
+    # flags (--history-s) that may change them there: refused here as there, one line naming the variable
+    WorkerOptions.from_settings(settings)
     rows = settings.listing()
     if args.json:
         print(orjson.dumps([r.__dict__ for r in rows], option=orjson.OPT_INDENT_2).decode())

@@ -1,10 +1,10 @@
 """Settings that a command refused at its start are refused by the settings themselves, so that ``rttsched settings``
 (which validates and prints them) and every command refuse them alike, in one line naming the variable, exit 2:
-a trainer margin of 1, a feature history shorter than the longest window, a bucket longer than the history, a CPU
-list that is not one, SASL settings with a protocol that is not SASL; too many apps for the metrics kept name the
-apps when only they were set. What only a command knows stays its own check: whether the trainer's CPUs are there
-(the settings may be checked on another machine), and the pods watcher's TTL against a resync its ``--resync``
-may give."""
+a trainer margin of 1, a CPU list that is not one, SASL settings with a protocol that is not SASL; too many apps for
+the metrics kept name the apps when only they were set. What only a command knows stays its own check: whether the
+trainer's CPUs are there (the settings may be checked on another machine), the pods watcher's TTL against a resync
+its ``--resync`` may give, and the worker's feature history against its windows and bucket (its ``--history-s`` may
+give another; ``rttsched settings`` refuses what the worker would without flags)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,6 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.mark.parametrize(("env", "line"), [
     ({"RTT_TRAINER_MARGIN": "1"}, "RTT_TRAINER_MARGIN: must be in [0, 1) (got 1.0)"),
-    ({"RTT_FEATURE_HISTORY_S": "10"}, "RTT_FEATURE_HISTORY_S: must be >= RTT_DWA_MAX_WINDOW_S (60.0) (got 10.0)"),
-    ({"RTT_FEATURE_WINDOW_S": "100", "RTT_FEATURE_HISTORY_S": "90"},
-     "RTT_FEATURE_HISTORY_S: must be >= RTT_FEATURE_WINDOW_S (100.0) (got 90.0)"),
-    ({"RTT_FEATURE_BUCKET_S": "1000"}, "RTT_FEATURE_BUCKET_S: must be <= RTT_FEATURE_HISTORY_S (120.0) (got 1000.0)"),
     ({"RTT_TRAINER_CPUS": "zz"}, "RTT_TRAINER_CPUS: bad CPU list 'zz'"),
     ({"RTT_TRAINER_CPUS": "3-1"}, "RTT_TRAINER_CPUS: bad CPU range '3-1' in '3-1'"),
 ])
@@ -60,6 +56,34 @@ def test_settings_a_command_refused_at_start_are_refused_by_every_command(
     assert main(command) == 2
     assert error_line(capsys) == f"rttsched {command[0]}: error: {line}"
     assert refused(env).field == line.split(":")[0]
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"RTT_FEATURE_HISTORY_S": "10"}, "RTT_FEATURE_HISTORY_S: must be >= RTT_DWA_MAX_WINDOW_S (60.0) (got 10.0)"),
+    ({"RTT_FEATURE_BUCKET_S": "1000"}, "RTT_FEATURE_BUCKET_S: must be <= RTT_FEATURE_HISTORY_S (120.0) (got 1000.0)"),
+])
+@pytest.mark.parametrize("command", [["settings"], ["settings", "--json"], ["worker"]])
+def test_the_worker_s_history_checks_are_refused_by_settings_as_by_the_worker(
+        env: dict[str, str], line: str, command: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The feature history against the windows and the bucket is the worker's (its --history-s may change it), and
+    rttsched settings refuses what the worker would without flags."""
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached: the options fail first
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(command) == 2
+    assert error_line(capsys) == f"rttsched {command[0]}: error: {line}"
+
+
+def test_the_worker_s_history_flag_overrides_a_history_the_windows_alone_would_refuse(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RTT_DWA_MAX_WINDOW_S=300 with the default history (120 s) is refused, unless --history-s gives a longer one:
+    the worker then goes on to its broker (none here), not stopping at the settings."""
+    monkeypatch.setenv("RTT_DWA_MAX_WINDOW_S", "300")
+    monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    assert Settings.from_env({"RTT_DWA_MAX_WINDOW_S": "300"}).feature_history_s == 120.0  # the settings take it
+    assert main(["worker", "--history-s", "600", "--datadir", str(tmp_path)]) == 2
+    assert "cannot reach Kafka" in error_line(capsys)
 
 
 def test_the_commands_own_checks_still_name_their_flags(capsys: pytest.CaptureFixture[str]) -> None:
