@@ -102,8 +102,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             stats = await beating(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping,
                                              metrics=metrics, stop=stop), heartbeat)
             return stats, stop.is_set()
-        finally:
+        finally:  # a SIGTERM more (a supervisor asking again) while it winds down must not kill it half-way
             loop.remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     stats, stopped = asyncio.run(main())
     said = "stopped (SIGTERM), " if stopped else ""

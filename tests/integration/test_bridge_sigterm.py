@@ -138,6 +138,27 @@ def test_sigterm_during_a_scrape_finishes_it_publishes_it_and_exits_0(kafka_sett
     assert messages[0]["ts"] < messages[1]["ts"] < messages[2]["ts"]
 
 
+def test_sigterm_sent_again_and_again_while_it_stops_still_ends_it_cleanly(kafka_settings: Settings) -> None:
+    """A supervisor that asks again (SIGTERM every 20 ms until the process is gone): the stop is not cut short
+    once the first signal's handling is done and the bridge winds down. Before, a second SIGTERM 50 ms after the
+    first killed it (143) after its stop line."""
+    with exporter() as (url, _):
+        proc = start_bridge(kafka_settings, url, free_port())
+        try:
+            deadline = time.monotonic() + 15
+            while proc.poll() is None and time.monotonic() < deadline:
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(0.02)
+            out, err = proc.communicate(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
+    assert any(line.startswith("bridge: stopped (SIGTERM)") for line in out.splitlines()), out
+    assert "Traceback" not in out + err
+
+
 def test_sigint_is_still_an_interruption(kafka_settings: Settings) -> None:
     with exporter() as (url, _):
         proc = start_bridge(kafka_settings, url, free_port())
