@@ -83,8 +83,16 @@ def test_each_pin_is_inside_pyprojects_range():
 
 
 def test_the_file_is_what_the_script_writes_from_this_environment():
+    """The tests run with the versions the image installs: the README's and CI's install pass the file to pip."""
     assert CONSTRAINTS.read_text() == pins_script.current_text(), (
-        "deploy/constraints.txt differs from the installed versions: run python3 deploy/pin_constraints.py")
+        "deploy/constraints.txt differs from the installed versions: install with -c deploy/constraints.txt (as "
+        "the README says), or, to move the pins, run python3 deploy/pin_constraints.py")
+
+
+def test_the_readme_and_ci_install_the_pinned_versions():
+    readme, ci = (REPO / "README.md").read_text(), (REPO / ".ci" / "run").read_text()
+    installs = re.findall(r"pip install[^\n`]*", readme) + re.findall(r"pip install[^\n]*", ci)
+    assert installs and all("-c deploy/constraints.txt" in line for line in installs), installs
 
 
 def test_a_dependency_added_without_a_pin_is_caught(tmp_path):
