@@ -29,3 +29,14 @@ def test_two_features_one_vote_short_and_one_clearly_in() -> None:
     X = np.column_stack([z, x])
     for rule in (SelectionRule(min_votes=2), SelectionRule(min_votes=3)):
         assert consensus(X, target, ["lin", "sq"], rule) == select_features(X, target, ["lin", "sq"], rule).chosen
+
+
+def test_mic_alone_chooses_as_select_features_does() -> None:
+    """A rule of MIC only: no cheap measure to count first, MIC decides every feature."""
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, 300)
+    X = np.column_stack([x, rng.normal(size=300)])
+    target = x ** 2 + rng.normal(scale=0.05, size=300)
+    rule = SelectionRule(measures=("mic",), thresholds={}, min_votes=1)
+    assert select_features(X, target, ["sq", "noise"], rule).chosen == ("sq",)
+    assert consensus(X, target, ["sq", "noise"], rule) == ("sq",)
