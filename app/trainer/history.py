@@ -299,8 +299,9 @@ class SampleHistory:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the rows' feature arrays, all keys (the bulk of the history; a row's tuple and the deques
-        add about 150 bytes a row)."""
+        """Bytes of the rows' feature arrays, all keys (the bulk of the history; a row's tuple, its array's header,
+        its task id and its deque and set slots add about 360 bytes a row: 330–400 measured with UUID task ids,
+        as the set's table grows in steps)."""
         return sum(h.nbytes for h in self._keys.values())
 
     def __len__(self) -> int:

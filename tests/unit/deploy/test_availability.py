@@ -7,7 +7,8 @@ docker-compose.yml (no cluster, no Docker):
   PriorityClass that its namespace may use);
 * each compose service gets the stop time its process needs (Docker's default is 10 s);
 * Redis refuses writes when full instead of being OOM-killed;
-* the trainer's memory limit holds what its sample history may hold at its caps, plus a retrain.
+* the trainer holds a model key for each app the workers track on each node class, and its memory limit holds
+  what its sample history may hold at its caps, plus a retrain.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 import yaml
 from test_compose import SERVICES, _env
-from test_manifests import DOCS, _find, _quantity, _selected_pods
+from test_manifests import DOCS, _env_of, _find, _quantity, _selected_pods
 
 from app.config import Settings
 
@@ -38,7 +39,8 @@ SYSTEM_CLASSES = {"system-cluster-critical", "system-node-critical"}
 # floats, its task id, the deque and set slots); a retrain over a full key of ~290 features peaked 229 MB above
 # the history, the idle process is 145 MB.
 ROW_OVERHEAD_BYTES = 450
-FEATURES = 57 * 5 + 8       # the bridge's canonical metrics x aggregates, + hardware, task and running-pods columns
+METRIC_FEATURES = 57 * 5 + 8  # the bridge's canonical metrics x aggregates, + hardware and task columns
+NODE_CLASSES = ("cpu", "gpu")  # a model key is app x node class
 RETRAIN_PEAK_BYTES = 256 * 2**20
 PROCESS_BYTES = 160 * 2**20
 HEADROOM = 0.10             # of the limit, left over (fragmentation, Kafka fetch buffers, a larger retrain)
@@ -158,40 +160,112 @@ def _compose_bytes(text: str) -> float:
     return int(m.group(1)) * {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30, None: 1}[m.group(2)]
 
 
-def _bytes_per_sample() -> float:
-    """A held sample's bytes: its feature row as the history stores it (counted by the code), plus the objects
-    around it (measured)."""
+def _bytes_per_sample(features: int) -> float:
+    """A held sample's bytes at ``features`` columns: its feature row as the history stores it (counted by the code),
+    plus the objects around it (measured)."""
     from app.trainer.history import SampleHistory
 
     history = SampleHistory(max_per_key=200)
     rng = np.random.default_rng(0)
     for i in range(200):
-        features = {f"m{j}__mean": float(v) for j, v in enumerate(rng.uniform(0, 100, FEATURES - 4))}
+        values = {f"m{j}__mean": float(v) for j, v in enumerate(rng.uniform(0, 100, features - 4))}
         history.add({"model_key": "gCTF:gpu", "task_id": f"t{i}", "node_class": "gpu", "gpu_model": "Tesla M40",
-                     "started_ts": 1.0 + i, "rtt_ms": 100.0, "input_size_mb": 64.0, "features": features})
+                     "started_ts": 1.0 + i, "rtt_ms": 100.0, "input_size_mb": 64.0, "features": values})
     (names, _rows) = history.snapshot("gCTF:gpu")
-    assert abs(len(names) - FEATURES) <= 4, len(names)
+    assert abs(len(names) - features) <= 4, len(names)
     return history.nbytes / len(history) + ROW_OVERHEAD_BYTES
 
 
-def _trainer_needs(env: dict[str, str]) -> float:
-    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("RTT_TRAINER_")})
-    held = settings.trainer_max_keys * settings.trainer_max_samples_per_key * _bytes_per_sample()
+def _settings(env: dict[str, str]) -> Settings:
+    """The trainer's and the worker's settings of ``env`` (not those naming files of the container)."""
+    return Settings.from_env({k: v for k, v in env.items()
+                              if k.startswith(("RTT_TRAINER_", "RTT_WORKER_", "RTT_FEATURE_"))})
+
+
+def _trainer_needs(trainer_env: dict[str, str], worker_env: dict[str, str]) -> float:
+    """The trainer's memory at its caps: every key full, each sample with the metric columns and a
+    ``running_pods_<app>`` column for each app the workers track (``RTT_WORKER_MAX_APPS`` as the workers run)."""
+    settings = _settings(trainer_env)
+    features = METRIC_FEATURES + _settings(worker_env).worker_max_apps
+    held = settings.trainer_max_keys * settings.trainer_max_samples_per_key * _bytes_per_sample(features)
     return held + RETRAIN_PEAK_BYTES + PROCESS_BYTES
 
 
+def _deployed_envs() -> dict[str, tuple[dict[str, str], dict[str, str], float]]:
+    """Per deployment: the trainer's environment, the worker's, and the trainer's memory limit."""
+    out = {}
+    envs = {}
+    for name in ("rttsched-trainer", "rttsched-worker"):
+        dep = _find("Deployment", name) or _find("StatefulSet", name)
+        assert dep is not None, name
+        (c,) = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] in name]
+        envs[name] = ({k: v for k, v in _env_of(dep, c).items() if v is not None}, c)
+    limit = _quantity(envs["rttsched-trainer"][1]["resources"]["limits"]["memory"])
+    out["k8s"] = (envs["rttsched-trainer"][0], envs["rttsched-worker"][0], limit)
+    out["docker-compose.yml"] = (_env("trainer"), _env("worker"), _compose_bytes(SERVICES["trainer"]["mem_limit"]))
+    return out
+
+
+@pytest.mark.parametrize("where", ["k8s", "docker-compose.yml"])
+def test_the_trainer_holds_a_model_key_for_every_app_the_workers_track_on_each_node_class(where):
+    """A key gets a model only by training on its own samples, and past RTT_TRAINER_MAX_KEYS a new key's samples
+    are refused: with fewer keys than the workers' apps x node classes, the apps beyond would never get a model."""
+    trainer_env, worker_env, _limit = _deployed_envs()[where]
+    keys, apps = _settings(trainer_env).trainer_max_keys, _settings(worker_env).worker_max_apps
+    assert keys >= len(NODE_CLASSES) * apps, (f"{where}: RTT_TRAINER_MAX_KEYS={keys} holds fewer keys than"
+                                             f" {len(NODE_CLASSES)} x RTT_WORKER_MAX_APPS={apps}")
+
+
 def test_the_trainer_s_memory_limit_holds_its_sample_history_at_its_caps_and_a_retrain():
-    dep = _find("Deployment", "rttsched-trainer")
-    assert dep is not None
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
-    cm = _find("ConfigMap", "rttsched-config")
-    assert cm is not None
-    k8s_env = {**cm["data"], **env}
-    limit = _quantity(c["resources"]["limits"]["memory"])
-    assert _trainer_needs(k8s_env) <= (1 - HEADROOM) * limit, f"k8s: {_trainer_needs(k8s_env) / 2**30:.1f} GiB"
-    compose_limit = _compose_bytes(SERVICES["trainer"]["mem_limit"])
-    assert _trainer_needs(_env("trainer")) <= (1 - HEADROOM) * compose_limit
+    envs = _deployed_envs()
+    for where, (trainer_env, worker_env, limit) in envs.items():
+        needs = _trainer_needs(trainer_env, worker_env)
+        assert needs <= (1 - HEADROOM) * limit, f"{where}: {needs / 2**30:.2f} GiB of a {limit / 2**30:.2f} GiB limit"
     # the two deployments hold the same history
     keys = ("RTT_TRAINER_MAX_KEYS", "RTT_TRAINER_MAX_SAMPLES_PER_KEY")
-    assert [k8s_env.get(k) for k in keys] == [_env("trainer").get(k) for k in keys]
+    assert [envs["k8s"][0].get(k) for k in keys] == [envs["docker-compose.yml"][0].get(k) for k in keys]
+
+
+def test_the_history_states_a_row_s_overhead_as_measured():
+    """``SampleHistory.nbytes`` counts only the rows' feature arrays; its docstring says what each row adds beyond,
+    which the sizing rule above (ROW_OVERHEAD_BYTES) must cover: measured here with task ids as pods' uids."""
+    import tracemalloc
+    import uuid
+
+    from app.trainer.history import SampleHistory
+
+    rng = np.random.default_rng(0)
+    names = [f"m{j}__mean" for j in range(METRIC_FEATURES - 8)]
+    pool = rng.uniform(0, 100, (64, len(names))).round(3)
+    samples = [{"model_key": "gCTF:gpu", "task_id": str(uuid.UUID(int=i)), "node": f"node-{i % 50}",
+                "node_class": "gpu", "gpu_model": "Tesla M40", "started_ts": 1.0 + i, "rtt_ms": 100.0,
+                "input_size_mb": 64.0, "features": dict(zip(names, pool[i % 64].tolist()))}
+               for i in range(10_000)]  # the deployed RTT_TRAINER_MAX_SAMPLES_PER_KEY
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        history = SampleHistory(max_per_key=len(samples))
+        for s in samples:
+            history.add(s, now=s["started_ts"])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    measured = (held - history.nbytes) / len(history)
+    doc = SampleHistory.nbytes.__doc__ or ""
+    m = re.search(r"about (\d+) bytes a row", " ".join(doc.split()))
+    assert m, doc
+    stated = int(m.group(1))
+    assert 0.75 * measured <= stated <= 1.25 * measured, f"the docstring says {stated} B a row, measured {measured:.0f}"
+    assert measured <= ROW_OVERHEAD_BYTES, measured
+
+
+def test_the_docs_state_the_deployed_bound_on_model_keys():
+    """Someone reading why a sample was refused finds the bound the deployment runs with, not the code's default."""
+    deployed = {_settings(env).trainer_max_keys for env, _worker, _limit in _deployed_envs().values()}
+    (keys,) = deployed
+    stated = []
+    for name in ("runbook.md", "deploy.md"):
+        text = " ".join((REPO / "docs" / name).read_text(encoding="utf-8").split())
+        found = re.findall(r'RTT_TRAINER_MAX_KEYS`?(?::\s*"|\s+keys\s+\(|\s+\()(\d[\d,]*)', text)
+        stated += [(name, int(n.replace(",", ""))) for n in found]
+    assert stated and all(n == keys for _name, n in stated), (keys, stated)
