@@ -121,3 +121,27 @@ def test_the_runbook_s_up_queries_read_both_scrape_setups():
         for line in block.splitlines():
             for component in re.findall(r'up\{job="(rttsched-[\w-]+)"\}', line):
                 assert f'up{{app_kubernetes_io_name="{component}"}}' in line, line
+
+
+def _subsection(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = re.search(r"\n#{1,3} ", text[start + 1:])
+    return text[start:start + 1 + end.start() if end else None]
+
+
+def test_the_https_steps_make_the_namespace_then_the_secret_then_apply_the_overlay():
+    """On a fresh cluster ``kubectl -n rttsched create secret`` fails before the namespace exists, and an overlay
+    applied before the Secret leaves the extender and the scheduler in ContainerCreating until it does."""
+    text = _subsection(DEPLOY_MD.read_text(encoding="utf-8"), "### The extender over HTTPS")
+    steps = [s for s in _steps(text) if s.startswith("kubectl ")]
+    (secret,) = [i for i, s in enumerate(steps) if "create secret generic rttsched-extender-tls" in s]
+    (namespace,) = [i for i, s in enumerate(steps)
+                    if s in ("kubectl create namespace rttsched", "kubectl apply -f k8s/namespace.yaml")]
+    overlay = [i for i, s in enumerate(steps) if s.startswith("kubectl apply -k ")]
+    assert namespace < secret and overlay and overlay[0] > secret, steps
+    if steps[namespace].endswith("k8s/namespace.yaml"):
+        (ns,) = yaml.safe_load_all((REPO / "k8s" / "namespace.yaml").read_text(encoding="utf-8"))
+        assert (ns["kind"], ns["metadata"]["name"]) == ("Namespace", "rttsched")
+    # turning HTTPS on in a running install: the rollout's window in which the scheduler's calls fail
+    prose = " ".join(text.split())
+    assert "ignorable: true" in prose and "until the rollout ends" in prose
