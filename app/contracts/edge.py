@@ -266,6 +266,17 @@ class EdgeDecoder:
             return decode(self.topic, raw)
         return value if self._names_ok(value) else decode(self.topic, raw)
 
+    def conforms(self, value: dict[str, Any]) -> bool:
+        """Whether ``value``, already a dict (a message about to be sent), passes the typed pass and the names' rules
+        (False also where there is no typed pass: ask the contract, :func:`app.contracts.decode`)."""
+        if self._typed is None:
+            return False
+        try:
+            msgspec.convert(value, self._typed.type)
+        except (msgspec.ValidationError, TypeError, ValueError):
+            return False
+        return self._names_ok(value)
+
     def _names_ok(self, value: Any) -> bool:
         """Whether the names of the maps the validator's rules check are ones they take (the names they found
         valid before are not checked again), as :class:`app.contracts.loader.SchemaValidator` checks them."""

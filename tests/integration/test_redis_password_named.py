@@ -5,27 +5,18 @@ started with ``--requirepass``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fault_stack import RedisServer
+from redis_servers import PASSWORD, locked
 
 from app.cli.main import main
 from app.config import Settings
 from app.errors import ConfigError
 from app.redis_client import check_redis
 
-PASSWORD = "s3cr3t-pw"  # noqa: S105 - the test server's own
-
-
-@pytest.fixture
-def locked(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, persist=False, password=PASSWORD).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+__all__ = ["locked"]  # the fixture, used here
 
 
 @pytest.fixture

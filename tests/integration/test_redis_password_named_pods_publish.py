@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import redis
 from aiohttp import web
 from fault_stack import RedisServer
+from redis_servers import PASSWORD, locked, server
 
 from app.cli.main import main
 
 pytestmark = pytest.mark.integration
 
-PASSWORD = "s3cr3t-pw"  # noqa: S105 - the test server's own
 ROTATED = "r0tated-pw"  # noqa: S105 - what the test server asks for once the password is rotated
 PODS = Path(__file__).resolve().parents[1] / "fixtures" / "pods" / "podlist.json"
 UNSET = "RTT_REDIS_PASSWORD_FILE is not set and REDIS_URL has no password: this Redis asks for one"
@@ -75,22 +75,7 @@ class RotatingApi:
         return web.json_response(json.loads(PODS.read_text()))
 
 
-@pytest.fixture
-def plain(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, persist=False).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def locked(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, persist=False, password=PASSWORD).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+__all__ = ["locked", "server"]  # the fixtures, used here
 
 
 @pytest.fixture
@@ -141,25 +126,25 @@ async def test_pods_once_with_a_url_password_rotated_away_names_both(env, locked
     assert line.endswith(f"({IN_URL})") and PASSWORD not in line, line
 
 
-async def test_pods_once_when_redis_begins_asking_for_a_password_names_the_unset_file(env, plain, serve, capsys):
-    env.setenv("REDIS_URL", plain.url)
-    api = await serve(RotatingApi(plain, ""))
+async def test_pods_once_when_redis_begins_asking_for_a_password_names_the_unset_file(env, server, serve, capsys):
+    env.setenv("REDIS_URL", server.url)
+    api = await serve(RotatingApi(server, ""))
     assert await _pods_once(api.url) == 2
     line = _error(capsys)
     assert api.rotated and line.startswith("rttsched pods: error: RTT_REDIS_PASSWORD_FILE: "), line
     assert line.endswith(f"({UNSET})"), line
 
 
-async def test_pods_once_with_redis_gone_after_the_ping_still_names_redis_url(env, plain, serve, capsys):
+async def test_pods_once_with_redis_gone_after_the_ping_still_names_redis_url(env, server, serve, capsys):
     class Gone(RotatingApi):
         async def _pods(self, request: web.Request) -> web.Response:
             self.server.stop()
             return web.json_response(json.loads(PODS.read_text()))
 
-    env.setenv("REDIS_URL", plain.url)
-    api = await serve(Gone(plain, ""))
+    env.setenv("REDIS_URL", server.url)
+    api = await serve(Gone(server, ""))
     assert await _pods_once(api.url) == 2
-    assert _error(capsys).startswith(f"rttsched pods: error: REDIS_URL: cannot use Redis at {plain.url}: ")
+    assert _error(capsys).startswith(f"rttsched pods: error: REDIS_URL: cannot use Redis at {server.url}: ")
 
 
 # -- rttsched publish: the nodes that have metrics, read from Redis before anything is published

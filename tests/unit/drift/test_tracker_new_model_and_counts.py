@@ -5,20 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_drift_tracker import feed  # periods of 10 gCTF pairs: actual = factor x predicted x (1 ± 5 %)
 
 from app.drift.pagehinkley import PageHinkley
 from app.drift.tracker import NodeTracker
-
-
-def feed(t: NodeTracker, rng: random.Random, periods: int, factor: float, ts0: float) -> list:
-    """Periods of 10 gCTF pairs each: actual = factor x predicted x (1 ± 5 %)."""
-    out = []
-    for k in range(periods):
-        for _ in range(10):
-            p = rng.uniform(100.0, 200.0)
-            t.add("gCTF", p, p * factor * rng.uniform(0.95, 1.05))
-        out.append(t.close(ts0 + k)["gCTF"])
-    return out
 
 
 def test_a_new_model_starts_the_drift_reference_afresh_and_keeps_working() -> None:
