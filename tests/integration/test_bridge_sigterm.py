@@ -85,6 +85,18 @@ def start_bridge(s: Settings, url: str, port: int) -> subprocess.Popen[str]:
     return proc
 
 
+@contextlib.contextmanager
+def bridge(s: Settings, url: str, port: int) -> Iterator[subprocess.Popen[str]]:
+    """:func:`start_bridge`, killed at the end if it still runs."""
+    proc = start_bridge(s, url, port)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def compose_healthcheck(service: str) -> list[str]:
     """The service's healthcheck command in docker-compose.yml, with this interpreter for ``python3``."""
     test = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"][service]["healthcheck"]["test"]
@@ -114,18 +126,13 @@ async def node_metrics(s: Settings, n: int, timeout_s: float = 15.0) -> list[dic
 def test_sigterm_during_a_scrape_finishes_it_publishes_it_and_exits_0(kafka_settings: Settings) -> None:
     port = free_port()
     with exporter() as (url, served):
-        proc = start_bridge(kafka_settings, url, port)
-        try:
+        with bridge(kafka_settings, url, port) as proc:
             check = subprocess.run(compose_healthcheck("bridge"), env={**os.environ, "RTT_METRICS_PORT": str(port)},
                                    capture_output=True, text=True, timeout=10, check=False)
             assert check.returncode == 0, check.stderr
             assert served.stalling.wait(20), "the third scrape never came"
             proc.send_signal(signal.SIGTERM)  # while that scrape waits for the exporter
             out, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
     stop_lines = [line for line in out.splitlines() if line.startswith("bridge: stopped")]
     assert stop_lines == ["bridge: stopped (SIGTERM), 3 rounds, 3 messages, 0 failed scrapes, "
@@ -143,17 +150,12 @@ def test_sigterm_sent_again_and_again_while_it_stops_still_ends_it_cleanly(kafka
     once the first signal's handling is done and the bridge winds down. Before, a second SIGTERM 50 ms after the
     first killed it (143) after its stop line."""
     with exporter() as (url, _):
-        proc = start_bridge(kafka_settings, url, free_port())
-        try:
+        with bridge(kafka_settings, url, free_port()) as proc:
             deadline = time.monotonic() + 15
             while proc.poll() is None and time.monotonic() < deadline:
                 proc.send_signal(signal.SIGTERM)
                 time.sleep(0.02)
             out, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
     assert any(line.startswith("bridge: stopped (SIGTERM)") for line in out.splitlines()), out
     assert "Traceback" not in out + err
@@ -161,13 +163,8 @@ def test_sigterm_sent_again_and_again_while_it_stops_still_ends_it_cleanly(kafka
 
 def test_sigint_is_still_an_interruption(kafka_settings: Settings) -> None:
     with exporter() as (url, _):
-        proc = start_bridge(kafka_settings, url, free_port())
-        try:
+        with bridge(kafka_settings, url, free_port()) as proc:
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     assert proc.returncode == 130 and "rttsched bridge: interrupted" in err, f"{out}\n{err}"
     assert "Traceback" not in out + err

@@ -15,6 +15,7 @@ import redis
 from aiohttp import web
 from fault_stack import RedisServer
 from redis_servers import PASSWORD, locked, server
+from test_redis_password_named import _error, _password_file
 
 from app.cli.main import main
 
@@ -24,18 +25,6 @@ ROTATED = "r0tated-pw"  # noqa: S105 - what the test server asks for once the pa
 PODS = Path(__file__).resolve().parents[1] / "fixtures" / "pods" / "podlist.json"
 UNSET = "RTT_REDIS_PASSWORD_FILE is not set and REDIS_URL has no password: this Redis asks for one"
 IN_URL = "RTT_REDIS_PASSWORD_FILE is not set: Redis refused the password in REDIS_URL"
-
-
-def _password_file(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "redis-password"
-    path.write_text(text + "\n")
-    return str(path)
-
-
-def _error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err.strip()
 
 
 # -- rttsched pods --once: the PING passes, the password is rotated before the view is written
