@@ -7,6 +7,10 @@
 SIGTERM (how Kubernetes and docker stop it) stops it cleanly: no round starts, the one under way may finish, what
 the producer holds is delivered, within 5 s of the signal in all (:data:`app.bridge.producer.STOP_S`); then one
 line ``bridge: stopped (SIGTERM), N rounds, ...`` and exit code 0. Ctrl-C (SIGINT) is an interruption: exit 130.
+From the moment this command runs, before its event loop does (its imports, its settings, its metrics server), a
+signal is noted and acted on at the next step (:class:`_Held`): SIGTERM stops it as cleanly (nothing was sent, no
+round ran: ``bridge: stopped (SIGTERM), 0 rounds, ...``, exit code 0), SIGINT is an interruption (130), never a
+kill by the signal in the middle of an import.
 """
 
 from __future__ import annotations
@@ -30,7 +34,63 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scrapes", type=int, metavar="N", help="stop after N rounds (default: run until interrupted)")
 
 
+class _Held:
+    """SIGTERM and SIGINT while the bridge starts, before its event loop takes them over: noted, not acted on in the
+    middle of whatever runs (an import, the metrics server's start), and acted on by :meth:`asked` at the next step.
+    SIGINT is held only where it is Python's default (one ignored, as under ``nohup``, stays ignored)."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.noted: list[int] = []
+        self._term = signal.signal(signal.SIGTERM, self._note)
+        self._int = signal.getsignal(signal.SIGINT)
+        if self._int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        self.noted.append(signum)
+
+    def asked(self) -> bool:
+        """Whether SIGTERM came (a clean stop asked); :class:`KeyboardInterrupt` when SIGINT came first."""
+        import signal
+
+        if self.noted and self.noted[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        return bool(self.noted)
+
+    def release_sigint(self) -> None:
+        """SIGINT as Python has it again (asyncio.run turns it into the main task's cancellation); one noted before
+        raises :class:`KeyboardInterrupt` here."""
+        import signal
+
+        if signal.getsignal(signal.SIGINT) == self._note:
+            signal.signal(signal.SIGINT, self._int)
+        self.asked()
+
+    def release(self) -> None:
+        """Both signals back as they were -- SIGTERM ignored once one came (a supervisor asking again must not kill it
+        half-way through its stop), as the event loop leaves it."""
+        import signal
+
+        if signal.getsignal(signal.SIGINT) == self._note:
+            signal.signal(signal.SIGINT, self._int)
+        if signal.getsignal(signal.SIGTERM) == self._note:
+            before = self._term if self._term is not None else signal.SIG_DFL  # None: set outside Python
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if signal.SIGTERM in self.noted else before)
+
+
 def run(args: argparse.Namespace, settings: Any) -> int:
+    if args.once:  # two scrapes printed, nothing produced: stopped by a signal as the other interactive commands are
+        return _run(args, settings, None)
+    held = _Held()
+    try:
+        return _run(args, settings, held)
+    finally:
+        held.release()
+
+
+def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
     import asyncio
     import signal
 
@@ -72,8 +132,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             print(f"rttsched bridge: no metrics from {', '.join(silent)} (the warnings above say why)", file=sys.stderr)
         return 1 if silent else 0
 
+    assert held is not None
+    said = "stopped (SIGTERM), "
+    if held.asked():  # SIGTERM before anything started: nothing to finish
+        print(f"bridge: {said}0 rounds, 0 messages, 0 failed scrapes, 0 rounds not taken by Kafka", flush=True)
+        return 0
     metrics = BridgeMetrics()
     heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)  # a taken port: named first
+    held.release_sigint()
 
     async def main() -> tuple[BridgeStats, bool]:
         stop = asyncio.Event()
@@ -87,8 +153,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             stop.set()
 
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)  # the one noted while it started: taken over below
         try:
+            if held.asked():
+                stop.set()
+                return BridgeStats(), True
             try:
                 await check_reachable(settings, ("node-metrics",))  # no broker, or its topic not created: one line
             except asyncio.CancelledError:
@@ -107,7 +176,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     stats, stopped = asyncio.run(main())
-    said = "stopped (SIGTERM), " if stopped else ""
+    said = said if stopped else ""
     abandoned = f", the round under way abandoned after {STOP_S:g}s" if stats.abandoned else ""
     print(f"bridge: {said}{stats.rounds} rounds, {stats.messages} messages, {stats.failed_scrapes} failed scrapes, "
           f"{stats.unpublished} rounds not taken by Kafka{abandoned}", flush=True)
