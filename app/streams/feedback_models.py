@@ -262,7 +262,12 @@ class ModelCache:
 
 
 async def follow_model_updates(settings: Settings, cache: ModelCache, started: asyncio.Event | None = None) -> None:
-    """Apply every model-updates message, from the beginning of every partition, until cancelled."""
+    """Apply every model-updates message, from the beginning of every partition, until cancelled.
+
+    A broker error is logged and waited out (``RETRY_S``), never the end of the task. A fetched batch is applied
+    even when the check of the read positions after it (:meth:`PositionGuard.after_fetch`) fails: the consumer's
+    positions have already moved past it, so a batch left unapplied would never be read again.
+    """
     topic = settings.topic("model-updates")
     consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
                                                    auto_offset_reset="none"))
@@ -282,26 +287,38 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 except OffsetOutOfRangeError as exc:  # the reset's own broker error goes to the handler below
                     await guard.out_of_range(exc.args[0])
                     continue
-                guard.note(batches)
-                await guard.after_fetch()
             except KafkaError as exc:  # broker away (reading, or resetting a position): try again, never end the task
                 log.warning("model-updates: %r; retrying", exc)
                 await asyncio.sleep(RETRY_S)
                 continue
-            for records in batches.values():
-                for rec in records:
-                    if rec.value is None:
-                        cache.tombstone(rec.key, f"{rec.topic}:{rec.offset}")
-                        continue
-                    try:
-                        update = decode("model-updates", rec.value)
-                        check_key("model-updates", rec.key, update)
-                    except ContractError as exc:  # read from the start by every worker: counted and logged here
-                        cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
-                        log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
-                        continue
-                    await cache.apply(update)
+            guard.note(batches)
+            try:
+                await guard.after_fetch()
+                checked = True
+            except KafkaError as exc:  # the positions have moved past the batch: it is applied all the same
+                log.warning("model-updates: read positions not checked (%r); retrying", exc)
+                checked = False
+            await _apply_batch(cache, batches)
+            if not checked:  # the next fetch checks again
+                await asyncio.sleep(RETRY_S)
     finally:
         await cache.close()
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+async def _apply_batch(cache: ModelCache, batches: dict[TopicPartition, list[Any]]) -> None:
+    """Apply each model-updates message of a fetched batch, in order; a tombstone or a bad message is counted."""
+    for records in batches.values():
+        for rec in records:
+            if rec.value is None:
+                cache.tombstone(rec.key, f"{rec.topic}:{rec.offset}")
+                continue
+            try:
+                update = decode("model-updates", rec.value)
+                check_key("model-updates", rec.key, update)
+            except ContractError as exc:  # read from the start by every worker: counted and logged here
+                cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
+                log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
+                continue
+            await cache.apply(update)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -17,7 +18,7 @@ import orjson
 import pytest
 import xgboost
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError
 
 from app.clock import ManualClock
 from app.config import Settings
@@ -311,3 +312,71 @@ async def test_a_broker_error_while_resetting_an_out_of_range_position_is_retrie
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert calls["beginning"] == 3
+
+
+async def test_a_batch_fetched_is_applied_when_the_position_check_after_it_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """model-updates recreated (as after a wipe): partition 0's position lies beyond its new end, and asking the
+    broker for the ends fails (it went away right after answering the fetch). The update fetched on partition 3
+    in the same step used to be dropped — the consumer's position already past it, so never applied and the old
+    model kept serving; now it is applied, and the check is tried again after a pause."""
+    topic = Settings().topic("model-updates")
+    tp0, tp3 = TopicPartition(topic, 0), TopicPartition(topic, 3)
+    update = {"model_key": "gCTF:gpu", "version": 4, "sha256": "0" * 64, "features": ["cpu_iowait"],
+              "metrics": {}, "location": "nowhere", "ts": time.time()}
+    rec = SimpleNamespace(topic=topic, partition=3, offset=0, key=b"gCTF:gpu", value=encode("model-updates", update))
+    calls = {"ends": 0, "fetch": 0}
+
+    class Consumer:
+        """Partition 0 read up to 3 with its end now 0; partition 3 answers one update, once."""
+
+        def __init__(self, *_a: object, **_k: object) -> None: ...
+        async def start(self) -> None: ...
+        async def stop(self) -> None: ...
+        def assign(self, _tps: object) -> None: ...
+        def assignment(self) -> set[TopicPartition]:
+            return {tp0, tp3}
+        async def seek_to_beginning(self, *_tps: object) -> None: ...
+        def highwater(self, p: TopicPartition) -> int:
+            return 0 if p == tp0 else 1
+        async def position(self, p: TopicPartition) -> int:
+            return 3 if p == tp0 else 1
+
+        async def getmany(self, **_kw: object) -> dict[TopicPartition, list[Any]]:
+            calls["fetch"] += 1
+            if calls["fetch"] == 1:
+                return {tp3: [rec]}
+            await asyncio.sleep(0.01)
+            return {}
+
+        async def end_offsets(self, _tps: object) -> dict[TopicPartition, int]:
+            calls["ends"] += 1
+            raise KafkaConnectionError("the ListOffsets answer lost")
+
+    applied: list[tuple[str, int]] = []
+
+    class Recording(ModelCache):
+        async def apply(self, update: dict[str, Any]) -> bool:
+            applied.append((update["model_key"], update["version"]))
+            return True
+
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", Consumer)
+    monkeypatch.setattr(fm, "PositionGuard", functools.partial(fm.PositionGuard, confirm_s=0.0))
+    monkeypatch.setattr(fm, "RETRY_S", 0.01)
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    task = asyncio.ensure_future(fm.follow_model_updates(settings, Recording(settings, store=DirectoryModelStore(
+        tmp_path / "models"))))
+    try:
+        for _ in range(200):
+            if applied or task.done():
+                break
+            await asyncio.sleep(0.01)
+        while calls["fetch"] < 3 and not task.done():  # the task reads on after the failed check
+            await asyncio.sleep(0.01)
+        assert not task.done(), task.exception()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert calls["ends"] >= 1  # the check after the fetch did fail
+    assert applied == [("gCTF:gpu", 4)]
