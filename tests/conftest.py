@@ -6,19 +6,28 @@ Every test that touches Kafka gets its own uuid topic prefix, so tests never see
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import pytest
-from fault_stack import RedisServer
-from hypothesis import settings
+# ``mutmut run`` runs the tests once in its own process, then forks a child per mutant. A child that
+# meets an OpenMP thread pool (XGBoost's libgomp) started before the fork waits forever for the
+# pool's threads, which the fork did not copy. Under mutmut (it sets MUTANT_UNDER_TEST), OpenMP
+# starts no thread: libgomp reads these when it loads, so before the imports below load XGBoost.
+if "MUTANT_UNDER_TEST" in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"  # over any value set: more than one deadlocks
+    os.environ["OMP_THREAD_LIMIT"] = "1"  # also caps an explicit nthread
 
-from app.config import Settings
-from app.kafka.embedded import EmbeddedBroker
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from fault_stack import RedisServer  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
