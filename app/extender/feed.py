@@ -12,7 +12,11 @@ broker for its metadata, and one that does not answer is a degraded reason (``ka
 
 With ``on_completion``, the feed also reads task-completions from their end: each completion's ``task_id``
 is handed to it (the service forgets the pod it assumed, so the pods it counts as running on a node are
-the ones still running, not the ones expected to be).
+the ones still running, not the ones expected to be). A reconnect reads task-completions on from the position
+the feed had read to, so the completions produced while it was away are applied too; a position the partition
+no longer has (before its start, or beyond its end: the broker lost its data, the topic was recreated) is
+reset to the partition's start (:class:`~app.kafka.positions.PositionGuard`). The compacted topics are read
+again from their start on every connection: their values only move the view forward, so nothing is lost.
 
 Messages are applied in slices (:mod:`app.extender.pacing`), so a large backlog never holds the event
 loop; after each batch the feed asks for a rebuild (the service builds at most every
@@ -89,6 +93,8 @@ class ViewFeed:
         self._task: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[bool]] = set()
         self._behind: dict[Any, int] = {}  # partitions not yet read to their end offset at assignment
+        self._resume: dict[TopicPartition, int] = {}  # task-completions partition -> next offset to read, kept
+        # across connections: a reconnect reads on from there (the first connection starts at the end)
         self._said = ("", 0.0)
         self._degraded = degraded
         self._heard = 0.0  # monotonic time the broker last gave records or answered a probe
@@ -185,11 +191,32 @@ class ViewFeed:
         tps = [tp for tp in every if self._topic_of[tp.topic] != COMPLETIONS]
         self._consumer.assign(every)
         await self._consumer.seek_to_beginning(*tps)
-        if done:
-            await self._consumer.seek_to_end(*done)
+        await self._seek_completions(done)
         ends = await self._consumer.end_offsets(tps)
         self._behind = {tp: end for tp, end in ends.items() if end > 0}
         self._report(f"catching up: {sum(self._behind.values())} messages on {len(tps)} partitions", logging.INFO)
+
+    async def _seek_completions(self, done: list[TopicPartition]) -> None:
+        """task-completions from where the feed had read them to (checked against the partitions: one out of
+        range is read from its start); a partition never read before from its end."""
+        assert self._guard is not None
+        known = await self._guard.on_assigned({tp: self._resume[tp] for tp in done if tp in self._resume})
+        for tp, pos in known.items():
+            self._consumer.seek(tp, pos)
+        fresh = [tp for tp in done if tp not in known]
+        if fresh:
+            await self._consumer.seek_to_end(*fresh)
+            for tp in fresh:  # a reconnect before the first fetch reads on from here too
+                self._resume[tp] = await asyncio.wait_for(self._consumer.position(tp), 10.0)
+        if known:
+            log.info("view feed: task-completions read on from %s",
+                     ", ".join(f"[{tp.partition}]@{pos}" for tp, pos in sorted(known.items())))
+
+    def _keep_completion_positions(self, guard: PositionGuard) -> None:
+        """Remember how far task-completions were read (the guard's positions: read, reset or found)."""
+        for tp, pos in guard.next_offsets.items():
+            if tp in self._resume:
+                self._resume[tp] = pos
 
     # -- reading
     async def _consume(self) -> None:
@@ -204,6 +231,7 @@ class ViewFeed:
                                                        max_records=MAX_RECORDS)
             except OffsetOutOfRangeError as exc:  # retention deleted what the position points at
                 await guard.out_of_range(exc.args[0])
+                self._keep_completion_positions(guard)
                 continue
             guard.note(batches)
             if any(batches.values()):
@@ -227,6 +255,7 @@ class ViewFeed:
                 self._rebuild(False)
                 last_build = time.monotonic()
             await guard.after_fetch()  # a position beyond its partition's end: the topic was wiped
+            self._keep_completion_positions(guard)
 
     def _answered(self) -> None:
         """The broker answered: a ``kafka`` degraded reason, if any, is over."""
