@@ -4,12 +4,16 @@ The trainer reads three topics. A bad **retrain-event** is read once by the trai
 dead-lettered, then committed like any event that ended. **training-samples** and **model-updates** are
 read from their start by every trainer (and model-updates by every worker and extender, which count and log
 a bad one): a restarted trainer reads the same bad message again. It is dead-lettered the first time a
-trainer reads it: a mark named by its topic, partition, offset and the CRC-32 of its bytes is stored once
-the dead letter is (Redis ``SET`` under the registry's namespace, expiring with the topic's retention — never
-for a compacted topic that keeps its values; a file under ``{RTT_MODELS_DIR}/dead-letters`` with the
-directory registry), and a message whose mark exists is counted and logged only. The checksum keeps a new
-bad message at an old offset of a recreated topic from being taken for the old one. When the marks cannot
-be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
+trainer reads it: a mark named by its topic, partition, offset, record timestamp and the CRC-32 of its bytes
+is stored once the dead letter is (Redis ``SET`` under the registry's namespace; a file under
+``{RTT_MODELS_DIR}/dead-letters`` with the directory registry), and a message whose mark exists is counted
+and logged only. The timestamp and the checksum keep a new bad message at an old offset of a recreated topic
+(the broker lost its data, the topic was deleted) from being taken for the old one: a record keeps the
+timestamp it was written with, a new one has its own, even with the same bytes. A Redis mark expires with the
+topic's retention, after which the message is gone; a compacted topic's (model-updates: a bad value stays until
+its key has a new one) with the dead-letters topic's, after which its dead letter is gone: a trainer that
+reads the value again then dead-letters it again, and no mark outlives its topic for ever. When the marks
+cannot be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
 
 A dead letter Kafka does not acknowledge is sent again with backoff (``RTT_RETRY_MAX_BACKOFF_S`` at most
 between tries) until it is stored: a bad retrain-event is committed only then; those of the topics read from
@@ -98,14 +102,27 @@ def open_marks(settings: Settings) -> Marks:
 
 
 def mark_name(rec: Any) -> str:
-    """The mark of a consumed record: topic, partition, offset and the CRC-32 of its value.
+    """The mark of a consumed record: topic, partition, offset, timestamp (ms) and the CRC-32 of its value.
 
-    >>> class R: topic, partition, offset, value = "training-samples", 3, 17, b"{"
+    >>> class R: topic, partition, offset, timestamp, value = "training-samples", 3, 17, 1700000000123, b"{"
     >>> mark_name(R())
-    'training-samples.3.17.15d54739'
+    'training-samples.3.17.1700000000123.15d54739'
     """
     value = rec.value if isinstance(rec.value, bytes | bytearray) else str(rec.value or "").encode()
-    return f"{rec.topic}.{int(rec.partition)}.{int(rec.offset)}.{zlib.crc32(value):08x}"
+    return f"{rec.topic}.{int(rec.partition)}.{int(rec.offset)}.{int(rec.timestamp)}.{zlib.crc32(value):08x}"
+
+
+def mark_ttl_s(source: str) -> float | None:
+    """How long the mark of a bad message of contract ``source`` is kept: the topic's retention (the message is
+    gone then), for a compacted topic the dead-letters topic's (its dead letter is gone then); ``None``: for ever.
+
+    >>> mark_ttl_s("training-samples") == mark_ttl_s("model-updates") == 14 * 86400
+    True
+    """
+    retention = contract(source).retention_ms
+    if retention <= 0:
+        retention = contract("dead-letters").retention_ms
+    return retention / 1000 if retention > 0 else None
 
 
 class TrainerDeadLetters:
@@ -133,8 +150,7 @@ class TrainerDeadLetters:
             todo.append((rec, exc.reason, record["topic"].encode(), encode("dead-letters", record), name))
         stored = 0
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
-        retention = contract(source).retention_ms
-        ttl_s = retention / 1000 if retention > 0 else None
+        ttl_s = mark_ttl_s(source)
         while todo:
             again = []
             for item, result in zip(todo, await self._send_all(todo), strict=True):
@@ -189,4 +205,4 @@ class TrainerDeadLetters:
             pass
 
 
-__all__ = ["DirectoryMarks", "Marks", "RedisMarks", "TrainerDeadLetters", "mark_name", "open_marks"]
+__all__ = ["DirectoryMarks", "Marks", "RedisMarks", "TrainerDeadLetters", "mark_name", "mark_ttl_s", "open_marks"]

@@ -120,3 +120,43 @@ async def test_once_false_never_looks_at_marks(tmp_path: Path) -> None:
     assert await d.send("retrain-events", [bad(5)], once=False) == 1
     assert await d.send("retrain-events", [bad(5)], once=False) == 1  # the group's commit makes it once
     assert not (tmp_path / "dead-letters").exists()
+
+
+def stamped(offset: int, timestamp_ms: int, value: bytes = b"{", topic: str = "p-model-updates",
+            ) -> tuple[ConsumerRecord, ContractError]:
+    rec = ConsumerRecord(topic, 0, offset, timestamp_ms, 0, b"gCTF:gpu", value, None, 8, len(value), ())
+    return rec, ContractError("invalid_json", "not JSON")
+
+
+async def test_the_same_bytes_at_the_same_offset_of_a_recreated_topic_are_a_new_message(tmp_path: Path) -> None:
+    producer = Producer()
+    assert await dead(tmp_path, producer).send("model-updates", [stamped(0, 1_700_000_000_000)]) == 1
+    restarted = dead(tmp_path, producer)
+    assert await restarted.send("model-updates", [stamped(0, 1_700_000_000_000)]) == 0  # the same record
+    # the topic was recreated: a new record, written later, with the same bytes at the same offset
+    assert await restarted.send("model-updates", [stamped(0, 1_700_000_360_000)]) == 1
+    assert letters(producer) == [(0, b"{", "invalid_json"), (0, b"{", "invalid_json")]
+
+
+class KeptMarks:
+    """Marks in memory, with the expiry each was stored with."""
+
+    def __init__(self) -> None:
+        self.ttl: dict[str, float | None] = {}
+
+    async def has(self, name: str) -> bool:
+        return name in self.ttl
+
+    async def add(self, name: str, ttl_s: float | None) -> None:
+        self.ttl[name] = ttl_s
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_every_mark_expires_a_compacted_topics_with_its_dead_letter(tmp_path: Path) -> None:
+    marks = KeptMarks()
+    d = dead(tmp_path, Producer(), marks=marks)
+    assert await d.send("model-updates", [stamped(3, 5)]) == 1
+    assert await d.send("training-samples", [bad(4)]) == 1
+    assert sorted(marks.ttl.values()) == [1_209_600.0, 1_209_600.0]  # 14 days: dead-letters', training-samples'
