@@ -177,8 +177,9 @@ class FeedbackLoop:
                 if intake is None:
                     n = await self.table.write(rows)
                 else:
-                    n = await self.table.write(rows, last=intake.position_rows(offsets_row_key),
-                                               sender=intake.live_sender)
+                    positions = intake.position_rows(offsets_row_key)
+                    n = await self.table.write(rows, last=positions, sender=intake.live_sender)
+                    intake.positions_stored(positions)  # the messages they cover are counted now
             except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
                 self.buffer.retake(upserts, removed)
                 self.dirty_nodes |= dirty

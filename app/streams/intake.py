@@ -34,8 +34,12 @@ the rows first, then the read positions (:meth:`PartitionIntake.positions_of`). 
 restores both and reads on from the recorded positions, so a message is either in the restored state or
 read again — never both. The positions are written only after a flush of the intake's sender, so never
 ahead of an output of the messages they cover (a training sample, node-features) that the broker does not
-have yet. ``rtt_worker_messages_in_total`` counts messages as they are processed, before any checkpoint:
-a message read again after a restart is counted again.
+have yet. ``rtt_worker_messages_in_total`` counts a message only once its effect is durable: when the
+checkpoint that records a read position past it is stored (:meth:`PartitionIntake.positions_stored`), the
+messages processed since the last one are added. A message read again after a crash (a SIGKILL between two
+checkpoints), or by a partition's new owner after a rebalance, is counted once: by the process whose
+checkpoint stored it. The counter therefore moves in steps, once per checkpoint
+(``RTT_WORKER_CHECKPOINT_INTERVAL_S``, 1 s by default), and not while checkpoints fail (the broker away).
 
 Dead letters keep that rule (:meth:`PartitionIntake.process`): the dead letter of a message that fails its
 contract, or that its handler refuses, is handed to the intake's sender in the same step as the handlers'
@@ -124,6 +128,8 @@ class PartitionIntake:
         self.decoders = {name: EdgeDecoder(name) for name in handlers}
         self.owned: set[int] = set()
         self.positions: dict[TopicPartition, int] = {}
+        # messages processed whose read position no stored checkpoint holds yet: (next offset after them, how many)
+        self._uncounted: dict[TopicPartition, collections.deque[tuple[int, int]]] = {}
         self._assignment_changed = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -180,6 +186,7 @@ class PartitionIntake:
                 tp = TopicPartition(topic, p)
                 if p not in self.owned or tp not in self.positions:
                     off = offsets.get((name, p))
+                    self._uncounted.pop(tp, None)  # read from its stored position: counted when read again
                     if off is not None:
                         self.positions[tp] = int(off)
                     else:
@@ -196,6 +203,7 @@ class PartitionIntake:
         """Drop the positions (and lag gauges) of released ``partitions``."""
         for tp in [tp for tp in self.positions if tp.partition in partitions and tp.partition not in self.owned]:
             del self.positions[tp]
+            self._uncounted.pop(tp, None)  # not stored by this worker: the new owner reads and counts them
             try:
                 self.metrics.intake_lag.remove(self.topics[tp.topic], str(tp.partition))
             except KeyError:
@@ -245,8 +253,44 @@ class PartitionIntake:
         return self.live_sender is not None
 
     def position_rows(self, key: Callable[[int], bytes], partitions: set[int] | None = None) -> list[Row]:
-        """One changelog row per partition: ``(partition, key(partition), {contract: next offset})``."""
+        """One changelog row per partition: ``(partition, key(partition), {contract: next offset})``.
+
+        Once a checkpoint has stored them, hand them to :meth:`positions_stored`."""
         return [(p, key(p), orjson.dumps(pos)) for p, pos in self.positions_of(partitions).items()]
+
+    def positions_stored(self, rows: list[Row]) -> int:
+        """Rows of :meth:`position_rows` that a checkpoint has stored: count the messages they cover in
+        ``rtt_worker_messages_in_total``; how many.
+
+        A message is counted once its effect and the read position past it are durable: the messages processed
+        since the last stored checkpoint wait here, and one read again after a crash was never counted before.
+        """
+        counted = 0
+        for partition, _key, value in rows:
+            if value is None:
+                continue
+            for (name, p), off in decode_positions(value, partition).items():
+                tp = TopicPartition(self.settings.topic(name), p)
+                held = self._uncounted.get(tp)
+                if not held:
+                    continue
+                n = 0
+                while held and held[0][0] <= off:
+                    n += held.popleft()[1]
+                if not held:
+                    del self._uncounted[tp]
+                if n:
+                    self.metrics.messages_in.labels(name).inc(n)
+                    counted += n
+        return counted
+
+    def _moved(self, tp: TopicPartition, offset: int) -> None:
+        """The read position of ``tp`` moved to ``offset`` other than by reading (reset or checked): the messages
+        processed there and not counted yet are counted with the first checkpoint that stores a position from
+        ``offset`` on (their effects are in the state it stores)."""
+        held = self._uncounted.get(tp)
+        if held:
+            self._uncounted[tp] = collections.deque([(offset, sum(n for _, n in held))])
 
     async def stop(self) -> None:
         """Deliver what was collected, then stop the consumer and the producer."""
@@ -332,6 +376,7 @@ class PartitionIntake:
         for tp, off in new.items():
             if tp.partition in self.owned:
                 self.positions[tp] = off
+                self._moved(tp, off)
 
     async def _apply_assignment(self) -> None:
         assert self._consumer is not None
@@ -342,6 +387,8 @@ class PartitionIntake:
         self._assignment_changed = False
         for tp in tps:
             if tp in stored:
+                if stored[tp] != self.positions.get(tp):
+                    self._moved(tp, stored[tp])
                 self.positions[tp] = stored[tp]
                 self._consumer.seek(tp, stored[tp])
             else:
@@ -376,7 +423,7 @@ class PartitionIntake:
         """
         owned, topics = self.owned, self.topics
         bad: list[Bad] = []
-        done: list[tuple[TopicPartition, int]] = []
+        done: list[tuple[TopicPartition, int, int]] = []
         n = 0
         t0 = time.perf_counter()
         now, skew, age = self.clock.now(), self.settings.max_clock_skew_s, self.settings.max_event_age_s
@@ -401,17 +448,17 @@ class PartitionIntake:
                 except Exception as exc:
                     log.exception("%s[%d]@%d: processing failed", name, p, rec.offset)
                     bad.append((rec, name, ContractError("processing_failed", f"{type(exc).__name__}: {exc}")))
-            done.append((tp, records[-1].offset + 1))
-            self.metrics.messages_in.labels(name).inc(len(records))
+            done.append((tp, records[-1].offset + 1, len(records)))
             n += len(records)
         if bad and self.sender is not None:
             self._stage_dead(self.sender, bad)
         spent = time.perf_counter() - t0
         if bad and self.sender is None:  # not started: stored before the positions move past them
             await self.dead.send_all(bad)
-        for tp, off in done:
+        for tp, off, k in done:
             if tp.partition in self.owned:
                 self.positions[tp] = off
+                self._uncounted.setdefault(tp, collections.deque()).append((off, k))  # counted once stored
         if n:
             self.metrics.processing.labels(self.name).observe(spent / n)
         return n

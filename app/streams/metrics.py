@@ -31,8 +31,8 @@ class WorkerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.messages_in = Counter("rtt_worker_messages_in_total", "Messages consumed, by topic", ["topic"],
-                                   registry=r)
+        self.messages_in = Counter("rtt_worker_messages_in_total", "Messages consumed, by topic (counted once a"
+                                   " stored checkpoint holds them)", ["topic"], registry=r)
         self.messages_out = Counter("rtt_worker_messages_out_total", "Messages produced (acknowledged by the"
                                     " broker), by topic", ["topic"], registry=r)
         self.send_failures = Counter("rtt_worker_send_failures_total", "Messages the broker did not acknowledge,"

@@ -134,8 +134,10 @@ class NodeStateTable(faust.Table):
         try:
             if intake is None:
                 return await write_rows(self, rows)
-            return await write_rows(self, rows, last=intake.position_rows(positions_key, partitions),
-                                    sender=intake.live_sender, on_rewound=self.rewrite)
+            positions = intake.position_rows(positions_key, partitions)
+            n = await write_rows(self, rows, last=positions, sender=intake.live_sender, on_rewound=self.rewrite)
+            intake.positions_stored(positions)  # the messages they cover are counted now
+            return n
         except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
             held = self.store.states
             for _, key, _ in rows:

@@ -129,7 +129,12 @@ def test_exporters_to_node_features(kafka_settings: Settings, tmp_path: Path) ->
         features_records = asyncio.run(read_until(s, "node-features", final, timeout_s=40))
         metrics_records = asyncio.run(read_until(s, "node-metrics", lambda r: len(r) >= 4))
         [letter] = asyncio.run(read_until(s, "dead-letters", lambda r: len(r) >= 1))
-        page = urllib.request.urlopen(url, timeout=5).read().decode()  # noqa: S310 - loopback
+        deadline = time.monotonic() + 10  # messages in are counted once the checkpoint holding them is stored
+        while True:
+            page = urllib.request.urlopen(url, timeout=5).read().decode()  # noqa: S310 - loopback
+            if 'rtt_worker_messages_in_total{topic="node-metrics"} 4.0' in page or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
 
     # node-metrics: the node's partition holds round 1, the malformed message, rounds 2 and 3, in that order
     assert {r.partition for r in metrics_records} == {metrics_records[0].partition}

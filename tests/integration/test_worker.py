@@ -31,6 +31,18 @@ def start_worker(group: ProcessGroup, s: Settings, name: str = "worker") -> str:
     return url
 
 
+def page_with(url: str, line: str, timeout_s: float = 10.0) -> str:
+    """The worker's /metrics page once it shows ``line`` (a counter that moves with the worker's checkpoints)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        if line in text.splitlines():
+            return text
+        assert time.monotonic() < deadline, f"{line!r} not on the page: " + " ".join(
+            x for x in text.splitlines() if x.startswith(line.split("{")[0]))
+        time.sleep(0.2)
+
+
 async def produce(s: Settings, messages: list[tuple[str, bytes]]) -> None:
     p = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers)
     await p.start()
@@ -116,9 +128,9 @@ def test_features_and_dead_letters(kafka_settings: Settings, tmp_path: Path) -> 
         assert {d["topic"] for d in dead} == {s.topic("node-metrics")} and all(d["key"] == "gpu-a" for d in dead)
         assert "1000000000000000" in dead[4]["error"]
 
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        # counted once the checkpoint holding them is stored
+        text = page_with(url, 'rtt_worker_messages_in_total{topic="node-metrics"} 25.0')
         assert 'rtt_worker_dead_letters_total{reason="invalid_json",topic="node-metrics"} 2.0' in text
-        assert 'rtt_worker_messages_in_total{topic="node-metrics"} 25.0' in text
         assert "rtt_worker_processing_seconds_bucket" in text
         # everything read: the intake's lag is zero on every node-metrics partition it reported
         lags = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -141,5 +153,4 @@ def test_restart_reads_state_back(kafka_settings: Settings, tmp_path: Path) -> N
         features = asyncio.run(consume_until(s, "node-features", lambda v: any(x["count"] == 9 for x in v)))
         check_features([x for x in features if x["count"] == 9][-1], raw)
         # the window of 9 came from the changelog and the committed position: the second worker read one message
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        assert 'rtt_worker_messages_in_total{topic="node-metrics"} 1.0' in text
+        page_with(url, 'rtt_worker_messages_in_total{topic="node-metrics"} 1.0')
