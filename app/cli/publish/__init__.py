@@ -27,7 +27,9 @@ that it delivers again. ``--give-up-after SECONDS`` bounds the wait: the summary
 sent and the input line they start at, exit status 3. Delivery is at least once: a send that timed out may have
 been stored. Ctrl-C or SIGTERM (both cancel the task, where it waits) gives what was read one more try, unless a
 send is under way or failing, then counts what was not delivered and the input line to resume from: every line
-before it was.
+before it was. That try and the producer's close take :data:`STOP_S` at most, however long the broker would hold
+them; the messages counted that were sent with no answer (in flight, or a failed try) are said to be maybe on the
+topic all the same.
 
 A thread reads the input (:mod:`app.cli.publish.read_ahead`: at most 4,000 records ahead of the producer) while
 the records read are converted and produced: they go out in batches of up to :data:`BATCH` while lines keep
@@ -66,6 +68,7 @@ PROGRESS_EVERY = 50_000
 NODES_REFRESH_S = 60.0  # the nodes with metrics, read again from Redis this often
 NODES_MISS_S = 5.0  # and on a line naming a node not in the set, at most this often
 UNSENT = 3  # exit status: messages Kafka did not take (--give-up-after), or refused for good and not dead-lettered
+STOP_S = 1.5  # a stop (Ctrl-C, SIGTERM): the last try of what was read and the producer's close take at most this
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +165,26 @@ async def _cancelled_by_sigterm(work: Coroutine[Any, Any, int]) -> int | None:
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _maybe_stored(delivery: Any) -> str:
+    """What the line of the messages not sent adds of those among them sent with no answer (a stop cuts a send
+    short, or a try failed): Kafka may have stored them, and sending them again may store them twice.
+
+    >>> from types import SimpleNamespace
+    >>> _maybe_stored(SimpleNamespace(unanswered=lambda: []))
+    ''
+    >>> _maybe_stored(SimpleNamespace(unanswered=lambda: [("t-task-completions", b"{}", None)] * 2))
+    '; 2 of them were sent and not acknowledged, and may be on t-task-completions all the same (at least once): \
+check before sending them again'
+    """
+    unanswered = delivery.unanswered()
+    if not unanswered:
+        return ""
+    n, topics = len(unanswered), ", ".join(sorted({m[0] for m in unanswered}))
+    were, them = ("was", "it") if n == 1 else ("were", "them")
+    return (f"; {n} of them {were} sent and not acknowledged, and may be on {topics} all the same (at least once): "
+            f"check before sending {them} again")
 
 
 def _stdin() -> BinaryIO:
@@ -342,18 +365,23 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: ReadAhead, n
         gave_up = exc
         await take_in_read_ahead()
     except BaseException:  # reading stopped early (an unreadable file), Ctrl-C, SIGTERM: what was read goes out
-        import contextlib  # in one more try -- unless a send is under way or failing: its batch is not replaced
+        import asyncio  # in one more try -- unless a send is under way or failing: its batch is not replaced
+        import contextlib
 
+        loop = asyncio.get_running_loop()
+        stop_by = loop.time() + STOP_S  # that try and the producer's close: a broker just gone holds neither up
         try:
             with contextlib.suppress(Exception):
                 await take_in_read_ahead()
             if delivery.waiting_since is None and not delivery.held:
-                with contextlib.suppress(GaveUp, Exception):
-                    await flush(tries=1)
+                with contextlib.suppress(GaveUp, Exception):  # TimeoutError: cut short, its batch held
+                    await asyncio.wait_for(flush(tries=1), timeout=max(0.0, stop_by - loop.time()))
         finally:  # said even when a second Ctrl-C cuts the try short
             n, line = unsent()
             if n:
-                print(f"publish: {n} message(s) not sent (from {name}:{line} on)", file=sys.stderr, flush=True)
+                print(f"publish: {n} message(s) not sent (from {name}:{line} on){_maybe_stored(delivery)}",
+                      file=sys.stderr, flush=True)
+        await delivery.close(max(0.25, stop_by - loop.time()))
         raise
     finally:
         await delivery.close()

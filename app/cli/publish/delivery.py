@@ -59,6 +59,7 @@ class Delivery:
         self._lines: dict[int, int] = {}  # the input line of each message of the flush under way (by id)
         self._of_refused: set[int] = set()  # the dead letters of refused messages among them (by id)
         self._made: list[Any] = []  # those dead letters, kept while their ids are used
+        self._sent: set[int] = set()  # the messages of the flush under way handed to a producer (by id)
         self.producer: Any = None
         self.held: list[Any] = []  # the messages of the flush under way not taken yet
         self.held_line = 0  # the input line of the first of them
@@ -72,13 +73,26 @@ class Delivery:
 
         self.producer = await start_producer(self._settings, client_id="rttsched-publish")
 
-    async def close(self) -> None:
-        import contextlib
+    async def close(self, wait_s: float | None = None) -> bool:
+        """Stop the producer: what it still holds goes out first, for at most ``wait_s`` (None: as long as it takes,
+        up to its 10 s request timeout with a broker just gone); whether it stopped within that -- else it is
+        stopped without it, and Kafka may or may not have stored what it held."""
+        import asyncio
 
         producer, self.producer = self.producer, None
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+        if producer is None:
+            return True
+        stopping = asyncio.ensure_future(producer.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=wait_s)
+        if stopping not in done:
+            stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)  # its error, if any, is no news: it is stopped
+        return stopping in done
+
+    def unanswered(self) -> list[Any]:
+        """The messages held that were sent at least once with no answer that Kafka took them (a send cut short,
+        or one that failed, perhaps by a timeout): Kafka may have stored them all the same."""
+        return [m for m in self.held if id(m) in self._sent]
 
     async def send(self, messages: list[Any], lines: list[int], *, tries: int | None = None) -> int:
         """Send ``messages`` (read from input lines ``lines``, one each) until the broker took each, or ``tries``
@@ -93,7 +107,7 @@ class Delivery:
 
         self.held = list(messages)
         self._lines = {id(m): n for m, n in zip(messages, lines, strict=True)}
-        self._of_refused, self._made = set(), []
+        self._of_refused, self._made, self._sent = set(), [], set()
         self.held_line = lines[0] if lines else 0
         sent = 0
         while self.held:
@@ -107,6 +121,7 @@ class Delivery:
             if self.producer is not None:
                 error = await self._check_letters()
             if self.producer is not None and error is None:
+                self._sent.update(id(m) for m in self.held)
                 failed = await send_messages(self.producer, self.held)
                 failed_ids = {id(m) for m, _ in failed}
                 taken = [m for m in self.held if id(m) not in failed_ids]
