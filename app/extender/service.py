@@ -317,8 +317,12 @@ class ExtenderService:
         try:
             result = await asyncio.wait_for(
                 warm_start(self._redis, self.keys, self.builder, load), self.options.warm_timeout_s)
+        except TimeoutError:  # its str() is empty: say what ran out
+            log.warning("warm start from redis skipped: timed out after %gs (RTT_EXTENDER_WARM_TIMEOUT_S); the "
+                        "Kafka feed will make the view ready", self.options.warm_timeout_s)
+            return
         except Exception as exc:  # Redis down or slow: the Kafka feed will make us ready
-            log.warning("warm start from redis skipped: %s", exc)
+            log.warning("warm start from redis skipped: %s", str(exc) or repr(exc))
             return
         if result.usable:
             self.request_rebuild(force=True)
