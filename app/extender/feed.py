@@ -10,13 +10,15 @@ does not make the consumer fail (it retries inside): while nothing arrives for `
 broker for its metadata, and one that does not answer is a degraded reason (``kafka``: ``/readyz``,
 ``rtt_extender_degraded``) until it answers or records arrive again.
 
-With ``on_completion``, the feed also reads task-completions from their end: each completion's ``task_id``
-is handed to it (the service forgets the pod it assumed, so the pods it counts as running on a node are
-the ones still running, not the ones expected to be). A reconnect reads task-completions on from the position
-the feed had read to, so the completions produced while it was away are applied too; a position the partition
-no longer has (before its start, or beyond its end: the broker lost its data, the topic was recreated) is
-reset to the partition's start (:class:`~app.kafka.positions.PositionGuard`). The compacted topics are read
-again from their start on every connection: their values only move the view forward, so nothing is lost.
+With ``on_completion``, the feed also reads task-completions, from their end on its first connection: each
+completion's ``task_id`` is handed to it (the service forgets the pod it assumed, so the pods it counts as
+running on a node are the ones still running, not the ones expected to be). A reconnect reads task-completions
+on from the position the feed had read to (saved as soon as a batch is applied, so no batch is applied twice),
+so the completions produced while it was away are applied too; a partition added while it was away is read
+from its start, and a position the partition no longer has (before its start, or beyond its end: the broker
+lost its data, the topic was recreated) is reset to the partition's start
+(:class:`~app.kafka.positions.PositionGuard`). The compacted topics are read again from their start on every
+connection: their values only move the view forward, so nothing is lost.
 
 Messages are applied in slices (:mod:`app.extender.pacing`), so a large backlog never holds the event
 loop; after each batch the feed asks for a rebuild (the service builds at most every
@@ -95,6 +97,7 @@ class ViewFeed:
         self._behind: dict[Any, int] = {}  # partitions not yet read to their end offset at assignment
         self._resume: dict[TopicPartition, int] = {}  # task-completions partition -> next offset to read, kept
         # across connections: a reconnect reads on from there (the first connection starts at the end)
+        self._completions_seeked = False  # task-completions were positioned once: later ones read on
         self._said = ("", 0.0)
         self._degraded = degraded
         self._heard = 0.0  # monotonic time the broker last gave records or answered a probe
@@ -198,16 +201,23 @@ class ViewFeed:
 
     async def _seek_completions(self, done: list[TopicPartition]) -> None:
         """task-completions from where the feed had read them to (checked against the partitions: one out of
-        range is read from its start); a partition never read before from its end."""
+        range is read from its start). On the first connection every partition is read from its end; on a later
+        one a partition the feed never read (added to the topic while it was away) is read from its start."""
         assert self._guard is not None
-        known = await self._guard.on_assigned({tp: self._resume[tp] for tp in done if tp in self._resume})
+        first = not self._completions_seeked
+        wanted = {tp: self._resume[tp] for tp in done if tp in self._resume}
+        if not first:
+            wanted.update({tp: 0 for tp in done if tp not in wanted})  # new since: from its start (guarded)
+        known = await self._guard.on_assigned(wanted)
         for tp, pos in known.items():
             self._consumer.seek(tp, pos)
+            self._resume[tp] = pos
         fresh = [tp for tp in done if tp not in known]
         if fresh:
             await self._consumer.seek_to_end(*fresh)
             for tp in fresh:  # a reconnect before the first fetch reads on from here too
                 self._resume[tp] = await asyncio.wait_for(self._consumer.position(tp), 10.0)
+        self._completions_seeked = True
         if known:
             log.info("view feed: task-completions read on from %s",
                      ", ".join(f"[{tp.partition}]@{pos}" for tp, pos in sorted(known.items())))
@@ -245,8 +255,11 @@ class ViewFeed:
                 topic = self._topic_of.get(tp.topic, tp.topic)
                 if messages:  # how late the view is: the newest record of the partition in this fetch
                     self._metrics.feed_delay.labels(topic).observe(max(0.0, now_ms - messages[-1].timestamp) / 1000.0)
+                resume = tp in self._resume  # a task-completions partition
                 for msg in messages:
                     self.apply(topic, msg.key, msg.value)
+                    if resume:  # applied: a reconnect reads on after it, whatever fails next
+                        self._resume[tp] = msg.offset + 1
                     if slicer.due():
                         await slicer.pause()
             if not self.caught_up.is_set():
