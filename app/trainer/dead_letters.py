@@ -4,16 +4,22 @@ The trainer reads three topics. A bad **retrain-event** is read once by the trai
 dead-lettered, then committed like any event that ended. **training-samples** and **model-updates** are
 read from their start by every trainer (and model-updates by every worker and extender, which count and log
 a bad one): a restarted trainer reads the same bad message again. It is dead-lettered the first time a
-trainer reads it: a mark named by its topic, partition, offset, record timestamp and the CRC-32 of its bytes
-is stored once the dead letter is (Redis ``SET`` under the registry's namespace; a file under
-``{RTT_MODELS_DIR}/dead-letters`` with the directory registry), and a message whose mark exists is counted
-and logged only. The timestamp and the checksum keep a new bad message at an old offset of a recreated topic
-(the broker lost its data, the topic was deleted) from being taken for the old one: a record keeps the
-timestamp it was written with, a new one has its own, even with the same bytes. A Redis mark expires with the
-topic's retention, after which the message is gone; a compacted topic's (model-updates: a bad value stays until
-its key has a new one) with the dead-letters topic's, after which its dead letter is gone: a trainer that
-reads the value again then dead-letters it again, and no mark outlives its topic for ever. When the marks
-cannot be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
+trainer reads it: a mark named by its topic, partition, offset, record timestamp (-1 for a record without one)
+and the CRC-32 of its bytes is stored once the dead letter is (Redis ``SET`` under the registry's namespace; a
+file under ``{RTT_MODELS_DIR}/dead-letters`` with the directory registry), and a message whose mark exists is
+counted and logged only. The timestamp and the checksum keep a new bad message at an old offset of a recreated
+topic (the broker lost its data, the topic was deleted) from being taken for the old one: a record keeps the
+timestamp it was written with, a new one has its own, even with the same bytes. A mark of the earlier name
+(topic, partition, offset and checksum, no timestamp) is taken for the record at its place once: it is
+replaced by the record's mark, with its expiry, so a message dead-lettered before the upgrade is not sent again.
+
+A Redis mark expires (:func:`mark_ttl_s`) with the topic's retention, after which the message is gone (an hour
+at least: a topic with ``retention.ms=0`` still serves a message until its segment is deleted); for a topic that
+keeps its values (model-updates, compacted: a bad value stays until its key has a new one) with the dead-letters
+topic's, after which its dead letter is gone: a trainer that reads the value again then dead-letters it again.
+When neither topic deletes, the mark expires after 14 days all the same: no Redis mark is kept for ever. A file
+mark (the directory registry, without Redis) does not expire: it is kept until the directory is cleared. When
+the marks cannot be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
 
 A dead letter Kafka does not acknowledge is sent again with backoff (``RTT_RETRY_MAX_BACKOFF_S`` at most
 between tries) until it is stored: a bad retrain-event is committed only then; those of the topics read from
@@ -55,7 +61,11 @@ class Marks(Protocol):
 
     async def has(self, name: str) -> bool: ...
 
-    async def add(self, name: str, ttl_s: float | None) -> None: ...
+    async def add(self, name: str, ttl_s: float) -> None: ...
+
+    async def replace(self, old: str, name: str, ttl_s: float) -> None:
+        """Store ``name`` in place of ``old`` (removed)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -70,15 +80,21 @@ class RedisMarks:
     async def has(self, name: str) -> bool:
         return bool(await self.client.exists(self.prefix + name))
 
-    async def add(self, name: str, ttl_s: float | None) -> None:
-        await self.client.set(self.prefix + name, b"1", px=None if ttl_s is None else int(ttl_s * 1000))
+    async def add(self, name: str, ttl_s: float) -> None:
+        await self.client.set(self.prefix + name, b"1", px=int(ttl_s * 1000))
+
+    async def replace(self, old: str, name: str, ttl_s: float) -> None:
+        async with self.client.pipeline(transaction=True) as pipe:  # both or neither
+            pipe.set(self.prefix + name, b"1", px=int(ttl_s * 1000))
+            pipe.delete(self.prefix + old)
+            await pipe.execute()
 
     async def close(self) -> None:
         await self.client.aclose()
 
 
 class DirectoryMarks:
-    """Marks as empty files under ``path`` (created when the first one is stored); no expiry."""
+    """Marks as empty files under ``path`` (created when the first one is stored); they do not expire."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -86,9 +102,13 @@ class DirectoryMarks:
     async def has(self, name: str) -> bool:
         return (self.path / name).exists()
 
-    async def add(self, name: str, ttl_s: float | None) -> None:
+    async def add(self, name: str, ttl_s: float) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / name).touch()
+
+    async def replace(self, old: str, name: str, ttl_s: float) -> None:
+        await self.add(name, ttl_s)
+        (self.path / old).unlink(missing_ok=True)
 
     async def close(self) -> None:
         return None
@@ -102,27 +122,53 @@ def open_marks(settings: Settings) -> Marks:
 
 
 def mark_name(rec: Any) -> str:
-    """The mark of a consumed record: topic, partition, offset, timestamp (ms) and the CRC-32 of its value.
+    """The mark of a consumed record: topic, partition, offset, timestamp (ms; -1 for a record without one, as
+    aiokafka gives a v0 record) and the CRC-32 of its value.
 
     >>> class R: topic, partition, offset, timestamp, value = "training-samples", 3, 17, 1700000000123, b"{"
     >>> mark_name(R())
     'training-samples.3.17.1700000000123.15d54739'
+    >>> R.timestamp = None
+    >>> mark_name(R())
+    'training-samples.3.17.-1.15d54739'
     """
+    timestamp = -1 if rec.timestamp is None else int(rec.timestamp)
+    return f"{rec.topic}.{int(rec.partition)}.{int(rec.offset)}.{timestamp}.{_crc(rec)}"
+
+
+def earlier_mark_name(rec: Any) -> str:
+    """The name an earlier release gave the mark of ``rec``: topic, partition, offset and checksum.
+
+    >>> class R: topic, partition, offset, timestamp, value = "training-samples", 3, 17, 1700000000123, b"{"
+    >>> earlier_mark_name(R())
+    'training-samples.3.17.15d54739'
+    """
+    return f"{rec.topic}.{int(rec.partition)}.{int(rec.offset)}.{_crc(rec)}"
+
+
+def _crc(rec: Any) -> str:
     value = rec.value if isinstance(rec.value, bytes | bytearray) else str(rec.value or "").encode()
-    return f"{rec.topic}.{int(rec.partition)}.{int(rec.offset)}.{int(rec.timestamp)}.{zlib.crc32(value):08x}"
+    return f"{zlib.crc32(value):08x}"
 
 
-def mark_ttl_s(source: str) -> float | None:
-    """How long the mark of a bad message of contract ``source`` is kept: the topic's retention (the message is
-    gone then), for a compacted topic the dead-letters topic's (its dead letter is gone then); ``None``: for ever.
+UNBOUNDED_MARK_TTL_S = 14 * 86400.0  # a mark's life when neither its topic nor dead-letters deletes (retention -1)
+MIN_MARK_TTL_S = 3600.0  # retention.ms=0 deletes a message once its segment rolls, not at once
+
+
+def mark_ttl_s(source: str) -> float:
+    """How long the mark of a bad message of contract ``source`` is kept (seconds, always finite): the topic's
+    retention (the message is gone then), ``MIN_MARK_TTL_S`` at least; for a topic that keeps its messages
+    (``retention_ms`` -1: compacted, like model-updates) the dead-letters topic's (its dead letter is gone then);
+    ``UNBOUNDED_MARK_TTL_S`` when that one keeps them too.
 
     >>> mark_ttl_s("training-samples") == mark_ttl_s("model-updates") == 14 * 86400
     True
     """
-    retention = contract(source).retention_ms
-    if retention <= 0:
-        retention = contract("dead-letters").retention_ms
-    return retention / 1000 if retention > 0 else None
+    for topic in (source, "dead-letters"):
+        retention_ms = contract(topic).retention_ms
+        if retention_ms >= 0:  # Kafka: -1 keeps for ever, 0 deletes as soon as it can
+            return max(retention_ms / 1000, MIN_MARK_TTL_S)
+    return UNBOUNDED_MARK_TTL_S
 
 
 class TrainerDeadLetters:
@@ -141,16 +187,16 @@ class TrainerDeadLetters:
         but those a trainer dead-lettered before (a topic read from its start), and mark each when stored. The
         dead letters are sent together, the ones not acknowledged again until they are; how many were stored."""
         todo: list[tuple[Any, str, bytes, bytes, str]] = []  # record, reason, key, value, mark name
+        ttl_s = mark_ttl_s(source)
         for rec, exc in bad:
             name = mark_name(rec) if once else ""
-            if name and await self._has(name):
+            if name and (await self._has(name) or await self._had_earlier(rec, name, ttl_s)):
                 log.debug("bad %s at %s:%d dead-lettered before", source, rec.topic, rec.offset)
                 continue
             record = dead_letter_record(rec, source, exc, self.clock.now())
             todo.append((rec, exc.reason, record["topic"].encode(), encode("dead-letters", record), name))
         stored = 0
         backoff = Backoff.upto(self.settings.retry_max_backoff_s)
-        ttl_s = mark_ttl_s(source)
         while todo:
             again = []
             for item, result in zip(todo, await self._send_all(todo), strict=True):
@@ -192,7 +238,18 @@ class TrainerDeadLetters:
             log.warning("dead-letter marks unreadable (%r): dead-lettering %s anyway", error, name)
             return False
 
-    async def _mark(self, name: str, ttl_s: float | None) -> None:
+    async def _had_earlier(self, rec: Any, name: str, ttl_s: float) -> bool:
+        """Whether ``rec`` has a mark of the earlier name; it is replaced by ``name``, with its expiry."""
+        earlier = earlier_mark_name(rec)
+        if not await self._has(earlier):
+            return False
+        try:
+            await self.marks.replace(earlier, name, ttl_s)
+        except (OSError, RedisError) as error:  # still there: found again next time
+            log.warning("dead-letter mark %s not renamed %s: %r", earlier, name, error)
+        return True
+
+    async def _mark(self, name: str, ttl_s: float) -> None:
         try:
             await self.marks.add(name, ttl_s)
         except (OSError, RedisError) as error:  # read again, it is dead-lettered again
@@ -205,4 +262,5 @@ class TrainerDeadLetters:
             pass
 
 
-__all__ = ["DirectoryMarks", "Marks", "RedisMarks", "TrainerDeadLetters", "mark_name", "mark_ttl_s", "open_marks"]
+__all__ = ["MIN_MARK_TTL_S", "UNBOUNDED_MARK_TTL_S", "DirectoryMarks", "Marks", "RedisMarks", "TrainerDeadLetters",
+           "earlier_mark_name", "mark_name", "mark_ttl_s", "open_marks"]

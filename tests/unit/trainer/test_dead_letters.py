@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from app.config import Settings
 from app.contracts import decode
 from app.errors import ContractError
 from app.trainer import dead_letters as module
-from app.trainer.dead_letters import DirectoryMarks, TrainerDeadLetters, open_marks
+from app.trainer.dead_letters import DirectoryMarks, TrainerDeadLetters, mark_ttl_s, open_marks
 from app.trainer.metrics import TrainerMetrics
 
 
@@ -150,6 +152,10 @@ class KeptMarks:
     async def add(self, name: str, ttl_s: float | None) -> None:
         self.ttl[name] = ttl_s
 
+    async def replace(self, old: str, name: str, ttl_s: float) -> None:
+        del self.ttl[old]
+        self.ttl[name] = ttl_s
+
     async def close(self) -> None:
         return None
 
@@ -160,3 +166,58 @@ async def test_every_mark_expires_a_compacted_topics_with_its_dead_letter(tmp_pa
     assert await d.send("model-updates", [stamped(3, 5)]) == 1
     assert await d.send("training-samples", [bad(4)]) == 1
     assert sorted(marks.ttl.values()) == [1_209_600.0, 1_209_600.0]  # 14 days: dead-letters', training-samples'
+
+
+async def test_a_mark_stored_by_the_earlier_release_is_recognised_and_given_an_expiry(tmp_path: Path) -> None:
+    earlier = f"p-model-updates.0.7.{zlib.crc32(b'{'):08x}"  # topic, partition, offset, checksum: no timestamp
+    marks = KeptMarks()
+    marks.ttl[earlier] = None  # as the earlier release stored a model-updates mark: kept for ever
+    producer = Producer()
+    d = dead(tmp_path, producer, marks=marks)
+    assert await d.send("model-updates", [stamped(7, 1_700_000_000_000)]) == 0
+    assert marks.ttl == {"p-model-updates.0.7.1700000000000.15d54739": 1_209_600.0}  # renamed, expiring
+    assert await d.send("model-updates", [stamped(7, 1_700_000_000_000)]) == 0
+    # the topic recreated since: the same bytes at the same offset, written later, are a new message
+    assert await d.send("model-updates", [stamped(7, 1_700_000_360_000)]) == 1
+    assert len(producer.stored) == 1
+
+
+async def test_an_earlier_mark_in_the_models_directory_is_recognised(tmp_path: Path) -> None:
+    (tmp_path / "dead-letters").mkdir()
+    (tmp_path / "dead-letters" / f"p-training-samples.2.4.{zlib.crc32(b'{'):08x}").touch()
+    producer = Producer()
+    assert await dead(tmp_path, producer).send("training-samples", [bad(1), bad(4)]) == 1
+    assert [o for o, _, _ in letters(producer)] == [1]
+    assert sorted(p.name for p in (tmp_path / "dead-letters").iterdir()) == [
+        "p-training-samples.2.1.0.15d54739", "p-training-samples.2.4.0.15d54739"]
+
+
+async def test_a_record_without_a_timestamp_is_dead_lettered_once(tmp_path: Path) -> None:
+    rec = ConsumerRecord("p-model-updates", 0, 3, None, -1, b"gCTF:gpu", b"{", None, 8, 1, ())  # a v0 record
+    producer = Producer()
+    d = dead(tmp_path, producer)
+    assert await d.send("model-updates", [(rec, ContractError("invalid_json", "not JSON")), bad(5)]) == 2
+    assert await d.send("model-updates", [(rec, ContractError("invalid_json", "not JSON"))]) == 0
+    assert (tmp_path / "dead-letters" / "p-model-updates.0.3.-1.15d54739").exists()
+
+
+def retention(monkeypatch: pytest.MonkeyPatch, **retention_ms: int) -> None:
+    """The contracts with ``retention_ms`` of the topics named (``dead_letters`` for dead-letters)."""
+    real = module.contract
+    changed = {name.replace("_", "-"): ms for name, ms in retention_ms.items()}
+    monkeypatch.setattr(module, "contract", lambda name: dataclasses.replace(real(name), retention_ms=changed[name])
+                        if name in changed else real(name))
+
+
+def test_a_mark_expires_when_neither_topic_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
+    retention(monkeypatch, dead_letters=-1)
+    assert mark_ttl_s("model-updates") == 14 * 86400  # the fixed fallback, not kept for ever
+    assert mark_ttl_s("training-samples") == 14 * 86400  # its own retention
+
+
+def test_retention_zero_deletes_and_a_mark_lives_an_hour_at_least(monkeypatch: pytest.MonkeyPatch) -> None:
+    retention(monkeypatch, training_samples=0, retrain_events=60_000)
+    assert mark_ttl_s("training-samples") == 3600.0  # deleted as soon as it can be, not the dead-letters' 14 days
+    assert mark_ttl_s("retrain-events") == 3600.0
+    retention(monkeypatch, training_samples=0, dead_letters=-1)
+    assert mark_ttl_s("training-samples") == 3600.0
