@@ -40,6 +40,7 @@ from app.contracts.keys import parse_model_key
 from app.drift.joinbuffer import HELD, JoinBuffer
 from app.drift.tracker import NodeTracker
 from app.retry import Backoff
+from app.streams.changelog import Row
 from app.streams.feedback_models import ModelCache
 from app.streams.feedback_options import FeedbackOptions
 from app.streams.feedback_outbox import ErrorsOutbox
@@ -173,6 +174,7 @@ class FeedbackLoop:
             deleted, self._deleted_rows = self._deleted_rows, []
             rows += deleted
             intake = self.intake
+            positions: list[Row] = []
             try:
                 if intake is None:
                     n = await self.table.write(rows)
@@ -181,6 +183,8 @@ class FeedbackLoop:
                     n = await self.table.write(rows, last=positions, sender=intake.live_sender)
                     intake.positions_stored(positions)  # the messages they cover are counted now
             except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
+                if intake is not None:  # the positions stored, the markers after them not: counted all the same
+                    intake.positions_held(positions, self.table.data)
                 self.buffer.retake(upserts, removed)
                 self.dirty_nodes |= dirty
                 self._deleted_rows = deleted + self._deleted_rows

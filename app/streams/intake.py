@@ -39,7 +39,10 @@ checkpoint that records a read position past it is stored (:meth:`PartitionIntak
 messages processed since the last one are added. A message read again after a crash (a SIGKILL between two
 checkpoints), or by a partition's new owner after a rebalance, is counted once: by the process whose
 checkpoint stored it. The counter therefore moves in steps, once per checkpoint
-(``RTT_WORKER_CHECKPOINT_INTERVAL_S``, 1 s by default), and not while checkpoints fail (the broker away).
+(``RTT_WORKER_CHECKPOINT_INTERVAL_S``, 1 s by default), and not while checkpoints fail (the broker away);
+meanwhile a partition holds at most ``UNCOUNTED_MAX`` pending entries (the oldest merged). The messages are
+counted as soon as the read positions are stored, even when the markers written after them fail
+(:meth:`PartitionIntake.positions_held`): those positions are what the partitions' next owner reads on from.
 
 Dead letters keep that rule (:meth:`PartitionIntake.process`): the dead letter of a message that fails its
 contract, or that its handler refuses, is handed to the intake's sender in the same step as the handlers'
@@ -84,6 +87,7 @@ HELD_MAX = 2 * MAX_RECORDS  # records waiting for the broker beyond which the in
 RETRY_S = 1.0
 REQUEST_TIMEOUT_MS = 40_000  # aiokafka's default
 DEAD_HELD_MAX_BYTES = 64 << 20  # undelivered dead-letter bytes on the sender beyond which the intake reads no more
+UNCOUNTED_MAX = 64  # pending (offset, count) entries per partition beyond which the oldest two are merged
 
 
 class Countable(Protocol):
@@ -284,6 +288,25 @@ class PartitionIntake:
                     counted += n
         return counted
 
+    def positions_held(self, rows: list[Row], data: Any) -> int:
+        """After a checkpoint's write of ``rows`` raised: count (:meth:`positions_stored`) the messages covered by
+        those of ``rows`` that the table's ``data`` holds, that is, stored (the table takes a row once the broker
+        has it), a later step of the write failing: the markers' flush. Their read positions are in the changelog:
+        the partitions' next owner reads on from there and never counts those messages."""
+        return self.positions_stored([r for r in rows if r[2] is not None and data.get(r[1]) == r[2]])
+
+    def _hold(self, tp: TopicPartition, offset: int, n: int) -> None:
+        """``n`` messages before ``offset`` processed, to count once a stored position covers them. Past
+        ``UNCOUNTED_MAX`` entries (checkpoints failing while reading goes on) the oldest two become one, at the
+        later offset: they are then counted together, with the first checkpoint storing a position past both, so
+        the entries a partition holds stay bounded; a count is delayed, never made twice."""
+        held = self._uncounted.setdefault(tp, collections.deque())
+        held.append((offset, n))
+        if len(held) > UNCOUNTED_MAX:
+            _, n1 = held.popleft()
+            off2, n2 = held.popleft()
+            held.appendleft((off2, n1 + n2))
+
     def _moved(self, tp: TopicPartition, offset: int) -> None:
         """The read position of ``tp`` moved to ``offset`` other than by reading (reset or checked): the messages
         processed there and not counted yet are counted with the first checkpoint that stores a position from
@@ -458,7 +481,7 @@ class PartitionIntake:
         for tp, off, k in done:
             if tp.partition in self.owned:
                 self.positions[tp] = off
-                self._uncounted.setdefault(tp, collections.deque()).append((off, k))  # counted once stored
+                self._hold(tp, off, k)  # counted once stored
         if n:
             self.metrics.processing.labels(self.name).observe(spent / n)
         return n

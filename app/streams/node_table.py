@@ -23,6 +23,7 @@ the node-features intake reads on from there after a recovery.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -127,24 +128,38 @@ class NodeStateTable(faust.Table):
         ``partitions`` must be those whose every state is in ``states`` (default: all held): a position is
         recorded only with the state it produced.
         """
-        rows: list[Row] = [(state.partition, key, row)
-                           for state in (list(self.store.states.values()) if states is None else states)
-                           for key, row in state.take_rows()]
-        intake = self.intake
-        try:
-            if intake is None:
-                return await write_rows(self, rows)
-            positions = intake.position_rows(positions_key, partitions)
-            n = await write_rows(self, rows, last=positions, sender=intake.live_sender, on_rewound=self.rewrite)
-            intake.positions_stored(positions)  # the messages they cover are counted now
-            return n
-        except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
-            held = self.store.states
-            for _, key, _ in rows:
-                state = held.get(node_of_key(key))
-                if state is not None:
-                    state.retake((key,))
-            raise
+        async with self.checkpoint_lock:
+            rows: list[Row] = [(state.partition, key, row)
+                               for state in (list(self.store.states.values()) if states is None else states)
+                               for key, row in state.take_rows()]
+            intake = self.intake
+            positions: list[Row] = []
+            try:
+                if intake is None:
+                    return await write_rows(self, rows)
+                positions = intake.position_rows(positions_key, partitions)
+                n = await write_rows(self, rows, last=positions, sender=intake.live_sender,
+                                     on_rewound=self.rewrite)
+                intake.positions_stored(positions)  # the messages they cover are counted now
+                return n
+            except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
+                if intake is not None:  # the positions stored, the markers after them not: counted all the same
+                    intake.positions_held(positions, self.data)
+                held = self.store.states
+                for _, key, _ in rows:
+                    state = held.get(node_of_key(key))
+                    if state is not None:
+                        state.retake((key,))
+                raise
+
+    @property
+    def checkpoint_lock(self) -> asyncio.Lock:
+        """Held by each checkpoint: one at a time, so a revoke's checkpoint waits for the one in flight, and a
+        partition's positions, and the messages they cover, are forgotten only once no write of them is pending."""
+        lock = self.__dict__.get("_checkpoint_lock")
+        if lock is None:
+            lock = self.__dict__["_checkpoint_lock"] = asyncio.Lock()
+        return lock
 
     def rewrite(self, partitions: set[int]) -> None:
         """Mark every row of the states of ``partitions`` to be written by the next checkpoint (their changelog

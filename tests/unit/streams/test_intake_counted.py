@@ -39,6 +39,7 @@ class Table:
 
     def __init__(self) -> None:
         self.positions: dict[bytes, bytes] = {}
+        self.data = self.positions  # the rows it holds: those stored
         self.fail = False
 
     async def write(self, rows: list[Any], *, last: list[Row] = (), sender: object = None) -> int:  # type: ignore[assignment]

@@ -68,6 +68,9 @@ class Intake:
     def positions_stored(self, rows: list[Any]) -> int:
         return 0
 
+    def positions_held(self, rows: list[Any], data: Any) -> int:
+        return 0
+
     def release(self, partitions: set[int]) -> None:
         pass
 
