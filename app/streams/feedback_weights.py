@@ -30,6 +30,7 @@ import orjson
 from app.contracts import encode
 from app.features.hardware import hardware_features, node_counts
 from app.features.vector import TASK_FEATURES, matrix
+from app.masking import mask_url
 from app.redis_client import async_redis_client
 from app.scheduler.cache import CacheKeys
 from app.streams.context import context_of
@@ -112,6 +113,7 @@ class RedisWriter:
 
     def __init__(self, url: str, prefix: str, timeout_s: float, metrics: FeedbackMetrics, health: Health) -> None:
         self.client = async_redis_client(url, timeout_s)  # a Redis that never answers: each call gives up
+        self.where = f"Redis at {mask_url(url)} (REDIS_URL)"  # what a failure names: the address, its setting
         self.writes = metrics.redis_writes
         self.health = health
         self.keys = CacheKeys(prefix)
@@ -137,7 +139,7 @@ class RedisWriter:
             self.health.recovered("redis_cache")
         except Exception as exc:  # best effort: the next period writes the latest values again
             self.writes.labels("failed").inc()
-            self.health.degraded("redis_cache", f"redis cache write failed: {exc!r}")
+            self.health.degraded("redis_cache", f"redis cache write to {self.where} failed: {exc!r}")
 
     async def forget(self, nodes: list[str]) -> None:
         """Delete the cached values of evicted ``nodes`` (a restarted extender would warm up with them, and
@@ -150,7 +152,7 @@ class RedisWriter:
             self.writes.labels("ok").inc()
         except Exception as exc:  # the key then lives on in Redis until the next eviction of the node
             self.writes.labels("failed").inc()
-            self.health.degraded("redis_cache", f"redis cache delete failed: {exc!r}")
+            self.health.degraded("redis_cache", f"redis cache delete at {self.where} failed: {exc!r}")
 
     async def close(self) -> None:
         if self._task is not None:
