@@ -21,9 +21,12 @@ bias_ms`` of the period, ``cumulative``: the node × app Page-Hinkley statistic 
   ``SAMPLE_CHECK_S``, 0.25 s, with the rest): a model key without a model whose samples seen by this worker
   reach ``options.cold_start_samples`` gets a retrain-event with reason ``cold_start`` (``cumulative_error``:
   the sample count, ``threshold``: the option); asked again only once the count has doubled (the
-  trainer may still be training, or found too few usable rows). Asked at the sample, a new cluster's first
-  models do not wait up to a quarter of a second for the check (docs/feedback.md: measured); an ask that
-  fails there (Kafka away) is asked again by the check.
+  trainer may still be training, or found too few usable rows). None is asked before the worker's models
+  are in use (:meth:`~app.streams.feedback_models.ModelCache.settled`: model-updates read to its end at
+  start and the loads that read started resolved, or 30 s passed), so a restart asks none for keys that
+  have models. Asked at the sample, a new cluster's first models do not wait up to a quarter of a second
+  for the check (docs/feedback.md: measured); an ask that fails there (Kafka away) is asked again by the
+  check.
 * Growth (checked with the cold start): a key with a model whose samples grew by
   ``options.retrain_growth`` (50 %) since the last retrain asked gets a retrain-event with reason
   ``growth`` (:mod:`app.drift.growth`).
@@ -163,6 +166,8 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
                 continue
             count = loop.samples_per_key[key]
             has_model = loop.models.has(key)
+            if not has_model and not loop.models.settled():  # the models announced may not be loaded yet
+                continue
             reason = growth.due(key, count, has_model=has_model)
             if reason is None:
                 continue
@@ -188,7 +193,7 @@ def register_errors(app: faust.App, loop: FeedbackLoop) -> None:
         """A sample of ``key`` was counted: a key without a model asks its cold start at once when its count
         calls for it (the first models of a new cluster, every quarter of a second sooner), not at the next
         sample check; growth retrains wait for the check."""
-        if key in spawned or key in asking or loop.models.has(key):
+        if key in spawned or key in asking or loop.models.has(key) or not loop.models.settled():
             return
         if growth.due(key, loop.samples_per_key[key], has_model=False) is None:
             return

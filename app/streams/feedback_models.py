@@ -15,6 +15,17 @@ worker loads them from the registry as any update (sha256 checked, retried while
 until each is loaded or rejected, :meth:`ModelCache.has` still says the key has a model, so no cold start is
 asked for it.
 
+At start (and after every restart) no cold start is asked before the models announced are in use: until
+model-updates has been read to the end of every partition (its position at the fetch high watermark) and the
+loads that read started have resolved (loaded or rejected; one deferred while the registry is away is not
+resolved), :meth:`ModelCache.settled` is False and the worker asks no cold start. The wait is bounded by
+``START_BOUND_S`` (30 s) from the start of the read (from the cache's creation if reading never starts): a
+broker that never answers, or a registry that stays away, holds cold starts that long, not for good. Updates
+read during that first pass are kept newest per key and loaded once the pass ends (or the bound passes), so
+the versions a later one superseded (those the registry trimmed: ``RTT_MODEL_KEEP``) are neither loaded nor
+warned about; after it, each fetched batch is applied newest per key the same way. A key whose update is
+kept or waiting for the registry counts as having a model (:meth:`ModelCache.has`).
+
 A tombstone (a message without value) does not delete a model: deleting one is not supported, so the
 key's model keeps serving; it is counted (``rtt_worker_model_rejected_total{reason="tombstone"}``) and logged
 at INFO.
@@ -30,7 +41,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -55,6 +67,7 @@ log = logging.getLogger(__name__)
 DEGRADED_REASON = "model_store"
 TOMBSTONE = "tombstone"  # the reason a model-updates message without value is counted under
 RETRY_S = 1.0  # pause after a broker error before model-updates are read again
+START_BOUND_S = 30.0  # longest wait (s) for the first pass over model-updates before cold starts are asked
 
 
 class ModelCache:
@@ -67,12 +80,21 @@ class ModelCache:
     metrics, health
         The worker app's series and degraded reasons (fresh ones by default).
 
+    start_bound_s
+        Longest wait, from the start of the read, for the first pass over model-updates and its loads before
+        :meth:`settled` says cold starts may be asked (0: no wait, for a cache no model-updates feed follows).
+    clock
+        Monotonic seconds, for that bound.
+
     ``on_swap`` callbacks get ``(model_key, version)`` after each swap.
     """
 
     def __init__(self, settings: Settings, store: ModelStore | None = None,
                  opener: Callable[[Settings], ModelStore] = open_store, *, metrics: WorkerMetrics | None = None,
-                 health: Health | None = None) -> None:
+                 health: Health | None = None, start_bound_s: float = START_BOUND_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not start_bound_s >= 0:
+            raise ValueError(f"start_bound_s must be >= 0 (got {start_bound_s})")
         self.settings = settings
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.health = health if health is not None else Health(self.metrics.registry)
@@ -86,6 +108,12 @@ class ModelCache:
         self.returning: set[str] = set()  # keys handed back by unpark, not loaded or rejected yet
         self.backoff = Backoff.upto(settings.retry_max_backoff_s)
         self._retry: asyncio.Task[None] | None = None
+        self.start_bound_s = float(start_bound_s)
+        self._clock = clock
+        self._since = clock()  # the start of the first pass (of the cache until reading starts)
+        self.first_pass = True  # model-updates not read to their end since the start yet (nor the bound passed)
+        self.held: dict[str, dict[str, Any]] = {}  # key -> newest update of the first pass, not applied yet
+        self._settled = start_bound_s == 0
 
     @property
     def store(self) -> ModelStore:
@@ -98,8 +126,50 @@ class ModelCache:
         return m[1].version if m is not None else None
 
     def has(self, key: str) -> bool:
-        """Whether ``key`` has a model in use, or one being loaded again for its returning app."""
-        return key in self.models or key in self.returning
+        """Whether ``key`` has a model in use, or one announced and not loaded yet: read in the first pass,
+        waiting for the registry, or being loaded again for its returning app."""
+        return key in self.models or key in self.returning or key in self.held or key in self.pending
+
+    def begin_read(self) -> None:
+        """The first pass over model-updates starts now: the bound of :meth:`settled` counts from here."""
+        self._since = self._clock()
+
+    def overdue(self) -> bool:
+        """Whether the first pass has taken longer than ``start_bound_s``."""
+        return self._clock() - self._since >= self.start_bound_s
+
+    def settled(self) -> bool:
+        """Whether cold starts may be asked: the first pass over model-updates has ended and every load it
+        started has resolved, or ``start_bound_s`` has passed since it started. Once True, always True."""
+        if self._settled:
+            return True
+        if not self.first_pass and not self.pending:
+            self._settled = True
+            log.info("model-updates read at start: %d model(s) in use; cold starts are asked from now on",
+                     len(self.models))
+        elif self.overdue():
+            self._settled = True
+            log.warning("model-updates %s within %.0f s of start: cold starts are asked from now on (%d model(s)"
+                        " in use, %d waiting for the registry)",
+                        "not read to their end" if self.first_pass else "read, but not every model loaded",
+                        self.start_bound_s, len(self.models), len(self.pending))
+        return self._settled
+
+    def hold(self, update: dict[str, Any]) -> None:
+        """Keep ``update`` of the first pass for :meth:`end_first_pass`, unless a newer one of its key is kept."""
+        kept = self.held.get(update["model_key"])
+        if kept is None or int(kept["version"]) <= int(update["version"]):
+            self.held[update["model_key"]] = update
+
+    async def end_first_pass(self) -> None:
+        """The first pass over model-updates has ended (or its bound passed): apply what it kept, newest per key."""
+        while self.held:
+            key, update = next(iter(self.held.items()))
+            try:
+                await self.apply(update)
+            finally:  # a key counts as having a model until its update is applied (loaded, deferred or rejected)
+                self.held.pop(key, None)
+        self.first_pass = False
 
     def predictor(self, key: str) -> FastPredictor | None:
         m = self.models.get(key)
@@ -135,6 +205,8 @@ class ModelCache:
             unloaded.append(key)
         for key in [k for k in self.pending if parse_model_key(k)[0] in apps]:
             self._park_update(self.pending.pop(key))
+        for key in [k for k in self.held if parse_model_key(k)[0] in apps]:
+            self._park_update(self.held.pop(key))
         self.returning = {k for k in self.returning if parse_model_key(k)[0] not in apps}
         if not self.pending:
             self.health.recovered(DEGRADED_REASON)
@@ -278,9 +350,12 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
         tps = [TopicPartition(topic, p) for p in range(contract("model-updates").partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        cache.begin_read()
         if started is not None:
             started.set()
         while True:
+            if cache.first_pass and cache.overdue():  # the bound of the first pass: load what it read so far
+                await cache.end_first_pass()
             try:
                 try:
                     batches = await consumer.getmany(timeout_ms=500)
@@ -299,6 +374,8 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 log.warning("model-updates: read positions not checked (%r); retrying", exc)
                 checked = False
             await _apply_batch(cache, batches)
+            if cache.first_pass and await _read_to_end(consumer, guard, batches):
+                await cache.end_first_pass()
             if not checked:  # the next fetch checks again
                 await asyncio.sleep(RETRY_S)
     finally:
@@ -307,8 +384,37 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
             await consumer.stop()
 
 
+async def _read_to_end(consumer: Any, guard: PositionGuard, batches: dict[TopicPartition, list[Any]]) -> bool:
+    """Whether every assigned partition has been read up to its fetch high watermark (a partition no fetch has
+    answered yet has not). A partition answered without records whose position is not known from its records
+    (the offsets before the end hold no record the consumer hands out) is asked its position."""
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is None:
+            return False
+        pos = guard.next_offsets.get(tp)
+        if (pos is None or pos < high) and not batches.get(tp):
+            pos = guard.next_offsets[tp] = await consumer.position(tp)
+        if pos < high:
+            return False
+    return True
+
+
+def _newest(updates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``updates`` less those a later or newer one of the same key supersedes, in the order read."""
+    newest: dict[str, dict[str, Any]] = {}
+    for update in updates:
+        kept = newest.get(update["model_key"])
+        if kept is None or int(kept["version"]) <= int(update["version"]):
+            newest.pop(update["model_key"], None)
+            newest[update["model_key"]] = update
+    return list(newest.values())
+
+
 async def _apply_batch(cache: ModelCache, batches: dict[TopicPartition, list[Any]]) -> None:
-    """Apply each model-updates message of a fetched batch, in order; a tombstone or a bad message is counted."""
+    """Apply the newest update per key of a fetched batch (in the first pass: keep it for the pass's end); a
+    tombstone or a bad message is counted."""
+    updates = []
     for records in batches.values():
         for rec in records:
             if rec.value is None:
@@ -321,4 +427,9 @@ async def _apply_batch(cache: ModelCache, batches: dict[TopicPartition, list[Any
                 cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
                 log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
                 continue
+            updates.append(update)
+    for update in _newest(updates):
+        if cache.first_pass:
+            cache.hold(update)
+        else:
             await cache.apply(update)

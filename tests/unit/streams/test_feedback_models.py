@@ -371,7 +371,9 @@ async def test_a_batch_fetched_is_applied_when_the_position_check_after_it_fails
             if applied or task.done():
                 break
             await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 10.0
         while calls["fetch"] < 3 and not task.done():  # the task reads on after the failed check
+            assert time.monotonic() < deadline, f"the task read no further: {calls}"
             await asyncio.sleep(0.01)
         assert not task.done(), task.exception()
     finally:
@@ -380,3 +382,116 @@ async def test_a_batch_fetched_is_applied_when_the_position_check_after_it_fails
             await task
     assert calls["ends"] >= 1  # the check after the fetch did fail
     assert applied == [("gCTF:gpu", 4)]
+
+
+class Feed:
+    """A stand-in model-updates consumer: ``batches`` answered in turn (then nothing, or ``then`` raised), with the
+    high watermarks ``high``; ``seen`` is what ``look`` returned at each fetch."""
+
+    def __init__(self, batches: list[dict[TopicPartition, list[Any]]], high: dict[TopicPartition, int],
+                 look: Any = None, then: Exception | None = None) -> None:
+        self.batches, self.high, self.look, self.then = batches, high, look, then
+        self.fetches, self.seen = 0, []  # type: ignore[var-annotated]
+
+    def __call__(self, *_a: object, **_k: object) -> Feed:
+        return self
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def assign(self, _tps: object) -> None: ...
+    async def seek_to_beginning(self, *_tps: object) -> None: ...
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.high)
+
+    def highwater(self, p: TopicPartition) -> int:
+        return self.high[p]
+
+    async def position(self, p: TopicPartition) -> int:
+        return self.high[p]
+
+    async def getmany(self, **_kw: object) -> dict[TopicPartition, list[Any]]:
+        self.fetches += 1
+        if self.look is not None:
+            self.seen.append(self.look())
+        if self.fetches <= len(self.batches):
+            return self.batches[self.fetches - 1]
+        await asyncio.sleep(0.01)
+        if self.then is not None:
+            raise self.then
+        return {}
+
+
+def announced(topic: str, partition: int, offset: int, update: dict[str, Any]) -> SimpleNamespace:
+    value = {**update, "features": FEATURES, "metrics": {}, "location": "nowhere", "ts": time.time()}
+    return SimpleNamespace(topic=topic, partition=partition, offset=offset, key=update["model_key"].encode(),
+                           value=encode("model-updates", value))
+
+
+async def until(done: Any, task: asyncio.Future[Any], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert not task.done(), task.exception()
+        assert time.monotonic() < deadline, "not seen in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_first_read_loads_only_the_newest_version_of_each_key_once_read_to_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A restart reads model-updates from its start: every version ever announced, over two fetches. Nothing is
+    loaded, and no cold start may be asked, until the partitions are read to their ends; then only the newest
+    version of each key is loaded: the versions the registry trimmed are not looked for nor warned about, and
+    a newest version the registry lacks still is."""
+    topic = Settings().topic("model-updates")
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    store = DirectoryModelStore(tmp_path / "models", keep=5)
+    versions = [save(store, "gCTF:gpu", float(k)) for k in range(1, 8)]  # v1 and v2 trimmed since
+    missing = {"model_key": "upload:cpu", "version": 3, "sha256": "0" * 64}
+    records = [announced(topic, 0, i, u) for i, u in enumerate(versions)]
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store)
+    swaps: list[tuple[str, int]] = []
+    cache.on_swap.append(lambda k, v: swaps.append((k, v)))
+    feed = Feed([{tp0: records[:4], tp1: [announced(topic, 1, 0, missing)]}, {tp0: records[4:]}],
+                {tp0: 7, tp1: 1}, look=lambda: (cache.settled(), cache.version("gCTF:gpu"), cache.has("gCTF:gpu")))
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", feed)
+    with caplog.at_level(logging.WARNING, logger="app.streams.feedback_models"):
+        task = asyncio.ensure_future(fm.follow_model_updates(settings, cache))
+        try:
+            await until(lambda: feed.fetches >= 3, task)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert feed.seen[:3] == [(False, None, False), (False, None, True), (True, 7, True)]
+    assert swaps == [("gCTF:gpu", 7)]
+    assert [r.getMessage() for r in caplog.records if "not loaded" in r.getMessage()] == [
+        "model upload:cpu v3 not loaded (model 'upload:cpu' version 3 not found in the registry): keeping vNone"]
+
+
+async def test_a_first_read_the_broker_stops_answering_is_loaded_at_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker answers one fetch of model-updates, then nothing: what was read is loaded, and cold starts may
+    be asked, once ``START_BOUND_S`` has passed, not before."""
+    topic = Settings().topic("model-updates")
+    tp0 = TopicPartition(topic, 0)
+    store = DirectoryModelStore(tmp_path / "models")
+    update = save(store, "gCTF:gpu", 1.0)
+    now = [0.0]
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store, clock=lambda: now[0])
+    feed = Feed([{tp0: [announced(topic, 0, 0, update)]}], {tp0: 5}, then=KafkaConnectionError("broker away"))
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", feed)
+    monkeypatch.setattr(fm, "RETRY_S", 0.01)
+    task = asyncio.ensure_future(fm.follow_model_updates(settings, cache))
+    try:
+        await until(lambda: feed.fetches >= 4, task)
+        assert cache.first_pass and cache.version("gCTF:gpu") is None and cache.has("gCTF:gpu")
+        assert not cache.settled()
+        now[0] = fm.START_BOUND_S
+        await until(lambda: cache.version("gCTF:gpu") == update["version"], task)
+        assert cache.settled() and not cache.first_pass
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
