@@ -6,7 +6,10 @@
 
 1. ceiling: one aiokafka consumer reads the pre-filled node-metrics topic (no decoding).
 2. worker: one ``rttsched worker`` process drains the same amount of pre-filled snapshots; the rate is
-   read from its /metrics (``rtt_worker_messages_in_total``) between the first and the last message.
+   read from its /metrics (``rtt_worker_messages_in_total``) between its first step and the step that reaches
+   them all. The worker counts messages when a checkpoint stores them, so the counter moves once per checkpoint:
+   this run checkpoints every ``--checkpoint-interval`` (0.1 s; RTT_WORKER_CHECKPOINT_INTERVAL_S, 1 s by
+   default), and a drain that ends within one step is reported as too short to measure (raise ``-n``).
 3. latency: snapshots produced at a steady rate (ts = produce time) while the worker runs; latency is
    node-features receive time minus the ts of the newest snapshot it includes (p50 / p99).
 """
@@ -84,7 +87,12 @@ def messages_in(url: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+POLL_S = 0.05
+
+
 def worker_rate(url: str, n: int, timeout_s: float) -> float:
+    """Messages/s counted between the first step of ``url``'s counter and the step that reaches ``n``; NaN when
+    the two are one step (the whole drain within one count step: nothing to measure it over)."""
     deadline = time.monotonic() + timeout_s
     first: tuple[float, float] | None = None
     last_print = 0.0
@@ -93,11 +101,15 @@ def worker_rate(url: str, n: int, timeout_s: float) -> float:
         if got > 0 and first is None:
             first = (now, got)
         if got >= n and first is not None:
+            if got <= first[1] or now <= first[0]:
+                print(f"  {n:,} messages counted in one step: the drain is too short to measure (raise -n)",
+                      file=sys.stderr, flush=True)
+                return float("nan")
             return (got - first[1]) / (now - first[0])
         if now - last_print > 2:
             print(f"  worker consumed {got:,.0f}/{n:,}", file=sys.stderr, flush=True)
             last_print = now
-        time.sleep(0.25)
+        time.sleep(POLL_S)
     raise SystemExit(f"worker did not consume {n} messages in {timeout_s}s")
 
 
@@ -180,6 +192,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2000.0, help="snapshots/s in the latency run")
     ap.add_argument("--seconds", type=float, default=8.0, help="length of the latency run")
     ap.add_argument("--emit-interval", type=float, default=1.0, help="RTT_FEATURE_EMIT_INTERVAL_S of the worker")
+    ap.add_argument("--checkpoint-interval", type=float, default=0.1,
+                    help="RTT_WORKER_CHECKPOINT_INTERVAL_S of the worker: its counter moves once per checkpoint")
     ap.add_argument("--profile", default="", help="write a cProfile of the worker process here")
     ap.add_argument("--noop-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -198,7 +212,8 @@ def main() -> int:
 
         port = free_port()
         env = {"RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
-               "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": str(args.emit_interval)}
+               "RTT_METRICS_PORT": str(port), "RTT_FEATURE_EMIT_INTERVAL_S": str(args.emit_interval),
+               "RTT_WORKER_CHECKPOINT_INTERVAL_S": str(args.checkpoint_interval)}
         url = f"http://127.0.0.1:{port}/metrics"
         with ProcessGroup(Path(tmp), env) as group:
             start(group, "noop", [__file__, "--noop-worker"])
@@ -214,7 +229,8 @@ def main() -> int:
 
     p50, p99 = (np.percentile(lat, [50, 99]) * 1e3) if len(lat) else (float("nan"), float("nan"))
     print(f"\nworker bench: {args.n:,} snapshots x {len(METRICS)} metrics, {args.nodes} nodes, "
-          f"emit interval {args.emit_interval:g} s, 1 worker process, load average {load:.1f} on {os.cpu_count()} cpus")
+          f"emit interval {args.emit_interval:g} s, checkpoint interval {args.checkpoint_interval:g} s, "
+          f"1 worker process, load average {load:.1f} on {os.cpu_count()} cpus")
     print(f"{'measure':<44}{'value':>14}{'vs ceiling':>12}")
     print(f"{'raw aiokafka consume (ceiling), msg/s':<44}{ceiling:>14,.0f}{1.0:>12.3f}")
     print(f"{'producer (fill), msg/s':<44}{produce_rate:>14,.0f}{produce_rate / ceiling:>12.3f}")
