@@ -10,6 +10,12 @@
                                                             ``host_changed`` (a page of another host),
                                                             ``counter_bounce`` (counters back and forth);
                                                             ``counter_reset``: some series only
+``rtt_bridge_scrapes_late_total{node, url}``               rounds that went without the node because this
+                                                            endpoint's scrape was still under way at the round's
+                                                            end (a slow or hung exporter; it is not scraped again
+                                                            while it is)
+``rtt_bridge_ticks_skipped_total``                          scrape ticks skipped because a round overran the
+                                                            interval (a slow publish: Kafka)
 ``rtt_bridge_scrape_duration_seconds``                      one endpoint's scrape (HTTP + body), histogram
 ``rtt_bridge_messages_total{topic}``                        messages produced
 ``rtt_bridge_records_skipped_total{source, reason}``        input records not turned into messages
@@ -53,6 +59,10 @@ class BridgeMetrics:
         self.intervals_skipped = Counter("rtt_bridge_intervals_skipped",
                                          "Intervals of an endpoint whose counters gave no rates, by reason",
                                          ["node", "url", "reason"], registry=reg)
+        self.late = Counter("rtt_bridge_scrapes_late", "Rounds that went without the node because this endpoint's "
+                            "scrape was still under way at the round's end", ["node", "url"], registry=reg)
+        self.ticks_skipped = Counter("rtt_bridge_ticks_skipped", "Scrape ticks skipped because a round overran the "
+                                     "interval", registry=reg)
         self.node_fallbacks = Counter("rtt_bridge_span_node_fallbacks", "Task spans whose node came from a"
                                       " fallback attribute", ["attribute"], registry=reg)
         self.scrape_seconds = Histogram("rtt_bridge_scrape_duration_seconds", "Duration of one endpoint scrape",

@@ -4,6 +4,15 @@ Rounds start on a fixed cadence (``RTT_SCRAPE_INTERVAL_S``, default 1 s) measure
 round that overruns skips the ticks it missed rather than bunching scrapes. Each endpoint has
 ``RTT_SCRAPE_TIMEOUT_S`` to answer; endpoints are scraped concurrently (at most ``concurrency`` at once).
 
+A slow node does not hold the others: a round starts a scrape of every node that has none under way, waits
+:data:`ROUND_WAIT_SHARE` of the interval for them, and publishes the nodes whose scrape is over. A node whose
+scrape is still under way (an exporter that hangs or answers late) is left out of that round -- counted in
+``rtt_bridge_scrapes_late_total{node, url}`` per endpoint in flight, one WARNING when it starts being late and one
+when a scrape of it is over within its round again -- and is not scraped again while it is: its scrape, once over
+(answered, or failed at ``RTT_SCRAPE_TIMEOUT_S``), is published in the next round, with the time it started at,
+so its rates span the real interval between its scrapes. The last round of a bounded run (``scrapes``) waits
+for every scrape under way.
+
 Tests run a given number of rounds with a :class:`~app.clock.ManualClock` and a ``sleep`` that advances
 it, so the intervals the rates see are exact::
 
@@ -46,6 +55,7 @@ ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # the text format, not OpenMe
 PROGRESS_EVERY_S = 60.0
 UNPUBLISHED_LOG_S = 10.0  # while Kafka does not take node-metrics, say so at most this often
 SKIP_LOG_S = 60.0  # an endpoint's intervals skipped for one reason: logged at most this often
+ROUND_WAIT_SHARE = 0.8  # of the interval a round waits for its scrapes; the rest is for publishing
 
 
 @dataclasses.dataclass
@@ -79,6 +89,9 @@ class Bridge:
         self._session: aiohttp.ClientSession | None = None
         self._active: set[tuple[str, str, str, str]] = set()  # last round's troubles: node, exporter, kind, subject
         self._skip_logged: dict[tuple[str, str, str], tuple[float, int]] = {}  # -> last logged, skipped since
+        self._pending: dict[str, asyncio.Task[Snapshot]] = {}  # node -> its scrape under way
+        self._in_flight: dict[str, float] = {}  # url -> perf_counter when its GET started
+        self._late: dict[str, tuple[tuple[str, ...], int]] = {}  # node late -> urls in flight then, rounds missed
 
     async def __aenter__(self) -> Bridge:
         timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_s)
@@ -86,6 +99,11 @@ class Bridge:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -98,6 +116,7 @@ class Bridge:
         body: str | None = None
         error: str | None = None
         async with self._limit:
+            self._in_flight[url] = started
             try:
                 async with self._session.get(url) as resp:
                     if resp.status != 200:
@@ -113,6 +132,8 @@ class Bridge:
                 error = f"timeout after {self.settings.scrape_timeout_s:g}s"
             except (aiohttp.ClientError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self._in_flight.pop(url, None)
         return TargetResult(url, t, body, error, time.perf_counter() - started)
 
     async def scrape_node(self, assembler: NodeAssembler) -> Snapshot:
@@ -123,10 +144,14 @@ class Bridge:
         for r in results:  # failed: no 200, or a body that is no exposition or has no metric the mapping reads
             self.metrics.scrapes.labels(node=node, url=r.url, result="failed" if r.url in snap.failed else "ok").inc()
             self.metrics.scrape_seconds.observe(r.duration_s)
-        self._account(node, snap)
+        urls: dict[str, list[str]] = {}  # exporter -> its failed urls, for the lines
+        for e in assembler.target.endpoints:
+            if e.url in snap.failed:
+                urls.setdefault(assembler.exporter_name(e), []).append(e.url)
+        self._account(node, snap, urls)
         return snap
 
-    def _account(self, node: str, snap: Snapshot) -> None:
+    def _account(self, node: str, snap: Snapshot, failed_urls: dict[str, list[str]] | None = None) -> None:
         self.metrics.node_gpu.labels(node=node).set(1.0 if snap.message.get("node_class") == "gpu" else 0.0)
         now = set()
         for t in snap.troubles:
@@ -135,6 +160,9 @@ class Bridge:
             now.add(key)
             if key not in self._active:
                 source = "an exporter not identified yet" if t.exporter == "unknown" else t.exporter
+                where = (failed_urls or {}).get(t.exporter) if t.kind == "scrape_failed" else None
+                if where:
+                    source += f" at {', '.join(where)}"
                 withheld = f"; withholding {', '.join(t.groups)}" if t.groups else ""
                 log.warning("%s: %s from %s: %s%s", node, t.kind, source, t.detail, withheld)
         gone = set()
@@ -168,8 +196,58 @@ class Bridge:
                 skip.reason, skip.detail, "their" if reset else "that interval's", more)
 
     async def scrape_all(self) -> list[Snapshot]:
-        """One round: every node, concurrently."""
-        return list(await asyncio.gather(*(self.scrape_node(a) for a in self.assemblers)))
+        """One round: every node, concurrently, waiting for all of them."""
+        return await self.scrape_round(None)
+
+    async def scrape_round(self, wait_s: float | None) -> list[Snapshot]:
+        """One round: a scrape of every node that has none under way, and the snapshots of the nodes whose scrape
+        is over within ``wait_s`` seconds (None: all of them), in the targets' order. A node whose scrape is still
+        under way is counted late and left for a later round, its scrape going on."""
+        started = set()
+        for a in self.assemblers:
+            node = a.target.node
+            if node not in self._pending:
+                self._pending[node] = asyncio.ensure_future(self.scrape_node(a))
+                started.add(node)
+        if self._pending:
+            await asyncio.wait(self._pending.values(), timeout=wait_s)
+        out = []
+        for a in self.assemblers:
+            node = a.target.node
+            task = self._pending[node]
+            if not task.done():
+                self._count_late(a, wait_s or 0.0)
+                continue
+            del self._pending[node]
+            out.append(task.result())
+            if node in started:
+                self._on_time(node)
+        return out
+
+    def _count_late(self, assembler: NodeAssembler, wait_s: float) -> None:
+        node = assembler.target.node
+        now = time.perf_counter()
+        flying = [u for u in assembler.target.urls if u in self._in_flight]
+        for url in flying or assembler.target.urls:  # none in flight: all waiting for the concurrency limit
+            self.metrics.late.labels(node=node, url=url).inc()
+        if node in self._late:
+            urls, missed = self._late[node]
+            self._late[node] = (urls, missed + 1)
+            return
+        urls = tuple(flying) or assembler.target.urls
+        self._late[node] = (urls, 1)
+        took = max((now - self._in_flight[u] for u in flying), default=wait_s)
+        log.warning("%s: scrape of %s still under way after %.2gs: the node is left out of the rounds until it is "
+                    "over, and not scraped again meanwhile (RTT_SCRAPE_TIMEOUT_S %gs bounds it); the other nodes "
+                    "keep their %gs interval", node, ", ".join(urls), took, self.settings.scrape_timeout_s,
+                    self.settings.scrape_interval_s)
+
+    def _on_time(self, node: str) -> None:
+        """A scrape of ``node`` was over within the round it started in: the end of its lateness, if it was late."""
+        if node in self._late:
+            urls, missed = self._late.pop(node)
+            log.warning("%s: scrape of %s over within its round again, after %d round(s) without the node",
+                        node, ", ".join(urls), missed)
 
 
 def _valid(snaps: list[Snapshot], metrics: BridgeMetrics) -> list[dict[str, Any]]:
@@ -228,7 +306,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
 
             async def one_round() -> None:
                 nonlocal last_unpublished
-                snaps = await bridge.scrape_all()
+                last = scrapes is not None and stats.rounds == scrapes - 1
+                snaps = await bridge.scrape_round(None if last else interval * ROUND_WAIT_SHARE)
                 stats.rounds += 1
                 stats.troubles += sum(len(s.troubles) for s in snaps)
                 stats.failed_scrapes += sum(1 for s in snaps for t in s.troubles if t.kind == "scrape_failed")
@@ -263,6 +342,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                 next_t += interval
                 if next_t < now:
                     missed = math.ceil((now - next_t) / interval)
+                    metrics.ticks_skipped.inc(missed)
                     log.warning("scrape round overran the %gs interval; skipping %d tick(s)", interval, missed)
                     next_t += missed * interval
                 await _unless_stopped(sleep(next_t - now), stopping, 0.0)

@@ -51,7 +51,8 @@ def test_once_prints_each_node_and_fails_naming_the_one_without_metrics(exporter
     assert set(snaps) == {"good", "gone"} and snaps["good"]["metrics"] and not snaps["gone"]["metrics"]
     assert rc == 1 and "no metrics from gone (the warning" in err and "good" not in err
     warned = [r.getMessage() for r in caplog.records]
-    assert "gone: scrape_failed from an exporter not identified yet: HTTP 404; withholding cpu, memory, node" in warned
+    assert (f"gone: scrape_failed from an exporter not identified yet at {exporter}/nosuch: HTTP 404; withholding "
+            "cpu, memory, node") in warned
     assert snaps["gone"]["stale"] == ["cpu", "memory", "node"]  # no metric: never a fresh, idle-looking node
 
 
@@ -71,7 +72,8 @@ def test_once_warns_about_a_page_without_metrics_and_marks_the_node_stale(export
     assert rc == 1 and snap["metrics"] == {} and snap["stale"] == ["cpu", "gpu", "memory", "node"]
     assert "no metrics from w1" in err
     warned = [r.getMessage() for r in caplog.records]
-    assert any(w.startswith("w1: scrape_failed from node_exporter: HTTP 200 without any metric the bridge reads")
+    assert any(w.startswith(f"w1: scrape_failed from node_exporter at {exporter}/: HTTP 200 without any metric "
+                            "the bridge reads")
                and w.endswith("; withholding cpu, memory, node") for w in warned), warned
 
 
