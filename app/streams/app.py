@@ -12,6 +12,7 @@ import asyncio
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 import faust
 
@@ -20,14 +21,17 @@ from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import InternalTopic
 from app.kafka.client import faust_credentials
+from app.streams.changelog import ChangelogTableManager
 from app.streams.context import attach
 from app.streams.eviction import register_eviction
 from app.streams.feedback_loop import TABLE_NAME as FEEDBACK_TABLE
 from app.streams.feedback_loop import register_feedback
+from app.streams.feedback_table import FeedbackTable
 from app.streams.health import register_health_page
 from app.streams.metrics import WorkerMetrics, register_metrics_page
 from app.streams.node_features import TABLE_NAME as NODE_TABLE
 from app.streams.node_features import register_node_features
+from app.streams.node_table import NodeStateTable
 from app.streams.options import WorkerOptions
 from app.streams.ownership import ownership_topic_name, register_ownership
 from app.streams.unretrieved import install as install_unretrieved
@@ -110,6 +114,7 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         web_host="127.0.0.1",
         web_bind=settings.metrics_host,
         broker_credentials=faust_credentials(settings),
+        TableManager=ChangelogTableManager,
     )
     if web_socket is not None:  # before any page is registered: they are added to the web driver there and then
         serve_on(app, web_socket)
@@ -125,4 +130,14 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
     register_health_page(app, ctx.health)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)
+    cast(ChangelogTableManager, app.tables).on_recreated = write_again
     return app
+
+
+def write_again(table: object, partitions: set[int]) -> None:
+    """Mark the state ``table`` keeps of its changelog ``partitions`` to be written by the next checkpoint: the
+    recovery found them recreated below what it had read of them (:mod:`app.streams.changelog`)."""
+    if isinstance(table, NodeStateTable):
+        table.rewrite(partitions)
+    elif isinstance(table, FeedbackTable) and table.on_rewound is not None:
+        table.on_rewound(partitions)

@@ -25,6 +25,18 @@ also delivers what the intake produced on it (training samples, node-features), 
 the broker did not take, and raises while any of it is undelivered: the positions written after it never
 cover a message whose output is not stored. A failed write's rows are written again by the next
 checkpoint, behind the sender's own resend of them, so a row's newest value stays the last in its log.
+
+**Recovery of a recreated changelog.** Faust's recovery keeps, for each changelog partition the worker holds,
+the offset up to which it has read that partition into the table, across rebalances, and raises
+``ConsistencyError`` (the worker ends with a traceback) when the partition's end is below it. A worker that
+restored its tables from the changelogs when it started holds such offsets; a memory-only broker that comes
+back empty recreates the changelogs below them. :class:`ChangelogTableManager` (the worker's table manager)
+runs a recovery that compares the two as soon as it knows the ends: a partition that restarts below what was
+read of it is reset to be read from its start (what it holds now was written by this worker, already in the
+table: reading it again changes nothing), logged on one line, and, for a partition this worker owns, handed
+to the manager's ``on_recreated(table, partitions)``: the caller marks the state kept of them to be written
+again, as for a write found rewound. The memory store persists no offsets (``persisted_offset`` is always
+None): the recovery's own offsets are all there is to reset.
 """
 
 from __future__ import annotations
@@ -32,6 +44,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
+
+from faust.tables.manager import TableManager
+from faust.tables.recovery import Recovery
+from faust.types import TP
 
 from app.kafka.batches import BatchSender
 
@@ -98,6 +114,67 @@ def drop_partitions(data: Any, partitions: Collection[int], partition_of: Callab
     for key in gone:
         data.pop(key, None)
     return len(gone)
+
+
+def found_recreated(offsets: Any, highwaters: Any) -> set[TP]:
+    """The partitions whose recorded read offset is beyond their last offset (``highwaters``: the end - 1, -1
+    for an empty partition): the topic was recreated below what was read of it.
+
+    >>> sorted(found_recreated({TP("c", 0): 796, TP("c", 1): 5, TP("c", 2): None, TP("c", 3): 4},
+    ...                        {TP("c", 0): 263, TP("c", 1): 9, TP("c", 2): 3, TP("c", 3): -1}))
+    [TP(topic='c', partition=0), TP(topic='c', partition=3)]
+    """
+    return {tp for tp, end in highwaters.items()
+            if end is not None and (read := offsets.get(tp)) is not None and read > end}
+
+
+class RecreatedChangelogRecovery(Recovery):
+    """Faust's recovery, which reads a changelog partition found recreated below its recorded offset again from
+    its start instead of raising ``ConsistencyError`` (module docstring)."""
+
+    async def _build_highwaters(self, consumer: Any, tps: Any, destination: Any, title: str) -> None:
+        # the ends are known here, before the offsets to read from are built and checked against them
+        await super()._build_highwaters(consumer, tps, destination, title)
+        active = destination is self.active_highwaters
+        offsets = self.active_offsets if active else self.standby_offsets
+        recreated = found_recreated(offsets, destination)
+        if not recreated:
+            return
+        by_table: dict[Any, set[int]] = {}
+        for topic in sorted({tp.topic for tp in recreated}):
+            tps = sorted(tp for tp in recreated if tp.topic == topic)
+            read = {tp.partition: offsets[tp] for tp in tps}
+            for tp in tps:
+                offsets[tp] = -1  # nothing of it read: read from its start
+            log.warning("changelog %s partitions %s restart below what this worker read of them (%s; read up to "
+                        "%s, the last offsets now %s: the topic was recreated): read again from their start%s",
+                        topic, sorted(read), title, read, {tp.partition: destination[tp] for tp in tps},
+                        "; the state held of them is written again" if active else "")
+            table = self.tp_to_table.get(tps[0])
+            if active and table is not None:
+                by_table.setdefault(table, set()).update(read)
+        on_recreated: Callable[[Any, set[int]], None] | None = getattr(self.tables, "on_recreated", None)
+        if on_recreated is None:
+            return
+        for table, partitions in by_table.items():
+            try:
+                on_recreated(table, partitions)
+            except Exception as exc:  # out of the recovery it would end the worker
+                log.error("changelog of table %s partitions %s: marking their state to be written again failed: %r",
+                          table.name, sorted(partitions), exc)
+
+
+class ChangelogTableManager(TableManager):
+    """Faust's table manager with :class:`RecreatedChangelogRecovery` as its recovery (``TableManager=`` of the
+    app). ``on_recreated(table, partitions)`` is called with the owned partitions of a table found recreated."""
+
+    on_recreated: Callable[[Any, set[int]], None] | None = None
+
+    @property
+    def recovery(self) -> Recovery:
+        if self._recovery is None:
+            self._recovery = RecreatedChangelogRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery
 
 
 def compact(value: bytes) -> bytes:
