@@ -7,16 +7,20 @@
 SIGTERM (how Kubernetes and docker stop it) stops it cleanly: no round starts, the one under way may finish, what
 the producer holds is delivered, within 5 s of the signal in all (:data:`app.bridge.producer.STOP_S`); then one
 line ``bridge: stopped (SIGTERM), N rounds, ...`` and exit code 0. Ctrl-C (SIGINT) is an interruption: exit 130.
-From the moment this command runs, before its event loop does (its imports, its settings, its metrics server), a
-signal is noted and acted on at the next step (:class:`_Held`): SIGTERM stops it as cleanly (nothing was sent, no
-round ran: ``bridge: stopped (SIGTERM), 0 rounds, ...``, exit code 0), SIGINT is an interruption (130), never a
-kill by the signal in the middle of an import.
+From the moment this command runs, before its event loop does (its imports, its settings, its metrics server),
+SIGTERM stops it as cleanly (nothing was sent, no round ran: ``bridge: stopped (SIGTERM), 0 rounds, ...``, exit
+code 0) and SIGINT is an interruption (130) (:class:`_Held`): at once where that is safe -- a SIGINT anywhere but an
+import, a SIGTERM while it reads its targets, which may block for ever (a FIFO, ``<(command)``, ``/dev/stdin``) --
+else at the next step, never by the signal in the middle of an import. A second signal of a kind is not held: a
+start stuck anywhere still yields to one repeated (SIGTERM then ends it as by default, 143).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 HELP = "scrape node_exporter / dcgm-exporter / nvidia_gpu_exporter endpoints and produce node-metrics"
@@ -34,22 +38,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scrapes", type=int, metavar="N", help="stop after N rounds (default: run until interrupted)")
 
 
+class _Stopped(BaseException):
+    """A SIGTERM acted on while the bridge starts: a clean stop, nothing sent (:class:`_Held`)."""
+
+
+_IMPORT_MODULES = frozenset({"importlib._bootstrap", "importlib._bootstrap_external", "_frozen_importlib",
+                             "_frozen_importlib_external"})
+
+
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` (where a signal handler interrupted the main thread) runs inside an import."""
+    while frame is not None:
+        if frame.f_globals.get("__name__") in _IMPORT_MODULES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _Held:
-    """SIGTERM and SIGINT while the bridge starts, before its event loop takes them over: noted, not acted on in the
-    middle of whatever runs (an import, the metrics server's start), and acted on by :meth:`asked` at the next step.
+    """SIGTERM and SIGINT while the bridge starts, before its event loop takes them over: never acted on in the
+    middle of an import. One that comes inside an import is noted, and acted on by :meth:`asked` at the next step.
+    Elsewhere SIGINT acts at once (:class:`KeyboardInterrupt`), and so does SIGTERM while :meth:`reading` the
+    targets and mapping (a FIFO, ``/dev/stdin`` or ``<(command)`` may block that read for ever): :class:`_Stopped`,
+    the clean stop; a SIGTERM during the other steps is noted. Once a signal has come, its kind is no longer held:
+    a second one acts as it did before the hold (SIGINT: :class:`KeyboardInterrupt`; SIGTERM: what it was,
+    Python's default: the end, 143), so no start, however stuck, outlasts a signal repeated.
     SIGINT is held only where it is Python's default (one ignored, as under ``nohup``, stays ignored)."""
 
     def __init__(self) -> None:
         import signal
 
         self.noted: list[int] = []
+        self._reading = False
         self._term = signal.signal(signal.SIGTERM, self._note)
         self._int = signal.getsignal(signal.SIGINT)
         if self._int is signal.default_int_handler:
             signal.signal(signal.SIGINT, self._note)
 
-    def _note(self, signum: int, _frame: Any) -> None:
+    def _before(self, signum: int) -> Any:
+        import signal
+
+        if signum == signal.SIGINT:
+            return self._int
+        return self._term if self._term is not None else signal.SIG_DFL  # None: set outside Python
+
+    def _note(self, signum: int, frame: Any) -> None:
+        import signal
+
         self.noted.append(signum)
+        signal.signal(signum, self._before(signum))  # a second one is not held
+        if _importing(frame):
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self._reading:
+            raise _Stopped
 
     def asked(self) -> bool:
         """Whether SIGTERM came (a clean stop asked); :class:`KeyboardInterrupt` when SIGINT came first."""
@@ -58,6 +101,18 @@ class _Held:
         if self.noted and self.noted[0] == signal.SIGINT:
             raise KeyboardInterrupt
         return bool(self.noted)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A step that may block for ever (reading the targets): a SIGTERM in it stops the bridge at once; one that
+        came before it does so before it starts."""
+        if self.asked():
+            raise _Stopped
+        self._reading = True
+        try:
+            yield
+        finally:
+            self._reading = False
 
     def release_sigint(self) -> None:
         """SIGINT as Python has it again (asyncio.run turns it into the main task's cancellation); one noted before
@@ -75,9 +130,10 @@ class _Held:
 
         if signal.getsignal(signal.SIGINT) == self._note:
             signal.signal(signal.SIGINT, self._int)
-        if signal.getsignal(signal.SIGTERM) == self._note:
-            before = self._term if self._term is not None else signal.SIG_DFL  # None: set outside Python
-            signal.signal(signal.SIGTERM, signal.SIG_IGN if signal.SIGTERM in self.noted else before)
+        if signal.SIGTERM in self.noted:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif signal.getsignal(signal.SIGTERM) == self._note:
+            signal.signal(signal.SIGTERM, self._before(signal.SIGTERM))
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
@@ -86,6 +142,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     held = _Held()
     try:
         return _run(args, settings, held)
+    except _Stopped:  # SIGTERM before anything started: nothing to finish
+        print("bridge: stopped (SIGTERM), 0 rounds, 0 messages, 0 failed scrapes, 0 rounds not taken by Kafka",
+              flush=True)
+        return 0
     finally:
         held.release()
 
@@ -107,11 +167,12 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
     from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
 
-    mapping = load_mapping(args.mapping)
-    exporters = tuple(mapping.exporters)  # what an endpoint's exporter may be declared as
-    targets = [parse_target_flag(t, exporters) for t in args.target]
-    if args.targets:
-        targets += load_targets(args.targets, exporters=exporters)
+    with held.reading() if held is not None else contextlib.nullcontext():  # a FIFO may never end: a signal does
+        mapping = load_mapping(args.mapping)
+        exporters = tuple(mapping.exporters)  # what an endpoint's exporter may be declared as
+        targets = [parse_target_flag(t, exporters) for t in args.target]
+        if args.targets:
+            targets += load_targets(args.targets, exporters=exporters)
     if not targets:
         raise ConfigError("--target/--targets", "give at least one scrape target")
     check_unique(targets)
@@ -135,8 +196,7 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
     assert held is not None
     said = "stopped (SIGTERM), "
     if held.asked():  # SIGTERM before anything started: nothing to finish
-        print(f"bridge: {said}0 rounds, 0 messages, 0 failed scrapes, 0 rounds not taken by Kafka", flush=True)
-        return 0
+        raise _Stopped
     metrics = BridgeMetrics()
     heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)  # a taken port: named first
     held.release_sigint()
