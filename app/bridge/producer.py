@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -77,18 +77,23 @@ def encode_messages(settings: Settings, topic: str, values: Iterable[dict[str, A
     return out
 
 
-async def send_messages(producer: AIOKafkaProducer, messages: Sequence[Message]) -> list[tuple[Message, BaseException]]:
+async def send_messages(producer: AIOKafkaProducer, messages: Sequence[Message], *,
+                        handed: Callable[[Message], None] | None = None) -> list[tuple[Message, BaseException]]:
     """Send ``messages`` and wait for every answer: those the broker did not take, in their order, each with its
-    error ([] when it took them all). A message refused for good before it left (larger than the producer's
-    request size: :func:`~app.kafka.batches.permanent`) fails alone, and the others are sent. A send refused
-    before the message left for another reason (no metadata, no room in the producer's buffer within its request
-    timeout) leaves that message and those after it unsent. A message that failed with a timeout may have been
-    stored all the same."""
+    error ([] when it took them all). ``handed``: called with each message once the producer took it to send (its
+    ``send()`` returned); one still waiting for room in the producer's buffer when the wait is cut short never
+    left the process. A message refused for good before it left (larger than the producer's request size:
+    :func:`~app.kafka.batches.permanent`) fails alone, and the others are sent. A send refused before the message
+    left for another reason (no metadata, no room in the producer's buffer within its request timeout) leaves that
+    message and those after it unsent. A message that failed with a timeout may have been stored all the same."""
     outcomes: list[asyncio.Future[Any] | BaseException] = []
     refused: BaseException | None = None
-    for name, value, key in messages:
+    for message in messages:
+        name, value, key = message
         try:
             outcomes.append(await producer.send(name, value=value, key=key))
+            if handed is not None:
+                handed(message)
         except (KafkaError, OSError) as exc:  # OSError: TimeoutError too
             if permanent(exc):  # this message only
                 outcomes.append(exc)

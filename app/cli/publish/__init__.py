@@ -27,9 +27,11 @@ that it delivers again. ``--give-up-after SECONDS`` bounds the wait: the summary
 sent and the input line they start at, exit status 3. Delivery is at least once: a send that timed out may have
 been stored. Ctrl-C or SIGTERM (both cancel the task, where it waits) gives what was read one more try, unless a
 send is under way or failing, then counts what was not delivered and the input line to resume from: every line
-before it was. That try and the producer's close take :data:`STOP_S` at most, however long the broker would hold
-them; the messages counted that were sent with no answer (in flight, or a failed try) are said to be maybe on the
-topic all the same.
+before it was. That try and the producer's close take :data:`STOP_S` in all at most (the close at least
+:data:`CLOSE_S` of it), however long the broker would hold them; the messages counted that the producer took to
+send with no answer (in flight, or a failed try) are said to be maybe on the topic all the same. Reading stopped by
+an error (an unreadable file) is no stop: what was read gets its one more try and the close as at the end of the
+input, as long as the broker takes (its request timeout at most).
 
 A thread reads the input (:mod:`app.cli.publish.read_ahead`: at most 4,000 records ahead of the producer) while
 the records read are converted and produced: they go out in batches of up to :data:`BATCH` while lines keep
@@ -69,6 +71,7 @@ NODES_REFRESH_S = 60.0  # the nodes with metrics, read again from Redis this oft
 NODES_MISS_S = 5.0  # and on a line naming a node not in the set, at most this often
 UNSENT = 3  # exit status: messages Kafka did not take (--give-up-after), or refused for good and not dead-lettered
 STOP_S = 1.5  # a stop (Ctrl-C, SIGTERM): the last try of what was read and the producer's close take at most this
+CLOSE_S = 0.25  # of which the close has at least this (the try gets STOP_S - CLOSE_S at most)
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +168,17 @@ async def _cancelled_by_sigterm(work: Coroutine[Any, Any, int]) -> int | None:
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _left(loop: Any, by: float | None, keep_s: float = 0.0) -> float | None:
+    """The seconds left until ``by`` (a time of ``loop``), less ``keep_s`` kept for what comes after; None: no bound.
+
+    >>> from types import SimpleNamespace
+    >>> loop = SimpleNamespace(time=lambda: 10.0)
+    >>> _left(loop, 11.5, 0.25), _left(loop, 9.0), _left(loop, None)
+    (1.25, 0.0, None)
+    """
+    return None if by is None else max(0.0, by - keep_s - loop.time())
 
 
 def _maybe_stored(delivery: Any) -> str:
@@ -364,24 +378,30 @@ async def _publish(args: argparse.Namespace, settings: Any, reader: ReadAhead, n
     except GaveUp as exc:
         gave_up = exc
         await take_in_read_ahead()
-    except BaseException:  # reading stopped early (an unreadable file), Ctrl-C, SIGTERM: what was read goes out
-        import asyncio  # in one more try -- unless a send is under way or failing: its batch is not replaced
+    except BaseException as exc:  # reading stopped early (an unreadable file), Ctrl-C, SIGTERM: what was read goes
+        import asyncio  # out in one more try -- unless a send is under way or failing: its batch is not replaced
         import contextlib
 
         loop = asyncio.get_running_loop()
-        stop_by = loop.time() + STOP_S  # that try and the producer's close: a broker just gone holds neither up
+        stops = (asyncio.CancelledError, KeyboardInterrupt)  # Ctrl-C, SIGTERM (both cancel the task where it waits)
+        # a stop: that try and the producer's close take STOP_S in all, a broker just gone holds neither up; an
+        # error (an unreadable file) is no stop: they take what a healthy broker takes, as at the end of the input
+        stop_by = loop.time() + STOP_S if isinstance(exc, stops) else None
         try:
             with contextlib.suppress(Exception):
                 await take_in_read_ahead()
             if delivery.waiting_since is None and not delivery.held:
                 with contextlib.suppress(GaveUp, Exception):  # TimeoutError: cut short, its batch held
-                    await asyncio.wait_for(flush(tries=1), timeout=max(0.0, stop_by - loop.time()))
+                    await asyncio.wait_for(flush(tries=1), timeout=_left(loop, stop_by, CLOSE_S))
+        except stops:  # a stop during the last try of an error: the close is bounded as a stop's
+            stop_by = loop.time() + CLOSE_S if stop_by is None else stop_by
+            raise
         finally:  # said even when a second Ctrl-C cuts the try short
             n, line = unsent()
             if n:
                 print(f"publish: {n} message(s) not sent (from {name}:{line} on){_maybe_stored(delivery)}",
                       file=sys.stderr, flush=True)
-        await delivery.close(max(0.25, stop_by - loop.time()))
+            await delivery.close(_left(loop, stop_by))
         raise
     finally:
         await delivery.close()

@@ -59,7 +59,7 @@ class Delivery:
         self._lines: dict[int, int] = {}  # the input line of each message of the flush under way (by id)
         self._of_refused: set[int] = set()  # the dead letters of refused messages among them (by id)
         self._made: list[Any] = []  # those dead letters, kept while their ids are used
-        self._sent: set[int] = set()  # the messages of the flush under way handed to a producer (by id)
+        self._sent: set[int] = set()  # the messages of the flush under way a producer took to send (by id)
         self.producer: Any = None
         self.held: list[Any] = []  # the messages of the flush under way not taken yet
         self.held_line = 0  # the input line of the first of them
@@ -121,8 +121,7 @@ class Delivery:
             if self.producer is not None:
                 error = await self._check_letters()
             if self.producer is not None and error is None:
-                self._sent.update(id(m) for m in self.held)
-                failed = await send_messages(self.producer, self.held)
+                failed = await send_messages(self.producer, self.held, handed=lambda m: self._sent.add(id(m)))
                 failed_ids = {id(m) for m, _ in failed}
                 taken = [m for m in self.held if id(m) not in failed_ids]
                 for name, n in collections.Counter(m[0] for m in taken).items():
