@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import zlib
 from pathlib import Path
 from typing import Any, Protocol
@@ -107,8 +108,10 @@ class DirectoryMarks:
         (self.path / name).touch()
 
     async def replace(self, old: str, name: str, ttl_s: float) -> None:
-        await self.add(name, ttl_s)
-        (self.path / old).unlink(missing_ok=True)
+        try:  # a rename: a process dying meanwhile leaves the one name or the other, never both
+            os.replace(self.path / old, self.path / name)
+        except FileNotFoundError:  # renamed meanwhile by another trainer sharing the directory
+            await self.add(name, ttl_s)
 
     async def close(self) -> None:
         return None
@@ -190,7 +193,7 @@ class TrainerDeadLetters:
         ttl_s = mark_ttl_s(source)
         for rec, exc in bad:
             name = mark_name(rec) if once else ""
-            if name and (await self._has(name) or await self._had_earlier(rec, name, ttl_s)):
+            if name and await self._seen(rec, name, ttl_s):
                 log.debug("bad %s at %s:%d dead-lettered before", source, rec.topic, rec.offset)
                 continue
             record = dead_letter_record(rec, source, exc, self.clock.now())
@@ -231,17 +234,17 @@ class TrainerDeadLetters:
                 futures.append(failed)
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
-    async def _has(self, name: str) -> bool:
+    async def _seen(self, rec: Any, name: str, ttl_s: float) -> bool:
+        """Whether ``rec`` was dead-lettered before: its mark ``name`` exists, or one of the earlier name, which is
+        replaced by ``name`` with its expiry. False when the marks cannot be read: one lookup and one line then."""
+        earlier = earlier_mark_name(rec)
         try:
-            return await self.marks.has(name)
+            if await self.marks.has(name):
+                return True
+            if not await self.marks.has(earlier):
+                return False
         except (OSError, RedisError) as error:
             log.warning("dead-letter marks unreadable (%r): dead-lettering %s anyway", error, name)
-            return False
-
-    async def _had_earlier(self, rec: Any, name: str, ttl_s: float) -> bool:
-        """Whether ``rec`` has a mark of the earlier name; it is replaced by ``name``, with its expiry."""
-        earlier = earlier_mark_name(rec)
-        if not await self._has(earlier):
             return False
         try:
             await self.marks.replace(earlier, name, ttl_s)

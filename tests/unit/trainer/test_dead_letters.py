@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import logging
 import zlib
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,62 @@ async def test_a_record_without_a_timestamp_is_dead_lettered_once(tmp_path: Path
     assert await d.send("model-updates", [(rec, ContractError("invalid_json", "not JSON")), bad(5)]) == 2
     assert await d.send("model-updates", [(rec, ContractError("invalid_json", "not JSON"))]) == 0
     assert (tmp_path / "dead-letters" / "p-model-updates.0.3.-1.15d54739").exists()
+
+
+class FailingMarks(KeptMarks):
+    """Marks whose store answers ``answers`` lookups, then is away; counts the lookups."""
+
+    def __init__(self, answers: int = 0) -> None:
+        super().__init__()
+        self.answers = answers
+        self.lookups = 0
+
+    async def has(self, name: str) -> bool:
+        self.lookups += 1
+        if self.lookups > self.answers:
+            raise RedisConnectionError("connection refused")
+        return await super().has(name)
+
+
+async def test_marks_away_one_lookup_and_one_line_naming_its_mark_per_record(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    marks = FailingMarks()
+    d = dead(tmp_path, Producer(), marks=marks)
+    with caplog.at_level(logging.WARNING, logger=module.__name__):
+        assert await d.send("training-samples", [bad(1), bad(2), bad(3)]) == 3
+    assert marks.lookups == 3  # each one waits out the store's timeout: the earlier name is not looked up
+    assert [r.getMessage().rsplit(" ", 2)[1] for r in caplog.records] == [
+        f"p-training-samples.2.{o}.0.15d54739" for o in (1, 2, 3)]
+
+
+async def test_marks_gone_away_at_the_earlier_name_the_line_names_the_records_mark(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = dead(tmp_path, Producer(), marks=FailingMarks(answers=1))  # its mark not there, then the store away
+    with caplog.at_level(logging.WARNING, logger=module.__name__):
+        assert await d.send("training-samples", [bad(1)]) == 1
+    assert [r.getMessage().rsplit(" ", 2)[1] for r in caplog.records] == ["p-training-samples.2.1.0.15d54739"]
+
+
+class Died(BaseException):
+    """The process killed in the middle of a call."""
+
+
+async def test_an_earlier_mark_in_the_models_directory_is_renamed_in_one_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "dead-letters"
+    d.mkdir()
+    (d / "p-training-samples.2.4.15d54739").touch()
+
+    def die(*args: Any, **kwargs: Any) -> None:
+        raise Died
+
+    monkeypatch.setattr(Path, "unlink", die)  # the process dies at a removal, if the rename takes one
+    try:
+        assert await dead(tmp_path, Producer()).send("training-samples", [bad(4)]) == 0
+    except Died:
+        pass
+    # the earlier name or the new one, not both: a file left beside its new name would be kept for ever
+    assert sorted(p.name for p in d.iterdir()) == ["p-training-samples.2.4.0.15d54739"]
 
 
 def retention(monkeypatch: pytest.MonkeyPatch, **retention_ms: int) -> None:
