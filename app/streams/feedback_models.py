@@ -5,7 +5,10 @@ without a consumer group: all partitions, from the beginning (the topic is compa
 the current version of every key). A message whose version is newer than the one in use is loaded
 from the registry (:func:`app.registry.store.load_predictor`: the blob's sha256 is checked against its
 record) off the event loop; the record's sha256 must also be the one the message announced. A model
-that cannot be loaded or verified is counted and skipped: the previous version keeps serving.
+that cannot be loaded or verified is counted and skipped: the previous version keeps serving. Of the versions
+of a key read together (a first pass, a fetched batch), the newest is tried first; an older one is tried (and
+warned about if it fails too) only when every newer one was rejected, so a bad newest version leaves the newest
+good one serving, and the versions a good newest one superseded are neither loaded nor warned about.
 
 An app retired from the worker (no message named it for ``RTT_NODE_EVICT_AFTER_S``:
 :mod:`app.streams.eviction`) has its models unloaded (:meth:`ModelCache.park`): what is kept of each key is
@@ -20,11 +23,12 @@ model-updates has been read to the end of every partition (its position at the f
 loads that read started have resolved (loaded or rejected; one deferred while the registry is away is not
 resolved), :meth:`ModelCache.settled` is False and the worker asks no cold start. The wait is bounded by
 ``START_BOUND_S`` (30 s) from the start of the read (from the cache's creation if reading never starts): a
-broker that never answers, or a registry that stays away, holds cold starts that long, not for good. Updates
-read during that first pass are kept newest per key and loaded once the pass ends (or the bound passes), so
-the versions a later one superseded (those the registry trimmed: ``RTT_MODEL_KEEP``) are neither loaded nor
-warned about; after it, each fetched batch is applied newest per key the same way. A key whose update is
-kept or waiting for the registry counts as having a model (:meth:`ModelCache.has`).
+broker that never answers, or a registry that stays away, holds cold starts that long, not for good (one
+WARNING when it passes). Updates read during that first pass are kept per key and loaded as soon as the
+partitions they were read from have been read to their end (the rest when the bound passes), newest first, so
+the versions a later one superseded (those the registry trimmed: ``RTT_MODEL_KEEP``) are not loaded; a
+partition that never reads to its end holds back only its own keys and the cold starts, not the models of the
+others. A key whose update is kept or waiting for the registry counts as having a model (:meth:`ModelCache.has`).
 
 A tombstone (a message without value) does not delete a model: deleting one is not supported, so the
 key's model keeps serving; it is counted (``rtt_worker_model_rejected_total{reason="tombstone"}``) and logged
@@ -112,7 +116,12 @@ class ModelCache:
         self._clock = clock
         self._since = clock()  # the start of the first pass (of the cache until reading starts)
         self.first_pass = True  # model-updates not read to their end since the start yet (nor the bound passed)
-        self.held: dict[str, dict[str, Any]] = {}  # key -> newest update of the first pass, not applied yet
+        self.held: dict[str, list[dict[str, Any]]] = {}  # key -> its updates read in the first pass, not applied yet
+        self._held_from: dict[str, set[int]] = {}  # key -> the partitions its held updates were read from
+        self.partitions: set[int] = set()  # the partitions of model-updates the first pass reads
+        self.read: set[int] = set()  # those read to their end in the first pass
+        self.older: dict[str, list[dict[str, Any]]] = {}  # key -> versions read older than the one being tried,
+        # newest first: tried in turn only if every newer one is rejected
         self._settled = start_bound_s == 0
 
     @property
@@ -127,12 +136,16 @@ class ModelCache:
 
     def has(self, key: str) -> bool:
         """Whether ``key`` has a model in use, or one announced and not loaded yet: read in the first pass,
-        waiting for the registry, or being loaded again for its returning app."""
-        return key in self.models or key in self.returning or key in self.held or key in self.pending
+        waiting for the registry, to be tried after a newer one was rejected, or being loaded again for its
+        returning app."""
+        return (key in self.models or key in self.returning or key in self.held or key in self.pending
+                or key in self.older)
 
-    def begin_read(self) -> None:
-        """The first pass over model-updates starts now: the bound of :meth:`settled` counts from here."""
+    def begin_read(self, partitions: Iterable[int] = ()) -> None:
+        """The first pass over model-updates (of ``partitions``) starts now: the bound of :meth:`settled` counts
+        from here."""
         self._since = self._clock()
+        self.partitions = set(partitions)
 
     def overdue(self) -> bool:
         """Whether the first pass has taken longer than ``start_bound_s``."""
@@ -149,27 +162,90 @@ class ModelCache:
                      len(self.models))
         elif self.overdue():
             self._settled = True
+            unread = sorted(self.partitions - self.read)
             log.warning("model-updates %s within %.0f s of start: cold starts are asked from now on (%d model(s)"
                         " in use, %d waiting for the registry)",
-                        "not read to their end" if self.first_pass else "read, but not every model loaded",
+                        (f"not read to their end (partition(s) {', '.join(map(str, unread))})" if unread else
+                         "not read to their end") if self.first_pass else "read, but not every model loaded",
                         self.start_bound_s, len(self.models), len(self.pending))
         return self._settled
 
-    def hold(self, update: dict[str, Any]) -> None:
-        """Keep ``update`` of the first pass for :meth:`end_first_pass`, unless a newer one of its key is kept."""
-        kept = self.held.get(update["model_key"])
-        if kept is None or int(kept["version"]) <= int(update["version"]):
-            self.held[update["model_key"]] = update
+    def holds(self, key: str, partition: int) -> bool:
+        """Whether an update of ``key`` read from ``partition`` is to be kept (:meth:`hold`), not applied now: in
+        the first pass, until its partition is read to its end, or while an update of its key is kept."""
+        return self.first_pass and (partition not in self.read or key in self.held)
+
+    def hold(self, update: dict[str, Any], partition: int | None = None) -> None:
+        """Keep ``update``, read from ``partition`` in the first pass, until that partition has been read to its
+        end (:meth:`partitions_read`; without a partition: until :meth:`end_first_pass`)."""
+        key = update["model_key"]
+        kept = self.held.setdefault(key, [])
+        kept.append(update)
+        if len(kept) > self.settings.model_keep + 1:  # the newest and the older ones :meth:`_keep_older` keeps
+            kept.remove(min(kept, key=lambda u: int(u["version"])))
+        if partition is not None:
+            self._held_from.setdefault(key, set()).add(partition)
+
+    async def partitions_read(self, partitions: Iterable[int]) -> None:
+        """``partitions`` have been read to their end in the first pass: apply the updates kept of the keys read
+        from them only; once every partition is, the first pass ends."""
+        self.read.update(partitions)
+        if self.partitions and self.read >= self.partitions:
+            await self.end_first_pass()
+            return
+        for key in [k for k, parts in self._held_from.items() if parts <= self.read]:
+            await self._release(key)
 
     async def end_first_pass(self) -> None:
-        """The first pass over model-updates has ended (or its bound passed): apply what it kept, newest per key."""
+        """The first pass over model-updates has ended (or its bound passed): apply what it kept, newest first."""
         while self.held:
-            key, update = next(iter(self.held.items()))
-            try:
-                await self.apply(update)
-            finally:  # a key counts as having a model until its update is applied (loaded, deferred or rejected)
-                self.held.pop(key, None)
+            await self._release(next(iter(self.held)))
         self.first_pass = False
+
+    async def _release(self, key: str) -> None:
+        updates = self.held.get(key)
+        try:
+            if updates:
+                await self.apply_all(updates)
+        finally:  # a key counts as having a model until its updates are applied (loaded, deferred or rejected)
+            self.held.pop(key, None)
+            self._held_from.pop(key, None)
+
+    async def apply_all(self, updates: Iterable[dict[str, Any]]) -> None:
+        """Apply updates read together: of each key the newest version; an older one only if every newer one is
+        rejected (:meth:`apply`)."""
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for update in updates:
+            by_key.setdefault(update["model_key"], []).append(update)
+        for key, versions in by_key.items():
+            newest = max(versions, key=lambda u: int(u["version"]))
+            self._keep_older(key, [u for u in versions if int(u["version"]) < int(newest["version"])])
+            await self.apply(newest)
+
+    def _keep_older(self, key: str, updates: Iterable[dict[str, Any]]) -> None:
+        """Keep ``updates`` of ``key`` to be tried if the newer ones are rejected: the newest ``model_keep`` (an
+        older version is trimmed from the registry), one per version."""
+        by_version = {int(u["version"]): u for u in self.older.get(key, [])}
+        by_version.update((int(u["version"]), u) for u in updates)
+        if by_version:
+            self.older[key] = [by_version[v] for v in sorted(by_version, reverse=True)[:self.settings.model_keep]]
+
+    def _next_older(self, key: str, below: int) -> dict[str, Any] | None:
+        """The newest update of ``key`` kept by :meth:`_keep_older` older than ``below`` and newer than the version
+        in use (taken from those kept), or None (nothing of the key is kept then)."""
+        floor = self.version(key) or 0
+        left = [u for u in self.older.pop(key, []) if floor < int(u["version"]) < below]
+        if not left:
+            return None
+        if left[1:]:
+            self.older[key] = left[1:]
+        return left[0]
+
+    def _drop_older(self, key: str, upto: int) -> None:
+        """Forget the versions of ``key`` kept to be tried that are not newer than ``upto`` (the one in use)."""
+        left = [u for u in self.older.pop(key, []) if int(u["version"]) > upto]
+        if left:
+            self.older[key] = left
 
     def predictor(self, key: str) -> FastPredictor | None:
         m = self.models.get(key)
@@ -206,7 +282,11 @@ class ModelCache:
         for key in [k for k in self.pending if parse_model_key(k)[0] in apps]:
             self._park_update(self.pending.pop(key))
         for key in [k for k in self.held if parse_model_key(k)[0] in apps]:
-            self._park_update(self.held.pop(key))
+            updates = self.held.pop(key)
+            self._held_from.pop(key, None)
+            newest = max(updates, key=lambda u: int(u["version"]))
+            self._park_update(newest)  # the older ones: tried once it is handed back, if it is rejected
+            self._keep_older(key, [u for u in updates if int(u["version"]) < int(newest["version"])])
         self.returning = {k for k in self.returning if parse_model_key(k)[0] not in apps}
         if not self.pending:
             self.health.recovered(DEGRADED_REASON)
@@ -255,10 +335,23 @@ class ModelCache:
         key, version = update["model_key"], int(update["version"])
         waiting = self.pending.get(key)
         if waiting is not None and int(waiting["version"]) >= version:
+            if int(waiting["version"]) > version:
+                self._keep_older(key, [update])  # tried if the one waiting is rejected
             return False
         return await self._try(update)
 
     async def _try(self, update: dict[str, Any]) -> bool:
+        """Load ``update``; if it is rejected, the next older version kept of its key (:meth:`_keep_older`), and so
+        on, until one loads, is deferred, or none is left."""
+        while True:
+            outcome = await self._try_one(update)
+            if not isinstance(outcome, dict):
+                return outcome
+            update = outcome
+
+    async def _try_one(self, update: dict[str, Any]) -> bool | dict[str, Any]:
+        """Load ``update``: True if swapped in, False if skipped or deferred, or the older update of its key to
+        try next if it was rejected."""
         key, version = update["model_key"], int(update["version"])
         if self._retired(update):
             return False
@@ -266,6 +359,7 @@ class ModelCache:
         if current is not None and current >= version:
             self.pending.pop(key, None)
             self.returning.discard(key)
+            self._drop_older(key, current)
             return False
         loop = asyncio.get_running_loop()
         try:
@@ -275,12 +369,18 @@ class ModelCache:
                 self._defer(update, exc)
             return False
         except (RttError, ValueError, OSError) as exc:
-            self.pending.pop(key, None)
+            waiting = self.pending.pop(key, None)
+            if waiting is not None and int(waiting["version"]) < version:  # an older one deferred: tried next
+                self._keep_older(key, [waiting])
+            reason = getattr(exc, "reason", type(exc).__name__)
+            self.metrics.feedback.model_rejected.labels(reason).inc()
+            older = self._next_older(key, version)
+            if older is not None:
+                log.warning("model %s v%d not loaded (%s): trying v%d", key, version, exc, int(older["version"]))
+                return older
             self.returning.discard(key)
             if not self.pending:
                 self.health.recovered(DEGRADED_REASON)
-            reason = getattr(exc, "reason", type(exc).__name__)
-            self.metrics.feedback.model_rejected.labels(reason).inc()
             log.warning("model %s v%d not loaded (%s): keeping v%s", key, version, exc, current)
             return False
         if self._retired(update):  # its app was retired while this loaded
@@ -291,6 +391,7 @@ class ModelCache:
             self.health.recovered(DEGRADED_REASON)
         if (self.version(key) or 0) >= version:  # a newer one landed while this loaded
             return False
+        self._drop_older(key, version)
         self.models[key] = loaded
         self.metrics.feedback.model_version.labels(key).set(version)
         for callback in self.on_swap:
@@ -303,12 +404,28 @@ class ModelCache:
         name = key.decode("utf-8", "replace") if key is not None else None
         version = self.version(name) if name is not None else None
         self.metrics.feedback.model_rejected.labels(TOMBSTONE).inc()
-        log.info("model-updates tombstone of %r at %s: deleting a model is not supported (%s)", name, where,
-                 f"v{version} keeps serving" if version is not None else "no model of it in use")
+        if version is not None:
+            state = f"v{version} keeps serving"
+        elif name is not None and (announced := self._announced(name)) is not None:
+            state = f"v{announced} announced serves once loaded"
+        else:
+            state = "no model of it in use"
+        log.info("model-updates tombstone of %r at %s: deleting a model is not supported (%s)", name, where, state)
+
+    def _announced(self, key: str) -> int | None:
+        """The newest version of ``key`` read and not loaded yet (kept in the first pass or waiting for the
+        registry), or None."""
+        versions = [int(u["version"]) for u in self.held.get(key, [])]
+        if key in self.pending:
+            versions.append(int(self.pending[key]["version"]))
+        return max(versions) if versions else None
 
     def _defer(self, update: dict[str, Any], exc: Exception) -> None:
         key = update["model_key"]
         first = key not in self.pending
+        superseded = self.pending.get(key)
+        if superseded is not None and int(superseded["version"]) < int(update["version"]):
+            self._keep_older(key, [superseded])  # tried if this one is rejected
         self.pending[key] = update
         self.metrics.feedback.model_retries.inc()
         self.health.degraded(DEGRADED_REASON, str(exc))
@@ -350,10 +467,11 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
         tps = [TopicPartition(topic, p) for p in range(contract("model-updates").partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        cache.begin_read()
+        cache.begin_read(tp.partition for tp in consumer.assignment())
         if started is not None:
             started.set()
         while True:
+            cache.settled()  # logs when cold starts may be asked (the bound's WARNING too), whoever asks or not
             if cache.first_pass and cache.overdue():  # the bound of the first pass: load what it read so far
                 await cache.end_first_pass()
             try:
@@ -374,8 +492,8 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 log.warning("model-updates: read positions not checked (%r); retrying", exc)
                 checked = False
             await _apply_batch(cache, batches)
-            if cache.first_pass and await _read_to_end(consumer, guard, batches):
-                await cache.end_first_pass()
+            if cache.first_pass:
+                await cache.partitions_read(await _read_to_end(consumer, guard, batches, cache.read))
             if not checked:  # the next fetch checks again
                 await asyncio.sleep(RETRY_S)
     finally:
@@ -384,41 +502,32 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
             await consumer.stop()
 
 
-async def _read_to_end(consumer: Any, guard: PositionGuard, batches: dict[TopicPartition, list[Any]]) -> bool:
-    """Whether every assigned partition has been read up to its fetch high watermark (a partition no fetch has
-    answered yet has not). A partition answered without records whose position is not known from its records
-    (the offsets before the end hold no record the consumer hands out) is asked its position."""
+async def _read_to_end(consumer: Any, guard: PositionGuard, batches: dict[TopicPartition, list[Any]],
+                       known: set[int]) -> set[int]:
+    """The assigned partitions not in ``known`` that have been read up to their fetch high watermark (a partition
+    no fetch has answered yet has not). A partition answered without records whose position is not known from its
+    records (the offsets before the end hold no record the consumer hands out) is asked its position."""
+    read = set()
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
-        if high is None:
-            return False
+        if tp.partition in known or high is None:
+            continue
         pos = guard.next_offsets.get(tp)
         if (pos is None or pos < high) and not batches.get(tp):
             pos = guard.next_offsets[tp] = await consumer.position(tp)
-        if pos < high:
-            return False
-    return True
-
-
-def _newest(updates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``updates`` less those a later or newer one of the same key supersedes, in the order read."""
-    newest: dict[str, dict[str, Any]] = {}
-    for update in updates:
-        kept = newest.get(update["model_key"])
-        if kept is None or int(kept["version"]) <= int(update["version"]):
-            newest.pop(update["model_key"], None)
-            newest[update["model_key"]] = update
-    return list(newest.values())
+        if pos >= high:
+            read.add(tp.partition)
+    return read
 
 
 async def _apply_batch(cache: ModelCache, batches: dict[TopicPartition, list[Any]]) -> None:
-    """Apply the newest update per key of a fetched batch (in the first pass: keep it for the pass's end); a
-    tombstone or a bad message is counted."""
-    updates = []
+    """Apply the updates of a fetched batch, newest per key first (in the first pass: keep those of a partition
+    not read to its end yet); a tombstone or a bad message is counted."""
+    updates, tombstones = [], []
     for records in batches.values():
         for rec in records:
-            if rec.value is None:
-                cache.tombstone(rec.key, f"{rec.topic}:{rec.offset}")
+            if rec.value is None:  # logged once the updates beside it are kept or applied
+                tombstones.append(rec)
                 continue
             try:
                 update = decode("model-updates", rec.value)
@@ -427,9 +536,10 @@ async def _apply_batch(cache: ModelCache, batches: dict[TopicPartition, list[Any
                 cache.metrics.feedback.model_rejected.labels(exc.reason).inc()
                 log.warning("bad model-update at %s:%d: %s", rec.topic, rec.offset, exc)
                 continue
-            updates.append(update)
-    for update in _newest(updates):
-        if cache.first_pass:
-            cache.hold(update)
-        else:
-            await cache.apply(update)
+            if cache.holds(update["model_key"], rec.partition):
+                cache.hold(update, rec.partition)
+            else:
+                updates.append(update)
+    await cache.apply_all(updates)
+    for rec in tombstones:
+        cache.tombstone(rec.key, f"{rec.topic}:{rec.offset}")

@@ -27,6 +27,7 @@ from app.drift.joinbuffer import JoinBuffer
 from app.features.hardware import hardware_features
 from app.features.vector import matrix
 from app.kafka.embedded import free_port
+from app.model.errors import RegistryUnavailableError
 from app.model.train import booster_to_bytes
 from app.registry.directory import DirectoryModelStore
 from app.streams import feedback_models as fm
@@ -495,3 +496,143 @@ async def test_a_first_read_the_broker_stops_answering_is_loaded_at_the_bound(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def follow(feed: Feed, settings: Settings, cache: ModelCache, monkeypatch: pytest.MonkeyPatch,
+                 done: Any) -> None:
+    """Run :func:`fm.follow_model_updates` on ``feed`` until ``done()``."""
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", feed)
+    task = asyncio.ensure_future(fm.follow_model_updates(settings, cache))
+    try:
+        await until(done, task)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_rejected_newest_version_leaves_the_newest_good_one_read_serving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A restart reads v1, v2, v3 of a key; v3 is announced with a sha256 the registry's record does not have.
+    v3 is tried and warned about, then v2 loads; v1 is neither loaded nor warned about."""
+    topic = Settings().topic("model-updates")
+    tp0 = TopicPartition(topic, 0)
+    store = DirectoryModelStore(tmp_path / "models", keep=5)
+    u1, u2 = save(store, "gCTF:gpu", 1.0), save(store, "gCTF:gpu", 2.0)
+    u3 = {**save(store, "gCTF:gpu", 3.0), "sha256": "0" * 64}
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store)
+    swaps: list[tuple[str, int]] = []
+    cache.on_swap.append(lambda k, v: swaps.append((k, v)))
+    feed = Feed([{tp0: [announced(topic, 0, i, u) for i, u in enumerate((u1, u2, u3))]}], {tp0: 3})
+    with caplog.at_level(logging.WARNING, logger="app.streams.feedback_models"):
+        await follow(feed, settings, cache, monkeypatch, lambda: cache.settled() and feed.fetches >= 3)
+    assert cache.version("gCTF:gpu") == 2 and swaps == [("gCTF:gpu", 2)] and not cache.older
+    assert [r.getMessage().split(" (")[0] for r in caplog.records if "not loaded" in r.getMessage()] == [
+        "model gCTF:gpu v3 not loaded"]
+
+
+async def test_a_new_key_whose_newest_version_of_a_batch_is_rejected_gets_the_older_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first pass, a new key's v1 (good) and v2 (bad sha256) are fetched together: v1 serves; then v3
+    (good) supersedes it."""
+    topic = Settings().topic("model-updates")
+    tp0 = TopicPartition(topic, 0)
+    store = DirectoryModelStore(tmp_path / "models", keep=5)
+    u1 = save(store, "gCTF:gpu", 1.0)
+    u2 = {**save(store, "gCTF:gpu", 2.0), "sha256": "0" * 64}
+    u3 = save(store, "gCTF:gpu", 3.0)
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store)
+    feed = Feed([{}, {tp0: [announced(topic, 0, 0, u1), announced(topic, 0, 1, u2)]}, {}, {tp0: [
+        announced(topic, 0, 2, u3)]}], {tp0: 0}, look=lambda: cache.version("gCTF:gpu"))
+    await follow(feed, settings, cache, monkeypatch, lambda: feed.fetches >= 5)
+    assert feed.seen[2:5] == [1, 1, 3] and not cache.older
+
+
+async def test_a_rejected_version_waiting_for_the_registry_falls_back_to_the_older_one(tmp_path: Path) -> None:
+    """v2 is deferred (registry away) and v1, read with it, kept; once the registry is back v2 is rejected (its
+    sha256 is not the record's): v1 is loaded, and the key had a model all along."""
+    real = DirectoryModelStore(tmp_path / "models")
+    u1 = save(real, "gCTF:gpu", 1.0)
+    u2 = {**save(real, "gCTF:gpu", 2.0), "sha256": "0" * 64}
+    away = [True]
+
+    class Flaky:
+        def __getattr__(self, name: str) -> Any:
+            if away[0]:
+                raise RegistryUnavailableError("registry away")
+            return getattr(real, name)
+
+    cache = ModelCache(Settings(retry_max_backoff_s=0.05), store=Flaky())  # type: ignore[arg-type]
+
+    async def run() -> None:
+        await cache.apply_all([u1, u2])
+        assert cache.pending == {"gCTF:gpu": u2} and cache.has("gCTF:gpu") and cache.version("gCTF:gpu") is None
+        away[0] = False
+        deadline = time.monotonic() + 5.0
+        while cache.version("gCTF:gpu") is None:
+            assert time.monotonic() < deadline, "v1 not loaded"
+            await asyncio.sleep(0.01)
+        await cache.close()
+
+    await run()
+    assert cache.version("gCTF:gpu") == 1 and not cache.pending and not cache.older
+
+
+class StuckFeed(Feed):
+    """Partition 1's high watermark is above its position, and no fetch returns a record of it (Tansu after a
+    memory-only broker restart, runbook §7): it is never read to its end."""
+
+    async def position(self, p: TopicPartition) -> int:
+        return 0 if p.partition == 1 else self.high[p]
+
+
+async def test_a_partition_never_read_to_its_end_holds_back_the_cold_starts_not_the_other_models(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The keys of partition 0 are loaded as soon as it is read to its end; partition 1 never is: cold starts wait
+    for the bound, and when it passes one WARNING names the partition, though nothing asks whether they may."""
+    topic = Settings().topic("model-updates")
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    store = DirectoryModelStore(tmp_path / "models", keep=5)
+    u1, u2 = save(store, "gCTF:gpu", 1.0), save(store, "gCTF:gpu", 2.0)
+    now = [0.0]
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store, clock=lambda: now[0])
+    swaps: list[tuple[str, int]] = []
+    cache.on_swap.append(lambda k, v: swaps.append((k, v)))
+    feed = StuckFeed([{tp0: [announced(topic, 0, 0, u1)]}, {tp0: [announced(topic, 0, 1, u2)]}], {tp0: 2, tp1: 1})
+    monkeypatch.setattr(fm, "AIOKafkaConsumer", feed)
+    with caplog.at_level(logging.INFO, logger="app.streams.feedback_models"):
+        task = asyncio.ensure_future(fm.follow_model_updates(settings, cache))
+        try:
+            await until(lambda: cache.version("gCTF:gpu") == 2, task)
+            assert cache.first_pass and swaps == [("gCTF:gpu", 2)]  # read to its end: loaded, newest only
+            now[0] = fm.START_BOUND_S
+            await until(lambda: not cache.first_pass and feed.fetches >= 10, task)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    lines = [r.getMessage() for r in caplog.records if "cold starts are asked" in r.getMessage()]
+    assert lines == ["model-updates not read to their end (partition(s) 1) within 30 s of start: cold starts are"
+                     " asked from now on (1 model(s) in use, 0 waiting for the registry)"], lines
+    assert cache.settled()
+
+
+async def test_a_tombstone_read_beside_an_update_not_loaded_yet_says_it_will_serve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A first pass reads an update and a tombstone of its key together, before the partition's end: the tombstone's
+    line says the version read will serve, not that the key has no model."""
+    topic = Settings().topic("model-updates")
+    tp0 = TopicPartition(topic, 0)
+    store = DirectoryModelStore(tmp_path / "models")
+    update = save(store, "gCTF:gpu", 1.0)
+    tombstone = SimpleNamespace(topic=topic, partition=0, offset=1, key=b"gCTF:gpu", value=None)
+    settings = Settings(models_dir=str(tmp_path / "models"))
+    cache = ModelCache(settings, store=store)
+    feed = Feed([{tp0: [announced(topic, 0, 0, update), tombstone]}], {tp0: 3})
+    with caplog.at_level(logging.INFO, logger="app.streams.feedback_models"):
+        await follow(feed, settings, cache, monkeypatch, lambda: feed.fetches >= 2)
+    assert [r.getMessage().split("(")[-1] for r in caplog.records if "tombstone" in r.getMessage()] == [
+        "v1 announced serves once loaded)"]
