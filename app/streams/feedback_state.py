@@ -56,7 +56,7 @@ from app.streams.feedback_table import (
     row_partition,
 )
 from app.streams.health import Health
-from app.streams.intake import PartitionIntake, decode_positions
+from app.streams.intake import CheckpointTurns, PartitionIntake, decode_positions, revoke_timeout_s
 from app.streams.metrics import WorkerMetrics
 from app.streams.node_features import NodeFeatures
 
@@ -85,7 +85,7 @@ class FeedbackLoop:
     node_class: dict[str, str] = dataclasses.field(default_factory=dict)
     samples_per_key: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     dirty_nodes: set[str] = dataclasses.field(default_factory=set)
-    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    checkpoints: CheckpointTurns = dataclasses.field(default_factory=CheckpointTurns)  # one at a time
     on_forget_apps: list[Callable[[set[str]], None]] = dataclasses.field(default_factory=list)
     handles: dict[str, Any] = dataclasses.field(default_factory=dict)
     intake: PartitionIntake | None = None
@@ -147,55 +147,57 @@ class FeedbackLoop:
         one is undelivered (:class:`~app.kafka.batches.BatchSender`). A write that fails hands its changes
         back, so the next checkpoint stores them.
         """
-        async with self.lock:
-            now = self.buffer.clock.now()
-            self.expire()
-            upserts, removed = self.buffer.take_changes()
-            rows: list[tuple[bytes, bytes | None]] = []
-            unknown: set[str] = set()
-            changes: list[tuple[tuple[str, str], bytes | None]] = [(k, orjson.dumps(e)) for k, e in upserts.items()]
-            changes += [(k, None) for k in removed]
-            for (task_id, node), value in changes:
-                partition = self.join_partition(node)
-                if partition is None:
-                    unknown.add(node)
-                else:
-                    rows.append((join_row_key(partition, node, task_id), value))
-            if unknown:  # no entry of a node whose partition is unknown is held: nothing is written in its place
-                log.warning("join rows of %d node(s) of no known partition not written: %s", len(unknown),
-                            sorted(unknown)[:10])
-            dirty, self.dirty_nodes = self.dirty_nodes, set()
-            for node in dirty:
-                t = self.trackers.get(node)
-                if t is not None and node in self.partitions:
-                    rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
-            outbox_rows = self.outbox.take_rows() if self.outbox is not None else []
-            rows += outbox_rows
-            deleted, self._deleted_rows = self._deleted_rows, []
-            rows += deleted
-            intake = self.intake
-            positions: list[Row] = []
-            try:
-                if intake is None:
-                    n = await self.table.write(rows)
-                else:
-                    positions = intake.position_rows(offsets_row_key)
-                    n = await self.table.write(rows, last=positions, sender=intake.live_sender)
-                    intake.positions_stored(positions)  # the messages they cover are counted now
-            except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
-                if intake is not None:  # the positions stored, the markers after them not: counted all the same
-                    intake.positions_held(positions, self.table.data)
-                self.buffer.retake(upserts, removed)
-                self.dirty_nodes |= dirty
-                self._deleted_rows = deleted + self._deleted_rows
-                raise
-            if self.evicted:  # every entry an evicted node had is expired, and its deletion stored
-                self.evicted = {n: left for n, left in self.evicted.items() if left[1] > now}
-            if self.outbox is not None:
-                self.outbox.written(outbox_rows)
-                if self.outbox.send is not None:
-                    await self.outbox.deliver()  # what this checkpoint made durable
-            return n
+        return await self.checkpoints.take(self._checkpoint)
+
+    async def _checkpoint(self) -> int:
+        now = self.buffer.clock.now()
+        self.expire()
+        upserts, removed = self.buffer.take_changes()
+        rows: list[tuple[bytes, bytes | None]] = []
+        unknown: set[str] = set()
+        changes: list[tuple[tuple[str, str], bytes | None]] = [(k, orjson.dumps(e)) for k, e in upserts.items()]
+        changes += [(k, None) for k in removed]
+        for (task_id, node), value in changes:
+            partition = self.join_partition(node)
+            if partition is None:
+                unknown.add(node)
+            else:
+                rows.append((join_row_key(partition, node, task_id), value))
+        if unknown:  # no entry of a node whose partition is unknown is held: nothing is written in its place
+            log.warning("join rows of %d node(s) of no known partition not written: %s", len(unknown),
+                        sorted(unknown)[:10])
+        dirty, self.dirty_nodes = self.dirty_nodes, set()
+        for node in dirty:
+            t = self.trackers.get(node)
+            if t is not None and node in self.partitions:
+                rows.append((node_row_key(self.partitions[node], node), orjson.dumps(t.to_dict())))
+        outbox_rows = self.outbox.take_rows() if self.outbox is not None else []
+        rows += outbox_rows
+        deleted, self._deleted_rows = self._deleted_rows, []
+        rows += deleted
+        intake = self.intake
+        positions: list[Row] = []
+        try:
+            if intake is None:
+                n = await self.table.write(rows)
+            else:
+                positions = intake.position_rows(offsets_row_key)
+                n = await self.table.write(rows, last=positions, sender=intake.live_sender)
+                intake.positions_stored(positions)  # the messages they cover are counted now
+        except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
+            if intake is not None:  # the positions stored, the markers after them not: counted all the same
+                intake.positions_held(positions, self.table.data)
+            self.buffer.retake(upserts, removed)
+            self.dirty_nodes |= dirty
+            self._deleted_rows = deleted + self._deleted_rows
+            raise
+        if self.evicted:  # every entry an evicted node had is expired, and its deletion stored
+            self.evicted = {n: left for n, left in self.evicted.items() if left[1] > now}
+        if self.outbox is not None:
+            self.outbox.written(outbox_rows)
+            if self.outbox.send is not None:
+                await self.outbox.deliver()  # what this checkpoint made durable
+        return n
 
     def restore(self, rows: dict[bytes, bytes], active: set[int]) -> None:
         """Load the rows of newly active partitions (join entries and trackers not already in memory).
@@ -340,13 +342,15 @@ class FeedbackLoop:
         They are forgotten even when the checkpoint fails (raised after): the rows of a checkpoint go out before
         its read positions, and those only once the rows are stored, so the positions last stored never run ahead
         of the stored state, and the new owner reads again from them whatever was not stored. Nothing of ``lost``
-        is written by this worker afterwards: no state of it is left, nor positions.
+        is written by this worker afterwards: no state of it is left, nor positions. The checkpoint waits for the
+        one in flight, and takes at most one request timeout in all; it writes nothing when the one it waited for
+        failed (:meth:`~app.streams.intake.CheckpointTurns.revoke`: a revoke never holds a rebalance up for two).
         """
         if self.intake is not None:
             self.intake.release(lost)
         self.held -= lost
         try:
-            await self.checkpoint()
+            await self.checkpoints.revoke(self._checkpoint, revoke_timeout_s(self.intake))
         finally:
             self._forget_partitions(lost)
 

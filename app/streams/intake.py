@@ -40,7 +40,8 @@ messages processed since the last one are added. A message read again after a cr
 checkpoints), or by a partition's new owner after a rebalance, is counted once: by the process whose
 checkpoint stored it. The counter therefore moves in steps, once per checkpoint
 (``RTT_WORKER_CHECKPOINT_INTERVAL_S``, 1 s by default), and not while checkpoints fail (the broker away);
-meanwhile a partition holds at most ``UNCOUNTED_MAX`` pending entries (the oldest merged). The messages are
+meanwhile a partition holds at most ``UNCOUNTED_MAX`` pending entries (the newest merged, never across a read
+position a checkpoint in flight has taken: that checkpoint, once stored, counts all it covers). The messages are
 counted as soon as the read positions are stored, even when the markers written after them fail
 (:meth:`PartitionIntake.positions_held`): those positions are what the partitions' next owner reads on from.
 
@@ -59,8 +60,8 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -82,12 +83,13 @@ from app.streams.metrics import WorkerMetrics
 log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], int], None]
+T = TypeVar("T")
 MAX_RECORDS = 10_000
 HELD_MAX = 2 * MAX_RECORDS  # records waiting for the broker beyond which the intake reads no more
 RETRY_S = 1.0
 REQUEST_TIMEOUT_MS = 40_000  # aiokafka's default
 DEAD_HELD_MAX_BYTES = 64 << 20  # undelivered dead-letter bytes on the sender beyond which the intake reads no more
-UNCOUNTED_MAX = 64  # pending (offset, count) entries per partition beyond which the oldest two are merged
+UNCOUNTED_MAX = 64  # pending (offset, count) entries per partition beyond which the newest two are merged
 
 
 class Countable(Protocol):
@@ -97,6 +99,66 @@ class Countable(Protocol):
 def decode_positions(raw: bytes, partition: int) -> dict[tuple[str, int], int]:
     """``{(contract, partition): offset}`` of a row written by :meth:`PartitionIntake.position_rows`."""
     return {(name, partition): int(off) for name, off in orjson.loads(raw).items()}
+
+
+def revoke_timeout_s(intake: Any) -> float:
+    """How long a revoke's checkpoint may take in all (:meth:`CheckpointTurns.revoke`): one request timeout of
+    ``intake``'s producer (None, or one that names none: aiokafka's default)."""
+    return getattr(intake, "request_timeout_ms", REQUEST_TIMEOUT_MS) / 1000
+
+
+class CheckpointFailed(Exception):
+    """The checkpoint a revoke waited for failed: the revoke writes none of its own (the broker is away)."""
+
+
+class CheckpointTurns:
+    """The checkpoints of one table's state, one at a time; a revoke's waits for the one in flight, but not long.
+
+    With the broker away each checkpoint's flush fails only after the producer's request timeout, so a revoke
+    that waited for the checkpoint in flight and then wrote its own would hold the rebalance up for two of them
+    (some 80 s, past the group's session and rebalance timeouts). :meth:`revoke` takes at most ``timeout_s``
+    (one request timeout) all told, and writes nothing when the checkpoint it waited for failed
+    (:class:`CheckpointFailed`): either way its caller takes the revoke-failed path, the new owner reading on from
+    the positions last stored. A revoke's checkpoint cut short is handled like any failed write (its changes
+    taken back, the positions it stored counted: :meth:`PartitionIntake.positions_held`).
+    """
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.failures = 0  # checkpoints failed so far
+        self.error: BaseException | None = None  # the last one's error
+
+    async def take(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run ``write`` (one checkpoint) once no other is in flight."""
+        async with self.lock:
+            return await self._run(write)
+
+    async def revoke(self, write: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+        """Run ``write`` (a revoke's checkpoint) after the checkpoint in flight, if any, and if that one did not
+        fail; all within ``timeout_s``, else raise :class:`TimeoutError` (``write`` is then cancelled)."""
+        in_flight, failures = self.lock.locked(), self.failures
+
+        async def turn() -> T:
+            async with self.lock:
+                if in_flight and self.failures != failures:
+                    raise CheckpointFailed(f"the checkpoint in flight failed ({self.error!r}): none written again")
+                return await self._run(write)
+
+        try:
+            async with asyncio.timeout(timeout_s) as deadline:
+                return await turn()
+        except TimeoutError:
+            if deadline.expired():
+                raise TimeoutError(f"the revoke's checkpoint was not done within {timeout_s:g} s") from None
+            raise
+
+    async def _run(self, write: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await write()
+        except BaseException as exc:
+            self.failures += 1
+            self.error = exc
+            raise
 
 
 class PartitionIntake:
@@ -134,6 +196,8 @@ class PartitionIntake:
         self.positions: dict[TopicPartition, int] = {}
         # messages processed whose read position no stored checkpoint holds yet: (next offset after them, how many)
         self._uncounted: dict[TopicPartition, collections.deque[tuple[int, int]]] = {}
+        # read positions taken by checkpoints in flight (position_rows, until positions_stored or _held)
+        self._taken: dict[TopicPartition, collections.Counter[int]] = {}
         self._assignment_changed = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -208,6 +272,7 @@ class PartitionIntake:
         for tp in [tp for tp in self.positions if tp.partition in partitions and tp.partition not in self.owned]:
             del self.positions[tp]
             self._uncounted.pop(tp, None)  # not stored by this worker: the new owner reads and counts them
+            self._taken.pop(tp, None)
             try:
                 self.metrics.intake_lag.remove(self.topics[tp.topic], str(tp.partition))
             except KeyError:
@@ -259,7 +324,11 @@ class PartitionIntake:
     def position_rows(self, key: Callable[[int], bytes], partitions: set[int] | None = None) -> list[Row]:
         """One changelog row per partition: ``(partition, key(partition), {contract: next offset})``.
 
-        Once a checkpoint has stored them, hand them to :meth:`positions_stored`."""
+        Once a checkpoint has stored them, hand them to :meth:`positions_stored`; once its write failed, to
+        :meth:`positions_held`. Until then the pending counts are never merged across these positions."""
+        for tp, off in self.positions.items():
+            if partitions is None or tp.partition in partitions:
+                self._taken.setdefault(tp, collections.Counter())[off] += 1
         return [(p, key(p), orjson.dumps(pos)) for p, pos in self.positions_of(partitions).items()]
 
     def positions_stored(self, rows: list[Row]) -> int:
@@ -269,43 +338,70 @@ class PartitionIntake:
         A message is counted once its effect and the read position past it are durable: the messages processed
         since the last stored checkpoint wait here, and one read again after a crash was never counted before.
         """
-        counted = 0
-        for partition, _key, value in rows:
-            if value is None:
-                continue
-            for (name, p), off in decode_positions(value, partition).items():
-                tp = TopicPartition(self.settings.topic(name), p)
-                held = self._uncounted.get(tp)
-                if not held:
-                    continue
-                n = 0
-                while held and held[0][0] <= off:
-                    n += held.popleft()[1]
-                if not held:
-                    del self._uncounted[tp]
-                if n:
-                    self.metrics.messages_in.labels(name).inc(n)
-                    counted += n
-        return counted
+        self._settle(rows)
+        return self._count(rows)
 
     def positions_held(self, rows: list[Row], data: Any) -> int:
         """After a checkpoint's write of ``rows`` raised: count (:meth:`positions_stored`) the messages covered by
         those of ``rows`` that the table's ``data`` holds, that is, stored (the table takes a row once the broker
         has it), a later step of the write failing: the markers' flush. Their read positions are in the changelog:
         the partitions' next owner reads on from there and never counts those messages."""
-        return self.positions_stored([r for r in rows if r[2] is not None and data.get(r[1]) == r[2]])
+        self._settle(rows)
+        return self._count([r for r in rows if r[2] is not None and data.get(r[1]) == r[2]])
+
+    def _positions_in(self, rows: list[Row]) -> list[tuple[str, TopicPartition, int]]:
+        return [(name, TopicPartition(self.settings.topic(name), p), off)
+                for partition, _key, value in rows if value is not None
+                for (name, p), off in decode_positions(value, partition).items()]
+
+    def _settle(self, rows: list[Row]) -> None:
+        """The checkpoint that took ``rows`` (:meth:`position_rows`) is over: their positions may be merged past."""
+        for _name, tp, off in self._positions_in(rows):
+            taken = self._taken.get(tp)
+            if taken is not None and off in taken:
+                taken[off] -= 1
+                if taken[off] <= 0:
+                    del taken[off]
+                if not taken:
+                    del self._taken[tp]
+
+    def _count(self, rows: list[Row]) -> int:
+        counted = 0
+        for name, tp, off in self._positions_in(rows):
+            held = self._uncounted.get(tp)
+            if not held:
+                continue
+            n = 0
+            while held and held[0][0] <= off:
+                n += held.popleft()[1]
+            if not held:
+                del self._uncounted[tp]
+            if n:
+                self.metrics.messages_in.labels(name).inc(n)
+                counted += n
+        return counted
 
     def _hold(self, tp: TopicPartition, offset: int, n: int) -> None:
-        """``n`` messages before ``offset`` processed, to count once a stored position covers them. Past
-        ``UNCOUNTED_MAX`` entries (checkpoints failing while reading goes on) the oldest two become one, at the
-        later offset: they are then counted together, with the first checkpoint storing a position past both, so
-        the entries a partition holds stay bounded; a count is delayed, never made twice."""
+        """``n`` messages before ``offset`` processed, to count once a stored position covers them.
+
+        Past ``UNCOUNTED_MAX`` entries (checkpoints failing while reading goes on) two neighbours become one, at
+        the later offset: the newest two whose earlier offset no checkpoint in flight has taken. Their messages
+        are then counted together, with the first checkpoint storing a position past both; every position a
+        checkpoint has taken stays a boundary, so once stored it counts all the messages it covers (merging
+        past it would leave them to a later checkpoint, and a revoke before that would drop them while the new
+        owner reads on from the stored position). The entries a partition holds stay bounded; a count is
+        delayed, never made early, so never twice."""
         held = self._uncounted.setdefault(tp, collections.deque())
         held.append((offset, n))
-        if len(held) > UNCOUNTED_MAX:
-            _, n1 = held.popleft()
-            off2, n2 = held.popleft()
-            held.appendleft((off2, n1 + n2))
+        if len(held) <= UNCOUNTED_MAX:
+            return
+        taken = self._taken.get(tp) or collections.Counter()
+        for i in range(len(held) - 2, -1, -1):
+            if held[i][0] not in taken:
+                (_, n1), (off2, n2) = held[i], held[i + 1]
+                held[i + 1] = (off2, n1 + n2)
+                del held[i]
+                return
 
     def _moved(self, tp: TopicPartition, offset: int) -> None:
         """The read position of ``tp`` moved to ``offset`` other than by reading (reset or checked): the messages

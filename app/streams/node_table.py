@@ -14,7 +14,10 @@ crashes the app on it). Either way, whatever the intake's sender still holds of 
 or read positions not delivered: the broker away) is discarded before the states go
 (:meth:`~app.kafka.batches.BatchSender.discard`): their new owner writes them from then on, and this worker
 writes nothing of them afterwards. While the revoke's checkpoint is written, the partitions' states are
-:attr:`NodeStore.leaving`, and eviction leaves them alone.
+:attr:`NodeStore.leaving`, and eviction leaves them alone. Checkpoints run one at a time: a revoke's waits
+for the one in flight, and the revoke's checkpoint takes at most one request timeout in all
+(``WorkerOptions.request_timeout_ms``, 40 s); past it, or when the checkpoint it waited for failed, the revoke
+takes the failed path above (:class:`~app.streams.intake.CheckpointTurns`).
 
 Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
 it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
@@ -23,7 +26,6 @@ the node-features intake reads on from there after a recovery.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,7 +36,7 @@ from app.errors import ConfigError
 from app.kafka.batches import BatchSender
 from app.streams.changelog import Row, drop_partitions, write_rows
 from app.streams.context import context_of
-from app.streams.intake import PartitionIntake, decode_positions
+from app.streams.intake import CheckpointTurns, PartitionIntake, decode_positions, revoke_timeout_s
 from app.streams.node_state import META, NodeState, node_of_key, row_key
 from app.streams.options import WorkerOptions
 from app.streams.ownership import lost_partitions
@@ -126,40 +128,43 @@ class NodeStateTable(faust.Table):
         """Write the changed rows of ``states`` (default: all) and the read positions of ``partitions``.
 
         ``partitions`` must be those whose every state is in ``states`` (default: all held): a position is
-        recorded only with the state it produced.
+        recorded only with the state it produced. One checkpoint at a time (:attr:`checkpoints`).
         """
-        async with self.checkpoint_lock:
-            rows: list[Row] = [(state.partition, key, row)
-                               for state in (list(self.store.states.values()) if states is None else states)
-                               for key, row in state.take_rows()]
-            intake = self.intake
-            positions: list[Row] = []
-            try:
-                if intake is None:
-                    return await write_rows(self, rows)
-                positions = intake.position_rows(positions_key, partitions)
-                n = await write_rows(self, rows, last=positions, sender=intake.live_sender,
-                                     on_rewound=self.rewrite)
-                intake.positions_stored(positions)  # the messages they cover are counted now
-                return n
-            except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
-                if intake is not None:  # the positions stored, the markers after them not: counted all the same
-                    intake.positions_held(positions, self.data)
-                held = self.store.states
-                for _, key, _ in rows:
-                    state = held.get(node_of_key(key))
-                    if state is not None:
-                        state.retake((key,))
-                raise
+        return await self.checkpoints.take(lambda: self._write(states, partitions))
+
+    async def _write(self, states: Iterable[NodeState] | None, partitions: set[int] | None) -> int:
+        rows: list[Row] = [(state.partition, key, row)
+                           for state in (list(self.store.states.values()) if states is None else states)
+                           for key, row in state.take_rows()]
+        intake = self.intake
+        positions: list[Row] = []
+        try:
+            if intake is None:
+                return await write_rows(self, rows)
+            positions = intake.position_rows(positions_key, partitions)
+            n = await write_rows(self, rows, last=positions, sender=intake.live_sender, on_rewound=self.rewrite)
+            intake.positions_stored(positions)  # the messages they cover are counted now
+            return n
+        except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
+            if intake is not None:  # the positions stored, the markers after them not: counted all the same
+                intake.positions_held(positions, self.data)
+            held = self.store.states
+            for _, key, _ in rows:
+                state = held.get(node_of_key(key))
+                if state is not None:
+                    state.retake((key,))
+            raise
 
     @property
-    def checkpoint_lock(self) -> asyncio.Lock:
-        """Held by each checkpoint: one at a time, so a revoke's checkpoint waits for the one in flight, and a
-        partition's positions, and the messages they cover, are forgotten only once no write of them is pending."""
-        lock = self.__dict__.get("_checkpoint_lock")
-        if lock is None:
-            lock = self.__dict__["_checkpoint_lock"] = asyncio.Lock()
-        return lock
+    def checkpoints(self) -> CheckpointTurns:
+        """Taken by each checkpoint: one at a time, so a revoke's checkpoint waits for the one in flight (at most
+        one request timeout, :meth:`CheckpointTurns.revoke`), and a partition's positions, and the messages they
+        cover, are forgotten only once no write of them is pending, or past that timeout, its records of them not
+        yet handed to the producer discarded (:meth:`discard_undelivered`)."""
+        turns = self.__dict__.get("_checkpoints")
+        if turns is None:
+            turns = self.__dict__["_checkpoints"] = CheckpointTurns()
+        return turns
 
     def rewrite(self, partitions: set[int]) -> None:
         """Mark every row of the states of ``partitions`` to be written by the next checkpoint (their changelog
@@ -212,8 +217,9 @@ class NodeStateTable(faust.Table):
             try:
                 if self.intake is not None:
                     self.intake.release(lost)
+                states = [s for s in self.store.states.values() if s.partition in lost]
                 try:
-                    await self.checkpoint([s for s in self.store.states.values() if s.partition in lost], lost)
+                    await self.checkpoints.revoke(lambda: self._write(states, lost), revoke_timeout_s(self.intake))
                 except Exception as exc:  # broker away: the new owner reads again from the positions last stored
                     revoke_failed(self.name, lost, exc, self.revoke_failures)
                 self.discard_undelivered(lost)  # not sent again once the new owner writes the partitions
