@@ -310,6 +310,19 @@ class BatchSender:
             self.discarded += records
             log.info("%d undelivered records to %s%s discarded", records, topic, sorted(partitions))
 
+    def forget(self, topic: str, partitions: Collection[int]) -> None:
+        """Forget the end the last acknowledged batch left on ``partitions`` of ``topic``, and that they were found
+        rewound: their recreation was found and handled elsewhere (the worker's recovery), so the next batch
+        stored at their new start is not reported again."""
+        for partition in partitions:
+            tp = (topic, partition)
+            self._end.pop(tp, None)
+            self.rewound.discard(tp)
+
+    def end(self, topic: str, partition: int) -> int | None:
+        """The offset after the last batch acknowledged on ``partition`` of ``topic``; None if none was."""
+        return self._end.get((topic, partition))
+
     def take_rewound(self, topic: str) -> set[int]:
         """Partitions of ``topic`` found rewound since the last call."""
         found = {tp for tp in self.rewound if tp[0] == topic}

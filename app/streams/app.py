@@ -20,6 +20,7 @@ from app.clock import Clock
 from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import InternalTopic
+from app.kafka.batches import BatchSender
 from app.kafka.client import faust_credentials
 from app.streams.changelog import ChangelogTableManager
 from app.streams.context import attach
@@ -130,14 +131,28 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
     register_health_page(app, ctx.health)
     for register in DEFAULT_COMPONENTS if components is None else components:
         register(app, settings)
-    cast(ChangelogTableManager, app.tables).on_recreated = write_again
+    manager = cast(ChangelogTableManager, app.tables)
+    manager.on_recreated = write_again
+    manager.rewrite_failures = ctx.metrics.changelog_rewrite_failures
     return app
 
 
-def write_again(table: object, partitions: set[int]) -> None:
+def write_again(table: object, partitions: set[int]) -> bool:
     """Mark the state ``table`` keeps of its changelog ``partitions`` to be written by the next checkpoint: the
-    recovery found them recreated below what it had read of them (:mod:`app.streams.changelog`)."""
+    recovery found them recreated below what it had read of them (:mod:`app.streams.changelog`); whether it was.
+
+    The sender the table's rows went out on forgets the end it recorded on them, so its next write there is not
+    found rewound again: one wipe, one rewrite and one count per partition.
+    """
+    sender: BatchSender | None
     if isinstance(table, NodeStateTable):
         table.rewrite(partitions)
+        sender = table.intake.sender if table.intake is not None else None
     elif isinstance(table, FeedbackTable) and table.on_rewound is not None:
         table.on_rewound(partitions)
+        sender = table.sender
+    else:
+        return False
+    if isinstance(sender, BatchSender):
+        sender.forget(table.changelog_topic.get_topic_name(), partitions)
+    return True

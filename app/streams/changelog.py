@@ -35,12 +35,38 @@ runs a recovery that compares the two as soon as it knows the ends: a partition 
 read of it is reset to be read from its start (what it holds now was written by this worker, already in the
 table: reading it again changes nothing), logged on one line, and, for a partition this worker owns, handed
 to the manager's ``on_recreated(table, partitions)``: the caller marks the state kept of them to be written
-again, as for a write found rewound. The memory store persists no offsets (``persisted_offset`` is always
-None): the recovery's own offsets are all there is to reset.
+again, as for a write found rewound. The line says what was done: marked to be written again, nothing kept to
+write (a table no writer handles), or, an ERROR, that marking failed (counted,
+``rtt_worker_changelog_rewrite_failures_total{table}``; the worker goes on). A recreated standby partition is
+sought to its start from the hook as well: Faust seeks the standby partitions before it asks for their ends.
+The memory store persists no offsets (``persisted_offset`` is always None): the recovery's own offsets are all
+there is to reset.
+
+One wipe is handled once per partition, whichever finds it first: a write found rewound resets the recovery's
+offset of the partition when it is beyond the partition's new end (nothing left for the recovery to find), and
+the recovery's ``on_recreated`` makes the sender forget the end it recorded there
+(:meth:`~app.kafka.batches.BatchSender.forget`), so ``rtt_worker_changelog_rewinds_total`` counts each
+recreated partition once and its state is written again once.
+
+What offsets alone cannot tell: a partition whose new log already reaches past the offset read of it before the
+wipe (read up to 70, recreated, 120 records written since) looks like one that grew, and the recovery reads it
+on from 70. The table's data is still right (this worker holds it in memory, and wrote those 120 records);
+the changelog is right too when this process had written to the partition before the wipe, since its first
+write after it was found rewound and everything kept of the partition written again. It is not when this
+process had restored the partition but written nothing to it before the wipe: the new log holds only what
+changed since, and a worker restoring from it (a restart, a rebalance to another worker) starts the nodes of
+the rest without their history. A standby copy of such a partition likewise reads on from its old offset and
+misses what the owner wrote again below it.
+
+Faust's recovery is extended through private members (``_build_highwaters``, ``_seek_offsets``, the offsets
+and ends it keeps), tested with faust-streaming :data:`TESTED_FAUST` (``deploy/constraints.txt``; the unit tests
+run Faust's own ``_restart_recovery``): another installed version is named in a WARNING when the recovery is
+built.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
@@ -54,6 +80,7 @@ from app.kafka.batches import BatchSender
 log = logging.getLogger(__name__)
 
 MARKER_KEY = b"#checkpoint"
+TESTED_FAUST = "0.15.3"  # the faust-streaming release RecreatedChangelogRecovery is tested with
 
 Row = tuple[int, bytes, bytes | None]  # changelog partition, key, value (None: delete)
 
@@ -101,7 +128,11 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
     rewound = sender.take_rewound(topic)
     if rewound:
         log.warning("changelog %s partitions %s restart below what this process wrote there (the topic was "
-                    "recreated): the state they held is written again", topic, sorted(rewound))
+                    "recreated): %s", topic, sorted(rewound),
+                    "the state they held is written again" if on_rewound is not None else "nothing kept to write again")
+        recovery = _recovery_of(table)
+        if recovery is not None:
+            recovery.found_rewound(topic, {p: sender.end(topic, p) for p in rewound})
         if on_rewound is not None:
             on_rewound(rewound)
     return len(first) + len(tail)
@@ -133,48 +164,94 @@ class RecreatedChangelogRecovery(Recovery):
     its start instead of raising ``ConsistencyError`` (module docstring)."""
 
     async def _build_highwaters(self, consumer: Any, tps: Any, destination: Any, title: str) -> None:
-        # the ends are known here, before the offsets to read from are built and checked against them
+        # the ends are known here: for the active partitions before the offsets to read from are built and checked
+        # against them, for the standby ones after Faust sought them (0.15.3)
         await super()._build_highwaters(consumer, tps, destination, title)
         active = destination is self.active_highwaters
         offsets = self.active_offsets if active else self.standby_offsets
         recreated = found_recreated(offsets, destination)
-        if not recreated:
-            return
-        by_table: dict[Any, set[int]] = {}
         for topic in sorted({tp.topic for tp in recreated}):
             tps = sorted(tp for tp in recreated if tp.topic == topic)
             read = {tp.partition: offsets[tp] for tp in tps}
             for tp in tps:
                 offsets[tp] = -1  # nothing of it read: read from its start
-            log.warning("changelog %s partitions %s restart below what this worker read of them (%s; read up to "
-                        "%s, the last offsets now %s: the topic was recreated): read again from their start%s",
-                        topic, sorted(read), title, read, {tp.partition: destination[tp] for tp in tps},
-                        "; the state held of them is written again" if active else "")
-            table = self.tp_to_table.get(tps[0])
-            if active and table is not None:
-                by_table.setdefault(table, set()).update(read)
-        on_recreated: Callable[[Any, set[int]], None] | None = getattr(self.tables, "on_recreated", None)
-        if on_recreated is None:
-            return
-        for table, partitions in by_table.items():
-            try:
-                on_recreated(table, partitions)
-            except Exception as exc:  # out of the recovery it would end the worker
-                log.error("changelog of table %s partitions %s: marking their state to be written again failed: %r",
-                          table.name, sorted(partitions), exc)
+            if active:
+                level, done = self._write_again(self.tp_to_table.get(tps[0]), set(read))
+            else:  # Faust sought them to the old offsets already
+                await self._seek_offsets(consumer, set(tps), offsets, title)
+                level, done = logging.WARNING, ""
+            log.log(level, "changelog %s partitions %s restart below what this worker read of them (%s; read up to "
+                    "%s, the last offsets now %s: the topic was recreated): read again from their start%s",
+                    topic, sorted(read), title, read, {tp.partition: destination[tp] for tp in tps}, done)
+
+    def _write_again(self, table: Any, partitions: set[int]) -> tuple[int, str]:
+        """Hand the owned ``partitions`` of ``table`` to the manager's ``on_recreated``: the log level and the end
+        of the line saying what was done."""
+        on_recreated: Callable[[Any, set[int]], bool] | None = getattr(self.tables, "on_recreated", None)
+        if table is None or on_recreated is None:
+            return logging.WARNING, "; nothing kept of them is written again (no writer for this changelog)"
+        try:
+            marked = on_recreated(table, partitions)
+        except Exception as exc:  # out of the recovery it would end the worker
+            failures = getattr(self.tables, "rewrite_failures", None)
+            if failures is not None:
+                failures.labels(table.name).inc(len(partitions))
+            return logging.ERROR, f"; marking the state held of them to be written again failed: {exc!r}"
+        if not marked:
+            return logging.WARNING, f"; nothing kept of them is written again (table {table.name} keeps none)"
+        return logging.WARNING, "; the state held of them is marked to be written again"
+
+    def found_rewound(self, topic: str, ends: dict[int, int | None]) -> None:
+        """A write found ``topic``'s partitions rewound, ``ends``: the offset after what it stored there (None:
+        unknown). A partition read beyond that end is reset to be read from its start, as the recovery would have:
+        the recovery finds nothing more of the same wipe (module docstring)."""
+        for partition, end in ends.items():
+            tp = TP(topic, partition)
+            read = self.active_offsets.get(tp)
+            if end is not None and read is not None and read > end - 1:
+                self.active_offsets[tp] = -1
+
+
+def untested_faust(installed: str | None = None) -> str | None:
+    """The WARNING to log when the installed faust-streaming is not :data:`TESTED_FAUST`, else None."""
+    if installed is None:
+        try:
+            installed = importlib.metadata.version("faust-streaming")
+        except importlib.metadata.PackageNotFoundError:
+            installed = "(version unknown)"
+    if installed == TESTED_FAUST:
+        return None
+    return (f"faust-streaming {installed} is installed: the worker's recovery of recreated changelogs extends "
+            f"private members of Faust's Recovery and is tested with {TESTED_FAUST} only (deploy/constraints.txt); "
+            "run tests/unit/streams/test_recovery_recreated.py against this version")
 
 
 class ChangelogTableManager(TableManager):
     """Faust's table manager with :class:`RecreatedChangelogRecovery` as its recovery (``TableManager=`` of the
-    app). ``on_recreated(table, partitions)`` is called with the owned partitions of a table found recreated."""
+    app). ``on_recreated(table, partitions)`` is called with the owned partitions of a table found recreated and
+    returns whether it marked their state to be written again; ``rewrite_failures``, when set, is the labelled
+    counter (by table) of partitions for which it raised."""
 
-    on_recreated: Callable[[Any, set[int]], None] | None = None
+    on_recreated: Callable[[Any, set[int]], bool] | None = None
+    rewrite_failures: Any = None
 
     @property
     def recovery(self) -> Recovery:
         if self._recovery is None:
+            warning = untested_faust()
+            if warning is not None:
+                log.warning("%s", warning)
             self._recovery = RecreatedChangelogRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
         return self._recovery
+
+
+def _recovery_of(table: Any) -> RecreatedChangelogRecovery | None:
+    """The recovery of ``table``'s app when it is a :class:`RecreatedChangelogRecovery` (else None)."""
+    manager = getattr(getattr(table, "app", None), "tables", None)
+    if not isinstance(manager, ChangelogTableManager):
+        return None
+    recovery = manager.recovery
+    return recovery if isinstance(recovery, RecreatedChangelogRecovery) else None
 
 
 def compact(value: bytes) -> bytes:

@@ -66,6 +66,10 @@ class WorkerMetrics:
         self.changelog_rewinds = Counter("rtt_worker_changelog_rewinds_total",
                                          "Changelog partitions found recreated under the worker (the broker lost its"
                                          " data): the state kept of them is written again", ["table"], registry=r)
+        self.changelog_rewrite_failures = Counter(
+            "rtt_worker_changelog_rewrite_failures_total", "Changelog partitions found recreated by the recovery whose"
+            " state could not be marked to be written again (logged at ERROR; the worker goes on)", ["table"],
+            registry=r)
         self.timer_failures = Counter("rtt_worker_timer_failures_total",
                                       "Timer ticks that failed (logged; the next tick runs), by timer", ["timer"],
                                       registry=r)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from faust.types import TP
 
 from app.config import Settings
@@ -26,6 +28,8 @@ class Consumer:
 
     async def highwaters(self, *tps: TP) -> dict[TP, int]:
         return {tp: self.ends[tp] for tp in tps}
+
+    async def seek_wait(self, offsets: dict[TP, int]) -> None: ...
 
 
 def recovered(tmp_path: Path, offsets: dict[int, int | None], ends: dict[int, int],
@@ -46,9 +50,9 @@ def recovered(tmp_path: Path, offsets: dict[int, int | None], ends: dict[int, in
         written_again = manager.on_recreated
         assert written_again is not None
 
-        def on_recreated(t: Any, partitions: set[int]) -> None:
+        def on_recreated(t: Any, partitions: set[int]) -> bool:
             calls.append((t.name, set(partitions)))
-            written_again(t, partitions)
+            return written_again(t, partitions)
 
         manager.on_recreated = on_recreated
         mine = recovery.standby_offsets if standby else recovery.active_offsets
@@ -85,3 +89,57 @@ def test_a_recreated_standby_partition_is_read_again_and_nothing_is_written(tmp_
     after, calls, _, rewinds = recovered(tmp_path, {4: 500}, {4: 12}, standby=True)
     assert after == {4: -1}
     assert (calls, rewinds) == ([], 0)
+
+
+def recovery_line(tmp_path: Path, caplog: pytest.LogCaptureFixture, on_recreated: Any,
+                  table_name: str = "node-window") -> tuple[logging.LogRecord, float]:
+    """The line logged for partition 1 of ``table_name``'s changelog recreated (read up to 796, 264 records now)
+    with ``on_recreated`` as the manager's, and rtt_worker_changelog_rewrite_failures_total{table} after."""
+    async def run() -> float:
+        s = Settings.from_env({}, models_dir=str(tmp_path / "models"))
+        app = create_app(s, id=f"t-{tmp_path.name}",
+                         options=dataclasses.replace(WorkerOptions(), datadir=str(tmp_path / "w")))
+        manager = app.tables
+        assert isinstance(manager, ChangelogTableManager)
+        if on_recreated != "default":
+            manager.on_recreated = on_recreated
+        recovery = manager.recovery
+        table = manager[table_name]
+        tp = TP(table.changelog_topic.get_topic_name(), 1)
+        recovery.tp_to_table[tp] = table
+        recovery.active_offsets[tp] = 796
+        with caplog.at_level(logging.WARNING, logger="app.streams.changelog"):
+            await recovery._build_highwaters(Consumer({tp: 264}), {tp}, recovery.active_highwaters, "active")
+        return float(manager.rewrite_failures.labels(table_name)._value.get())
+
+    caplog.clear()
+    failures = asyncio.run(run())
+    [record] = [r for r in caplog.records if "restart below what this worker read" in r.getMessage()]
+    return record, failures
+
+
+def test_the_line_says_the_state_is_marked_to_be_written_again_when_it_is(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    record, failures = recovery_line(tmp_path, caplog, "default")
+    assert record.levelno == logging.WARNING and failures == 0
+    assert record.getMessage().endswith("read again from their start; the state held of them is marked to be "
+                                        "written again")
+
+
+def test_the_line_says_nothing_is_written_again_when_nothing_handles_the_table(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    record, _ = recovery_line(tmp_path, caplog, lambda table, partitions: False)
+    assert "nothing kept of them is written again (table node-window keeps none)" in record.getMessage()
+    record, _ = recovery_line(tmp_path, caplog, None)
+    assert "the state held of them is" not in record.getMessage()
+
+
+def test_a_failure_to_mark_them_is_one_error_line_and_counted(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    def boom(table: Any, partitions: set[int]) -> bool:
+        raise RuntimeError("boom")
+
+    record, failures = recovery_line(tmp_path, caplog, boom)
+    assert record.levelno == logging.ERROR
+    assert "marking the state held of them to be written again failed: RuntimeError('boom')" in record.getMessage()
+    assert failures == 1  # rtt_worker_changelog_rewrite_failures_total{table="node-window"}: one partition
