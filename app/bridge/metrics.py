@@ -10,10 +10,10 @@
                                                             ``host_changed`` (a page of another host),
                                                             ``counter_bounce`` (counters back and forth);
                                                             ``counter_reset``: some series only
-``rtt_bridge_scrapes_late_total{node, url}``               rounds that went without the node because this
-                                                            endpoint's scrape was still under way at the round's
-                                                            end (a slow or hung exporter; it is not scraped again
-                                                            while it is)
+``rtt_bridge_scrapes_late_total{node, url}``               rounds at whose end this endpoint's scrape of the node
+                                                            was still under way (a slow or hung exporter; it is not
+                                                            scraped again while it is, and goes out in a later
+                                                            round)
 ``rtt_bridge_ticks_skipped_total``                          scrape ticks skipped because a round overran the
                                                             interval (a slow publish: Kafka)
 ``rtt_bridge_scrape_duration_seconds``                      one endpoint's scrape (HTTP + body), histogram
@@ -59,8 +59,8 @@ class BridgeMetrics:
         self.intervals_skipped = Counter("rtt_bridge_intervals_skipped",
                                          "Intervals of an endpoint whose counters gave no rates, by reason",
                                          ["node", "url", "reason"], registry=reg)
-        self.late = Counter("rtt_bridge_scrapes_late", "Rounds that went without the node because this endpoint's "
-                            "scrape was still under way at the round's end", ["node", "url"], registry=reg)
+        self.late = Counter("rtt_bridge_scrapes_late", "Rounds at whose end this endpoint's scrape of the node was "
+                            "still under way (published in a later round)", ["node", "url"], registry=reg)
         self.ticks_skipped = Counter("rtt_bridge_ticks_skipped", "Scrape ticks skipped because a round overran the "
                                      "interval", registry=reg)
         self.node_fallbacks = Counter("rtt_bridge_span_node_fallbacks", "Task spans whose node came from a"

@@ -6,12 +6,14 @@ round that overruns skips the ticks it missed rather than bunching scrapes. Each
 
 A slow node does not hold the others: a round starts a scrape of every node that has none under way, waits
 :data:`ROUND_WAIT_SHARE` of the interval for them, and publishes the nodes whose scrape is over. A node whose
-scrape is still under way (an exporter that hangs or answers late) is left out of that round -- counted in
-``rtt_bridge_scrapes_late_total{node, url}`` per endpoint in flight, one WARNING when it starts being late and one
-when a scrape of it is over within its round again -- and is not scraped again while it is: its scrape, once over
-(answered, or failed at ``RTT_SCRAPE_TIMEOUT_S``), is published in the next round, with the time it started at,
-so its rates span the real interval between its scrapes. The last round of a bounded run (``scrapes``) waits
-for every scrape under way.
+scrape is still under way (an exporter that hangs or answers late) is counted in
+``rtt_bridge_scrapes_late_total{node, url}`` per endpoint in flight -- one WARNING when it starts being late and
+one INFO line when a scrape of it is over within its round again -- and is not scraped again while it is. Its
+scrape, once over (answered, or failed at ``RTT_SCRAPE_TIMEOUT_S``), is published at the start of the next round,
+with the time it started at, so its rates span the real interval between its scrapes; that round also starts a new
+scrape of the node, published after it when it is over in time. An exporter answering in 0.8 to 1 interval thus
+goes out every round, one round late. Once a stop is asked, the round under way waits for every scrape under way
+(within ``STOP_S``) and publishes it, as does the last round of a bounded run (``scrapes``).
 
 Tests run a given number of rounds with a :class:`~app.clock.ManualClock` and a ``sleep`` that advances
 it, so the intervals the rates see are exact::
@@ -88,6 +90,7 @@ class Bridge:
         self._limit = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
         self._active: set[tuple[str, str, str, str]] = set()  # last round's troubles: node, exporter, kind, subject
+        self._where: dict[tuple[str, str, str, str], str] = {}  # a scrape_failed trouble -> its endpoints' URLs
         self._skip_logged: dict[tuple[str, str, str], tuple[float, int]] = {}  # -> last logged, skipped since
         self._pending: dict[str, asyncio.Task[Snapshot]] = {}  # node -> its scrape under way
         self._in_flight: dict[str, float] = {}  # url -> perf_counter when its GET started
@@ -163,14 +166,21 @@ class Bridge:
                 where = (failed_urls or {}).get(t.exporter) if t.kind == "scrape_failed" else None
                 if where:
                     source += f" at {', '.join(where)}"
+                    self._where[key] = ", ".join(where)
                 withheld = f"; withholding {', '.join(t.groups)}" if t.groups else ""
                 log.warning("%s: %s from %s: %s%s", node, t.kind, source, t.detail, withheld)
         gone = set()
         for t in snap.forgotten:
             gone.add((node, t.exporter, t.kind, t.subject))
             log.warning("%s: %s from %s: %s", node, t.kind, t.exporter, t.detail)
-        for _, exporter, kind, subject in sorted({k for k in self._active if k[0] == node} - now - gone):
-            log.info("%s: %s %s cleared%s", node, exporter, kind, f" ({subject})" if subject else "")
+        for key in sorted({k for k in self._active if k[0] == node} - now - gone):
+            _, exporter, kind, subject = key
+            urls = self._where.pop(key, None)
+            source = "the exporter" if exporter == "unknown" else exporter
+            source += f" at {urls}" if urls else ""
+            log.info("%s: %s %s cleared%s", node, source, kind, f" ({subject})" if subject else "")
+        for key in gone:
+            self._where.pop(key, None)
         self._active = {k for k in self._active if k[0] != node} | now
         for exporter, n in snap.dropped.items():
             self.metrics.dropped.labels(exporter=exporter).inc(n)
@@ -199,22 +209,35 @@ class Bridge:
         """One round: every node, concurrently, waiting for all of them."""
         return await self.scrape_round(None)
 
-    async def scrape_round(self, wait_s: float | None) -> list[Snapshot]:
-        """One round: a scrape of every node that has none under way, and the snapshots of the nodes whose scrape
-        is over within ``wait_s`` seconds (None: all of them), in the targets' order. A node whose scrape is still
-        under way is counted late and left for a later round, its scrape going on."""
+    async def scrape_round(self, wait_s: float | None, *, stop: asyncio.Event | None = None,
+                           start: bool = True) -> list[Snapshot]:
+        """One round: the snapshots of the nodes whose scrape is over within ``wait_s`` seconds (None: all of them),
+        in the targets' order. It starts a scrape of every node that has none under way (``start``), and of every
+        node whose late scrape is over by now: that one is published first, then the new one if it is over in
+        time, so a node's ``ts`` stays in order. A late scrape over during the wait is published, and the node's
+        next scrape starts then (for the next round). A node whose scrape is still under way is counted late and
+        left for a later round, its scrape going on. Once ``stop`` is set, the round waits for every scrape under
+        way (its caller bounds that wait) and starts none."""
         started = set()
+        carried: dict[str, Snapshot] = {}  # node -> its late scrape, over since the last round
         for a in self.assemblers:
             node = a.target.node
-            if node not in self._pending:
+            task = self._pending.get(node)
+            if task is not None and task.done():
+                carried[node] = self._pending.pop(node).result()
+            if start and node not in self._pending:
                 self._pending[node] = asyncio.ensure_future(self.scrape_node(a))
                 started.add(node)
-        if self._pending:
-            await asyncio.wait(self._pending.values(), timeout=wait_s)
+        await self._wait(wait_s, stop)
+        again = start and wait_s is not None and not (stop is not None and stop.is_set())
         out = []
         for a in self.assemblers:
             node = a.target.node
-            task = self._pending[node]
+            if node in carried:
+                out.append(carried[node])
+            task = self._pending.get(node)
+            if task is None:
+                continue
             if not task.done():
                 self._count_late(a, wait_s or 0.0)
                 continue
@@ -222,7 +245,37 @@ class Bridge:
             out.append(task.result())
             if node in started:
                 self._on_time(node)
+            elif again:  # a late scrape, over during this round's wait: the next one starts now
+                self._pending[node] = asyncio.ensure_future(self.scrape_node(a))
         return out
+
+    async def _wait(self, wait_s: float | None, stop: asyncio.Event | None) -> None:
+        """Wait for the scrapes under way: ``wait_s`` seconds at most (None: until all are over); once ``stop`` is
+        set, until all are over."""
+        left = {t for t in self._pending.values() if not t.done()}
+        if not left:
+            return
+        if stop is None:
+            await asyncio.wait(left, timeout=wait_s)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_s is None else loop.time() + wait_s
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while left and not stop.is_set():
+                timeout = None if deadline is None else deadline - loop.time()
+                if timeout is not None and timeout <= 0:
+                    break
+                done, _ = await asyncio.wait(left | {stopping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                left -= done
+            if stop.is_set() and left:
+                await asyncio.wait(left)
+        finally:
+            stopping.cancel()
+
+    def pending(self) -> int:
+        """Nodes whose scrape is under way, or over and not yet published."""
+        return len(self._pending)
 
     def _count_late(self, assembler: NodeAssembler, wait_s: float) -> None:
         node = assembler.target.node
@@ -237,16 +290,16 @@ class Bridge:
         urls = tuple(flying) or assembler.target.urls
         self._late[node] = (urls, 1)
         took = max((now - self._in_flight[u] for u in flying), default=wait_s)
-        log.warning("%s: scrape of %s still under way after %.2gs: the node is left out of the rounds until it is "
-                    "over, and not scraped again meanwhile (RTT_SCRAPE_TIMEOUT_S %gs bounds it); the other nodes "
-                    "keep their %gs interval", node, ", ".join(urls), took, self.settings.scrape_timeout_s,
+        log.warning("%s: scrape of %s still under way after %.2gs: the node goes out in the round after its scrape "
+                    "is over, and is not scraped again meanwhile (RTT_SCRAPE_TIMEOUT_S %gs bounds it); the other "
+                    "nodes keep their %gs interval", node, ", ".join(urls), took, self.settings.scrape_timeout_s,
                     self.settings.scrape_interval_s)
 
     def _on_time(self, node: str) -> None:
         """A scrape of ``node`` was over within the round it started in: the end of its lateness, if it was late."""
         if node in self._late:
             urls, missed = self._late.pop(node)
-            log.warning("%s: scrape of %s over within its round again, after %d round(s) without the node",
+            log.info("%s: scrape of %s over within its round again, after %d round(s) it was late in",
                         node, ", ".join(urls), missed)
 
 
@@ -304,11 +357,15 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                           running=running) as bridge:
             last_unpublished = -math.inf
 
-            async def one_round() -> None:
+            async def one_round(start: bool = True) -> None:
                 nonlocal last_unpublished
                 last = scrapes is not None and stats.rounds == scrapes - 1
-                snaps = await bridge.scrape_round(None if last else interval * ROUND_WAIT_SHARE)
-                stats.rounds += 1
+                snaps = await bridge.scrape_round(None if last else interval * ROUND_WAIT_SHARE, stop=stop,
+                                                  start=start)
+                if not start and not snaps:
+                    return
+                if start:
+                    stats.rounds += 1
                 stats.troubles += sum(len(s.troubles) for s in snaps)
                 stats.failed_scrapes += sum(1 for s in snaps for t in s.troubles if t.kind == "scrape_failed")
                 if on_round is not None:
@@ -332,6 +389,7 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
             while (scrapes is None or stats.rounds < scrapes) and not stop.is_set():
                 if not await _unless_stopped(one_round(), stopping, STOP_S):
                     stats.abandoned += 1
+                    break
                 if stop.is_set() or (scrapes is not None and stats.rounds >= scrapes):
                     break
                 now = clock.monotonic()
@@ -346,6 +404,12 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                     log.warning("scrape round overran the %gs interval; skipping %d tick(s)", interval, missed)
                     next_t += missed * interval
                 await _unless_stopped(sleep(next_t - now), stopping, 0.0)
+            # a stop asked after its round's wait (publishing, or between rounds): the scrapes under way go out
+            if stop.is_set() and bridge.pending() and not stats.abandoned:
+                await asyncio.wait({stopping})  # (its callback has set asked)
+                if not await _unless_stopped(one_round(start=False), stopping,
+                                             max(0.0, min(STOP_S, asked[0] + STOP_S - loop.time()))):
+                    stats.abandoned += 1
     finally:
         stopping.cancel()
         if refresher is not None:

@@ -73,9 +73,11 @@ async def test_a_hung_exporter_does_not_hold_the_other_nodes_rounds(caplog):
     metrics = BridgeMetrics(CollectorRegistry())
     release = threading.Event()
     rounds: list[tuple[float, dict[str, Snapshot]]] = []
+    raw: list[list[Snapshot]] = []
 
     def on_round(snaps: list[Snapshot]) -> None:
         rounds.append((time.monotonic(), {s.message["node"]: s for s in snaps}))
+        raw.append(snaps)
         if len(rounds) == RELEASE_AFTER:
             release.set()
 
@@ -105,17 +107,24 @@ async def test_a_hung_exporter_does_not_hold_the_other_nodes_rounds(caplog):
     late = metrics.value("rtt_bridge_scrapes_late_total", node="exp-hang", url=slow_url)
     assert late == len(missing), (late, missing)
     assert metrics.value("rtt_bridge_scrapes_late_total", node="exp-good", url=good_url) == 0
-    # one request only while it hung: no new scrape of a node whose scrape is under way
+    # one request only while it hung: no new scrape of a node whose scrape is under way; the round that publishes
+    # the late scrape starts a new one, and publishes it too (after it), so that round has both
     assert metrics.value("rtt_bridge_scrapes_total", node="exp-hang", url=slow_url, result="ok") == \
-        ROUNDS - len(missing)
-    # one line when it became late, one when it was on time again; none per round, and no round overran
+        ROUNDS - len(missing) + 1
+    back_in = raw[missing[-1] + 1]
+    assert [s.message["node"] for s in back_in].count("exp-hang") == 2
+    first, second = (s for s in back_in if s.message["node"] == "exp-hang")
+    assert first.message["ts"] < second.message["ts"]
+    # one WARNING when it became late, one INFO line when it was on time again; none per round, no round overran
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    slow, back = [w for w in lines if "exp-hang" in w]
+    [slow] = [w for w in lines if "exp-hang" in w]
     assert slow.startswith(f"exp-hang: scrape of {slow_url} still under way after 0.3") and slow.endswith(
-        "s: the node is left out of the rounds until it is over, and not scraped again meanwhile "
+        "s: the node goes out in the round after its scrape is over, and is not scraped again meanwhile "
         "(RTT_SCRAPE_TIMEOUT_S 10s bounds it); the other nodes keep their 0.4s interval"), slow
-    assert back == f"exp-hang: scrape of {slow_url} over within its round again, after {len(missing)} round(s) " \
-        "without the node"
+    back = [r.getMessage() for r in caplog.records
+            if r.levelno == logging.INFO and "within its round" in r.getMessage()]
+    assert back == [f"exp-hang: scrape of {slow_url} over within its round again, after {len(missing)} round(s) it "
+                    "was late in"]
     assert not any("overran" in w for w in lines), lines
     assert metrics.value("rtt_bridge_ticks_skipped_total") == 0
 
