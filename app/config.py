@@ -276,6 +276,9 @@ class Settings:
     drift_jump: float = _f(0.25, non_negative, doc="one-period MAPE jump over the reference that is a drift"
                            " at once (level-shift rule; 0: off)")
     join_max_entries: int = _f(500_000, positive, doc="keys the join buffer of one worker holds at most")
+    join_prediction_wait_s: float = _f(5.0, non_negative, doc="longest an ok completion read before its prediction"
+                                       " waits for it before its training sample goes out without it (0: none);"
+                                       " < RTT_JOIN_TTL_S")
     feedback_redis_timeout_s: float = _f(1.0, positive, doc="longest batched Redis cache write of the worker")
     retrain_growth: float = _f(0.5, non_negative, doc="retrain a key with a model when its samples grew by this"
                                " fraction since the last retrain asked (0: never)")
@@ -364,6 +367,9 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
+        if self.join_prediction_wait_s >= self.join_ttl_s:  # its join entry would leave first, with no sample
+            raise ConfigError("RTT_JOIN_PREDICTION_WAIT_S", f"must be < RTT_JOIN_TTL_S ({self.join_ttl_s:g}) (got "
+                              f"{self.join_prediction_wait_s:g})")
         if metrics_kept_max(self.worker_max_apps) < 1:  # no room left for a single metric's aggregates
             most = SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC
             raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {most} (got {self.worker_max_apps}): a training "

@@ -8,7 +8,7 @@ to the node × app errors of the open period. A redelivered message is a duplica
 prediction marked ``chosen`` (for the node the extender expects the pod on) leaves a full buffer only after
 every waiting prediction not so marked (:class:`~app.drift.joinbuffer.JoinBuffer`).
 
-Every new ``ok`` completion becomes a training sample (with the prediction when it arrived first): the
+Every new ``ok`` completion becomes a training sample, with its task's prediction for the node when one arrived: the
 node's features over the node × app DWA window *before the task started* (event time, from the node's
 window history: ``NodeWindow.aggregate(until_ts=started_ts, window_s=...)``), its class and GPU model (the
 trainer adds the hardware descriptors from them), ``input_size_mb`` and the observed RTT, keyed by
@@ -16,6 +16,16 @@ model key ``app:node_class``. A completion whose node's class is unknown (its me
 the other intake, no prediction naming a model key) is held with its join entry, checkpointed with it, and
 makes its sample once either comes; one still held when the entry expires makes no sample, counted in
 ``rtt_worker_training_samples_dropped_total{reason}``.
+
+An ``ok`` completion read before its prediction (the extender publishes it only tens of milliseconds before the task
+ends, so a slower prediction path or the order of one fetch puts it behind) is held the same way, for at most
+``RTT_JOIN_PREDICTION_WAIT_S`` (wall-clock deadline in the held value, so a restored entry keeps it): the prediction
+makes its sample at once, with it; at the deadline (looked at every 0.5 s) the sample goes out without it, counted in
+``rtt_worker_training_samples_without_prediction_total``, and a prediction arriving after that is a pair and no
+second sample. Either way the held value is let go in the same step that makes the sample, so one sample is made per
+completion (per checkpointed state: a restart before the checkpoint that stores the release makes it again, as any
+sample, at least once). ``rtt_worker_training_samples_held`` counts the completions waiting for their node's class
+only.
 
 A sample goes out on the intake's :class:`~app.kafka.batches.BatchSender`: one the broker does not take is
 sent again until it does (at least once: the trainer keeps one row per task and node), the join's read
@@ -63,7 +73,8 @@ from app.streams.node_state import NodeState
 from app.streams.sample_check import SampleCheck
 from app.streams.timers import timer
 
-HELD_RETRY_S = 0.5  # how often held completions look again for their node's class
+HELD_RETRY_S = 0.5  # how often held completions look again for their node's class (and their prediction's deadline)
+UNTIL = "until"  # in a held value: the wall-clock deadline of a completion waiting for its prediction
 
 
 def _completion_payload(c: dict[str, Any]) -> dict[str, Any]:
@@ -120,8 +131,14 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     matched, duplicate = fm.join.labels(MATCHED), fm.join.labels(DUPLICATE)
     dropped_status = fm.samples_dropped.labels("status")
     dropped_contract = fm.samples_dropped.labels("contract")
+    without_prediction = fm.samples_without_prediction
+    wait_s = loop.options.join_prediction_wait_s
     check_sample = SampleCheck()
-    fm.samples_held.set_function(lambda: len(buffer.held_keys))  # also right after expiry and revocation
+
+    def class_waiting() -> int:  # also right after expiry and revocation
+        return sum(1 for k in buffer.held_keys if UNTIL not in (buffer.held_value(k) or {}))
+
+    fm.samples_held.set_function(class_waiting)
 
     def pair(node: str, completion: dict[str, Any], prediction: dict[str, Any]) -> None:
         matched.inc()
@@ -160,6 +177,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             intake.refuse([(Unsent(samples_name, out_partition, kb, raw), "training-samples", why)])
             return True
         loop.samples_per_key[key] += 1
+        if prediction is None:
+            without_prediction.inc()
         counted = loop.handles.get("sample_counted")
         if counted is not None:  # a key without a model may ask its cold start now (feedback_errors)
             counted(key)
@@ -170,15 +189,24 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     def sample_or_hold(c: dict[str, Any], partition: int, prediction: dict[str, Any] | None) -> None:
         if c["status"] != "ok":
             dropped_status.inc()
+        elif prediction is None and wait_s > 0:  # read before its prediction: it waits for it, a while
+            buffer.hold((c["task_id"], c["node"]),
+                        {"c": c, "partition": partition, "p": None, UNTIL: buffer.clock.now() + wait_s})
         elif not emit_sample(c, partition, prediction):
             # the node's metrics not read yet (the other intake may lag) and no prediction naming a model key:
             # the completion waits with its join entry, in the checkpoint too, until one of them comes
             buffer.hold((c["task_id"], c["node"]), {"c": c, "partition": partition, "p": prediction})
 
-    def retry_held(key: tuple[str, str], h: dict[str, Any]) -> None:
-        """Send the sample of a held completion and let it go, if its node's class is known now."""
+    def retry_held(key: tuple[str, str], h: dict[str, Any], now: float | None = None) -> None:
+        """Send the sample of a held completion and let it go, if its node's class is known now and it waits for
+        no prediction any more (it came, or its deadline passed: ``now`` at or past it)."""
+        until = h.get(UNTIL)
+        if until is not None and (now is None or now < until):
+            return
         if emit_sample(h["c"], h["partition"], h["p"]):
             buffer.release(key)
+        elif until is not None:  # its deadline passed and its node's class is not known: it waits for that now
+            buffer.hold(key, {k: v for k, v in h.items() if k != UNTIL})
 
     def admit(node: str, app_name: str, partition: int) -> None:
         now = clock.monotonic()
@@ -208,8 +236,8 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
             pair(node, r.completion, r.prediction)
             key = (p["task_id"], node)
             h = buffer.held_value(key)
-            if h is not None:  # its completion waits for the node's class: the prediction may name it
-                h = {**h, "p": r.prediction}
+            if h is not None:  # its completion waits for the prediction, or for the node's class it may name
+                h = {"c": h["c"], "partition": h["partition"], "p": r.prediction}
                 buffer.hold(key, h)
                 retry_held(key, h)
 
@@ -222,10 +250,17 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     async def feedback_join() -> None:
         await intake.run()
 
+    def retry_every_held() -> None:
+        """Look at every held completion again (its node's class, its prediction's deadline)."""
+        if intake.sender is not None:  # handlers and timers send on the running intake's producer
+            now = buffer.clock.now()
+            for key, h in buffer.held():
+                retry_held(key, h, now)
+
+    loop.handles["retry_held"] = retry_every_held
+
     @timer(app, HELD_RETRY_S, "feedback-held-samples")
     async def held_samples() -> None:
-        if intake.sender is not None:  # handlers and timers send on the running intake's producer
-            for key, h in buffer.held():
-                retry_held(key, h)
+        retry_every_held()
 
     return intake

@@ -36,6 +36,9 @@ class FeedbackMetrics:
                                registry=r)
         self.samples_dropped = Counter("rtt_worker_training_samples_dropped_total", "Completions that made no sample",
                                        ["reason"], registry=r)
+        self.samples_without_prediction = Counter(
+            "rtt_worker_training_samples_without_prediction", "Training samples made with no prediction of their task"
+            " (none read within RTT_JOIN_PREDICTION_WAIT_S of its completion)", registry=r)
         self.samples_held = Gauge("rtt_worker_training_samples_held", "Completions waiting for their node's class"
                                   " (its metrics not read yet) before their sample is made", registry=r)
         self.join_entries = Gauge("rtt_worker_join_entries", "Keys held by this worker's join buffer", registry=r)

@@ -1,6 +1,6 @@
 """Options of the feedback loop, read from their :class:`~app.config.Settings` fields (``RTT_COLD_START_SAMPLES``,
-``RTT_DRIFT_*``, ``RTT_JOIN_MAX_ENTRIES``, ``RTT_FEEDBACK_REDIS_TIMEOUT_S``, ``RTT_RETRAIN_GROWTH``); a bad value is a
-:class:`~app.errors.ConfigError` naming the variable.
+``RTT_DRIFT_*``, ``RTT_JOIN_MAX_ENTRIES``, ``RTT_JOIN_PREDICTION_WAIT_S``, ``RTT_FEEDBACK_REDIS_TIMEOUT_S``,
+``RTT_RETRAIN_GROWTH``); a bad value is a :class:`~app.errors.ConfigError` naming the variable.
 
 >>> FeedbackOptions.from_settings(Settings.from_env({"RTT_COLD_START_SAMPLES": "50"})).cold_start_samples
 50
@@ -13,6 +13,7 @@ app.errors.ConfigError: RTT_DRIFT_THRESHOLD: must be > 0 (got 0)
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from app.config import Settings
@@ -26,11 +27,12 @@ _ENV = {
     "drift_min_instances": "RTT_DRIFT_MIN_INSTANCES",
     "drift_jump": "RTT_DRIFT_JUMP",
     "join_max_entries": "RTT_JOIN_MAX_ENTRIES",
+    "join_prediction_wait_s": "RTT_JOIN_PREDICTION_WAIT_S",
     "feedback_redis_timeout_s": "RTT_FEEDBACK_REDIS_TIMEOUT_S",
     "retrain_growth": "RTT_RETRAIN_GROWTH",
 }
 _COUNTS = {"cold_start_samples", "drift_min_instances", "join_max_entries"}
-_NON_NEGATIVE = {"drift_delta", "retrain_growth", "drift_jump"}
+_NON_NEGATIVE = {"drift_delta", "retrain_growth", "drift_jump", "join_prediction_wait_s"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,9 @@ class FeedbackOptions:
     """One-period MAPE excess over the reference that is a drift at once (level-shift rule); 0: off."""
     join_max_entries: int = 500_000
     """Keys the join buffer of one worker holds at most (the oldest leave early, counted as expired)."""
+    join_prediction_wait_s: float = 5.0
+    """Longest an ``ok`` completion read before its prediction waits for it (held with its join entry) before its
+    training sample goes out without it; 0: no wait."""
     feedback_redis_timeout_s: float = 1.0
     """Longest a batched Redis write may take before it is abandoned (the next period writes again)."""
     retrain_growth: float = 0.5
@@ -57,6 +62,7 @@ class FeedbackOptions:
             "cold_start_samples": self.cold_start_samples >= 1, "drift_threshold": self.drift_threshold > 0,
             "drift_delta": self.drift_delta >= 0, "drift_min_instances": self.drift_min_instances >= 1,
             "join_max_entries": self.join_max_entries >= 1,
+            "join_prediction_wait_s": 0 <= self.join_prediction_wait_s < math.inf,
             "feedback_redis_timeout_s": self.feedback_redis_timeout_s > 0,
             "retrain_growth": self.retrain_growth >= 0,
             "drift_jump": self.drift_jump >= 0,

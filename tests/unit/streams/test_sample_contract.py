@@ -77,7 +77,7 @@ def join(tmp_path: Path) -> Join:
     options = dataclasses.replace(WorkerOptions(), datadir=str(tmp_path))
     app = create_app(S, id=f"t-{tmp_path.name}", components=[], options=options, clock=clock)
     nodes = SimpleNamespace(store=NodeStore(10.0, WorkerOptions(), 1.0), table=SimpleNamespace(data={}))
-    loop = FeedbackLoop(S, FeedbackOptions(), clock, nodes,  # type: ignore[arg-type]
+    loop = FeedbackLoop(S, FeedbackOptions(join_prediction_wait_s=0), clock, nodes,  # type: ignore[arg-type]
                         ModelCache(S, store=DirectoryModelStore(tmp_path / "models")),
                         JoinBuffer(600.0, clock=clock), None)  # type: ignore[arg-type]
     intake = register_join(app, loop)
