@@ -94,14 +94,18 @@ async def flush_with_markers(table: Any, partitions: Iterable[int]) -> None:
 
 
 async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (),
-                     sender: BatchSender | None = None, on_rewound: Callable[[set[int]], None] | None = None) -> int:
+                     sender: BatchSender | None = None, on_rewound: Callable[[set[int]], None] | None = None,
+                     held: Callable[[int], bool] | None = None) -> int:
     """Write ``rows``, then ``last`` once ``rows`` are stored, then the markers; how many rows were written.
 
     Deleting a key the table does not hold writes nothing. The table's data takes each group once it is
     stored: after a write that failed, the same rows (deletions included) are written again. With
-    ``sender``, partitions found rewound go to ``on_rewound`` once the write is stored.
+    ``sender``, partitions found rewound go to ``on_rewound`` once the write is stored. ``held`` is asked before
+    each step (handing a group or the markers over, applying a group) whether a partition is still the writer's:
+    a partition revoked meanwhile has nothing more written or applied (its new owner writes it).
     """
     data = table.data
+    mine = (lambda _p: True) if held is None else held
     first = [r for r in rows if r[2] is not None or r[1] in data]
     tail = [r for r in last if r[2] is not None or r[1] in data]
     written = {p for p, _, _ in first} | {p for p, _, _ in tail}
@@ -112,17 +116,22 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
         for partition, key, value in both:
             table.send_changelog(partition, key, value)
         await flush_with_markers(table, written)
-        for _, key, value in both:
-            _apply(data, key, value)
+        for partition, key, value in both:
+            if mine(partition):
+                _apply(data, key, value)
         return len(both)
     topic = table.changelog_topic.get_topic_name()
+    n = 0
     for group in (first, tail):
+        group = [r for r in group if mine(r[0])]
         for partition, key, value in group:
             sender.add(topic, partition, key, value)
+        n += len(group)
         await sender.flush()
-        for _, key, value in group:
-            _apply(data, key, value)
-    for partition in sorted(written):
+        for partition, key, value in group:
+            if mine(partition):
+                _apply(data, key, value)
+    for partition in sorted(p for p in written if mine(p)):
         sender.add(topic, partition, MARKER_KEY, b"1")
     await sender.flush()
     rewound = sender.take_rewound(topic)
@@ -135,7 +144,7 @@ async def write_rows(table: Any, rows: Iterable[Row], *, last: Iterable[Row] = (
             recovery.found_rewound(topic, {p: sender.end(topic, p) for p in rewound})
         if on_rewound is not None:
             on_rewound(rewound)
-    return len(first) + len(tail)
+    return n
 
 
 def drop_partitions(data: Any, partitions: Collection[int], partition_of: Callable[[Any], int | None]) -> int:

@@ -150,6 +150,7 @@ class FeedbackLoop:
         return await self.checkpoints.take(self._checkpoint)
 
     async def _checkpoint(self) -> int:
+        held = self.checkpoints.holder()  # false for a partition once a revoke that did not wait for this returned
         now = self.buffer.clock.now()
         self.expire()
         upserts, removed = self.buffer.take_changes()
@@ -157,11 +158,13 @@ class FeedbackLoop:
         unknown: set[str] = set()
         changes: list[tuple[tuple[str, str], bytes | None]] = [(k, orjson.dumps(e)) for k, e in upserts.items()]
         changes += [(k, None) for k in removed]
+        join_partitions: dict[tuple[str, str], int] = {}  # what is taken back on failure: rows of a known partition
         for (task_id, node), value in changes:
             partition = self.join_partition(node)
             if partition is None:
                 unknown.add(node)
             else:
+                join_partitions[(task_id, node)] = partition
                 rows.append((join_row_key(partition, node, task_id), value))
         if unknown:  # no entry of a node whose partition is unknown is held: nothing is written in its place
             log.warning("join rows of %d node(s) of no known partition not written: %s", len(unknown),
@@ -179,22 +182,24 @@ class FeedbackLoop:
         positions: list[Row] = []
         try:
             if intake is None:
-                n = await self.table.write(rows)
+                n = await self.table.write(rows, held=held)
             else:
                 positions = intake.position_rows(offsets_row_key)
-                n = await self.table.write(rows, last=positions, sender=intake.live_sender)
-                intake.positions_stored(positions)  # the messages they cover are counted now
+                n = await self.table.write(rows, last=positions, sender=intake.live_sender, held=held)
+                intake.positions_stored([r for r in positions if held(r[0])])  # the messages they cover are counted now
         except BaseException:  # not stored (broker away): the next checkpoint writes these changes again
             if intake is not None:  # the positions stored, the markers after them not: counted all the same
-                intake.positions_held(positions, self.table.data)
-            self.buffer.retake(upserts, removed)
-            self.dirty_nodes |= dirty
-            self._deleted_rows = deleted + self._deleted_rows
+                intake.positions_held([r for r in positions if held(r[0])], self.table.data)
+            # but not those of partitions revoked meanwhile: forgotten, their new owner's
+            self.buffer.retake([k for k in upserts if _mine(held, join_partitions.get(k))],
+                               [k for k in removed if _mine(held, join_partitions.get(k))])
+            self.dirty_nodes |= {n for n in dirty if _mine(held, self.partitions.get(n))}
+            self._deleted_rows = [r for r in deleted if _mine(held, row_partition(r[0]))] + self._deleted_rows
             raise
         if self.evicted:  # every entry an evicted node had is expired, and its deletion stored
             self.evicted = {n: left for n, left in self.evicted.items() if left[1] > now}
         if self.outbox is not None:
-            self.outbox.written(outbox_rows)
+            self.outbox.written([r for r in outbox_rows if _mine(held, row_partition(r[0]))])
             if self.outbox.send is not None:
                 await self.outbox.deliver()  # what this checkpoint made durable
         return n
@@ -345,12 +350,14 @@ class FeedbackLoop:
         is written by this worker afterwards: no state of it is left, nor positions. The checkpoint waits for the
         one in flight, and takes at most one request timeout in all; it writes nothing when the one it waited for
         failed (:meth:`~app.streams.intake.CheckpointTurns.revoke`: a revoke never holds a rebalance up for two).
+        The checkpoint in flight, if the revoke returns before it ends, leaves ``lost`` be from then on: it writes,
+        counts and delivers nothing more of it, and takes none of its changes back when it fails.
         """
         if self.intake is not None:
             self.intake.release(lost)
         self.held -= lost
         try:
-            await self.checkpoints.revoke(self._checkpoint, revoke_timeout_s(self.intake))
+            await self.checkpoints.revoke(self._checkpoint, revoke_timeout_s(self.intake), lost)
         finally:
             self._forget_partitions(lost)
 
@@ -370,3 +377,9 @@ class FeedbackLoop:
         if self.intake is not None:
             self.intake.forget(lost)
         log.info("partitions %s revoked: dropped the feedback state of %d nodes", sorted(lost), len(gone))
+
+
+def _mine(held: Callable[[int], bool], partition: int | None) -> bool:
+    """Whether a checkpoint may still write or take back what it took of ``partition`` (None: of no partition
+    known, so not)."""
+    return partition is not None and held(partition)

@@ -111,16 +111,16 @@ class FeedbackTable(faust.Table):
         return partition if partition is not None else super().partition_for_key(key)
 
     async def write(self, rows: Iterable[tuple[bytes, bytes | None]], *, last: Iterable[Row] = (),
-                    sender: BatchSender | None = None) -> int:
+                    sender: BatchSender | None = None, held: Callable[[int], bool] | None = None) -> int:
         """Write ``rows`` (value None: delete), then ``last`` once ``rows`` are stored; rows written.
 
         With ``sender`` the rows go out as record batches on its producer; without, through Faust
-        (:func:`~app.streams.changelog.write_rows`).
+        (:func:`~app.streams.changelog.write_rows`, which leaves out the partitions ``held`` says were revoked).
         """
         if sender is not None:
             self.sender = sender
         return await write_rows(self, [_row(k, v) for k, v in rows], last=last, sender=sender,
-                                on_rewound=self.on_rewound)
+                                on_rewound=self.on_rewound, held=held)
 
     def discard_undelivered(self, partitions: set[int]) -> int:
         """Drop what the sender rows were written on still holds of the changelog ``partitions`` (lost: their new

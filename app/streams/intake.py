@@ -60,7 +60,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -121,21 +121,43 @@ class CheckpointTurns:
     (:class:`CheckpointFailed`): either way its caller takes the revoke-failed path, the new owner reading on from
     the positions last stored. A revoke's checkpoint cut short is handled like any failed write (its changes
     taken back, the positions it stored counted: :meth:`PartitionIntake.positions_held`).
+
+    A revoke that did not wait for the checkpoint in flight to end fences it: once :meth:`revoke` returns (or
+    raises), a checkpoint that started before asks :meth:`holder`'s answer whether a partition is still its to
+    write, and for the revoked ones it is not. That checkpoint writes nothing more of them after the step it was
+    in (its rows already handed to the producer may still land), applies none of their rows to the table's data,
+    counts none of their messages, and takes none of their changes back when it fails: the partitions' new owner
+    writes and counts them from the positions last stored.
     """
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.failures = 0  # checkpoints failed so far
         self.error: BaseException | None = None  # the last one's error
+        self.generation = 0  # revokes returned so far
+        self._fenced: dict[int, int] = {}  # partition -> the generation of the last revoke of it
+
+    def holder(self) -> Callable[[int], bool]:
+        """For a checkpoint starting now: whether a partition is still its to write, apply or take back — false
+        once a revoke of it has returned (another worker's from then on, though this one may get it back)."""
+        since, fenced = self.generation, self._fenced
+        return lambda partition: fenced.get(partition, 0) <= since
+
+    def fence(self, lost: Iterable[int]) -> None:
+        """``lost`` is revoked: no checkpoint started before now writes anything more of it (:meth:`holder`)."""
+        self.generation += 1
+        for partition in lost:
+            self._fenced[partition] = self.generation
 
     async def take(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run ``write`` (one checkpoint) once no other is in flight."""
         async with self.lock:
             return await self._run(write)
 
-    async def revoke(self, write: Callable[[], Awaitable[T]], timeout_s: float) -> T:
-        """Run ``write`` (a revoke's checkpoint) after the checkpoint in flight, if any, and if that one did not
-        fail; all within ``timeout_s``, else raise :class:`TimeoutError` (``write`` is then cancelled)."""
+    async def revoke(self, write: Callable[[], Awaitable[T]], timeout_s: float, lost: Iterable[int] = ()) -> T:
+        """Run ``write`` (a revoke's checkpoint of ``lost``) after the checkpoint in flight, if any, and if that one
+        did not fail; all within ``timeout_s``, else raise :class:`TimeoutError` (``write`` is then cancelled).
+        Either way ``lost`` is fenced (:meth:`fence`) before it returns: a checkpoint still in flight leaves it be."""
         in_flight, failures = self.lock.locked(), self.failures
 
         async def turn() -> T:
@@ -151,6 +173,8 @@ class CheckpointTurns:
             if deadline.expired():
                 raise TimeoutError(f"the revoke's checkpoint was not done within {timeout_s:g} s") from None
             raise
+        finally:
+            self.fence(lost)
 
     async def _run(self, write: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -333,7 +357,9 @@ class PartitionIntake:
 
     def positions_stored(self, rows: list[Row]) -> int:
         """Rows of :meth:`position_rows` that a checkpoint has stored: count the messages they cover in
-        ``rtt_worker_messages_in_total``; how many.
+        ``rtt_worker_messages_in_total``; how many. A checkpoint a revoke fenced hands over none of the revoked
+        partitions' rows (:meth:`CheckpointTurns.holder`): :meth:`forget` dropped what they would count and settle,
+        and their new owner counts those messages.
 
         A message is counted once its effect and the read position past it are durable: the messages processed
         since the last stored checkpoint wait here, and one read again after a crash was never counted before.

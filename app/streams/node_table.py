@@ -17,7 +17,9 @@ writes nothing of them afterwards. While the revoke's checkpoint is written, the
 :attr:`NodeStore.leaving`, and eviction leaves them alone. Checkpoints run one at a time: a revoke's waits
 for the one in flight, and the revoke's checkpoint takes at most one request timeout in all
 (``WorkerOptions.request_timeout_ms``, 40 s); past it, or when the checkpoint it waited for failed, the revoke
-takes the failed path above (:class:`~app.streams.intake.CheckpointTurns`).
+takes the failed path above (:class:`~app.streams.intake.CheckpointTurns`). Once the revoke returns, the
+checkpoint it did not wait for writes nothing more of those partitions, puts none of their rows back in memory,
+counts none of their messages and takes none of their rows back when it fails (the revoke fences it).
 
 Each checkpoint records, after the rows, the node-metrics read position of every partition whose state
 it wrote (row ``#positions|{partition}``; :mod:`app.streams.changelog` says how and why the markers), and
@@ -133,6 +135,7 @@ class NodeStateTable(faust.Table):
         return await self.checkpoints.take(lambda: self._write(states, partitions))
 
     async def _write(self, states: Iterable[NodeState] | None, partitions: set[int] | None) -> int:
+        held = self.checkpoints.holder()  # false for a partition once a revoke that did not wait for this returned
         rows: list[Row] = [(state.partition, key, row)
                            for state in (list(self.store.states.values()) if states is None else states)
                            for key, row in state.take_rows()]
@@ -140,18 +143,19 @@ class NodeStateTable(faust.Table):
         positions: list[Row] = []
         try:
             if intake is None:
-                return await write_rows(self, rows)
+                return await write_rows(self, rows, held=held)
             positions = intake.position_rows(positions_key, partitions)
-            n = await write_rows(self, rows, last=positions, sender=intake.live_sender, on_rewound=self.rewrite)
-            intake.positions_stored(positions)  # the messages they cover are counted now
+            n = await write_rows(self, rows, last=positions, sender=intake.live_sender, on_rewound=self.rewrite,
+                                 held=held)
+            intake.positions_stored([r for r in positions if held(r[0])])  # the messages they cover are counted now
             return n
         except BaseException:  # not stored (broker away): the next checkpoint writes these rows again
             if intake is not None:  # the positions stored, the markers after them not: counted all the same
-                intake.positions_held(positions, self.data)
-            held = self.store.states
-            for _, key, _ in rows:
-                state = held.get(node_of_key(key))
-                if state is not None:
+                intake.positions_held([r for r in positions if held(r[0])], self.data)
+            states_held = self.store.states
+            for partition, key, _ in rows:
+                state = states_held.get(node_of_key(key))
+                if state is not None and held(partition):  # a revoked partition's rows are its new owner's
                     state.retake((key,))
             raise
 
@@ -219,7 +223,8 @@ class NodeStateTable(faust.Table):
                     self.intake.release(lost)
                 states = [s for s in self.store.states.values() if s.partition in lost]
                 try:
-                    await self.checkpoints.revoke(lambda: self._write(states, lost), revoke_timeout_s(self.intake))
+                    await self.checkpoints.revoke(lambda: self._write(states, lost), revoke_timeout_s(self.intake),
+                                                  lost)
                 except Exception as exc:  # broker away: the new owner reads again from the positions last stored
                     revoke_failed(self.name, lost, exc, self.revoke_failures)
                 self.discard_undelivered(lost)  # not sent again once the new owner writes the partitions

@@ -42,7 +42,8 @@ class Table:
         self.data = self.positions  # the rows it holds: those stored
         self.fail = False
 
-    async def write(self, rows: list[Any], *, last: list[Row] = (), sender: object = None) -> int:  # type: ignore[assignment]
+    async def write(self, rows: list[Any], *, last: list[Row] = (),  # type: ignore[assignment]
+                    sender: object = None, held: object = None) -> int:
         if self.fail:
             raise KafkaTimeoutError()
         for _, key, value in last:

@@ -148,7 +148,8 @@ class SlowFeedbackTable:
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
 
-    async def write(self, rows: list[Any], *, last: list[Row] = (), sender: object = None) -> int:  # type: ignore[assignment]
+    async def write(self, rows: list[Any], *, last: list[Row] = (),  # type: ignore[assignment]
+                    sender: object = None, held: object = None) -> int:
         await asyncio.sleep(self.delay_s)
         raise TimeoutError("request timed out")
 

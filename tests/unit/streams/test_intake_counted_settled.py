@@ -158,7 +158,8 @@ class FeedbackTable:
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
 
-    async def write(self, rows: list[Any], *, last: list[Row] = (), sender: object = None) -> int:  # type: ignore[assignment]
+    async def write(self, rows: list[Any], *, last: list[Row] = (),  # type: ignore[assignment]
+                    sender: object = None, held: object = None) -> int:
         for _, k, value in last:
             assert value is not None
             self.data[k] = value
