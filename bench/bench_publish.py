@@ -85,8 +85,11 @@ async def measure(n: int, requests: int, trials: int) -> dict[str, float]:
         for p in prepared:
             for part in encode_prepared(p):
                 await sink.send_many(part)
+                if sink._busy:  # a full batch handed over: let it go in, as the publisher's pauses do
+                    await asyncio.sleep(0)
         t3 = time.perf_counter()
         sink._open.clear()
+        sink._handed.clear()
         for name, seconds in (("dicts", t1 - t0), ("prepared + public append", t2 - t1), ("extender", t3 - t2)):
             best[name] = min(best[name], seconds / records * 1e6)
     if sink._timer is not None:

@@ -48,11 +48,23 @@ class KafkaSink:
     ``linger_s`` after the first record (one aiokafka producer, acks=1). Requests share batches: shipping
     costs per batch, appending a record about a microsecond.
 
+    At most one batch per partition is handed to the producer and not yet sent: aiokafka (0.14) queues one
+    batch per partition and sends one request per broker at a time, so a batch handed over while another
+    waits would only wait in turn (and, a batch per ``linger_s`` with a produce round trip above it, the
+    waits grew without end until ``send_batch`` timed out). Records go into the handed batch until the
+    producer sends it, then into the partition's open batch, shipped ``linger_s`` after its first record or
+    as soon as the producer takes the one before: a record waits about two round trips of a slow broker
+    (handed batch, then request), one ``linger_s`` of a quick one. When a partition's open batch is full
+    while the one before still waits to be taken, further records of that partition are dropped and counted
+    (the broker is not keeping up with 512 KiB a round trip). A partition's records reach the broker in the
+    order appended.
+
     The partition of a key is the default partitioner's (:func:`app.kafka.batches.partition_for`), so the
     worker's join sees a node's predictions where any producer would have put them. A failed delivery counts
     its batch's records as dropped, an acknowledged one as published: ``rtt_extender_predictions_published_total``
     counts what the broker has, not what was handed over. :meth:`start` fails (and the publisher retries) while
     the broker or the topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
+    :meth:`close` ships every open batch and waits for the producer to deliver them.
     """
 
     def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = LINGER_S) -> None:
@@ -62,7 +74,10 @@ class KafkaSink:
         self._linger_s = linger_s
         self._producer: Any = None
         self._partitions = 0
-        self._open: dict[int, Any] = {}  # partition -> batch being filled
+        self._open: dict[int, Any] = {}  # partition -> batch being filled, not handed over yet
+        self._handed: dict[int, Any] = {}  # partition -> batch handed over, appended to until the producer sends it
+        self._busy: dict[int, asyncio.Task[None]] = {}  # partition -> its send_batch, waiting for the one before
+        self._due: set[int] = set()  # partitions whose open batch ships once their send_batch is over
         self._timer: asyncio.TimerHandle | None = None
         self._shipping: set[asyncio.Task[None]] = set()
 
@@ -84,38 +99,71 @@ class KafkaSink:
         if self._producer is None:
             raise RuntimeError("the rtt-predictions producer is not connected")
         ts = int(time.time() * 1000)  # one timestamp for the records of one call (one request's)
+        dropped: dict[int, int] = {}
+        opened = False
         for key, value in records:
             partition = partition_for(key, self._partitions)
+            handed = self._handed.get(partition)
+            if handed is not None:
+                if _append(handed, key, value, ts):
+                    continue
+                del self._handed[partition]  # sent or full: later records go after it, never into it
             batch = self._open.get(partition)
             if batch is None:
                 batch = self._open[partition] = self._producer.create_batch()
-            if not _append(batch, key, value, ts):  # full: ship it, start another
-                await self._ship(batch, partition)
-                batch = self._open[partition] = self._producer.create_batch()
-                if not _append(batch, key, value, ts):
-                    raise ValueError(f"an rtt-predictions record of {len(value)} bytes does not fit in a batch")
-        if self._open and self._timer is None:
+                opened = True
+            if _append(batch, key, value, ts):
+                continue
+            if partition in self._busy:  # full, and the one before not taken yet
+                dropped[partition] = dropped.get(partition, 0) + 1
+                continue
+            self._hand_over(partition)
+            batch = self._open[partition] = self._producer.create_batch()
+            if not _append(batch, key, value, ts):
+                raise ValueError(f"an rtt-predictions record of {len(value)} bytes does not fit in a batch")
+        if opened and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._linger_s, self._linger)
+        for partition, n in dropped.items():
+            self._failed(n, BufferError(f"partition {partition}'s batch is full and the one before not sent yet"))
 
     def _linger(self) -> None:
         self._timer = None
-        task = asyncio.get_running_loop().create_task(self._ship_open())
+        for partition in list(self._open):
+            if partition in self._busy:
+                self._due.add(partition)
+            else:
+                self._hand_over(partition)
+
+    def _hand_over(self, partition: int) -> None:
+        """Ship the partition's open batch (its send_batch not busy): appended to until the producer sends it."""
+        batch = self._open.pop(partition)
+        self._due.discard(partition)
+        self._handed[partition] = batch
+        task = asyncio.get_running_loop().create_task(self._ship_one(batch, partition))
+        self._busy[partition] = task
         self._shipping.add(task)
         task.add_done_callback(self._shipping.discard)
 
-    async def _ship_open(self) -> None:
-        batches, self._open = self._open, {}
-        for partition, batch in batches.items():
-            try:
-                await self._ship(batch, partition)
-            except Exception as exc:
-                self._failed(batch.record_count(), exc)
+    async def _ship_one(self, batch: Any, partition: int) -> None:
+        try:
+            await self._ship(batch, partition)
+        except Exception as exc:
+            if self._handed.get(partition) is batch:
+                del self._handed[partition]
+            batch.close()  # nothing appended past the count
+            self._failed(batch.record_count(), exc)
+        finally:
+            del self._busy[partition]
+        if partition in self._due and partition in self._open:
+            self._hand_over(partition)
 
     async def _ship(self, batch: Any, partition: int) -> None:
-        n = batch.record_count()
-        if n:
+        if batch.record_count():
             fut = await self._producer.send_batch(batch, self.topic, partition=partition)
-            fut.add_done_callback(lambda f: self._delivered(f, n))
+            # counted when delivered: records appended after the hand-over travel in the batch too
+            fut.add_done_callback(lambda f: self._delivered(f, batch.record_count()))
+        else:
+            batch.close()
 
     def _delivered(self, fut: asyncio.Future[Any], n: int) -> None:
         if fut.cancelled():
@@ -130,6 +178,15 @@ class KafkaSink:
             self._metrics.dropped.inc(n)
         log.warning("rtt-predictions delivery of %d records failed: %s", n, exc)
 
+    async def _ship_open(self) -> None:
+        """Ship every open batch, each once its partition's send_batch is over, and wait until all are handed."""
+        while True:
+            self._linger()
+            shipping = [task for task in self._shipping if not task.done()]
+            if not shipping:
+                return
+            await asyncio.gather(*shipping, return_exceptions=True)
+
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -138,7 +195,6 @@ class KafkaSink:
         if producer is not None:
             with contextlib.suppress(Exception):
                 await self._ship_open()
-                if self._shipping:
-                    await asyncio.gather(*self._shipping, return_exceptions=True)
             self._producer = None
+            self._handed.clear()
             await producer.stop()
