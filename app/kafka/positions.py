@@ -85,6 +85,7 @@ class PositionGuard:
         self.clock = clock
         self.next_offsets: dict[TopicPartition, int] = {}
         self._suspect: dict[TopicPartition, float] = {}
+        self._series: set[str] = set()
         self.resets = 0
 
     # -- positions the guard knows
@@ -104,6 +105,7 @@ class PositionGuard:
         """The positions to seek to: ``positions`` with those before their partition's start moved to it."""
         if not positions:
             return {}
+        self._zero(positions)
         starts = await self.consumer.beginning_offsets(list(positions))
         out = dict(positions)
         for tp, pos in positions.items():
@@ -128,6 +130,7 @@ class PositionGuard:
         tps = list(tps)
         if not tps:
             return {}, []
+        self._zero(tps)
         committed = {tp: await self.consumer.committed(tp) for tp in tps}
         starts = await self.consumer.beginning_offsets(tps)
         out: dict[TopicPartition, int] = {}
@@ -167,6 +170,7 @@ class PositionGuard:
         committed offset that no check saw, answered with nothing because it lies beyond the end).
         """
         assigned = self.consumer.assignment()
+        self._zero(assigned)
         if positions is None:
             for tp in assigned:
                 if tp not in self.next_offsets and self.consumer.highwater(tp) is not None:
@@ -202,6 +206,16 @@ class PositionGuard:
             out[tp] = start
             self._report(tp, old, start, BEYOND_END)
         return out
+
+    def _zero(self, tps: Iterable[TopicPartition]) -> None:
+        """Create the counter's series of each topic read, at 0, before any reset: a series that first appears
+        at its final value (one wipe resets every partition at once) shows no ``increase()`` to an alert."""
+        for tp in tps:
+            topic = self.topic_label(tp.topic)
+            if topic not in self._series:
+                self._series.add(topic)
+                for reason in (BEFORE_START, BEYOND_END):
+                    self.counter.labels(self.client, topic, reason)
 
     def _report(self, tp: TopicPartition, old: int, new: int, reason: str) -> None:
         self.resets += 1

@@ -134,6 +134,9 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
     manager = cast(ChangelogTableManager, app.tables)
     manager.on_recreated = write_again
     manager.rewrite_failures = ctx.metrics.changelog_rewrite_failures
+    for table in (NODE_TABLE, FEEDBACK_TABLE):  # at 0 from the start: a series that first appears at its final
+        ctx.metrics.changelog_rewinds.labels(table)  # value (one wipe, all partitions at once) shows no increase()
+        ctx.metrics.changelog_rewrite_failures.labels(table)
     return app
 
 
