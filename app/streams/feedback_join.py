@@ -15,17 +15,19 @@ trainer adds the hardware descriptors from them), ``input_size_mb`` and the obse
 model key ``app:node_class``. A completion whose node's class is unknown (its metrics not read yet by
 the other intake, no prediction naming a model key) is held with its join entry, checkpointed with it, and
 makes its sample once either comes; one still held when the entry expires makes no sample, counted in
-``rtt_worker_training_samples_dropped_total{reason}``.
+``rtt_worker_training_samples_dropped_total{reason="unknown_node"}``.
 
 An ``ok`` completion read before its prediction (the extender publishes it only tens of milliseconds before the task
 ends, so a slower prediction path or the order of one fetch puts it behind) is held the same way, for at most
 ``RTT_JOIN_PREDICTION_WAIT_S`` (wall-clock deadline in the held value, so a restored entry keeps it): the prediction
 makes its sample at once, with it; at the deadline (looked at every 0.5 s) the sample goes out without it, counted in
 ``rtt_worker_training_samples_without_prediction_total``, and a prediction arriving after that is a pair and no
-second sample. Either way the held value is let go in the same step that makes the sample, so one sample is made per
-completion (per checkpointed state: a restart before the checkpoint that stores the release makes it again, as any
-sample, at least once). ``rtt_worker_training_samples_held`` counts the completions waiting for their node's class
-only.
+second sample. One whose join entry leaves first (``RTT_JOIN_MAX_ENTRIES`` evicts it, or ``RTT_JOIN_TTL_S`` expires
+a restored one after a long outage before the timer looks at it) makes its sample without the prediction as it leaves,
+never counted as ``unknown_node`` while its node's class is known. Either way the held value is let go in the same
+step that makes the sample, so one sample is made per completion (per checkpointed state: a restart before the
+checkpoint that stores the release makes it again, as any sample, at least once).
+``rtt_worker_training_samples_held`` counts the completions waiting for their node's class only.
 
 A sample goes out on the intake's :class:`~app.kafka.batches.BatchSender`: one the broker does not take is
 sent again until it does (at least once: the trainer keeps one row per task and node), the join's read
@@ -208,6 +210,21 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         elif until is not None:  # its deadline passed and its node's class is not known: it waits for that now
             buffer.hold(key, {k: v for k, v in h.items() if k != UNTIL})
 
+    left: list[dict[str, Any]] = []  # waiting only for their prediction when their entry left, no sender up then
+
+    def held_left(h: dict[str, Any]) -> bool:
+        """A held value whose join entry left (expired or evicted): the sample of a completion that waited only for
+        its prediction goes out without it now (with no sender up: on the next timer pass), as it would have at its
+        deadline; False for one that waited for its node's class (it makes none)."""
+        if UNTIL not in h:
+            return False
+        if intake.sender is None:
+            left.append(h)
+            return True
+        return emit_sample(h["c"], h["partition"], None)
+
+    loop.handles["held_left"] = held_left
+
     def admit(node: str, app_name: str, partition: int) -> None:
         now = clock.monotonic()
         bounds.admit_app(app_name, now)  # app_cap / node_cap: the message goes to dead-letters
@@ -253,6 +270,10 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     def retry_every_held() -> None:
         """Look at every held completion again (its node's class, its prediction's deadline)."""
         if intake.sender is not None:  # handlers and timers send on the running intake's producer
+            while left:
+                h = left.pop(0)
+                if not emit_sample(h["c"], h["partition"], None):  # its node's class not known: it makes none
+                    fm.samples_dropped.labels("unknown_node").inc()
             now = buffer.clock.now()
             for key, h in buffer.held():
                 retry_held(key, h, now)

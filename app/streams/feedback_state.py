@@ -121,8 +121,10 @@ class FeedbackLoop:
 
     def expire(self) -> None:
         for e in self.buffer.expire():
-            if e.outcome == HELD:  # a completion still waiting for its node's class: it makes no sample
-                self.metrics.feedback.samples_dropped.labels("unknown_node").inc()
+            if e.outcome == HELD:  # a completion waiting for its prediction makes its sample without it now;
+                left = self.handles.get("held_left")  # one still waiting for its node's class makes none
+                if left is None or not left(e.payload):
+                    self.metrics.feedback.samples_dropped.labels("unknown_node").inc()
             else:
                 self.metrics.feedback.join.labels(e.outcome).inc()
         self.metrics.feedback.join_entries.set(len(self.buffer))

@@ -194,13 +194,78 @@ def test_a_failed_completion_is_not_held(join: Join) -> None:
     assert join.samples() == [] and not join.loop.buffer.held_keys
 
 
+def unknown_node(join: Join) -> float:
+    return join.loop.metrics.feedback.samples_dropped.labels("unknown_node")._value.get()
+
+
 def test_waiting_completions_are_bounded_by_the_join_buffer(tmp_path: Path, clock: ManualClock) -> None:
+    """The oldest waiting completion leaves a full buffer, its sample without the prediction: not lost."""
     join = make_join(tmp_path, clock, buffer=JoinBuffer(600.0, max_entries=2, clock=clock))
     join.scrape()
     for task in ("t1", "t2", "t3"):
         join.on("task-completions", {**completion(), "task_id": task})
     join.loop.expire()
     assert len(join.loop.buffer.held_keys) == 2 and len(join.loop.buffer) == 2
+    assert [(s["task_id"], s["predicted_rtt_ms"]) for s in join.samples()] == [("t1", None)]
+    assert join.without() == 1 and unknown_node(join) == 0
+    clock.advance(6.0)
+    join.tick()
+    assert sorted(s["task_id"] for s in join.samples()) == ["t1", "t2", "t3"] and join.without() == 3
+
+
+def test_a_restored_waiting_completion_past_its_ttl_makes_its_sample(tmp_path: Path, clock: ManualClock) -> None:
+    """A worker down longer than RTT_JOIN_TTL_S: the checkpoint's expire, before the timer, sends the sample."""
+    first = make_join(tmp_path, clock)
+    first.scrape()
+    first.on("task-completions", completion())
+    upserts, _ = first.loop.buffer.take_changes()
+    rows = {k: orjson.loads(orjson.dumps(v)) for k, v in upserts.items()}
+    clock.advance(700.0)
+    restored = JoinBuffer(600.0, clock=clock)
+    restored.load(rows)
+    second = make_join(tmp_path, clock, buffer=restored, name="b")
+    second.scrape()
+    second.loop.expire()
+    assert [(s["task_id"], s["predicted_rtt_ms"]) for s in second.samples()] == [("t1", None)]
+    assert unknown_node(second) == 0 and second.without() == 1
+    second.tick()
+    assert len(second.samples()) == 1
+
+
+def test_a_leaving_completion_waiting_for_its_node_class_makes_none(tmp_path: Path, clock: ManualClock) -> None:
+    """Past its deadline, waiting for its node's class only: it leaves as unknown_node, with no sample."""
+    join = make_join(tmp_path, clock, buffer=JoinBuffer(10.0, clock=clock))  # no scrape: the node's class unknown
+    join.on("task-completions", completion())
+    clock.advance(6.0)
+    join.tick()
+    clock.advance(5.0)
+    join.loop.expire()
+    assert join.samples() == [] and unknown_node(join) == 1 and join.without() == 0
+
+
+def test_a_waiting_completion_leaving_before_its_deadline_with_an_unknown_node_is_unknown_node(
+        tmp_path: Path, clock: ManualClock) -> None:
+    join = make_join(tmp_path, clock, buffer=JoinBuffer(600.0, max_entries=1, clock=clock))  # no scrape
+    for task in ("t1", "t2"):
+        join.on("task-completions", {**completion(), "task_id": task})
+    join.loop.expire()
+    assert join.samples() == [] and unknown_node(join) == 1
+
+
+def test_one_leaving_while_no_sender_is_up_goes_out_on_the_next_timer_pass(tmp_path: Path,
+                                                                           clock: ManualClock) -> None:
+    join = make_join(tmp_path, clock, buffer=JoinBuffer(600.0, max_entries=1, clock=clock))
+    join.scrape()
+    for task in ("t1", "t2"):
+        join.on("task-completions", {**completion(), "task_id": task})
+    sender, join.intake.sender = join.intake.sender, None  # the intake stopped (or not started yet)
+    join.loop.expire()
+    join.tick()  # no sender: nothing sent yet, nothing dropped
+    assert unknown_node(join) == 0
+    join.intake.sender = sender
+    join.tick()
+    assert [(s["task_id"], s["predicted_rtt_ms"]) for s in join.samples()] == [("t1", None)]
+    assert unknown_node(join) == 0 and join.without() == 1
 
 
 @pytest.mark.parametrize(("env", "message"), [
