@@ -12,9 +12,9 @@ Time: messages carry ``ts = start_ts + simulated seconds`` with ``start_ts`` the
 starts. At ``speed`` 1 (the default) simulated and wall time advance together, so the event-time windows of
 the worker, the wall-clock periods of the feedback loop and the extender's staleness checks all agree.
 At ``speed`` s > 1 one simulated second takes 1/s wall seconds; the caller then scales the worker's
-wall-clock periods (``RTT_ERROR_PERIOD_S``, ``RTT_FEATURE_EMIT_INTERVAL_S``, ``RTT_RETRAIN_DEBOUNCE_S``)
-by 1/s (:func:`scaled_worker_env`). Message timestamps then run ahead of the wall clock, which the
-extender reads as fresh data; its assumed-pod delay and TTL stay in wall seconds.
+wall-clock periods (``RTT_ERROR_PERIOD_S``, ``RTT_FEATURE_EMIT_INTERVAL_S``, ``RTT_RETRAIN_DEBOUNCE_S``,
+``RTT_JOIN_PREDICTION_WAIT_S``) by 1/s (:func:`scaled_worker_env`). Message timestamps then run ahead of the wall
+clock, which the extender reads as fresh data; its assumed-pod delay and TTL stay in wall seconds.
 """
 
 from __future__ import annotations
@@ -83,7 +83,9 @@ def scaled_worker_env(settings: Settings, speed: float) -> dict[str, str]:
     return {"RTT_MAX_CLOCK_SKEW_S": repr(max(settings.max_clock_skew_s, 86_400.0)),  # ts run ahead on purpose
             "RTT_ERROR_PERIOD_S": repr(settings.error_period_s / speed),
             "RTT_FEATURE_EMIT_INTERVAL_S": repr(settings.feature_emit_interval_s / speed),
-            "RTT_RETRAIN_DEBOUNCE_S": repr(settings.retrain_debounce_s / speed)}
+            "RTT_RETRAIN_DEBOUNCE_S": repr(settings.retrain_debounce_s / speed),
+            # below the TTL (not scaled) however slow the demo runs, as the worker requires
+            "RTT_JOIN_PREDICTION_WAIT_S": repr(min(settings.join_prediction_wait_s / speed, settings.join_ttl_s / 2))}
 
 
 def _progress(sim: Simulation, policy: ExtenderPolicy, watcher: FeedbackWatcher, bar: Any,
