@@ -12,8 +12,11 @@ one INFO line when a scrape of it is over within its round again -- and is not s
 scrape, once over (answered, or failed at ``RTT_SCRAPE_TIMEOUT_S``), is published at the start of the next round,
 with the time it started at, so its rates span the real interval between its scrapes; that round also starts a new
 scrape of the node, published after it when it is over in time. An exporter answering in 0.8 to 1 interval thus
-goes out every round, one round late. Once a stop is asked, the round under way waits for every scrape under way
-(within ``STOP_S``) and publishes it, as does the last round of a bounded run (``scrapes``).
+goes out every round, one round late. A late scrape over during a round's wait goes out in that round, and the
+node's next scrape starts at the next round's tick, never back to back. The last round of a bounded run
+(``scrapes``) waits for every scrape under way. Once a stop is asked, the round under way waits for the scrapes
+under way :data:`STOP_WAIT_SHARE` of ``STOP_S`` at most (the rest is for the publish and the producer's stop),
+publishes every scrape that is over and cancels the ones still running.
 
 Tests run a given number of rounds with a :class:`~app.clock.ManualClock` and a ``sleep`` that advances
 it, so the intervals the rates see are exact::
@@ -58,6 +61,7 @@ PROGRESS_EVERY_S = 60.0
 UNPUBLISHED_LOG_S = 10.0  # while Kafka does not take node-metrics, say so at most this often
 SKIP_LOG_S = 60.0  # an endpoint's intervals skipped for one reason: logged at most this often
 ROUND_WAIT_SHARE = 0.8  # of the interval a round waits for its scrapes; the rest is for publishing
+STOP_WAIT_SHARE = 0.6  # of STOP_S the scrapes under way at a stop get; the rest is for the publish and the producer
 
 
 @dataclasses.dataclass
@@ -95,6 +99,7 @@ class Bridge:
         self._pending: dict[str, asyncio.Task[Snapshot]] = {}  # node -> its scrape under way
         self._in_flight: dict[str, float] = {}  # url -> perf_counter when its GET started
         self._late: dict[str, tuple[tuple[str, ...], int]] = {}  # node late -> urls in flight then, rounds missed
+        self._cancelled: list[asyncio.Task[Snapshot]] = []  # scrapes a stop cancelled, awaited on the way out
 
     async def __aenter__(self) -> Bridge:
         timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_s)
@@ -102,8 +107,9 @@ class Bridge:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        pending = list(self._pending.values())
+        pending = list(self._pending.values()) + self._cancelled
         self._pending.clear()
+        self._cancelled.clear()
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -210,14 +216,15 @@ class Bridge:
         return await self.scrape_round(None)
 
     async def scrape_round(self, wait_s: float | None, *, stop: asyncio.Event | None = None,
-                           start: bool = True) -> list[Snapshot]:
+                           start: bool = True, stop_wait_s: float | None = None) -> list[Snapshot]:
         """One round: the snapshots of the nodes whose scrape is over within ``wait_s`` seconds (None: all of them),
         in the targets' order. It starts a scrape of every node that has none under way (``start``), and of every
         node whose late scrape is over by now: that one is published first, then the new one if it is over in
         time, so a node's ``ts`` stays in order. A late scrape over during the wait is published, and the node's
-        next scrape starts then (for the next round). A node whose scrape is still under way is counted late and
-        left for a later round, its scrape going on. Once ``stop`` is set, the round waits for every scrape under
-        way (its caller bounds that wait) and starts none."""
+        next scrape starts in the next round. A node whose scrape is still under way is counted late and left for a
+        later round, its scrape going on. Once ``stop`` is set, the round starts none and waits for the scrapes
+        under way ``stop_wait_s`` seconds more at most (None: until all are over); the ones still running then are
+        cancelled, and every one over goes out."""
         started = set()
         carried: dict[str, Snapshot] = {}  # node -> its late scrape, over since the last round
         for a in self.assemblers:
@@ -228,8 +235,8 @@ class Bridge:
             if start and node not in self._pending:
                 self._pending[node] = asyncio.ensure_future(self.scrape_node(a))
                 started.add(node)
-        await self._wait(wait_s, stop)
-        again = start and wait_s is not None and not (stop is not None and stop.is_set())
+        await self._wait(wait_s, stop, stop_wait_s)
+        stopped = stop is not None and stop.is_set()
         out = []
         for a in self.assemblers:
             node = a.target.node
@@ -239,19 +246,20 @@ class Bridge:
             if task is None:
                 continue
             if not task.done():
-                self._count_late(a, wait_s or 0.0)
+                if stopped:
+                    self._cancel(a)
+                else:
+                    self._count_late(a, wait_s or 0.0)
                 continue
             del self._pending[node]
             out.append(task.result())
             if node in started:
                 self._on_time(node)
-            elif again:  # a late scrape, over during this round's wait: the next one starts now
-                self._pending[node] = asyncio.ensure_future(self.scrape_node(a))
         return out
 
-    async def _wait(self, wait_s: float | None, stop: asyncio.Event | None) -> None:
+    async def _wait(self, wait_s: float | None, stop: asyncio.Event | None, stop_wait_s: float | None) -> None:
         """Wait for the scrapes under way: ``wait_s`` seconds at most (None: until all are over); once ``stop`` is
-        set, until all are over."""
+        set, ``stop_wait_s`` seconds from then at most (None: until all are over)."""
         left = {t for t in self._pending.values() if not t.done()}
         if not left:
             return
@@ -268,10 +276,20 @@ class Bridge:
                     break
                 done, _ = await asyncio.wait(left | {stopping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 left -= done
-            if stop.is_set() and left:
-                await asyncio.wait(left)
+            if stop.is_set() and left and (stop_wait_s is None or stop_wait_s > 0):
+                await asyncio.wait(left, timeout=stop_wait_s)
         finally:
             stopping.cancel()
+
+    def _cancel(self, assembler: NodeAssembler) -> None:
+        """A stop leaves no time for ``assembler``'s scrape under way: cancelled, the node not published."""
+        node = assembler.target.node
+        task = self._pending.pop(node)
+        task.cancel()
+        self._cancelled.append(task)
+        urls = [u for u in assembler.target.urls if u in self._in_flight] or list(assembler.target.urls)
+        log.warning("%s: scrape of %s still under way at the stop: cancelled, the node not published", node,
+                    ", ".join(urls))
 
     def pending(self) -> int:
         """Nodes whose scrape is under way, or over and not yet published."""
@@ -360,8 +378,11 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
             async def one_round(start: bool = True) -> None:
                 nonlocal last_unpublished
                 last = scrapes is not None and stats.rounds == scrapes - 1
+                stop_wait_s = STOP_S * STOP_WAIT_SHARE  # from the stop, seen in the round's wait
+                if not start:  # the stop was asked before this round: what is left of that share
+                    stop_wait_s = max(0.0, asked[0] + stop_wait_s - loop.time())
                 snaps = await bridge.scrape_round(None if last else interval * ROUND_WAIT_SHARE, stop=stop,
-                                                  start=start)
+                                                  start=start, stop_wait_s=stop_wait_s)
                 if not start and not snaps:
                     return
                 if start:

@@ -182,8 +182,9 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
     if args.once:
         last: list[Snapshot] = []
 
-        def keep(snaps: list[Snapshot]) -> None:
-            last[:] = snaps
+        def keep(snaps: list[Snapshot]) -> None:  # a late scrape goes out before its node's next: the newest only
+            newest = {snap.message["node"]: snap for snap in snaps}
+            last[:] = newest.values()
 
         asyncio.run(run_bridge(settings, targets, scrapes=2, publish=False, mapping=mapping, on_round=keep))
         for snap in last:

@@ -50,19 +50,39 @@ async def test_the_round_under_way_finishes_when_it_can_within_the_stop():
     assert (stats.rounds, stats.abandoned, len(rounds), srv.hits["/node"]) == (2, 0, 2, 2)
 
 
-async def test_a_round_longer_than_the_stop_allows_is_abandoned(monkeypatch):
+async def test_a_scrape_longer_than_the_stop_allows_is_cancelled_and_the_round_goes_out(monkeypatch):
     monkeypatch.setattr(scraper, "STOP_S", 0.2)
     stop = asyncio.Event()
+    rounds: list[list[Snapshot]] = []
     async with ExporterServer({"/node": [NODE_A, 5.0]}) as srv:
         target = Target("worker-3", (Endpoint(srv.url("/node"), "node_exporter"),))
         settings = Settings(scrape_interval_s=0.5, scrape_timeout_s=10.0)
         asking = asyncio.ensure_future(stop_when(lambda: srv.hits["/node"] == 2, stop))
         started = time.monotonic()
-        stats = await run_bridge(settings, [target], publish=False, stop=stop)
+        stats = await run_bridge(settings, [target], publish=False, stop=stop, on_round=rounds.append)
         took = time.monotonic() - started
         await asking
     assert took < 3.0  # not the 5 s the exporter stalls
-    assert (stats.rounds, stats.abandoned) == (1, 1)
+    assert (stats.rounds, stats.abandoned, [len(r) for r in rounds]) == (2, 0, [1, 0])
+
+
+async def test_a_publish_longer_than_the_stop_allows_is_abandoned(monkeypatch):
+    monkeypatch.setattr(scraper, "STOP_S", 0.2)
+
+    async def hangs(*args: object, **kwargs: object) -> int:
+        await asyncio.sleep(30)
+        return 0
+
+    monkeypatch.setattr(scraper, "publish_node_metrics", hangs)
+    stop = asyncio.Event()
+    async with ExporterServer({"/node": [NODE_A]}) as srv:
+        target = Target("worker-3", (Endpoint(srv.url("/node"), "node_exporter"),))
+        asking = asyncio.ensure_future(stop_when(lambda: srv.hits["/node"] == 1, stop))
+        started = time.monotonic()
+        stats = await run_bridge(Settings(scrape_interval_s=0.5), [target], producer=object(), stop=stop)
+        took = time.monotonic() - started
+        await asking
+    assert took < 3.0 and (stats.rounds, stats.abandoned) == (1, 1)
 
 
 async def test_a_stop_during_a_round_waits_for_its_slow_scrape_and_publishes_it():
