@@ -18,6 +18,7 @@ import pytest
 from faust.exceptions import ConsistencyError
 from faust.tables.recovery import Recovery, ServiceStopped
 from faust.types import TP
+from intake_standins import Batch
 from yarl import URL
 
 from app.config import Settings
@@ -131,18 +132,6 @@ def test_another_faust_release_is_named_in_a_warning() -> None:
 def test_a_recreated_partition_already_longer_than_what_was_read_is_not_found_by_offsets() -> None:
     # the documented limit (module docstring of app.streams.changelog): read up to 70, 120 records since the wipe
     assert found_recreated({TP(T, 0): 70}, {TP(T, 0): 119}) == set()
-
-
-class Batch:
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes | None, bytes | None]] = []
-
-    def append(self, *, key: bytes | None, value: bytes | None, timestamp: int) -> object:
-        self.records.append((key, value))
-        return object()
-
-    def record_count(self) -> int:
-        return len(self.records)
 
 
 class Producer:
