@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 
 from app.config import Settings
 from app.extender.metrics import ExtenderMetrics
@@ -24,6 +25,10 @@ BATCH_BYTES = 512 * 1024  # record batch size: building and shipping a batch cos
 # batch, in one loop step whose length grows with the bytes (~1 MB, 2-3 ms, from 50 ms of requests flat out);
 # 20 ms keeps that step near 1 ms for ~5 us more CPU per request (docs/extender.md).
 LINGER_S = 0.02
+# close() delivers what it holds for at most this long, then counts the rest dropped and stops the producer
+# (at most STOP_S more): the extender's stop fits the pod's grace period while the broker is away.
+CLOSE_S = 4.0
+STOP_S = 1.0
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []
@@ -43,6 +48,17 @@ def _append(batch: Any, key: bytes, value: bytes, ts_ms: int) -> bool:
     return True
 
 
+def _fail_all(producer: Any, exc: Exception) -> None:
+    """Fail every batch the aiokafka (0.14) producer holds, queued or in flight, as its sender does when it dies."""
+    accumulator = producer._message_accumulator
+    batches = [b for queue in accumulator._batches.values() for b in queue] + list(accumulator._pending_batches)
+    accumulator.fail_all(exc)
+    for batch in batches:  # the sink reads each through its own future; this one's exception is known
+        for fut in (batch.future, batch._drain_waiter):
+            if fut.done() and not fut.cancelled():
+                fut.exception()
+
+
 class KafkaSink:
     """rtt-predictions on Kafka: records collected into one open batch per partition, shipped when full or
     ``linger_s`` after the first record (one aiokafka producer, acks=1). Requests share batches: shipping
@@ -57,17 +73,23 @@ class KafkaSink:
     (handed batch, then request), one ``linger_s`` of a quick one. When a partition's open batch is full
     while the one before still waits to be taken, further records of that partition are dropped and counted
     (the broker is not keeping up with 512 KiB a round trip). A partition's records reach the broker in the
-    order appended.
+    order appended. Once the producer is done with a handed batch (acknowledged, or failed without sending it:
+    no leader past the request timeout, the sender down), nothing more goes into it.
 
     The partition of a key is the default partitioner's (:func:`app.kafka.batches.partition_for`), so the
     worker's join sees a node's predictions where any producer would have put them. A failed delivery counts
     its batch's records as dropped, an acknowledged one as published: ``rtt_extender_predictions_published_total``
-    counts what the broker has, not what was handed over. :meth:`start` fails (and the publisher retries) while
+    counts what the broker has, not what was handed over; drops are said in one WARNING per ``report_s``, the
+    first at once, then the sum of those since. :meth:`start` fails (and the publisher retries) while
     the broker or the topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
-    :meth:`close` ships every open batch and waits for the producer to deliver them.
+    :meth:`close` ships every open batch and waits for the producer to deliver them, for ``CLOSE_S`` at most:
+    what is left then is counted dropped and the producer stopped (in ``STOP_S`` more at most).
     """
 
-    def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = LINGER_S) -> None:
+    def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = LINGER_S,
+                 report_s: float = 10.0) -> None:
+        if report_s <= 0:
+            raise ValueError(f"report_s must be > 0 (got {report_s})")
         self.topic = settings.topic(TOPIC)
         self._settings = settings
         self._metrics = metrics
@@ -80,6 +102,11 @@ class KafkaSink:
         self._due: set[int] = set()  # partitions whose open batch ships once their send_batch is over
         self._timer: asyncio.TimerHandle | None = None
         self._shipping: set[asyncio.Task[None]] = set()
+        self._report_s = report_s
+        self._unsaid = 0  # records dropped since the last WARNING, said at the end of its report period
+        self._unsaid_exc: BaseException | None = None
+        self._said_at: float | None = None  # monotonic time of the last WARNING
+        self._report: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         producer = AIOKafkaProducer(**client_options(self._settings, acks=1, max_batch_size=BATCH_BYTES))
@@ -147,11 +174,13 @@ class KafkaSink:
     async def _ship_one(self, batch: Any, partition: int) -> None:
         try:
             await self._ship(batch, partition)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # cancelled: by close(), never inside the producer
             if self._handed.get(partition) is batch:
                 del self._handed[partition]
             batch.close()  # nothing appended past the count
             self._failed(batch.record_count(), exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
         finally:
             del self._busy[partition]
         if partition in self._due and partition in self._open:
@@ -161,9 +190,18 @@ class KafkaSink:
         if batch.record_count():
             fut = await self._producer.send_batch(batch, self.topic, partition=partition)
             # counted when delivered: records appended after the hand-over travel in the batch too
+            fut.add_done_callback(lambda f: self._done_with(f, batch, partition))  # first: closed, then counted
             fut.add_done_callback(lambda f: self._delivered(f, batch.record_count()))
         else:
             batch.close()
+
+    def _done_with(self, fut: asyncio.Future[Any], batch: Any, partition: int) -> None:
+        """The producer is done with a handed batch: sent and acknowledged, or failed, perhaps without being built
+        (no leader past the request timeout, the sender down), so still open; closed here, nothing more goes in."""
+        if self._handed.get(partition) is batch:
+            del self._handed[partition]
+        if fut.cancelled() or fut.exception() is not None:
+            batch.close()  # sent ones are closed already
 
     def _delivered(self, fut: asyncio.Future[Any], n: int) -> None:
         if fut.cancelled():
@@ -174,9 +212,26 @@ class KafkaSink:
             self._metrics.published.inc(n)
 
     def _failed(self, n: int, exc: BaseException | None) -> None:
+        """Count dropped records; say them at once when nothing was said for ``report_s``, else at its end."""
         if self._metrics is not None:
             self._metrics.dropped.inc(n)
-        log.warning("rtt-predictions delivery of %d records failed: %s", n, exc)
+        self._unsaid += n
+        self._unsaid_exc = exc
+        now = time.monotonic()
+        if self._said_at is None or now - self._said_at >= self._report_s:
+            self._say()
+        elif self._report is None:
+            self._report = asyncio.get_running_loop().call_later(self._said_at + self._report_s - now, self._say)
+
+    def _say(self) -> None:
+        if self._report is not None:
+            self._report.cancel()
+            self._report = None
+        if not self._unsaid:
+            return
+        log.warning("rtt-predictions delivery of %d records failed: %s", self._unsaid, self._unsaid_exc)
+        self._said_at = time.monotonic()
+        self._unsaid, self._unsaid_exc = 0, None
 
     async def _ship_open(self) -> None:
         """Ship every open batch, each once its partition's send_batch is over, and wait until all are handed."""
@@ -187,14 +242,30 @@ class KafkaSink:
                 return
             await asyncio.gather(*shipping, return_exceptions=True)
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = CLOSE_S) -> None:
+        """Ship every open batch and wait for the producer to deliver what it holds, ``timeout_s`` at most: then
+        what is not delivered is counted dropped and the producer stopped, within ``STOP_S`` more."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         producer = self._producer
         if producer is not None:
-            with contextlib.suppress(Exception):
-                await self._ship_open()
+            deadline = time.monotonic() + timeout_s
+            with contextlib.suppress(Exception):  # TimeoutError: cancelled, each batch counted dropped
+                await asyncio.wait_for(self._ship_open(), timeout_s)
             self._producer = None
+            for batch in self._open.values():  # open still: not handed over in time
+                self._failed(batch.record_count(), KafkaTimeoutError("not handed to the producer before close"))
+            self._open.clear()
+            self._due.clear()
+            try:
+                await asyncio.wait_for(producer.flush(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                _fail_all(producer, KafkaTimeoutError("not delivered before close"))  # counted by the callbacks
             self._handed.clear()
-            await producer.stop()
+            try:
+                await asyncio.wait_for(producer.stop(), STOP_S)
+            except Exception:  # a request in flight to a broker that does not answer (its batch failed above)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.client.close(), STOP_S)
+        self._say()

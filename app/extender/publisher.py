@@ -26,6 +26,7 @@ __all__ = ["KafkaSink", "PredictionPublisher", "Sink", "prediction_values"]
 log = logging.getLogger(__name__)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 HANDOVER = 128  # records handed to the sink at a time (a few microseconds each there)
+CLOSE_S = 6.0  # the most stop() waits for the sink's close (KafkaSink bounds its own at 5 s)
 
 
 class Sink(Protocol):
@@ -154,4 +155,7 @@ class PredictionPublisher:
                 await self._task
             self._task = None
         self.connected = False
-        await self._sink.close()
+        try:
+            await asyncio.wait_for(self._sink.close(), CLOSE_S)
+        except TimeoutError:
+            log.warning("rtt-predictions: the sink did not close within %g s", CLOSE_S)

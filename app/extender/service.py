@@ -273,7 +273,8 @@ class ExtenderService:
                                  on_completion=self.assumed.forget, degraded=self.degraded)
             self.feed.start()
         if self._publish:
-            sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics)
+            sink = self._sink if self._sink is not None else KafkaSink(self.settings, self.metrics,
+                                                                          report_s=self.options.report_s)
             self.publisher = PredictionPublisher(sink, self.metrics, self.options.publish_queue)
             self.publisher.start()
 

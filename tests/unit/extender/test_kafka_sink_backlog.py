@@ -60,6 +60,9 @@ class HeldProducer:
             if not batch.closed():
                 self.sent.append(bytes(batch._build()))
 
+    async def flush(self) -> None:
+        self.send()
+
     async def stop(self) -> None:
         self.send()
 
@@ -159,3 +162,82 @@ async def test_close_ships_every_open_batch_and_waits_for_the_held_ones() -> Non
     assert sorted(values(producer.sent)) == sorted([v for _, v in records(0, 15, size=100)] + [b"x"])
     assert [v for v in values(producer.sent) if v != b"x"] == [v for _, v in records(0, 15, size=100)]
     assert metrics.published._value.get() == 16 and metrics.dropped._value.get() == 0
+
+
+class FailingProducer(HeldProducer):
+    """``send_batch`` takes the batch at once and returns its delivery future, failed by :meth:`expire` without
+    building the batch: aiokafka's sender does so when the partition has no leader past the request timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures: list[asyncio.Future[Any]] = []
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        self.calls.append(batch)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+    def expire(self) -> None:
+        for fut in self.futures:
+            if not fut.done():
+                fut.set_exception(TimeoutError("expired: no leader"))
+
+    async def flush(self) -> None:
+        self.deliver()
+
+    def deliver(self) -> None:
+        for batch, fut in zip(self.calls, self.futures, strict=True):
+            if not fut.done():
+                self.sent.append(bytes(batch._build()))
+                fut.set_result(None)
+
+
+@bounded
+async def test_a_batch_failed_before_it_was_sent_takes_no_more_records() -> None:
+    producer, metrics = FailingProducer(), ExtenderMetrics()
+    sink = sink_with(producer, metrics)
+    await sink.send_many(records(0, 10))
+    await asyncio.sleep(LINGER_S * 3)  # handed over, still open inside the producer
+    producer.expire()
+    await sink.send_many(records(10, 5))  # failed, its callback not run yet: counted with it
+    await asyncio.sleep(0)
+    for i in range(15, 60, 5):  # after it: a new batch
+        await sink.send_many(records(i, 5))
+        await asyncio.sleep(LINGER_S / 2)
+    await asyncio.sleep(LINGER_S * 3)
+    producer.deliver()
+    await asyncio.sleep(0)
+    assert metrics.dropped._value.get() == 15
+    assert metrics.published._value.get() == 45
+    assert values(producer.sent) == [v for _, v in records(15, 45)]
+    await sink.close()
+
+
+@bounded
+async def test_drops_are_said_once_per_report_period_and_their_sum_at_its_end(
+        caplog: pytest.LogCaptureFixture) -> None:
+    producer, metrics = HeldProducer(batch_bytes=1024), ExtenderMetrics()
+    sink = KafkaSink(Settings(), metrics, linger_s=LINGER_S, report_s=0.3)
+    sink._producer, sink._partitions = producer, 8
+    producer.hold()
+    await sink.send_many(records(0, 1, size=100))
+    await asyncio.sleep(LINGER_S * 3)  # handed over, held
+    with caplog.at_level(logging.WARNING, logger="app.extender.kafka_sink"):
+        for i in range(50):  # 50 calls dropping, within one report period
+            await sink.send_many(records(i * 20, 20, size=100))
+            await asyncio.sleep(0.002)
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1
+        await asyncio.sleep(0.4)  # the period ends: the sum of the drops since the first line
+        said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    counts = [int(line.split()[3]) for line in said]
+    assert sum(counts) == metrics.dropped._value.get() > 900
+    producer.take()
+    await sink.close()
+
+
+def test_report_s_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="report_s must be > 0"):
+        KafkaSink(Settings(), report_s=0)
