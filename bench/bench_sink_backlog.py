@@ -84,29 +84,43 @@ class OneBatchPerLinger(KafkaSink):
             await asyncio.gather(*self._shipping, return_exceptions=True)
 
 
+class AckTimer:
+    """Each record's delivery latency, ``send_many`` to the broker's acknowledgement: the caller appends a record's
+    send time to ``sent_at[partition]``; a batch acknowledged adds its records' latencies, in order."""
+
+    def __init__(self, sink: KafkaSink) -> None:
+        self.sent_at: dict[int, list[float]] = defaultdict(list)
+        self.acked: dict[int, int] = defaultdict(int)
+        self.latencies: list[float] = []
+        self.sink = sink
+        self.send_batch = send_batch = sink._producer.send_batch
+
+        async def timed(batch: Any, topic: str, *, partition: int) -> Any:
+            fut = await send_batch(batch, topic, partition=partition)
+
+            def done(f: asyncio.Future[Any]) -> None:
+                if f.cancelled() or f.exception() is not None:
+                    return
+                first, n = self.acked[partition], batch.record_count()
+                now = time.monotonic()
+                self.latencies.extend(now - t for t in self.sent_at[partition][first:first + n])
+                self.acked[partition] = first + n
+
+            fut.add_done_callback(done)
+            return fut
+
+        sink._producer.send_batch = timed
+
+    def restore(self) -> None:
+        self.sink._producer.send_batch = self.send_batch
+
+
 async def run(settings: Settings, sink_type: type[KafkaSink], seconds: float) -> dict[str, float]:
     metrics = ExtenderMetrics()
     sink = sink_type(settings, metrics)
     await sink.start()
-    sent_at: dict[int, list[float]] = defaultdict(list)
-    acked: dict[int, int] = defaultdict(int)
-    latencies: list[float] = []
-    send_batch = sink._producer.send_batch
-
-    async def timed(batch: Any, topic: str, *, partition: int) -> Any:
-        fut = await send_batch(batch, topic, partition=partition)
-
-        def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is None:
-                first, n = acked[partition], batch.record_count()
-                now = time.monotonic()
-                latencies.extend(now - t for t in sent_at[partition][first:first + n])
-                acked[partition] = first + n
-
-        fut.add_done_callback(done)
-        return fut
-
-    sink._producer.send_batch = timed
+    timer = AckTimer(sink)
+    sent_at, latencies = timer.sent_at, timer.latencies
     sent = 0
     start = next_at = time.monotonic()
     while time.monotonic() - start < seconds:
@@ -120,7 +134,7 @@ async def run(settings: Settings, sink_type: type[KafkaSink], seconds: float) ->
     delivered_in_time = len(latencies)
     lat = sorted(latencies)
     dropped = metrics.dropped._value.get()
-    sink._producer.send_batch = send_batch
+    timer.restore()
     try:
         await asyncio.wait_for(sink.close(), 60)
     except TimeoutError:

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
+from bench_sink_backlog import AckTimer
 
 from app.config import Settings
 from app.extender.kafka_sink import KafkaSink
@@ -52,26 +53,8 @@ async def run_slow(settings: Settings) -> tuple[ExtenderMetrics, list[float], in
     sink = KafkaSink(settings, metrics)
     await sink.start()
     partitions = sink._partitions
-    sent_at: dict[int, list[float]] = defaultdict(list)  # partition -> send time of each record, in order
-    acked: dict[int, int] = defaultdict(int)
-    latencies: list[float] = []
-    send_batch = sink._producer.send_batch
-
-    async def timed_send_batch(batch: Any, topic: str, *, partition: int) -> Any:
-        fut = await send_batch(batch, topic, partition=partition)
-
-        def done(f: asyncio.Future[Any]) -> None:
-            if f.cancelled() or f.exception() is not None:
-                return
-            now, n = time.monotonic(), batch.record_count()
-            first = acked[partition]
-            latencies.extend(now - t for t in sent_at[partition][first:first + n])
-            acked[partition] = first + n
-
-        fut.add_done_callback(done)
-        return fut
-
-    sink._producer.send_batch = timed_send_batch
+    timer = AckTimer(sink)
+    sent_at, acked, latencies = timer.sent_at, timer.acked, timer.latencies
     sent = 0
     try:
         start = next_at = time.monotonic()
