@@ -210,17 +210,13 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
         elif until is not None:  # its deadline passed and its node's class is not known: it waits for that now
             buffer.hold(key, {k: v for k, v in h.items() if k != UNTIL})
 
-    left: list[dict[str, Any]] = []  # waiting only for their prediction when their entry left, no sender up then
-
     def held_left(h: dict[str, Any]) -> bool:
         """A held value whose join entry left (expired or evicted): the sample of a completion that waited only for
-        its prediction goes out without it now (with no sender up: on the next timer pass), as it would have at its
-        deadline; False for one that waited for its node's class (it makes none)."""
+        its prediction goes out without it now, as it would have at its deadline; False for one that waited for its
+        node's class (it makes none). Entries leave only while a sender is up (``sending``,
+        :meth:`~app.streams.feedback_state.FeedbackLoop.expire`)."""
         if UNTIL not in h:
             return False
-        if intake.sender is None:
-            left.append(h)
-            return True
         return emit_sample(h["c"], h["partition"], None)
 
     loop.handles["held_left"] = held_left
@@ -262,6 +258,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
                              ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics,
                              request_timeout_ms=ctx.options.request_timeout_ms)
     intake.count_delivered("training-samples", fm.samples)
+    loop.handles["sending"] = lambda: intake.sender is not None  # join entries leave only then (held_left)
 
     @app.task
     async def feedback_join() -> None:
@@ -270,10 +267,6 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
     def retry_every_held() -> None:
         """Look at every held completion again (its node's class, its prediction's deadline)."""
         if intake.sender is not None:  # handlers and timers send on the running intake's producer
-            while left:
-                h = left.pop(0)
-                if not emit_sample(h["c"], h["partition"], None):  # its node's class not known: it makes none
-                    fm.samples_dropped.labels("unknown_node").inc()
             now = buffer.clock.now()
             for key, h in buffer.held():
                 retry_held(key, h, now)

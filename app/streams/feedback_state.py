@@ -119,7 +119,17 @@ class FeedbackLoop:
                 tracker.new_model(app)
         self.nodes.store.app_names[app] = self.models.feature_names(app)
 
-    def expire(self) -> None:
+    def expire(self) -> bool:
+        """Let old join keys leave (:meth:`~app.drift.joinbuffer.JoinBuffer.expire`); False when none may now.
+
+        None leaves while the join's intake has no sender up (stopped, or not started yet): a completion waiting
+        for its prediction makes its sample as its entry leaves, and with nowhere to send it the checkpoint
+        would store the entry's removal while the sample lived only in memory. Its entries stay, checkpointed
+        as they are, and leave on the first pass with a sender up.
+        """
+        sending = self.handles.get("sending")
+        if sending is not None and not sending():
+            return False
         for e in self.buffer.expire():
             if e.outcome == HELD:  # a completion waiting for its prediction makes its sample without it now;
                 left = self.handles.get("held_left")  # one still waiting for its node's class makes none
@@ -128,6 +138,7 @@ class FeedbackLoop:
             else:
                 self.metrics.feedback.join.labels(e.outcome).inc()
         self.metrics.feedback.join_entries.set(len(self.buffer))
+        return True
 
     def join_partition(self, node: str) -> int | None:
         """The partition whose changelog holds the join rows of ``node``: its own, kept past its eviction while
@@ -154,7 +165,7 @@ class FeedbackLoop:
     async def _checkpoint(self) -> int:
         held = self.checkpoints.holder()  # false for a partition once a revoke that did not wait for this returned
         now = self.buffer.clock.now()
-        self.expire()
+        expired = self.expire()
         upserts, removed = self.buffer.take_changes()
         rows: list[tuple[bytes, bytes | None]] = []
         unknown: set[str] = set()
@@ -198,7 +209,7 @@ class FeedbackLoop:
             self.dirty_nodes |= {n for n in dirty if _mine(held, self.partitions.get(n))}
             self._deleted_rows = [r for r in deleted if _mine(held, row_partition(r[0]))] + self._deleted_rows
             raise
-        if self.evicted:  # every entry an evicted node had is expired, and its deletion stored
+        if self.evicted and expired:  # every entry an evicted node had is expired, and its deletion stored
             self.evicted = {n: left for n, left in self.evicted.items() if left[1] > now}
         if self.outbox is not None:
             self.outbox.written([r for r in outbox_rows if _mine(held, row_partition(r[0]))])

@@ -252,20 +252,45 @@ def test_a_waiting_completion_leaving_before_its_deadline_with_an_unknown_node_i
     assert join.samples() == [] and unknown_node(join) == 1
 
 
-def test_one_leaving_while_no_sender_is_up_goes_out_on_the_next_timer_pass(tmp_path: Path,
-                                                                           clock: ManualClock) -> None:
+def test_none_leaves_while_no_sender_is_up_and_it_goes_out_once_one_is(tmp_path: Path, clock: ManualClock) -> None:
     join = make_join(tmp_path, clock, buffer=JoinBuffer(600.0, max_entries=1, clock=clock))
     join.scrape()
     for task in ("t1", "t2"):
         join.on("task-completions", {**completion(), "task_id": task})
+    join.loop.buffer.take_changes()
     sender, join.intake.sender = join.intake.sender, None  # the intake stopped (or not started yet)
-    join.loop.expire()
-    join.tick()  # no sender: nothing sent yet, nothing dropped
-    assert unknown_node(join) == 0
+    assert join.loop.expire() is False
+    join.tick()  # no sender: nothing sent, nothing dropped, nothing left the join
+    assert unknown_node(join) == 0 and len(join.loop.buffer.held_keys) == 2
+    assert join.loop.buffer.take_changes() == ({}, set())  # no removal for a checkpoint to store
     join.intake.sender = sender
-    join.tick()
+    assert join.loop.expire() is True
     assert [(s["task_id"], s["predicted_rtt_ms"]) for s in join.samples()] == [("t1", None)]
     assert unknown_node(join) == 0 and join.without() == 1
+
+
+def test_a_sample_due_at_expiry_with_no_sender_up_survives_a_crash_after_the_checkpoint(
+        tmp_path: Path, clock: ManualClock) -> None:
+    """A held completion whose entry is past RTT_JOIN_TTL_S while the intake's sender is not up: the checkpoint
+    must not store its removal while its sample lives only in memory; a crash right after loses nothing."""
+    first = make_join(tmp_path, clock, buffer=JoinBuffer(10.0, clock=clock))
+    first.scrape()
+    first.on("task-completions", completion())
+    upserts, _ = first.loop.buffer.take_changes()  # checkpoint 1: the held entry stored
+    rows = {k: orjson.loads(orjson.dumps(v)) for k, v in upserts.items()}
+    first.intake.sender = None  # the intake's producer not up (stopped, or not started yet)
+    clock.advance(11.0)  # past RTT_JOIN_TTL_S
+    first.loop.expire()  # what the next checkpoint does first ...
+    _, removed = first.loop.buffer.take_changes()  # ... before it stores the changes
+    for k in removed:
+        rows.pop(k, None)
+    restored = JoinBuffer(10.0, clock=clock)  # crash: a new worker from the stored rows
+    restored.load(rows)
+    second = make_join(tmp_path, clock, buffer=restored, name="b")
+    second.scrape()
+    second.tick()
+    second.loop.expire()
+    assert [(s["task_id"], s["predicted_rtt_ms"]) for s in second.samples()] == [("t1", None)]
 
 
 @pytest.mark.parametrize(("env", "message"), [
