@@ -136,6 +136,19 @@ def apps_kept_max(max_metrics: int) -> int:
 JOIN_PREDICTION_WAIT_S = 5.0  # RTT_JOIN_PREDICTION_WAIT_S's default; capped at RTT_JOIN_TTL_S / 2 when not set
 
 
+class DefaultWait(float):
+    """``RTT_JOIN_PREDICTION_WAIT_S`` not set: its value in force, ``min(5, RTT_JOIN_TTL_S / 2)``, marked as the
+    default so that every :class:`Settings` made from it works it out again from its own TTL
+    (``dataclasses.replace`` included) instead of keeping a cap made for another TTL.
+
+    >>> s = Settings(join_ttl_s=4.0)
+    >>> s.join_prediction_wait_s, dataclasses.replace(s, join_ttl_s=600.0).join_prediction_wait_s
+    (2.0, 5.0)
+    """
+
+    __slots__ = ()
+
+
 def _wait_not_below_ttl(ttl_s: float, wait_s: float) -> str:
     return f"must be < RTT_JOIN_TTL_S ({ttl_s:g}) (got {wait_s:g})"
 
@@ -283,9 +296,10 @@ class Settings:
     drift_jump: float = _f(0.25, non_negative, doc="one-period MAPE jump over the reference that is a drift"
                            " at once (level-shift rule; 0: off)")
     join_max_entries: int = _f(500_000, positive, doc="keys the join buffer of one worker holds at most")
-    join_prediction_wait_s: float = _f(JOIN_PREDICTION_WAIT_S, non_negative, doc="longest an ok completion read"
-                                       " before its prediction waits for it before its training sample goes out"
-                                       " without it (0: none); < RTT_JOIN_TTL_S; unset: min(5, RTT_JOIN_TTL_S / 2)")
+    join_prediction_wait_s: float = _f(DefaultWait(JOIN_PREDICTION_WAIT_S), non_negative,
+                                       doc="longest an ok completion read before its prediction waits for it before"
+                                       " its training sample goes out without it (0: none); < RTT_JOIN_TTL_S; unset:"
+                                       " min(5, RTT_JOIN_TTL_S / 2)")
     feedback_redis_timeout_s: float = _f(1.0, positive, doc="longest batched Redis cache write of the worker")
     retrain_growth: float = _f(0.5, non_negative, doc="retrain a key with a model when its samples grew by this"
                                " fraction since the last retrain asked (0: never)")
@@ -374,13 +388,13 @@ class Settings:
                     raise ConfigError(_env_name(field), problem)
         if self.dwa_min_window_s > self.dwa_max_window_s:
             raise ConfigError("RTT_DWA_MIN_WINDOW_S", "must be <= RTT_DWA_MAX_WINDOW_S")
-        if self.join_prediction_wait_s >= self.join_ttl_s:  # its join entry would leave first
-            if self.join_prediction_wait_s != JOIN_PREDICTION_WAIT_S:
-                raise ConfigError("RTT_JOIN_PREDICTION_WAIT_S",
-                                  _wait_not_below_ttl(self.join_ttl_s, self.join_prediction_wait_s))
-            # the default with a short TTL (valid before the wait existed): capped, min(5, TTL / 2); from_env
-            # refuses a wait of 5 that was set
-            object.__setattr__(self, "join_prediction_wait_s", min(JOIN_PREDICTION_WAIT_S, self.join_ttl_s / 2))
+        if isinstance(self.join_prediction_wait_s, DefaultWait):  # not set: capped by the TTL (a short one was
+            # valid before the wait existed), from this TTL every time
+            object.__setattr__(self, "join_prediction_wait_s",
+                               DefaultWait(min(JOIN_PREDICTION_WAIT_S, self.join_ttl_s / 2)))
+        elif self.join_prediction_wait_s >= self.join_ttl_s:  # its join entry would leave first
+            raise ConfigError("RTT_JOIN_PREDICTION_WAIT_S",
+                              _wait_not_below_ttl(self.join_ttl_s, self.join_prediction_wait_s))
         if metrics_kept_max(self.worker_max_apps) < 1:  # no room left for a single metric's aggregates
             most = SAMPLE_FEATURES_MAX - SAMPLE_OTHER_FEATURES - FEATURES_PER_METRIC
             raise ConfigError("RTT_WORKER_MAX_APPS", f"must be <= {most} (got {self.worker_max_apps}): a training "
@@ -471,7 +485,7 @@ class Settings:
             if name not in env:
                 continue
             raw = env[name].strip()
-            kind: type = type(field.default)
+            kind: type = float if isinstance(field.default, float) else type(field.default)  # a set DefaultWait too
             try:
                 values[field.name] = kind(raw)
             except ValueError:
@@ -490,9 +504,6 @@ class Settings:
                               f"count per app and {FEATURES_PER_METRIC} features per metric kept within its "
                               f"{SAMPLE_FEATURES_MAX:,} (topics/training-samples.json); or set RTT_FEATURE_MAX_METRICS "
                               f"<= {metrics_kept_max(apps)}") from None
-        wait = values.get("join_prediction_wait_s")
-        if wait is not None and settings.join_prediction_wait_s != wait:  # set, and capped as the default would be
-            raise ConfigError("RTT_JOIN_PREDICTION_WAIT_S", _wait_not_below_ttl(settings.join_ttl_s, wait))
         return settings
 
     @classmethod

@@ -4,6 +4,8 @@ wait with its speed, as its other wall-clock periods."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.config import Settings
@@ -41,3 +43,25 @@ def test_a_slow_demo_keeps_the_scaled_wait_below_the_ttl() -> None:
     env = scaled_worker_env(Settings(join_ttl_s=60.0), 0.01)
     settings = Settings.from_env({"RTT_JOIN_TTL_S": "60", **env})
     assert settings.join_prediction_wait_s == 30.0
+
+
+def test_a_ttl_replaced_after_a_capped_default_wait_gives_the_default_for_the_new_ttl() -> None:
+    """The default wait is worked out again from the TTL of the new Settings, not kept as capped for the old one."""
+    short = Settings(join_ttl_s=4.0)
+    assert short.join_prediction_wait_s == 2.0
+    assert dataclasses.replace(short, join_ttl_s=600.0).join_prediction_wait_s == 5.0
+    assert dataclasses.replace(short, join_ttl_s=1.0).join_prediction_wait_s == 0.5  # not refused: never set
+
+
+def test_a_wait_set_not_below_a_replaced_ttl_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(Settings(join_prediction_wait_s=3.0), join_ttl_s=3.0)
+    assert str(info.value) == "RTT_JOIN_PREDICTION_WAIT_S: must be < RTT_JOIN_TTL_S (3) (got 3)"
+    with pytest.raises(ConfigError, match="^RTT_JOIN_PREDICTION_WAIT_S: "):
+        Settings(join_ttl_s=4.0, join_prediction_wait_s=5.0)  # set (to the default's value) is set
+
+
+def test_settings_lists_the_default_wait_as_a_plain_number() -> None:
+    assert ("RTT_JOIN_PREDICTION_WAIT_S", "5.0") in [row[:2] for row in Settings.describe()]
+    rows = {r.variable: r for r in Settings(join_ttl_s=4.0).listing({})}
+    assert (rows["RTT_JOIN_PREDICTION_WAIT_S"].value, rows["RTT_JOIN_PREDICTION_WAIT_S"].source) == ("2.0", "default")
