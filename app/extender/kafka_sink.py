@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.conn import CloseReason
 from aiokafka.errors import KafkaTimeoutError
 
 from app.config import Settings
@@ -25,10 +26,13 @@ BATCH_BYTES = 512 * 1024  # record batch size: building and shipping a batch cos
 # batch, in one loop step whose length grows with the bytes (~1 MB, 2-3 ms, from 50 ms of requests flat out);
 # 20 ms keeps that step near 1 ms for ~5 us more CPU per request (docs/extender.md).
 LINGER_S = 0.02
-# close() delivers what it holds for at most this long, then counts the rest dropped and stops the producer
-# (at most STOP_S more): the extender's stop fits the pod's grace period while the broker is away.
+# close() delivers what it holds for at most this long, then counts what was not sent dropped and stops the producer
+# in STOP_S more at most (what is in flight gets STOP_S - ABORT_S to be acknowledged, then fails and the producer's
+# tasks end within ABORT_S): the extender's stop fits the pod's grace period while the broker is away, and the
+# publisher's wait for it (publisher.CLOSE_S) is never what ends it.
 CLOSE_S = 4.0
 STOP_S = 1.0
+ABORT_S = 0.2
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []
@@ -48,15 +52,58 @@ def _append(batch: Any, key: bytes, value: bytes, ts_ms: int) -> bool:
     return True
 
 
-def _fail_all(producer: Any, exc: Exception) -> None:
-    """Fail every batch the aiokafka (0.14) producer holds, queued or in flight, as its sender does when it dies."""
+def _consume(batch: Any) -> None:
+    """The sink reads a batch through its own future; a failed one's exception is known, not left unretrieved."""
+    for fut in (batch.future, batch._drain_waiter):
+        if fut.done() and not fut.cancelled():
+            fut.exception()
+
+
+def _fail_queued(producer: Any, exc: Exception) -> None:
+    """Fail the batches the aiokafka (0.14) producer holds and has not sent, and take them from its queues so that
+    its sender never sends them (a batch in flight is left to its acknowledgement or failure)."""
     accumulator = producer._message_accumulator
-    batches = [b for queue in accumulator._batches.values() for b in queue] + list(accumulator._pending_batches)
-    accumulator.fail_all(exc)
-    for batch in batches:  # the sink reads each through its own future; this one's exception is known
-        for fut in (batch.future, batch._drain_waiter):
-            if fut.done() and not fut.cancelled():
-                fut.exception()
+    batches = [b for queue in accumulator._batches.values() for b in queue]
+    accumulator._batches.clear()
+    for batch in batches:
+        batch.failure(exc)
+        _consume(batch)
+
+
+def _abort(producer: Any, exc: Exception) -> None:
+    """Fail what the aiokafka (0.14) producer still holds, in flight or not, and close its connections: each produce
+    request in flight ends at once with a connection error, which fails its batch (expired first, so never queued
+    again), and the sender's request tasks are over. Nothing here waits."""
+    accumulator = producer._message_accumulator
+    pending = list(accumulator._pending_batches)
+    for batch in pending:
+        batch._ttl = -1.0
+    _fail_queued(producer, exc)
+    for batch in pending:
+        batch.failure(exc)
+        _consume(batch)
+    for conn in list(getattr(producer.client, "_conns", {}).values()):
+        conn.close(reason=CloseReason.SHUTDOWN)
+
+
+async def _stop(producer: Any, exc: Exception) -> None:
+    """Stop the aiokafka (0.14) producer within ``STOP_S``: it waits for what is in flight, then closes. Past
+    ``STOP_S - ABORT_S`` what it holds fails (:func:`_abort`) and its sender task is cancelled and awaited, with
+    the stop, for ``ABORT_S`` at most: no task of the producer's is left pending."""
+    stop = asyncio.get_running_loop().create_task(producer.stop())
+    done, _ = await asyncio.wait({stop}, timeout=STOP_S - ABORT_S)
+    if not done:
+        by = time.monotonic() + ABORT_S
+        _abort(producer, exc)
+        sender = getattr(getattr(producer, "_sender", None), "sender_task", None)
+        if sender is not None and not sender.done():
+            sender.cancel()
+        await asyncio.wait({t for t in (stop, sender) if t is not None}, timeout=max(0.0, by - time.monotonic()))
+        if not stop.done():  # in the client's close: its connections are closed already
+            stop.cancel()
+            await asyncio.wait({stop}, timeout=max(0.0, by - time.monotonic()))
+    if stop.done() and not stop.cancelled() and stop.exception() is not None:
+        log.debug("rtt-predictions producer stop failed: %s", stop.exception())
 
 
 class KafkaSink:
@@ -83,7 +130,8 @@ class KafkaSink:
     first at once, then the sum of those since. :meth:`start` fails (and the publisher retries) while
     the broker or the topic is missing; the topic is looked up in the cluster's metadata, which never creates it.
     :meth:`close` ships every open batch and waits for the producer to deliver them, for ``CLOSE_S`` at most:
-    what is left then is counted dropped and the producer stopped (in ``STOP_S`` more at most).
+    what was not sent then is counted dropped and the producer stopped, in ``STOP_S`` more at most (a batch in
+    flight is counted as its acknowledgement says, dropped when none came within that).
     """
 
     def __init__(self, settings: Settings, metrics: ExtenderMetrics | None = None, linger_s: float = LINGER_S,
@@ -244,7 +292,7 @@ class KafkaSink:
 
     async def close(self, timeout_s: float = CLOSE_S) -> None:
         """Ship every open batch and wait for the producer to deliver what it holds, ``timeout_s`` at most: then
-        what is not delivered is counted dropped and the producer stopped, within ``STOP_S`` more."""
+        what was not sent is counted dropped and the producer stopped, within ``STOP_S`` more (:func:`_stop`)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -260,12 +308,8 @@ class KafkaSink:
             self._due.clear()
             try:
                 await asyncio.wait_for(producer.flush(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                _fail_all(producer, KafkaTimeoutError("not delivered before close"))  # counted by the callbacks
+            except TimeoutError:  # what was never sent is dropped; what is in flight has STOP_S to be acknowledged
+                _fail_queued(producer, KafkaTimeoutError("not sent before close"))  # counted by the callbacks
             self._handed.clear()
-            try:
-                await asyncio.wait_for(producer.stop(), STOP_S)
-            except Exception:  # a request in flight to a broker that does not answer (its batch failed above)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(producer.client.close(), STOP_S)
+            await _stop(producer, KafkaTimeoutError("not delivered before close"))
         self._say()
