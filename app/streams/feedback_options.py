@@ -75,5 +75,6 @@ class FeedbackOptions:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> FeedbackOptions:
         values: dict[str, Any] = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)}
+        values["join_prediction_wait_s"] = float(values["join_prediction_wait_s"])  # a plain float, not DefaultWait
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -65,3 +65,10 @@ def test_settings_lists_the_default_wait_as_a_plain_number() -> None:
     assert ("RTT_JOIN_PREDICTION_WAIT_S", "5.0") in [row[:2] for row in Settings.describe()]
     rows = {r.variable: r for r in Settings(join_ttl_s=4.0).listing({})}
     assert (rows["RTT_JOIN_PREDICTION_WAIT_S"].value, rows["RTT_JOIN_PREDICTION_WAIT_S"].source) == ("2.0", "default")
+
+
+def test_the_worker_options_hold_the_wait_as_a_plain_float() -> None:
+    from app.streams.feedback_options import FeedbackOptions
+
+    wait = FeedbackOptions.from_settings(Settings.from_env({"RTT_JOIN_TTL_S": "4"})).join_prediction_wait_s
+    assert type(wait) is float and wait == 2.0
