@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -49,9 +50,13 @@ def test_the_extenders_dropped_predictions_are_said_once_per_period(clean_filter
     quiet_client_errors(3600.0)
     metrics = ExtenderMetrics()
     sink = KafkaSink(Settings(), metrics)
-    with caplog.at_level(logging.WARNING, logger="app.extender.kafka_sink"):
+
+    async def failing() -> None:  # on the event loop, as the producer's callbacks are
         for _ in range(500):  # a batch every few ms while the broker times every one out
             sink._failed(4, TimeoutError("request timed out"))
+
+    with caplog.at_level(logging.WARNING, logger="app.extender.kafka_sink"):
+        asyncio.run(failing())
     said = [r.getMessage() for r in caplog.records]
     assert said == ["rtt-predictions delivery of 4 records failed: request timed out"]
     assert metrics.dropped._value.get() == 2000  # every record still counted
