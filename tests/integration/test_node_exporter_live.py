@@ -1,6 +1,6 @@
 """A real node_exporter (Debian's prometheus-node-exporter) on a free port -> bridge -> broker -> worker -> features.
 
-The bridge scrapes the live exporter through a recording proxy, under CPU and disk load, once a second on the
+The bridge scrapes the live exporter through a recording proxy, under CPU and disk load, every 2 s on the
 real clock; the real worker (``rttsched worker``) turns node-metrics into node-features. Every expected value
 is computed here from the pages the proxy recorded -- with an exposition reading of its own
 (:func:`app.sim.scripted.samples`, a regular expression), never the bridge's code -- and the window mean
@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 
 NODE = "live-node"
 ROUNDS = 6
+# a scrape slower than 0.8 of the interval goes out a round late beside the next (docs/bridge.md): under this load
+# node_exporter can take most of a second, so 2 s keeps one page a round, which the test compares one to one
+INTERVAL_S = 2.0
 DISKS_EXCLUDED = re.compile(r"(loop|ram|zram|sr|dm-|md).*")
 SHARES = {"cpu_usage_user": ("user",), "cpu_usage_system": ("system",), "cpu_idle": ("idle",),
           "cpu_iowait": ("iowait",), "cpu_usage_nice": ("nice",), "cpu_steal": ("steal",),
@@ -159,11 +162,11 @@ def expected(before: str, after: str) -> dict[str, float | None]:
 
 def test_live_node_exporter_to_node_features(kafka_settings: Settings, node_exporter: str, tmp_path: Path) -> None:
     s = Settings.from_env({}, kafka_bootstrap=kafka_settings.kafka_bootstrap,
-                          topic_prefix=kafka_settings.topic_prefix, scrape_interval_s=1.0)
+                          topic_prefix=kafka_settings.topic_prefix, scrape_interval_s=INTERVAL_S)
     pages: list[str] = []
     with ProcessGroup(tmp_path / "logs") as group:
         start_worker(group, s, RTT_FEATURE_WINDOW_S="60", RTT_FEATURE_EMIT_INTERVAL_S="0.2")
-        burners = load(tmp_path, ROUNDS + 2.0)
+        burners = load(tmp_path, ROUNDS * INTERVAL_S + 2.0)
         try:
             async def bridge() -> None:
                 async with recording_proxy(node_exporter, pages) as url:
