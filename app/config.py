@@ -378,6 +378,9 @@ class Settings:
                                     " retrain that failed because Redis was away")
     registry_check_s: float = _f(30.0, non_negative, doc="the trainer compares the registry with model-updates"
                                  " this often and repairs a registry that lost its data (0: never)")
+    kafka_start_wait_s: float = _f(0.0, non_negative, doc="how long the worker, trainer and bridge wait at start"
+                                   " for the broker and their topics before they exit (code 2); 0 = until it"
+                                   " answers")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -4,8 +4,10 @@ prometheus_client serves ``/metrics`` from a thread of its own, so it answers wh
 loop is stuck (a call that blocks it, a task that never yields): a liveness probe on ``/metrics`` never
 restarts such a process. Here the same thread also answers ``/healthz``: 200 while a :class:`Heartbeat`
 task on the event loop has beaten within ``stale_after_s`` (default 30 s), else 503 naming how long it has
-been silent; every other path is ``/metrics`` as before. The worker and the extender serve from their event
-loop, so their probes need none of this.
+been silent; ``/readyz``: 503 naming what the process still waits for (:attr:`Heartbeat.waiting`: ``kafka``, a
+service started before its broker) or a stuck loop, else 200; every other path is ``/metrics`` as before. The
+worker and the extender serve from their event loop, so their probes need none of this -- but for the worker's
+wait for its broker at start, before its web server runs: :func:`answer_while_waiting`.
 
 >>> hb = Heartbeat(stale_after_s=30.0, clock=iter([0.0, 10.0, 45.0]).__next__)
 >>> hb.healthy(), hb.healthy()
@@ -15,11 +17,12 @@ loop, so their probes need none of this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import socketserver
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -41,6 +44,7 @@ class Heartbeat:
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.last = clock()
+        self.waiting: str | None = None  # what the process waits for before it is ready (/readyz 503 says it)
 
     def beat(self) -> None:
         self.last = self.clock()
@@ -84,9 +88,12 @@ def health_app(registry: CollectorRegistry, heartbeat: Heartbeat) -> Callable[..
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != "/healthz":
+        path = environ.get("PATH_INFO")
+        if path not in ("/healthz", "/readyz"):
             return metrics(environ, start_response)  # type: ignore[no-any-return]
-        if heartbeat.healthy():
+        if path == "/readyz" and heartbeat.waiting is not None:
+            body, status = f"not ready: {heartbeat.waiting}\n".encode(), "503 Service Unavailable"
+        elif heartbeat.healthy():
             body, status = b"ok\n", "200 OK"
         else:
             body = f"event loop silent for {heartbeat.silent_s():.0f} s\n".encode()
@@ -121,3 +128,40 @@ def serve_health(port: int, addr: str, registry: CollectorRegistry) -> Heartbeat
     heartbeat = Heartbeat()
     serve_metrics_and_health(port, addr, registry, heartbeat)
     return heartbeat
+
+
+@contextlib.asynccontextmanager
+async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[], str | None]) -> AsyncIterator[None]:
+    """Answer HTTP on the listening ``sock`` (a duplicate of it: ``sock`` itself stays open and listening for the
+    server that follows) while the body runs: ``/readyz`` 503 ``not ready: <waiting()>``, any other path 200 with
+    no metrics yet -- so a liveness probe does not restart a process that waits for its broker at start. Nothing
+    when ``sock`` is None."""
+    if sock is None:
+        yield
+        return
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5.0)
+            while (await asyncio.wait_for(reader.readline(), 5.0)).strip():
+                pass  # the headers
+            parts = line.split()
+            path = parts[1].decode("latin-1").partition("?")[0] if len(parts) > 1 else ""
+            reason = waiting()
+            if path == "/readyz" and reason is not None:
+                status, body = "503 Service Unavailable", f"not ready: {reason}\n".encode()
+            else:
+                status, body = "200 OK", b"" if path != "/readyz" else b"ok\n"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "
+                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
+            pass  # a probe that went away: nothing to answer
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, sock=sock.dup())
+    try:
+        yield
+    finally:
+        server.close()

@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
     from app.bridge.targets import check_unique, load_targets, parse_target_flag
     from app.errors import ConfigError
     from app.health import beating
-    from app.kafka.admin import check_reachable
+    from app.kafka.admin import wait_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
 
     with held.reading() if held is not None else contextlib.nullcontext():  # a FIFO may never end: a signal does
@@ -200,6 +200,8 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
         raise _Stopped
     metrics = BridgeMetrics()
     heartbeat = serve_metrics(metrics, settings.metrics_port, settings.metrics_host)  # a taken port: named first
+    if heartbeat is not None:
+        heartbeat.waiting = "kafka: not asked yet"
     held.release_sigint()
 
     async def main() -> tuple[BridgeStats, bool]:
@@ -219,8 +221,13 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
             if held.asked():
                 stop.set()
                 return BridgeStats(), True
-            try:
-                await check_reachable(settings, ("node-metrics",))  # no broker, or its topic not created: one line
+            def waiting(reason: str | None) -> None:  # /readyz 503 naming it
+                if heartbeat is not None:
+                    heartbeat.waiting = None if reason is None else f"kafka: {reason}"
+
+            try:  # no broker yet, or its topic not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
+                await beating(wait_reachable(settings, ("node-metrics",), service="bridge", waiting=waiting),
+                              heartbeat)
             except asyncio.CancelledError:
                 if stop.is_set():
                     return BridgeStats(), True

@@ -1,4 +1,8 @@
-"""``rttsched trainer``: consume retrain-events, train off the event loop, announce promoted models."""
+"""``rttsched trainer``: consume retrain-events, train off the event loop, announce promoted models.
+
+Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
+``RTT_KAFKA_START_WAIT_S``), ``/healthz`` 200 and ``/readyz`` 503 meanwhile; SIGTERM or Ctrl-C then stops it at
+once (one line, exit code 0)."""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
     from app.health import beating, serve_health
-    from app.kafka.admin import check_reachable
+    from app.kafka.admin import wait_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import check_listen
     from app.trainer.cpus import parse_cpus, pin_cpus
@@ -67,19 +71,45 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     check_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT", "RTT_METRICS_HOST")
 
     async def main() -> int:
-        await check_reachable(settings, TRAINER_TOPICS)  # one clear line: no broker, or topics not created
         service = TrainerService(settings, max_samples_per_key=args.max_samples_per_key, cpus=None,  # pinned above
                                  margin=args.margin, max_event_age_s=args.max_event_age,
                                  gpu_apps=settings.gpu_apps, registry_check_s=settings.registry_check_s,
                                  key_idle_s=settings.trainer_key_idle_s)
-        # /metrics, and /healthz failing while this event loop is stuck
+        # /metrics, and /healthz failing while this event loop is stuck; /readyz 503 while it waits for Kafka
         heartbeat = serve_health(settings.metrics_port, settings.metrics_host, service.metrics.registry)
         if heartbeat is not None:
-            log.info("metrics on %s:%d/metrics (/healthz)", settings.metrics_host, settings.metrics_port)
+            log.info("metrics on %s:%d/metrics (/healthz, /readyz)", settings.metrics_host, settings.metrics_port)
+            heartbeat.waiting = "kafka: not asked yet"
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        waiting = True
+        signals: list[str] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            signals.append(sig.name)
+            if waiting and not stop.is_set():
+                task.cancel()  # still waiting for the broker: nothing to finish
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
+
+        def waiting_for(reason: str | None) -> None:
+            if heartbeat is not None:
+                heartbeat.waiting = None if reason is None else f"kafka: {reason}"
+
+        try:  # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
+            await beating(wait_reachable(settings, TRAINER_TOPICS, service="trainer", waiting=waiting_for), heartbeat)
+        except asyncio.CancelledError:
+            if stop.is_set():
+                print(f"trainer: stopped ({signals[0]}) while waiting for Kafka", flush=True)
+                return 0
+            raise
+        waiting = False
+        if stop.is_set():
+            return 0
         await service.start()
         assert service.crashed is not None
         try:

@@ -3,6 +3,9 @@
 Broker, topic prefix, windows and the /metrics port come from the RTT_* settings. Start more workers
 with the same ``--id`` to split the partitions between them. A stop that has not finished
 ``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
+Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
+``RTT_KAFKA_START_WAIT_S``), its metrics port answering probes meanwhile; SIGTERM or Ctrl-C then stops it at once
+(one line, exit code 0).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.cli.flags import flag_errors, writable_dir
     from app.config import check_flag, positive, topic_name_part
     from app.contracts import load_contracts
-    from app.kafka.admin import check_reachable
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import hold_listen
     from app.streams.app import create_app
@@ -60,9 +62,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # Faust's web server would bind /metrics late, with a page of traceback when the port is taken: bound here
     # first and held, the web server serves on this socket
     held = hold_listen(settings.metrics_host, settings.metrics_port, "RTT_METRICS_PORT", "RTT_METRICS_HOST")
-    # one clear line, not Faust's traceback, when there is no broker or its topics are not created yet
+    # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S), answering probes meanwhile
+    # (/readyz 503 "not ready: kafka ..."); SIGTERM stops it cleanly. One clear line, not Faust's traceback, when
+    # the wait is bounded and ends.
     try:
-        asyncio.run(check_reachable(settings, tuple(load_contracts())))
+        stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held))
+        if stopped_by:
+            print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
+            if held is not None:
+                held.close()
+            return 0
     except BaseException:
         if held is not None:
             held.close()
@@ -80,3 +89,45 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any) -> str | None:
+    """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`), the port ``held``
+    answering probes meanwhile; the signal (SIGTERM, SIGINT) that stopped the wait, if one did (a clean stop, as
+    once the worker runs)."""
+    import asyncio
+    import signal
+
+    from app.health import answer_while_waiting
+    from app.kafka.admin import wait_reachable
+
+    reason: list[str | None] = ["kafka: not asked yet"]
+    stopped: list[str] = []
+    task = asyncio.current_task()
+    assert task is not None
+
+    done = False
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stopped and not done:
+            task.cancel()
+        stopped.append(sig.name)
+
+    def waiting(why: str | None) -> None:
+        reason[0] = None if why is None else f"kafka: {why}"
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with answer_while_waiting(held, lambda: reason[0]):
+            await wait_reachable(settings, topics, service="worker", waiting=waiting)
+            done = True
+    except asyncio.CancelledError:
+        if stopped:
+            return stopped[0]
+        raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return stopped[0] if stopped else None

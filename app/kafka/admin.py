@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -24,10 +24,14 @@ from app.contracts import load_contracts
 from app.errors import RttError
 from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
+from app.retry import Backoff
 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
 RECREATE_WAIT_S = 30.0  # how long a deleted topic may stay listed before it is created again
+START_FIRST_TRY_S = 1.0  # a service waiting for its broker at start tries again after 1 s, doubling ...
+START_LAST_TRY_S = 10.0  # ... up to 10 s between tries
+START_REMIND_S = 30.0  # while it waits, it says so again at most this often
 log = logging.getLogger(__name__)
 
 
@@ -98,6 +102,67 @@ async def check_reachable(settings: Settings, topics: Sequence[str] = ()) -> Non
     missing = await missing_topics(settings, topics)
     if missing:
         raise TopicError(no_topics(settings, missing))
+
+
+async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, service: str,
+                         waiting: Callable[[str | None], None] | None = None, backoff: Backoff | None = None,
+                         remind_s: float = START_REMIND_S, clock: Callable[[], float] = time.monotonic,
+                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                         check: Callable[[Settings, Sequence[str]], Awaitable[None]] | None = None) -> float:
+    """:func:`check_reachable` tried until it passes, for a long-running ``service`` (worker, trainer, bridge) started
+    before its broker or before ``rttsched topics create``: it waits instead of exiting, so that pods started in any
+    order come up as soon as Kafka does (not after CrashLoopBackOff's growing pauses). The seconds waited.
+
+    The tries are 1 s apart, doubling up to 10 s (``backoff``). One WARNING line when the wait begins, naming the
+    broker and why (unreachable, or the topics missing and that ``rttsched topics create`` makes them); another
+    when the reason changes, or every ``remind_s`` while it lasts; one INFO line, with how long it waited, when
+    the broker answers. ``waiting`` is told the reason after each failed try and None once it passed (a readiness
+    page). ``RTT_KAFKA_START_WAIT_S`` > 0 bounds the wait: past it, the last try's :class:`TopicError` (one line)
+    is raised, with how long it waited. Cancelling the awaiting task (SIGTERM) stops the wait at once.
+    """
+    check = check or check_reachable
+    backoff = backoff or Backoff(first_s=START_FIRST_TRY_S, max_s=START_LAST_TRY_S)
+    bound_s = settings.kafka_start_wait_s
+    start = clock()
+    said: tuple[str, float] | None = None  # the reason last logged, and when
+    while True:
+        try:
+            await check(settings, topics)
+        except TopicError as exc:
+            reason = str(exc)
+            waited = clock() - start
+            if bound_s and waited >= bound_s:
+                raise TopicError(f"{reason} (gave up after {waited:.0f} s: RTT_KAFKA_START_WAIT_S="
+                                 f"{bound_s:g})") from None
+            if waiting is not None:
+                waiting(reason)
+            until = (f"for up to {bound_s:g} s (RTT_KAFKA_START_WAIT_S)" if bound_s
+                     else "until it answers (RTT_KAFKA_START_WAIT_S=0)")
+            if said is None:
+                log.warning("%s: waiting for Kafka: %s; trying again every %g-%g s %s", service, reason,
+                            backoff.first_s, backoff.max_s, until)
+                said = (reason, clock())
+            elif _kind(reason) != _kind(said[0]) or clock() - said[1] >= remind_s:
+                log.warning("%s: still waiting for Kafka at %s after %.0f s: %s", service,
+                            settings.bootstrap_servers, waited, reason)
+                said = (reason, clock())
+            pause = backoff.next()
+            if bound_s:
+                pause = max(0.0, min(pause, bound_s - waited))
+            await sleep(pause)
+            continue
+        waited = clock() - start
+        if waiting is not None:
+            waiting(None)
+        if said is not None:
+            log.info("%s: Kafka at %s answered after %.1f s of waiting", service, settings.bootstrap_servers, waited)
+        return waited
+
+
+def _kind(reason: str) -> str:
+    """What a reason of :func:`wait_reachable` is about, so that a change (the broker up, its topics still missing)
+    is said at once: ``topics`` or ``broker``."""
+    return "topics" if reason.startswith("no topic ") else "broker"
 
 
 async def missing_topics(settings: Settings, topics: Sequence[str]) -> list[str]:

@@ -187,7 +187,8 @@ def test_a_process_started_before_its_topics_exist_says_so_and_creates_none(kafk
 
     s = settings_factory(kafka_bootstrap=kafka_bootstrap)  # a fresh prefix: nothing exists
     env = {**os.environ, "RTT_KAFKA_BOOTSTRAP": kafka_bootstrap, "RTT_TOPIC_PREFIX": s.topic_prefix,
-           "RTT_MODELS_DIR": str(tmp_path / "models"), "RTT_WORKER_DATADIR": str(tmp_path / "faust")}
+           "RTT_MODELS_DIR": str(tmp_path / "models"), "RTT_WORKER_DATADIR": str(tmp_path / "faust"),
+           "RTT_KAFKA_START_WAIT_S": "2"}  # the services wait for their topics: this long only (publish does not)
     env.pop("REDIS_URL", None)
     proc = subprocess.run([sys.executable, "-m", "app.cli.main", *argv], env=env, input=b"", capture_output=True,
                           timeout=60)

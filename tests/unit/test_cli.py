@@ -63,15 +63,20 @@ def test_unreachable_broker_is_one_clear_line_not_a_traceback():
 @pytest.mark.integration
 @pytest.mark.parametrize("command", ["worker", "trainer"])
 def test_a_service_started_without_broker_says_so_in_one_line(command, tmp_path):
-    """The worker used to print Faust's traceback, the trainer its client's error and unclosed-client noise."""
+    """The worker used to print Faust's traceback, the trainer its client's error and unclosed-client noise. It
+    waits for its broker now: past its bound (RTT_KAFKA_START_WAIT_S), the one line it gives up with is the last,
+    after the one WARNING saying it waits."""
     port = free_port()
     # its directories (var/faust, var/models by default) under tmp_path, not in the repository
     out = run_cli(command, env={"RTT_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}", "RTT_METRICS_PORT": "0",
-                                "RTT_WORKER_DATADIR": str(tmp_path / "faust"),
+                                "RTT_WORKER_DATADIR": str(tmp_path / "faust"), "RTT_KAFKA_START_WAIT_S": "1",
                                 "RTT_MODELS_DIR": str(tmp_path / "models")}, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().count("\n") == 0, out.stderr
-    assert f"rttsched {command}: error: cannot reach Kafka at 127.0.0.1:{port} (RTT_KAFKA_BOOTSTRAP)" in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 2 and f"WARNING app.kafka.admin: {command}: waiting for Kafka" in lines[0], out.stderr
+    assert lines[1].startswith(f"rttsched {command}: error: cannot reach Kafka at 127.0.0.1:{port} "
+                               "(RTT_KAFKA_BOOTSTRAP)"), out.stderr
+    assert lines[1].endswith("(gave up after 1 s: RTT_KAFKA_START_WAIT_S=1)"), out.stderr
     assert "Traceback" not in out.stderr + out.stdout
 
 

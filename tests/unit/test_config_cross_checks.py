@@ -81,6 +81,7 @@ def test_the_worker_s_history_flag_overrides_a_history_the_windows_alone_would_r
     the worker then goes on to its broker (none here), not stopping at the settings."""
     monkeypatch.setenv("RTT_DWA_MAX_WINDOW_S", "300")
     monkeypatch.setenv("RTT_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("RTT_KAFKA_START_WAIT_S", "0.1")  # it waits for its broker no longer than this
     assert Settings.from_env({"RTT_DWA_MAX_WINDOW_S": "300"}).feature_history_s == 120.0  # the settings take it
     assert main(["worker", "--history-s", "600", "--datadir", str(tmp_path)]) == 2
     assert "cannot reach Kafka" in error_line(capsys)
