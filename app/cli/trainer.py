@@ -34,11 +34,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import logging
     import signal
 
+    from aiokafka.errors import KafkaError
+
     from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
     from app.health import beating, serve_health
-    from app.kafka.admin import wait_reachable
-    from app.kafka.quiet import PERIOD_S, quiet_client_errors
+    from app.kafka.admin import TopicError, wait_reachable
+    from app.kafka.quiet import PERIOD_S, handled_connect, quiet_client_errors
     from app.listen import check_listen
     from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
@@ -110,9 +112,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         waiting = False
         if stop.is_set():
             return 0
-        await service.start()
-        assert service.crashed is not None
         try:
+            try:
+                with handled_connect():  # that one line, not the client's own ERROR besides
+                    await service.start()
+            except KafkaError as exc:  # it answered the wait, then went away: the clients made so far are stopped
+                raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP) as the"
+                                 f" trainer started: {exc}") from None
+            assert service.crashed is not None
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.crashed.wait())]
             _, pending = await beating(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), heartbeat)
             for w in pending:
