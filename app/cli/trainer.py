@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     import logging
     import signal
 
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from app.cli.flags import flag_errors, writable_dir
     from app.errors import ConfigError
@@ -117,8 +117,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 with handled_connect():  # that one line, not the client's own ERROR besides
                     await service.start()
             except KafkaError as exc:  # it answered the wait, then went away: the clients made so far are stopped
-                raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP) as the"
-                                 f" trainer started: {exc}") from None
+                said = ("cannot reach Kafka at" if isinstance(exc, KafkaConnectionError)
+                        else "the trainer's clients failed to start on Kafka at")
+                raise TopicError(f"{said} {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP) as the trainer started:"
+                                 f" {exc}") from None
             assert service.crashed is not None
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.crashed.wait())]
             _, pending = await beating(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), heartbeat)
