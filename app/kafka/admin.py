@@ -117,21 +117,33 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
     broker and why (unreachable, or the topics missing and that ``rttsched topics create`` makes them); another
     when the reason changes, or every ``remind_s`` while it lasts; one INFO line, with how long it waited, when
     the broker answers. ``waiting`` is told the reason after each failed try and None once it passed (a readiness
-    page). ``RTT_KAFKA_START_WAIT_S`` > 0 bounds the wait: past it, the last try's :class:`TopicError` (one line)
-    is raised, with how long it waited. Cancelling the awaiting task (SIGTERM) stops the wait at once.
+    page). ``RTT_KAFKA_START_WAIT_S`` > 0 bounds the wait, a try under way included (a broker that takes connections
+    and answers nothing held each for the client's 10 s request timeout): past it, the last try's :class:`TopicError`
+    (one line; ``no answer within …`` for a try cut short) is raised, with how long it waited. Cancelling the
+    awaiting task (SIGTERM) stops the wait at once.
     """
     check = check or check_reachable
     backoff = backoff or Backoff(first_s=START_FIRST_TRY_S, max_s=START_LAST_TRY_S)
     bound_s = settings.kafka_start_wait_s
     start = clock()
     said: tuple[str, float] | None = None  # the reason last logged, and when
+    timed_out = False  # the last try ran to the bound
     while True:
         try:
-            await check(settings, topics)
+            if bound_s:  # a try under way ends at the bound too (a broker that takes connections, answers nothing)
+                try_s = max(bound_s - (clock() - start), START_FIRST_TRY_S)  # the last try, at the bound, gets 1 s
+                try:
+                    await asyncio.wait_for(check(settings, topics), try_s)
+                except TimeoutError:
+                    timed_out = True
+                    raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): no"
+                                     f" answer within {try_s:.0f} s") from None
+            else:
+                await check(settings, topics)
         except TopicError as exc:
             reason = str(exc)
             waited = clock() - start
-            if bound_s and waited >= bound_s:
+            if bound_s and (waited >= bound_s or timed_out):
                 raise TopicError(f"{reason} (gave up after {waited:.0f} s: RTT_KAFKA_START_WAIT_S="
                                  f"{bound_s:g})") from None
             if waiting is not None:
