@@ -130,12 +130,16 @@ def serve_health(port: int, addr: str, registry: CollectorRegistry) -> Heartbeat
     return heartbeat
 
 
+WAITING_PATHS = ("/metrics", "/readyz", "/")  # what the worker's web server serves (Faust's index at /); else 404
+
+
 @contextlib.asynccontextmanager
 async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[], str | None]) -> AsyncIterator[None]:
     """Answer HTTP on the listening ``sock`` (a duplicate of it: ``sock`` itself stays open and listening for the
-    server that follows) while the body runs: ``/readyz`` 503 ``not ready: <waiting()>``, any other path 200 with
-    no metrics yet -- so a liveness probe does not restart a process that waits for its broker at start. Nothing
-    when ``sock`` is None."""
+    server that follows) while the body runs: ``/readyz`` 503 ``not ready: <waiting()>``, ``/metrics`` and ``/`` 200
+    with no metrics yet, any other path 404 as the worker's web server answers it -- so a liveness probe does not
+    restart a process that waits for its broker at start, and one on a path the worker does not serve fails at once,
+    not once Faust's server runs. Nothing when ``sock`` is None."""
     if sock is None:
         yield
         return
@@ -148,7 +152,9 @@ async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[],
             parts = line.split()
             path = parts[1].decode("latin-1").partition("?")[0] if len(parts) > 1 else ""
             reason = waiting()
-            if path == "/readyz" and reason is not None:
+            if path not in WAITING_PATHS:  # as the web server that follows: a probe on it fails now, not later
+                status, body = "404 Not Found", b"not found\n"
+            elif path == "/readyz" and reason is not None:
                 status, body = "503 Service Unavailable", f"not ready: {reason}\n".encode()
             else:
                 status, body = "200 OK", b"" if path != "/readyz" else b"ok\n"
