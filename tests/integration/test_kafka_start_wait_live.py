@@ -142,7 +142,9 @@ def test_a_service_started_before_its_broker_waits_and_comes_up_once_the_broker_
                                         90, "Faust's /readyz")
         print(f"{command}: answered {answered_at - topics_at:.1f} s, ready {ready_at - topics_at:.1f} s after "
               "its topics were created")
-        assert answered_at - topics_at < 15.0  # the tries are at most 10 s (+20 % jitter) apart
+        # the tries are at most 10 s (+20 % jitter) apart, and a try (an admin client, a listing) may take a few
+        # seconds more on a loaded machine: within 20 s, not the minutes of a supervisor's back-off
+        assert answered_at - topics_at < 20.0
         code, took = service.sigterm(60)
         assert code == 0, service.text[-4000:]
     finally:
