@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, make_wsgi_app
 
 from app.listen import listen_error
 
@@ -134,10 +134,12 @@ WAITING_PATHS = ("/metrics", "/readyz", "/")  # what the worker's web server ser
 
 
 @contextlib.asynccontextmanager
-async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[], str | None]) -> AsyncIterator[None]:
+async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[], str | None],
+                               registry: CollectorRegistry | None = None) -> AsyncIterator[None]:
     """Answer HTTP on the listening ``sock`` (a duplicate of it: ``sock`` itself stays open and listening for the
-    server that follows) while the body runs: ``/readyz`` 503 ``not ready: <waiting()>``, ``/metrics`` and ``/`` 200
-    with no metrics yet, any other path 404 as the worker's web server answers it -- so a liveness probe does not
+    server that follows) while the body runs: ``/readyz`` 503 ``not ready: <waiting()>``, ``/metrics`` ``registry``'s
+    exposition (the series of the server that follows, ``rtt_kafka_start_waiting`` 1 among them; empty without
+    one), ``/`` 200, any other path 404 as the worker's web server answers it -- so a liveness probe does not
     restart a process that waits for its broker at start, and one on a path the worker does not serve fails at once,
     not once Faust's server runs. Nothing when ``sock`` is None."""
     if sock is None:
@@ -152,13 +154,17 @@ async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[],
             parts = line.split()
             path = parts[1].decode("latin-1").partition("?")[0] if len(parts) > 1 else ""
             reason = waiting()
+            kind = "text/plain; charset=utf-8"
             if path not in WAITING_PATHS:  # as the web server that follows: a probe on it fails now, not later
                 status, body = "404 Not Found", b"not found\n"
             elif path == "/readyz" and reason is not None:
                 status, body = "503 Service Unavailable", f"not ready: {reason}\n".encode()
+            elif path == "/metrics":
+                status, body = "200 OK", generate_latest(registry) if registry is not None else b""
+                kind = CONTENT_TYPE_LATEST
             else:
                 status, body = "200 OK", b"" if path != "/readyz" else b"ok\n"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: "
                          f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
             await writer.drain()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):

@@ -226,7 +226,8 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
                     heartbeat.waiting = None if reason is None else f"kafka: {reason}"
 
             try:  # no broker yet, or its topic not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
-                await beating(wait_reachable(settings, ("node-metrics",), service="bridge", waiting=waiting),
+                await beating(wait_reachable(settings, ("node-metrics",), service="bridge", waiting=waiting,
+                                             registry=metrics.registry),
                               heartbeat)
             except asyncio.CancelledError:
                 if stop.is_set():

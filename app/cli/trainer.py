@@ -103,7 +103,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 heartbeat.waiting = None if reason is None else f"kafka: {reason}"
 
         try:  # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
-            await beating(wait_reachable(settings, TRAINER_TOPICS, service="trainer", waiting=waiting_for), heartbeat)
+            await beating(wait_reachable(settings, TRAINER_TOPICS, service="trainer", waiting=waiting_for,
+                                         registry=service.metrics.registry), heartbeat)
         except asyncio.CancelledError:
             if stop.is_set():
                 print(f"trainer: stopped ({signals[0]}) while waiting for Kafka", flush=True)

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import hold_listen
     from app.streams.app import create_app
+    from app.streams.metrics import WorkerMetrics
     from app.streams.options import WorkerOptions
     from app.streams.shutdown import DEFAULT_STOP_TIMEOUT_S, DeadlineWorker, StopDeadline
 
@@ -65,8 +66,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S), answering probes meanwhile
     # (/readyz 503 "not ready: kafka ..."); SIGTERM stops it cleanly. One clear line, not Faust's traceback, when
     # the wait is bounded and ends.
+    # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page after it
+    metrics = WorkerMetrics()
     try:
-        stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held))
+        stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry))
         if stopped_by:
             print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
             if held is not None:
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             held.close()
         raise
     quiet_client_errors(PERIOD_S)
-    app = create_app(settings, id=args.id, options=opts, web_socket=held)
+    app = create_app(settings, id=args.id, options=opts, web_socket=held, metrics=metrics)
     print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
           + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
     # the deadline stays armed until the process ends: Python's exit waits for Faust's consumer thread too
@@ -91,10 +94,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any) -> str | None:
+async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any) -> str | None:
     """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`), the port ``held``
-    answering probes meanwhile; the signal (SIGTERM, SIGINT) that stopped the wait, if one did (a clean stop, as
-    once the worker runs)."""
+    answering probes meanwhile (``/metrics``: ``registry``, ``rtt_kafka_start_waiting`` 1 in it); the signal
+    (SIGTERM, SIGINT) that stopped the wait, if one did (a clean stop, as once the worker runs)."""
     import asyncio
     import signal
 
@@ -120,8 +123,8 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        async with answer_while_waiting(held, lambda: reason[0]):
-            await wait_reachable(settings, topics, service="worker", waiting=waiting)
+        async with answer_while_waiting(held, lambda: reason[0], registry):
+            await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry)
             done = True
     except asyncio.CancelledError:
         if stopped:

@@ -13,11 +13,13 @@ import asyncio
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, Gauge
 
 from app.config import Settings
 from app.contracts import load_contracts
@@ -33,6 +35,19 @@ START_FIRST_TRY_S = 1.0  # a service waiting for its broker at start tries again
 START_LAST_TRY_S = 10.0  # ... up to 10 s between tries
 START_REMIND_S = 30.0  # while it waits, it says so again at most this often
 log = logging.getLogger(__name__)
+_WAITING: weakref.WeakKeyDictionary[CollectorRegistry, Gauge] = weakref.WeakKeyDictionary()
+
+
+def start_waiting_gauge(registry: CollectorRegistry) -> Gauge:
+    """``rtt_kafka_start_waiting`` in ``registry`` (the process's), created once per registry at 0: 1 while
+    :func:`wait_reachable` waits for the broker and topics at start -- the process answers its ``/metrics``
+    meanwhile (``up`` is 1), so alerts read this to tell a service that waits from one that runs."""
+    gauge = _WAITING.get(registry)
+    if gauge is None:
+        gauge = _WAITING[registry] = Gauge(
+            "rtt_kafka_start_waiting", "1 while the service waits at start for its Kafka broker and topics"
+            " (RTT_KAFKA_START_WAIT_S), 0 once they answered", registry=registry)
+    return gauge
 
 
 class TopicError(RttError):
@@ -108,7 +123,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
                          waiting: Callable[[str | None], None] | None = None, backoff: Backoff | None = None,
                          remind_s: float = START_REMIND_S, clock: Callable[[], float] = time.monotonic,
                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                         check: Callable[[Settings, Sequence[str]], Awaitable[None]] | None = None) -> float:
+                         check: Callable[[Settings, Sequence[str]], Awaitable[None]] | None = None,
+                         registry: CollectorRegistry | None = None) -> float:
     """:func:`check_reachable` tried until it passes, for a long-running ``service`` (worker, trainer, bridge) started
     before its broker or before ``rttsched topics create``: it waits instead of exiting, so that pods started in any
     order come up as soon as Kafka does (not after CrashLoopBackOff's growing pauses). The seconds waited.
@@ -120,8 +136,12 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
     page). ``RTT_KAFKA_START_WAIT_S`` > 0 bounds the wait, a try under way included (a broker that takes connections
     and answers nothing held each for the client's 10 s request timeout): past it, the last try's :class:`TopicError`
     (one line; ``no answer within …`` for a try cut short) is raised, with how long it waited. Cancelling the
-    awaiting task (SIGTERM) stops the wait at once.
+    awaiting task (SIGTERM) stops the wait at once. ``registry``: the process's, whose ``rtt_kafka_start_waiting``
+    (:func:`start_waiting_gauge`) is 1 from the first try until one passes, 0 after.
     """
+    gauge = start_waiting_gauge(registry) if registry is not None else None
+    if gauge is not None:
+        gauge.set(1)
     check = check or check_reachable
     backoff = backoff or Backoff(first_s=START_FIRST_TRY_S, max_s=START_LAST_TRY_S)
     bound_s = settings.kafka_start_wait_s
@@ -164,6 +184,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
             await sleep(pause)
             continue
         waited = clock() - start
+        if gauge is not None:
+            gauge.set(0)
         if waiting is not None:
             waiting(None)
         if said is not None:
