@@ -131,6 +131,8 @@ def serve_health(port: int, addr: str, registry: CollectorRegistry) -> Heartbeat
 
 
 WAITING_PATHS = ("/metrics", "/readyz", "/")  # what the worker's web server serves (Faust's index at /); else 404
+READ_S = 5.0  # a connection whose request line and headers have not come within this is closed unanswered
+HAND_OVER_S = 2 * READ_S + 1.0  # the longest the hand-over waits for the requests taken to be answered
 
 
 @contextlib.asynccontextmanager
@@ -141,15 +143,23 @@ async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[],
     exposition (the series of the server that follows, ``rtt_kafka_start_waiting`` 1 among them; empty without
     one), ``/`` 200, any other path 404 as the worker's web server answers it -- so a liveness probe does not
     restart a process that waits for its broker at start, and one on a path the worker does not serve fails at once,
-    not once Faust's server runs. Nothing when ``sock`` is None."""
+    not once Faust's server runs. Nothing when ``sock`` is None.
+
+    The hand-over loses no request: when the body ends it stops taking connections, answers every one it took
+    (within :data:`HAND_OVER_S`), and only then returns; a connection still in the kernel's backlog is the next
+    server's."""
     if sock is None:
         yield
         return
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer(conn: socket.socket) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), 5.0)
-            while (await asyncio.wait_for(reader.readline(), 5.0)).strip():
+            reader, writer = await asyncio.open_connection(sock=conn)
+        except OSError:
+            conn.close()
+            return
+        try:
+            line = await asyncio.wait_for(reader.readline(), READ_S)
+            while (await asyncio.wait_for(reader.readline(), READ_S)).strip():
                 pass  # the headers
             parts = line.split()
             path = parts[1].decode("latin-1").partition("?")[0] if len(parts) > 1 else ""
@@ -172,8 +182,32 @@ async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[],
         finally:
             writer.close()
 
-    server = await asyncio.start_server(answer, sock=sock.dup())
+    loop = asyncio.get_running_loop()
+    listening = sock.dup()
+    listening.setblocking(False)
+    taken: set[asyncio.Task[None]] = set()
+
+    def take() -> None:  # each connection accepted gets its task at once: none is lost between accept and answer
+        while True:
+            try:
+                conn, _ = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, a connection reset in the backlog: the next one may do
+                return
+            conn.setblocking(False)
+            task = loop.create_task(answer(conn))
+            taken.add(task)
+            task.add_done_callback(taken.discard)
+
+    loop.add_reader(listening.fileno(), take)
     try:
         yield
     finally:
-        server.close()
+        loop.remove_reader(listening.fileno())  # no more taken: the backlog stays for the server that follows
+        listening.close()
+        if taken:
+            _, late = await asyncio.wait(set(taken), timeout=HAND_OVER_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
