@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 group.start("trainer", ["trainer"], env={"RTT_METRICS_PORT": "0"})
                 eport = free_port()
                 group.start("extender", ["extender", "--host", "127.0.0.1", "--port", str(eport), "--no-publish"])
-                group.wait_http("worker", f"http://127.0.0.1:{wport}/metrics", 60)
+                group.wait_http("worker", f"http://127.0.0.1:{wport}/readyz", 60)  # running: not waiting for Kafka
                 group.wait_http("extender", f"http://127.0.0.1:{eport}/healthz", 60)
                 pids = {"broker": broker.pid or 0, **{n: c.pid for n, c in group.children.items()}}
                 say(f"soak for {args.minutes:g} min: {args.snapshots} snapshots/s, {args.completions} tasks/s, "

@@ -222,7 +222,7 @@ def main() -> int:
             group.stop()
             cmd = ["-m", "app.cli.main", "worker", "--loglevel", "warning", "--datadir", str(Path(tmp) / "faust")]
             start(group, "worker", cmd, args.profile)
-            group.wait_http("worker", url, timeout_s=60)
+            group.wait_http("worker", url.replace("/metrics", "/readyz"), timeout_s=60)  # Faust runs
             rate = worker_rate(url, args.n, timeout_s=max(120.0, args.n / 500))
             lat = asyncio.run(latency(s, args.rate, args.seconds, args.nodes))
         load = os.getloadavg()[0]

@@ -42,7 +42,9 @@ class Children(Protocol):
 
 
 def start_worker(group: Children, s: Settings, name: str = "worker", **env: str) -> str:
-    """Start ``rttsched worker`` on ``s``'s broker and prefix; its /metrics URL once it answers."""
+    """Start ``rttsched worker`` on ``s``'s broker and prefix; its /metrics URL once it runs (``/readyz`` 200, from
+    Faust's web server: while the worker waits for Kafka at start its port answers ``/metrics`` too, ``/readyz``
+    503)."""
     port = free_port()
     group.start(name, ["worker", "--session-timeout-s", "6", "--datadir", str(group.log_dir / "faust")], env={
         "RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
@@ -51,7 +53,7 @@ def start_worker(group: Children, s: Settings, name: str = "worker", **env: str)
         "RTT_RETRAIN_DEBOUNCE_S": str(s.retrain_debounce_s), "RTT_JOIN_TTL_S": str(s.join_ttl_s), **env,
     })
     url = f"http://127.0.0.1:{port}/metrics"
-    group.wait_http(name, url, timeout_s=40)
+    group.wait_http(name, f"http://127.0.0.1:{port}/readyz", timeout_s=40)
     return url
 
 

@@ -45,7 +45,7 @@ def start_settled_worker(group: ProcessGroup, s: Settings, *flags: str) -> subpr
         "RTT_KAFKA_BOOTSTRAP": s.bootstrap_servers, "RTT_TOPIC_PREFIX": s.topic_prefix,
         "RTT_METRICS_PORT": str(port), "RTT_MODELS_DIR": s.models_dir, "REDIS_URL": "",
     })
-    group.wait_http("worker", f"http://127.0.0.1:{port}/metrics", timeout_s=30)
+    group.wait_http("worker", f"http://127.0.0.1:{port}/readyz", timeout_s=30)  # Faust runs: not waiting for Kafka
     wait_settled(group, ["worker"], contract("node-metrics").partitions)
     return proc
 

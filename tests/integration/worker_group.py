@@ -73,7 +73,8 @@ def wait_settled(group: ProcessGroup, names: Sequence[str], partitions: int,
 
 def start_workers(group: ProcessGroup, s: Settings, names: Sequence[str], **env: str) -> dict[str, str]:
     """Start one ``rttsched worker`` per name in ``s``'s group (same prefix), each with its own /metrics port
-    and data directory; their /metrics URLs once every one answers."""
+    and data directory; their /metrics URLs once every one runs (its Faust web server's /readyz 200: a worker that
+    still waits for Kafka at start answers /metrics too)."""
     urls = {}
     for name in names:
         port = free_port()
@@ -83,7 +84,7 @@ def start_workers(group: ProcessGroup, s: Settings, names: Sequence[str], **env:
         })
         urls[name] = f"http://127.0.0.1:{port}/metrics"
     for name, url in urls.items():
-        group.wait_http(name, url, timeout_s=40)
+        group.wait_http(name, url.replace("/metrics", "/readyz"), timeout_s=40)
     return urls
 
 
