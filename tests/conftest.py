@@ -47,7 +47,9 @@ def _root_logger_as_found() -> Iterator[None]:
     or filters reached every later test. pytest's own capture handlers come and go with each phase of a test
     (set-up, call, teardown), so they are left to pytest. The filters that keep recurring client errors to one per
     period (``app.kafka.quiet``, installed by the services' ``main``) go too: one test's held-back warning hid
-    the next test's.
+    the next test's. So do the level, ``disabled`` and ``propagate`` of every logger that existed before the
+    test: ``rttsched demo`` run in process sets ``aiokafka`` to CRITICAL, which emptied a later test's ``caplog``
+    (in the order one process of a parallel run met them).
     """
     from app.kafka.quiet import RECURRING
 
@@ -55,7 +57,12 @@ def _root_logger_as_found() -> Iterator[None]:
     level, handlers = root.level, list(root.handlers)
     filters = {h: list(h.filters) for h in handlers}
     named = {name: list(logging.getLogger(name).filters) for name in RECURRING}
+    states = {lg: (lg.level, lg.disabled, lg.propagate) for lg in _loggers()}
     yield
+    for lg, state in states.items():
+        if (lg.level, lg.disabled, lg.propagate) != state:
+            lg.setLevel(state[0])
+            lg.disabled, lg.propagate = state[1], state[2]
     for name, kept in named.items():
         logging.getLogger(name).filters[:] = kept
     root.setLevel(level)
@@ -67,6 +74,10 @@ def _root_logger_as_found() -> Iterator[None]:
             root.addHandler(h)
     for h, kept in filters.items():
         h.filters[:] = kept
+
+
+def _loggers() -> list[logging.Logger]:
+    return [lg for lg in list(logging.Logger.manager.loggerDict.values()) if isinstance(lg, logging.Logger)]
 
 
 def _pytests(handler: logging.Handler) -> bool:
