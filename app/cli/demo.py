@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -98,19 +97,6 @@ def _half_accuracy(m: Any) -> dict[str, float]:
         sel = late & (apps == app) & (classes == cls)
         out[key] = max(0.0, 1.0 - float(np.mean(np.abs(m.predicted_ms[sel] - m.rtt_ms[sel]) / m.rtt_ms[sel])))
     return out
-
-
-def _wait_port(group: Any, name: str, port: int, timeout_s: float) -> None:
-    from app.cli.processes import ProcessError
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        group.check()
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise ProcessError(f"{name} did not open port {port} within {timeout_s:.0f}s:\n{group.log_tail(name)}")
 
 
 def explain_examples(url: str, config: Any, input_mb: float = 512.0) -> list[dict[str, Any]]:
@@ -220,8 +206,10 @@ def _live(args: argparse.Namespace, settings: Any, config: Any, out: Path) -> tu
         _say(f"logs in {logs}")
         url = f"http://127.0.0.1:{ext_port}"
         group.wait_http("extender", f"{url}/readyz", READY_TIMEOUT_S)
-        _wait_port(group, "worker", worker_port, READY_TIMEOUT_S)
-        _wait_port(group, "trainer", trainer_port, READY_TIMEOUT_S)
+        # /readyz, not an open port: the worker and the trainer answer on their port while they wait for Kafka at
+        # start (503 there), the worker's /readyz is 200 once Faust's own server runs
+        group.wait_http("worker", f"http://127.0.0.1:{worker_port}/readyz", READY_TIMEOUT_S)
+        group.wait_http("trainer", f"http://127.0.0.1:{trainer_port}/readyz", READY_TIMEOUT_S)
         _say(f"ready after {time.monotonic() - t0:.1f}s: " + ", ".join(f"{k} pid {v}" for k, v in pids.items()))
         _say(f"live run: {config.n_tasks} tasks, about {args.minutes:g} min at speed {args.speed:g}, extender {url}")
         result = run_live(config, s, url, args.seed, speed=args.speed, on_tick=group.check)

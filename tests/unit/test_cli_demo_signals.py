@@ -64,7 +64,6 @@ embedded.EmbeddedBroker = Broker
 admin.ensure_topics = ensure_topics
 live.run_live = run_live
 processes.ProcessGroup.wait_http = lambda *_args, **_kwargs: None
-demo._wait_port = lambda *_args, **_kwargs: None
 sys.executable = fake_python  # the children: sleep
 from app.cli.main import main
 sys.exit(main(["demo", "--out", str(out), "--minutes", "1", "--no-html"]))
