@@ -118,6 +118,8 @@ GROUP_ID = "rttsched-trainer"
 IDLE_CHECK_MAX_S = 60.0  # idle keys are looked for at least this often (seconds)
 OUTCOMES_KEPT = 1000  # TrainerService.outcomes keeps the newest outcomes only (one per retrain and coalesced event)
 RETRY_S = 1.0  # pause after a broker error of a consumer loop (seconds)
+STOP_TIMEOUT_S = 20.0  # stop() gives up waiting on its loops and clients after this (below the pod's 30 s of grace)
+STOP_CLIENT_MIN_S = 1.0  # a client still to stop once that time is spent gets this long to close
 SESSION_TIMEOUT_MS = 10_000  # retrain-events group: a trainer gone without leaving is replaced after this
 
 
@@ -223,6 +225,9 @@ class TrainerService(RegistryAgreement):
         ``settings.trainer_max_keys``.
     broker_check_s
         Seconds between two looks at whether the broker answers (``rtt_trainer_degraded{reason="kafka"}``).
+    stop_timeout_s
+        How long :meth:`stop` waits, in all, for its cancelled tasks and its Kafka clients to end (a client still to
+        stop then gets ``STOP_CLIENT_MIN_S``); what has not ended by then is named in one WARNING and left behind.
     """
 
     session_timeout_ms = SESSION_TIMEOUT_MS
@@ -237,7 +242,8 @@ class TrainerService(RegistryAgreement):
                  clock: Clock | None = None, catch_up_timeout_s: float = 30.0,
                  train_params: dict[str, Any] | None = None, gpu_apps: Iterable[str] = (),
                  registry_check_s: float = 30.0, key_idle_s: float | None = None,
-                 max_keys: int | None = None, broker_check_s: float = BROKER_CHECK_S) -> None:
+                 max_keys: int | None = None, broker_check_s: float = BROKER_CHECK_S,
+                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (got {margin})")
         key_idle_s = settings.trainer_key_idle_s if key_idle_s is None else key_idle_s
@@ -245,6 +251,8 @@ class TrainerService(RegistryAgreement):
             raise ValueError(f"key_idle_s must be > 0 and finite (got {key_idle_s})")
         if not 0.0 < broker_check_s < math.inf:
             raise ValueError(f"broker_check_s must be > 0 and finite (got {broker_check_s})")
+        if not 0.0 < stop_timeout_s < math.inf:
+            raise ValueError(f"stop_timeout_s must be > 0 and finite (got {stop_timeout_s})")
         if not 0.0 < holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1) (got {holdout_fraction})")
         self.settings = settings
@@ -263,6 +271,7 @@ class TrainerService(RegistryAgreement):
         self.gpu_apps = frozenset(gpu_apps)
         self.registry_check_s = registry_check_s
         self.broker_check_s = broker_check_s
+        self.stop_timeout_s = stop_timeout_s
         self._broker_away = False  # the broker did not answer the last look
         self.key_idle_s = key_idle_s
         self._idle_check_s = min(key_idle_s / 4, IDLE_CHECK_MAX_S)
@@ -346,18 +355,43 @@ class TrainerService(RegistryAgreement):
         log.info("trainer started: samples from %s, events from %s", topic, s.topic("retrain-events"))
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        """Cancel the loops and retrains, commit what ended, stop the Kafka clients: within ``stop_timeout_s``
+        (and ``STOP_CLIENT_MIN_S`` per client still to stop then), so SIGTERM stops a trainer whatever does not
+        answer. A task that does not end when cancelled, or a client whose stop waits on a broker, is named in one
+        WARNING and left behind."""
+        deadline = time.monotonic() + self.stop_timeout_s
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            done, running = await asyncio.wait(tasks, timeout=self.stop_timeout_s)
+            for task in done:  # retrieved: a failure was logged by its callback, if it has one
+                if not task.cancelled():
+                    task.exception()
+            if running:
+                log.warning("trainer stopping: %s still running %.0f s after being cancelled; stopping without it",
+                            ", ".join(sorted(t.get_name() for t in running)), self.stop_timeout_s)
         if self._commits is not None:  # the events whose retrain ended; a cancelled one is read again
-            await self._commits.flush()
-        for client in (self._events, self._samples, self._updates, self._producer):
+            await self._until(deadline, self._commits.flush(), "the last commit of retrain-events")
+        for client, what in ((self._events, "the retrain-events consumer"), (self._samples, "the samples consumer"),
+                             (self._updates, "the model-updates consumer"), (self._producer, "the producer")):
             if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
+                await self._until(deadline, client.stop(), what)
         await self.dead_letters.close()
         self._executor.shutdown(wait=True, cancel_futures=True)
         log.info("trainer stopped")
+
+    async def _until(self, deadline: float, step: Any, what: str) -> None:
+        """Await ``step`` of :meth:`stop` until ``deadline`` (``time.monotonic()``; at least ``STOP_CLIENT_MIN_S``):
+        one WARNING if it takes longer (it is cancelled), nothing if it fails."""
+        bound = max(deadline - time.monotonic(), STOP_CLIENT_MIN_S)
+        try:
+            async with asyncio.timeout(bound):
+                await step
+        except TimeoutError:
+            log.warning("trainer stopping: %s did not end within %.1f s; stopping without it", what, bound)
+        except Exception as exc:
+            log.debug("trainer stopping: %s failed to stop: %r", what, exc)
 
     async def __aenter__(self) -> TrainerService:
         await self.start()
@@ -388,8 +422,10 @@ class TrainerService(RegistryAgreement):
         assert self._producer is not None
         client, servers = self._producer.client, self.settings.bootstrap_servers
         while True:
-            try:
-                await asyncio.wait_for(client.fetch_all_metadata(), min(self.broker_check_s, 5.0))
+            try:  # not asyncio.wait_for: in Python 3.11 it swallows a cancel that comes as the look is answered,
+                # and this loop, run on, kept stop() waiting for it without end
+                async with asyncio.timeout(min(self.broker_check_s, 5.0)):
+                    await client.fetch_all_metadata()
             except (KafkaError, OSError, TimeoutError) as exc:
                 if not self._broker_away:
                     log.warning("degraded (kafka): Kafka at %s not answering (%s: %s); the trainer reads and "
@@ -680,7 +716,8 @@ class TrainerService(RegistryAgreement):
         reading = self._reading
         if reading is not None and not reading.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reading.wait(), self.catch_up_timeout_s + 5.0)
+                async with asyncio.timeout(self.catch_up_timeout_s + 5.0):  # a cancel is never lost (not wait_for)
+                    await reading.wait()
         return await self._caught_up(self._samples, self._sample_tps, "training-samples")
 
     async def _caught_up(self, consumer: AIOKafkaConsumer | None, tps: list[TopicPartition], what: str) -> bool:
