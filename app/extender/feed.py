@@ -59,6 +59,7 @@ TOPICS = ("node-features", "node-weights", "model-updates")
 MAX_RECORDS = 50  # per fetch: aiokafka builds a fetch's records in one go, 10-30 us each, inside one loop step
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits between connection attempts
 COMPLETIONS = "task-completions"
+STOP_TIMEOUT_S = 5.0  # stop() gives up on a cancelled task that has not ended by then (named in a WARNING)
 REASONS = ("key_mismatch", "ts_in_future")  # counted as results of their own in feed_messages
 
 
@@ -110,12 +111,10 @@ class ViewFeed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="extender-view-feed")
 
     async def stop(self) -> None:
+        """Cancel the feed and its model loads, then close the consumer: a task still running ``STOP_TIMEOUT_S``
+        after its cancel is named in one WARNING and left behind, so the extender stops whatever does not end."""
         tasks = [t for t in (self._task, *self._loads) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_within(tasks, STOP_TIMEOUT_S, "view feed")
         self._task = None
         await self._close()
 
@@ -216,7 +215,9 @@ class ViewFeed:
         if fresh:
             await self._consumer.seek_to_end(*fresh)
             for tp in fresh:  # a reconnect before the first fetch reads on from here too
-                self._resume[tp] = await asyncio.wait_for(self._consumer.position(tp), 10.0)
+                async with asyncio.timeout(10.0):  # not asyncio.wait_for: in Python 3.11 it loses a cancel that
+                    # comes as the position is answered, and the feed, run on, kept stop() waiting for it without end
+                    self._resume[tp] = await self._consumer.position(tp)
         self._completions_seeked = True
         if known:
             log.info("view feed: task-completions read on from %s",
@@ -280,7 +281,8 @@ class ViewFeed:
         """Nothing came for ``report_s``: ask the broker for its metadata; no answer is a degraded reason."""
         servers = self._settings.bootstrap_servers
         try:
-            await asyncio.wait_for(self._consumer._client.fetch_all_metadata(), min(5.0, self._report_s))
+            async with asyncio.timeout(min(5.0, self._report_s)):  # a cancel as the look is answered is kept
+                await self._consumer._client.fetch_all_metadata()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -351,3 +353,19 @@ class ViewFeed:
 
     async def load_model(self, update: Mapping[str, Any]) -> bool:
         return await install_model(update, self._loader, self._builder, self._metrics, self._on_model)
+
+
+async def cancel_within(tasks: list[asyncio.Task[Any]], timeout_s: float, what: str) -> None:
+    """Cancel ``tasks`` and wait ``timeout_s`` at most for them to end; those still running are named in one
+    WARNING and left behind. Their failures are retrieved, not raised; a cancel of the caller is not swallowed."""
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return
+    done, running = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in done:
+        if not t.cancelled():
+            t.exception()
+    if running:
+        log.warning("%s stopping: %s still running %g s after being cancelled; stopping without it", what,
+                    ", ".join(sorted(t.get_name() for t in running)), timeout_s)

@@ -20,7 +20,7 @@ from typing import Any
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.boosters import BoosterCache, registry_boosters
-from app.extender.feed import ViewFeed
+from app.extender.feed import STOP_TIMEOUT_S, ViewFeed, cancel_within
 from app.extender.metrics import AppLabels, Children, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model, prepare_model_code, registry_loader
@@ -185,7 +185,8 @@ class ExtenderService:
                 except Exception as exc:  # a value the build cannot take: keep serving the last snapshot
                     log.error("snapshot build failed (%r); serving the last one until a build succeeds", exc)
             with contextlib.suppress(TimeoutError):  # at most one build per interval, unless a model arrived
-                await asyncio.wait_for(self._urgent.wait(), self.options.rebuild_interval_s)
+                async with asyncio.timeout(self.options.rebuild_interval_s):  # not wait_for: it can lose a cancel
+                    await self._urgent.wait()
 
     # -- verbs
     def _decide(self, verb: str, args: ExtenderArgs) -> Decision:
@@ -316,8 +317,8 @@ class ExtenderService:
             return await install_model(update, loader, self.builder, self.metrics)
 
         try:
-            result = await asyncio.wait_for(
-                warm_start(self._redis, self.keys, self.builder, load), self.options.warm_timeout_s)
+            async with asyncio.timeout(self.options.warm_timeout_s):  # not wait_for: a cancel as it ends is kept
+                result = await warm_start(self._redis, self.keys, self.builder, load)
         except TimeoutError:  # its str() is empty: say what ran out
             log.warning("warm start from redis skipped: timed out after %gs (RTT_EXTENDER_WARM_TIMEOUT_S); the "
                         "Kafka feed will make the view ready", self.options.warm_timeout_s)
@@ -336,11 +337,9 @@ class ExtenderService:
             await store_model_update(self._redis, self.keys, update)
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        """Cancel the background work (``STOP_TIMEOUT_S`` at most for it to end, then it is left behind, named in
+        a WARNING), stop the feed and the publisher, close Redis."""
+        await cancel_within(self._tasks, STOP_TIMEOUT_S, "extender")
         self._tasks.clear()
         if self._releasing:  # short work, and what it holds should not outlive the service: let it finish
             await asyncio.gather(*self._releasing, return_exceptions=True)

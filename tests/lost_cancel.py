@@ -1,0 +1,48 @@
+"""A call answered in the same turn of the event loop as the task awaiting it is cancelled.
+
+Python 3.11's ``asyncio.wait_for`` returns the awaited result and drops a cancel that comes in that turn: a loop
+around it runs on after a stop cancelled it, and a stop that then awaits the loop waits without end. Code that must
+stop when cancelled awaits under ``asyncio.timeout``, which keeps the cancel; these tests check it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class AnsweredAsCancelled:
+    """An async callable that answers ``answer`` and, in the same turn, cancels ``victim`` (the task awaiting it,
+    through ``asyncio.wait_for`` or not): the cancel of a stop that comes as the answer lands."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.answer = answer
+        self.victim: asyncio.Task[Any] | None = None
+        self.calls = 0
+
+    async def __call__(self, *_args: Any, **_kw: Any) -> Any:
+        self.calls += 1
+        loop = asyncio.get_running_loop()
+        landed: asyncio.Future[Any] = loop.create_future()
+
+        def land() -> None:  # the answer and the cancel in one turn, as a broker's answer and a SIGTERM can come
+            landed.set_result(self.answer)
+            if self.victim is not None:
+                self.victim.cancel()
+
+        loop.call_soon(land)
+        return await landed
+
+
+async def ends_cancelled(answered: AnsweredAsCancelled, coro: Any, timeout_s: float = 2.0) -> bool:
+    """Run ``coro`` as the victim of ``answered``: True if it ended cancelled within ``timeout_s`` (a task that
+    ran on is cancelled again, and its end awaited, so that no test leaves it behind)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    answered.victim = task
+    try:
+        await asyncio.wait([task], timeout=timeout_s)
+        return task.cancelled()
+    finally:
+        answered.victim = None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
