@@ -80,6 +80,7 @@ import dataclasses
 import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Container, Iterable
 from typing import Any
@@ -377,9 +378,28 @@ class TrainerService(RegistryAgreement):
                              (self._updates, "the model-updates consumer"), (self._producer, "the producer")):
             if client is not None:
                 await self._until(deadline, client.stop(), what)
-        await self.dead_letters.close()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        await self._until(deadline, self.dead_letters.close(), "the dead-letter marks")
+        await self._until(deadline, self._shut_executor(), "the training or registry call running in its thread")
         log.info("trainer stopped")
+
+    async def _shut_executor(self) -> None:
+        """Drop the executor's queued calls and wait, without blocking the event loop, for the one it runs (a
+        training, a registry save: nothing stops it). Given up on by :meth:`stop`'s deadline, it is left to finish
+        in its thread; the process exits once it ends (or when killed: the pod's grace period)."""
+        loop = asyncio.get_running_loop()
+        shut: asyncio.Future[None] = loop.create_future()
+
+        def ended() -> None:
+            if not shut.done():
+                shut.set_result(None)
+
+        def shut_down() -> None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
+                loop.call_soon_threadsafe(ended)
+
+        threading.Thread(target=shut_down, name="trainer-shutdown", daemon=True).start()
+        await shut
 
     async def _until(self, deadline: float, step: Any, what: str) -> None:
         """Await ``step`` of :meth:`stop` until ``deadline`` (``time.monotonic()``; at least ``STOP_CLIENT_MIN_S``):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,42 @@ async def test_stop_gives_up_on_a_client_whose_stop_does_not_end(tmp_path: Path,
 def test_a_stop_timeout_that_is_not_a_positive_finite_number_is_refused(tmp_path: Path, bad: float) -> None:
     with pytest.raises(ValueError, match="stop_timeout_s must be > 0 and finite"):
         trainer(tmp_path, stop_timeout_s=bad)
+
+
+async def test_stop_does_not_wait_past_its_deadline_for_a_training_in_its_thread(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A training (or a registry save) runs in the trainer's thread, where a cancel does not reach it: ``stop()``
+    waited for it with the event loop blocked, however long it ran past ``stop_timeout_s``."""
+    service = trainer(tmp_path)
+    service.stop_timeout_s = 0.5
+    release = threading.Event()
+    training = service._executor.submit(release.wait, 10.0)
+    queued = service._executor.submit(lambda: None)
+    ticks: list[float] = []
+
+    async def ticking() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    ticker = asyncio.get_running_loop().create_task(ticking())
+    try:
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="app.trainer.service"):
+            stopping = asyncio.ensure_future(service.stop())
+            await asyncio.wait([stopping], timeout=5.0)
+        took = time.monotonic() - t0
+        stopped = stopping.done()
+        gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    finally:
+        release.set()  # the training ends: its thread too
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        await asyncio.wait_for(asyncio.gather(stopping, return_exceptions=True), 15.0)
+    assert stopped and took < 3.0, f"stop() waited {took:.1f} s for the training"
+    assert max(gaps) < 0.5, f"the event loop was blocked {max(gaps):.1f} s while stop() waited"
+    assert queued.cancelled() and not training.cancelled()
+    said = [r.getMessage() for r in caplog.records if r.name == "app.trainer.service"]
+    assert any(m.startswith("trainer stopping: the training or registry call running in its thread did not end")
+               for m in said), said
+    training.result(timeout=5.0)  # left to finish, it did
