@@ -12,11 +12,12 @@ from typing import Any
 
 
 class AnsweredAsCancelled:
-    """An async callable that answers ``answer`` and, in the same turn, cancels ``victim`` (the task awaiting it,
-    through ``asyncio.wait_for`` or not): the cancel of a stop that comes as the answer lands."""
+    """An async callable that answers ``answer`` (or raises ``error``) and, in the same turn, cancels ``victim``
+    (the task awaiting it, through ``asyncio.wait_for`` or not): the cancel of a stop that comes as the answer lands."""
 
-    def __init__(self, answer: Any = None) -> None:
+    def __init__(self, answer: Any = None, error: BaseException | None = None) -> None:
         self.answer = answer
+        self.error = error  # raised instead of answering: a try that failed
         self.victim: asyncio.Task[Any] | None = None
         self.calls = 0
 
@@ -26,7 +27,10 @@ class AnsweredAsCancelled:
         landed: asyncio.Future[Any] = loop.create_future()
 
         def land() -> None:  # the answer and the cancel in one turn, as a broker's answer and a SIGTERM can come
-            landed.set_result(self.answer)
+            if self.error is not None:
+                landed.set_exception(self.error)
+            else:
+                landed.set_result(self.answer)
             if self.victim is not None:
                 self.victim.cancel()
 
@@ -44,5 +48,10 @@ async def ends_cancelled(answered: AnsweredAsCancelled, coro: Any, timeout_s: fl
         return task.cancelled()
     finally:
         answered.victim = None
-        task.cancel()
+        for _ in range(100):  # a cancel can be lost again: cancelled until it ends
+            task.cancel()
+            await asyncio.wait([task], timeout=0.05)
+            if task.done():
+                break
+        assert task.done(), "the task did not end when cancelled 100 times"
         await asyncio.gather(task, return_exceptions=True)

@@ -153,7 +153,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
             if bound_s:  # a try under way ends at the bound too (a broker that takes connections, answers nothing)
                 try_s = max(bound_s - (clock() - start), START_FIRST_TRY_S)  # the last try, at the bound, gets 1 s
                 try:
-                    await asyncio.wait_for(check(settings, topics), try_s)
+                    async with asyncio.timeout(try_s):  # not asyncio.wait_for: in Python 3.11 it loses a cancel
+                        await check(settings, topics)  # (SIGTERM) that comes as a try ends, and the wait ran on
                 except TimeoutError:
                     timed_out = True
                     raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): no"
