@@ -135,6 +135,13 @@ READ_S = 5.0  # a connection whose request line and headers have not come within
 HAND_OVER_S = 2 * READ_S + 1.0  # the longest the hand-over waits for the requests taken to be answered
 
 
+async def read_line(reader: asyncio.StreamReader) -> bytes:
+    """A line of a request, ``READ_S`` at most (not asyncio.wait_for: in Python 3.11 it loses a cancel that comes
+    as the line arrives, and the hand-over waited on a connection it had cancelled while its client sent headers)."""
+    async with asyncio.timeout(READ_S):
+        return await reader.readline()
+
+
 @contextlib.asynccontextmanager
 async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[], str | None],
                                registry: CollectorRegistry | None = None) -> AsyncIterator[None]:
@@ -158,8 +165,8 @@ async def answer_while_waiting(sock: socket.socket | None, waiting: Callable[[],
             conn.close()
             return
         try:
-            line = await asyncio.wait_for(reader.readline(), READ_S)
-            while (await asyncio.wait_for(reader.readline(), READ_S)).strip():
+            line = await read_line(reader)
+            while (await read_line(reader)).strip():
                 pass  # the headers
             parts = line.split()
             path = parts[1].decode("latin-1").partition("?")[0] if len(parts) > 1 else ""
