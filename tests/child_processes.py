@@ -1,6 +1,6 @@
 """What the tests that start processes of their own share (``tests/unit`` and ``tests/integration`` alike): whether a
 process still runs, a stand-in for the Python interpreter, the demo's environment and signal dispositions, the lines
-read until one says so, and a process on a terminal of its own that the test closes.
+read until one says so, a process on a terminal of its own that the test closes, and a loopback HTTP GET.
 
 Importable as ``child_processes`` from every test: ``tests/conftest.py`` puts this folder on ``sys.path``.
 """
@@ -170,3 +170,18 @@ def on_terminal(argv: list[str], *, cwd: Path, env: dict[str, str], before: Call
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def http_get(port: int, path: str) -> tuple[int, bytes]:
+    """``GET http://127.0.0.1:<port><path>``: the status and body, an error status's too; ``(0, b"")`` when nothing
+    answers (refused, reset, timed out after 5 s)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:  # noqa: S310 - loopback
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""

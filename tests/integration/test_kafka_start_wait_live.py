@@ -16,13 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from child_processes import http_get
 
 from app.config import Settings
 from app.kafka.admin import ensure_topics
@@ -101,16 +100,6 @@ def service_factory(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         service.kill()
 
 
-def get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
 @pytest.mark.parametrize("command", ["trainer", "worker"])
 def test_a_service_started_before_its_broker_waits_and_comes_up_once_the_broker_and_its_topics_are_there(
         service_factory: Callable[..., Service], command: str) -> None:
@@ -123,9 +112,9 @@ def test_a_service_started_before_its_broker_waits_and_comes_up_once_the_broker_
     time.sleep(3.0)  # more tries: still running, still one WARNING
     assert service.proc.poll() is None, service.text
     assert service.text.count("waiting for Kafka") == 1, service.text
-    status, body = get(metrics, "/readyz")
+    status, body = http_get(metrics, "/readyz")
     assert status == 503 and body.startswith(b"not ready: kafka: cannot reach Kafka at"), (status, body)
-    assert get(metrics, "/healthz" if command == "trainer" else "/metrics")[0] == 200  # what liveness asks
+    assert http_get(metrics, "/healthz" if command == "trainer" else "/metrics")[0] == 200  # what liveness asks
 
     broker = EmbeddedBroker(port=port).start()
     try:
@@ -135,10 +124,10 @@ def test_a_service_started_before_its_broker_waits_and_comes_up_once_the_broker_
                                    r"[\d.]+ s of waiting", timeout_s=60)
         if command == "trainer":
             service.line(r"trainer started: samples from", timeout_s=60)
-            ready_at = service.wait_for(lambda: get(metrics, "/readyz")[0] == 200, 30, "/readyz 200")
+            ready_at = service.wait_for(lambda: http_get(metrics, "/readyz")[0] == 200, 30, "/readyz 200")
         else:  # Faust's web server, on the port the wait answered on
             service.line(rf"worker {prefix}rttsched-worker on 127\.0\.0\.1:{port}", timeout_s=30)
-            ready_at = service.wait_for(lambda: get(metrics, "/readyz") == (200, b'{"ready":true,"degraded":{}}'),
+            ready_at = service.wait_for(lambda: http_get(metrics, "/readyz") == (200, b'{"ready":true,"degraded":{}}'),
                                         90, "Faust's /readyz")
         print(f"{command}: answered {answered_at - topics_at:.1f} s, ready {ready_at - topics_at:.1f} s after "
               "its topics were created")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import urllib.error
-import urllib.request
 
+from child_processes import http_get
 from prometheus_client import CollectorRegistry
 
 from app.health import Heartbeat, answer_while_waiting, health_app
@@ -43,14 +42,6 @@ def test_readyz_fails_with_a_stuck_event_loop_too():
     assert status == "503 Service Unavailable" and body.startswith(b"event loop silent"), body
 
 
-def get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def test_the_held_port_answers_probes_while_waiting_and_stays_listening_after():
     held = hold_listen("127.0.0.1", 0, "RTT_METRICS_PORT")
     assert held is None  # port 0: nothing held, nothing served
@@ -64,9 +55,9 @@ def test_the_held_port_answers_probes_while_waiting_and_stays_listening_after():
 
     async def scenario() -> list[tuple[int, bytes]]:
         async with answer_while_waiting(held, lambda: reason[0]):
-            seen = [await asyncio.to_thread(get, port, "/readyz"), await asyncio.to_thread(get, port, "/metrics")]
+            seen = [await asyncio.to_thread(http_get, port, path) for path in ("/readyz", "/metrics")]
             reason[0] = None
-            seen.append(await asyncio.to_thread(get, port, "/readyz"))
+            seen.append(await asyncio.to_thread(http_get, port, "/readyz"))
         return seen
 
     try:
