@@ -112,11 +112,15 @@ class ViewFeed:
 
     async def stop(self) -> None:
         """Cancel the feed and its model loads, then close the consumer: a task still running ``STOP_TIMEOUT_S``
-        after its cancel is named in one WARNING and left behind, so the extender stops whatever does not end."""
+        after its cancel is named in one WARNING and left behind, so the extender stops whatever does not end. A
+        cancel of stop() itself while it waits for them ends that wait: the consumer is still closed, then the
+        cancel goes on."""
         tasks = [t for t in (self._task, *self._loads) if t is not None]
-        await cancel_within(tasks, STOP_TIMEOUT_S, "view feed")
-        self._task = None
-        await self._close()
+        try:
+            await cancel_within(tasks, STOP_TIMEOUT_S, "view feed")
+        finally:
+            self._task = None
+            await self._close()
 
     # -- connection
     def _report(self, status: str, level: int = logging.WARNING) -> None:

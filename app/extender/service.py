@@ -338,17 +338,20 @@ class ExtenderService:
 
     async def stop(self) -> None:
         """Cancel the background work (``STOP_TIMEOUT_S`` at most for it to end, then it is left behind, named in
-        a WARNING), stop the feed and the publisher, close Redis."""
-        await cancel_within(self._tasks, STOP_TIMEOUT_S, "extender")
-        self._tasks.clear()
-        if self._releasing:  # short work, and what it holds should not outlive the service: let it finish
-            await asyncio.gather(*self._releasing, return_exceptions=True)
-        if self.feed is not None:
-            await self.feed.stop()
-            self.feed = None
-        if self.publisher is not None:
-            await self.publisher.stop()
-            self.publisher = None
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
+        a WARNING), stop the feed and the publisher, close Redis. A cancel of stop() itself while it waits for the
+        background work ends that wait: the feed, the publisher and Redis are still closed, then the cancel goes on."""
+        try:
+            await cancel_within(self._tasks, STOP_TIMEOUT_S, "extender")
+        finally:
+            self._tasks.clear()
+            if self._releasing:  # short work, and what it holds should not outlive the service: let it finish
+                await asyncio.gather(*self._releasing, return_exceptions=True)
+            if self.feed is not None:
+                await self.feed.stop()
+                self.feed = None
+            if self.publisher is not None:
+                await self.publisher.stop()
+                self.publisher = None
+            if self._redis is not None:
+                await self._redis.aclose()
+                self._redis = None
