@@ -222,7 +222,8 @@ class PodWatcher:
     async def run(self) -> None:
         """List, then watch (or list every resync without a watch); after a failure back off and relist.
 
-        Runs forever; cancel the task to stop.
+        Runs forever; cancel the task to stop. A cancel that a failed try turned into an error (a client library
+        that caught it as its own timeout) still ends the loop: the task is still cancelling.
         """
         while True:
             try:
@@ -233,6 +234,7 @@ class PodWatcher:
                     self._recovered()
                     await asyncio.sleep(self.options.resync_s)
             except KubeApiError as exc:
+                _cancel_asked()
                 self._failures += 1
                 self.metrics.api_errors.labels(exc.kind).inc()
                 if exc.kind == "gone" and self._failures == 1:  # an expired resource version: relist at once
@@ -241,6 +243,7 @@ class PodWatcher:
                 self._failed("kubernetes API", exc.kind, exc.detail)
                 await asyncio.sleep(self.wait_s(exc.retry_after_s))
             except (RedisError, OSError) as exc:
+                _cancel_asked()
                 self._failures += 1
                 self.metrics.redis_errors.inc()
                 self._failed("redis", type(exc).__name__, str(exc))
@@ -304,3 +307,11 @@ class PodWatcher:
         if self._failing:
             log.info("pods view in sync again (after errors: %s)", ", ".join(sorted(self._failing)))
             self._failing.clear()
+
+
+def _cancel_asked() -> None:
+    """Raise CancelledError if the running task was asked to stop and the cancel was caught on its way (the task is
+    still cancelling): the watcher's loop must not try again."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
