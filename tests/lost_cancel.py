@@ -2,7 +2,8 @@
 
 Python 3.11's ``asyncio.wait_for`` returns the awaited result and drops a cancel that comes in that turn: a loop
 around it runs on after a stop cancelled it, and a stop that then awaits the loop waits without end. Code that must
-stop when cancelled awaits under ``asyncio.timeout``, which keeps the cancel; these tests check it does.
+stop when cancelled awaits under ``asyncio.timeout``, which keeps the cancel; these tests check it does. Also a task
+slow to end when cancelled, which a stop waits for.
 """
 
 from __future__ import annotations
@@ -55,3 +56,15 @@ async def ends_cancelled(answered: AnsweredAsCancelled, coro: Any, timeout_s: fl
                 break
         assert task.done(), "the task did not end when cancelled 100 times"
         await asyncio.gather(task, return_exceptions=True)
+
+
+def slow_to_end(started: asyncio.Event) -> asyncio.Task[None]:
+    """A task that sets ``started``, then waits until cancelled and takes half a second to end: a stop waits for it."""
+    async def work() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.5)  # its cancel takes a while: the stop waits for it
+
+    return asyncio.get_running_loop().create_task(work(), name="slow-to-end")

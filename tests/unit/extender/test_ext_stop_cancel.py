@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import TopicPartition
-from lost_cancel import AnsweredAsCancelled, ends_cancelled
+from lost_cancel import AnsweredAsCancelled, ends_cancelled, slow_to_end
 
 import app.extender.feed as feed_module
 import app.extender.service as service_module
@@ -119,15 +119,7 @@ async def test_stop_gives_up_on_background_work_that_does_not_end(monkeypatch: A
 
 async def test_a_stop_that_is_cancelled_is_not_swallowed() -> None:
     ext, started = service(), asyncio.Event()
-
-    async def slow_to_end() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            await asyncio.sleep(0.5)  # its cancel takes a while: the stop waits for it
-
-    ext._tasks.append(asyncio.get_running_loop().create_task(slow_to_end()))
+    ext._tasks.append(slow_to_end(started))
     await started.wait()
     stopping = asyncio.ensure_future(ext.stop())
     await asyncio.sleep(0.05)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from lost_cancel import slow_to_end
+
 from app.config import Settings
 from app.extender.feed import ViewFeed
 from app.extender.metrics import ExtenderMetrics
@@ -34,17 +36,6 @@ class Closing:
 
 async def no_model(_update: Any) -> Any:
     raise AssertionError("no model is loaded here")
-
-
-def slow_to_end(started: asyncio.Event) -> asyncio.Task[None]:
-    async def work() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            await asyncio.sleep(0.5)  # its cancel takes a while: the stop waits for it
-
-    return asyncio.get_running_loop().create_task(work(), name="slow-to-end")
 
 
 async def cancelled_while_waiting(stop: Any, started: asyncio.Event) -> asyncio.Future[None]:
