@@ -53,6 +53,7 @@ from app.kafka.client import consumer_options
 from app.kafka.positions import PositionGuard
 from app.kafka.quiet import quiet_client_errors
 from app.scheduler.builder import SnapshotBuilder
+from app.stopping import cancel_within
 
 log = logging.getLogger(__name__)
 TOPICS = ("node-features", "node-weights", "model-updates")
@@ -117,7 +118,7 @@ class ViewFeed:
         cancel goes on."""
         tasks = [t for t in (self._task, *self._loads) if t is not None]
         try:
-            await cancel_within(tasks, STOP_TIMEOUT_S, "view feed")
+            await cancel_within(tasks, STOP_TIMEOUT_S, "view feed", log)
         finally:
             self._task = None
             await self._close()
@@ -357,19 +358,3 @@ class ViewFeed:
 
     async def load_model(self, update: Mapping[str, Any]) -> bool:
         return await install_model(update, self._loader, self._builder, self._metrics, self._on_model)
-
-
-async def cancel_within(tasks: list[asyncio.Task[Any]], timeout_s: float, what: str) -> None:
-    """Cancel ``tasks`` and wait ``timeout_s`` at most for them to end; those still running are named in one
-    WARNING and left behind. Their failures are retrieved, not raised; a cancel of the caller is not swallowed."""
-    for t in tasks:
-        t.cancel()
-    if not tasks:
-        return
-    done, running = await asyncio.wait(tasks, timeout=timeout_s)
-    for t in done:
-        if not t.cancelled():
-            t.exception()
-    if running:
-        log.warning("%s stopping: %s still running %g s after being cancelled; stopping without it", what,
-                    ", ".join(sorted(t.get_name() for t in running)), timeout_s)

@@ -20,7 +20,7 @@ from typing import Any
 from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.extender.boosters import BoosterCache, registry_boosters
-from app.extender.feed import STOP_TIMEOUT_S, ViewFeed, cancel_within
+from app.extender.feed import STOP_TIMEOUT_S, ViewFeed
 from app.extender.metrics import AppLabels, Children, ExtenderMetrics
 from app.extender.model_retry import Degraded, retrying_loader
 from app.extender.models import ModelLoader, install_model, prepare_model_code, registry_loader
@@ -38,6 +38,7 @@ from app.scheduler.decide import DecideParams, Decision, decide
 from app.scheduler.explain import Explanation, prepare
 from app.scheduler.policy import Policy, load_policy
 from app.scheduler.snapshot import Snapshot, SnapshotHolder
+from app.stopping import cancel_within
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +342,7 @@ class ExtenderService:
         a WARNING), stop the feed and the publisher, close Redis. A cancel of stop() itself while it waits for the
         background work ends that wait: the feed, the publisher and Redis are still closed, then the cancel goes on."""
         try:
-            await cancel_within(self._tasks, STOP_TIMEOUT_S, "extender")
+            await cancel_within(self._tasks, STOP_TIMEOUT_S, "extender", log)
         finally:
             self._tasks.clear()
             if self._releasing:  # short work, and what it holds should not outlive the service: let it finish

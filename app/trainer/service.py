@@ -102,6 +102,7 @@ from app.model.errors import CurrentChangedError, NotEnoughSamplesError, Registr
 from app.model.train import MIN_SAMPLES
 from app.registry.base import CorruptRecordError, check_model_key
 from app.retry import Backoff
+from app.stopping import cancel_within
 from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
@@ -361,17 +362,7 @@ class TrainerService(RegistryAgreement):
         answer. A task that does not end when cancelled, or a client whose stop waits on a broker, is named in one
         WARNING and left behind."""
         deadline = time.monotonic() + self.stop_timeout_s
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            done, running = await asyncio.wait(tasks, timeout=self.stop_timeout_s)
-            for task in done:  # retrieved: a failure was logged by its callback, if it has one
-                if not task.cancelled():
-                    task.exception()
-            if running:
-                log.warning("trainer stopping: %s still running %.0f s after being cancelled; stopping without it",
-                            ", ".join(sorted(t.get_name() for t in running)), self.stop_timeout_s)
+        await cancel_within(list(self._tasks), self.stop_timeout_s, "trainer", log)  # a failure: logged by its callback
         if self._commits is not None:  # the events whose retrain ended; a cancelled one is read again
             await self._until(deadline, self._commits.flush(), "the last commit of retrain-events")
         for client, what in ((self._events, "the retrain-events consumer"), (self._samples, "the samples consumer"),
