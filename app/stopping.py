@@ -1,30 +1,56 @@
 """Stopping background tasks within a bound: a task that does not end when cancelled is named and left behind.
 
 A service's stop must end whatever its tasks do: one that catches its cancel, or waits on a peer that never answers,
-must not hold the process past its grace period.
+must not hold the process past its grace period. A process whose stop left something running (a task, or a call in
+a thread, which nothing can cancel) leaves by :func:`exit_now`: Python's own exit would wait for it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 
 async def cancel_within(tasks: Sequence[asyncio.Task[Any]], timeout_s: float, what: str,
-                        log: logging.Logger) -> None:
-    """Cancel ``tasks`` and wait ``timeout_s`` at most for them to end; those still running are named in one WARNING
-    on ``log`` (``<what> stopping: <names> still running …``) and left behind. Their failures are retrieved, not
-    raised; a cancel of the caller is not swallowed."""
+                        log: logging.Logger | None) -> list[str]:
+    """Cancel ``tasks`` and wait ``timeout_s`` at most for them to end; those still running are left behind, and
+    their names returned, sorted (and said in one WARNING on ``log``, unless it is None: ``<what> stopping: <names>
+    still running …``). Their failures are retrieved, not raised; a cancel of the caller is not swallowed."""
     for t in tasks:
         t.cancel()
     if not tasks:
-        return
+        return []
     done, running = await asyncio.wait(tasks, timeout=timeout_s)
     for t in done:
         if not t.cancelled():
             t.exception()
-    if running:
-        log.warning("%s stopping: %s still running %g s after being cancelled; stopping without it", what,
-                    ", ".join(sorted(t.get_name() for t in running)), timeout_s)
+    names = sorted(t.get_name() for t in running)
+    if names and log is not None:
+        log.warning("%s stopping: %s; stopping without it", what, still_running(names, timeout_s))
+    return names
+
+
+def still_running(names: Sequence[str], timeout_s: float) -> str:
+    """How :func:`cancel_within` says what it left behind.
+
+    >>> still_running(["events", "retrain-a"], 20.0)
+    'events, retrain-a still running 20 s after being cancelled'
+    """
+    return f"{', '.join(names)} still running {timeout_s:g} s after being cancelled"
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process at once with ``code``, what logging and print hold written out first: no wait for threads
+    (a training in an executor's thread, which the interpreter's exit joins), tasks or ``asyncio.run``'s clean-up."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

@@ -2,7 +2,12 @@
 
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
 ``RTT_KAFKA_START_WAIT_S``), ``/healthz`` 200 and ``/readyz`` 503 meanwhile; SIGTERM or Ctrl-C then stops it at
-once (one line, exit code 0)."""
+once (one line, exit code 0).
+
+Running, SIGTERM or Ctrl-C stops it cleanly (exit code 0) within the service's ``stop_timeout_s`` (20 s, below the
+pod's 30 s of grace): what has not ended by then -- a training in its thread, which nothing can cancel -- is named in
+one WARNING and the process exits at once with code 1, as the worker does when its stop outlasts its bound. A second
+SIGTERM or Ctrl-C during the stop ends it at once: one line, exit code 128 + the signal's number (143, 130)."""
 
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.kafka.admin import TopicError, wait_reachable
     from app.kafka.quiet import PERIOD_S, handled_connect, quiet_client_errors
     from app.listen import check_listen
+    from app.stopping import exit_now
     from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
 
@@ -90,8 +96,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         signals: list[str] = []
 
         def on_signal(sig: signal.Signals) -> None:
+            if stop.is_set():  # asked again while it stops: at once, whatever the stop still waits for
+                print(f"trainer: {sig.name} during the stop ({signals[0]}): exiting at once without finishing it",
+                      flush=True)
+                exit_now(128 + sig.value)
             signals.append(sig.name)
-            if waiting and not stop.is_set():
+            if waiting:
                 task.cancel()  # still waiting for the broker: nothing to finish
             stop.set()
 
@@ -129,6 +139,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 w.cancel()
         finally:
             await service.stop()
+        if service.left_behind:  # named in the stop's WARNING: neither asyncio.run nor Python's exit waits for them
+            exit_now(1)
         return 1 if service.crashed.is_set() else 0
 
     return asyncio.run(main())

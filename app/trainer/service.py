@@ -102,7 +102,7 @@ from app.model.errors import CurrentChangedError, NotEnoughSamplesError, Registr
 from app.model.train import MIN_SAMPLES
 from app.registry.base import CorruptRecordError, check_model_key
 from app.retry import Backoff
-from app.stopping import cancel_within
+from app.stopping import cancel_within, still_running
 from app.trainer.agreement import REGISTRY_LOST, RegistryAgreement
 from app.trainer.champion import MARGIN, Verdict
 from app.trainer.cpus import pin_cpus
@@ -313,6 +313,7 @@ class TrainerService(RegistryAgreement):
         self._in_fetch: set[AIOKafkaConsumer] = set()  # consumers whose loop waits in getmany: all it read is applied
         self._update_tps: list[TopicPartition] = []
         self.crashed: asyncio.Event | None = None
+        self.left_behind: list[str] = []  # what the last stop() gave up on (still running)
 
     # -- lifecycle
     async def start(self) -> None:
@@ -359,24 +360,35 @@ class TrainerService(RegistryAgreement):
     async def stop(self) -> None:
         """Cancel the loops and retrains, commit what ended, stop the Kafka clients: within ``stop_timeout_s``
         (and ``STOP_CLIENT_MIN_S`` per client still to stop then), so SIGTERM stops a trainer whatever does not
-        answer. A task that does not end when cancelled, or a client whose stop waits on a broker, is named in one
-        WARNING and left behind."""
+        answer. A task that does not end when cancelled, a client whose stop waits on a broker, or a training still
+        running in its thread is left behind: named in :attr:`left_behind`, and all of them in one WARNING at the
+        end. A process that exits then must not wait for them (:func:`app.stopping.exit_now`): the interpreter's
+        exit joins the training's thread, and ``asyncio.run`` cancels the tasks again without bound."""
         deadline = time.monotonic() + self.stop_timeout_s
-        await cancel_within(list(self._tasks), self.stop_timeout_s, "trainer", log)  # a failure: logged by its callback
+        left: list[str] = []
+        tasks = await cancel_within(list(self._tasks), self.stop_timeout_s, "trainer", None)  # failures: logged
+        if tasks:  # by their callback
+            left.append(still_running(tasks, self.stop_timeout_s))
         if self._commits is not None:  # the events whose retrain ended; a cancelled one is read again
-            await self._until(deadline, self._commits.flush(), "the last commit of retrain-events")
+            await self._until(deadline, self._commits.flush(), "the last commit of retrain-events", left)
         for client, what in ((self._events, "the retrain-events consumer"), (self._samples, "the samples consumer"),
                              (self._updates, "the model-updates consumer"), (self._producer, "the producer")):
             if client is not None:
-                await self._until(deadline, client.stop(), what)
-        await self._until(deadline, self.dead_letters.close(), "the dead-letter marks")
-        await self._until(deadline, self._shut_executor(), "the training or registry call running in its thread")
-        log.info("trainer stopped")
+                await self._until(deadline, client.stop(), what, left)
+        await self._until(deadline, self.dead_letters.close(), "the dead-letter marks", left)
+        await self._until(deadline, self._shut_executor(), "the training or registry call running in its thread",
+                          left)
+        self.left_behind = left
+        if left:
+            log.warning("trainer stopping: %s; stopping without %s", "; ".join(left),
+                        "it" if len(left) == 1 else "them")
+        else:
+            log.info("trainer stopped")
 
     async def _shut_executor(self) -> None:
         """Drop the executor's queued calls and wait, without blocking the event loop, for the one it runs (a
         training, a registry save: nothing stops it). Given up on by :meth:`stop`'s deadline, it is left to finish
-        in its thread; the process exits once it ends (or when killed: the pod's grace period)."""
+        in its thread; ``rttsched trainer`` then exits without it (the interpreter's own exit would wait for it)."""
         loop = asyncio.get_running_loop()
         shut: asyncio.Future[None] = loop.create_future()
 
@@ -392,15 +404,15 @@ class TrainerService(RegistryAgreement):
         threading.Thread(target=shut_down, name="trainer-shutdown", daemon=True).start()
         await shut
 
-    async def _until(self, deadline: float, step: Any, what: str) -> None:
+    async def _until(self, deadline: float, step: Any, what: str, left: list[str]) -> None:
         """Await ``step`` of :meth:`stop` until ``deadline`` (``time.monotonic()``; at least ``STOP_CLIENT_MIN_S``):
-        one WARNING if it takes longer (it is cancelled), nothing if it fails."""
+        if it takes longer it is cancelled, and said in ``left``; nothing if it fails."""
         bound = max(deadline - time.monotonic(), STOP_CLIENT_MIN_S)
         try:
             async with asyncio.timeout(bound):
                 await step
         except TimeoutError:
-            log.warning("trainer stopping: %s did not end within %.1f s; stopping without it", what, bound)
+            left.append(f"{what} did not end within {bound:.1f} s")
         except Exception as exc:
             log.debug("trainer stopping: %s failed to stop: %r", what, exc)
 
