@@ -359,18 +359,21 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
     loop = asyncio.get_running_loop()
-    if settings.redis_url:
-        redis_client = settings_redis(settings)
-        apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
-        running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
-                              refresh_s=settings.bridge_running_refresh_s)
-        with contextlib.suppress(TimeoutError):  # a first view before the first round, never a long wait
-            await asyncio.wait_for(running.refresh(), timeout=settings.scrape_timeout_s)
-        refresher = loop.create_task(running.run(delay=True), name="bridge-running-pods")
     stopping = loop.create_task(stop.wait(), name="bridge-stop")
     asked = [math.inf]  # loop time the stop was asked at
     stopping.add_done_callback(lambda f: asked.__setitem__(0, math.inf if f.cancelled() else loop.time()))
-    try:
+    try:  # cancelled from here on (Ctrl-C), the producer and the Redis client are closed
+        if settings.redis_url:
+            redis_client = settings_redis(settings)
+            apps = [a.strip() for a in settings.bridge_gpu_apps.split(",") if a.strip()]
+            running = RunningPods(redis_client, CacheKeys(settings.topic_prefix), gpu_apps=apps,
+                                  refresh_s=settings.bridge_running_refresh_s)
+            # a first view before the first round, never a long wait; not asyncio.wait_for: in Python 3.11 it
+            # loses a cancel (Ctrl-C) that comes as the view is read, and the bridge ran on
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.scrape_timeout_s):
+                    await running.refresh()
+            refresher = loop.create_task(running.run(delay=True), name="bridge-running-pods")
         async with Bridge(settings, targets, mapping=mapping, clock=clock, metrics=metrics,
                           running=running) as bridge:
             last_unpublished = -math.inf
