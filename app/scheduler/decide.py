@@ -282,21 +282,36 @@ def decide(
     live_on: dict[int, tuple[AssumedPod, ...]] = {}  # assumed pods not expected to have finished, per candidate
     own_key = RUNNING_PREFIX + app
     running_on: list[int] = []  # candidates given running-pods features of their own (in order)
-    for i in np.flatnonzero(busy).tolist():
-        name = nodes[i]
-        running = states[name].running if known[i] else _NO_COUNTS
-        read_at = float(table.running_ts[at[i]]) if known[i] else 0.0
-        since = read_at - policy.scrape_delay_s if read_at > 0 else -math.inf
-        if placed is not None and placed[i]:
-            counts, pending, live_on[i] = assumed.scan(name, now, float(ts[i]), task_id, since)
-        else:
-            counts, pending = {}, ()
-        if running or counts:
-            features[i] = running_features(apps, running, counts)
-            in_flight[i] = features[i][own_key]
-            running_on.append(i)
-        if pending:
-            pending_on[i] = pending
+    busy_at = np.flatnonzero(busy)
+    if busy_at.size:  # the columns these candidates read, gathered at once (the same numbers one by one gives)
+        delay, scan, names_of = policy.scrape_delay_s, assumed.scan, _running_names(apps)
+        shared: dict[tuple[tuple[str, int], ...], Mapping[str, float]] = {}  # same counts, one map (read-only)
+        for i, is_known, read_at, features_ts, was_placed in zip(
+                busy_at.tolist(), known[busy_at].tolist(), table.running_ts[at[busy_at]].tolist(), ts[busy_at].tolist(),
+                placed[busy_at].tolist() if placed is not None else [False] * busy_at.size, strict=True):
+            name = nodes[i]
+            running = states[name].running if is_known else _NO_COUNTS
+            if not is_known:
+                read_at = 0.0
+            since = read_at - delay if read_at > 0 else -math.inf
+            counts: Mapping[str, int] = _NO_COUNTS
+            pending: tuple[str, ...] = ()
+            if was_placed:
+                counts, pending, live_on[i] = scan(name, now, features_ts, task_id, since)
+            if running:
+                features[i] = running_features(apps, running, counts)
+                running_on.append(i)
+            elif counts:  # the usual case: only assumed pods
+                key = tuple(counts.items())
+                same = shared.get(key)
+                if same is None:
+                    same = shared[key] = {col: float(counts.get(a, 0)) for col, a in names_of}
+                features[i] = same
+                running_on.append(i)
+            if pending:
+                pending_on[i] = pending
+        if running_on:
+            in_flight[running_on] = [features[i][own_key] for i in running_on]
     rtt = np.full(n, np.nan)
     keys: list[str | None] = [None] * n
     versions: list[int | None] = [None] * n
@@ -407,8 +422,8 @@ def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
     busy = [k for k, f in enumerate(features) if f is not idle] if columns else []
     for j, running in columns:
         X[:, j] = idle.get(running, math.nan)
-        for k in busy:
-            X[k, j] = features[k].get(running, math.nan)
+        if busy:
+            X[busy, j] = [features[k].get(running, math.nan) for k in busy]
     return X
 
 
@@ -420,7 +435,7 @@ def _apply_sla(app: str, policy: Policy, rtt: np.ndarray, fresh: np.ndarray, fai
     with np.errstate(invalid="ignore"):
         over = fresh & np.isfinite(rtt) & (rtt > sla)
     missing = [i for i in np.flatnonzero(over).tolist() if failed[i] is None]
-    remaining = len(failed) - sum(f is not None for f in failed)
+    remaining = failed.count(None)
     if remaining and len(missing) == remaining and policy.sla_when_all_fail == "pass":
         return True
     for i in missing:

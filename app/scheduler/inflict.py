@@ -28,12 +28,14 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numba
 import numpy as np
 
 from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPod
+from app.scheduler.entries import ModelEntry
 from app.scheduler.snapshot import Snapshot
 from app.scheduler.table import AppRoutes
 
@@ -87,8 +89,7 @@ def inflicted_ms(snapshot: Snapshot, app: str, nodes: Sequence[str], at: np.ndar
         assert routes is not None  # noqa: S101 - a group has routes
         entry = routes.entries[m]
         lo, hi = int(bounds[g]), int(bounds[g + 1])
-        run_j, run_c, own_j, blank, input_col = _column_spec(entry.feature_names, tuple(entry.task_columns.items()),
-                                                             names, own)
+        run_j, run_c, own_j, blank, input_col = _entry_columns(entry, names, own)
         X = _group_rows(entry.matrix, routes.row, priced_at, row_r[lo:hi], counts, mb[lo:hi], k, run_j, run_c,
                         own_j, blank, input_col)
         pred = np.asarray(entry.predictor.predict(X), dtype=np.float64)
@@ -114,25 +115,38 @@ def _live_pods(live: Mapping[int, Sequence[AssumedPod]], candidates: Sequence[in
     """The assumed pods of apps among ``names``, candidate by candidate, newest first: (candidate row, app
     column, input MB, placed at, expected end)."""
     column_of = {name[len(RUNNING_PREFIX):]: k for k, name in enumerate(names)}
-    r_of: list[int] = []
-    k_of: list[int] = []
-    mb: list[float] = []
-    placed: list[float] = []
-    until: list[float] = []
+    rk: list[int] = []  # candidate row and app column, pod after pod
+    times: list[float] = []  # input MB, placed at, expected end, pod after pod
+    get = live.get
     for r, i in enumerate(candidates):
-        pods = live.get(i)
-        if not pods:
-            continue
-        for p in reversed(pods):
-            k = column_of.get(p.app)
-            if k is not None:
-                r_of.append(r)
-                k_of.append(k)
-                mb.append(p.input_mb)
-                placed.append(p.placed_at)
-                until.append(p.until)
-    return (np.array(r_of, dtype=np.int64), np.array(k_of, dtype=np.int64), np.array(mb, dtype=np.float64),
-            np.array(placed, dtype=np.float64), np.array(until, dtype=np.float64))
+        pods = get(i)
+        if pods:
+            for p in reversed(pods):
+                k = column_of.get(p.app)
+                if k is not None:
+                    rk += (r, k)
+                    times += (p.input_mb, p.placed_at, p.until)
+    pairs = np.array(rk, dtype=np.int64).reshape(-1, 2)
+    columns = np.array(times, dtype=np.float64).reshape(-1, 3)
+    return (pairs[:, 0].copy(), pairs[:, 1].copy(), columns[:, 0].copy(), columns[:, 1].copy(),
+            columns[:, 2].copy())
+
+
+_ENTRY_COLUMNS: dict[tuple[int, tuple[str, ...], str], tuple[ModelEntry, tuple[Any, ...]]] = {}
+
+
+def _entry_columns(entry: ModelEntry, names: tuple[str, ...], own: str,
+                   ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int]:
+    """:func:`_column_spec` of ``entry``, remembered per entry object (hashing its feature names and task columns
+    on every call cost more than the lookup; an entry lives as long as its model and snapshot)."""
+    key = (id(entry), names, own)
+    hit = _ENTRY_COLUMNS.get(key)
+    if hit is None or hit[0] is not entry:
+        if len(_ENTRY_COLUMNS) >= 64:
+            _ENTRY_COLUMNS.clear()
+        hit = _ENTRY_COLUMNS[key] = (entry, _column_spec(entry.feature_names, tuple(entry.task_columns.items()),
+                                                         names, own))
+    return hit[1]  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=1024)
