@@ -5,7 +5,9 @@ with the same ``--id`` to split the partitions between them. A stop that has not
 ``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
 ``RTT_KAFKA_START_WAIT_S``), its metrics port answering probes meanwhile; SIGTERM or Ctrl-C then stops it at once
-(one line, exit code 0).
+(one line, exit code 0). A broker that answers the wait and is gone before Faust's producer connected sends it back
+to waiting (one WARNING, then a new Faust app); gone after that, the worker ends with one line naming
+``RTT_KAFKA_BOOTSTRAP`` and exit code 2 (:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out).
 """
 
 from __future__ import annotations
@@ -38,17 +40,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
     import dataclasses
+    import logging
+
+    from aiokafka.errors import KafkaConnectionError
 
     from app.cli.flags import flag_errors, writable_dir
     from app.config import check_flag, positive, topic_name_part
     from app.contracts import load_contracts
+    from app.kafka.admin import TopicError
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import hold_listen
-    from app.streams.app import create_app
+    from app.streams.app import create_app, start_steps
     from app.streams.metrics import WorkerMetrics
     from app.streams.options import WorkerOptions
     from app.streams.shutdown import DEFAULT_STOP_TIMEOUT_S, DeadlineWorker, StopDeadline
 
+    log = logging.getLogger("app.cli.worker")
     if args.id is not None:  # the consumer group and a part of its changelog topics' names
         check_flag("--id", args.id, topic_name_part)
     stop_timeout_s = DEFAULT_STOP_TIMEOUT_S if args.stop_timeout_s is None else args.stop_timeout_s
@@ -66,27 +73,43 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S), answering probes meanwhile
     # (/readyz 503 "not ready: kafka ..."); SIGTERM stops it cleanly. One clear line, not Faust's traceback, when
     # the wait is bounded and ends.
-    # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page after it
-    metrics = WorkerMetrics()
     try:
-        stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry))
-        if stopped_by:
-            print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
-            if held is not None:
-                held.close()
-            return 0
-    except BaseException:
-        if held is not None:
+        while True:
+            # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page
+            # after it; made again for an app made again (an app registers series of its own on them)
+            metrics = WorkerMetrics()
+            stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry))
+            if stopped_by:
+                print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
+                return 0
+            quiet_client_errors(PERIOD_S)
+            app = create_app(settings, id=args.id, options=opts, web_socket=held, metrics=metrics)
+            print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
+                  + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
+            # the deadline stays armed until the process ends: Python's exit waits for Faust's consumer thread too
+            deadline = StopDeadline(stop_timeout_s, settings.bootstrap_servers)
+            worker = DeadlineWorker(app, deadline=deadline, loglevel=args.loglevel, quiet=True,
+                                    redirect_stdouts=False, override_logging=False)
+            code = _execute(worker)
+            failed = worker.start_failure
+            if failed is None or deadline.armed:  # ran, or stopped by a signal
+                return code
+            # the broker answered the wait and was gone when Faust's clients started (Faust has stopped them)
+            said = (f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP)"
+                    if isinstance(failed, KafkaConnectionError)
+                    else f"the worker's clients failed to start on Kafka at {settings.bootstrap_servers}"
+                         " (RTT_KAFKA_BOOTSTRAP)")
+            if start_steps(app).after_producer.reached:  # the web server had the port, the consumer may have run
+                raise TopicError(f"{said} as the worker started: {failed}")
+            # nothing taken over yet (the port still held here, no consumer): wait again, a new app after it
+            log.warning("worker: %s as Faust started: %s; waiting for it again", said, failed)
+    finally:
+        if held is not None:  # Faust's web server closes it when it served on it; not otherwise
             held.close()
-        raise
-    quiet_client_errors(PERIOD_S)
-    app = create_app(settings, id=args.id, options=opts, web_socket=held, metrics=metrics)
-    print(f"worker {app.conf.id} on {settings.bootstrap_servers}"
-          + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
-    # the deadline stays armed until the process ends: Python's exit waits for Faust's consumer thread too
-    deadline = StopDeadline(stop_timeout_s, settings.bootstrap_servers)
-    worker = DeadlineWorker(app, deadline=deadline, loglevel=args.loglevel, quiet=True, redirect_stdouts=False,
-                            override_logging=False)
+
+
+def _execute(worker: Any) -> int:
+    """Run ``worker`` (Faust's ``execute_from_commandline``) to its end; its exit code."""
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

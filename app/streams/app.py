@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import cast
 
 import faust
+from faust.app.base import BootStrategy
+from faust.types import AppT
+from mode import Service, ServiceT
 
 from app.clock import Clock
 from app.config import Settings
@@ -68,6 +71,53 @@ def worker_topics(settings: Settings, id: str | None = None) -> list[InternalTop
     return [*tables, InternalTopic(ownership_topic_name(app_id), partitions)]
 
 
+class StartStep(Service):
+    """A step of Faust's start after one of its clients (``after``: ``producer``, ``consumer``): reached, that
+    client has started on the broker. ``callbacks`` are called then."""
+
+    def __init__(self, after: str) -> None:
+        super().__init__()
+        self.after = after
+        self.reached = False
+        self.callbacks: list[Callable[[], object]] = []
+
+    @property
+    def label(self) -> str:
+        return f"StartStep(after {self.after})"
+
+    async def on_start(self) -> None:
+        self.reached = True
+        for callback in self.callbacks:
+            callback()
+
+
+class WorkerBoot(BootStrategy):
+    """Faust's boot order (sensors, producer, web server, consumer, assignors, agents, conductor, tables), with a
+    :class:`StartStep` after the producer and one after the consumer.
+
+    Until the step after the producer, a failed start has taken nothing over that the worker cannot make again:
+    the web server (serving on the port the worker held) and the consumer come after it (``rttsched worker`` waits
+    for Kafka again)."""
+
+    def __init__(self, app: faust.App) -> None:
+        super().__init__(app)
+        self.after_producer = StartStep("producer")
+        self.after_consumer = StartStep("consumer")
+
+    def kafka_producer(self) -> list[ServiceT]:
+        return [*super().kafka_producer(), self.after_producer]
+
+    def kafka_consumer(self) -> list[ServiceT]:
+        consumer = list(super().kafka_consumer())
+        return [*consumer[:1], self.after_consumer, *consumer[1:]] if consumer else []
+
+
+def start_steps(app: AppT) -> WorkerBoot:
+    """``app``'s boot strategy, whose :class:`StartStep` after the producer and after the consumer say how far its
+    start went."""
+    return cast(WorkerBoot, app.boot_strategy)
+
+
 def create_app(settings: Settings, *, id: str | None = None, components: Sequence[Component] | None = None,
                options: WorkerOptions | None = None, clock: Clock | None = None,
                metrics: WorkerMetrics | None = None, web_socket: socket.socket | None = None) -> faust.App:
@@ -117,6 +167,7 @@ def create_app(settings: Settings, *, id: str | None = None, components: Sequenc
         broker_credentials=faust_credentials(settings),
         TableManager=ChangelogTableManager,
     )
+    app.boot_strategy = WorkerBoot(app)
     if web_socket is not None:  # before any page is registered: they are added to the web driver there and then
         serve_on(app, web_socket)
     ctx = attach(app, settings, opts, clock, metrics)

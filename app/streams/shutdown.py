@@ -16,6 +16,9 @@ each group only once the broker acknowledged the one before (:mod:`app.streams.c
 writes no checkpoint file of its own. What was read or computed after the last stored checkpoint is read
 again on the next start.
 
+The same worker's start keeps a Kafka error that ends it (a broker gone since the worker's wait for it) for its
+caller to say in one line, instead of Faust's ``Error:`` and mode's tracebacks (:class:`DeadlineWorker`).
+
 >>> line = StopDeadline(3.0, "127.0.0.1:9").message("SIGTERM", "the broker at 127.0.0.1:9 does not answer")
 >>> line[:96]
 'worker did not finish stopping within 3 s of SIGTERM (the broker at 127.0.0.1:9 does not answer)'
@@ -36,6 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
+
+from app.kafka.quiet import handled_connect
+from app.streams.app import start_steps
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,8 @@ EXIT_CODE = 1
 PROBE_BUDGET_S = 2.0  # longest the deadline spends finding out whether the broker takes connections
 
 _STOPPING = re.compile(r"^\[\^-*(?P<label>.+?)\]: Stopping\.\.\.$")
+_CRASHED = re.compile(r"^\[\^-*.+?\]: Crashed reason=")  # mode's report of a crashed service
+_STOPPING_CHILD = re.compile(r"^\[\^-*.+?\]: Error while stopping child ")
 
 
 class StopProgress(logging.Handler):
@@ -177,19 +186,125 @@ class StopDeadline:
                 " checkpointed yet are read again on the next start")
 
 
+class StartFailureSaid(logging.Filter):
+    """Drops mode's reports, each with a traceback, of a Kafka error that ends the worker's start (the caller says it
+    in one line, ``rttsched worker``): a service's ``Crashed reason=`` record, and, once the start has failed, the
+    ``Error while stopping child`` of the consumer's thread, whose event loop closed as it crashed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        msg = str(record.msg)
+        if isinstance(exc, KafkaError) and _CRASHED.match(msg):
+            return False
+        return not (self.failed and isinstance(exc, RuntimeError) and _STOPPING_CHILD.match(msg)
+                    and str(exc) == "Event loop is closed")
+
+
 class DeadlineWorker(faust.Worker):
-    """``faust.Worker`` whose SIGTERM and SIGINT handlers arm ``deadline`` before Faust's own stop begins.
+    """``faust.Worker`` whose SIGTERM and SIGINT handlers arm ``deadline`` before Faust's own stop begins, and whose
+    start, when a Kafka error ends it, keeps that error (:attr:`start_failure`) for the caller to say in one line.
 
     mode installs ``self._on_sigterm`` and ``self._on_sigint`` on the event loop (``install_signal_handlers``);
     overriding them keeps everything else of Faust's stop, and a quick stop ends the process before the
     deadline comes. Faust's progress spinner runs only on a terminal.
+
+    A broker gone since the worker's wait for it fails Faust's start where a client first asks it: the producer's
+    or the consumer's bootstrap (``KafkaConnectionError``). Faust logged that as ``Error:`` with its traceback, and
+    for the consumer, whose client starts in a thread of its own, mode printed its traceback three times more
+    (the thread's crash, Python's report of the thread's end, Faust's ``We experienced a crash!``). Until the start
+    has finished, and through the stop that follows a failed one, those reports of a Kafka error are left to the
+    caller (with debug logging, Faust's are kept too); Faust's stop still stops every service it started.
     """
 
     def __init__(self, app: faust.App, *, deadline: StopDeadline, **kwargs: Any) -> None:
         self.stop_deadline = deadline
+        self.start_failure: KafkaError | None = None
+        self._starting = False
+        self._start_quiet = contextlib.ExitStack()
+        self._said = StartFailureSaid()
+        self._excepthook = threading.excepthook
         super().__init__(app, **kwargs)
         if not self.stdout.isatty():  # Faust's start-up spinner writes its bells and cursor codes to a log file too
             self.spinner = None
+
+    async def start(self) -> None:
+        """Faust's start; a Kafka error that ends it is kept in :attr:`start_failure` (Faust's stop follows)."""
+        self._starting = True
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(self._said)
+                self._start_quiet.callback(handler.removeFilter, self._said)
+        # aiokafka's connection-failure records until the consumer's client has started: the caller says that failure
+        clients_quiet = self._start_quiet.enter_context(contextlib.ExitStack())
+        clients_quiet.enter_context(handled_connect())
+        start_steps(self.app).after_consumer.callbacks.append(clients_quiet.close)
+        self._excepthook, threading.excepthook = threading.excepthook, self._thread_ended
+        self._start_quiet.callback(self._restore_excepthook)
+        thread = getattr(self.app.consumer, "_thread", None)  # the consumer's client runs in a mode ServiceThread
+        if thread is not None:
+            thread.on_crash = self._thread_crashed
+        try:
+            await super().start()
+        except KafkaError as exc:
+            self.start_failure = exc
+            self._said.failed = True
+
+    async def on_startup_finished(self) -> None:
+        self._started_up()
+        await super().on_startup_finished()
+
+    def stop_and_shutdown(self) -> None:
+        try:
+            super().stop_and_shutdown()
+        finally:
+            self._started_up()
+            if self.start_failure is not None:
+                self._close_unused_thread_loop()
+
+    def _close_unused_thread_loop(self) -> None:
+        """Close the event loop mode made for the consumer's thread when that thread never started (the start
+        failed before it): only the thread closes it, and the worker may make a new app after a failed start."""
+        thread = getattr(self.app.consumer, "_thread", None)
+        loop = getattr(thread, "thread_loop", None)
+        if getattr(thread, "_thread", True) is None and loop is not None and not loop.is_closed():
+            loop.close()
+
+    def _shutdown_loop(self) -> None:
+        if self.start_failure is not None and isinstance(self.crash_reason, KafkaError):
+            self.crash_reason = None  # said by the caller, not raised again with Faust's "We experienced a crash!"
+        super()._shutdown_loop()
+
+    def _started_up(self) -> None:
+        """The start is over (finished, or failed and stopped): Faust's reports are its own again."""
+        self._starting = False
+        self._start_quiet.close()
+
+    def _restore_excepthook(self) -> None:
+        if threading.excepthook == self._thread_ended:  # not when a stop signal's deadline took it over since
+            threading.excepthook = self._excepthook
+
+    def _said_by_caller(self, exc: BaseException | None) -> bool:
+        return (self._starting and isinstance(exc, KafkaError)
+                and not logging.getLogger().isEnabledFor(logging.DEBUG))
+
+    def _thread_crashed(self, msg: str, *fmt: Any, **kwargs: Any) -> None:
+        """mode's report of a crashed service thread (it printed it to stderr with a traceback), as one line."""
+        exc = sys.exc_info()[1]
+        if self._said_by_caller(exc):
+            log.info("%s (the start failed)", msg.format(*fmt))
+            return
+        log.error("%s", msg.format(*fmt), exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+
+    def _thread_ended(self, args: threading.ExceptHookArgs) -> None:
+        if self._said_by_caller(args.exc_value):
+            log.info("%s ended as the start failed: %r", args.thread.name if args.thread else "a thread",
+                     args.exc_value)
+            return
+        self._excepthook(args)
 
     def _on_sigterm(self) -> None:
         self.stop_deadline.arm("SIGTERM")

@@ -1,0 +1,209 @@
+"""A worker whose broker answers its start wait (:func:`app.kafka.admin.wait_reachable`) and is gone when Faust's own
+clients start, on the real embedded broker. The child stops between the two: the wait answered, it says so in a file
+and holds until the test has stopped the broker; the test starts the broker again only when the worker has said what
+happened.
+
+Gone before Faust's producer connected (nothing taken over yet: the port is still the worker's, no consumer ran),
+the worker goes back to waiting: one WARNING naming the broker and ``RTT_KAFKA_BOOTSTRAP``, ``/readyz`` 503 on its
+port meanwhile, and a new Faust app once the broker and its topics are back (``/readyz`` 200); SIGTERM then stops it
+with code 0. Gone once the producer had connected (its web server had the port), it ends with one line, ``rttsched
+worker: error: cannot reach Kafka at … (RTT_KAFKA_BOOTSTRAP) …``, and exit code 2. Before, both ended with Faust's
+``Error: KafkaConnectionError`` and its traceback, exit code 1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from child_processes import http_get
+
+from app.config import Settings
+from app.kafka.admin import ensure_topics
+from app.kafka.embedded import EmbeddedBroker, free_port
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+START_S = 90.0  # imports, a wait and Faust's start on a loaded machine
+
+# ``rttsched worker`` whose first start wait, once it has passed, writes ``answered`` and holds until ``gone`` exists
+# (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead
+CHILD = """
+import asyncio, os, sys, time
+from pathlib import Path
+
+import faust.transport.drivers.aiokafka as driver
+
+import app.kafka.admin as admin
+
+marks = Path(os.environ["MARKS"])
+
+async def hold():
+    (marks / "answered").write_text("")
+    while not (marks / "gone").exists():
+        await asyncio.sleep(0.05)
+
+if os.environ["HOLD"] == "wait":
+    real, waits = admin.wait_reachable, []
+
+    async def wait_reachable(*args, **kwargs):
+        waited = await real(*args, **kwargs)
+        waits.append(waited)
+        if len(waits) == 1:
+            await hold()
+        return waited
+
+    admin.wait_reachable = wait_reachable
+else:
+    started = driver.Producer.on_start
+
+    async def on_start(self):
+        await started(self)
+        await hold()
+
+    driver.Producer.on_start = on_start
+
+from app.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+class Worker:
+    """The child ``rttsched worker``, its output (stdout and stderr together) gathered by a thread."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, "worker"], env=env, cwd=REPO, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, what: Callable[[], bool], label: str, timeout_s: float = START_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not what():
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                if what():
+                    return
+                pytest.fail(f"ended (exit {self.proc.returncode}) before {label}:\n{self.text[-6000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {label} within {timeout_s:g} s:\n{self.text[-6000:]}")
+            time.sleep(0.05)
+
+    def line(self, pattern: str, timeout_s: float = START_S) -> None:
+        self.wait_for(lambda: re.search(pattern, self.text) is not None, repr(pattern), timeout_s)
+
+    def ended(self, timeout_s: float) -> int:
+        code = self.proc.wait(timeout_s)
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self._reader.join(5)
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    b = EmbeddedBroker().start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Callable[[str], tuple[Worker, Settings, int]]]:
+    started: list[Worker] = []
+
+    def start(hold: str) -> tuple[Worker, Settings, int]:
+        settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
+        asyncio.run(ensure_topics(settings))
+        metrics = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
+        env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
+                   RTT_METRICS_PORT=str(metrics), RTT_METRICS_HOST="127.0.0.1",
+                   RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
+                   MARKS=str(tmp_path), HOLD=hold, PYTHONPATH=str(REPO))
+        worker = Worker(env)
+        started.append(worker)
+        return worker, settings, metrics
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+def stop_broker_when_answered(worker: Worker, broker: EmbeddedBroker, marks: Path) -> None:
+    """Once the worker holds (``answered``), stop the broker, see its port refuse connections, let the worker on."""
+    worker.wait_for((marks / "answered").exists, "the hold after the wait")
+    broker.stop()
+    with pytest.raises(OSError):
+        __import__("socket").create_connection((broker.host, broker.port), timeout=2).close()
+    (marks / "gone").write_text("")
+
+
+def assert_no_traceback(text: str) -> None:
+    print("".join(line + "\n" for line in text.splitlines() if " INFO " not in line))  # what a user reads
+    assert "Traceback" not in text and "Unclosed" not in text and "run with -v" not in text, text[-6000:]
+    assert not [line for line in text.splitlines() if " ERROR " in line or " CRITICAL " in line], text[-6000:]
+
+
+def test_a_broker_gone_before_fausts_producer_connected_sends_the_worker_back_to_waiting(
+        start_worker: Callable[[str], tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    worker, settings, metrics = start_worker("wait")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    bootstrap = re.escape(broker.bootstrap)
+    worker.line(rf"WARNING app\.cli\.worker: worker: cannot reach Kafka at {bootstrap} \(RTT_KAFKA_BOOTSTRAP\) as"
+                r" Faust started: .*; waiting for it again")
+    worker.line(rf"WARNING app\.kafka\.admin: worker: waiting for Kafka: cannot reach Kafka at {bootstrap}")
+    time.sleep(2.0)  # a try more: still waiting, its port answering probes
+    assert worker.proc.poll() is None, worker.text[-6000:]
+    status, body = http_get(metrics, "/readyz")
+    assert status == 503 and body.startswith(b"not ready: kafka: cannot reach Kafka at"), (status, body)
+
+    broker.start()  # the same port, an empty broker: its topics again
+    asyncio.run(ensure_topics(settings))
+    back_at = time.monotonic()
+    worker.wait_for(lambda: http_get(metrics, "/readyz") == (200, b'{"ready":true,"degraded":{}}'),
+                    "Faust's /readyz 200 after the broker came back")
+    print(f"worker ready {time.monotonic() - back_at:.1f} s after the broker and its topics were back")
+    assert worker.text.count(f"worker {settings.topic_prefix}rttsched-worker on {broker.bootstrap}") == 2
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    assert worker.ended(60) == 0, worker.text[-6000:]
+    assert_no_traceback(worker.text)
+
+
+def test_a_broker_gone_once_fausts_producer_connected_ends_the_worker_with_one_line_and_code_2(
+        start_worker: Callable[[str], tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    worker, _, _ = start_worker("producer")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    code = worker.ended(START_S)
+    text = worker.text
+    assert code == 2, text[-6000:]
+    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as the worker"
+        " started: "), text[-6000:]
+    assert_no_traceback(text)
