@@ -44,13 +44,24 @@ def still_running(names: Sequence[str], timeout_s: float) -> str:
     return f"{', '.join(names)} still running {timeout_s:g} s after being cancelled"
 
 
-def exit_now(code: int) -> NoReturn:
-    """End the process at once with ``code``, what logging and print hold written out first: no wait for threads
-    (a training in an executor's thread, which the interpreter's exit joins), tasks or ``asyncio.run``'s clean-up."""
+def flush_output() -> None:
+    """Write out what logging's handlers, ``sys.stdout`` and ``sys.stderr`` hold (``os._exit`` drops it); one that
+    cannot be written (its reader gone, closed) is passed over."""
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):
             handler.flush()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def exit_now(code: int, line: str | None = None) -> NoReturn:
+    """End the process at once with ``code``, after ``line`` (if any) on stdout and what logging and print hold
+    written out: no wait for threads (a training in an executor's thread, which the interpreter's exit joins), tasks
+    or ``asyncio.run``'s clean-up. Output that cannot be written (a pipe whose reader is gone) does not keep the
+    process from ending."""
+    if line is not None:
+        with contextlib.suppress(Exception):
+            print(line, flush=True)
+    flush_output()
     os._exit(code)

@@ -96,10 +96,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         signals: list[str] = []
 
         def on_signal(sig: signal.Signals) -> None:
-            if stop.is_set():  # asked again while it stops: at once, whatever the stop still waits for
-                print(f"trainer: {sig.name} during the stop ({signals[0]}): exiting at once without finishing it",
-                      flush=True)
-                exit_now(128 + sig.value)
+            if stop.is_set():  # asked again while it stops: at once, whatever the stop still waits for (and even
+                # when the line cannot be written: its reader gone with the first Ctrl-C)
+                exit_now(128 + sig.value,
+                         f"trainer: {sig.name} during the stop ({signals[0]}): exiting at once without finishing it")
             signals.append(sig.name)
             if waiting:
                 task.cancel()  # still waiting for the broker: nothing to finish
