@@ -44,7 +44,7 @@ class FilterAnswer:
 
 def filter_answer(d: Decision) -> FilterAnswer:
     """The filter verb's outcome of ``d`` (a :func:`decide` of the filter request)."""
-    passing = tuple(d.passed())
+    passing = d.nodes if d.neutral is not None or d.failed.count(None) == len(d.nodes) else tuple(d.passed())
     bound = None
     if d.neutral is None and d.pod.app and len(passing) == 1:
         bound = next(i for i, f in enumerate(d.failed) if f is None)
@@ -110,7 +110,17 @@ def schedule(snapshot: Snapshot | None, pod: PodInfo, nodes: Sequence[str], assu
         d = decide(snapshot, pod, feasible, assumed, params, now, remember_rows=skipped)
     winner = d.best()
     assume(assumed, d, winner, now)
-    return Cycle(feasible, d, winner, tuple(top_scored(d.scores())))
+    return Cycle(feasible, d, winner, _top(d.nodes, d.score))
+
+
+def _top(nodes: tuple[str, ...], score: list[int]) -> tuple[str, ...]:
+    """:func:`top_scored` of ``zip(nodes, score)``, without the pairs (a single top node is the usual case)."""
+    if not score:
+        return ()
+    best = max(score)
+    if score.count(best) == 1:
+        return (nodes[score.index(best)],)
+    return tuple(h for h, s in zip(nodes, score, strict=True) if s == best)
 
 
 def top_scored(scores: Iterable[tuple[str, int]]) -> list[str]:

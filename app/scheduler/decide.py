@@ -322,12 +322,17 @@ def decide(
         rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
     rtt *= corr
     model_rtt = rtt.copy()
-    factors: dict[tuple[str, ...], float] = {}  # nodes with the same pending apps share their factor
-    for i, apps_pending in pending_on.items():
-        f = factors.get(apps_pending)
-        if f is None:
-            f = factors[apps_pending] = contention_factor(app, apps_pending, policy)
-        rtt[i] *= f
+    if pending_on:  # nodes with the same pending apps share their factor (remembered per policy and app)
+        factors = _factors(policy, app)
+        by: list[float] = []
+        for apps_pending in pending_on.values():
+            f = factors.get(apps_pending)
+            if f is None:
+                if len(factors) >= MAX_FACTORS:
+                    factors.clear()
+                f = factors[apps_pending] = contention_factor(app, apps_pending, policy)
+            by.append(f)
+        rtt[list(pending_on)] *= by
     failed: list[str | None] = [None] * n
     if policy.anti_affinity:
         for i in np.flatnonzero(busy_now).tolist():  # an empty node never interferes
@@ -378,6 +383,21 @@ def decide(
     )
 
 
+_FACTORS: dict[tuple[int, str], tuple[Policy, dict[tuple[str, ...], float]]] = {}
+MAX_FACTORS = 1024  # pending-apps tuples remembered per policy and app
+
+
+def _factors(policy: Policy, app: str) -> dict[tuple[str, ...], float]:
+    """The contention factors of ``app`` under ``policy`` met so far, by pending apps (a policy is immutable)."""
+    key = (id(policy), app)
+    hit = _FACTORS.get(key)
+    if hit is None or hit[0] is not policy:
+        if len(_FACTORS) >= 64:
+            _FACTORS.clear()
+        hit = _FACTORS[key] = (policy, {})
+    return hit[1]
+
+
 def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], Mapping[str, int]]) -> np.ndarray:
     """Per candidate: some placement is remembered on it (``by_node``: :attr:`AssumedPods.nodes`; ``index()``:
     each name's place in ``nodes``), looked up from whichever of the two is smaller."""
@@ -422,8 +442,8 @@ def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
     busy = [k for k, f in enumerate(features) if f is not idle] if columns else []
     for j, running in columns:
         X[:, j] = idle.get(running, math.nan)
-        if busy:
-            X[busy, j] = [features[k].get(running, math.nan) for k in busy]
+        for k in busy:
+            X[k, j] = features[k].get(running, math.nan)
     return X
 
 
