@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import weakref
 from typing import Any
 
 import faust
@@ -44,7 +43,8 @@ class WorkerContext:
     last word."""
 
 
-_CONTEXTS: weakref.WeakKeyDictionary[faust.App, WorkerContext] = weakref.WeakKeyDictionary()
+_ATTRIBUTE = "_rttsched_context"  # on the app: a context refers to its app (dead letters), so a map from apps to
+# contexts, weak keys and all, would keep every app made in the process (``rttsched worker`` makes one per start try)
 
 
 def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Clock | None = None,
@@ -54,13 +54,13 @@ def attach(app: faust.App, settings: Settings, options: WorkerOptions, clock: Cl
     ctx = WorkerContext(settings, options, DeadLetters(app, settings, clock, metrics), metrics,
                         Health(metrics.registry), clock or SystemClock(),
                         bounds=Bounds(settings.worker_max_nodes, settings.worker_max_apps))
-    _CONTEXTS[app] = ctx
+    setattr(app, _ATTRIBUTE, ctx)
     return ctx
 
 
 def context_of(app: faust.App) -> WorkerContext:
     """The context of an app built by ``create_app``."""
-    try:
-        return _CONTEXTS[app]
-    except KeyError:
-        raise ConfigError("app", f"{app.conf.id!r} was not built by app.streams.app.create_app") from None
+    ctx = getattr(app, _ATTRIBUTE, None)
+    if not isinstance(ctx, WorkerContext):
+        raise ConfigError("app", f"{app.conf.id!r} was not built by app.streams.app.create_app")
+    return ctx
