@@ -58,7 +58,11 @@ class Cluster:
         self.scrape_interval_s = scrape_interval_s
         self.start_ts = start_ts
         self.rt: dict[str, NodeRuntime] = {n.name: NodeRuntime(n, i) for i, n in enumerate(nodes)}
-        self._active = [rt for rt in self.rt.values() if rt.joined]
+        self._free = np.empty((len(self.rt), 3))  # per node (free_cpu, free_mem, gpu_room), kept by its runtime
+        for k, rt in enumerate(self.rt.values()):
+            rt.attach_room(self._free[k])
+        self._row = {rt.name: k for k, rt in enumerate(self.rt.values())}
+        self._set_active([rt for rt in self.rt.values() if rt.joined])
         self.view = ClusterView(self.rt, lambda: self.env.now, start_ts)
         self.pending = PendingQueue()
         self.log = TaskLog(len(workload) if isinstance(workload, Workload) else 4096)
@@ -148,7 +152,7 @@ class Cluster:
         if ev.kind == "leave":
             if active and not rt.cordoned:
                 rt.cordon(now)
-                self._active = [r for r in self._active if r is not rt]
+                self._set_active([r for r in self._active if r is not rt])
             return
         rt.set_condition(now)
         rt.cond.apply(ev, active)
@@ -159,8 +163,15 @@ class Cluster:
         yield self.env.timeout(rt.spec.join_at_s)
         rt.join(self.env.now)
         self._future_joins -= 1
-        self._active = [r for r in self.rt.values() if r.joined and not r.cordoned]
+        self._set_active([r for r in self.rt.values() if r.joined and not r.cordoned])
         self._drain()
+
+    def _set_active(self, active: list[NodeRuntime]) -> None:
+        """The nodes that take tasks, in order, with their rows of the room table and their specs."""
+        self._active = active
+        self._active_rows = np.array([self._row[rt.name] for rt in active], dtype=np.int64)
+        self._active_specs = np.empty(len(active), dtype=object)
+        self._active_specs[:] = [rt.spec for rt in active]
 
     # -- scheduling
     def candidates(self, task: Task) -> list[NodeSpec]:
@@ -168,11 +179,12 @@ class Cluster:
         profile = task.profile
         p = profile.place
         cpu, mem = p.cpu_cores - EPS, p.mem_gb - EPS
-        if not p.gpu_share:
-            return [rt.spec for rt in self._active if rt.free_cpu >= cpu and rt.free_mem >= mem]
-        if p.gpu_share == 1:  # gpu_room: the most memory free on a GPU with a share free (-1 without one)
-            need = profile.gpu_mem_gb(task.input_mb) - EPS
-            return [rt.spec for rt in self._active if rt.gpu_room >= need and rt.free_cpu >= cpu and rt.free_mem >= mem]
+        if not p.gpu_share or p.gpu_share == 1:  # every active node's room compared at once
+            free = self._free[self._active_rows]
+            fits = (free[:, 0] >= cpu) & (free[:, 1] >= mem)
+            if p.gpu_share:  # gpu_room: the most memory free on a GPU with a share free (-1 without one)
+                fits &= free[:, 2] >= profile.gpu_mem_gb(task.input_mb) - EPS
+            return self._active_specs[fits].tolist()  # type: ignore[no-any-return]
         return [rt.spec for rt in self._active if profile.fits(rt.spec, task.input_mb)
                 and rt.has_room(profile, task.input_mb)]
 

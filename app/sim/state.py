@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from app.sim.apps import NOISE_SIGMA, RESOURCES, AppProfile, interference, ms_per_mb
 from app.sim.events import NodeCondition
 from app.sim.hardware import NodeSpec
@@ -45,6 +47,7 @@ class NodeRuntime:
         self.free_cpu = float(spec.cpu_cores)
         self.free_mem = float(spec.mem_gb)
         self.gpu_room = self._gpu_mem_cap if g else -1.0  # most GPU memory free on a GPU with a share free
+        self.room: np.ndarray | None = None  # (free_cpu, free_mem, gpu_room) kept current there once attached
         self.gpu_shares = [0] * g  # shares in use, per GPU
         self.gpu_mem = [0.0] * g  # GB in use, per GPU
         self.gpu_demand = [[0.0, 0.0] for _ in range(g)]  # (compute, memory bandwidth) per GPU
@@ -116,6 +119,12 @@ class NodeRuntime:
                 best = max(best, self._gpu_mem_cap - self.gpu_mem[i])
         return best
 
+    def attach_room(self, row: np.ndarray) -> None:
+        """Keep ``row`` (three float64) equal to (free_cpu, free_mem, gpu_room) from now on: the cluster's filter
+        compares every node's at once."""
+        self.room = row
+        row[:] = (self.free_cpu, self.free_mem, self.gpu_room)
+
     def _update_room(self) -> None:
         s = self.spec
         self.free_cpu = s.cpu_cores - self.cpu_used
@@ -124,6 +133,8 @@ class NodeRuntime:
             free = [self._gpu_mem_cap - m for m, used in zip(self.gpu_mem, self.gpu_shares, strict=True)
                     if used < s.gpu_slots]
             self.gpu_room = max(free) if free else -1.0
+        if self.room is not None:
+            self.room[:] = (self.free_cpu, self.free_mem, self.gpu_room)
 
     # -- service
     def ideal_ms(self, app: AppProfile, input_mb: float) -> float:
