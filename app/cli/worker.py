@@ -6,8 +6,9 @@ with the same ``--id`` to split the partitions between them. A stop that has not
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
 ``RTT_KAFKA_START_WAIT_S``), its metrics port answering probes meanwhile; SIGTERM or Ctrl-C then stops it at once
 (one line, exit code 0). A broker that answers the wait and is gone before Faust's producer connected sends it back
-to waiting (one WARNING, then a new Faust app); gone after that, the worker ends with one line naming
-``RTT_KAFKA_BOOTSTRAP`` and exit code 2 (:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out).
+to waiting (one WARNING, then a new Faust app); gone after that, or another Kafka error that ends Faust's start, and
+the worker ends with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
+(:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out).
 """
 
 from __future__ import annotations
@@ -94,14 +95,15 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             failed = worker.start_failure
             if failed is None or deadline.armed:  # ran, or stopped by a signal
                 return code
-            # the broker answered the wait and was gone when Faust's clients started (Faust has stopped them)
-            said = (f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP)"
-                    if isinstance(failed, KafkaConnectionError)
-                    else f"the worker's clients failed to start on Kafka at {settings.bootstrap_servers}"
-                         " (RTT_KAFKA_BOOTSTRAP)")
+            # a Kafka error ended Faust's start (Faust has stopped its clients)
+            if not isinstance(failed, KafkaConnectionError):  # not the broker gone: waiting again would not help
+                raise TopicError(f"the worker's clients failed to start on Kafka at {settings.bootstrap_servers}"
+                                 f" (RTT_KAFKA_BOOTSTRAP): {failed}")
+            said = f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP)"
             if start_steps(app).after_producer.reached:  # the web server had the port, the consumer may have run
                 raise TopicError(f"{said} as the worker started: {failed}")
-            # nothing taken over yet (the port still held here, no consumer): wait again, a new app after it
+            # the broker answered the wait and was gone when the producer started; nothing taken over yet (the port
+            # still held here, no consumer): wait again, a new app after it
             log.warning("worker: %s as Faust started: %s; waiting for it again", said, failed)
     finally:
         if held is not None:  # Faust's web server closes it when it served on it; not otherwise

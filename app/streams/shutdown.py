@@ -215,9 +215,10 @@ class DeadlineWorker(faust.Worker):
     A broker gone since the worker's wait for it fails Faust's start where a client first asks it: the producer's
     or the consumer's bootstrap (``KafkaConnectionError``). Faust logged that as ``Error:`` with its traceback, and
     for the consumer, whose client starts in a thread of its own, mode printed its traceback three times more
-    (the thread's crash, Python's report of the thread's end, Faust's ``We experienced a crash!``). Until the start
-    has finished, and through the stop that follows a failed one, those reports of a Kafka error are left to the
-    caller (with debug logging, Faust's are kept too); Faust's stop still stops every service it started.
+    (the thread's crash, Python's report of the thread's end, Faust's ``We experienced a crash!``). Until the
+    consumer's client has started, and through the stop that follows a failed start, those reports of a Kafka error
+    are left to the caller (with debug logging, Faust's are kept too); Faust's stop still stops every service it
+    started. A Kafka error after that (the tables' recovery) ends no start: Faust reports it as before.
     """
 
     def __init__(self, app: faust.App, *, deadline: StopDeadline, **kwargs: Any) -> None:
@@ -238,10 +239,10 @@ class DeadlineWorker(faust.Worker):
             for handler in logging.getLogger().handlers:
                 handler.addFilter(self._said)
                 self._start_quiet.callback(handler.removeFilter, self._said)
-        # aiokafka's connection-failure records until the consumer's client has started: the caller says that failure
-        clients_quiet = self._start_quiet.enter_context(contextlib.ExitStack())
-        clients_quiet.enter_context(handled_connect())
-        start_steps(self.app).after_consumer.callbacks.append(clients_quiet.close)
+        # aiokafka's connection-failure records too; all of it until the consumer's client has started: a Kafka error
+        # after that (the broker gone during the tables' recovery) is a crash, not a failed start, and Faust says it
+        self._start_quiet.enter_context(handled_connect())
+        start_steps(self.app).after_consumer.callbacks.append(self._started_up)
         self._excepthook, threading.excepthook = threading.excepthook, self._thread_ended
         self._start_quiet.callback(self._restore_excepthook)
         thread = getattr(self.app.consumer, "_thread", None)  # the consumer's client runs in a mode ServiceThread
@@ -252,6 +253,7 @@ class DeadlineWorker(faust.Worker):
         except KafkaError as exc:
             self.start_failure = exc
             self._said.failed = True
+            log.debug("the worker's start failed", exc_info=exc)  # its traceback with -v: the caller says one line
 
     async def on_startup_finished(self) -> None:
         self._started_up()
@@ -279,7 +281,7 @@ class DeadlineWorker(faust.Worker):
         super()._shutdown_loop()
 
     def _started_up(self) -> None:
-        """The start is over (finished, or failed and stopped): Faust's reports are its own again."""
+        """The clients have started (or the start failed and was stopped): Faust's reports are its own again."""
         self._starting = False
         self._start_quiet.close()
 

@@ -8,7 +8,9 @@ the worker goes back to waiting: one WARNING naming the broker and ``RTT_KAFKA_B
 port meanwhile, and a new Faust app once the broker and its topics are back (``/readyz`` 200); SIGTERM then stops it
 with code 0. Gone once the producer had connected (its web server had the port), it ends with one line, ``rttsched
 worker: error: cannot reach Kafka at … (RTT_KAFKA_BOOTSTRAP) …``, and exit code 2. Before, both ended with Faust's
-``Error: KafkaConnectionError`` and its traceback, exit code 1."""
+``Error: KafkaConnectionError`` and its traceback, exit code 1. Another Kafka error that ends the start ends the worker
+at once the same way (waiting again would not help); with ``-v`` the failure's traceback is logged; a Kafka error once
+the clients have started (the tables' recovery) is Faust's crash, its reason logged."""
 
 from __future__ import annotations
 
@@ -37,12 +39,16 @@ REPO = Path(__file__).resolve().parents[2]
 START_S = 90.0  # imports, a wait and Faust's start on a loaded machine
 
 # ``rttsched worker`` whose first start wait, once it has passed, writes ``answered`` and holds until ``gone`` exists
-# (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead
+# (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead. With
+# HOLD=version, Faust's producer fails to start with a Kafka error that is not the broker gone; with HOLD=recovery,
+# the tables' recovery fails with a Kafka error once the clients have started (the broker stays up)
 CHILD = """
 import asyncio, os, sys, time
 from pathlib import Path
 
+import faust.tables.recovery as recovery
 import faust.transport.drivers.aiokafka as driver
+from aiokafka.errors import KafkaTimeoutError, UnsupportedVersionError
 
 import app.kafka.admin as admin
 
@@ -53,7 +59,17 @@ async def hold():
     while not (marks / "gone").exists():
         await asyncio.sleep(0.05)
 
-if os.environ["HOLD"] == "wait":
+if os.environ["HOLD"] == "version":
+    async def refused(self):
+        raise UnsupportedVersionError("the broker does not support the producer's requests")
+
+    driver.Producer.on_start = refused
+elif os.environ["HOLD"] == "recovery":
+    async def no_answer(self, *args, **kwargs):
+        raise KafkaTimeoutError("no answer to the offset request of the recovery")
+
+    recovery.Recovery._build_highwaters = no_answer
+elif os.environ["HOLD"] == "wait":
     real, waits = admin.wait_reachable, []
 
     async def wait_reachable(*args, **kwargs):
@@ -81,8 +97,8 @@ sys.exit(main(sys.argv[1:]))
 class Worker:
     """The child ``rttsched worker``, its output (stdout and stderr together) gathered by a thread."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, "worker"], env=env, cwd=REPO, text=True,
+    def __init__(self, env: dict[str, str], args: tuple[str, ...] = ()) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, *args, "worker"], env=env, cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -134,10 +150,10 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Callable[[str], tuple[Worker, Settings, int]]]:
+def start_worker(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Callable[..., tuple[Worker, Settings, int]]]:
     started: list[Worker] = []
 
-    def start(hold: str) -> tuple[Worker, Settings, int]:
+    def start(hold: str, *args: str) -> tuple[Worker, Settings, int]:
         settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
         asyncio.run(ensure_topics(settings))
         metrics = free_port()
@@ -146,7 +162,7 @@ def start_worker(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Callable[[s
                    RTT_METRICS_PORT=str(metrics), RTT_METRICS_HOST="127.0.0.1",
                    RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
                    MARKS=str(tmp_path), HOLD=hold, PYTHONPATH=str(REPO))
-        worker = Worker(env)
+        worker = Worker(env, args)
         started.append(worker)
         return worker, settings, metrics
 
@@ -171,7 +187,7 @@ def assert_no_traceback(text: str) -> None:
 
 
 def test_a_broker_gone_before_fausts_producer_connected_sends_the_worker_back_to_waiting(
-        start_worker: Callable[[str], tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
     worker, settings, metrics = start_worker("wait")
     stop_broker_when_answered(worker, broker, tmp_path)
     bootstrap = re.escape(broker.bootstrap)
@@ -196,7 +212,7 @@ def test_a_broker_gone_before_fausts_producer_connected_sends_the_worker_back_to
 
 
 def test_a_broker_gone_once_fausts_producer_connected_ends_the_worker_with_one_line_and_code_2(
-        start_worker: Callable[[str], tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
     worker, _, _ = start_worker("producer")
     stop_broker_when_answered(worker, broker, tmp_path)
     code = worker.ended(START_S)
@@ -207,3 +223,43 @@ def test_a_broker_gone_once_fausts_producer_connected_ends_the_worker_with_one_l
         f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as the worker"
         " started: "), text[-6000:]
     assert_no_traceback(text)
+
+
+def test_with_v_the_start_failure_has_its_traceback_and_sigterm_in_the_second_wait_exits_0(
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    worker, _, _ = start_worker("wait", "-v")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    worker.line(r"WARNING app\.kafka\.admin: worker: waiting for Kafka: cannot reach Kafka at ")
+    text = worker.text
+    failed = text.index("DEBUG app.streams.shutdown: the worker's start failed\nTraceback (most recent call last):")
+    assert "KafkaConnectionError" in text[failed:].split("\n20", 1)[0], text[failed:failed + 6000]
+    asked = time.monotonic()
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    assert worker.ended(30) == 0, worker.text[-6000:]
+    print(f"stopped {time.monotonic() - asked:.1f} s after SIGTERM")
+    assert "worker: stopped (SIGTERM) while waiting for Kafka" in worker.text
+
+
+def test_a_kafka_error_that_is_not_the_broker_gone_ends_the_worker_at_once_with_one_line_and_code_2(
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker) -> None:
+    worker, _, _ = start_worker("version")
+    code = worker.ended(START_S)  # it used to wait again and again: the broker answered each wait at once
+    text = worker.text
+    assert code == 2, text[-6000:]
+    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+    assert errors == [f"rttsched worker: error: the worker's clients failed to start on Kafka at {broker.bootstrap}"
+                      " (RTT_KAFKA_BOOTSTRAP): [Error 35] UnsupportedVersionError: the broker does not support the"
+                      " producer's requests"], text[-6000:]
+    assert "waiting for it again" not in text and text.count("-rttsched-worker on ") == 1, text[-6000:]
+    assert_no_traceback(text)
+
+
+def test_a_kafka_error_once_the_clients_started_is_faust_s_crash_with_its_reason(
+        start_worker: Callable[..., tuple[Worker, Settings, int]]) -> None:
+    worker, _, _ = start_worker("recovery")
+    code = worker.ended(START_S)
+    text = worker.text
+    assert code == 1, text[-6000:]
+    assert re.search(r" ERROR \S+: \[\S+\]: Crashed reason=KafkaTimeoutError\('no answer to the offset request of the"
+                     r" recovery'\)\n", text), text[-6000:]
+    assert "rttsched worker: error: " not in text, text[-6000:]
