@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faust.app.base import BootStrategy
+
 from app.config import Settings
 from app.streams.app import create_app, start_steps
 from app.streams.options import WorkerOptions
@@ -23,3 +25,13 @@ def test_the_steps_follow_the_producer_and_the_consumer_before_the_web_server_an
     assert order[consumer + 1] is steps.after_consumer
     assert not steps.after_producer.reached and not steps.after_consumer.reached
     assert steps.after_producer.label == "StartStep(after producer)"
+
+
+def test_the_order_is_fausts_own_with_the_two_steps_added(tmp_path: Path) -> None:
+    settings = Settings.from_env({"RTT_METRICS_PORT": "9"})
+    app = create_app(settings, id="order", options=WorkerOptions.from_settings(settings, datadir=str(tmp_path)))
+    steps = start_steps(app)
+    ours = list(app.boot_strategy.server())
+    fausts = list(BootStrategy(app).server())
+    assert [s for s in ours if s not in (steps.after_producer, steps.after_consumer)] == fausts
+    assert len(ours) == len(fausts) + 2
