@@ -402,7 +402,7 @@ def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], 
     """Per candidate: some placement is remembered on it (``by_node``: :attr:`AssumedPods.nodes`; ``index()``:
     each name's place in ``nodes``), looked up from whichever of the two is smaller."""
     n = len(nodes)
-    if 4 * len(by_node) < n:  # few placements: each looked up in the list's index (made once per list)
+    if len(by_node) <= n:  # no more placed nodes than candidates: each looked up in the list's index (made once)
         where = index()
         if len(where) == n:  # (a name listed twice: every place is looked up below)
             placed = np.zeros(n, dtype=bool)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scheduler_fixtures import LinearPredictor, make_view
 
 from app.scheduler.assumed import AssumedPods
-from app.scheduler.decide import DecideParams, decide, known_apps, running_features
+from app.scheduler.decide import DecideParams, _placed, decide, known_apps, running_features
 from app.scheduler.filtering import contention_factor
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import policy_from_dict
@@ -59,3 +59,11 @@ def test_features_and_penalties_are_the_node_by_node_ones(
             model_ms = float(GCTF.predict(np.array([row], dtype=np.float32))[0])
             assert d.model_rtt_ms[i] == model_ms
             assert d.rtt_ms[i] == model_ms * factor
+
+
+@given(st.lists(st.sampled_from([f"n{i}" for i in range(8)]), max_size=10),
+       st.sets(st.sampled_from([f"n{i}" for i in range(12)])))
+def test_the_placed_candidates_are_those_with_a_placement(nodes: list[str], by_node: set[str]) -> None:
+    index = {name: i for i, name in reversed(list(enumerate(nodes)))}
+    got = _placed(dict.fromkeys(by_node).keys(), nodes, lambda: index)
+    assert got.tolist() == [name in by_node for name in nodes]
