@@ -42,6 +42,7 @@ import faust
 from aiokafka.errors import KafkaError
 
 from app.kafka.quiet import handled_connect
+from app.stopping import flush_output
 from app.streams.app import start_steps
 
 log = logging.getLogger(__name__)
@@ -105,16 +106,6 @@ def broker_takes_connections(bootstrap: str, budget_s: float = PROBE_BUDGET_S) -
     return False
 
 
-def _flush_output() -> None:
-    """Write out what logging and print hold in buffers: ``os._exit`` drops them."""
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
 def log_thread_end(args: threading.ExceptHookArgs) -> None:
     """One line for a thread that ended with an exception (its traceback only with debug logging).
 
@@ -169,7 +160,7 @@ class StopDeadline:
         if self._disarmed.wait(self.timeout_s):
             return
         log.error("%s", self.message(signal_name, self.reason()))
-        _flush_output()
+        flush_output()
         self._exit(EXIT_CODE)
 
     def reason(self) -> str:
