@@ -194,9 +194,9 @@ class GroupCommits(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         assigned = list(assigned)
-        try:
-            positions, reset = await asyncio.wait_for(self.guard.check_committed(assigned),
-                                                      self.timeout_s + self.guard.confirm_s)
+        try:  # not asyncio.wait_for: in Python 3.11 it drops a cancel that comes as the check is answered (as _commit)
+            async with asyncio.timeout(self.timeout_s + self.guard.confirm_s):
+                positions, reset = await self.guard.check_committed(assigned)
         except (KafkaError, TimeoutError) as exc:  # the broker went away: read on from the committed offsets
             log.warning("%s: read positions of %d partitions not checked (%r); reading from the group's "
                         "committed offsets", self.guard.client, len(assigned), exc)
@@ -213,8 +213,11 @@ class GroupCommits(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _commit(self, offsets: dict[TopicPartition, int]) -> bool:
         if not offsets:
             return True
-        try:
-            await asyncio.wait_for(self.consumer.commit(offsets), self.timeout_s)
+        try:  # not asyncio.wait_for: in Python 3.11 it drops a cancel that comes as the commit is answered: the
+            # consumer's rebalance, in which this listener runs, then ran on (into a JoinGroup) past the bound of
+            # the trainer's stop that had cancelled it
+            async with asyncio.timeout(self.timeout_s):
+                await self.consumer.commit(offsets)
         except (KafkaError, TimeoutError) as exc:
             self.failures += 1
             level = logging.WARNING if self.failures == 1 else logging.DEBUG
