@@ -317,7 +317,7 @@ def decide(
     versions: list[int | None] = [None] * n
     if routes is not None:
         _predict(routes, c.groups if every else model_groups(model, c.row), pod.task_features(), features, idle, rtt,
-                 keys, versions, remember_rows, stable=every)
+                 keys, versions, remember_rows)
         own = fresh & (model < 0)
         rtt[own] = c.predicted[own]  # no model covers the node: node-weights' own prediction
     rtt *= corr
@@ -416,74 +416,19 @@ def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], 
 def _predict(
     routes: AppRoutes, groups: Sequence[tuple[int, np.ndarray, list[int], np.ndarray]], task: Mapping[str, float],
     features: list[Mapping[str, float]], idle: Mapping[str, float], rtt: np.ndarray,
-    keys: list[str | None], versions: list[int | None], remember: bool = True, stable: bool = False,
+    keys: list[str | None], versions: list[int | None], remember: bool = True,
 ) -> None:
     """One ``predict`` per model over the candidates it covers (``groups``:
-    :func:`~app.scheduler.table.model_groups`); fills ``rtt``, ``keys`` and ``versions``.
-
-    ``stable``: the groups are the snapshot's own (:attr:`Candidates.groups`), kept for the requests that follow;
-    then the predictions of their idle candidates are taken from :func:`_idle_predictions` when the model keys
-    its rows (:meth:`FastPredictor.memo_rows`), and only the busy candidates' rows are predicted."""
+    :func:`~app.scheduler.table.model_groups`); fills ``rtt``, ``keys`` and ``versions``."""
     for m, sel, picked, rows in groups:
         entry = routes.entries[m]
-        picked_features = [features[i] for i in picked]
-        busy = [k for k, f in enumerate(picked_features) if f is not idle]
-        idle_ms = _idle_predictions(entry, rows, task, idle, remember) if stable and len(busy) < len(picked) else None
-        if idle_ms is None:
-            X = model_rows(entry, rows, task, picked_features, idle)
-            rtt[sel] = np.asarray(entry.predictor.predict(X, remember=remember), dtype=np.float64)
-        else:
-            out = idle_ms.copy()
-            if busy:
-                X = model_rows(entry, rows[busy], task, [picked_features[k] for k in busy], idle)
-                out[busy] = np.asarray(entry.predictor.predict(X, remember=remember), dtype=np.float64)
-            rtt[sel] = out
+        X = model_rows(entry, rows, task, [features[i] for i in picked], idle)
+        rtt[sel] = np.asarray(entry.predictor.predict(X, remember=remember), dtype=np.float64)
         if len(picked) == len(keys):  # one model covers every candidate
             keys[:], versions[:] = [entry.key] * len(keys), [entry.version] * len(keys)
         else:
             for i in picked:
                 keys[i], versions[i] = entry.key, entry.version
-
-
-MAX_IDLE_GROUPS = 64  # (model entry, candidate rows, idle features) whose idle predictions are remembered
-MAX_IDLE_TASKS = 256  # tasks (as the model keys them) remembered per group
-_IDLE_PREDICTIONS: dict[tuple[int, int, int], tuple[ModelEntry, np.ndarray, Mapping[str, float],
-                                                    dict[bytes, np.ndarray]]] = {}
-
-
-def _idle_predictions(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float], idle: Mapping[str, float],
-                      remember: bool) -> np.ndarray | None:
-    """What ``entry``'s model predicts for its ``rows`` with nothing running there (``idle``) for ``task``;
-    None when the model does not say how it keys its rows.
-
-    Kube-scheduler sends the same node list pod after pod, and between two snapshots a model's rows change only
-    with the task and what runs on the node: the predictions of the idle candidates are remembered per (entry,
-    rows, idle features) and per the task's columns as the model's memory keys them (their cells,
-    :meth:`FastPredictor.memo_rows`), so that a pod whose input size falls in a cell seen before takes them
-    without building or looking up its rows — the very numbers the predictor gives for them (rows it keys the
-    same predict the same number)."""
-    predictor = entry.predictor
-    keyed = getattr(predictor, "memo_rows", None)
-    if keyed is None:
-        return None
-    slot_key = (id(entry), id(rows), id(idle))
-    slot = _IDLE_PREDICTIONS.get(slot_key)
-    if slot is None or slot[0] is not entry or slot[1] is not rows or slot[2] is not idle:
-        if len(_IDLE_PREDICTIONS) >= MAX_IDLE_GROUPS:
-            _IDLE_PREDICTIONS.clear()
-        slot = _IDLE_PREDICTIONS[slot_key] = (entry, rows, idle, {})
-    by_task = slot[3]
-    columns = list(entry.task_columns.values())
-    task_key = keyed(model_rows(entry, rows[:1], task, (idle,), idle))[0, columns].tobytes() if columns else b""
-    found = by_task.get(task_key)
-    if found is None:
-        X = model_rows(entry, rows, task, [idle] * len(rows), idle)
-        found = np.asarray(predictor.predict(X, remember=remember), dtype=np.float64).copy()
-        found.flags.writeable = False
-        if len(by_task) >= MAX_IDLE_TASKS:
-            by_task.clear()
-        by_task[task_key] = found
-    return found
 
 
 def model_rows(entry: ModelEntry, rows: np.ndarray, task: Mapping[str, float],
