@@ -2,7 +2,9 @@
 
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
 ``RTT_KAFKA_START_WAIT_S``), ``/healthz`` 200 and ``/readyz`` 503 meanwhile; SIGTERM or Ctrl-C then stops it at
-once (one line, exit code 0).
+once (one line, exit code 0). So it does while its Kafka clients start after the wait (one line, ``trainer: stopped
+(SIGTERM) as it started``; the clients made so far stopped within the stop's bound, exit code 0): a broker that takes
+connections and answers nothing holds each client's start for its 40 s request timeout.
 
 Running, SIGTERM or Ctrl-C stops it cleanly (exit code 0) within the service's ``stop_timeout_s`` (20 s, below the
 pod's 30 s of grace): what has not ended by then -- a training in its thread, which nothing can cancel -- is named in
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        waiting = True
+        starting = True  # waiting for the broker, or its clients starting: a signal cancels that
         signals: list[str] = []
 
         def on_signal(sig: signal.Signals) -> None:
@@ -101,8 +103,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 exit_now(128 + sig.value,
                          f"trainer: {sig.name} during the stop ({signals[0]}): exiting at once without finishing it")
             signals.append(sig.name)
-            if waiting:
-                task.cancel()  # still waiting for the broker: nothing to finish
+            if starting:  # still waiting for the broker (nothing to finish), or its clients still starting (a
+                task.cancel()  # broker that takes connections and answers nothing holds each for 40 s)
             stop.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -120,7 +122,6 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 print(f"trainer: stopped ({signals[0]}) while waiting for Kafka", flush=True)
                 return 0
             raise
-        waiting = False
         if stop.is_set():
             return 0
         try:
@@ -132,15 +133,23 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                         else "the trainer's clients failed to start on Kafka at")
                 raise TopicError(f"{said} {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP) as the trainer started:"
                                  f" {exc}") from None
+            starting = False
             assert service.crashed is not None
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.crashed.wait())]
             _, pending = await beating(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), heartbeat)
             for w in pending:
                 w.cancel()
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+            # the signal cancelled the start (or came as it ended): the stop below ends the clients made so far
+            task.uncancel()
+            print(f"trainer: stopped ({signals[0]}) as it started", flush=True)
         finally:
+            starting = False
             await service.stop()
         if service.left_behind:  # named in the stop's WARNING: neither asyncio.run nor Python's exit waits for them
             exit_now(1)
-        return 1 if service.crashed.is_set() else 0
+        return 1 if service.crashed is not None and service.crashed.is_set() else 0
 
     return asyncio.run(main())
