@@ -4,10 +4,11 @@ Broker, topic prefix, windows and the /metrics port come from the RTT_* settings
 with the same ``--id`` to split the partitions between them. A stop that has not finished
 ``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
-``RTT_KAFKA_START_WAIT_S``), its metrics port answering probes meanwhile; SIGTERM or Ctrl-C then stops it at once
-(one line, exit code 0). A broker that answers the wait and is gone before Faust's producer connected sends it back
-to waiting (one WARNING, then a new Faust app); gone after that, or another Kafka error that ends Faust's start, and
-the worker ends with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
+``RTT_KAFKA_START_WAIT_S``, counted from the worker's start), its metrics port answering probes meanwhile; SIGTERM or
+Ctrl-C then stops it at once (one line, exit code 0). A broker that answers the wait and is gone before Faust's producer
+connected sends it back to waiting (one WARNING, then a new Faust app) for what is left of that bound (none left: the
+one line below, ``… (gave up after N s: RTT_KAFKA_START_WAIT_S=…)``); gone after that, or another Kafka error that ends
+Faust's start, and the worker ends with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
 (:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out).
 """
 
@@ -39,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
+    import time
+
+    began = time.monotonic()  # RTT_KAFKA_START_WAIT_S bounds the whole start from here: every wait and try
     import asyncio
     import dataclasses
     import logging
@@ -79,7 +83,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page
             # after it; made again for an app made again (an app registers series of its own on them)
             metrics = WorkerMetrics()
-            stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry))
+            stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry,
+                                                     began))
             if stopped_by:
                 print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
                 return 0
@@ -103,7 +108,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             if start_steps(app).after_producer.reached:  # the web server had the port, the consumer may have run
                 raise TopicError(f"{said} as the worker started: {failed}")
             # the broker answered the wait and was gone when the producer started; nothing taken over yet (the port
-            # still held here, no consumer): wait again, a new app after it
+            # still held here, no consumer): wait again, a new app after it, within what is left of the bound
+            bound_s, spent_s = settings.kafka_start_wait_s, time.monotonic() - began
+            if bound_s and spent_s >= bound_s:
+                raise TopicError(f"{said} as Faust started: {failed} (gave up after {spent_s:.0f} s:"
+                                 f" RTT_KAFKA_START_WAIT_S={bound_s:g})")
             log.warning("worker: %s as Faust started: %s; waiting for it again", said, failed)
     finally:
         if held is not None:  # Faust's web server closes it when it served on it; not otherwise
@@ -119,10 +128,12 @@ def _execute(worker: Any) -> int:
     return 0
 
 
-async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any) -> str | None:
-    """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`), the port ``held``
-    answering probes meanwhile (``/metrics``: ``registry``, ``rtt_kafka_start_waiting`` 1 in it); the signal
-    (SIGTERM, SIGINT) that stopped the wait, if one did (a clean stop, as once the worker runs)."""
+async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any,
+                          began: float) -> str | None:
+    """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`, its bound counted
+    from ``began``, the worker's start), the port ``held`` answering probes meanwhile (``/metrics``: ``registry``,
+    ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT) that stopped the wait, if one did (a clean
+    stop, as once the worker runs)."""
     import asyncio
     import signal
 
@@ -149,7 +160,7 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         async with answer_while_waiting(held, lambda: reason[0], registry):
-            await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry)
+            await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry, since=began)
             done = True
     except asyncio.CancelledError:
         if stopped:

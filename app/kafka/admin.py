@@ -124,7 +124,7 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
                          remind_s: float = START_REMIND_S, clock: Callable[[], float] = time.monotonic,
                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                          check: Callable[[Settings, Sequence[str]], Awaitable[None]] | None = None,
-                         registry: CollectorRegistry | None = None) -> float:
+                         registry: CollectorRegistry | None = None, since: float | None = None) -> float:
     """:func:`check_reachable` tried until it passes, for a long-running ``service`` (worker, trainer, bridge) started
     before its broker or before ``rttsched topics create``: it waits instead of exiting, so that pods started in any
     order come up as soon as Kafka does (not after CrashLoopBackOff's growing pauses). The seconds waited.
@@ -137,7 +137,9 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
     and answers nothing held each for the client's 10 s request timeout): past it, the last try's :class:`TopicError`
     (one line; ``no answer within …`` for a try cut short) is raised, with how long it waited. Cancelling the
     awaiting task (SIGTERM) stops the wait at once. ``registry``: the process's, whose ``rtt_kafka_start_waiting``
-    (:func:`start_waiting_gauge`) is 1 from the first try until one passes, 0 after.
+    (:func:`start_waiting_gauge`) is 1 from the first try until one passes, 0 after. ``since``: the ``clock()`` from
+    which ``RTT_KAFKA_START_WAIT_S`` counts (default: as this wait begins): a service that waits again, its own start
+    having failed on a broker gone meanwhile, counts its whole start (``gave up after`` the seconds since then).
     """
     gauge = start_waiting_gauge(registry) if registry is not None else None
     if gauge is not None:
@@ -146,12 +148,13 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
     backoff = backoff or Backoff(first_s=START_FIRST_TRY_S, max_s=START_LAST_TRY_S)
     bound_s = settings.kafka_start_wait_s
     start = clock()
+    counted = start if since is None else min(since, start)  # where the bound counts from
     said: tuple[str, float] | None = None  # the reason last logged, and when
     timed_out = False  # the last try ran to the bound
     while True:
         try:
             if bound_s:  # a try under way ends at the bound too (a broker that takes connections, answers nothing)
-                try_s = max(bound_s - (clock() - start), START_FIRST_TRY_S)  # the last try, at the bound, gets 1 s
+                try_s = max(bound_s - (clock() - counted), START_FIRST_TRY_S)  # the last try, at the bound, gets 1 s
                 try:
                     async with asyncio.timeout(try_s):  # not asyncio.wait_for: in Python 3.11 it loses a cancel
                         await check(settings, topics)  # (SIGTERM) that comes as a try ends, and the wait ran on
@@ -164,8 +167,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
         except TopicError as exc:
             reason = str(exc)
             waited = clock() - start
-            if bound_s and (waited >= bound_s or timed_out):
-                raise TopicError(f"{reason} (gave up after {waited:.0f} s: RTT_KAFKA_START_WAIT_S="
+            if bound_s and (clock() - counted >= bound_s or timed_out):
+                raise TopicError(f"{reason} (gave up after {clock() - counted:.0f} s: RTT_KAFKA_START_WAIT_S="
                                  f"{bound_s:g})") from None
             if waiting is not None:
                 waiting(reason)
@@ -181,7 +184,7 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
                 said = (reason, clock())
             pause = backoff.next()
             if bound_s:
-                pause = max(0.0, min(pause, bound_s - waited))
+                pause = max(0.0, min(pause, bound_s - (clock() - counted)))
             await sleep(pause)
             continue
         waited = clock() - start
