@@ -26,6 +26,7 @@ from typing import Any
 import faust
 import numpy as np
 import orjson
+from mode import Service
 
 from app.contracts import encode
 from app.features.hardware import hardware_features, node_counts
@@ -118,9 +119,12 @@ class RedisWriter:
         self.health = health
         self.keys = CacheKeys(prefix)
         self.timeout_s = timeout_s
+        self.closed = False  # by close(): nothing more is written, its client not opened again
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, features: list[dict[str, Any]], weights: list[dict[str, Any]]) -> bool:
+        if self.closed:  # a period that ends as the worker stops
+            return False
         if self._task is not None and not self._task.done():
             self.writes.labels("skipped").inc()
             return False
@@ -145,7 +149,7 @@ class RedisWriter:
         """Delete the cached values of evicted ``nodes`` (a restarted extender would warm up with them, and
         ``rttsched publish`` count them as nodes with metrics); best effort, like the writes."""
         keys = [k for n in nodes for k in (self.keys.features(n), self.keys.weights(n))]
-        if not keys:
+        if not keys or self.closed:
             return
         try:
             await asyncio.wait_for(self.client.delete(*keys), self.timeout_s)
@@ -155,10 +159,15 @@ class RedisWriter:
             self.health.degraded("redis_cache", f"redis cache delete at {self.where} failed: {exc!r}")
 
     async def close(self) -> None:
+        """Wait for the batch in flight (``timeout_s`` at most) and close the client's connections."""
+        self.closed = True
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, self.timeout_s)
-        await self.client.aclose()
+        try:
+            await self.client.aclose()
+        except Exception as exc:  # its connections are gone with the process all the same
+            log.debug("closing the redis cache client at %s failed: %r", self.where, exc)
 
 
 def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
@@ -200,3 +209,18 @@ def register_weights(app: faust.App, loop: FeedbackLoop) -> None:
 
     loop.handles["weights_values"] = weights_values
     loop.handles["redis_writer"] = writer
+    app.add_dependency(WriterClose(writer))
+
+
+class WriterClose(Service):
+    """Closes the worker's Redis writer, if it made one, as its app stops: a child of the app, stopped after
+    Faust's own stop (consumer stopped, producer flushed) and before its timers are cancelled (a period that ends
+    after it writes nothing)."""
+
+    def __init__(self, writers: list[RedisWriter]) -> None:
+        super().__init__()
+        self.writers = writers
+
+    async def on_stop(self) -> None:
+        for writer in self.writers:
+            await writer.close()
