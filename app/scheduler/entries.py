@@ -48,9 +48,10 @@ class NodeState:
         return {**self.features, **own} if own else self.features
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
 class ModelEntry:
-    """A loaded model and its pre-built rows for the nodes in its scope."""
+    """A loaded model and its pre-built rows for the nodes in its scope (weakly referable: what is remembered
+    per entry between requests must not keep a retired model or old rows alive)."""
 
     key: str
     version: int
