@@ -99,7 +99,8 @@ class Decision:
 
     ``rtt_ms`` includes the residual correction and the contention penalty (NaN: no prediction); ``failed``
     holds reasons (None: passes); ``features`` the task features of each candidate (``running_pods_<app>``;
-    empty for a node without fresh data; candidates with nothing running share one map).
+    empty for a node without fresh data; candidates with nothing running share one map, and so do candidates
+    whose only pods are assumed ones with the same counts: read them, never change them).
     """
 
     pod: PodInfo
