@@ -4,7 +4,7 @@ Broker, topic prefix, windows and the /metrics port come from the RTT_* settings
 with the same ``--id`` to split the partitions between them. A stop that has not finished
 ``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
-``RTT_KAFKA_START_WAIT_S``, counted from the worker's start), its metrics port answering probes meanwhile; SIGTERM or
+``RTT_KAFKA_START_WAIT_S``, counted from its first wait), its metrics port answering probes meanwhile; SIGTERM or
 Ctrl-C then stops it at once (one line, exit code 0). A broker that answers the wait and is gone before Faust's producer
 connected sends it back to waiting (one WARNING, then a new Faust app) for what is left of that bound (none left: the
 one line below, ``… (gave up after N s: RTT_KAFKA_START_WAIT_S=…)``); gone after that, or another Kafka error that ends
@@ -40,12 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
-    import time
-
-    began = time.monotonic()  # RTT_KAFKA_START_WAIT_S bounds the whole start from here: every wait and try
     import asyncio
     import dataclasses
     import logging
+    import time
 
     from aiokafka.errors import KafkaConnectionError
 
@@ -78,6 +76,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S), answering probes meanwhile
     # (/readyz 503 "not ready: kafka ..."); SIGTERM stops it cleanly. One clear line, not Faust's traceback, when
     # the wait is bounded and ends.
+    began = time.monotonic()  # RTT_KAFKA_START_WAIT_S bounds from the first wait on: every wait and try after it
     try:
         while True:
             # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page
@@ -131,7 +130,7 @@ def _execute(worker: Any) -> int:
 async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any,
                           began: float) -> str | None:
     """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`, its bound counted
-    from ``began``, the worker's start), the port ``held`` answering probes meanwhile (``/metrics``: ``registry``,
+    from ``began``, the first wait's start), the port ``held`` answering probes meanwhile (``/metrics``: ``registry``,
     ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT) that stopped the wait, if one did (a clean
     stop, as once the worker runs)."""
     import asyncio
