@@ -53,7 +53,9 @@ async def test_the_trainer_s_broker_stopped_sets_its_kafka_reason_and_started_ag
 
             broker = EmbeddedBroker(port=port)
             await asyncio.to_thread(broker.start)
-            await ensure_topics(settings)
+            # the trainer's clients may reach the new broker (in memory, empty) first and have its topics
+            # auto-created with the broker's defaults: made again as the contracts say
+            await ensure_topics(settings, recreate=True)
             await wait_for(lambda: kafka() == 0.0, 30.0, "the broker's return clearing rtt_trainer_degraded")
             assert service.crashed is not None and not service.crashed.is_set()
     finally:
