@@ -38,6 +38,19 @@ settings.register_profile("mutation", deadline=None, derandomize=True, database=
 settings.load_profile("rttsched")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In a parallel run's main process, before it starts its workers: import ``dcor`` (the dev extra's
+    reference for app.features.dcor_fast), which compiles its numba functions at import into their on-disk cache.
+    Two workers that compiled them at once into an empty cache (a fresh install) aborted one of them in LLVM
+    (``Fatal Python error: Aborted`` as they collected); compiled once here, the workers load the cache."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import importlib
+        import importlib.util
+
+        if importlib.util.find_spec("dcor") is not None:
+            importlib.import_module("dcor")
+
+
 @pytest.fixture(autouse=True)
 def _root_logger_as_found() -> Iterator[None]:
     """Every test leaves the root logger as it found it: its level, its handlers, each handler's filters.
