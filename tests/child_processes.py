@@ -1,6 +1,7 @@
 """What the tests that start processes of their own share (``tests/unit`` and ``tests/integration`` alike): whether a
 process still runs, a stand-in for the Python interpreter, the demo's environment and signal dispositions, the lines
-read until one says so, a process on a terminal of its own that the test closes, and a loopback HTTP GET.
+read until one says so, a process whose output a thread gathers, a process on a terminal of its own that the test
+closes, and a loopback HTTP GET.
 
 Importable as ``child_processes`` from every test: ``tests/conftest.py`` puts this folder on ``sys.path``.
 """
@@ -11,6 +12,8 @@ import contextlib
 import os
 import pty
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -109,6 +112,37 @@ def lines_until(stream: IO[AnyStr], last: Callable[[AnyStr], bool], timeout_s: f
         if last(line):
             break
     return said
+
+
+class Gathered:
+    """A child process in a session of its own (``start_new_session``), what it writes to its piped stdout (its stderr
+    with it, where the test sent it there) gathered line by line by a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def read_to_end(self) -> None:
+        """Waits up to 5 s for the thread to have read the output to its end (the process has ended)."""
+        self._reader.join(5)
+
+    def kill(self) -> None:
+        """The process's session killed unless it ended, the process reaped, its output read to the end."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self.read_to_end()
 
 
 @dataclass

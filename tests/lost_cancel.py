@@ -3,7 +3,7 @@
 Python 3.11's ``asyncio.wait_for`` returns the awaited result and drops a cancel that comes in that turn: a loop
 around it runs on after a stop cancelled it, and a stop that then awaits the loop waits without end. Code that must
 stop when cancelled awaits under ``asyncio.timeout``, which keeps the cancel; these tests check it does. Also a task
-slow to end when cancelled, which a stop waits for.
+slow to end when cancelled, which a stop waits for, and one that does not end when cancelled, which it gives up on.
 """
 
 from __future__ import annotations
@@ -68,3 +68,12 @@ def slow_to_end(started: asyncio.Event) -> asyncio.Task[None]:
             await asyncio.sleep(0.5)  # its cancel takes a while: the stop waits for it
 
     return asyncio.get_running_loop().create_task(work(), name="slow-to-end")
+
+
+async def stubborn(released: asyncio.Event) -> None:
+    """A task that does not end when cancelled (until ``released``): a stop gives up on it."""
+    while not released.is_set():
+        try:
+            await released.wait()
+        except asyncio.CancelledError:
+            continue

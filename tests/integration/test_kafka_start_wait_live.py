@@ -14,14 +14,13 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from child_processes import http_get
+from child_processes import Gathered, http_get
 
 from app.config import Settings
 from app.kafka.admin import ensure_topics
@@ -33,25 +32,13 @@ REPO = Path(__file__).resolve().parents[2]
 START_S = 90.0  # a service's imports and first try, on a loaded machine
 
 
-class Service:
+class Service(Gathered):
     """``rttsched <argv>`` in a session of its own, its output (stdout and stderr) gathered by a thread."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", *argv], env=env, cwd=cwd,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
+        super().__init__(subprocess.Popen([sys.executable, "-m", "app.cli.main", *argv], env=env, cwd=cwd,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
 
     def wait_for(self, what: Callable[[], bool], timeout_s: float, label: str) -> float:
         """The monotonic time ``what`` first held; fails naming ``label`` (and the output) if it did not."""
@@ -60,7 +47,7 @@ class Service:
             if what():
                 return time.monotonic()
             if self.proc.poll() is not None and not what():
-                self._reader.join(5)
+                self.read_to_end()
                 pytest.fail(f"ended (exit {self.proc.returncode}) before {label}:\n{self.text[-4000:]}")
             time.sleep(0.05)
         pytest.fail(f"no {label} within {timeout_s:g} s:\n{self.text[-4000:]}")
@@ -73,14 +60,8 @@ class Service:
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout_s)
         took = time.monotonic() - started
-        self._reader.join(5)
+        self.read_to_end()
         return code, took
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self._reader.join(5)
 
 
 @pytest.fixture

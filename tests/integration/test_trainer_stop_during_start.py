@@ -70,13 +70,12 @@ sys.exit(main(["trainer"]))
 
 @pytest.fixture
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker().start()
-    try:
-        yield b
-    finally:
-        if b.pid is not None:
-            os.kill(b.pid, signal.SIGCONT)
-        b.stop()
+    with EmbeddedBroker() as b:  # stopped whatever the test did: running again first, were it stopped with SIGSTOP
+        try:
+            yield b
+        finally:
+            if b.pid is not None:
+                os.kill(b.pid, signal.SIGCONT)
 
 
 def wait_for(what: Path, proc: subprocess.Popen[str], lines: list[str]) -> None:

@@ -20,14 +20,13 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from child_processes import http_get
+from child_processes import Gathered, http_get
 
 from app.config import Settings
 from app.kafka.admin import ensure_topics
@@ -94,30 +93,18 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-class Worker:
+class Worker(Gathered):
     """The child ``rttsched worker``, its output (stdout and stderr together) gathered by a thread."""
 
     def __init__(self, env: dict[str, str], args: tuple[str, ...] = ()) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, *args, "worker"], env=env, cwd=REPO, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
+        super().__init__(subprocess.Popen([sys.executable, "-c", CHILD, *args, "worker"], env=env, cwd=REPO, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
 
     def wait_for(self, what: Callable[[], bool], label: str, timeout_s: float = START_S) -> None:
         deadline = time.monotonic() + timeout_s
         while not what():
             if self.proc.poll() is not None:
-                self._reader.join(5)
+                self.read_to_end()
                 if what():
                     return
                 pytest.fail(f"ended (exit {self.proc.returncode}) before {label}:\n{self.text[-6000:]}")
@@ -130,23 +117,14 @@ class Worker:
 
     def ended(self, timeout_s: float) -> int:
         code = self.proc.wait(timeout_s)
-        self._reader.join(5)
+        self.read_to_end()
         return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self._reader.join(5)
 
 
 @pytest.fixture
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker().start()
-    try:
+    with EmbeddedBroker() as b:  # stopped whatever the test did
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

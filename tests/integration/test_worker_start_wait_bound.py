@@ -31,11 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker().start()
-    try:
+    with EmbeddedBroker() as b:  # stopped whatever the test did
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture
@@ -66,8 +63,15 @@ def gone_after(worker: Worker, broker: EmbeddedBroker, marks: Path, hold_s: floa
     return answered
 
 
-def error_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+def ended_with_code_2(worker: Worker, since: float, after: str) -> tuple[float, str, list[str]]:
+    """The worker's end, with exit code 2, printed with the seconds since ``since`` (``after`` says what that was):
+    those seconds, its output and its error lines."""
+    code = worker.ended(START_S)
+    took = time.monotonic() - since
+    text = worker.text
+    print(f"exit code {code} {took:.1f} s after {after}")
+    assert code == 2, text[-6000:]
+    return took, text, [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
 
 
 @pytest.mark.parametrize("bounded_worker", [10.0], indirect=True)
@@ -76,12 +80,8 @@ def test_a_worker_sent_back_to_waiting_waits_only_for_what_is_left_of_the_bound(
     bound_s, hold_s = 10.0, 6.0
     answered = gone_after(bounded_worker, broker, tmp_path, hold_s)
     bounded_worker.line(r"as Faust started: .*; waiting for it again")
-    code = bounded_worker.ended(START_S)
-    took = time.monotonic() - answered
-    text = bounded_worker.text
-    print(f"exit code {code} {took:.1f} s after the first wait passed (bound {bound_s:g} s, hold {hold_s:g} s)")
-    assert code == 2, text[-6000:]
-    errors = error_lines(text)
+    took, text, errors = ended_with_code_2(bounded_worker, answered,
+                                           f"the first wait passed (bound {bound_s:g} s, hold {hold_s:g} s)")
     assert len(errors) == 1 and errors[0].startswith(
         f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP)"), text[-6000:]
     said = re.search(r"\(gave up after (\d+) s: RTT_KAFKA_START_WAIT_S=10\)$", errors[0])
@@ -97,12 +97,8 @@ def test_a_worker_whose_bound_has_passed_as_fausts_start_fails_ends_at_once(
         bounded_worker: Worker, broker: EmbeddedBroker, tmp_path: Path) -> None:
     gone_after(bounded_worker, broker, tmp_path, 7.0)
     gone = time.monotonic()
-    code = bounded_worker.ended(START_S)
-    took = time.monotonic() - gone
-    text = bounded_worker.text
-    print(f"exit code {code} {took:.1f} s after the broker was gone (bound 5 s, passed during the 7 s hold)")
-    assert code == 2, text[-6000:]
-    errors = error_lines(text)
+    took, text, errors = ended_with_code_2(bounded_worker, gone,
+                                           "the broker was gone (bound 5 s, passed during the 7 s hold)")
     assert len(errors) == 1 and re.fullmatch(
         rf"rttsched worker: error: cannot reach Kafka at {re.escape(broker.bootstrap)} \(RTT_KAFKA_BOOTSTRAP\) as"
         r" Faust started: .* \(gave up after \d+ s: RTT_KAFKA_START_WAIT_S=5\)", errors[0]), text[-6000:]

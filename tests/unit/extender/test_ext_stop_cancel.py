@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import TopicPartition
-from lost_cancel import AnsweredAsCancelled, ends_cancelled, slow_to_end
+from lost_cancel import AnsweredAsCancelled, ends_cancelled, slow_to_end, stubborn
 
 import app.extender.feed as feed_module
 import app.extender.service as service_module
@@ -84,15 +84,6 @@ async def test_the_warm_start_ends_when_cancelled_as_redis_answers(monkeypatch: 
     ext = service(warm_timeout_s=30.0)
     assert await ends_cancelled(warm, ext._warm_start()), "the warm start returned: the running refresher began"
     assert warm.calls == 1
-
-
-async def stubborn(released: asyncio.Event) -> None:
-    """A task that does not end when cancelled (until ``released``)."""
-    while not released.is_set():
-        try:
-            await released.wait()
-        except asyncio.CancelledError:
-            continue
 
 
 async def test_stop_gives_up_on_background_work_that_does_not_end(monkeypatch: Any, caplog: Any) -> None:

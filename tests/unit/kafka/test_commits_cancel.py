@@ -10,9 +10,11 @@ bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from lost_cancel import AnsweredAsCancelled, ends_cancelled
 
@@ -33,18 +35,15 @@ async def test_a_cancel_as_the_assigned_positions_are_checked_ends_the_listener(
     assert check.calls == 1
 
 
-async def test_a_cancel_as_a_revoked_partitions_commit_is_answered_ends_the_listener() -> None:
+@pytest.mark.parametrize(("ending", "ran_on"), [
+    (lambda commits: commits.on_partitions_revoked([TP]), "the revoke ran on"),
+    (lambda commits: commits.flush(), "the flush returned as if not cancelled"),
+], ids=["a-revoked-partitions-commit-ends-the-listener", "the-stops-commit-ends-the-flush"])
+async def test_a_cancel_as_a_commit_is_answered_ends_what_commits(
+        ending: Callable[[GroupCommits], Coroutine[Any, Any, object]], ran_on: str) -> None:
     commit = AnsweredAsCancelled()
     commits = group(consumer=SimpleNamespace(assignment=lambda: {TP}, commit=commit))
     commits.ledger.start(TP, 4)
     commits.done(commits.read(TP, 4))
-    assert await ends_cancelled(commit, commits.on_partitions_revoked([TP])), "the revoke ran on"
+    assert await ends_cancelled(commit, ending(commits)), ran_on
     assert commit.calls == 1
-
-
-async def test_a_cancel_as_the_stops_commit_is_answered_ends_the_flush() -> None:
-    commit = AnsweredAsCancelled()
-    commits = group(consumer=SimpleNamespace(assignment=lambda: {TP}, commit=commit))
-    commits.ledger.start(TP, 4)
-    commits.done(commits.read(TP, 4))
-    assert await ends_cancelled(commit, commits.flush()), "the flush returned as if not cancelled"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lost_cancel import stubborn
 
 from app.config import Settings
 from app.trainer.service import TrainerService
@@ -66,7 +67,7 @@ async def test_a_retrain_waiting_for_the_samples_loop_ends_when_cancelled(tmp_pa
         reached.set()
         return True
 
-    service._caught_up = caught_up  # type: ignore[method-assign]
+    service._caught_up = caught_up  # type: ignore[method-assign,assignment]
     task = asyncio.get_running_loop().create_task(service.catch_up())
     await asyncio.sleep(0.05)
     service._reading.set()  # and the cancel in the same turn: the wait is over, the retrain is cancelled
@@ -80,15 +81,7 @@ async def test_stop_gives_up_on_a_task_that_does_not_end_when_cancelled(tmp_path
     service = trainer(tmp_path)
     service.stop_timeout_s = 0.5
     released = asyncio.Event()
-
-    async def stubborn() -> None:
-        while not released.is_set():
-            try:
-                await released.wait()
-            except asyncio.CancelledError:
-                continue
-
-    task = service._spawn(stubborn(), "stubborn")
+    task = service._spawn(stubborn(released), "stubborn")
     await asyncio.sleep(0)
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="app.trainer.service"):

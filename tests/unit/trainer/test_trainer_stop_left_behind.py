@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from lost_cancel import stubborn
 
 from app.config import Settings
 from app.trainer.service import TrainerService
@@ -28,15 +29,7 @@ async def test_what_the_stop_gave_up_on_is_named_in_one_warning(tmp_path: Path,
     service = TrainerService(Settings.from_env({}, models_dir=str(tmp_path)), registry_check_s=0,
                              stop_timeout_s=0.3)
     released = asyncio.Event()
-
-    async def stubborn() -> None:
-        while not released.is_set():
-            try:
-                await released.wait()
-            except asyncio.CancelledError:
-                continue
-
-    task = service._spawn(stubborn(), "stubborn")
+    task = service._spawn(stubborn(released), "stubborn")
     service._producer = HangingClient()  # type: ignore[assignment]
     await asyncio.sleep(0)
     try:
