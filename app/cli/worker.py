@@ -77,13 +77,14 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # (/readyz 503 "not ready: kafka ..."); SIGTERM stops it cleanly. One clear line, not Faust's traceback, when
     # the wait is bounded and ends.
     began = time.monotonic()  # RTT_KAFKA_START_WAIT_S bounds from the first wait on: every wait and try after it
+    since: float | None = None  # the first wait counts from its own start, one after it from ``began``
     try:
         while True:
             # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page
             # after it; made again for an app made again (an app registers series of its own on them)
             metrics = WorkerMetrics()
             stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry,
-                                                     began))
+                                                     since))
             if stopped_by:
                 print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
                 return 0
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 raise TopicError(f"{said} as Faust started: {failed} (gave up after {spent_s:.0f} s:"
                                  f" RTT_KAFKA_START_WAIT_S={bound_s:g})")
             log.warning("worker: %s as Faust started: %s; waiting for it again", said, failed)
+            since = began
     finally:
         if held is not None:  # Faust's web server closes it when it served on it; not otherwise
             held.close()
@@ -128,11 +130,11 @@ def _execute(worker: Any) -> int:
 
 
 async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any,
-                          began: float) -> str | None:
+                          since: float | None) -> str | None:
     """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`, its bound counted
-    from ``began``, the first wait's start), the port ``held`` answering probes meanwhile (``/metrics``: ``registry``,
-    ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT) that stopped the wait, if one did (a clean
-    stop, as once the worker runs)."""
+    from ``since``, the first wait's start, when this wait comes after it), the port ``held`` answering probes
+    meanwhile (``/metrics``: ``registry``, ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT) that
+    stopped the wait, if one did (a clean stop, as once the worker runs)."""
     import asyncio
     import signal
 
@@ -159,7 +161,7 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         async with answer_while_waiting(held, lambda: reason[0], registry):
-            await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry, since=began)
+            await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry, since=since)
             done = True
     except asyncio.CancelledError:
         if stopped:

@@ -172,8 +172,12 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
                                  f"{bound_s:g})") from None
             if waiting is not None:
                 waiting(reason)
-            until = (f"for up to {bound_s:g} s (RTT_KAFKA_START_WAIT_S)" if bound_s
-                     else "until it answers (RTT_KAFKA_START_WAIT_S=0)")
+            if not bound_s:
+                until = "until it answers (RTT_KAFKA_START_WAIT_S=0)"
+            elif since is not None:  # a wait after an earlier one: what is left of the bound
+                until = f"for the {bound_s - (clock() - counted):.0f} s left of RTT_KAFKA_START_WAIT_S={bound_s:g}"
+            else:
+                until = f"for up to {bound_s:g} s (RTT_KAFKA_START_WAIT_S)"
             if said is None:
                 log.warning("%s: waiting for Kafka: %s; trying again every %g-%g s %s", service, reason,
                             backoff.first_s, backoff.max_s, until)

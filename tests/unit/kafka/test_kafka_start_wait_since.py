@@ -12,7 +12,7 @@ from app.config import Settings
 from app.kafka.admin import TopicError, wait_reachable
 
 
-def test_a_wait_counts_its_bound_from_since() -> None:
+def test_a_wait_counts_its_bound_from_since(caplog: pytest.LogCaptureFixture) -> None:
     now = [100.0]
     tries: list[float] = []
     pauses: list[float] = []
@@ -31,3 +31,5 @@ def test_a_wait_counts_its_bound_from_since() -> None:
     # the pauses are jittered: their sum is 3 s to rounding
     assert now[0] == pytest.approx(103.0) and sum(pauses) == pytest.approx(3.0), (now, pauses)
     assert str(exc.value).endswith("refused (gave up after 10 s: RTT_KAFKA_START_WAIT_S=10)"), exc.value
+    warned = [r.getMessage() for r in caplog.records if "waiting for Kafka" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith("for the 3 s left of RTT_KAFKA_START_WAIT_S=10"), warned
