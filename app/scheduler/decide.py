@@ -285,7 +285,7 @@ def decide(
     running_on: list[int] = []  # candidates given running-pods features of their own (in order)
     busy_at = np.flatnonzero(busy)
     if busy_at.size:  # the columns these candidates read, gathered at once (the same numbers one by one gives)
-        delay, scan, names_of = policy.scrape_delay_s, assumed.scan, _running_names(apps)
+        delay, scan = policy.scrape_delay_s, assumed.scan
         shared: dict[tuple[tuple[str, int], ...], Mapping[str, float]] = {}  # same counts, one map (read-only)
         for i, is_known, read_at, features_ts, was_placed in zip(
                 busy_at.tolist(), known[busy_at].tolist(), table.running_ts[at[busy_at]].tolist(), ts[busy_at].tolist(),
@@ -306,7 +306,7 @@ def decide(
                 key = tuple(counts.items())
                 same = shared.get(key)
                 if same is None:
-                    same = shared[key] = {col: float(counts.get(a, 0)) for col, a in names_of}
+                    same = shared[key] = running_features(apps, _NO_COUNTS, counts)
                 features[i] = same
                 running_on.append(i)
             if pending:
