@@ -17,9 +17,12 @@ A Redis mark expires (:func:`mark_ttl_s`) with the topic's retention, after whic
 at least: a topic with ``retention.ms=0`` still serves a message until its segment is deleted); for a topic that
 keeps its values (model-updates, compacted: a bad value stays until its key has a new one) with the dead-letters
 topic's, after which its dead letter is gone: a trainer that reads the value again then dead-letters it again.
-When neither topic deletes, the mark expires after 14 days all the same: no Redis mark is kept for ever. A file
-mark (the directory registry, without Redis) does not expire: it is kept until the directory is cleared. When
-the marks cannot be read (Redis away), the message is dead-lettered anyway: a second copy rather than none.
+When neither topic deletes, the mark expires after 14 days all the same: no mark is kept for ever. A file mark
+(the directory registry, without Redis) expires the same way: it holds the time it expires (:class:`DirectoryMarks`);
+one found expired is taken for absent and removed, and the directory is swept of expired marks at the first lookup
+and every :data:`SWEEP_EVERY` marks stored, so it holds the marks of one retention, not every bad message ever read.
+When the marks cannot be read (Redis away, a mark file unreadable), the message is dead-lettered anyway: a second
+copy rather than none.
 
 A dead letter Kafka does not acknowledge is sent again with backoff (``RTT_RETRY_MAX_BACKOFF_S`` at most
 between tries) until it is stored: a bad retrain-event is committed only then; those of the topics read from
@@ -33,8 +36,11 @@ message read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import os
+import uuid
 import zlib
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,7 +49,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from app.clock import Clock
+from app.clock import Clock, SystemClock
 from app.config import Settings
 from app.contracts import contract, encode
 from app.contracts.dead import dead_letter_record
@@ -55,6 +61,12 @@ from app.retry import Backoff
 from app.trainer.metrics import TrainerMetrics
 
 log = logging.getLogger(__name__)
+
+
+UNBOUNDED_MARK_TTL_S = 14 * 86400.0  # a mark's life when neither its topic nor dead-letters deletes (retention -1)
+MIN_MARK_TTL_S = 3600.0  # retention.ms=0 deletes a message once its segment rolls, not at once
+SWEEP_EVERY = 1_000  # file marks stored between two sweeps of the expired ones
+_PART = ".part"  # the end of the name of a file mark being written
 
 
 class Marks(Protocol):
@@ -95,33 +107,154 @@ class RedisMarks:
 
 
 class DirectoryMarks:
-    """Marks as empty files under ``path`` (created when the first one is stored); they do not expire."""
+    """Marks as files under ``path`` (created when the first one is stored), each holding the time it expires
+    (``clock.now()`` seconds, as text).
 
-    def __init__(self, path: Path) -> None:
+    A mark found expired is taken for absent and removed; :meth:`sweep` removes every expired one, at the first
+    lookup and every ``sweep_every`` marks stored, in a thread. A mark is written whole (a file beside it, renamed
+    over it), so a reader sharing the directory sees the old mark or the new one; one with no time in it (stored
+    by an earlier release) expires :data:`UNBOUNDED_MARK_TTL_S` after it was last written. A mark
+    removed as expired just as another trainer stores it again costs a second dead letter at worst. A mark file
+    that cannot be read makes its lookup raise ``OSError`` (dead-lettered anyway); one that cannot be removed is
+    left, taken for absent while expired.
+
+    >>> import tempfile
+    >>> from app.clock import ManualClock
+    >>> clock = ManualClock(1000.0)
+    >>> marks = DirectoryMarks(Path(tempfile.mkdtemp()) / "dead-letters", clock)
+    >>> asyncio.run(marks.add("t.0.5.-1.15d54739", ttl_s=60.0))
+    >>> asyncio.run(marks.has("t.0.5.-1.15d54739")), asyncio.run(marks.has("t.0.6.-1.15d54739"))
+    (True, False)
+    >>> _ = clock.advance(60.0)  # its expiry
+    >>> asyncio.run(marks.has("t.0.5.-1.15d54739"))
+    False
+    >>> list(marks.path.iterdir())
+    []
+    """
+
+    def __init__(self, path: Path, clock: Clock | None = None, sweep_every: int = SWEEP_EVERY) -> None:
+        if sweep_every < 1:
+            raise ValueError(f"sweep_every must be >= 1 (got {sweep_every})")
         self.path = path
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.sweep_every = sweep_every
+        self._stored = 0  # marks stored since the last sweep
+        self._swept = False  # the first lookup or store sweeps
 
     async def has(self, name: str) -> bool:
-        return (self.path / name).exists()
+        await self._sweep_once()
+        expires = self._expiry(self.path / name)
+        if expires is None:
+            return False
+        if expires > self.clock.now():
+            return True
+        self._remove(self.path / name, self.clock.now())
+        return False
 
     async def add(self, name: str, ttl_s: float) -> None:
+        await self._sweep_once()
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / name).touch()
+        self._write(self.path / name, ttl_s)
+        await self._stored_one()
 
     async def replace(self, old: str, name: str, ttl_s: float) -> None:
         try:  # a rename: a process dying meanwhile leaves the one name or the other, never both
             os.replace(self.path / old, self.path / name)
         except FileNotFoundError:  # renamed meanwhile by another trainer sharing the directory
-            await self.add(name, ttl_s)
+            pass
+        await self.add(name, ttl_s)  # its expiry, over the earlier release's empty file
 
     async def close(self) -> None:
         return None
 
+    async def sweep(self) -> int:
+        """Remove every expired mark (and a file a write cut short left beside one, an hour old); how many."""
+        return await asyncio.to_thread(self._sweep)
 
-def open_marks(settings: Settings) -> Marks:
-    """The marks beside the model registry: Redis when ``REDIS_URL`` is set, else ``{RTT_MODELS_DIR}/dead-letters``."""
+    def _sweep(self) -> int:
+        now, removed = self.clock.now(), 0
+        try:
+            entries = list(os.scandir(self.path))
+        except FileNotFoundError:  # no mark stored yet
+            return 0
+        except OSError as error:
+            log.warning("dead-letter marks in %s not swept: %r", self.path, error)
+            return 0
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                if entry.name.endswith(_PART):  # a write cut short (no mark name ends so: it ends in hex)
+                    if entry.stat().st_mtime + MIN_MARK_TTL_S <= now:
+                        removed += self._remove(path, now, part=True)
+                    continue
+                expires = self._expiry(path)
+            except OSError as error:  # unreadable: left, looked at again by the next sweep
+                log.debug("dead-letter mark %s not read: %r", entry.name, error)
+                continue
+            if expires is not None and expires <= now:
+                removed += self._remove(path, now)
+        if removed:
+            log.info("removed %d expired dead-letter mark(s) from %s", removed, self.path)
+        return removed
+
+    async def _sweep_once(self) -> None:
+        if not self._swept:
+            self._swept = True
+            await self.sweep()
+
+    async def _stored_one(self) -> None:
+        self._stored += 1
+        if self._stored >= self.sweep_every:
+            self._stored = 0
+            await self.sweep()
+
+    def _write(self, path: Path, ttl_s: float) -> None:
+        part = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_PART}")
+        try:
+            part.write_text(f"{self.clock.now() + ttl_s!r}\n")
+            os.replace(part, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
+
+    @staticmethod
+    def _expiry(path: Path) -> float | None:
+        """When the mark at ``path`` expires; None when there is none. ``OSError``: unreadable."""
+        try:
+            with open(path, "rb") as f:
+                text, stat = f.read(64), os.fstat(f.fileno())
+        except FileNotFoundError:
+            return None
+        try:
+            expires = float(text)
+        except ValueError:  # empty: stored by an earlier release, counted from when it was written
+            expires = math.nan
+        return expires if math.isfinite(expires) else stat.st_mtime + UNBOUNDED_MARK_TTL_S
+
+    @classmethod
+    def _remove(cls, path: Path, now: float, part: bool = False) -> int:
+        """Remove the mark at ``path`` found expired by ``now``, unless it was stored again since (read again just
+        before); 1 when removed. One that cannot be removed is left: it is taken for absent while expired."""
+        try:
+            expires = None if part else cls._expiry(path)
+            if not part and (expires is None or expires > now):
+                return 0
+            os.unlink(path)
+        except FileNotFoundError:  # removed meanwhile by another trainer's lookup or sweep
+            return 0
+        except OSError as error:
+            log.warning("expired dead-letter mark %s not removed: %r", path, error)
+            return 0
+        return 1
+
+
+def open_marks(settings: Settings, clock: Clock | None = None) -> Marks:
+    """The marks beside the model registry: Redis when ``REDIS_URL`` is set, else ``{RTT_MODELS_DIR}/dead-letters``
+    (expiring by ``clock``)."""
     if settings.redis_url:
         return RedisMarks(settings)
-    return DirectoryMarks(settings.models_path / "dead-letters")
+    return DirectoryMarks(settings.models_path / "dead-letters", clock)
 
 
 def mark_name(rec: Any) -> str:
@@ -154,9 +287,6 @@ def _crc(rec: Any) -> str:
     return f"{zlib.crc32(value):08x}"
 
 
-UNBOUNDED_MARK_TTL_S = 14 * 86400.0  # a mark's life when neither its topic nor dead-letters deletes (retention -1)
-MIN_MARK_TTL_S = 3600.0  # retention.ms=0 deletes a message once its segment rolls, not at once
-
 
 def mark_ttl_s(source: str) -> float:
     """How long the mark of a bad message of contract ``source`` is kept (seconds, always finite): the topic's
@@ -183,7 +313,7 @@ class TrainerDeadLetters:
         self.producer = producer  # the trainer's, once started
         self.metrics = metrics
         self.clock = clock
-        self.marks = marks if marks is not None else open_marks(settings)
+        self.marks = marks if marks is not None else open_marks(settings, clock)
 
     async def send(self, source: str, bad: list[tuple[Any, ContractError]], *, once: bool = True) -> int:
         """Dead-letter each record of ``bad`` (of contract ``source``) with the error it failed with; ``once``:
@@ -265,5 +395,5 @@ class TrainerDeadLetters:
             pass
 
 
-__all__ = ["MIN_MARK_TTL_S", "UNBOUNDED_MARK_TTL_S", "DirectoryMarks", "Marks", "RedisMarks", "TrainerDeadLetters",
-           "earlier_mark_name", "mark_name", "mark_ttl_s", "open_marks"]
+__all__ = ["MIN_MARK_TTL_S", "SWEEP_EVERY", "UNBOUNDED_MARK_TTL_S", "DirectoryMarks", "Marks", "RedisMarks",
+           "TrainerDeadLetters", "earlier_mark_name", "mark_name", "mark_ttl_s", "open_marks"]
