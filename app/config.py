@@ -308,8 +308,11 @@ class Settings:
     trainer_key_idle_s: float = _f(86_400.0, positive, doc="a model key with no new training sample for this"
                                    " long has its sample history dropped (its model keeps serving)")
     trainer_max_keys: int = _f(1_000, positive, doc="model keys whose sample history the trainer holds at most: a"
-                               " sample of a new key beyond it is refused (dead-lettered, model_keys_full), unless"
-                               " its key has a model: that one takes the place of the key idle longest without one")
+                               " sample of a new key beyond it is refused (dead-lettered, model_keys_full) until a"
+                               " held key has had no sample for RTT_TRAINER_KEY_IDLE_S, unless its key has a model:"
+                               " that one takes the place of the key idle longest without one. Not the least"
+                               " recently used key at once: invented keys would then push out keys still gathering"
+                               " samples for their first model (docs/deploy.md, Trainer memory)")
     trainer_cpus: str = _f("", cpu_list, doc='CPU list the trainer is pinned to, e.g. "2-3"; empty = no pinning'
                            " (its syntax checked here, the CPUs by the trainer at start)")
     trainer_margin: float = _f(0.02, _margin, doc="relative holdout RMSE improvement a challenger needs (below 1)")
