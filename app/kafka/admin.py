@@ -26,6 +26,7 @@ from app.contracts import load_contracts
 from app.errors import RttError
 from app.kafka.client import client_options
 from app.kafka.quiet import handled_connect
+from app.kafka.refusal import refusal
 from app.retry import Backoff
 
 TOPIC_ALREADY_EXISTS = 36
@@ -57,6 +58,12 @@ class TopicError(RttError):
     def __init__(self, message: str, results: Sequence[TopicResult] = ()) -> None:
         super().__init__(message)
         self.results = list(results)
+
+
+class KafkaRefused(TopicError):
+    """The broker turns this client away for good (:mod:`app.kafka.refusal`: SASL credentials or mechanism, the
+    broker's certificate, the security protocol): one line naming the settings to check. :func:`wait_reachable`
+    does not wait for it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +99,19 @@ DEFAULT_CLEANUP = "delete"  # Kafka's log.cleanup.policy default: a topic config
 
 async def started_admin(settings: Settings) -> AIOKafkaAdminClient:
     """A started admin client on the configured broker (the caller closes it); :class:`TopicError` naming
-    ``RTT_KAFKA_BOOTSTRAP`` when the broker does not answer."""
-    admin = AIOKafkaAdminClient(**client_options(settings, request_timeout_ms=10_000))
+    ``RTT_KAFKA_BOOTSTRAP`` when the broker does not answer, :class:`KafkaRefused` naming the settings to check
+    when it turns the client away for good (:func:`app.kafka.refusal.refusal` asks it why)."""
+    options = client_options(settings, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(**options)
     try:
         with handled_connect():
             await admin.start()
     except KafkaError as exc:
         await admin.close()
+        refused = await refusal(settings, {k: v for k, v in options.items()
+                                           if k not in ("bootstrap_servers", "request_timeout_ms")})
+        if refused is not None:
+            raise KafkaRefused(refused.message(settings.bootstrap_servers)) from None
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     return admin
 
@@ -140,6 +153,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
     (:func:`start_waiting_gauge`) is 1 from the first try until one passes, 0 after. ``since``: the ``clock()`` from
     which ``RTT_KAFKA_START_WAIT_S`` counts (default: as this wait begins): a service that waits again, its own start
     having failed on a broker gone meanwhile, counts its whole start (``gave up after`` the seconds since then).
+    A :class:`KafkaRefused` (wrong SASL credentials or mechanism, a certificate not verified, the other security
+    protocol: :mod:`app.kafka.refusal`) is raised at once, bound or not: a setting to fix, not a broker to wait for.
     """
     gauge = start_waiting_gauge(registry) if registry is not None else None
     if gauge is not None:
@@ -164,6 +179,8 @@ async def wait_reachable(settings: Settings, topics: Sequence[str] = (), *, serv
                                      f" answer within {try_s:.0f} s") from None
             else:
                 await check(settings, topics)
+        except KafkaRefused:  # a setting to fix: no wait heals it
+            raise
         except TopicError as exc:
             reason = str(exc)
             waited = clock() - start

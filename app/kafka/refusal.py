@@ -1,0 +1,214 @@
+"""Why a broker turns this client away for good: a setting to fix, which waiting for the broker does not heal.
+
+aiokafka's bootstrap logs why each connection failed and raises a bare ``Unable to bootstrap from …``: a wrong
+password, a certificate signed by another CA and a broker that is not up yet all look alike to its caller. After
+such a failure :func:`refusal` connects to each bootstrap address once more with the same settings (aiokafka's
+``create_conn``: TCP, TLS, ApiVersions, the SASL handshake and authentication) to learn the reason, and says
+whether it is permanent (:class:`Refusal`, naming the settings to check) or may pass (None: keep waiting).
+
+Permanent (:func:`classify`):
+
+* SASL authentication failed (``SASL_AUTHENTICATION_FAILED``, 58; aiokafka's ``AuthenticationFailedError``):
+  ``RTT_KAFKA_SASL_USERNAME`` / ``RTT_KAFKA_SASL_PASSWORD_FILE`` / ``RTT_KAFKA_SASL_MECHANISM``. A user not yet
+  created, or a password rotated on the broker before the Secret, heals only by a restart that reads the file
+  again, which the supervisor does after the exit.
+* A SASL mechanism the broker does not take (``UNSUPPORTED_SASL_MECHANISM``, 33): ``RTT_KAFKA_SASL_MECHANISM``.
+* ``ILLEGAL_SASL_STATE`` (34), a SASL handshake on a listener without SASL: ``RTT_KAFKA_SECURITY_PROTOCOL``.
+* The broker's certificate not verified (``ssl.SSLCertVerificationError``): ``RTT_KAFKA_SSL_CAFILE``, or
+  ``RTT_KAFKA_BOOTSTRAP`` for a host name the certificate does not name.
+* A TLS error that says the peer does not speak TLS (``WRONG_VERSION_NUMBER`` …) or would not take the client's
+  certificate (``…_ALERT_CERTIFICATE_REQUIRED``, ``…_ALERT_BAD_CERTIFICATE`` …): ``RTT_KAFKA_SECURITY_PROTOCOL``,
+  ``RTT_KAFKA_SSL_CERTFILE`` / ``RTT_KAFKA_SSL_KEYFILE``.
+* The other protocol answering on the port: a Kafka ApiVersions answer without TLS to a TLS client
+  (``SSL``/``SASL_SSL``: asked first, since a TLS handshake with a plaintext Kafka listener hangs until its
+  timeout), a completed TLS handshake to a client without TLS whose connection was closed or went silent. A
+  listener speaks one protocol: ``RTT_KAFKA_SECURITY_PROTOCOL``.
+
+May pass (None): a refused connection, a timeout, a host name that does not resolve (yet), a connection closed
+with no other protocol answering (a mutual-TLS listener that drops a client without a certificate looks so too),
+any other TLS error (a connection cut mid-handshake), a broker that answers this connection (the bootstrap failed
+later, on its metadata). Each address is asked once per failed start, each connection bounded by ``CONNECT_S``, each
+probe by ``PROBE_S``; when no address took the connection, the first permanent refusal stands, whatever the others
+said (one cluster, one set of settings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+from aiokafka.conn import collect_hosts, create_conn
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    IllegalSaslStateError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
+
+from app.config import Settings
+from app.kafka.client import security_options
+
+CONNECT_S = 5.0  # the second connection's bound (its TCP connect, TLS handshake and each request)
+PROBE_S = 2.0  # the other protocol's probe
+CERT_HOST_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
+CLIENT_CERT = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA", "ALERT_CERTIFICATE_UNKNOWN",
+               "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_EXPIRED", "ALERT_ACCESS_DENIED")
+TLS_VERSION = ("ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE")
+ENABLED = "Enabled mechanisms are: "  # how aiokafka's UnsupportedSaslMechanismError lists the broker's
+SASL_FIELDS = ("RTT_KAFKA_SASL_USERNAME", "RTT_KAFKA_SASL_PASSWORD_FILE", "RTT_KAFKA_SASL_MECHANISM")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A permanent refusal: ``reason`` (the broker's or TLS's), ``fields`` (the settings to check) and a ``hint``."""
+
+    reason: str
+    fields: tuple[str, ...]
+    hint: str = ""
+
+    def message(self, bootstrap: str) -> str:
+        """One line: where, why, what to check.
+
+        >>> Refusal("SASL authentication failed", ("RTT_KAFKA_SASL_USERNAME",)).message("k:9093").split("; ")
+        ['cannot use Kafka at k:9093 (RTT_KAFKA_BOOTSTRAP): SASL authentication failed', \
+'check RTT_KAFKA_SASL_USERNAME: not waited for, as waiting does not change it']
+        """
+        hint = f" ({self.hint})" if self.hint else ""
+        return (f"cannot use Kafka at {bootstrap} (RTT_KAFKA_BOOTSTRAP): {self.reason}; check "
+                f"{', '.join(self.fields)}{hint}: not waited for, as waiting does not change it")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes (aiokafka keeps a closed connection's reason as the cause of its error)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__  # type: ignore[assignment]
+
+
+def classify(exc: BaseException, settings: Settings) -> Refusal | None:
+    """The permanent refusal ``exc`` (an error of aiokafka's ``create_conn``, or its cause) says, if it says one.
+
+    >>> from aiokafka.errors import SaslAuthenticationFailed
+    >>> s = Settings.from_env({})
+    >>> classify(SaslAuthenticationFailed("Invalid username or password"), s).fields
+    ('RTT_KAFKA_SASL_USERNAME', 'RTT_KAFKA_SASL_PASSWORD_FILE', 'RTT_KAFKA_SASL_MECHANISM')
+    >>> classify(ConnectionRefusedError(111, "Connect call failed"), s) is None
+    True
+    """
+    for e in _chain(exc):
+        said = _sasl(e, settings) or _tls(e, settings)
+        if said is not None:
+            return said
+    return None
+
+
+def _sasl(e: BaseException, settings: Settings) -> Refusal | None:
+    mechanism = settings.kafka_sasl_mechanism
+    if isinstance(e, SaslAuthenticationFailed | AuthenticationFailedError):
+        detail = e.args[0] if e.args and isinstance(e.args[0], str) and e.args[0] else type(e).__name__
+        return Refusal(f"SASL authentication as {settings.kafka_sasl_username!r} with {mechanism} failed: {detail}",
+                       SASL_FIELDS)
+    if isinstance(e, UnsupportedSaslMechanismError):
+        text = str(e.args[0]) if e.args else ""
+        offered = f", it takes {text.split(ENABLED)[-1]}" if ENABLED in text else ""
+        return Refusal(f"the broker does not take SASL mechanism {mechanism} (UNSUPPORTED_SASL_MECHANISM{offered})",
+                       ("RTT_KAFKA_SASL_MECHANISM", "RTT_KAFKA_SECURITY_PROTOCOL"))
+    if isinstance(e, IllegalSaslStateError):
+        return Refusal("the broker refused the SASL handshake (ILLEGAL_SASL_STATE): the listener does not expect SASL,"
+                       f" RTT_KAFKA_SECURITY_PROTOCOL is {settings.kafka_security_protocol}",
+                       ("RTT_KAFKA_SECURITY_PROTOCOL",))
+    return None
+
+
+def _tls(e: BaseException, settings: Settings) -> Refusal | None:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        said = f"TLS: the broker's certificate was not verified: {e.verify_message or e.reason}"
+        if e.verify_code == CERT_HOST_MISMATCH:
+            return Refusal(said, ("RTT_KAFKA_BOOTSTRAP",), "a host name the broker's certificate names")
+        cafile = settings.kafka_ssl_cafile or "unset: the system's CAs"
+        return Refusal(said, ("RTT_KAFKA_SSL_CAFILE",), f"the CA that signed the broker's certificate; now {cafile}")
+    if not isinstance(e, ssl.SSLError) or isinstance(e, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return None  # a connection cut mid-handshake: may pass
+    reason = str(e.reason or "")
+    said = f"TLS: {e.reason or e}"
+    if any(r in reason for r in NOT_TLS):
+        return Refusal(f"{said}: the listener does not speak TLS, RTT_KAFKA_SECURITY_PROTOCOL is "
+                       f"{settings.kafka_security_protocol}", ("RTT_KAFKA_SECURITY_PROTOCOL",))
+    if any(r in reason for r in CLIENT_CERT):
+        return Refusal(f"{said}: the broker did not take the client's certificate",
+                       ("RTT_KAFKA_SSL_CERTFILE", "RTT_KAFKA_SSL_KEYFILE"))
+    if any(r in reason for r in TLS_VERSION):
+        return Refusal(f"{said}: no TLS version both sides speak (rttsched needs TLS 1.2 or later)",
+                       ("RTT_KAFKA_SECURITY_PROTOCOL",))
+    return None  # another TLS error: not known to be for good
+
+
+def _connected(exc: BaseException) -> bool:
+    """Whether ``exc`` came after the TCP connection was made (a closed, cut or silent connection: the other
+    protocol may be the listener's), not from making it (refused, unreachable, a name not resolved)."""
+    if isinstance(exc, TimeoutError | ConnectionResetError | BrokenPipeError | ssl.SSLError):
+        return True  # a timeout may be the connect's too: the probe's own connect then fails the same way
+    return not isinstance(exc, OSError)  # KafkaConnectionError (closed), IncompleteReadError …
+
+
+async def _speaks_plain_kafka(host: str, port: int) -> bool:
+    try:
+        conn = await create_conn(host, port, request_timeout_ms=int(PROBE_S * 1000))  # ApiVersions, no TLS
+    except Exception:  # noqa: BLE001 - no answer of any kind: not plaintext Kafka
+        return False
+    conn.close()
+    return True
+
+
+async def _speaks_tls(host: str, port: int) -> bool:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # a probe for TLS itself: no data is sent over it
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(PROBE_S):
+            _, writer = await asyncio.open_connection(host, port, ssl=context)
+    except Exception:  # noqa: BLE001 - no TLS handshake completed
+        return False
+    writer.close()
+    return True
+
+
+def _plain_answered(host: str, port: int, protocol: str) -> Refusal:
+    return Refusal(f"{host}:{port} answers Kafka without TLS, RTT_KAFKA_SECURITY_PROTOCOL is {protocol}",
+                   ("RTT_KAFKA_SECURITY_PROTOCOL",), "PLAINTEXT or SASL_PLAINTEXT for that listener")
+
+
+def _tls_answered(host: str, port: int, protocol: str) -> Refusal:
+    return Refusal(f"{host}:{port} speaks TLS, RTT_KAFKA_SECURITY_PROTOCOL is {protocol}",
+                   ("RTT_KAFKA_SECURITY_PROTOCOL",), "SSL or SASL_SSL for that listener")
+
+
+async def refusal(settings: Settings, options: dict[str, Any] | None = None) -> Refusal | None:
+    """Connect to each bootstrap address with ``settings`` once (``options``: aiokafka's security keywords,
+    default theirs): the permanent :class:`Refusal` when no address took the connection and one refused it
+    for good; None when one took it, or none said why for good (unreachable, silent: worth waiting for)."""
+    options = security_options(settings) if options is None else options
+    protocol = settings.kafka_security_protocol
+    tls = protocol.endswith("SSL")
+    found: Refusal | None = None
+    for host, port, _ in collect_hosts(settings.bootstrap_servers):
+        # a TLS client's handshake with a plaintext listener hangs until its timeout: that listener is asked first
+        said = _plain_answered(host, port, protocol) if tls and await _speaks_plain_kafka(host, port) else None
+        if said is None:
+            try:
+                conn = await create_conn(host, port, request_timeout_ms=int(CONNECT_S * 1000), **options)
+            except Exception as exc:  # noqa: BLE001 - each is classified; none leaves here
+                said = classify(exc, settings)
+                if said is None and not tls and _connected(exc) and await _speaks_tls(host, port):
+                    said = _tls_answered(host, port, protocol)
+            else:
+                conn.close()
+                return None  # it answers now: what failed may pass
+        found = found or said
+    return found

@@ -1,0 +1,155 @@
+"""A broker that turns the client away for good ends the start at once with one line naming the settings to check,
+on real listeners: the embedded broker, and the same broker behind TLS (:class:`tls_terminator.TlsFront`).
+
+A certificate signed by another CA than ``RTT_KAFKA_SSL_CAFILE``'s, a TLS client on the plaintext listener, a
+plaintext client on the TLS one, and a SASL mechanism the broker does not take (Tansu 0.6 answers a SCRAM handshake on
+its listener without authentication with UNSUPPORTED_SASL_MECHANISM) are :class:`~app.kafka.admin.KafkaRefused`, which
+:func:`~app.kafka.admin.wait_reachable` does not wait for, even unbounded (``RTT_KAFKA_START_WAIT_S`` 0). Before, each
+was ``cannot reach Kafka at … Unable to bootstrap …`` and the services waited for ever. A refused connection and a
+name that does not resolve are still waited for. ``rttsched trainer`` and ``rttsched worker`` with the wrong CA exit
+with code 2 and the one line, no traceback, in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tls_terminator import TlsFront, make_certificates
+
+from app.config import Settings
+from app.kafka.admin import KafkaRefused, TopicError, check_reachable, wait_reachable
+from app.kafka.embedded import free_port
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+EXIT_S = 60.0  # a service's imports and its first try, on a loaded machine (measured: 3-5 s)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TlsFront, dict[str, Path], dict[str, Path]]]:
+    """The embedded broker behind TLS (no client certificate asked), its certificates, and another CA's."""
+    certs = make_certificates(tmp_path_factory.mktemp("ca"))
+    other = make_certificates(tmp_path_factory.mktemp("other-ca"))
+    front = TlsFront(certs, mutual=False).start()
+    try:
+        yield front, certs, other
+    finally:
+        front.stop()
+
+
+def refused(settings: Settings, bound_s: float = 30.0) -> tuple[str, float]:
+    """The :class:`KafkaRefused` line of an unbounded :func:`wait_reachable`, and the seconds it took; fails when it
+    still waits after ``bound_s``."""
+    async def run() -> tuple[str, float]:
+        started = time.monotonic()
+
+        async def no_sleep(_: float) -> None:  # the waits between tries would only slow a failure down
+            await asyncio.sleep(0)
+
+        try:
+            async with asyncio.timeout(bound_s):
+                await wait_reachable(settings, service="test", sleep=no_sleep)
+        except KafkaRefused as exc:
+            return str(exc), time.monotonic() - started
+        except TimeoutError:
+            pytest.fail(f"still waiting after {bound_s:g} s")
+        pytest.fail("the broker answered")
+
+    assert settings.kafka_start_wait_s == 0
+    return asyncio.run(run())
+
+
+def test_the_right_ca_passes_and_another_ca_is_refused_at_once(tls: tuple[TlsFront, dict[str, Path],
+                                                                           dict[str, Path]]) -> None:
+    front, certs, other = tls
+    good = Settings.from_env({}, kafka_bootstrap=front.bootstrap, kafka_security_protocol="SSL",
+                             kafka_ssl_cafile=str(certs["ca"]))
+    asyncio.run(check_reachable(good))  # the listener itself is fine
+    bad = Settings.from_env({}, kafka_bootstrap=front.bootstrap, kafka_security_protocol="SSL",
+                            kafka_ssl_cafile=str(other["ca"]))
+    line, took = refused(bad)
+    assert line.startswith(f"cannot use Kafka at {front.bootstrap} (RTT_KAFKA_BOOTSTRAP): TLS: the broker's "
+                           "certificate was not verified: "), line
+    assert f"check RTT_KAFKA_SSL_CAFILE (the CA that signed the broker's certificate; now {other['ca']})" in line
+    assert "\n" not in line and took < 5.0
+
+
+def test_a_plaintext_client_on_the_tls_listener_is_refused(tls: tuple[TlsFront, dict[str, Path],
+                                                                      dict[str, Path]]) -> None:
+    front, _, _ = tls
+    line, took = refused(Settings.from_env({}, kafka_bootstrap=front.bootstrap))
+    assert (f"{front.bootstrap} speaks TLS, RTT_KAFKA_SECURITY_PROTOCOL is PLAINTEXT; check "
+            "RTT_KAFKA_SECURITY_PROTOCOL (SSL or SASL_SSL for that listener)") in line, line
+    assert took < 5.0
+
+
+def test_a_tls_client_on_the_plaintext_listener_is_refused(kafka_bootstrap: str) -> None:
+    # the TLS handshake with a plaintext Kafka listener hangs until the client's request timeout (10 s)
+    line, took = refused(Settings.from_env({}, kafka_bootstrap=kafka_bootstrap, kafka_security_protocol="SSL"))
+    assert (f"{kafka_bootstrap} answers Kafka without TLS, RTT_KAFKA_SECURITY_PROTOCOL is SSL; check "
+            "RTT_KAFKA_SECURITY_PROTOCOL (PLAINTEXT or SASL_PLAINTEXT for that listener)") in line, line
+    assert took < 20.0
+
+
+def test_a_sasl_mechanism_the_broker_does_not_take_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("secret")
+    line, took = refused(Settings.from_env(
+        {}, kafka_bootstrap=kafka_bootstrap, kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism="SCRAM-SHA-256", kafka_sasl_username="alice", kafka_sasl_password_file=str(password)))
+    assert ("the broker does not take SASL mechanism SCRAM-SHA-256 (UNSUPPORTED_SASL_MECHANISM); check "
+            "RTT_KAFKA_SASL_MECHANISM") in line, line
+    assert "secret" not in line and took < 5.0
+
+
+@pytest.mark.parametrize("bootstrap", [f"127.0.0.1:{free_port()}", "rttsched-no-such-broker.invalid:9092"],
+                         ids=["refused", "unresolved"])
+def test_a_broker_not_there_is_still_waited_for(bootstrap: str) -> None:
+    settings = Settings.from_env({}, kafka_bootstrap=bootstrap)
+    with pytest.raises(TopicError) as caught:
+        asyncio.run(check_reachable(settings))
+    assert not isinstance(caught.value, KafkaRefused)
+    assert str(caught.value).startswith(f"cannot reach Kafka at {bootstrap} (RTT_KAFKA_BOOTSTRAP): ")
+
+    tries: list[float] = []
+
+    async def count(_: float) -> None:
+        tries.append(time.monotonic())
+        if len(tries) >= 3:
+            raise asyncio.CancelledError  # three waits between tries: it waits, as before
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(wait_reachable(settings, service="test", sleep=count))
+    assert len(tries) == 3
+
+
+@pytest.mark.parametrize("service", ["trainer", "worker"])
+def test_a_service_with_another_ca_exits_2_with_one_line(service: str, tls: tuple[TlsFront, dict[str, Path],
+                                                                                  dict[str, Path]],
+                                                         tmp_path: Path) -> None:
+    front, _, other = tls
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
+    env.update(RTT_KAFKA_BOOTSTRAP=front.bootstrap, RTT_KAFKA_SECURITY_PROTOCOL="SSL",
+               RTT_KAFKA_SSL_CAFILE=str(other["ca"]), RTT_TOPIC_PREFIX=f"r{uuid.uuid4().hex[:8]}-",
+               RTT_MODELS_DIR=str(tmp_path / "models"), RTT_WORKER_DATADIR=str(tmp_path / "faust"),
+               RTT_METRICS_HOST="127.0.0.1", RTT_METRICS_PORT=str(free_port()))  # RTT_KAFKA_START_WAIT_S unset: 0
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "app.cli.main", service], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=EXIT_S)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if " INFO " not in line]  # the metrics port's INFO line
+    assert errors == [f"rttsched {service}: error: cannot use Kafka at {front.bootstrap} (RTT_KAFKA_BOOTSTRAP): TLS: "
+                      f"the broker's certificate was not verified: certificate signature failure; check "
+                      f"RTT_KAFKA_SSL_CAFILE (the CA that signed the broker's certificate; now {other['ca']}): not "
+                      "waited for, as waiting does not change it"], done.stderr
+    assert "waiting for Kafka" not in done.stdout + done.stderr and "Traceback" not in done.stdout
+    print(f"{service}: exit 2 after {took:.1f} s")
