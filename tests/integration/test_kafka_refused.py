@@ -6,8 +6,8 @@ plaintext client on the TLS one, and a SASL mechanism the broker does not take (
 its listener without authentication with UNSUPPORTED_SASL_MECHANISM) are :class:`~app.kafka.admin.KafkaRefused`, which
 :func:`~app.kafka.admin.wait_reachable` does not wait for, even unbounded (``RTT_KAFKA_START_WAIT_S`` 0). Before, each
 was ``cannot reach Kafka at … Unable to bootstrap …`` and the services waited for ever. A refused connection and a
-name that does not resolve are still waited for. ``rttsched trainer`` and ``rttsched worker`` with the wrong CA exit
-with code 2 and the one line, no traceback, in seconds.
+name that does not resolve are still waited for. ``rttsched trainer``, ``worker`` and ``bridge`` with the wrong CA
+exit with code 2 and the one line, no traceback, in seconds (measured: 2-4 s, the imports included).
 """
 
 from __future__ import annotations
@@ -131,22 +131,25 @@ def test_a_broker_not_there_is_still_waited_for(bootstrap: str) -> None:
     assert len(tries) == 3
 
 
-@pytest.mark.parametrize("service", ["trainer", "worker"])
-def test_a_service_with_another_ca_exits_2_with_one_line(service: str, tls: tuple[TlsFront, dict[str, Path],
+@pytest.mark.parametrize("argv", [["trainer"], ["worker"], ["bridge", "--target", "node=n1,url=http://127.0.0.1:9/m"]],
+                         ids=["trainer", "worker", "bridge"])
+def test_a_service_with_another_ca_exits_2_with_one_line(argv: list[str], tls: tuple[TlsFront, dict[str, Path],
                                                                                   dict[str, Path]],
                                                          tmp_path: Path) -> None:
     front, _, other = tls
+    service = argv[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
     env.update(RTT_KAFKA_BOOTSTRAP=front.bootstrap, RTT_KAFKA_SECURITY_PROTOCOL="SSL",
                RTT_KAFKA_SSL_CAFILE=str(other["ca"]), RTT_TOPIC_PREFIX=f"r{uuid.uuid4().hex[:8]}-",
                RTT_MODELS_DIR=str(tmp_path / "models"), RTT_WORKER_DATADIR=str(tmp_path / "faust"),
                RTT_METRICS_HOST="127.0.0.1", RTT_METRICS_PORT=str(free_port()))  # RTT_KAFKA_START_WAIT_S unset: 0
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "app.cli.main", service], env=env, cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "app.cli.main", *argv], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=EXIT_S)
     took = time.monotonic() - started
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if " INFO " not in line]  # the metrics port's INFO line
+    assert done.stdout == ""
     assert errors == [f"rttsched {service}: error: cannot use Kafka at {front.bootstrap} (RTT_KAFKA_BOOTSTRAP): TLS: "
                       f"the broker's certificate was not verified: certificate signature failure; check "
                       f"RTT_KAFKA_SSL_CAFILE (the CA that signed the broker's certificate; now {other['ca']}): not "
