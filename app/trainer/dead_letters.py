@@ -40,6 +40,7 @@ import contextlib
 import logging
 import math
 import os
+import threading
 import uuid
 import zlib
 from pathlib import Path
@@ -111,12 +112,13 @@ class DirectoryMarks:
     (``clock.now()`` seconds, as text).
 
     A mark found expired is taken for absent and removed; :meth:`sweep` removes every expired one, at the first
-    lookup and every ``sweep_every`` marks stored, in a thread. A mark is written whole (a file beside it, renamed
-    over it), so a reader sharing the directory sees the old mark or the new one; one with no time in it (stored
-    by an earlier release) expires :data:`UNBOUNDED_MARK_TTL_S` after it was last written. A mark
-    removed as expired just as another trainer stores it again costs a second dead letter at worst. A mark file
-    that cannot be read makes its lookup raise ``OSError`` (dead-lettered anyway); one that cannot be removed is
-    left, taken for absent while expired.
+    lookup and every ``sweep_every`` marks stored, in a thread, one sweep at a time; :meth:`close` stops a sweep
+    running at its next mark and waits for its thread (the trainer's stop bounds that wait). A mark is written
+    whole (a file beside it, renamed over it), so a reader sharing the directory sees the old mark or the new one;
+    one with no time in it (stored by an earlier release) expires :data:`UNBOUNDED_MARK_TTL_S` after it was last
+    written. A mark removed as expired just as another trainer stores it again costs a second dead letter at worst.
+    A mark file that cannot be read makes its lookup raise ``OSError`` (dead-lettered anyway); one that cannot be
+    removed is left, taken for absent while expired.
 
     >>> import tempfile
     >>> from app.clock import ManualClock
@@ -140,6 +142,8 @@ class DirectoryMarks:
         self.sweep_every = sweep_every
         self._stored = 0  # marks stored since the last sweep
         self._swept = False  # the first lookup or store sweeps
+        self._sweeping: asyncio.Future[int] | None = None  # the sweep running in its thread, or the last one
+        self._closed = threading.Event()  # set by close: a sweep running stops at its next mark, none starts
 
     async def has(self, name: str) -> bool:
         await self._sweep_once()
@@ -165,11 +169,20 @@ class DirectoryMarks:
         await self.add(name, ttl_s)  # its expiry, over the earlier release's empty file
 
     async def close(self) -> None:
-        return None
+        """Stop a sweep running, at the mark it is on, and wait for its thread; no sweep starts after."""
+        self._closed.set()
+        if self._sweeping is not None and not self._sweeping.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._sweeping)
 
     async def sweep(self) -> int:
-        """Remove every expired mark (and a file a write cut short left beside one, an hour old); how many."""
-        return await asyncio.to_thread(self._sweep)
+        """Remove every expired mark (and a file a write cut short left beside one, an hour old); how many. A call
+        while a sweep runs waits for that one (its count); none runs after :meth:`close` (0)."""
+        if self._sweeping is None or self._sweeping.done():
+            if self._closed.is_set():
+                return 0
+            self._sweeping = asyncio.ensure_future(asyncio.to_thread(self._sweep))
+        return await asyncio.shield(self._sweeping)  # the caller cancelled (the trainer's stop): close waits for it
 
     def _sweep(self) -> int:
         now, removed = self.clock.now(), 0
@@ -181,6 +194,8 @@ class DirectoryMarks:
             log.warning("dead-letter marks in %s not swept: %r", self.path, error)
             return 0
         for entry in entries:
+            if self._closed.is_set():  # closed: the trainer stops
+                break
             path = Path(entry.path)
             try:
                 if entry.name.endswith(_PART):  # a write cut short (no mark name ends so: it ends in hex)
