@@ -53,6 +53,7 @@ from app.scheduler.assumed import AssumedPod, AssumedPods
 from app.scheduler.explore import chosen_to_explore, explored, not_learnt
 from app.scheduler.filtering import anti_affinity_reason, contention_factor, sla_reason
 from app.scheduler.inflict import inflicted_ms
+from app.scheduler.memo import ByIdentity
 from app.scheduler.podinfo import PodInfo
 from app.scheduler.policy import Policy
 from app.scheduler.scoring import MAX_SCORE, MIN_SCORE, NEUTRAL_SCORE, score_nodes
@@ -384,19 +385,13 @@ def decide(
     )
 
 
-_FACTORS: dict[tuple[int, str], tuple[Policy, dict[tuple[str, ...], float]]] = {}
+_FACTORS: ByIdentity[dict[tuple[str, ...], float]] = ByIdentity(64)  # per (policy, app); a policy is held
 MAX_FACTORS = 1024  # pending-apps tuples remembered per policy and app
 
 
 def _factors(policy: Policy, app: str) -> dict[tuple[str, ...], float]:
     """The contention factors of ``app`` under ``policy`` met so far, by pending apps (a policy is immutable)."""
-    key = (id(policy), app)
-    hit = _FACTORS.get(key)
-    if hit is None or hit[0] is not policy:
-        if len(_FACTORS) >= 64:
-            _FACTORS.clear()
-        hit = _FACTORS[key] = (policy, {})
-    return hit[1]
+    return _FACTORS.get(policy, app, dict)
 
 
 def _placed(by_node: Collection[str], nodes: Sequence[str], index: Callable[[], Mapping[str, int]]) -> np.ndarray:

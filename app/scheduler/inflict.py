@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import functools
 import operator
-import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numba
 import numpy as np
@@ -37,6 +35,7 @@ import numpy as np
 from app.features.vector import RUNNING_PREFIX
 from app.scheduler.assumed import AssumedPod
 from app.scheduler.entries import ModelEntry
+from app.scheduler.memo import ByIdentity
 from app.scheduler.snapshot import Snapshot
 from app.scheduler.table import AppRoutes
 
@@ -133,24 +132,16 @@ def _live_pods(live: Mapping[int, Sequence[AssumedPod]], candidates: Sequence[in
             columns[:, 2].copy())
 
 
-_ENTRY_COLUMNS: dict[tuple[int, tuple[str, ...], str], tuple[weakref.ref[ModelEntry], tuple[Any, ...]]] = {}
-MAX_ENTRY_COLUMNS = 64  # (entry, names, own) remembered; then it starts afresh
+_ENTRY_COLUMNS: ByIdentity[tuple[np.ndarray, np.ndarray, int, np.ndarray, int]] = ByIdentity(64, weak=True)
 
 
 def _entry_columns(entry: ModelEntry, names: tuple[str, ...], own: str,
                    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int]:
     """:func:`_column_spec` of ``entry``, remembered per entry object (hashing its feature names and task columns
     on every call cost more than the lookup). The entry is held weakly: a model replaced by a retrain, and the
-    rows of snapshots gone by, are freed as soon as no snapshot refers to them (an id reused by a new entry
-    finds its reference dead)."""
-    key = (id(entry), names, own)
-    hit = _ENTRY_COLUMNS.get(key)
-    if hit is None or hit[0]() is not entry:
-        if len(_ENTRY_COLUMNS) >= MAX_ENTRY_COLUMNS:
-            _ENTRY_COLUMNS.clear()
-        hit = _ENTRY_COLUMNS[key] = (weakref.ref(entry), _column_spec(
-            entry.feature_names, tuple(entry.task_columns.items()), names, own))
-    return hit[1]  # type: ignore[return-value]
+    rows of snapshots gone by, are freed as soon as no snapshot refers to them."""
+    return _ENTRY_COLUMNS.get(entry, (names, own), lambda: _column_spec(
+        entry.feature_names, tuple(entry.task_columns.items()), names, own))
 
 
 @functools.lru_cache(maxsize=1024)
