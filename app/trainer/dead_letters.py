@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -68,6 +69,7 @@ UNBOUNDED_MARK_TTL_S = 14 * 86400.0  # a mark's life when neither its topic nor 
 MIN_MARK_TTL_S = 3600.0  # retention.ms=0 deletes a message once its segment rolls, not at once
 SWEEP_EVERY = 1_000  # file marks stored between two sweeps of the expired ones
 _PART = ".part"  # the end of the name of a file mark being written
+NAME_MAX = 255  # the longest file name (bytes) of most file systems
 
 
 class Marks(Protocol):
@@ -147,23 +149,24 @@ class DirectoryMarks:
 
     async def has(self, name: str) -> bool:
         await self._sweep_once()
-        expires = self._expiry(self.path / name)
+        path = self._file(name)
+        expires = self._expiry(path)
         if expires is None:
             return False
         if expires > self.clock.now():
             return True
-        self._remove(self.path / name, self.clock.now())
+        self._remove(path, self.clock.now())
         return False
 
     async def add(self, name: str, ttl_s: float) -> None:
         await self._sweep_once()
         self.path.mkdir(parents=True, exist_ok=True)
-        self._write(self.path / name, ttl_s)
+        self._write(self._file(name), ttl_s)
         await self._stored_one()
 
     async def replace(self, old: str, name: str, ttl_s: float) -> None:
         try:  # a rename: a process dying meanwhile leaves the one name or the other, never both
-            os.replace(self.path / old, self.path / name)
+            os.replace(self._file(old), self._file(name))
         except FileNotFoundError:  # renamed meanwhile by another trainer sharing the directory
             pass
         await self.add(name, ttl_s)  # its expiry, over the earlier release's empty file
@@ -223,8 +226,16 @@ class DirectoryMarks:
             self._stored = 0
             await self.sweep()
 
+    def _file(self, name: str) -> Path:
+        """The file of the mark ``name``: so named, or, a name too long for a file (a topic of near Kafka's 249
+        characters), the start of it and the SHA-256 of the whole."""
+        raw = name.encode()
+        if len(raw) <= NAME_MAX:
+            return self.path / name
+        return self.path / f"{raw[:NAME_MAX - 65].decode(errors='ignore')}.{hashlib.sha256(raw).hexdigest()}"
+
     def _write(self, path: Path, ttl_s: float) -> None:
-        part = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_PART}")
+        part = path.with_name(f".{uuid.uuid4().hex}{_PART}")  # as short whatever the mark's name
         try:
             part.write_text(f"{self.clock.now() + ttl_s!r}\n")
             os.replace(part, path)

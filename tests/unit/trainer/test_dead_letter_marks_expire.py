@@ -6,6 +6,7 @@ Redis marks compared are a real redis-server's."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import uuid
@@ -203,3 +204,19 @@ async def test_both_stores_keep_a_mark_for_its_ttl_and_no_longer(store: tuple[Ma
     assert [await marks.has(n) for n in ("t.0.1.5.00000000", "t.0.2.5.00000000")] == [False, True]
     await wait(0.4)
     assert not await marks.has("t.0.2.5.00000000")
+
+
+@pytest.mark.parametrize("length", [200, 249])  # past the file names the write of a mark beside it took; Kafka's most
+async def test_a_mark_of_a_topic_with_a_long_name_is_stored(tmp_path: Path, length: int) -> None:
+    clock = ManualClock(1_800_000_000.0)
+    settings = Settings.from_env({}, models_dir=str(tmp_path), topic_prefix="p-")
+    d = TrainerDeadLetters(settings, TrainerMetrics(), clock, producer=Producer())  # type: ignore[arg-type]
+    topic = "p" * (length - len("-training-samples")) + "-training-samples"
+    rec, exc = bad(1)
+    long, other = dataclasses.replace(rec, topic=topic), dataclasses.replace(rec, topic=topic, offset=2)
+    assert await d.send("training-samples", [(long, exc), (other, exc)]) == 2
+    assert await d.send("training-samples", [(long, exc), (other, exc)]) == 0  # each marked, told apart
+    files = names(tmp_path / "dead-letters")
+    assert len(files) == 2 and all(len(f) <= 255 for f in files)
+    clock.advance(mark_ttl_s("training-samples"))
+    assert await d.send("training-samples", [(long, exc)]) == 1  # and expires as any other
