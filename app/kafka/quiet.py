@@ -1,9 +1,10 @@
 """Keep aiokafka's per-attempt connection errors from drowning what the caller reports itself.
 
-aiokafka logs ``ERROR Unable connect to ...`` on every failed connection attempt. Where a failure is
-expected and handled - the embedded broker's readiness probe, a command that turns "no broker" into its
-own one-line error - that line is noise before the real message: inside :func:`handled_connect` those
-records are dropped unless debug logging is on (``rttsched -v``).
+aiokafka logs ``ERROR Unable connect to ...`` on every failed connection attempt (``WARNING Unable to request
+metadata ...`` when the connection was made and closed at the first request: a SASL listener to a client without
+SASL). Where a failure is expected and handled - the embedded broker's readiness probe, a command that turns
+"no broker" into its own one-line error - that line is noise before the real message: inside
+:func:`handled_connect` those records are dropped unless debug logging is on (``rttsched -v``).
 
 A service that goes on while the broker is away (the worker, the trainer, the extender's feed) lets each
 of aiokafka's per-retry errors (:data:`RECURRING`: connect, metadata, fetch, produce, coordinator) through
@@ -13,8 +14,9 @@ batch sent again, a node-weights message lost) and the extender's (a batch of pr
 in one second after its broker came back from a hang) are kept to one per period the same way.
 
 >>> drop = DropConnectionErrors()
->>> [drop.filter(logging.makeLogRecord({"msg": m})) for m in ('Unable connect to "%s:%s": %s', "Topic missing")]
-[False, True]
+>>> [drop.filter(logging.makeLogRecord({"msg": m})) for m in ('Unable connect to "%s:%s": %s', "Topic missing",
+...                                                          'Unable to request metadata from "%s:%s": %s')]
+[False, True, False]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ PERIOD_S = 10.0  # the worker's and the trainer's period for RECURRING errors (t
 
 class DropConnectionErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(("Unable connect", "Unable to connect"))
+        return not str(record.msg).startswith(("Unable connect", "Unable to connect", "Unable to request metadata"))
 
 
 @contextlib.contextmanager

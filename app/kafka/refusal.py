@@ -23,13 +23,16 @@ Permanent (:func:`classify`):
   (``SSL``/``SASL_SSL``: asked first, since a TLS handshake with a plaintext Kafka listener hangs until its
   timeout), a completed TLS handshake to a client without TLS whose connection was closed or went silent. A
   listener speaks one protocol: ``RTT_KAFKA_SECURITY_PROTOCOL``.
+* A SASL listener to a client without SASL: it answers ApiVersions, closes the connection at the next request
+  (the bootstrap's Metadata), and answers a SASL handshake with the mechanisms it offers:
+  ``RTT_KAFKA_SECURITY_PROTOCOL`` (``SASL_PLAINTEXT`` or ``SASL_SSL``, with the ``RTT_KAFKA_SASL_*`` settings).
 
 May pass (None): a refused connection, a timeout, a host name that does not resolve (yet), a connection closed
 with no other protocol answering (a mutual-TLS listener that drops a client without a certificate looks so too),
-any other TLS error (a connection cut mid-handshake), a broker that answers this connection (the bootstrap failed
-later, on its metadata). Each address is asked once per failed start, each connection bounded by ``CONNECT_S``, each
-probe by ``PROBE_S``; when no address took the connection, the first permanent refusal stands, whatever the others
-said (one cluster, one set of settings).
+any other TLS error (a connection cut mid-handshake), a broker that answers this connection and its Metadata
+request (what failed was not the settings). Each address is asked once per failed start, each connection bounded
+by ``CONNECT_S``, each probe by ``PROBE_S``; when no address answers, the first permanent refusal stands, whatever
+the others said (one cluster, one set of settings).
 """
 
 from __future__ import annotations
@@ -44,15 +47,19 @@ from aiokafka.conn import collect_hosts, create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
     IllegalSaslStateError,
+    KafkaConnectionError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.admin import SaslHandShakeRequest
+from aiokafka.protocol.metadata import MetadataRequest
 
 from app.config import Settings
 from app.kafka.client import security_options
 
 CONNECT_S = 5.0  # the second connection's bound (its TCP connect, TLS handshake and each request)
 PROBE_S = 2.0  # the other protocol's probe
+PROBE_MECHANISM = "SCRAM-SHA-512"  # what a SASL probe asks for: a SASL listener lists its mechanisms either way
 CERT_HOST_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
 CLIENT_CERT = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA", "ALERT_CERTIFICATE_UNKNOWN",
@@ -189,26 +196,61 @@ def _tls_answered(host: str, port: int, protocol: str) -> Refusal:
                    ("RTT_KAFKA_SECURITY_PROTOCOL",), "SSL or SASL_SSL for that listener")
 
 
-async def refusal(settings: Settings, options: dict[str, Any] | None = None) -> Refusal | None:
-    """Connect to each bootstrap address with ``settings`` once (``options``: aiokafka's security keywords,
-    default theirs): the permanent :class:`Refusal` when no address took the connection and one refused it
-    for good; None when one took it, or none said why for good (unreachable, silent: worth waiting for)."""
-    options = security_options(settings) if options is None else options
+async def _wants_sasl(host: str, port: int, options: dict[str, Any]) -> list[str]:
+    """The SASL mechanisms a listener offers in answer to a SASL handshake (none: it does not speak SASL, or said
+    nothing)."""
+    try:
+        conn = await create_conn(host, port, request_timeout_ms=int(PROBE_S * 1000), **options)
+    except Exception:  # noqa: BLE001 - not even the connection: nothing said
+        return []
+    try:
+        answer = await conn.send(SaslHandShakeRequest(PROBE_MECHANISM))
+    except Exception:  # noqa: BLE001 - no answer: nothing said
+        return []
+    finally:
+        conn.close()
+    return list(answer.enabled_mechanisms) if answer.error_code in (0, UnsupportedSaslMechanismError.errno) else []
+
+
+async def _ask(host: str, port: int, settings: Settings, options: dict[str, Any]) -> tuple[bool, Refusal | None]:
+    """Whether the address answers this client now, and the permanent refusal it said if it did not."""
     protocol = settings.kafka_security_protocol
     tls = protocol.endswith("SSL")
+    if tls and await _speaks_plain_kafka(host, port):  # a TLS handshake with a plaintext listener hangs until its
+        return False, _plain_answered(host, port, protocol)  # timeout: that listener is asked first
+    try:
+        conn = await create_conn(host, port, request_timeout_ms=int(CONNECT_S * 1000), **options)
+    except Exception as exc:  # noqa: BLE001 - each is classified; none leaves here
+        said = classify(exc, settings)
+        if said is None and not tls and _connected(exc) and await _speaks_tls(host, port):
+            said = _tls_answered(host, port, protocol)
+        return False, said
+    try:  # a SASL listener answers ApiVersions before the authentication, and closes the connection at the next
+        await conn.send(MetadataRequest([]))  # request of a client that did not authenticate: the bootstrap's own
+    except KafkaConnectionError:
+        if protocol.startswith("SASL_"):
+            return False, None
+        offered = await _wants_sasl(host, port, options)
+        return False, (Refusal(f"{host}:{port} closed the connection at the first request after ApiVersions and "
+                               f"offers SASL ({', '.join(offered)}), RTT_KAFKA_SECURITY_PROTOCOL is {protocol}",
+                               ("RTT_KAFKA_SECURITY_PROTOCOL", "RTT_KAFKA_SASL_MECHANISM"),
+                               "SASL_PLAINTEXT or SASL_SSL, with the RTT_KAFKA_SASL_* settings") if offered else None)
+    except Exception:  # noqa: BLE001 - no answer in time, an error: may pass
+        return False, None
+    finally:
+        conn.close()
+    return True, None
+
+
+async def refusal(settings: Settings, options: dict[str, Any] | None = None) -> Refusal | None:
+    """Ask each bootstrap address once with ``settings`` (``options``: aiokafka's security keywords, default
+    theirs): the permanent :class:`Refusal` when no address answers and one refused the client for good; None when
+    one answers, or none said why for good (unreachable, silent: worth waiting for)."""
+    options = security_options(settings) if options is None else options
     found: Refusal | None = None
     for host, port, _ in collect_hosts(settings.bootstrap_servers):
-        # a TLS client's handshake with a plaintext listener hangs until its timeout: that listener is asked first
-        said = _plain_answered(host, port, protocol) if tls and await _speaks_plain_kafka(host, port) else None
-        if said is None:
-            try:
-                conn = await create_conn(host, port, request_timeout_ms=int(CONNECT_S * 1000), **options)
-            except Exception as exc:  # noqa: BLE001 - each is classified; none leaves here
-                said = classify(exc, settings)
-                if said is None and not tls and _connected(exc) and await _speaks_tls(host, port):
-                    said = _tls_answered(host, port, protocol)
-            else:
-                conn.close()
-                return None  # it answers now: what failed may pass
+        answers, said = await _ask(host, port, settings, options)
+        if answers:
+            return None  # what failed may pass
         found = found or said
     return found
