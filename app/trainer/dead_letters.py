@@ -189,6 +189,7 @@ class DirectoryMarks:
 
     def _sweep(self) -> int:
         now, removed = self.clock.now(), 0
+        left: list[OSError] = []  # why expired marks were not removed (a read-only directory: every one), said once
         try:
             entries = list(os.scandir(self.path))
         except FileNotFoundError:  # no mark stored yet
@@ -203,16 +204,19 @@ class DirectoryMarks:
             try:
                 if entry.name.endswith(_PART):  # a write cut short (no mark name ends so: it ends in hex)
                     if entry.stat().st_mtime + MIN_MARK_TTL_S <= now:
-                        removed += self._remove(path, now, part=True)
+                        removed += self._remove(path, now, part=True, left=left)
                     continue
                 expires = self._expiry(path)
             except OSError as error:  # unreadable: left, looked at again by the next sweep
                 log.debug("dead-letter mark %s not read: %r", entry.name, error)
                 continue
             if expires is not None and expires <= now:
-                removed += self._remove(path, now)
+                removed += self._remove(path, now, left=left)
         if removed:
             log.info("removed %d expired dead-letter mark(s) from %s", removed, self.path)
+        if left:
+            log.warning("%d expired dead-letter mark(s) in %s not removed (the first: %r); left, taken for absent",
+                        len(left), self.path, left[0])
         return removed
 
     async def _sweep_once(self) -> None:
@@ -259,9 +263,10 @@ class DirectoryMarks:
         return expires if math.isfinite(expires) else stat.st_mtime + UNBOUNDED_MARK_TTL_S
 
     @classmethod
-    def _remove(cls, path: Path, now: float, part: bool = False) -> int:
+    def _remove(cls, path: Path, now: float, part: bool = False, left: list[OSError] | None = None) -> int:
         """Remove the mark at ``path`` found expired by ``now``, unless it was stored again since (read again just
-        before); 1 when removed. One that cannot be removed is left: it is taken for absent while expired."""
+        before); 1 when removed. One that cannot be removed is left: it is taken for absent while expired; why is
+        logged, or added to ``left``."""
         try:
             expires = None if part else cls._expiry(path)
             if not part and (expires is None or expires > now):
@@ -270,7 +275,10 @@ class DirectoryMarks:
         except FileNotFoundError:  # removed meanwhile by another trainer's lookup or sweep
             return 0
         except OSError as error:
-            log.warning("expired dead-letter mark %s not removed: %r", path, error)
+            if left is None:
+                log.warning("expired dead-letter mark %s not removed: %r", path, error)
+            else:
+                left.append(error)
             return 0
         return 1
 

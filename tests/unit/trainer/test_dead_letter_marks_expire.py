@@ -222,3 +222,24 @@ async def test_a_mark_of_a_topic_with_a_long_name_is_stored(tmp_path: Path, leng
     assert len(files) == 2 and all(len(f) <= 255 for f in files)
     clock.advance(mark_ttl_s("training-samples"))
     assert await d.send("training-samples", [(long, exc)]) == 1  # and expires as any other
+
+
+async def test_a_sweep_says_once_how_many_expired_marks_it_could_not_remove(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock(1_800_000_000.0)
+    path = tmp_path / "dead-letters"
+    marks = DirectoryMarks(path, clock)
+    for i in range(5):
+        await marks.add(f"t.0.{i}.-1.00000000", ttl_s=10.0)
+    clock.advance(10.0)
+
+    def read_only(p: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError(30, "Read-only file system", str(p))
+
+    monkeypatch.setattr(os, "unlink", read_only)  # a directory mounted read-only
+    with caplog.at_level(logging.WARNING, logger=module.__name__):
+        assert await marks.sweep() == 0
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and lines[0].startswith("5 expired dead-letter mark(s)") and "Read-only" in lines[0]
+    assert len(names(path)) == 5
+    assert not await marks.has("t.0.0.-1.00000000")  # each still taken for absent
