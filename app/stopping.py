@@ -3,6 +3,10 @@
 A service's stop must end whatever its tasks do: one that catches its cancel, or waits on a peer that never answers,
 must not hold the process past its grace period. A process whose stop left something running (a task, or a call in
 a thread, which nothing can cancel) leaves by :func:`exit_now`: Python's own exit would wait for it again.
+
+A process whose event loops come and go (the worker: its start wait's, then Faust's, a wait's again after a failed
+start) takes its stop signals through one :class:`SignalRoute`, so that none finds them at their default between two
+loops.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 
@@ -65,3 +70,47 @@ def exit_now(code: int, line: str | None = None) -> NoReturn:
             print(line, flush=True)
     flush_output()
     os._exit(code)
+
+
+class SignalRoute:
+    """SIGTERM and SIGINT (``signals``) taken by one Python handler from its making to the process's end, and passed
+    to whichever event loop the process runs at the time.
+
+    An event loop's own handlers (``loop.add_signal_handler``) leave a signal at its default when removed, and when
+    the loop closes: between two loops SIGTERM ended the process at once (143) and SIGINT was a
+    ``KeyboardInterrupt``. Here each signal goes to the target :meth:`to` set, ``callback(signal)`` called on its
+    loop (``call_soon_threadsafe``); with none (:meth:`hold`), or its loop closed, it is kept in :attr:`noted` --
+    for the next target, which gets it as it is set, or for the caller to look at.
+
+    >>> route = SignalRoute(())  # takes no signal over: its handler is called by hand here
+    >>> route._on_signal(signal.SIGTERM, None)
+    >>> route.noted
+    [<Signals.SIGTERM: 15>]
+    """
+
+    def __init__(self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self.noted: list[signal.Signals] = []
+        self._target: tuple[asyncio.AbstractEventLoop, Callable[[signal.Signals], object]] | None = None
+        for sig in signals:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        sig = signal.Signals(signum)
+        target = self._target
+        if target is not None:
+            loop, callback = target
+            with contextlib.suppress(RuntimeError):  # its loop closed: kept for the next
+                loop.call_soon_threadsafe(callback, sig)
+                return
+        self.noted.append(sig)
+
+    def to(self, loop: asyncio.AbstractEventLoop, callback: Callable[[signal.Signals], object]) -> None:
+        """From now on each signal calls ``callback`` on ``loop``; those kept meanwhile do, in order, at once."""
+        self._target = (loop, callback)
+        noted, self.noted = self.noted, []
+        for sig in noted:
+            loop.call_soon_threadsafe(callback, sig)
+
+    def hold(self) -> None:
+        """From now on each signal is kept (:attr:`noted`) until the next :meth:`to`."""
+        self._target = None

@@ -9,13 +9,19 @@ Ctrl-C then stops it at once (one line, exit code 0). A broker that answers the 
 connected sends it back to waiting (one WARNING, then a new Faust app) for what is left of that bound (none left: the
 one line below, ``… (gave up after N s: RTT_KAFKA_START_WAIT_S=…)``); gone after that, or another Kafka error that ends
 Faust's start, and the worker ends with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
-(:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out).
+(:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out) -- also when a SIGTERM or Ctrl-C comes
+during the stop that follows that failure (it only asked for that stop). A signal at any other moment of the start,
+between two event loops included (the wait's end and Faust's handlers, a failed start and the wait again), and after
+a clean stop, is a clean stop: exit code 0 (:class:`app.stopping.SignalRoute`).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.stopping import SignalRoute
 
 # flag -> the environment variable it overrides (errors name the one the value came from: flag_errors)
 FLAGS = {"--session-timeout-s": "RTT_WORKER_SESSION_TIMEOUT_S", "--history-s": "RTT_FEATURE_HISTORY_S",
@@ -53,6 +59,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.kafka.admin import TopicError
     from app.kafka.quiet import PERIOD_S, quiet_client_errors
     from app.listen import hold_listen
+    from app.stopping import SignalRoute
     from app.streams.app import create_app, start_steps
     from app.streams.metrics import WorkerMetrics
     from app.streams.options import WorkerOptions
@@ -78,13 +85,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     # the wait is bounded and ends.
     began = time.monotonic()  # RTT_KAFKA_START_WAIT_S bounds from the first wait on: every wait and try after it
     since: float | None = None  # the first wait counts from its own start, one after it from ``began``
+    # SIGTERM and Ctrl-C through one handler from here to the process's end, passed to the event loop of the moment
+    # (the wait's, Faust's) and kept between two: none finds its default (143, KeyboardInterrupt) as a loop ends
+    signals = SignalRoute()
     try:
         while True:
             # the app's series, made now: the wait's /metrics serves them (rtt_kafka_start_waiting 1), Faust's page
             # after it; made again for an app made again (an app registers series of its own on them)
             metrics = WorkerMetrics()
             stopped_by = asyncio.run(_wait_for_kafka(settings, tuple(load_contracts()), held, metrics.registry,
-                                                     since))
+                                                     since, signals))
             if stopped_by:
                 print(f"worker: stopped ({stopped_by}) while waiting for Kafka", flush=True)
                 return 0
@@ -94,13 +104,19 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                   + (f", /metrics on port {settings.metrics_port}" if settings.metrics_port else ""), flush=True)
             # the deadline stays armed until the process ends: Python's exit waits for Faust's consumer thread too
             deadline = StopDeadline(stop_timeout_s, settings.bootstrap_servers)
-            worker = DeadlineWorker(app, deadline=deadline, loglevel=args.loglevel, quiet=True,
+            worker = DeadlineWorker(app, deadline=deadline, signals=signals, loglevel=args.loglevel, quiet=True,
                                     redirect_stdouts=False, override_logging=False)
-            code = _execute(worker)
+            if signals.noted:  # since the wait passed: nothing started yet, nothing to stop
+                print(f"worker: stopped ({signals.noted[0].name}) as it started", flush=True)
+                return 0
+            code = _execute(worker)  # a signal from here until Faust's handlers would be installed: acted on then
+            signals.hold()  # Faust's loop has ended: one now is kept, for the wait again, or left (the stop is done)
             failed = worker.start_failure
-            if failed is None or deadline.armed:  # ran, or stopped by a signal
+            if failed is None or worker.failed_as_stopping:  # ran, or stopped by a signal during its start
                 return code
-            # a Kafka error ended Faust's start (Faust has stopped its clients)
+            # a Kafka error ended Faust's start (Faust has stopped its clients; a signal during that stop only asked
+            # for the stop that was under way: the failure is said all the same)
+            stopping = deadline.armed
             if not isinstance(failed, KafkaConnectionError):  # not the broker gone: waiting again would not help
                 raise TopicError(f"the worker's clients failed to start on Kafka at {settings.bootstrap_servers}"
                                  f" (RTT_KAFKA_BOOTSTRAP): {failed}")
@@ -110,9 +126,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             # the broker answered the wait and was gone when the producer started; nothing taken over yet (the port
             # still held here, no consumer): wait again, a new app after it, within what is left of the bound
             bound_s, spent_s = settings.kafka_start_wait_s, time.monotonic() - began
-            if bound_s and spent_s >= bound_s:
-                raise TopicError(f"{said} as Faust started: {failed} (gave up after {spent_s:.0f} s:"
-                                 f" RTT_KAFKA_START_WAIT_S={bound_s:g})")
+            if stopping or (bound_s and spent_s >= bound_s):
+                gave_up = "" if stopping else f" (gave up after {spent_s:.0f} s: RTT_KAFKA_START_WAIT_S={bound_s:g})"
+                raise TopicError(f"{said} as Faust started: {failed}{gave_up}")
             log.warning("worker: %s as Faust started: %s; waiting for it again", said, failed)
             since = began
     finally:
@@ -130,11 +146,12 @@ def _execute(worker: Any) -> int:
 
 
 async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, registry: Any,
-                          since: float | None) -> str | None:
+                          since: float | None, signals: SignalRoute) -> str | None:
     """Wait until the broker answers and has ``topics`` (:func:`app.kafka.admin.wait_reachable`, its bound counted
     from ``since``, the first wait's start, when this wait comes after it), the port ``held`` answering probes
-    meanwhile (``/metrics``: ``registry``, ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT) that
-    stopped the wait, if one did (a clean stop, as once the worker runs)."""
+    meanwhile (``/metrics``: ``registry``, ``rtt_kafka_start_waiting`` 1 in it); the signal (SIGTERM, SIGINT, from
+    ``signals``: one kept since the last loop's end too) that stopped the wait, if one did (a clean stop, as once the
+    worker runs). One after the wait passed is kept by ``signals``."""
     import asyncio
     import signal
 
@@ -156,9 +173,7 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
     def waiting(why: str | None) -> None:
         reason[0] = None if why is None else f"kafka: {why}"
 
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    signals.to(asyncio.get_running_loop(), on_signal)
     try:
         async with answer_while_waiting(held, lambda: reason[0], registry):
             await wait_reachable(settings, topics, service="worker", waiting=waiting, registry=registry, since=since)
@@ -168,6 +183,5 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
             return stopped[0]
         raise
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        signals.hold()
     return stopped[0] if stopped else None

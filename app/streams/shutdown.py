@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import threading
@@ -42,7 +43,7 @@ import faust
 from aiokafka.errors import KafkaError
 
 from app.kafka.quiet import handled_connect
-from app.stopping import flush_output
+from app.stopping import SignalRoute, flush_output
 from app.streams.app import start_steps
 
 log = logging.getLogger(__name__)
@@ -209,12 +210,21 @@ class DeadlineWorker(faust.Worker):
     (the thread's crash, Python's report of the thread's end, Faust's ``We experienced a crash!``). Until the
     consumer's client has started, and through the stop that follows a failed start, those reports of a Kafka error
     are left to the caller (with debug logging, Faust's are kept too); Faust's stop still stops every service it
-    started. A Kafka error after that (the tables' recovery) ends no start: Faust reports it as before.
+    started. A Kafka error after that (the tables' recovery) ends no start: Faust reports it as before. A Kafka error
+    that ends a start a stop signal had already cancelled is kept too, marked :attr:`failed_as_stopping`: the stop's
+    doing, not a failure to say.
+
+    With ``signals``, SIGTERM and SIGINT come through that :class:`~app.stopping.SignalRoute` instead of handlers of
+    the event loop's own (mode's), which go back to their defaults as the loop closes: those that came before Faust's
+    handlers would have been installed are acted on then, at once; those after the loop's end are the route's.
     """
 
-    def __init__(self, app: faust.App, *, deadline: StopDeadline, **kwargs: Any) -> None:
+    def __init__(self, app: faust.App, *, deadline: StopDeadline, signals: SignalRoute | None = None,
+                 **kwargs: Any) -> None:
         self.stop_deadline = deadline
+        self.signals = signals
         self.start_failure: KafkaError | None = None
+        self.failed_as_stopping = False
         self._starting = False
         self._start_quiet = contextlib.ExitStack()
         self._said = StartFailureSaid()
@@ -243,6 +253,7 @@ class DeadlineWorker(faust.Worker):
             await super().start()
         except KafkaError as exc:
             self.start_failure = exc
+            self.failed_as_stopping = self.stop_deadline.armed  # a signal asked for the stop first
             self._said.failed = True
             log.debug("the worker's start failed", exc_info=exc)  # its traceback with -v: the caller says one line
 
@@ -298,6 +309,20 @@ class DeadlineWorker(faust.Worker):
                      args.exc_value)
             return
         self._excepthook(args)
+
+    def _install_signal_handlers_unix(self) -> None:
+        if self.signals is None:
+            super()._install_signal_handlers_unix()
+            return
+        self.loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)  # as mode's
+        self.loop.add_signal_handler(signal.SIGUSR2, self._on_sigusr2)
+        self.signals.to(self.loop, self._on_stop_signal)
+
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGINT:
+            self._on_sigint()
+        else:
+            self._on_sigterm()
 
     def _on_sigterm(self) -> None:
         self.stop_deadline.arm("SIGTERM")
