@@ -338,7 +338,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
                      producer: Any = None, publish: bool = True, mapping: MetricMap | None = None,
                      metrics: BridgeMetrics | None = None,
                      on_round: Callable[[list[Snapshot]], None] | None = None,
-                     stop: asyncio.Event | None = None) -> BridgeStats:
+                     stop: asyncio.Event | None = None,
+                     on_started: Callable[[], object] | None = None) -> BridgeStats:
     """Scrape ``targets`` every ``settings.scrape_interval_s`` and produce node-metrics.
 
     ``scrapes``: rounds to run (None = until cancelled or stopped). ``stop``: once set, no round starts; the round
@@ -346,7 +347,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     ``stats.abandoned``), and the producer's delivery of what it holds gets what is left of that, 1 s at least.
     ``producer``: a started ``AIOKafkaProducer`` to use (else one is started and stopped here); ``publish=False``
     produces nothing (``on_round`` still sees every round). With ``REDIS_URL`` set, the running-pods view is read
-    in the background for the GPU hang check (:mod:`app.bridge.running`). Returns counts of what was done.
+    in the background for the GPU hang check (:mod:`app.bridge.running`). ``on_started`` is called once the producer
+    has started (the one given, or its own), before the first round. Returns counts of what was done.
     """
     clock = clock or SystemClock()
     sleep = sleep or asyncio.sleep
@@ -356,6 +358,8 @@ async def run_bridge(settings: Settings, targets: Sequence[Target], *, scrapes: 
     own = publish and producer is None
     if own:
         producer = await start_producer(settings)
+    if on_started is not None:
+        on_started()
     interval = settings.scrape_interval_s
     running, redis_client, refresher = None, None, None
     loop = asyncio.get_running_loop()

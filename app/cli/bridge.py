@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+PRODUCER_STARTING = "its producer starting"  # /readyz 503 says it between the wait passing and the producer's start
 HELP = "scrape node_exporter / dcgm-exporter / nvidia_gpu_exporter endpoints and produce node-metrics"
 
 
@@ -221,9 +222,13 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
             if held.asked():
                 stop.set()
                 return BridgeStats(), True
-            def waiting(reason: str | None) -> None:  # /readyz 503 naming it
+            def waiting(reason: str | None) -> None:  # /readyz 503 naming it; the wait passed (None): ready once
+                if heartbeat is not None:  # the producer started
+                    heartbeat.waiting = f"kafka: {reason or PRODUCER_STARTING}"
+
+            def producing() -> None:
                 if heartbeat is not None:
-                    heartbeat.waiting = None if reason is None else f"kafka: {reason}"
+                    heartbeat.waiting = None
 
             try:  # no broker yet, or its topic not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
                 await beating(wait_reachable(settings, ("node-metrics",), service="bridge", waiting=waiting,
@@ -238,7 +243,7 @@ def _run(args: argparse.Namespace, settings: Any, held: _Held | None) -> int:
             print(f"bridge: {len(targets)} node(s), every {settings.scrape_interval_s:g}s -> "
                   f"{settings.topic('node-metrics')} on {settings.bootstrap_servers}", flush=True)
             stats = await beating(run_bridge(settings, targets, scrapes=args.scrapes, mapping=mapping,
-                                             metrics=metrics, stop=stop), heartbeat)
+                                             metrics=metrics, stop=stop, on_started=producing), heartbeat)
             return stats, stop.is_set()
         finally:  # a SIGTERM more (a supervisor asking again) while it winds down must not kill it half-way
             loop.remove_signal_handler(signal.SIGTERM)

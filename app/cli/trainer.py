@@ -1,7 +1,8 @@
 """``rttsched trainer``: consume retrain-events, train off the event loop, announce promoted models.
 
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
-``RTT_KAFKA_START_WAIT_S``), ``/healthz`` 200 and ``/readyz`` 503 meanwhile; SIGTERM or Ctrl-C then stops it at
+``RTT_KAFKA_START_WAIT_S``), ``/healthz`` 200 and ``/readyz`` 503 meanwhile, and until its consumers and producer have
+started after the wait (``not ready: kafka: its clients starting``); SIGTERM or Ctrl-C then stops it at
 once (one line, exit code 0). So it does while its Kafka clients start after the wait (one line, ``trainer: stopped
 (SIGTERM) as it started``; the clients made so far stopped within the stop's bound, exit code 0): a broker that takes
 connections and answers nothing holds each client's start for its 40 s request timeout.
@@ -20,6 +21,7 @@ from typing import Any
 FLAGS = {"--cpus": "RTT_TRAINER_CPUS", "--max-samples-per-key": "RTT_TRAINER_MAX_SAMPLES_PER_KEY",
          "--margin": "RTT_TRAINER_MARGIN"}
 TRAINER_TOPICS = ("training-samples", "retrain-events", "model-updates", "dead-letters")  # read or written
+CLIENTS_STARTING = "its clients starting"  # /readyz 503 says it between the wait passing and the clients' start
 HELP = "retrain models on retrain-events (feature selection + XGBoost), promote winners, announce on model-updates"
 
 
@@ -110,9 +112,9 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
 
-        def waiting_for(reason: str | None) -> None:
+        def waiting_for(reason: str | None) -> None:  # the wait passed (None): ready once the clients started
             if heartbeat is not None:
-                heartbeat.waiting = None if reason is None else f"kafka: {reason}"
+                heartbeat.waiting = f"kafka: {reason or CLIENTS_STARTING}"
 
         try:  # no broker yet, or its topics not created: wait for them (RTT_KAFKA_START_WAIT_S bounds it)
             await beating(wait_reachable(settings, TRAINER_TOPICS, service="trainer", waiting=waiting_for,
@@ -128,6 +130,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             try:
                 with handled_connect():  # that one line, not the client's own ERROR besides
                     await service.start()
+                if heartbeat is not None:  # its consumers and producer started: /readyz 200
+                    heartbeat.waiting = None
             except KafkaError as exc:  # it answered the wait, then went away: the clients made so far are stopped
                 said = ("cannot reach Kafka at" if isinstance(exc, KafkaConnectionError)
                         else "the trainer's clients failed to start on Kafka at")
