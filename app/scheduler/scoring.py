@@ -31,7 +31,7 @@ MIN_SCORE = 0
 NEUTRAL_SCORE = 5
 
 
-def raw_scores(rtt_ms: np.ndarray) -> np.ndarray:
+def raw_scores(rtt_ms: Sequence[float] | np.ndarray) -> np.ndarray:
     """Float scores in [0, 10] before credibility; NaN where the prediction is unusable."""
     rtt = np.asarray(rtt_ms, dtype=np.float64)
     ok = np.isfinite(rtt) & (rtt > 0)
@@ -51,12 +51,13 @@ def _ratio(best: float, rtt: np.ndarray) -> np.ndarray:
 
 def blended_scores(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
     """Float scores in [0, 10] after the credibility pull toward neutral (no rounding)."""
-    raw = raw_scores(np.asarray(rtt_ms, dtype=np.float64))
+    raw = raw_scores(rtt_ms)
     c = np.asarray(credibility, dtype=np.float64)
     c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
     ok = ~np.isnan(raw)
-    blended = np.where(ok, c * np.where(ok, raw, 0.0) + (1.0 - c) * NEUTRAL_SCORE, NEUTRAL_SCORE)
-    return np.clip(blended, MIN_SCORE, MAX_SCORE)
+    blended = np.where(ok, c * raw + (1.0 - c) * NEUTRAL_SCORE, NEUTRAL_SCORE)  # c x NaN: NaN, no warning
+    # never below 0 (c and 1 - c in [0, 1], raw >= 0); above 10 by a rounding: 10 x best / best can be 10 + 2e-15
+    return np.minimum(blended, MAX_SCORE)
 
 
 def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -74,13 +75,12 @@ def score_nodes(rtt_ms: Sequence[float] | np.ndarray, credibility: Sequence[floa
         if 0 < lo < 1e300 and rtt.max() < np.inf and cred.min() >= 0.0 and cred.max() <= 1.0:
             return np.rint(cred * (MAX_SCORE * lo / rtt) + (1.0 - cred) * NEUTRAL_SCORE).astype(np.int64)
     out = np.full(rtt.shape, NEUTRAL_SCORE, dtype=np.int64)
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(rtt) & (rtt > 0)
+    ok = np.isfinite(rtt) & (rtt > 0)  # NaN > 0 is False, without a warning
     if not ok.any():
         return out
     r = rtt[ok]
     c = cred[ok]
     c = np.clip(np.where(np.isnan(c), 0.0, c), 0.0, 1.0)
     blended = c * _ratio(r.min(), r) + (1.0 - c) * NEUTRAL_SCORE
-    out[ok] = np.clip(np.rint(blended), MIN_SCORE, MAX_SCORE)
+    out[ok] = np.rint(blended)  # blended in [0, 10 + 2e-15] (c in [0, 1], ratio in (0, 10]): rint in 0..10
     return out
