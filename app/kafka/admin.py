@@ -106,12 +106,14 @@ async def started_admin(settings: Settings) -> AIOKafkaAdminClient:
     try:
         with handled_connect():
             await admin.start()
-    except KafkaError as exc:
+    except (KafkaError, KeyError, ValueError) as exc:  # the last two: aiokafka's SCRAM client, on an error answer
         await admin.close()
         refused = await refusal(settings, {k: v for k, v in options.items()
                                            if k not in ("bootstrap_servers", "request_timeout_ms")})
         if refused is not None:
             raise KafkaRefused(refused.message(settings.bootstrap_servers)) from None
+        if not isinstance(exc, KafkaError):
+            raise
         raise TopicError(f"cannot reach Kafka at {settings.bootstrap_servers} (RTT_KAFKA_BOOTSTRAP): {exc}") from None
     return admin
 

@@ -8,7 +8,9 @@ whether it is permanent (:class:`Refusal`, naming the settings to check) or may 
 
 Permanent (:func:`classify`):
 
-* SASL authentication failed (``SASL_AUTHENTICATION_FAILED``, 58; aiokafka's ``AuthenticationFailedError``):
+* SASL authentication failed (``SASL_AUTHENTICATION_FAILED``, 58; aiokafka's ``AuthenticationFailedError``; the
+  ``KeyError``/``ValueError`` aiokafka's SCRAM client raises on a server-final message carrying an error, ``e=…``,
+  instead of its signature, as Tansu sends):
   ``RTT_KAFKA_SASL_USERNAME`` / ``RTT_KAFKA_SASL_PASSWORD_FILE`` / ``RTT_KAFKA_SASL_MECHANISM``. A user not yet
   created, or a password rotated on the broker before the Secret, heals only by a restart that reads the file
   again, which the supervisor does after the exit.
@@ -109,7 +111,7 @@ def classify(exc: BaseException, settings: Settings) -> Refusal | None:
     True
     """
     for e in _chain(exc):
-        said = _sasl(e, settings) or _tls(e, settings)
+        said = _tls(e, settings) or _sasl(e, settings)
         if said is not None:
             return said
     return None
@@ -117,10 +119,15 @@ def classify(exc: BaseException, settings: Settings) -> Refusal | None:
 
 def _sasl(e: BaseException, settings: Settings) -> Refusal | None:
     mechanism = settings.kafka_sasl_mechanism
+    failed = f"SASL authentication as {settings.kafka_sasl_username!r} with {mechanism} failed"
     if isinstance(e, SaslAuthenticationFailed | AuthenticationFailedError):
         detail = e.args[0] if e.args and isinstance(e.args[0], str) and e.args[0] else type(e).__name__
-        return Refusal(f"SASL authentication as {settings.kafka_sasl_username!r} with {mechanism} failed: {detail}",
-                       SASL_FIELDS)
+        return Refusal(f"{failed}: {detail}", SASL_FIELDS)
+    if (isinstance(e, KeyError | ValueError) and not isinstance(e, OSError) and mechanism.startswith("SCRAM-")
+            and settings.kafka_security_protocol.startswith("SASL_")):  # aiokafka's SCRAM client on the broker's answer
+        detail = (f"the broker's last SCRAM message has no server signature ({e}): a SCRAM error such as unknown-user"
+                  " or invalid-proof" if isinstance(e, KeyError) else f"the SCRAM exchange failed: {e}")
+        return Refusal(f"{failed}: {detail}", SASL_FIELDS)
     if isinstance(e, UnsupportedSaslMechanismError):
         text = str(e.args[0]) if e.args else ""
         offered = f", it takes {text.split(ENABLED)[-1]}" if ENABLED in text else ""

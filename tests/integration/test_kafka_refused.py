@@ -7,9 +7,10 @@ its listener without authentication with UNSUPPORTED_SASL_MECHANISM) are :class:
 :func:`~app.kafka.admin.wait_reachable` does not wait for, even unbounded (``RTT_KAFKA_START_WAIT_S`` 0). Before, each
 was ``cannot reach Kafka at … Unable to bootstrap …`` and the services waited for ever. A refused connection and a
 name that does not resolve are still waited for. ``rttsched trainer``, ``worker`` and ``bridge`` with the wrong CA
-exit with code 2 and the one line, no traceback, in seconds (measured: 2-5 s, the imports included). A
-client without SASL on the broker started with ``--authentication`` is refused too, and the trainer's line is alone
-(aiokafka's ``Unable to request metadata`` WARNING is not printed before it).
+exit with code 2 and the one line, no traceback, in seconds (measured: 2-5 s, the imports included). On the
+broker started with ``--authentication`` (SASL/SCRAM required), a client without SASL is refused, the trainer's line
+alone (aiokafka's ``Unable to request metadata`` WARNING is not printed before it), and a SCRAM user it does not know
+is a failed authentication (before: ``KeyError: 'v'``, exit code 1, from aiokafka's SCRAM client).
 """
 
 from __future__ import annotations
@@ -203,3 +204,20 @@ def test_a_trainer_without_sasl_on_a_sasl_listener_exits_2_with_one_line(sasl_li
     assert len(errors) == 1 and errors[0].startswith(
         f"rttsched trainer: error: cannot use Kafka at {sasl_listener} (RTT_KAFKA_BOOTSTRAP): {sasl_listener} closed "
         "the connection at the first request after ApiVersions and offers SASL"), done.stderr
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_scram_user_the_broker_does_not_know_is_refused(mechanism: str, sasl_listener: str, tmp_path: Path) -> None:
+    # Tansu answers the failed exchange with a SCRAM error (e=…) in its last message, which aiokafka's client reads as a
+    # missing signature (KeyError 'v'); a Kafka broker answers SASL_AUTHENTICATION_FAILED (tests/unit/kafka)
+    password = tmp_path / "password"
+    password.write_text("not-the-password")
+    line, took = refused(Settings.from_env(
+        {}, kafka_bootstrap=sasl_listener, kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism=mechanism,
+        kafka_sasl_username="mallory", kafka_sasl_password_file=str(password)))
+    assert line.startswith(f"cannot use Kafka at {sasl_listener} (RTT_KAFKA_BOOTSTRAP): SASL authentication as "
+                           f"'mallory' with {mechanism} failed: the broker's last SCRAM message has no server "
+                           "signature ('v'): a SCRAM error such as unknown-user or invalid-proof; check "
+                           "RTT_KAFKA_SASL_USERNAME, RTT_KAFKA_SASL_PASSWORD_FILE, RTT_KAFKA_SASL_MECHANISM: "
+                           "not waited for"), line
+    assert "not-the-password" not in line and took < 5.0

@@ -66,6 +66,14 @@ def test_a_failed_sasl_authentication_names_the_credentials_and_says_the_brokers
     assert other is not None and other.fields == SASL_FIELDS and other.reason.endswith(": AuthenticationFailedError")
 
 
+def test_a_scram_answer_aiokafka_cannot_read_is_a_failed_authentication(sasl: Settings) -> None:
+    said = classify(KeyError("v"), sasl)  # a server-final message with e=invalid-proof: no v= signature
+    assert said is not None and said.fields == SASL_FIELDS and "no server signature ('v')" in said.reason
+    said = classify(ValueError("Server sent wrong signature!"), sasl)
+    assert said is not None and said.reason.endswith("failed: the SCRAM exchange failed: Server sent wrong signature!")
+    assert classify(KeyError("v"), Settings.from_env({})) is None  # not a SCRAM client: nothing known
+
+
 def test_a_mechanism_the_broker_does_not_take_names_the_mechanism(sasl: Settings) -> None:
     listed = classify(UnsupportedSaslMechanismError(
         "Kafka broker does not support SCRAM-SHA-512 sasl mechanism. Enabled mechanisms are: ['PLAIN']"), sasl)
