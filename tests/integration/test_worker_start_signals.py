@@ -40,12 +40,13 @@ from app.kafka.embedded import EmbeddedBroker
 pytestmark = pytest.mark.integration
 __all__ = ["broker", "start_worker"]  # fixtures of test_worker_broker_gone_at_start, used here
 
-# ``rttsched worker`` that holds, by HOLD:
+# ``rttsched worker`` that holds, by HOLD (a comma-separated list of):
 # - ``app``: as its first Faust app is made (its start wait passed), until ``go`` (``gap`` written);
-# - ``again``: after its first start wait (``answered``, until ``gone``: the test stops the broker meanwhile), then as
-#   it makes its series for the wait that follows the failed start, until ``go`` (``gap`` written);
-# - ``stop``: Faust's producer fails to start with a Kafka error that is not the broker gone; the app's stop holds
-#   until ``go`` (``stopping`` written);
+# - ``answered``: after its first start wait, until ``gone`` (``answered`` written: the test stops the broker
+#   meanwhile, Faust's start fails on it);
+# - ``again``: as it makes its series for the wait that follows a failed start, until ``go`` (``gap`` written);
+# - ``refused``: Faust's producer fails to start with a Kafka error that is not the broker gone;
+# - ``stopping``: the app's stop holds until ``go`` (``stopping`` written);
 # - ``gathering``: once the worker's stop has finished, as Faust gathers its tasks before it closes its event loop,
 #   until ``go`` (``stopped`` written); ``closed``: the same once Faust has closed its event loop.
 CHILD = """
@@ -62,14 +63,14 @@ import app.streams.metrics as streams_metrics
 import app.streams.shutdown as shutdown
 
 marks = Path(os.environ["MARKS"])
-hold = os.environ["HOLD"]
+holds = os.environ["HOLD"].split(",")
 
 def held(mark):
     (marks / mark).write_text("")
     while not (marks / "go").exists():
         time.sleep(0.01)
 
-if hold == "app":
+if "app" in holds:
     create_app = streams_app.create_app
 
     def creating(*args, **kwargs):
@@ -77,7 +78,7 @@ if hold == "app":
         return create_app(*args, **kwargs)
 
     streams_app.create_app = creating
-elif hold == "again":
+if "answered" in holds:
     real, waits = admin.wait_reachable, []
 
     async def wait_reachable(*args, **kwargs):
@@ -90,6 +91,7 @@ elif hold == "again":
         return waited
 
     admin.wait_reachable = wait_reachable
+if "again" in holds:
     made = []
 
     class Metrics(streams_metrics.WorkerMetrics):
@@ -100,11 +102,12 @@ elif hold == "again":
             super().__init__()
 
     streams_metrics.WorkerMetrics = Metrics
-elif hold == "stop":
+if "refused" in holds:
     async def refused(self):
         raise UnsupportedVersionError("the broker does not support the producer's requests")
 
     driver.Producer.on_start = refused
+if "stopping" in holds:
     on_stop = faust.App.on_stop
 
     async def stopping(self):
@@ -114,7 +117,7 @@ elif hold == "stop":
         await on_stop(self)
 
     faust.App.on_stop = stopping
-elif hold == "gathering":
+if "gathering" in holds:
     gather = shutdown.DeadlineWorker._gather_all
 
     def gathering(self):
@@ -122,7 +125,7 @@ elif hold == "gathering":
         gather(self)
 
     shutdown.DeadlineWorker._gather_all = gathering
-elif hold == "closed":
+if "closed" in holds:
     stop_and_shutdown = shutdown.DeadlineWorker.stop_and_shutdown
 
     def closed(self):
@@ -187,7 +190,7 @@ def test_a_signal_between_the_start_wait_and_fausts_handlers_stops_the_worker_cl
 
 def test_sigterm_between_a_failed_start_and_the_wait_that_follows_stops_the_worker_cleanly(
         held_worker: Callable[[str], tuple[HeldWorker, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
-    worker, _ = held_worker("again")
+    worker, _ = held_worker("answered,again")
     stop_broker_when_answered(worker, broker, tmp_path)
     code, _ = signalled_at(worker, tmp_path / "gap")
     text = worker.text
@@ -199,7 +202,7 @@ def test_sigterm_between_a_failed_start_and_the_wait_that_follows_stops_the_work
 
 def test_sigterm_during_the_stop_of_a_failed_start_still_says_the_failure_and_exits_2(
         held_worker: Callable[[str], tuple[HeldWorker, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
-    worker, _ = held_worker("stop")
+    worker, _ = held_worker("refused,stopping")
     code, took = signalled_at(worker, tmp_path / "stopping")
     text = worker.text
     assert code == 2, text[-6000:]
@@ -207,7 +210,23 @@ def test_sigterm_during_the_stop_of_a_failed_start_still_says_the_failure_and_ex
     assert errors == [f"rttsched worker: error: the worker's clients failed to start on Kafka at {broker.bootstrap}"
                       " (RTT_KAFKA_BOOTSTRAP): [Error 35] UnsupportedVersionError: the broker does not support the"
                       " producer's requests"], text[-6000:]
-    assert took < 10.0, text[-6000:]  # the stop under way, not a wait again
+    assert took < 10.0, text[-6000:]  # the stop under way, no more
+    assert_no_traceback(text)
+
+
+def test_sigterm_during_the_stop_of_a_start_failed_on_a_broker_gone_says_it_and_does_not_wait_again(
+        held_worker: Callable[[str], tuple[HeldWorker, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    worker, _ = held_worker("answered,stopping")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    code, took = signalled_at(worker, tmp_path / "stopping")
+    text = worker.text
+    assert code == 2, text[-6000:]
+    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as Faust started: "
+    ) and "gave up after" not in errors[0], text[-6000:]
+    assert "waiting for it again" not in text and "waiting for Kafka" not in text, text[-6000:]
+    assert took < 10.0, text[-6000:]
     assert_no_traceback(text)
 
 
