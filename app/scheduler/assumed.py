@@ -92,10 +92,6 @@ class AssumedPods:
         self._by_node: dict[str, dict[str, AssumedPod]] = {}
         self._hints: dict[str, tuple[Sequence[str], Sequence[float]]] = {}  # task -> (nodes, predicted ms)
         self._apps: dict[str, None] = {}  # apps ever placed, first seen first (at most MAX_APPS)
-        # per node, the last scan: (features_ts, exclude, since), from, until (its answer holds for any ``now``
-        # in between while the node's pods stay the same), counts, pending, live; dropped when they change
-        self._scans: dict[str, tuple[tuple[float, str, float], float, float, dict[str, int], tuple[str, ...],
-                                     tuple[AssumedPod, ...]]] = {}
 
     def __len__(self) -> int:
         return len(self._by_task)
@@ -156,13 +152,11 @@ class AssumedPods:
                          float(input_mb))
         self._by_task[task_id] = pod
         self._by_node.setdefault(node, {})[task_id] = pod
-        self._scans.pop(node, None)
 
     def forget(self, task_id: str) -> None:
         pod = self._by_task.pop(task_id, None)
         if pod is None:
             return
-        self._scans.pop(pod.node, None)
         on_node = self._by_node.get(pod.node)
         if on_node is not None:
             on_node.pop(task_id, None)
@@ -193,39 +187,22 @@ class AssumedPods:
         ({'gCTF': 1}, ('gCTF',), ['p1', 'p2'])
         """
         pods = self._by_node.get(node)
-        if not pods:
-            return {}, (), EMPTY
-        if exclude and exclude not in pods:  # excluding a pod not there: the same pass as excluding none
-            exclude = ""
-        asked = (features_ts, exclude, since)
-        hit = self._scans.get(node)
-        if hit is not None and hit[0] == asked and hit[1] <= now < hit[2]:
-            return dict(hit[3]), hit[4], hit[5]
-        cutoff = now - self.ttl_s
         counts: dict[str, int] = {}
+        if not pods:
+            return counts, (), EMPTY
+        cutoff = now - self.ttl_s
         pending: list[str] = []
         live: list[AssumedPod] = []
-        oldest = ends = math.inf  # the oldest placement counted, the soonest expected end of a live pod
         for p in pods.values():
             if p.placed_at <= cutoff or p.task_id == exclude:
                 continue
-            if p.placed_at < oldest:
-                oldest = p.placed_at
             if p.until > now:
                 live.append(p)
-                if p.until < ends:
-                    ends = p.until
                 if p.placed_at > since:
                     counts[p.app] = counts.get(p.app, 0) + 1
             if features_ts <= p.placed_at + self.scrape_delay_s:
                 pending.append(p.app)
-        out = (counts, tuple(pending), tuple(live))
-        holds = ends  # the answer holds until a live pod's expected end or the oldest counted placement's TTL
-        if oldest < math.inf:  # (kept a few ulps short of it: ``now - ttl_s`` rounds)
-            gone = oldest + self.ttl_s
-            holds = min(ends, gone - 16.0 * math.ulp(gone))
-        self._scans[node] = (asked, now, holds, dict(counts), out[1], out[2])
-        return out
+        return counts, tuple(pending), tuple(live)
 
     def on_node(self, node: str, now: float, exclude: str = "", since: float = -math.inf) -> tuple[AssumedPod, ...]:
         """Placements on ``node`` after ``since`` not expected to have finished by ``now``, without ``exclude``."""
