@@ -23,7 +23,7 @@ Permanent (:func:`classify`):
   ``RTT_KAFKA_SSL_CERTFILE`` / ``RTT_KAFKA_SSL_KEYFILE``.
 * The other protocol answering on the port: a Kafka ApiVersions answer without TLS to a TLS client
   (``SSL``/``SASL_SSL``: asked first, since a TLS handshake with a plaintext Kafka listener hangs until its
-  timeout), a completed TLS handshake to a client without TLS whose connection was closed or went silent. A
+  timeout), a completed TLS handshake to a client without TLS whose connection was closed. A
   listener speaks one protocol: ``RTT_KAFKA_SECURITY_PROTOCOL``.
 * A SASL listener to a client without SASL: it answers ApiVersions, closes the connection at the next request
   (the bootstrap's Metadata), and answers a SASL handshake with the mechanisms it offers:
@@ -59,7 +59,8 @@ from aiokafka.protocol.metadata import MetadataRequest
 from app.config import Settings
 from app.kafka.client import security_options
 
-CONNECT_S = 5.0  # the second connection's bound (its TCP connect, TLS handshake and each request)
+CONNECT_S = 3.0  # the second connection's bound (its TCP connect, TLS handshake and each request): a broker
+# slower than that is waited for, as any that does not answer
 PROBE_S = 2.0  # the other protocol's probe
 PROBE_MECHANISM = "SCRAM-SHA-512"  # what a SASL probe asks for: a SASL listener lists its mechanisms either way
 CERT_HOST_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
@@ -163,11 +164,13 @@ def _tls(e: BaseException, settings: Settings) -> Refusal | None:
     return None  # another TLS error: not known to be for good
 
 
-def _connected(exc: BaseException) -> bool:
-    """Whether ``exc`` came after the TCP connection was made (a closed, cut or silent connection: the other
-    protocol may be the listener's), not from making it (refused, unreachable, a name not resolved)."""
-    if isinstance(exc, TimeoutError | ConnectionResetError | BrokenPipeError | ssl.SSLError):
-        return True  # a timeout may be the connect's too: the probe's own connect then fails the same way
+def _cut(exc: BaseException) -> bool:
+    """Whether the connection was made and then closed or cut, as a TLS listener does to a client without TLS: not
+    refused, unreachable, a name not resolved, nor silent (a TLS listener answers a client without TLS at once)."""
+    if isinstance(exc, TimeoutError):
+        return False
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ssl.SSLError):
+        return True
     return not isinstance(exc, OSError)  # KafkaConnectionError (closed), IncompleteReadError …
 
 
@@ -229,7 +232,7 @@ async def _ask(host: str, port: int, settings: Settings, options: dict[str, Any]
         conn = await create_conn(host, port, request_timeout_ms=int(CONNECT_S * 1000), **options)
     except Exception as exc:  # noqa: BLE001 - each is classified; none leaves here
         said = classify(exc, settings)
-        if said is None and not tls and _connected(exc) and await _speaks_tls(host, port):
+        if said is None and not tls and _cut(exc) and await _speaks_tls(host, port):
             said = _tls_answered(host, port, protocol)
         return False, said
     try:  # a SASL listener answers ApiVersions before the authentication, and closes the connection at the next
