@@ -86,6 +86,16 @@ def test_the_right_ca_passes_and_another_ca_is_refused_at_once(tls: tuple[TlsFro
     assert "\n" not in line and took < 5.0
 
 
+def test_an_address_not_there_beside_one_that_refuses_is_still_a_refusal(tls: tuple[TlsFront, dict[str, Path],
+                                                                                       dict[str, Path]]) -> None:
+    front, _, other = tls
+    bootstrap = f"127.0.0.1:{free_port()},{front.bootstrap}"  # the first refuses connections: not up, or gone
+    line, _ = refused(Settings.from_env({}, kafka_bootstrap=bootstrap, kafka_security_protocol="SSL",
+                                        kafka_ssl_cafile=str(other["ca"])))
+    assert line.startswith(f"cannot use Kafka at {bootstrap} (RTT_KAFKA_BOOTSTRAP): TLS: the broker's certificate was "
+                           "not verified: "), line
+
+
 def test_a_plaintext_client_on_the_tls_listener_is_refused(tls: tuple[TlsFront, dict[str, Path],
                                                                       dict[str, Path]]) -> None:
     front, _, _ = tls
