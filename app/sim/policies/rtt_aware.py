@@ -72,6 +72,7 @@ from app.trainer.history import SampleHistory
 from app.trainer.pipeline import default_selector
 
 SHIPPED_POLICY = Path(__file__).resolve().parents[3] / "deploy" / "extender" / "policy.yaml"
+NAMED_LISTS = 8  # candidate lists whose names RttAware.choose remembers
 
 
 @functools.cache
@@ -139,6 +140,7 @@ class RttAware(BasePolicy):
         self._changes = 0  # placements and completions so far
         self._refused: set[tuple[Any, ...]] = set()  # pods the filter left no node (app, nodes, input) ...
         self._refused_in: tuple[float, int, int] | None = None  # ... in this state (time, snapshot, changes)
+        self._named: list[tuple[Sequence[NodeSpec], dict[str, NodeSpec], tuple[str, ...]]] = []  # newest last
         self._input_free = chosen.sla_when_all_fail == "pass" or not chosen.sla_ms
         self._inflight: dict[int, tuple[float, float, dict[str, Any] | None]] = {}  # idx -> (wait ms, start, pred)
         self._explored: set[int] = set()
@@ -277,7 +279,7 @@ class RttAware(BasePolicy):
         ts = view.ts
         if self._models_due(view) or (self.builder.dirty and self.running_refresh_s == 0):
             self.snap = self.builder.build(ts)
-        by_name = {c.name: c for c in candidates}
+        by_name, names = self._by_name(candidates)
         # a pod the filter left no node is tried again at each completion, with every other such pod: one asking
         # what was refused while nothing changed (no placement or completion, the same snapshot and time) gets
         # the same answer; with the SLA passing every node when it would fail them all, only anti-affinity
@@ -285,11 +287,11 @@ class RttAware(BasePolicy):
         state = (view.now, id(self.snap), self._changes)
         if state != self._refused_in:
             self._refused_in, self._refused = state, set()
-        asked = (task.app, tuple(by_name), None if self._input_free else task.input_mb)
+        asked = (task.app, names, None if self._input_free else task.input_mb)
         if asked in self._refused:
             return None
         pod = PodInfo(task.task_id, "sim", task.task_id, task.app, task.input_mb)
-        cycle = schedule(self.snap, pod, list(by_name), self.assumed, self.params, ts)
+        cycle = schedule(self.snap, pod, names, self.assumed, self.params, ts)
         d = cycle.decision
         if d is None:  # the extender's filter left no node: the pod stays pending
             self._refused.add(asked)
@@ -316,6 +318,20 @@ class RttAware(BasePolicy):
         if self.on_decision is not None:
             self.on_decision(task, d, chosen, view)
         return chosen
+
+    def _by_name(self, candidates: Sequence[NodeSpec]) -> tuple[dict[str, NodeSpec], tuple[str, ...]]:
+        """The candidates by name, and their names in order: remembered for the last few lists (the filter gives
+        the same list again until a node fills up, frees room, joins or leaves)."""
+        for k in range(len(self._named) - 1, -1, -1):
+            seen, by_name, names = self._named[k]
+            if seen == candidates:
+                return by_name, names
+        by_name = {c.name: c for c in candidates}
+        names = tuple(by_name)
+        if len(self._named) >= NAMED_LISTS:
+            del self._named[0]
+        self._named.append((list(candidates), by_name, names))
+        return by_name, names
 
     def _pods_changed(self, node: str, app: str, delta: int, ts: float) -> None:
         pods = self.pods.setdefault(node, collections.Counter())
