@@ -10,7 +10,9 @@ connections and answers nothing holds each client's start for its 40 s request t
 Running, SIGTERM or Ctrl-C stops it cleanly (exit code 0) within the service's ``stop_timeout_s`` (20 s, below the
 pod's 30 s of grace): what has not ended by then -- a training in its thread, which nothing can cancel -- is named in
 one WARNING and the process exits at once with code 1, as the worker does when its stop outlasts its bound. A second
-SIGTERM or Ctrl-C during the stop ends it at once: one line, exit code 128 + the signal's number (143, 130)."""
+SIGTERM or Ctrl-C during the stop ends it at once: one line, exit code 128 + the signal's number (143, 130); one once
+the stop has finished (as the event loop closes and the process ends) changes nothing
+(:class:`app.stopping.SignalRoute`)."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     from app.kafka.admin import TopicError, wait_reachable
     from app.kafka.quiet import PERIOD_S, handled_connect, quiet_client_errors
     from app.listen import check_listen
-    from app.stopping import exit_now
+    from app.stopping import SignalRoute, exit_now
     from app.trainer.cpus import parse_cpus, pin_cpus
     from app.trainer.service import TrainerService
 
@@ -109,8 +111,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                 task.cancel()  # broker that takes connections and answers nothing holds each for 40 s)
             stop.set()
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig)
+        # through one handler that never gives them back to their defaults: once the stop has finished (below), one
+        # more is kept and nothing else (the loop's own handlers were the default again as asyncio.run closed it)
+        route = SignalRoute()
+        route.to(loop, on_signal)
 
         def waiting_for(reason: str | None) -> None:  # the wait passed (None): ready once the clients started
             if heartbeat is not None:
@@ -121,10 +125,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                                          registry=service.metrics.registry), heartbeat)
         except asyncio.CancelledError:
             if stop.is_set():
+                route.hold()
                 print(f"trainer: stopped ({signals[0]}) while waiting for Kafka", flush=True)
                 return 0
             raise
         if stop.is_set():
+            route.hold()
             return 0
         try:
             try:
@@ -152,6 +158,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         finally:
             starting = False
             await service.stop()
+            route.hold()  # stopped: a signal now (asyncio.run or Python ending) changes nothing, nor the exit code
         if service.left_behind:  # named in the stop's WARNING: neither asyncio.run nor Python's exit waits for them
             exit_now(1)
         return 1 if service.crashed is not None and service.crashed.is_set() else 0
