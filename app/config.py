@@ -383,7 +383,8 @@ class Settings:
                                  " this often and repairs a registry that lost its data (0: never)")
     kafka_start_wait_s: float = _f(0.0, non_negative, doc="how long the worker, trainer and bridge wait at start"
                                    " for the broker and their topics before they exit (code 2); 0 = until it"
-                                   " answers")
+                                   " answers. A broker that refuses the settings (SASL, TLS, security protocol) is"
+                                   " not waited for")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
