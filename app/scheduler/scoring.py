@@ -32,7 +32,8 @@ NEUTRAL_SCORE = 5
 
 
 def raw_scores(rtt_ms: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Float scores in [0, 10] before credibility; NaN where the prediction is unusable."""
+    """Float scores in [0, 10] before credibility (the best node's ``10 x best / best`` may be 10 + 2e-15: callers
+    clamp or round); NaN where the prediction is unusable."""
     rtt = np.asarray(rtt_ms, dtype=np.float64)
     ok = np.isfinite(rtt) & (rtt > 0)
     if not ok.any():
