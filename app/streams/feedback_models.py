@@ -453,14 +453,25 @@ class ModelCache:
 async def follow_model_updates(settings: Settings, cache: ModelCache, started: asyncio.Event | None = None) -> None:
     """Apply every model-updates message, from the beginning of every partition, until cancelled.
 
-    A broker error is logged and waited out (``RETRY_S``), never the end of the task. A fetched batch is applied
-    even when the check of the read positions after it (:meth:`PositionGuard.after_fetch`) fails: the consumer's
-    positions have already moved past it, so a batch left unapplied would never be read again.
+    A broker error, as the consumer starts or reads, is logged and waited out (``RETRY_S``), never the end of the
+    task. A fetched batch is applied even when the check of the read positions after it
+    (:meth:`PositionGuard.after_fetch`) fails: the consumer's positions have already moved past it, so a batch left
+    unapplied would never be read again.
     """
     topic = settings.topic("model-updates")
-    consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
-                                                   auto_offset_reset="none"))
-    await consumer.start()
+    while True:  # the broker away as the consumer starts: as while it reads, one WARNING and try again
+        consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
+                                                       auto_offset_reset="none"))
+        try:
+            await consumer.start()
+            break
+        except BaseException as exc:  # closed, whatever ended its start (a cancel too)
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+            if not isinstance(exc, KafkaError):
+                raise
+            log.warning("model-updates: %r as its consumer started; retrying", exc)
+            await asyncio.sleep(RETRY_S)
     guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates",
                           registry=cache.metrics.registry)
     try:

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -319,22 +320,28 @@ class PartitionIntake:
 
     # -- running -----------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the producer (unless it runs already: a start again after the consumer's failed), then the consumer.
+
+        A client whose start fails or is cancelled is closed before the error goes on (:meth:`run` tries again)."""
         s = self.settings
-        self._producer = AIOKafkaProducer(**client_options(s, linger_ms=5, acks="all", max_batch_size=512 * 1024,
-                                                           max_request_size=4 * 1024 * 1024,
-                                                           request_timeout_ms=self.request_timeout_ms))
-        await self._producer.start()
-        self.sender = BatchSender(self._producer, on_delivered=self._delivered, on_failed=self._failed)
-        self._dead_staged.clear()  # what an earlier sender left is not this one's to settle
-        self._dead_bytes = 0
+        if self._producer is None:
+            producer = AIOKafkaProducer(**client_options(s, linger_ms=5, acks="all", max_batch_size=512 * 1024,
+                                                         max_request_size=4 * 1024 * 1024,
+                                                         request_timeout_ms=self.request_timeout_ms))
+            await _started(producer)
+            self._producer = producer
+            self.sender = BatchSender(producer, on_delivered=self._delivered, on_failed=self._failed)
+            self._dead_staged.clear()  # what an earlier sender left is not this one's to settle
+            self._dead_bytes = 0
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
-        self._consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
-                                                             auto_offset_reset="none",
-                                                             max_partition_fetch_bytes=4 << 20))
-        await self._consumer.start()
-        self.guard = PositionGuard(self._consumer, self.name, topic_label=lambda t: self.topics.get(t, t),
+        consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
+                                                       auto_offset_reset="none", max_partition_fetch_bytes=4 << 20))
+        await _started(consumer)
+        self._consumer = consumer
+        self.guard = PositionGuard(consumer, self.name, topic_label=lambda t: self.topics.get(t, t),
                                    registry=self.metrics.registry)
         self.started.set()
+        log.info("%s: its consumer and producer started", self.name)
 
     @property
     def live_sender(self) -> BatchSender | None:
@@ -452,11 +459,16 @@ class PartitionIntake:
                 self._producer = None
 
     async def run(self) -> None:
-        """Read and process batches until cancelled."""
-        if self._consumer is None:
-            await self.start()
-        assert self._consumer is not None and self.sender is not None
+        """Start (:meth:`start`, again every ``RETRY_S`` while a Kafka error ends it: the broker away as the clients
+        start), then read and process batches until cancelled."""
         try:
+            while self._consumer is None:
+                try:
+                    await self.start()
+                except KafkaError as exc:  # as in a step: one WARNING, try again (never die)
+                    log.warning("%s: %r as its clients started; retrying in %.0f s", self.name, exc, RETRY_S)
+                    await asyncio.sleep(RETRY_S)
+            assert self.sender is not None
             while True:
                 try:
                     await self._step()
@@ -607,3 +619,13 @@ class PartitionIntake:
         if n:
             self.metrics.processing.labels(self.name).observe(spent / n)
         return n
+
+
+async def _started(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
+    """Start ``client``; closed again when its start fails or is cancelled (its connections, its tasks)."""
+    try:
+        await client.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await client.stop()
+        raise
