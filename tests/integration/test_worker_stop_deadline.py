@@ -4,6 +4,9 @@ Before, it logged Faust's stop and then waited for the broker — a minute for i
 for the producer's flush and the offset commits — until Kubernetes killed it at the end of the grace period,
 with no word of why, and printed the consumer thread's traceback on the way. With the broker up, SIGTERM still
 stops it cleanly, exit code 0, long before the deadline.
+
+The broker is stopped once the worker runs: Faust's clients and its intakes' own have started (each intake logs it).
+A broker gone as the intakes' clients start is another moment (``test_worker_broker_gone_as_intakes_start.py``).
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ DEADLINE_S = 3.0
 MARGIN_S = 9.0
 CLEAN_STOP_S = 15.0  # a stop with the broker up: well within the default deadline (30 s)
 ERROR_LOGGER = " ERROR app.streams.shutdown: "
+INTAKES = ("node-features", "feedback-join")  # the worker's intakes (app.streams.intake)
 
 
 def start_settled_worker(group: ProcessGroup, s: Settings, *flags: str) -> subprocess.Popen[bytes]:
-    """Start ``rttsched worker`` and wait until it has joined its group and recovered its partitions."""
+    """Start ``rttsched worker`` and wait until it has joined its group, recovered its partitions and started the
+    clients of its intakes (its own consumer and producer each, started by Faust's tasks once Faust runs: a broker
+    stopped before that stops it as it starts, not as it runs)."""
     port = free_port()
     proc = group.start("worker", ["worker", "--session-timeout-s", "6", "--datadir", str(group.log_dir / "faust"),
                                   *flags], env={
@@ -47,6 +53,11 @@ def start_settled_worker(group: ProcessGroup, s: Settings, *flags: str) -> subpr
     })
     group.wait_http("worker", f"http://127.0.0.1:{port}/readyz", timeout_s=30)  # Faust runs: not waiting for Kafka
     wait_settled(group, ["worker"], contract("node-metrics").partitions)
+    log, deadline = group.log_dir / "worker.log", time.monotonic() + 30
+    started = [f" INFO app.streams.intake: {name}: its consumer and producer started" for name in INTAKES]
+    while not all(line in log.read_text(errors="replace") for line in started):
+        assert proc.poll() is None and time.monotonic() < deadline, group.log_tail("worker", 60)
+        time.sleep(0.05)
     return proc
 
 
