@@ -54,7 +54,7 @@ def mic_null_level(n: int) -> float:
     >>> round(mic_null_level(1000), 3)
     0.129
     """
-    return min(0.944 * max(n, 1) ** -0.288, 0.99)
+    return 0.944 * max(n, 1) ** -0.288  # at most 0.944 (n = 1)
 
 
 def mic_threshold(n: int, rho: float = MODERATE_RHO) -> float:
@@ -81,7 +81,8 @@ class SelectionRule:
         Minimum strength (0..1) for a measure's vote; every measure of ``measures`` but ``mic`` must have one.
         Without a ``mic`` entry, MIC's threshold is :func:`mic_threshold` at each feature's sample size.
     top_k:
-        When set, a measure votes only for its ``top_k`` strongest features (that also pass the threshold).
+        When set, a measure votes only for its ``top_k`` strongest features (that also pass the threshold);
+        of features with equal strengths, the earlier columns of ``X`` come first.
     min_votes:
         Votes a feature needs to be chosen, 1..len(measures).
     measures:
@@ -184,7 +185,7 @@ _RHO_GRID = np.linspace(0.0, 1.0, 2001)
 def _dcor_of_gaussian(rho: np.ndarray) -> np.ndarray:
     """Distance correlation of a bivariate normal pair (Szekely, Rizzo & Bakirov 2007, Theorem 7)."""
     num = rho * np.arcsin(rho) + np.sqrt(1 - rho**2) - rho * np.arcsin(rho / 2) - np.sqrt(4 - rho**2) + 1
-    return np.sqrt(np.clip(num / (1 + np.pi / 3 - np.sqrt(3)), 0.0, 1.0))
+    return np.sqrt(np.minimum(num / (1 + np.pi / 3 - np.sqrt(3)), 1.0))  # 1 + 7e-16 at rho = 1; never below 0
 
 
 _DCOR_GRID = _dcor_of_gaussian(_RHO_GRID)
@@ -204,7 +205,7 @@ def gaussian_rho(measure: str, strength: float, n: int = 1000) -> float:
     """
     v = min(max(float(strength), 0.0), 1.0)
     if measure == "spearman":
-        return float(min(2.0 * np.sin(np.pi * v / 6.0), 1.0))
+        return float(2.0 * np.sin(np.pi * v / 6.0))  # at most 2 sin(pi / 6), which rounds below 1
     if measure == "kendall":
         return float(np.sin(np.pi * v / 2.0))
     if measure == "dcor":
@@ -216,14 +217,14 @@ def gaussian_rho(measure: str, strength: float, n: int = 1000) -> float:
     return v
 
 
-def _strongest(strength: np.ndarray, measures: Sequence[str], n: int = 1000) -> str | None:
-    """The measure with the largest :func:`gaussian_rho`; None when every strength is 0.
+def _strongest(strength: np.ndarray, measures: Sequence[str], n: int) -> str | None:
+    """The measure with the largest :func:`gaussian_rho` at ``n`` samples; None when every strength is 0.
 
-    >>> _strongest(np.array([0.8, 0.82, 0.62, 0.75, 0.45]), MEASURES)
+    >>> _strongest(np.array([0.8, 0.82, 0.62, 0.75, 0.45]), MEASURES, 1000)
     'spearman'
-    >>> _strongest(np.array([0.02, 0.03, 0.02, 0.45, 0.9]), MEASURES)
+    >>> _strongest(np.array([0.02, 0.03, 0.02, 0.45, 0.9]), MEASURES, 1000)
     'mic'
-    >>> _strongest(np.zeros(5), MEASURES) is None
+    >>> _strongest(np.zeros(5), MEASURES, 1000) is None
     True
     """
     if not strength.any():
@@ -288,11 +289,8 @@ def consensus(X: np.ndarray, y: np.ndarray, names: Sequence[str],
     if costly not in rule.measures:
         chosen = set(select_features(X, y, names, rule).chosen)
         return tuple(n for n in names if n in chosen)
-    rest = tuple(m for m in rule.measures if m != costly)
-    votes = np.zeros(len(names), dtype=np.int64)
-    if rest:
-        cheap = measure_table(X, y, list(names), rest)
-        votes = _votes(cheap, rule).sum(axis=1)
+    rest = tuple(m for m in rule.measures if m != costly)  # none: costly alone (min_votes 1) decides every one
+    votes = _votes(measure_table(X, y, list(names), rest), rule).sum(axis=1)
     if (votes == rule.min_votes - 1).any():
         votes = votes + _votes(measure_table(X, y, list(names), (costly,)), rule)[:, 0]
     return tuple(n for n, v in zip(names, votes.tolist(), strict=True) if v >= rule.min_votes)
