@@ -10,6 +10,11 @@ looked for in their topic yet, so they wait unsent), ``rtt_worker_degraded{reaso
 
     {"ready": true, "degraded": {"model_store": "model registry at redis://...: unavailable ..."}}
 
+It answers so once the worker's Kafka consumer has started (its producer starts before it): Faust's web server runs
+from before the consumer's start, and until that has finished ``/readyz`` answers 503 ``not ready: kafka: its consumer
+starting`` (:data:`CONSUMER_STARTING`), as the worker's wait for its broker answers ``not ready: kafka: …`` before
+Faust runs (:func:`app.health.answer_while_waiting`).
+
 :meth:`Health.recovered` clears a reason once the dependency answers again. Each worker app has its own
 :class:`Health`, its gauge in the app's registry.
 
@@ -36,6 +41,7 @@ from app.masking import mask_url
 log = logging.getLogger(__name__)
 
 REASONS = ("model_store", "redis_cache", "errors_outbox")
+CONSUMER_STARTING = "kafka: its consumer starting"  # /readyz 503 says it until the worker's consumer has started
 
 
 class Health:
@@ -67,8 +73,13 @@ class Health:
 
 
 def register_health_page(app: faust.App, health: Health, path: str = "/readyz") -> None:
-    """Serve ``health.status()`` at ``path`` on the app's web server (when web is enabled)."""
+    """Serve ``health.status()`` at ``path`` on the app's web server (when web is enabled) once the app's consumer
+    has started (the step after it in its boot, :class:`app.streams.app.WorkerBoot`, reached); until then 503
+    ``not ready: kafka: its consumer starting``."""
+    after_consumer = getattr(app.boot_strategy, "after_consumer", None)  # none: an app not built by create_app
 
     @app.page(path)
     async def readyz(web: Any, request: Any) -> Any:
+        if after_consumer is not None and not after_consumer.reached:
+            return web.text(f"not ready: {CONSUMER_STARTING}\n", status=503)  # text/plain; charset=utf-8
         return web.bytes(orjson.dumps(health.status()), content_type="application/json")

@@ -1,9 +1,12 @@
-"""The worker's web server serves /metrics and /readyz on the socket bound at start; nothing can take its port."""
+"""The worker's web server serves /metrics and /readyz on the socket bound at start; nothing can take its port.
+
+/readyz answers 503 until the app's consumer has started (the boot step after it reached), then the worker's status."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 from app.config import Settings
 from app.errors import ConfigError
 from app.listen import hold_listen
-from app.streams.app import create_app
+from app.streams.app import create_app, start_steps
 from app.streams.options import WorkerOptions
 from app.streams.web import HeldSocketWeb
 
@@ -31,16 +34,21 @@ def test_the_web_server_serves_on_the_held_socket_and_the_port_stays_taken(tmp_p
     assert isinstance(app.web, HeldSocketWeb)
 
     def get(path: str) -> tuple[int, bytes]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
 
     async def run() -> None:
         await app.web.start_server()
         try:
             status, body = await asyncio.to_thread(get, "/metrics")
             assert status == 200 and b"# TYPE" in body
-            status, _ = await asyncio.to_thread(get, "/readyz")
-            assert status in (200, 503)
+            # the consumer not started yet (Faust starts it after the web server): not ready, then ready once it has
+            assert await asyncio.to_thread(get, "/readyz") == (503, b"not ready: kafka: its consumer starting\n")
+            await start_steps(app).after_consumer.on_start()
+            assert await asyncio.to_thread(get, "/readyz") == (200, b'{"ready":true,"degraded":{}}')
         finally:
             await app.web.stop_server()
 
