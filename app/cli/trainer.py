@@ -10,8 +10,9 @@ connections and answers nothing holds each client's start for its 40 s request t
 Running, SIGTERM or Ctrl-C stops it cleanly (exit code 0) within the service's ``stop_timeout_s`` (20 s, below the
 pod's 30 s of grace): what has not ended by then -- a training in its thread, which nothing can cancel -- is named in
 one WARNING and the process exits at once with code 1, as the worker does when its stop outlasts its bound. A second
-SIGTERM or Ctrl-C during the stop ends it at once: one line, exit code 128 + the signal's number (143, 130); one once
-the stop has finished (as the event loop closes and the process ends) changes nothing
+SIGTERM or Ctrl-C during the stop ends it at once: one line, exit code 128 + the signal's number (143, 130), also
+while the stop waits for a lookup of the broker's name that a resolver does not answer; one once the stop has
+finished (as the event loop closes and the process ends) changes nothing
 (:class:`app.stopping.SignalRoute`)."""
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         route = SignalRoute()
         route.to(loop, on_signal)
 
+        async def ended() -> None:
+            """The stop has finished: a signal from now on changes nothing. A lookup of the broker's name still in a
+            thread (a resolver that does not answer) would hold asyncio.run's end, where a signal is only kept: waited
+            for first, a second signal ending it at once."""
+            await loop.shutdown_default_executor()
+            route.hold()
+
         def waiting_for(reason: str | None) -> None:  # the wait passed (None): ready once the clients started
             if heartbeat is not None:
                 heartbeat.waiting = f"kafka: {reason or CLIENTS_STARTING}"
@@ -125,12 +133,12 @@ def run(args: argparse.Namespace, settings: Any) -> int:
                                          registry=service.metrics.registry), heartbeat)
         except asyncio.CancelledError:
             if stop.is_set():
-                route.hold()
                 print(f"trainer: stopped ({signals[0]}) while waiting for Kafka", flush=True)
+                await ended()
                 return 0
             raise
         if stop.is_set():
-            route.hold()
+            await ended()
             return 0
         try:
             try:
@@ -158,7 +166,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         finally:
             starting = False
             await service.stop()
-            route.hold()  # stopped: a signal now (asyncio.run or Python ending) changes nothing, nor the exit code
+            if not service.left_behind:  # else it exits at once (below): nothing waited for
+                await ended()  # stopped: a signal now (asyncio.run or Python ending) changes nothing, nor the exit code
         if service.left_behind:  # named in the stop's WARNING: neither asyncio.run nor Python's exit waits for them
             exit_now(1)
         return 1 if service.crashed is not None and service.crashed.is_set() else 0

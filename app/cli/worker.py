@@ -5,10 +5,12 @@ with the same ``--id`` to split the partitions between them. A stop that has not
 ``--stop-timeout-s`` after the signal ends with one ERROR line and exit code 1 (:mod:`app.streams.shutdown`).
 Started before its broker or its topics, it waits for them (:func:`app.kafka.admin.wait_reachable`, bounded by
 ``RTT_KAFKA_START_WAIT_S``, counted from its first wait), its metrics port answering probes meanwhile; SIGTERM or
-Ctrl-C then stops it at once (one line, exit code 0). A broker that answers the wait and is gone before Faust's producer
-connected sends it back to waiting (one WARNING, then a new Faust app) for what is left of that bound (none left: the
-one line below, ``… (gave up after N s: RTT_KAFKA_START_WAIT_S=…)``); gone after that, or another Kafka error that ends
-Faust's start, and the worker ends with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
+Ctrl-C then stops it at once (one line, exit code 0); a second one while that stop still waits (a lookup of the
+broker's name that a resolver does not answer) ends it at once: one line, exit code 143 (130 for Ctrl-C). A broker
+that answers the wait and is gone before Faust's producer connected sends it back to waiting (one WARNING, then a
+new Faust app) for what is left of that bound (none left: the one line below, ``… (gave up after N s:
+RTT_KAFKA_START_WAIT_S=…)``); gone after that, or another Kafka error that ends Faust's start, and the worker ends
+with one line naming ``RTT_KAFKA_BOOTSTRAP`` and exit code 2
 (:class:`app.streams.shutdown.DeadlineWorker` keeps Faust's traceback out) -- also when a SIGTERM or Ctrl-C comes
 during the stop that follows that failure (it only asked for that stop). A signal at any other moment of the start,
 between two event loops included (the wait's end and Faust's handlers, a failed start and the wait again), and after
@@ -157,6 +159,7 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
 
     from app.health import answer_while_waiting
     from app.kafka.admin import wait_reachable
+    from app.stopping import exit_now
 
     reason: list[str | None] = ["kafka: not asked yet"]
     stopped: list[str] = []
@@ -166,7 +169,10 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
     done = False
 
     def on_signal(sig: signal.Signals) -> None:
-        if not stopped and not done:
+        if stopped:  # asked again while it stops: at once, whatever the stop still waits for
+            exit_now(128 + sig.value,
+                     f"worker: {sig.name} during the stop ({stopped[0]}): exiting at once without finishing it")
+        if not done:
             task.cancel()
         stopped.append(sig.name)
 
@@ -183,5 +189,8 @@ async def _wait_for_kafka(settings: Any, topics: tuple[str, ...], held: Any, reg
             return stopped[0]
         raise
     finally:
+        if stopped:  # a lookup of the broker's name still in a thread (a resolver that does not answer) would hold
+            # asyncio.run's end, where a signal is only kept: waited for here, a second signal ending it at once
+            await asyncio.get_running_loop().shutdown_default_executor()
         signals.hold()
     return stopped[0] if stopped else None
