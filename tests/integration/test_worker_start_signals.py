@@ -48,7 +48,8 @@ __all__ = ["broker", "start_worker"]  # fixtures of test_worker_broker_gone_at_s
 # - ``refused``: Faust's producer fails to start with a Kafka error that is not the broker gone;
 # - ``stopping``: the app's stop holds until ``go`` (``stopping`` written);
 # - ``gathering``: once the worker's stop has finished, as Faust gathers its tasks before it closes its event loop,
-#   until ``go`` (``stopped`` written); ``closed``: the same once Faust has closed its event loop.
+#   until ``go`` (``stopped`` written); ``closed``: once Faust has closed its event loop, until ``go-closed``
+#   (``closed`` written).
 CHILD = """
 import asyncio, os, sys, time
 from pathlib import Path
@@ -65,9 +66,9 @@ import app.streams.shutdown as shutdown
 marks = Path(os.environ["MARKS"])
 holds = os.environ["HOLD"].split(",")
 
-def held(mark):
+def held(mark, go="go"):
     (marks / mark).write_text("")
-    while not (marks / "go").exists():
+    while not (marks / go).exists():
         time.sleep(0.01)
 
 if "app" in holds:
@@ -130,7 +131,7 @@ if "closed" in holds:
 
     def closed(self):
         stop_and_shutdown(self)
-        held("stopped")
+        held("closed", "go-closed")
 
     shutdown.DeadlineWorker.stop_and_shutdown = closed
 
@@ -164,12 +165,13 @@ def held_worker(start_worker: Callable[..., tuple[Worker, Settings, int]],
     yield start
 
 
-def signalled_at(worker: Worker, mark: Path, signum: int = signal.SIGTERM) -> tuple[int, float]:
-    """Once the worker holds (``mark``), send ``signum`` and let it on: its exit code and the seconds it took."""
+def signalled_at(worker: Worker, mark: Path, signum: int = signal.SIGTERM, go: str = "go") -> tuple[int, float]:
+    """Once the worker holds (``mark``), send ``signum`` and let it on (``go``): its exit code and the seconds it
+    took."""
     worker.wait_for(mark.exists, mark.name)
     asked = time.monotonic()
     os.killpg(worker.proc.pid, signum)
-    (mark.parent / "go").write_text("")
+    (mark.parent / go).write_text("")
     code = worker.ended(START_S)
     took = time.monotonic() - asked
     print(f"exit code {code} {took:.2f} s after {signal.Signals(signum).name} at {mark.name!r}")
@@ -230,13 +232,16 @@ def test_sigterm_during_the_stop_of_a_start_failed_on_a_broker_gone_says_it_and_
     assert_no_traceback(text)
 
 
-@pytest.mark.parametrize("hold", ["gathering", "closed"])
 def test_sigterm_after_a_clean_stop_keeps_exit_code_0(
-        held_worker: Callable[[str], tuple[HeldWorker, int]], tmp_path: Path, hold: str) -> None:
-    worker, _ = held_worker(hold)
+        held_worker: Callable[[str], tuple[HeldWorker, int]], tmp_path: Path) -> None:
+    worker, _ = held_worker("gathering,closed")  # one worker, a signal at each moment: a worker's start is the cost
     worker.line(r"INFO faust\.worker: \[\^DeadlineWorker\]: Ready\n")  # started: its clients and its recovery
     os.killpg(worker.proc.pid, signal.SIGTERM)  # the first: a clean stop
-    code, _ = signalled_at(worker, tmp_path / "stopped")  # the second, once that stop has finished
+    stopped = tmp_path / "stopped"
+    worker.wait_for(stopped.exists, stopped.name)  # that stop has finished: Faust gathers its tasks
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    (tmp_path / "go").write_text("")
+    code, _ = signalled_at(worker, tmp_path / "closed", go="go-closed")  # and once Faust has closed its event loop
     text = worker.text
     assert code == 0, text[-6000:]
     assert_no_traceback(text)
