@@ -192,7 +192,8 @@ async def _speaks_tls(host: str, port: int) -> bool:
             _, writer = await asyncio.open_connection(host, port, ssl=context)
     except Exception:  # noqa: BLE001 - no TLS handshake completed
         return False
-    writer.close()
+    writer.transport.abort()  # closed now: close() would wait for the peer's close_notify, which may never come,
+    await writer.wait_closed()  # and leave the socket open as the process exits on the refusal
     return True
 
 

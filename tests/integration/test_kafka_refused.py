@@ -16,12 +16,16 @@ is a failed authentication (before: ``KeyError: 'v'``, exit code 1, from aiokafk
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from tls_terminator import TlsFront, make_certificates
 from app.config import Settings
 from app.kafka.admin import KafkaRefused, TopicError, check_reachable, wait_reachable
 from app.kafka.embedded import broker_binary, free_port
+from app.kafka.refusal import refusal
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -231,3 +236,57 @@ def test_a_scram_user_the_broker_does_not_know_is_refused(mechanism: str, sasl_l
                            "RTT_KAFKA_SASL_USERNAME, RTT_KAFKA_SASL_PASSWORD_FILE, RTT_KAFKA_SASL_MECHANISM: "
                            "not waited for"), line
     assert "not-the-password" not in line and took < 5.0
+
+
+class SilentTls:
+    """A TLS listener that completes the handshake and then neither reads nor writes (a close_notify from the client
+    is never answered); a connection whose handshake fails is closed."""
+
+    def __init__(self, certs: dict[str, Path]) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(certs["server_cert"], certs["server_key"])
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.server.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed: the test is over
+                return
+            try:
+                self.held.append(self.context.wrap_socket(conn, server_side=True))
+            except (OSError, ssl.SSLError):  # no TLS from the client
+                conn.close()
+
+    def __enter__(self) -> SilentTls:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept under way
+        self.server.close()
+        self.thread.join(5)
+        for held in self.held:
+            held.close()
+
+
+def test_the_tls_probe_closes_its_connection_before_it_returns(tls: tuple[TlsFront, dict[str, Path],
+                                                                        dict[str, Path]]) -> None:
+    _, certs, _ = tls
+    # a client without TLS on a TLS listener: the probe that finds TLS there closes its connection at once, not
+    # after a close_notify exchange the listener may never answer (the process exits right after the refusal)
+    with SilentTls(certs) as listener:
+        settings = Settings.from_env({}, kafka_bootstrap=listener.bootstrap)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            said = asyncio.run(refusal(settings))
+            gc.collect()
+        assert said is not None and f"{listener.bootstrap} speaks TLS" in said.reason, said
+        unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert unclosed == []
