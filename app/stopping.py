@@ -80,7 +80,8 @@ class SignalRoute:
     the loop closes: between two loops SIGTERM ended the process at once (143) and SIGINT was a
     ``KeyboardInterrupt``. Here each signal goes to the target :meth:`to` set, ``callback(signal)`` called on its
     loop (``call_soon_threadsafe``); with none (:meth:`hold`), or its loop closed, it is kept in :attr:`noted` --
-    for the next target, which gets it as it is set, or for the caller to look at.
+    for the next target, which gets it as it is set, or for the caller to look at. One that comes while the target's
+    loop does not run is kept as well (that loop may never run again), and called there too if it does.
 
     >>> route = SignalRoute(())  # takes no signal over: its handler is called by hand here
     >>> route._on_signal(signal.SIGTERM, None)
@@ -101,7 +102,10 @@ class SignalRoute:
             loop, callback = target
             with contextlib.suppress(RuntimeError):  # its loop closed: kept for the next
                 loop.call_soon_threadsafe(callback, sig)
-                return
+                if loop.is_running():
+                    return
+                # between two runs of its loop (mode's stop runs it step by step): after the last, it would never be
+                # called; kept as well, for the next loop
         self.noted.append(sig)
 
     def to(self, loop: asyncio.AbstractEventLoop, callback: Callable[[signal.Signals], object]) -> None:

@@ -49,7 +49,8 @@ __all__ = ["broker", "start_worker"]  # fixtures of test_worker_broker_gone_at_s
 # - ``stopping``: the app's stop holds until ``go`` (``stopping`` written);
 # - ``gathering``: once the worker's stop has finished, as Faust gathers its tasks before it closes its event loop,
 #   until ``go`` (``stopped`` written); ``closed``: once Faust has closed its event loop, until ``go-closed``
-#   (``closed`` written).
+#   (``closed`` written); ``closing``: once Faust's stop has run its event loop for the last time, before it closes
+#   it, until ``go`` (``closing`` written).
 CHILD = """
 import asyncio, os, sys, time
 from pathlib import Path
@@ -126,6 +127,20 @@ if "gathering" in holds:
         gather(self)
 
     shutdown.DeadlineWorker._gather_all = gathering
+if "closing" in holds:
+    shutdown_loop = shutdown.DeadlineWorker._shutdown_loop
+
+    def last_step(self):
+        close = self.loop.close
+
+        def closing():
+            held("closing")
+            close()
+
+        self.loop.close = closing
+        shutdown_loop(self)
+
+    shutdown.DeadlineWorker._shutdown_loop = last_step
 if "closed" in holds:
     stop_and_shutdown = shutdown.DeadlineWorker.stop_and_shutdown
 
@@ -195,6 +210,20 @@ def test_sigterm_between_a_failed_start_and_the_wait_that_follows_stops_the_work
     worker, _ = held_worker("answered,again")
     stop_broker_when_answered(worker, broker, tmp_path)
     code, _ = signalled_at(worker, tmp_path / "gap")
+    text = worker.text
+    assert "waiting for it again" in text, text[-6000:]
+    assert code == 0, text[-6000:]
+    assert "worker: stopped (SIGTERM) while waiting for Kafka\n" in text, text[-6000:]
+    assert_no_traceback(text)
+
+
+def test_sigterm_after_the_last_run_of_a_failed_starts_event_loop_stops_the_wait_that_follows(
+        held_worker: Callable[[str], tuple[HeldWorker, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """Faust's stop runs its event loop step by step, then closes it: a signal between the two was queued on a loop
+    that never ran again, and the worker waited for the broker again as if none had come."""
+    worker, _ = held_worker("answered,closing")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    code, _ = signalled_at(worker, tmp_path / "closing")
     text = worker.text
     assert "waiting for it again" in text, text[-6000:]
     assert code == 0, text[-6000:]

@@ -61,3 +61,17 @@ def test_a_signal_for_a_loop_closed_since_is_kept(route: SignalRoute) -> None:
     loop.close()  # its user ended without hold()
     send(signal.SIGUSR1)
     assert got == [] and route.noted == [signal.SIGUSR1]
+
+
+def test_a_signal_for_a_loop_between_two_runs_is_kept_as_well(route: SignalRoute) -> None:
+    """A loop run step by step (mode's stop: ``run_until_complete`` after ``run_until_complete``, then ``close``): a
+    signal after its last step would never reach its callback."""
+    loop = asyncio.new_event_loop()
+    got: list[signal.Signals] = []
+    route.to(loop, got.append)
+    loop.run_until_complete(asyncio.sleep(0))  # a step; the loop does not run now
+    send(signal.SIGUSR1)
+    assert route.noted == [signal.SIGUSR1]  # kept for the next loop: this one may not run again
+    loop.run_until_complete(asyncio.sleep(0))  # it did: called there too
+    loop.close()
+    assert got == [signal.SIGUSR1] and route.noted == [signal.SIGUSR1]
