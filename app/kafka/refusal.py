@@ -17,7 +17,8 @@ Permanent (:func:`classify`):
 * A SASL mechanism the broker does not take (``UNSUPPORTED_SASL_MECHANISM``, 33): ``RTT_KAFKA_SASL_MECHANISM``.
 * ``ILLEGAL_SASL_STATE`` (34), a SASL handshake on a listener without SASL: ``RTT_KAFKA_SECURITY_PROTOCOL``.
 * The broker's certificate not verified (``ssl.SSLCertVerificationError``): ``RTT_KAFKA_SSL_CAFILE``, or
-  ``RTT_KAFKA_BOOTSTRAP`` for a host name the certificate does not name.
+  ``RTT_KAFKA_BOOTSTRAP`` for a host name the certificate does not name. Not a certificate expired or not yet
+  valid: the broker's renewed certificate, or a clock a moment behind one just issued, heals that (waited for).
 * A TLS error that says the peer does not speak TLS (``WRONG_VERSION_NUMBER`` …) or would not take the client's
   certificate (``…_ALERT_CERTIFICATE_REQUIRED``, ``…_ALERT_BAD_CERTIFICATE`` …): ``RTT_KAFKA_SECURITY_PROTOCOL``,
   ``RTT_KAFKA_SSL_CERTFILE`` / ``RTT_KAFKA_SSL_KEYFILE``.
@@ -64,6 +65,7 @@ CONNECT_S = 3.0  # the second connection's bound (its TCP connect, TLS handshake
 PROBE_S = 2.0  # the other protocol's probe
 PROBE_MECHANISM = "SCRAM-SHA-512"  # what a SASL probe asks for: a SASL listener lists its mechanisms either way
 CERT_HOST_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+CERT_DATES = (9, 10)  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
 NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
 CLIENT_CERT = ("ALERT_CERTIFICATE_REQUIRED", "ALERT_BAD_CERTIFICATE", "ALERT_UNKNOWN_CA", "ALERT_CERTIFICATE_UNKNOWN",
                "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_EXPIRED", "ALERT_ACCESS_DENIED")
@@ -85,11 +87,11 @@ class Refusal:
 
         >>> Refusal("SASL authentication failed", ("RTT_KAFKA_SASL_USERNAME",)).message("k:9093").split("; ")
         ['cannot use Kafka at k:9093 (RTT_KAFKA_BOOTSTRAP): SASL authentication failed', \
-'check RTT_KAFKA_SASL_USERNAME: not waited for, as waiting does not change it']
+'check RTT_KAFKA_SASL_USERNAME: waiting would not change it']
         """
         hint = f" ({self.hint})" if self.hint else ""
         return (f"cannot use Kafka at {bootstrap} (RTT_KAFKA_BOOTSTRAP): {self.reason}; check "
-                f"{', '.join(self.fields)}{hint}: not waited for, as waiting does not change it")
+                f"{', '.join(self.fields)}{hint}: waiting would not change it")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -143,6 +145,8 @@ def _sasl(e: BaseException, settings: Settings) -> Refusal | None:
 
 def _tls(e: BaseException, settings: Settings) -> Refusal | None:
     if isinstance(e, ssl.SSLCertVerificationError):
+        if e.verify_code in CERT_DATES:
+            return None  # renewed on the broker, or this clock behind a certificate just issued: may pass
         said = f"TLS: the broker's certificate was not verified: {e.verify_message or e.reason}"
         if e.verify_code == CERT_HOST_MISMATCH:
             return Refusal(said, ("RTT_KAFKA_BOOTSTRAP",), "a host name the broker's certificate names")

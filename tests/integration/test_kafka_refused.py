@@ -171,8 +171,8 @@ def test_a_service_with_another_ca_exits_2_with_one_line(argv: list[str], tls: t
     assert done.stdout == ""
     assert errors == [f"rttsched {service}: error: cannot use Kafka at {front.bootstrap} (RTT_KAFKA_BOOTSTRAP): TLS: "
                       f"the broker's certificate was not verified: certificate signature failure; check "
-                      f"RTT_KAFKA_SSL_CAFILE (the CA that signed the broker's certificate; now {other['ca']}): not "
-                      "waited for, as waiting does not change it"], done.stderr
+                      f"RTT_KAFKA_SSL_CAFILE (the CA that signed the broker's certificate; now {other['ca']}): "
+                      "waiting would not change it"], done.stderr
     assert "waiting for Kafka" not in done.stdout + done.stderr and "Traceback" not in done.stdout
     print(f"{service}: exit 2 after {took:.1f} s")
 
@@ -234,7 +234,7 @@ def test_a_scram_user_the_broker_does_not_know_is_refused(mechanism: str, sasl_l
                            f"'mallory' with {mechanism} failed: the broker's last SCRAM message has no server "
                            "signature ('v'): a SCRAM error such as unknown-user or invalid-proof; check "
                            "RTT_KAFKA_SASL_USERNAME, RTT_KAFKA_SASL_PASSWORD_FILE, RTT_KAFKA_SASL_MECHANISM: "
-                           "not waited for"), line
+                           "waiting would not change it"), line
     assert "not-the-password" not in line and took < 5.0
 
 
