@@ -65,6 +65,7 @@ from app.registry.base import ModelRecord, ModelStore
 from app.registry.store import load_predictor, open_store
 from app.retry import Backoff
 from app.streams.health import Health
+from app.streams.intake import StartWait
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -459,7 +460,8 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
     unapplied would never be read again.
     """
     topic = settings.topic("model-updates")
-    while True:  # the broker away as the consumer starts: as while it reads, one WARNING and try again
+    wait = StartWait("model-updates", "consumer")
+    while True:  # the broker away as the consumer starts: as while it reads, try again (saying so now and then)
         consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
                                                        auto_offset_reset="none"))
         try:
@@ -470,8 +472,9 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
                 await consumer.stop()
             if not isinstance(exc, KafkaError):
                 raise
-            log.warning("model-updates: %r as its consumer started; retrying", exc)
+            wait.failed(exc)
             await asyncio.sleep(RETRY_S)
+    wait.done()
     guard = PositionGuard(consumer, "worker-model-updates", topic_label=lambda _t: "model-updates",
                           registry=cache.metrics.registry)
     try:

@@ -73,6 +73,7 @@ from app.config import Settings
 from app.contracts.admission import check_key, check_order, check_time
 from app.contracts.edge import EdgeDecoder
 from app.errors import ContractError
+from app.kafka.admin import START_REMIND_S
 from app.kafka.batches import DROPPED, BatchSender
 from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
@@ -460,14 +461,16 @@ class PartitionIntake:
 
     async def run(self) -> None:
         """Start (:meth:`start`, again every ``RETRY_S`` while a Kafka error ends it: the broker away as the clients
-        start), then read and process batches until cancelled."""
+        start; :class:`StartWait` says so), then read and process batches until cancelled."""
         try:
+            wait = StartWait(self.name, "clients")
             while self._consumer is None:
                 try:
                     await self.start()
-                except KafkaError as exc:  # as in a step: one WARNING, try again (never die)
-                    log.warning("%s: %r as its clients started; retrying in %.0f s", self.name, exc, RETRY_S)
+                except KafkaError as exc:  # as in a step: try again (never die), saying so now and then
+                    wait.failed(exc)
                     await asyncio.sleep(RETRY_S)
+            wait.done()
             assert self.sender is not None
             while True:
                 try:
@@ -619,6 +622,54 @@ class PartitionIntake:
         if n:
             self.metrics.processing.labels(self.name).observe(spent / n)
         return n
+
+
+class StartWait:
+    """What one reader says while its clients' start waits out a broker gone (tried again every ``RETRY_S``): one
+    WARNING at the first failed try, another every ``remind_s`` while the tries fail (how long, how many), and
+    one INFO once they started after failing, with how long it waited. A broker away for an hour is some 120
+    lines per reader, not one a second.
+
+    >>> t = [0.0]
+    >>> w = StartWait("node-features", "clients", remind_s=30.0, clock=lambda: t[0])
+    >>> for t[0] in (0.0, 1.0, 29.0, 30.5, 31.5):
+    ...     w.failed(ConnectionError("down"))
+    >>> w.tries, w.said
+    (5, 2)
+    """
+
+    def __init__(self, name: str, clients: str, remind_s: float = START_REMIND_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.clients = clients  # what starts: "clients", "consumer"
+        self.remind_s = remind_s
+        self.clock = clock
+        self.tries = 0  # failed tries so far
+        self.said = 0  # WARNING lines logged so far
+        self._since: float | None = None  # the first failed try
+        self._last = 0.0  # the last WARNING
+
+    def failed(self, exc: BaseException) -> None:
+        """A try failed with ``exc`` (the caller tries again after ``RETRY_S``)."""
+        now = self.clock()
+        self.tries += 1
+        if self._since is None:
+            self._since = self._last = now
+            log.warning("%s: %r as its %s started; retrying every %g s until the broker answers (said again every"
+                        " %g s while it lasts)", self.name, exc, self.clients, RETRY_S, self.remind_s)
+        elif now - self._last >= self.remind_s:
+            self._last = now
+            log.warning("%s: its %s still not started after %.0f s (%d tries): %r; retrying", self.name, self.clients,
+                        now - self._since, self.tries, exc)
+        else:
+            return
+        self.said += 1
+
+    def done(self) -> None:
+        """The start passed: one INFO line when tries failed before it."""
+        if self._since is not None:
+            log.info("%s: its %s started after %.0f s waiting for the broker (%d tries failed)", self.name,
+                     self.clients, self.clock() - self._since, self.tries)
 
 
 async def _started(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:

@@ -3,11 +3,13 @@
 The worker reads its source topics with clients of its own (:class:`~app.streams.intake.PartitionIntake`: node-features
 and feedback-join, each a producer and a consumer; the model-updates reader, a consumer), started by Faust's tasks once
 Faust's own clients run. The child holds before each of those starts (it writes ``held-<n>`` and holds until the test
-writes ``gone``); the test stops the broker there. Each start then fails on the broker gone: one WARNING each, and the
-start is tried again every second, as a broker away while they read is waited out; the worker keeps running. With the
-broker back, they start (``<name>: its consumer and producer started``). Before, the first failed start crashed the
-worker: Faust's ``Crashed reason=KafkaConnectionError`` with a traceback per task, and the worker stopped on its own
-(exit code 1), or, with a SIGTERM close by, a traceback in the middle of its stop.
+writes ``gone``); the test stops the broker there. Each start then fails on the broker gone and is tried again every
+second (the child marks each try), as a broker away while they read is waited out; the worker keeps running. Each
+reader says so in one WARNING, not one per try (it logged one a second, three readers: 10,800 lines an hour). With the
+broker back, they start (``<name>: its clients started after … waiting for the broker``). Before, the first failed
+start crashed the worker: Faust's ``Crashed reason=KafkaConnectionError`` with a traceback per task, and the worker
+stopped on its own (exit code 1), or, with a SIGTERM close by, a traceback in the middle of its stop. A SIGTERM while
+they wait stops the worker as with the broker gone while they read, leaving no trace of the waits.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 START_S = 90.0  # imports, the wait and Faust's start on a loaded machine
 HELD = 3  # the intakes' producers (node-features, feedback-join) and the model-updates consumer
 INTAKES = ("node-features", "feedback-join")
+READERS = (*INTAKES, "model-updates")
+STOP_S = 3.0  # the worker's stop deadline where the broker is gone at SIGTERM
+TRIES = 4  # starts tried with the broker gone before it comes back: three retries, some 3 s
 
 # ``rttsched worker`` whose intakes' producers and model-updates consumer, at their first start, write ``held-<n>``
 # and hold (the event loop runs on) until ``gone`` exists
@@ -59,13 +64,26 @@ class HeldProducer(intake.AIOKafkaProducer):
         await hold()
         await super().start()
 
+def tried(name):
+    if (marks / "gone").exists():
+        with open(marks / f"tries-{name}", "a") as f:
+            f.write("x")
+
 class HeldConsumer(models.AIOKafkaConsumer):
     async def start(self):
         await hold()
+        tried("model-updates")
         await super().start()
+
+start = intake.PartitionIntake.start
+
+async def counted(self):
+    tried(self.name)
+    await start(self)
 
 intake.AIOKafkaProducer = HeldProducer
 models.AIOKafkaConsumer = HeldConsumer
+intake.PartitionIntake.start = counted
 
 from app.cli.main import main
 sys.exit(main(sys.argv[1:]))
@@ -79,7 +97,8 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Gathered]:
+def worker(broker: EmbeddedBroker, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Gathered]:
+    stop_timeout_s = getattr(request, "param", "20")  # --stop-timeout-s
     settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
     asyncio.run(ensure_topics(settings))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
@@ -87,8 +106,8 @@ def worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Gathered]:
                RTT_METRICS_PORT=str(free_port()), RTT_METRICS_HOST="127.0.0.1",
                RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
                MARKS=str(tmp_path), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", "20"], env=env,
-                                     cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", stop_timeout_s],
+                                     env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True))
     yield proc
     proc.kill()
@@ -106,9 +125,16 @@ def wait_for(proc: Gathered, what: Callable[[], bool], label: str) -> None:
         time.sleep(0.05)
 
 
-def retries(text: str, name: str) -> int:
-    return len(re.findall(rf" WARNING \S+: {name}: KafkaConnectionError\(.*\) as its (clients|consumer) started;"
-                          r" retrying", text))
+def tries(tmp_path: Path, name: str) -> int:
+    """The starts of ``name``'s clients tried since the broker was stopped (the child marks each)."""
+    marks = tmp_path / f"tries-{name}"
+    return len(marks.read_text()) if marks.exists() else 0
+
+
+def warnings(text: str, name: str) -> list[str]:
+    """The WARNING lines of ``name``'s clients' start waiting for the broker."""
+    return [line for line in text.splitlines()
+            if re.search(rf" WARNING \S+: {name}: (KafkaConnectionError\(.*\) as its|its \S+ still not)", line)]
 
 
 def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_start_once_it_is_back(
@@ -119,15 +145,24 @@ def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_s
     with pytest.raises(OSError):
         __import__("socket").create_connection((broker.host, broker.port), timeout=2).close()
     (tmp_path / "gone").write_text("")
-    # each start failed, and was tried again and failed again: the worker runs on (it crashed at the first)
-    for name in (*INTAKES, "model-updates"):
-        wait_for(worker, lambda name=name: retries(worker.text, name) >= 2, f"{name}'s start tried again")  # type: ignore[misc]
+    # each start failed, and was tried again every second: the worker runs on (it crashed at the first), and says
+    # so once per reader, not once per try (again only after START_REMIND_S)
+    for name in READERS:
+        wait_for(worker, lambda name=name: tries(tmp_path, name) >= TRIES, f"{name}'s start tried {TRIES} times")  # type: ignore[misc]
     assert worker.proc.poll() is None, worker.text[-8000:]
+    for name in READERS:
+        said = warnings(worker.text, name)
+        assert len(said) == 1 and " as its " in said[0] and "retrying every 1 s" in said[0], said
 
     broker.start()  # the same port
     for name in INTAKES:
         wait_for(worker, lambda name=name: f" INFO app.streams.intake: {name}: its consumer and producer started"  # type: ignore[misc]
                  in worker.text, f"{name}'s clients started once the broker was back")
+    for name in READERS:
+        wait_for(worker, lambda name=name: re.search(rf" INFO \S+: {name}: its \S+ started after \d+ s waiting for "  # type: ignore[misc]
+                                                     r"the broker \(\d+ tries failed\)", worker.text) is not None,
+                 f"{name}'s line on its start after the wait")
+        assert len(warnings(worker.text, name)) == 1, warnings(worker.text, name)
     os.killpg(worker.proc.pid, signal.SIGTERM)
     code = worker.proc.wait(60)
     worker.read_to_end()
@@ -135,3 +170,28 @@ def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_s
     print("".join(line + "\n" for line in text.splitlines() if " WARNING " in line or " ERROR " in line))
     assert "Traceback" not in text and "Crashed reason=" not in text and "Unclosed" not in text, text[-8000:]
     assert code == 0, text[-8000:]
+
+
+
+@pytest.mark.parametrize("worker", [f"{STOP_S:g}"], indirect=True)
+def test_sigterm_while_the_workers_own_clients_wait_for_the_broker_stops_by_the_deadline_without_a_trace(
+        worker: Gathered, broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """SIGTERM with the broker gone, its readers waiting for it: the stop ends as with the broker gone while they read
+    (Faust's consumer thread waits for it: one ERROR line at the deadline, exit code 1), and their waits leave no
+    trace: no traceback, no task destroyed pending, no client left unclosed."""
+    wait_for(worker, lambda: all((tmp_path / f"held-{n}").exists() for n in range(1, HELD + 1)),
+             "the holds before the intakes' and the model-updates reader's starts")
+    broker.stop()
+    (tmp_path / "gone").write_text("")
+    for name in READERS:
+        wait_for(worker, lambda name=name: tries(tmp_path, name) >= 2, f"{name}'s start tried again")  # type: ignore[misc]
+    t0 = time.monotonic()
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    code = worker.proc.wait(STOP_S + 30)
+    took = time.monotonic() - t0
+    worker.read_to_end()
+    text = worker.text
+    assert "Traceback" not in text and "Task was destroyed" not in text and "Unclosed" not in text, text[-8000:]
+    assert code == 1 and took < STOP_S + 9, f"exit {code} after {took:.1f} s:\n{text[-8000:]}"
+    errors = [line for line in text.splitlines() if " ERROR app." in line]
+    assert len(errors) == 1 and f"did not finish stopping within {STOP_S:g} s of SIGTERM" in errors[0], errors
