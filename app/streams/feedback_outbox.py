@@ -52,6 +52,7 @@ from app.config import Settings
 from app.contracts import contract, encode
 from app.kafka.batches import DROPPED, partition_for, permanent
 from app.kafka.client import client_options
+from app.kafka.starting import start_or_close
 from app.retry import Backoff
 from app.streams.deadletter import kafka_error
 from app.streams.metrics import WorkerMetrics
@@ -329,7 +330,7 @@ class ErrorsOutbox:
             return
         tps = [TopicPartition(self.settings.topic(topic), p) for topic, p in sorted(wanted)]
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False))
-        await consumer.start()
+        await start_or_close(consumer)  # a start that fails (broker away: the next tick tries again) leaves none open
         try:
             ends = await consumer.end_offsets(tps)
         finally:
@@ -435,7 +436,7 @@ class ErrorsOutbox:
         tps = {tp: starts[where] for tp, where in names.items()}
         consumer = AIOKafkaConsumer(**client_options(self.settings, group_id=None, enable_auto_commit=False,
                                                      auto_offset_reset="earliest"))
-        await consumer.start()
+        await start_or_close(consumer)  # closed again if its start fails: the look is tried again later
         found: set[tuple[str, tuple[Any, ...]]] = set()
         try:
             tps = await _earlier_by_time(consumer, tps, {tp: since[where] for tp, where in names.items()})
