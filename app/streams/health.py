@@ -13,7 +13,9 @@ looked for in their topic yet, so they wait unsent), ``rtt_worker_degraded{reaso
 It answers so once the worker's Kafka consumer has started (its producer starts before it): Faust's web server runs
 from before the consumer's start, and until that has finished ``/readyz`` answers 503 ``not ready: kafka: its consumer
 starting`` (:data:`CONSUMER_STARTING`), as the worker's wait for its broker answers ``not ready: kafka: …`` before
-Faust runs (:func:`app.health.answer_while_waiting`).
+Faust runs (:func:`app.health.answer_while_waiting`). From the start of the worker's stop (SIGTERM), or once it
+crashed, it answers 503 ``not ready: the worker is stopping`` (:data:`STOPPING`) until the web server stops: Faust
+stops the tables, the agents and the consumer before it.
 
 :meth:`Health.recovered` clears a reason once the dependency answers again. Each worker app has its own
 :class:`Health`, its gauge in the app's registry.
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 REASONS = ("model_store", "redis_cache", "errors_outbox")
 CONSUMER_STARTING = "kafka: its consumer starting"  # /readyz 503 says it until the worker's consumer has started
+STOPPING = "the worker is stopping"  # /readyz 503 says it once the worker stops or crashed, until its web server stops
 
 
 class Health:
@@ -75,11 +78,15 @@ class Health:
 def register_health_page(app: faust.App, health: Health, path: str = "/readyz") -> None:
     """Serve ``health.status()`` at ``path`` on the app's web server (when web is enabled) once the app's consumer
     has started (the step after it in its boot, :class:`app.streams.app.WorkerBoot`, reached); until then 503
-    ``not ready: kafka: its consumer starting``."""
+    ``not ready: kafka: its consumer starting``, and from the start of the app's stop (or its crash) 503 ``not
+    ready: the worker is stopping``. Two attribute reads per request."""
     after_consumer = getattr(app.boot_strategy, "after_consumer", None)  # none: an app not built by create_app
 
     @app.page(path)
     async def readyz(web: Any, request: Any) -> Any:
-        if after_consumer is not None and not after_consumer.reached:
-            return web.text(f"not ready: {CONSUMER_STARTING}\n", status=503)  # text/plain; charset=utf-8
+        if after_consumer is not None:
+            if not after_consumer.reached:
+                return web.text(f"not ready: {CONSUMER_STARTING}\n", status=503)  # text/plain; charset=utf-8
+            if app.should_stop:  # stopping (SIGTERM) or crashed: its consumer stops before the web server does
+                return web.text(f"not ready: {STOPPING}\n", status=503)
         return web.bytes(orjson.dumps(health.status()), content_type="application/json")
