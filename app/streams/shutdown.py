@@ -56,6 +56,7 @@ PROBE_BUDGET_S = 2.0  # longest the deadline spends finding out whether the brok
 _STOPPING = re.compile(r"^\[\^-*(?P<label>.+?)\]: Stopping\.\.\.$")
 _CRASHED = re.compile(r"^\[\^-*.+?\]: Crashed reason=")  # mode's report of a crashed service
 _STOPPING_CHILD = re.compile(r"^\[\^-*.+?\]: Error while stopping child ")
+_UNRETRIEVED = "Future exception was never retrieved"  # asyncio's report of an error no one awaited
 
 
 class StopProgress(logging.Handler):
@@ -181,7 +182,9 @@ class StopDeadline:
 class StartFailureSaid(logging.Filter):
     """Drops mode's reports, each with a traceback, of a Kafka error that ends the worker's start (the caller says it
     in one line, ``rttsched worker``): a service's ``Crashed reason=`` record, and, once the start has failed, the
-    ``Error while stopping child`` of the consumer's thread, whose event loop closed as it crashed."""
+    ``Error while stopping child`` of the consumer's thread, whose event loop closed as it crashed. And asyncio's
+    report of the error the consumer's thread left for a start that had already gone on without it (that thread
+    crashed before the start looked)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -190,7 +193,7 @@ class StartFailureSaid(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         msg = str(record.msg)
-        if isinstance(exc, KafkaError) and _CRASHED.match(msg):
+        if isinstance(exc, KafkaError) and (_CRASHED.match(msg) or msg.startswith(_UNRETRIEVED)):
             return False
         return not (self.failed and isinstance(exc, RuntimeError) and _STOPPING_CHILD.match(msg)
                     and str(exc) == "Event loop is closed")
@@ -212,7 +215,9 @@ class DeadlineWorker(faust.Worker):
     are left to the caller (with debug logging, Faust's are kept too); Faust's stop still stops every service it
     started. A Kafka error after that (the tables' recovery) ends no start: Faust reports it as before. A Kafka error
     that ends a start a stop signal had already cancelled is kept too, marked :attr:`failed_as_stopping`: the stop's
-    doing, not a failure to say.
+    doing, not a failure to say. The consumer's thread may crash before the start that began it has looked at it (on a
+    loaded machine): Faust's start then ends without raising, the worker crashed with the error; that is the same
+    failed start (it ended with Faust's crash, exit code 1, before).
 
     With ``signals``, SIGTERM and SIGINT come through that :class:`~app.stopping.SignalRoute` instead of handlers of
     the event loop's own (mode's), which go back to their defaults as the loop closes: those that came before Faust's
@@ -252,13 +257,23 @@ class DeadlineWorker(faust.Worker):
         try:
             await super().start()
         except KafkaError as exc:
-            self.start_failure = exc
-            self.failed_as_stopping = self.stop_deadline.armed  # a signal asked for the stop first
-            self._said.failed = True
-            log.debug("the worker's start failed", exc_info=exc)  # its traceback with -v: the caller says one line
+            self._start_failed(exc)
+        else:
+            # the consumer's thread crashed on a Kafka error before the start that began it looked at it (a loaded
+            # machine's order): Faust's start ended without raising it, the worker crashed with it
+            crashed = self.crash_reason
+            if isinstance(crashed, KafkaError) and not start_steps(self.app).after_consumer.reached:
+                self._start_failed(crashed)
+
+    def _start_failed(self, exc: KafkaError) -> None:
+        self.start_failure = exc
+        self.failed_as_stopping = self.stop_deadline.armed  # a signal asked for the stop first
+        self._said.failed = True
+        log.debug("the worker's start failed", exc_info=exc)  # its traceback with -v: the caller says one line
 
     async def on_startup_finished(self) -> None:
-        self._started_up()
+        if start_steps(self.app).after_consumer.reached:  # not a start the consumer's crash ended (the stop says it)
+            self._started_up()
         await super().on_startup_finished()
 
     def stop_and_shutdown(self) -> None:

@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[2]
 START_S = 90.0  # imports, a wait and Faust's start on a loaded machine
 
 # ``rttsched worker`` whose first start wait, once it has passed, writes ``answered`` and holds until ``gone`` exists
-# (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead. With
+# (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead (HOLD=late:
+# that too, and the start of the consumer's thread looks at it only once the thread has crashed). With
 # HOLD=version, Faust's producer fails to start with a Kafka error that is not the broker gone; with HOLD=recovery,
 # the tables' recovery fails with a Kafka error once the clients have started (the broker stays up)
 CHILD = """
@@ -80,6 +81,19 @@ elif os.environ["HOLD"] == "wait":
 
     admin.wait_reachable = wait_reachable
 else:
+    if os.environ["HOLD"] == "late":  # the consumer's thread crashed before its start looked (a loaded machine's order)
+        from mode.threads import WorkerThread
+
+        begin = WorkerThread.start
+
+        def start(self):
+            begin(self)
+            until = time.monotonic() + 30
+            while isinstance(self.service, driver.AIOKafkaConsumerThread) and not self.service._crashed.is_set() \
+                    and time.monotonic() < until:
+                time.sleep(0.01)
+
+        WorkerThread.start = start
     started = driver.Producer.on_start
 
     async def on_start(self):
@@ -192,6 +206,22 @@ def test_a_broker_gone_before_fausts_producer_connected_sends_the_worker_back_to
 def test_a_broker_gone_once_fausts_producer_connected_ends_the_worker_with_one_line_and_code_2(
         start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
     worker, _, _ = start_worker("producer")
+    stop_broker_when_answered(worker, broker, tmp_path)
+    code = worker.ended(START_S)
+    text = worker.text
+    assert code == 2, text[-6000:]
+    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as the worker"
+        " started: "), text[-6000:]
+    assert_no_traceback(text)
+
+
+def test_a_broker_gone_once_fausts_producer_connected_is_code_2_also_when_the_consumer_thread_crashed_first(
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
+    # the consumer's thread fails its bootstrap and crashes before the start that began it looks at it: the start
+    # then ends without an error, the worker crashed (it ended with Faust's crash, exit code 1, on a loaded machine)
+    worker, _, _ = start_worker("late")
     stop_broker_when_answered(worker, broker, tmp_path)
     code = worker.ended(START_S)
     text = worker.text
