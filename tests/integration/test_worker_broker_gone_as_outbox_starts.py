@@ -13,6 +13,7 @@ prediction-errors message goes out; a SIGTERM then stops the worker with exit co
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import signal
@@ -34,7 +35,9 @@ from app.contracts import contract
 from app.kafka.admin import ensure_topics
 from app.kafka.client import client_options
 from app.kafka.embedded import EmbeddedBroker, free_port
+from app.retry import Backoff
 from app.sim.scripted import prediction, produce
+from app.streams.feedback_outbox import ErrorsOutbox, outbox_row_key
 
 pytestmark = pytest.mark.integration
 
@@ -163,3 +166,35 @@ def test_a_broker_gone_as_the_outbox_consumer_starts_is_waited_out_and_the_consu
     print("".join(line + "\n" for line in text.splitlines() if " WARNING " in line or " ERROR " in line))
     assert "Traceback" not in text and "Crashed reason=" not in text and "Unclosed" not in text, text[-8000:]
     assert code == 0, text[-8000:]
+
+
+def test_the_outbox_closes_its_consumers_whose_start_fails_on_a_broker_gone(
+        settings: Settings, broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    """Both of the outbox's consumers (where the topics end; looking for restored messages) meet the broker gone as
+    they start: each try fails, and the consumer it made is closed (before, each was left unclosed: asyncio's
+    ``Unclosed AIOKafkaConsumer`` as it was dropped)."""
+    broker.stop()
+
+    async def run() -> tuple[list[str], int]:
+        outbox = ErrorsOutbox(settings)
+        for _ in range(2):
+            with pytest.raises(Exception) as caught:
+                await outbox.prepare({0})
+            assert "KafkaConnectionError" in type(caught.value).__name__
+        key = outbox_row_key(0, NODE, 1000.0)
+        outbox.restore(0, key, orjson.dumps({"value": {"node": NODE, "ts": 1000.0, "apps": {}}, "floor": 0}))
+        failures: list[str] = []
+        task = asyncio.get_running_loop().create_task(outbox.reconcile_until_done(
+            lambda: {0}, Backoff(first_s=0.05, max_s=0.1, jitter=0.0),
+            on_failure=lambda _n, exc: failures.append(type(exc).__name__), timeout_s=2.0))
+        while len(failures) < 3:
+            await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return failures, outbox.unchecked()
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        failures, unchecked = asyncio.run(run())
+        gc.collect()
+    assert set(failures) == {"KafkaConnectionError"} and unchecked == 1
+    assert not [r for r in caplog.records if "Unclosed" in r.getMessage()], caplog.text
