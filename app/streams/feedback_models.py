@@ -59,6 +59,7 @@ from app.contracts.keys import parse_model_key
 from app.errors import ContractError, RttError
 from app.kafka.client import consumer_options
 from app.kafka.positions import PositionGuard
+from app.kafka.starting import start_or_close
 from app.model.errors import RegistryUnavailableError
 from app.model.fast import FastPredictor
 from app.registry.base import ModelRecord, ModelStore
@@ -465,13 +466,9 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
         consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
                                                        auto_offset_reset="none"))
         try:
-            await consumer.start()
+            await start_or_close(consumer)  # closed, whatever ended its start (a cancel too)
             break
-        except BaseException as exc:  # closed, whatever ended its start (a cancel too)
-            with contextlib.suppress(Exception):
-                await consumer.stop()
-            if not isinstance(exc, KafkaError):
-                raise
+        except KafkaError as exc:
             wait.failed(exc)
             await asyncio.sleep(RETRY_S)
     wait.done()

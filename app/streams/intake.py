@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -77,6 +76,7 @@ from app.kafka.admin import START_REMIND_S
 from app.kafka.batches import DROPPED, BatchSender
 from app.kafka.client import client_options, consumer_options
 from app.kafka.positions import PositionGuard
+from app.kafka.starting import start_or_close
 from app.streams.changelog import Row
 from app.streams.deadletter import TOPIC as DEAD_LETTERS
 from app.streams.deadletter import Bad, DeadLetters
@@ -329,7 +329,7 @@ class PartitionIntake:
             producer = AIOKafkaProducer(**client_options(s, linger_ms=5, acks="all", max_batch_size=512 * 1024,
                                                          max_request_size=4 * 1024 * 1024,
                                                          request_timeout_ms=self.request_timeout_ms))
-            await _started(producer)
+            await start_or_close(producer)
             self._producer = producer
             self.sender = BatchSender(producer, on_delivered=self._delivered, on_failed=self._failed)
             self._dead_staged.clear()  # what an earlier sender left is not this one's to settle
@@ -337,7 +337,7 @@ class PartitionIntake:
         # auto_offset_reset="none": a position the broker calls out of range is reset here, logged and counted
         consumer = AIOKafkaConsumer(**consumer_options(s, group_id=None, enable_auto_commit=False,
                                                        auto_offset_reset="none", max_partition_fetch_bytes=4 << 20))
-        await _started(consumer)
+        await start_or_close(consumer)
         self._consumer = consumer
         self.guard = PositionGuard(consumer, self.name, topic_label=lambda t: self.topics.get(t, t),
                                    registry=self.metrics.registry)
@@ -670,13 +670,3 @@ class StartWait:
         if self._since is not None:
             log.info("%s: its %s started after %.0f s waiting for the broker (%d tries failed)", self.name,
                      self.clients, self.clock() - self._since, self.tries)
-
-
-async def _started(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
-    """Start ``client``; closed again when its start fails or is cancelled (its connections, its tasks)."""
-    try:
-        await client.start()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await client.stop()
-        raise
