@@ -10,26 +10,21 @@ waits), with every client it made stopped: no ``Unclosed`` client, no traceback.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import HOLD_UNTIL_GONE, REPO, START_S, child_env, topics_on
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports and the wait on a loaded machine
 
 # ``rttsched <argv>`` whose first start of ``module.CLASS`` writes ``held`` and holds until ``gone`` exists
 CHILD = """
@@ -39,12 +34,10 @@ from pathlib import Path
 module = importlib.import_module(os.environ["HELD_MODULE"])
 marks, name = Path(os.environ["MARKS"]), os.environ["HELD_CLASS"]
 
+""" + HOLD_UNTIL_GONE + """
 class Held(getattr(module, name)):
     async def start(self):
-        if not (marks / "gone").exists():
-            (marks / "held").write_text("")
-        while not (marks / "gone").exists():
-            await asyncio.sleep(0.02)
+        await hold_until_gone()
         await super().start()
 
 setattr(module, name, Held)
@@ -65,13 +58,8 @@ def broker() -> Iterator[EmbeddedBroker]:
 ], ids=["trainer-consumer", "bridge-producer"])
 def test_a_broker_gone_as_a_services_clients_start_ends_it_with_one_line_and_its_clients_stopped(
         broker: EmbeddedBroker, tmp_path: Path, argv: list[str], module: str, cls: str, when: str) -> None:
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-    asyncio.run(ensure_topics(settings))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-    env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-               RTT_MODELS_DIR=str(tmp_path / "models"), RTT_METRICS_PORT=str(free_port()),
-               RTT_METRICS_HOST="127.0.0.1", RTT_TRAINER_CPUS="", MARKS=str(tmp_path), PYTHONPATH=str(REPO),
-               PYTHONUNBUFFERED="1", HELD_MODULE=module, HELD_CLASS=cls)
+    env = child_env(topics_on(broker), tmp_path, RTT_TRAINER_CPUS="", PYTHONUNBUFFERED="1", HELD_MODULE=module,
+                    HELD_CLASS=cls)
     proc = subprocess.Popen([sys.executable, "-c", CHILD, *argv], env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[str] = []

@@ -13,27 +13,22 @@ broker's process.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import REPO, START_S, child_env, topics_on
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports and the wait on a loaded machine
 STOP_S = 20.0  # the trainer's stop bound (TrainerService.stop_timeout_s)
 
 # ``rttsched trainer`` whose start wait, once it has passed, writes ``answered`` and holds until ``gone`` exists;
@@ -88,13 +83,7 @@ def wait_for(what: Path, proc: subprocess.Popen[str], lines: list[str]) -> None:
 
 def test_sigterm_while_the_clients_start_on_a_broker_that_answers_nothing_stops_the_trainer_promptly(
         broker: EmbeddedBroker, tmp_path: Path) -> None:
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-    asyncio.run(ensure_topics(settings))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-    env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-               RTT_MODELS_DIR=str(tmp_path / "models"), RTT_METRICS_PORT=str(free_port()),
-               RTT_METRICS_HOST="127.0.0.1", RTT_TRAINER_CPUS="", MARKS=str(tmp_path), PYTHONPATH=str(REPO),
-               PYTHONUNBUFFERED="1")
+    env = child_env(topics_on(broker), tmp_path, RTT_TRAINER_CPUS="", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", CHILD], env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[str] = []

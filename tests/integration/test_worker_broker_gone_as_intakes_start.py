@@ -14,28 +14,23 @@ they wait stops the worker as with the broker gone while they read, leaving no t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import HOLD_UNTIL_GONE, REPO, child_env, stops_cleanly, topics_on, wait_for
 from child_processes import Gathered
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports, the wait and Faust's start on a loaded machine
 HELD = 3  # the intakes' producers (node-features, feedback-join) and the model-updates consumer
 INTAKES = ("node-features", "feedback-join")
 READERS = (*INTAKES, "model-updates")
@@ -53,11 +48,9 @@ import app.streams.intake as intake
 
 marks, count = Path(os.environ["MARKS"]), itertools.count(1)
 
+""" + HOLD_UNTIL_GONE + """
 async def hold():
-    if not (marks / "gone").exists():
-        (marks / f"held-{next(count)}").write_text("")
-    while not (marks / "gone").exists():
-        await asyncio.sleep(0.02)
+    await hold_until_gone(f"held-{next(count)}")
 
 class HeldProducer(intake.AIOKafkaProducer):
     async def start(self):
@@ -99,30 +92,12 @@ def broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture
 def worker(broker: EmbeddedBroker, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Gathered]:
     stop_timeout_s = getattr(request, "param", "20")  # --stop-timeout-s
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-    asyncio.run(ensure_topics(settings))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-    env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-               RTT_METRICS_PORT=str(free_port()), RTT_METRICS_HOST="127.0.0.1",
-               RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
-               MARKS=str(tmp_path), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), PYTHONUNBUFFERED="1")
     proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", stop_timeout_s],
                                      env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True))
     yield proc
     proc.kill()
-
-
-def wait_for(proc: Gathered, what: Callable[[], bool], label: str) -> None:
-    deadline = time.monotonic() + START_S
-    while not what():
-        if proc.proc.poll() is not None:
-            proc.read_to_end()
-            if what():
-                return
-            pytest.fail(f"ended (exit {proc.proc.returncode}) before {label}:\n{proc.text[-8000:]}")
-        assert time.monotonic() < deadline, f"no {label} within {START_S:g} s:\n{proc.text[-8000:]}"
-        time.sleep(0.05)
 
 
 def tries(tmp_path: Path, name: str) -> int:
@@ -163,13 +138,7 @@ def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_s
                                                      r"the broker \(\d+ tries failed\)", worker.text) is not None,
                  f"{name}'s line on its start after the wait")
         assert len(warnings(worker.text, name)) == 1, warnings(worker.text, name)
-    os.killpg(worker.proc.pid, signal.SIGTERM)
-    code = worker.proc.wait(60)
-    worker.read_to_end()
-    text = worker.text
-    print("".join(line + "\n" for line in text.splitlines() if " WARNING " in line or " ERROR " in line))
-    assert "Traceback" not in text and "Crashed reason=" not in text and "Unclosed" not in text, text[-8000:]
-    assert code == 0, text[-8000:]
+    stops_cleanly(worker)
 
 
 

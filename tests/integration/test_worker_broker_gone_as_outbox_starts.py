@@ -14,35 +14,31 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from broker_children import HOLD_UNTIL_GONE, REPO, START_S, child_env, stops_cleanly, topics_on, wait_for
 from child_processes import Gathered
 
 from app.config import Settings
 from app.contracts import contract
 from app.kafka.admin import ensure_topics
 from app.kafka.client import client_options
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 from app.retry import Backoff
 from app.sim.scripted import prediction, produce
 from app.streams.feedback_outbox import ErrorsOutbox, outbox_row_key
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports, the wait and Faust's start on a loaded machine
 APP, NODE = "gCTF", "gpu-o1"
 
 # ``rttsched worker`` whose outbox consumer, at its first start, writes ``held`` and holds (the event loop runs on)
@@ -55,12 +51,10 @@ import app.streams.feedback_outbox as outbox
 
 marks, count = Path(os.environ["MARKS"]), itertools.count(1)
 
+""" + HOLD_UNTIL_GONE + """
 class HeldConsumer(outbox.AIOKafkaConsumer):
     async def start(self):
-        if not (marks / "gone").exists():
-            (marks / "held").write_text("")
-        while not (marks / "gone").exists():
-            await asyncio.sleep(0.02)
+        await hold_until_gone()
         await super().start()
         (marks / f"started-{next(count)}").write_text("")
 
@@ -79,35 +73,18 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 @pytest.fixture
 def settings(broker: EmbeddedBroker) -> Settings:
-    s = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-    asyncio.run(ensure_topics(s))
-    return s
+    return topics_on(broker)
 
 
 @pytest.fixture
 def worker(settings: Settings, broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Gathered]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-    env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-               RTT_METRICS_PORT=str(free_port()), RTT_METRICS_HOST="127.0.0.1", RTT_ERROR_PERIOD_S="1",
-               RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
-               MARKS=str(tmp_path), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = child_env(settings, tmp_path, RTT_ERROR_PERIOD_S="1", RTT_WORKER_DATADIR=str(tmp_path / "faust"),
+                    PYTHONUNBUFFERED="1")
     proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", "20"], env=env,
                                      cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True))
     yield proc
     proc.kill()
-
-
-def wait_for(proc: Gathered, what: Callable[[], bool], label: str) -> None:
-    deadline = time.monotonic() + START_S
-    while not what():
-        if proc.proc.poll() is not None:
-            proc.read_to_end()
-            if what():
-                return
-            pytest.fail(f"ended (exit {proc.proc.returncode}) before {label}:\n{proc.text[-8000:]}")
-        assert time.monotonic() < deadline, f"no {label} within {START_S:g} s:\n{proc.text[-8000:]}"
-        time.sleep(0.05)
 
 
 def failed_ticks(text: str) -> int:
@@ -159,13 +136,7 @@ def test_a_broker_gone_as_the_outbox_consumer_starts_is_waited_out_and_the_consu
     wait_for(worker, lambda: (tmp_path / "started-1").exists(), "the outbox consumer's start once the broker was back")
     values = asyncio.run(errors_of(settings, NODE, START_S))
     assert [v["apps"][APP]["n"] for v in values] == [1], values
-    os.killpg(worker.proc.pid, signal.SIGTERM)
-    code = worker.proc.wait(60)
-    worker.read_to_end()
-    text = worker.text
-    print("".join(line + "\n" for line in text.splitlines() if " WARNING " in line or " ERROR " in line))
-    assert "Traceback" not in text and "Crashed reason=" not in text and "Unclosed" not in text, text[-8000:]
-    assert code == 0, text[-8000:]
+    stops_cleanly(worker)
 
 
 def test_the_outbox_closes_its_consumers_whose_start_fails_on_a_broker_gone(

@@ -10,23 +10,18 @@ bound in all). With no bound left as Faust's start fails, it ends at once with o
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import child_env, topics_on
 from test_worker_broker_gone_at_start import START_S, Worker, assert_no_traceback
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -38,14 +33,8 @@ def broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture
 def bounded_worker(tmp_path: Path, broker: EmbeddedBroker, request: pytest.FixtureRequest) -> Iterator[Worker]:
     """The holding worker (HOLD=wait) with ``RTT_KAFKA_START_WAIT_S`` = the test's parameter."""
-    settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-    asyncio.run(ensure_topics(settings))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-    env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-               RTT_METRICS_PORT=str(free_port()), RTT_METRICS_HOST="127.0.0.1",
-               RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
-               RTT_KAFKA_START_WAIT_S=f"{request.param:g}", MARKS=str(tmp_path), HOLD="wait", PYTHONPATH=str(REPO))
-    worker = Worker(env)
+    worker = Worker(child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"),
+                              RTT_KAFKA_START_WAIT_S=f"{request.param:g}", HOLD="wait"))
     try:
         yield worker
     finally:

@@ -41,8 +41,10 @@ async def expired_marks(path: Path, clock: ManualClock, n: int) -> DirectoryMark
     return marks
 
 
-async def test_closing_stops_a_sweep_at_the_mark_it_is_on_and_waits_for_its_thread(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def sweep_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[Path, DirectoryMarks, Held, asyncio.Task[int]]:
+    """Five expired marks in ``tmp_path``/dead-letters whose sweep runs in a task, its thread held as it reads its
+    first mark: their folder, the marks, the hold and the sweep's task."""
     clock = ManualClock(1_800_000_000.0)
     path = tmp_path / "dead-letters"
     marks = await expired_marks(path, clock, 5)
@@ -50,6 +52,12 @@ async def test_closing_stops_a_sweep_at_the_mark_it_is_on_and_waits_for_its_thre
     monkeypatch.setattr(DirectoryMarks, "_expiry", staticmethod(held))
     sweeping = asyncio.create_task(marks.sweep())
     assert await asyncio.to_thread(held.entered.wait, 30)  # the sweep's thread reads its first mark
+    return path, marks, held, sweeping
+
+
+async def test_closing_stops_a_sweep_at_the_mark_it_is_on_and_waits_for_its_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, marks, held, sweeping = await sweep_held(tmp_path, monkeypatch)
     sweeping.cancel()  # the trainer's stop cancels the task waiting for it ...
     closing = asyncio.create_task(marks.close())  # ... then closes the marks
     for _ in range(20):
@@ -64,13 +72,7 @@ async def test_closing_stops_a_sweep_at_the_mark_it_is_on_and_waits_for_its_thre
 
 async def test_a_sweep_asked_for_while_one_runs_waits_for_that_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = ManualClock(1_800_000_000.0)
-    path = tmp_path / "dead-letters"
-    marks = await expired_marks(path, clock, 5)
-    held = Held()
-    monkeypatch.setattr(DirectoryMarks, "_expiry", staticmethod(held))
-    first = asyncio.create_task(marks.sweep())
-    assert await asyncio.to_thread(held.entered.wait, 30)
+    path, marks, held, first = await sweep_held(tmp_path, monkeypatch)
     second = asyncio.create_task(marks.sweep())  # 1,000 marks stored during a long sweep ask for another
     for _ in range(20):
         await asyncio.sleep(0)
