@@ -52,6 +52,7 @@ from app.extender.pacing import Slicer
 from app.kafka.client import consumer_options
 from app.kafka.positions import PositionGuard
 from app.kafka.quiet import quiet_client_errors
+from app.kafka.starting import start_or_close
 from app.scheduler.builder import SnapshotBuilder
 from app.stopping import cancel_within
 
@@ -171,12 +172,7 @@ class ViewFeed:
             self._settings, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
             max_partition_fetch_bytes=4 * 1024 * 1024, request_timeout_ms=10_000,
         ))
-        try:
-            await consumer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await consumer.stop()
-            raise
+        await start_or_close(consumer)
         self._consumer = consumer
         self._guard = PositionGuard(consumer, "extender-view", registry=self._metrics.registry,
                                     topic_label=lambda t: self._topic_of.get(t, t))
