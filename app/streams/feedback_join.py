@@ -256,7 +256,7 @@ def register_join(app: faust.App, loop: FeedbackLoop) -> PartitionIntake:
 
     intake = PartitionIntake(settings, {"task-completions": on_completion, "rtt-predictions": on_prediction},
                              ctx.dead, name="feedback-join", clock=clock, metrics=loop.metrics,
-                             request_timeout_ms=ctx.options.request_timeout_ms)
+                             request_timeout_ms=ctx.options.request_timeout_ms, health=ctx.health)
     intake.count_delivered("training-samples", fm.samples)
     loop.handles["sending"] = lambda: intake.sender is not None  # join entries leave only then (held_left)
 

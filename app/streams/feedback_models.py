@@ -461,7 +461,7 @@ async def follow_model_updates(settings: Settings, cache: ModelCache, started: a
     unapplied would never be read again.
     """
     topic = settings.topic("model-updates")
-    wait = StartWait("model-updates", "consumer")
+    wait = StartWait("model-updates", "consumer", health=cache.health)
     while True:  # the broker away as the consumer starts: as while it reads, try again (saying so now and then)
         consumer = AIOKafkaConsumer(**consumer_options(settings, group_id=None, enable_auto_commit=False,
                                                        auto_offset_reset="none"))

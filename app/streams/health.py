@@ -5,8 +5,9 @@ node-features and joining completions, serving the models it has; the model regi
 extender's cache are retried. While that lasts the worker is *degraded*: :meth:`Health.degraded` records
 a reason (``model_store``: a model-updates message could not be loaded; ``redis_cache``: the node-weights
 cache write failed; ``errors_outbox``: prediction-errors messages restored after a restart could not be
-looked for in their topic yet, so they wait unsent), ``rtt_worker_degraded{reason}`` is 1, and
-``GET /readyz`` lists it::
+looked for in their topic yet, so they wait unsent; ``kafka``: one of the worker's own Kafka clients, the intakes'
+or the model-updates reader's, waits out a broker gone as it starts, :meth:`Health.waiting` naming which and for how
+long), ``rtt_worker_degraded{reason}`` is 1, and ``GET /readyz`` lists it::
 
     {"ready": true, "degraded": {"model_store": "model registry at redis://...: unavailable ..."}}
 
@@ -27,6 +28,10 @@ stops the tables, the agents and the consumer before it.
 ('redis://:***@cache:6379: connection refused', 1.0)
 >>> h.recovered("redis_cache"); h.status()
 {'ready': True, 'degraded': {}}
+>>> h.waiting("kafka", "a", "a: down"); h.waiting("kafka", "b", "b: down"); h.status()["degraded"]
+{'kafka': 'a: down; b: down'}
+>>> h.done("kafka", "a"); h.status()["degraded"], h.done("kafka", "b"), h.status()["degraded"]
+({'kafka': 'b: down'}, None, {})
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from app.masking import mask_url
 
 log = logging.getLogger(__name__)
 
-REASONS = ("model_store", "redis_cache", "errors_outbox")
+KAFKA = "kafka"  # the worker's own clients (intakes, model-updates reader) wait for the broker as they start
+REASONS = ("model_store", "redis_cache", "errors_outbox", KAFKA)
 CONSUMER_STARTING = "kafka: its consumer starting"  # /readyz 503 says it until the worker's consumer has started
 STOPPING = "the worker is stopping"  # /readyz 503 says it once the worker stops or crashed, until its web server stops
 
@@ -54,6 +60,7 @@ class Health:
         self.gauge = Gauge("rtt_worker_degraded", "1 while the worker runs without a dependency (by reason), else 0",
                            ["reason"], registry=registry if registry is not None else CollectorRegistry())
         self._now: dict[str, str] = {}
+        self._waiting: dict[str, dict[str, str]] = {}  # reason -> what waits on it -> its detail
         for reason in REASONS:
             self.gauge.labels(reason).set(0)
 
@@ -69,6 +76,28 @@ class Health:
     def recovered(self, reason: str) -> None:
         if self._now.pop(reason, None) is not None:
             log.info("recovered (%s)", reason)
+        self.gauge.labels(reason).set(0)
+
+    def waiting(self, reason: str, key: str, detail: str) -> None:
+        """``key`` waits for the dependency of ``reason``: the reason's detail is each waiting key's (300 characters at
+        most), joined with ``; ``. Not logged here: what waits says so itself (:class:`app.streams.intake.StartWait`)."""
+        if reason not in REASONS:
+            raise ValueError(f"unknown degraded reason {reason!r}")
+        waiting = self._waiting.setdefault(reason, {})
+        waiting[key] = mask_url(detail)[:300]
+        self._now[reason] = "; ".join(waiting.values())
+        self.gauge.labels(reason).set(1)
+
+    def done(self, reason: str, key: str) -> None:
+        """``key`` no longer waits for ``reason``'s dependency: the reason is cleared once nothing waits on it."""
+        waiting = self._waiting.get(reason, {})
+        if waiting.pop(key, None) is None:
+            return
+        if waiting:
+            self._now[reason] = "; ".join(waiting.values())
+            return
+        del self._waiting[reason]
+        self._now.pop(reason, None)
         self.gauge.labels(reason).set(0)
 
     def status(self) -> dict[str, Any]:

@@ -80,6 +80,7 @@ from app.kafka.starting import start_or_close
 from app.streams.changelog import Row
 from app.streams.deadletter import TOPIC as DEAD_LETTERS
 from app.streams.deadletter import Bad, DeadLetters
+from app.streams.health import KAFKA, Health
 from app.streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -204,12 +205,15 @@ class PartitionIntake:
         fresh registry by default.
     request_timeout_ms
         How long the producer tries a batch before it fails it (the sender then keeps it to send again).
+    health
+        The worker's degraded reasons: ``kafka`` names this intake while its clients' start waits for the broker.
     """
 
     def __init__(self, settings: Settings, handlers: dict[str, Handler], dead: DeadLetters,
                  name: str = "intake", clock: Clock | None = None, metrics: WorkerMetrics | None = None,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS, health: Health | None = None) -> None:
         self.settings = settings
+        self.health = health
         self.request_timeout_ms = request_timeout_ms
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.clock = clock or SystemClock()
@@ -463,7 +467,7 @@ class PartitionIntake:
         """Start (:meth:`start`, again every ``RETRY_S`` while a Kafka error ends it: the broker away as the clients
         start; :class:`StartWait` says so), then read and process batches until cancelled."""
         try:
-            wait = StartWait(self.name, "clients")
+            wait = StartWait(self.name, "clients", health=self.health)
             while self._consumer is None:
                 try:
                     await self.start()
@@ -628,7 +632,8 @@ class StartWait:
     """What one reader says while its clients' start waits out a broker gone (tried again every ``RETRY_S``): one
     WARNING at the first failed try, another every ``remind_s`` while the tries fail (how long, how many), and
     one INFO once they started after failing, with how long it waited. A broker away for an hour is some 120
-    lines per reader, not one a second.
+    lines per reader, not one a second. With ``health``, the worker is degraded (``kafka``, ``/readyz``) from the first
+    failed try until the start passed: ``<name>: its <clients> not started for <s> s (<tries> tries): <last error>``.
 
     >>> t = [0.0]
     >>> w = StartWait("node-features", "clients", remind_s=30.0, clock=lambda: t[0])
@@ -639,8 +644,9 @@ class StartWait:
     """
 
     def __init__(self, name: str, clients: str, remind_s: float = START_REMIND_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, health: Health | None = None) -> None:
         self.name = name
+        self.health = health
         self.clients = clients  # what starts: "clients", "consumer"
         self.remind_s = remind_s
         self.clock = clock
@@ -653,6 +659,10 @@ class StartWait:
         """A try failed with ``exc`` (the caller tries again after ``RETRY_S``)."""
         now = self.clock()
         self.tries += 1
+        if self.health is not None:
+            since = now if self._since is None else self._since
+            self.health.waiting(KAFKA, self.name, f"{self.name}: its {self.clients} not started for {now - since:.0f} s"
+                                f" ({self.tries} tries): {exc!r}")
         if self._since is None:
             self._since = self._last = now
             log.warning("%s: %r as its %s started; retrying every %g s until the broker answers (said again every"
@@ -666,7 +676,9 @@ class StartWait:
         self.said += 1
 
     def done(self) -> None:
-        """The start passed: one INFO line when tries failed before it."""
+        """The start passed: one INFO line when tries failed before it (and ``kafka`` no longer names it)."""
+        if self.health is not None:
+            self.health.done(KAFKA, self.name)
         if self._since is not None:
             log.info("%s: its %s started after %.0f s waiting for the broker (%d tries failed)", self.name,
                      self.clients, self.clock() - self._since, self.tries)

@@ -160,7 +160,8 @@ def register_node_features(app: faust.App, settings: Settings) -> NodeFeatures:
         age.observe(clock.now() - snap["ts"])
 
     intake = PartitionIntake(settings, {"node-metrics": on_snapshot}, ctx.dead, name="node-features", clock=clock,
-                             metrics=metrics, request_timeout_ms=ctx.options.request_timeout_ms)
+                             metrics=metrics, request_timeout_ms=ctx.options.request_timeout_ms,
+                             health=ctx.health)
     intake.count_delivered("node-features", metrics.features_emitted)
     table.intake = intake
 

@@ -6,20 +6,23 @@ Faust's own clients run. The child holds before each of those starts (it writes 
 writes ``gone``); the test stops the broker there. Each start then fails on the broker gone and is tried again every
 second (the child marks each try), as a broker away while they read is waited out; the worker keeps running. Each
 reader says so in one WARNING, not one per try (it logged one a second, three readers: 10,800 lines an hour). With the
-broker back, they start (``<name>: its clients started after … waiting for the broker``). Before, the first failed
-start crashed the worker: Faust's ``Crashed reason=KafkaConnectionError`` with a traceback per task, and the worker
-stopped on its own (exit code 1), or, with a SIGTERM close by, a traceback in the middle of its stop. A SIGTERM while
-they wait stops the worker as with the broker gone while they read, leaving no trace of the waits.
+broker back, they start (``<name>: its clients started after … waiting for the broker``). While they wait, the worker's
+``/readyz`` (200) lists each under ``degraded.kafka``, cleared once they started (it said ``"degraded": {}``). Before,
+the first failed start crashed the worker: Faust's ``Crashed reason=KafkaConnectionError`` with a traceback per task,
+and the worker stopped on its own (exit code 1), or, with a SIGTERM close by, a traceback in the middle of its stop. A
+SIGTERM while they wait stops the worker as with the broker gone while they read, leaving no trace of the waits.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,9 +93,13 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def worker(broker: EmbeddedBroker, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Gathered]:
+def env(broker: EmbeddedBroker, tmp_path: Path) -> dict[str, str]:
+    return child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), PYTHONUNBUFFERED="1")
+
+
+@pytest.fixture
+def worker(env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[Gathered]:
     stop_timeout_s = getattr(request, "param", "20")  # --stop-timeout-s
-    env = child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), PYTHONUNBUFFERED="1")
     proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", stop_timeout_s],
                                      env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True))
@@ -106,6 +113,24 @@ def tries(tmp_path: Path, name: str) -> int:
     return len(marks.read_text()) if marks.exists() else 0
 
 
+def readyz(env: dict[str, str]) -> tuple[int, dict[str, object]]:
+    """The worker's ``/readyz``: its status and JSON body (a 503's text fails the test)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{env['RTT_METRICS_PORT']}/readyz", timeout=5) as r:
+        return r.status, json.loads(r.read())
+
+
+def kafka_waits(env: dict[str, str]) -> str:
+    """``degraded.kafka`` of the worker's ``/readyz`` ("" when it has none)."""
+    status, body = readyz(env)
+    assert status == 200 and body["ready"] is True, body
+    return str(body["degraded"].get("kafka", ""))  # type: ignore[attr-defined]
+
+
+def metrics(env: dict[str, str]) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{env['RTT_METRICS_PORT']}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
 def warnings(text: str, name: str) -> list[str]:
     """The WARNING lines of ``name``'s clients' start waiting for the broker."""
     return [line for line in text.splitlines()
@@ -113,7 +138,7 @@ def warnings(text: str, name: str) -> list[str]:
 
 
 def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_start_once_it_is_back(
-        worker: Gathered, broker: EmbeddedBroker, tmp_path: Path) -> None:
+        worker: Gathered, broker: EmbeddedBroker, tmp_path: Path, env: dict[str, str]) -> None:
     wait_for(worker, lambda: all((tmp_path / f"held-{n}").exists() for n in range(1, HELD + 1)),
              "the holds before the intakes' and the model-updates reader's starts")
     broker.stop()
@@ -128,6 +153,11 @@ def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_s
     for name in READERS:
         said = warnings(worker.text, name)
         assert len(said) == 1 and " as its " in said[0] and "retrying every 1 s" in said[0], said
+    # /readyz names each reader that waits, since when, and its last error (it said "degraded": {})
+    waits = kafka_waits(env)
+    for name, clients in (("node-features", "clients"), ("feedback-join", "clients"), ("model-updates", "consumer")):
+        assert re.search(rf"\b{name}: its {clients} not started for [1-9]\d* s \(\d+ tries\): \w+Error\(", waits), waits
+    assert re.search(r"rtt_worker_degraded\{reason=\"kafka\"\} 1\.0", metrics(env)), waits
 
     broker.start()  # the same port
     for name in INTAKES:
@@ -138,6 +168,8 @@ def test_a_broker_gone_as_the_workers_own_clients_start_is_waited_out_and_they_s
                                                      r"the broker \(\d+ tries failed\)", worker.text) is not None,
                  f"{name}'s line on its start after the wait")
         assert len(warnings(worker.text, name)) == 1, warnings(worker.text, name)
+    assert kafka_waits(env) == ""  # all three started: the reason is cleared
+    assert re.search(r"rtt_worker_degraded\{reason=\"kafka\"\} 0\.0", metrics(env))
     stops_cleanly(worker)
 
 
