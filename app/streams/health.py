@@ -80,7 +80,8 @@ class Health:
 
     def waiting(self, reason: str, key: str, detail: str) -> None:
         """``key`` waits for the dependency of ``reason``: the reason's detail is each waiting key's (300 characters at
-        most), joined with ``; ``. Not logged here: what waits says so itself (:class:`app.streams.intake.StartWait`)."""
+        most), joined with ``; ``. Not logged here: what waits says so itself (:class:`~app.streams.intake.StartWait`).
+        """
         if reason not in REASONS:
             raise ValueError(f"unknown degraded reason {reason!r}")
         waiting = self._waiting.setdefault(reason, {})
