@@ -662,7 +662,7 @@ class StartWait:
         if self.health is not None:
             since = now if self._since is None else self._since
             self.health.waiting(KAFKA, self.name, f"{self.name}: its {self.clients} not started for {now - since:.0f} s"
-                                f" ({self.tries} tries): {exc!r}")
+                                f" ({self.tries} {'try' if self.tries == 1 else 'tries'}): {exc!r}")
         if self._since is None:
             self._since = self._last = now
             log.warning("%s: %r as its %s started; retrying every %g s until the broker answers (said again every"
