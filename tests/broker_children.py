@@ -1,6 +1,7 @@
 """What the integration tests share that run ``rttsched`` as a child on the real embedded broker: its topics under a
-fresh prefix, the child's environment, the child code that holds a Kafka client's start until the test has stopped the
-broker, the wait for what the child says, and its SIGTERM stop that leaves no trace.
+fresh prefix, the child's environment, the child started with its output gathered, the child code that holds a Kafka
+client's start until the test has stopped the broker, the wait for what the child says, and its SIGTERM stop that
+leaves no trace.
 
 Importable as ``broker_children`` from every test: ``tests/conftest.py`` puts this folder on ``sys.path``.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,13 @@ def child_env(settings: Settings, tmp_path: Path, **extra: str) -> dict[str, str
                RTT_METRICS_PORT=str(free_port()), RTT_METRICS_HOST="127.0.0.1", RTT_MODELS_DIR=str(tmp_path / "models"),
                MARKS=str(tmp_path), PYTHONPATH=str(REPO), **extra)
     return env
+
+
+def popen(code: str, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``python -c code *argv`` in the repository with ``env``, in a session of its own, its stderr sent to its piped
+    stdout (for :class:`~child_processes.Gathered`)."""
+    return subprocess.Popen([sys.executable, "-c", code, *argv], env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def wait_for(proc: Gathered, what: Callable[[], bool], label: str, timeout_s: float = START_S) -> None:

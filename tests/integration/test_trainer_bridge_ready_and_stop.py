@@ -14,27 +14,17 @@ line, exit code 143.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import child_env, popen, topics_on, wait_for
 from child_processes import Gathered, http_get
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports, the wait and the clients' start on a loaded machine
 
 # ``rttsched <argv>`` that holds (a sleep: its event loop held too; the probes answer from a thread of their own),
 # by HOLD: ``start``: as its clients start, until ``go`` (``starting`` written): the trainer's service start, the
@@ -89,40 +79,19 @@ ARGV = {"trainer": ["trainer"], "bridge": ["bridge", "--target", "node=w1,url=ht
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:  # stopped whatever the test did
-        yield b
-
-
-@pytest.fixture
 def service(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..., tuple[Gathered, int]]]:
     started: list[Gathered] = []
 
     def start(command: str, hold: str = "start") -> tuple[Gathered, int]:
-        settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-        asyncio.run(ensure_topics(settings))
-        metrics = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-        env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-                   RTT_MODELS_DIR=str(tmp_path / "models"), RTT_METRICS_PORT=str(metrics),
-                   RTT_METRICS_HOST="127.0.0.1", RTT_TRAINER_CPUS="", RTT_REGISTRY_CHECK_S="0", MARKS=str(tmp_path),
-                   HOLD=hold, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, *ARGV[command]], env=env, cwd=REPO, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
+        env = child_env(topics_on(broker), tmp_path, RTT_TRAINER_CPUS="", RTT_REGISTRY_CHECK_S="0", HOLD=hold,
+                        PYTHONUNBUFFERED="1")
+        proc = Gathered(popen(CHILD, ARGV[command], env))
         started.append(proc)
-        return proc, metrics
+        return proc, int(env["RTT_METRICS_PORT"])
 
     yield start
     for proc in started:
         proc.kill()
-
-
-def wait_for(proc: Gathered, what: Callable[[], bool], label: str) -> None:
-    deadline = time.monotonic() + START_S
-    while not what():
-        assert proc.proc.poll() is None, f"ended (exit {proc.proc.returncode}) before {label}:\n{proc.text[-6000:]}"
-        assert time.monotonic() < deadline, f"no {label} within {START_S:g} s:\n{proc.text[-6000:]}"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("command", ["trainer", "bridge"])

@@ -19,15 +19,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_children import HOLD_UNTIL_GONE, REPO, child_env, stops_cleanly, topics_on, wait_for
+from broker_children import HOLD_UNTIL_GONE, child_env, popen, stops_cleanly, topics_on, wait_for
 from child_processes import Gathered
 
 from app.kafka.embedded import EmbeddedBroker
@@ -87,12 +85,6 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:  # stopped whatever the test did
-        yield b
-
-
-@pytest.fixture
 def env(broker: EmbeddedBroker, tmp_path: Path) -> dict[str, str]:
     return child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), PYTHONUNBUFFERED="1")
 
@@ -100,9 +92,7 @@ def env(broker: EmbeddedBroker, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def worker(env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[Gathered]:
     stop_timeout_s = getattr(request, "param", "20")  # --stop-timeout-s
-    proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", stop_timeout_s],
-                                     env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True))
+    proc = Gathered(popen(CHILD, ("worker", "--stop-timeout-s", stop_timeout_s), env))
     yield proc
     proc.kill()
 

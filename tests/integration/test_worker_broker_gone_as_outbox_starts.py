@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from broker_children import HOLD_UNTIL_GONE, REPO, START_S, child_env, stops_cleanly, topics_on, wait_for
+from broker_children import HOLD_UNTIL_GONE, START_S, child_env, popen, stops_cleanly, topics_on, wait_for
 from child_processes import Gathered
 
 from app.config import Settings
@@ -66,12 +64,6 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:  # stopped whatever the test did
-        yield b
-
-
-@pytest.fixture
 def settings(broker: EmbeddedBroker) -> Settings:
     return topics_on(broker)
 
@@ -80,9 +72,7 @@ def settings(broker: EmbeddedBroker) -> Settings:
 def worker(settings: Settings, broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Gathered]:
     env = child_env(settings, tmp_path, RTT_ERROR_PERIOD_S="1", RTT_WORKER_DATADIR=str(tmp_path / "faust"),
                     PYTHONUNBUFFERED="1")
-    proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker", "--stop-timeout-s", "20"], env=env,
-                                     cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True))
+    proc = Gathered(popen(CHILD, ("worker", "--stop-timeout-s", "20"), env))
     yield proc
     proc.kill()
 

@@ -18,24 +18,19 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import START_S, child_env, popen, topics_on, wait_for
 from child_processes import Gathered, http_get
 
 from app.config import Settings
 from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports, a wait and Faust's start on a loaded machine
 
 # ``rttsched worker`` whose first start wait, once it has passed, writes ``answered`` and holds until ``gone`` exists
 # (the test stopped the broker then); with HOLD=producer it holds once Faust's producer has started instead (HOLD=late:
@@ -111,20 +106,10 @@ class Worker(Gathered):
     """The child ``rttsched worker``, its output (stdout and stderr together) gathered by a thread."""
 
     def __init__(self, env: dict[str, str], args: tuple[str, ...] = ()) -> None:
-        super().__init__(subprocess.Popen([sys.executable, "-c", CHILD, *args, "worker"], env=env, cwd=REPO, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
+        super().__init__(popen(CHILD, (*args, "worker"), env))
 
     def wait_for(self, what: Callable[[], bool], label: str, timeout_s: float = START_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not what():
-            if self.proc.poll() is not None:
-                self.read_to_end()
-                if what():
-                    return
-                pytest.fail(f"ended (exit {self.proc.returncode}) before {label}:\n{self.text[-6000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {label} within {timeout_s:g} s:\n{self.text[-6000:]}")
-            time.sleep(0.05)
+        wait_for(self, what, label, timeout_s)
 
     def line(self, pattern: str, timeout_s: float = START_S) -> None:
         self.wait_for(lambda: re.search(pattern, self.text) is not None, repr(pattern), timeout_s)
@@ -136,27 +121,15 @@ class Worker(Gathered):
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:  # stopped whatever the test did
-        yield b
-
-
-@pytest.fixture
 def start_worker(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Callable[..., tuple[Worker, Settings, int]]]:
     started: list[Worker] = []
 
     def start(hold: str, *args: str) -> tuple[Worker, Settings, int]:
-        settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-        asyncio.run(ensure_topics(settings))
-        metrics = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-        env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-                   RTT_METRICS_PORT=str(metrics), RTT_METRICS_HOST="127.0.0.1",
-                   RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
-                   MARKS=str(tmp_path), HOLD=hold, PYTHONPATH=str(REPO))
+        settings = topics_on(broker)
+        env = child_env(settings, tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), HOLD=hold)
         worker = Worker(env, args)
         started.append(worker)
-        return worker, settings, metrics
+        return worker, settings, int(env["RTT_METRICS_PORT"])
 
     yield start
     for worker in started:
@@ -170,6 +143,18 @@ def stop_broker_when_answered(worker: Worker, broker: EmbeddedBroker, marks: Pat
     with pytest.raises(OSError):
         __import__("socket").create_connection((broker.host, broker.port), timeout=2).close()
     (marks / "gone").write_text("")
+
+
+def errors(text: str) -> list[str]:
+    """The lines of ``text`` that say ``rttsched worker: error: ``."""
+    return [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
+
+
+def refused(bootstrap: str) -> str:
+    """The one line of a worker whose producer the broker at ``bootstrap`` refused (the child's ``version`` hold)."""
+    return (f"rttsched worker: error: the worker's clients failed to start on Kafka at {bootstrap}"
+            " (RTT_KAFKA_BOOTSTRAP): [Error 35] UnsupportedVersionError: the broker does not support the"
+            " producer's requests")
 
 
 def assert_no_traceback(text: str) -> None:
@@ -203,31 +188,19 @@ def test_a_broker_gone_before_fausts_producer_connected_sends_the_worker_back_to
     assert_no_traceback(worker.text)
 
 
+# late: the consumer's thread fails its bootstrap and crashes before the start that began it looks at it: the start
+# then ends without an error, the worker crashed (it ended with Faust's crash, exit code 1, on a loaded machine)
+@pytest.mark.parametrize("hold", ["producer", "late"])
 def test_a_broker_gone_once_fausts_producer_connected_ends_the_worker_with_one_line_and_code_2(
-        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
-    worker, _, _ = start_worker("producer")
+        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path,
+        hold: str) -> None:
+    worker, _, _ = start_worker(hold)
     stop_broker_when_answered(worker, broker, tmp_path)
     code = worker.ended(START_S)
     text = worker.text
     assert code == 2, text[-6000:]
-    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
-    assert len(errors) == 1 and errors[0].startswith(
-        f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as the worker"
-        " started: "), text[-6000:]
-    assert_no_traceback(text)
-
-
-def test_a_broker_gone_once_fausts_producer_connected_is_code_2_also_when_the_consumer_thread_crashed_first(
-        start_worker: Callable[..., tuple[Worker, Settings, int]], broker: EmbeddedBroker, tmp_path: Path) -> None:
-    # the consumer's thread fails its bootstrap and crashes before the start that began it looks at it: the start
-    # then ends without an error, the worker crashed (it ended with Faust's crash, exit code 1, on a loaded machine)
-    worker, _, _ = start_worker("late")
-    stop_broker_when_answered(worker, broker, tmp_path)
-    code = worker.ended(START_S)
-    text = worker.text
-    assert code == 2, text[-6000:]
-    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
-    assert len(errors) == 1 and errors[0].startswith(
+    said = errors(text)
+    assert len(said) == 1 and said[0].startswith(
         f"rttsched worker: error: cannot reach Kafka at {broker.bootstrap} (RTT_KAFKA_BOOTSTRAP) as the worker"
         " started: "), text[-6000:]
     assert_no_traceback(text)
@@ -254,10 +227,7 @@ def test_a_kafka_error_that_is_not_the_broker_gone_ends_the_worker_at_once_with_
     code = worker.ended(START_S)  # it used to wait again and again: the broker answered each wait at once
     text = worker.text
     assert code == 2, text[-6000:]
-    errors = [line for line in text.splitlines() if line.startswith("rttsched worker: error: ")]
-    assert errors == [f"rttsched worker: error: the worker's clients failed to start on Kafka at {broker.bootstrap}"
-                      " (RTT_KAFKA_BOOTSTRAP): [Error 35] UnsupportedVersionError: the broker does not support the"
-                      " producer's requests"], text[-6000:]
+    assert errors(text) == [refused(broker.bootstrap)], text[-6000:]
     assert "waiting for it again" not in text and text.count("-rttsched-worker on ") == 1, text[-6000:]
     assert_no_traceback(text)
 

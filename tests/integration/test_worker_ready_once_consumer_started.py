@@ -10,27 +10,18 @@ and answers nothing holds it for its request timeout).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from broker_children import child_env, popen, topics_on, wait_for
 from child_processes import Gathered, http_get
 
-from app.config import Settings
-from app.kafka.admin import ensure_topics
-from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-START_S = 90.0  # imports, the wait and Faust's start on a loaded machine
 
 # ``rttsched worker`` whose Faust consumer, as it starts (before its client does), writes ``starting`` and holds
 # until ``go`` exists, its event loop running on (the web server answers meanwhile)
@@ -57,31 +48,13 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[tuple[Gathered, int]]:
-    with EmbeddedBroker() as broker:
-        settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap,
-                                     topic_prefix=f"t{uuid.uuid4().hex[:10]}-")
-        asyncio.run(ensure_topics(settings))
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RTT_") and k != "REDIS_URL"}
-        env.update(RTT_KAFKA_BOOTSTRAP=broker.bootstrap, RTT_TOPIC_PREFIX=settings.topic_prefix,
-                   RTT_METRICS_PORT=str(port), RTT_METRICS_HOST="127.0.0.1",
-                   RTT_WORKER_DATADIR=str(tmp_path / "faust"), RTT_MODELS_DIR=str(tmp_path / "models"),
-                   MARKS=str(tmp_path), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        proc = Gathered(subprocess.Popen([sys.executable, "-c", CHILD, "worker"], env=env, cwd=REPO, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
-        try:
-            yield proc, port
-        finally:
-            proc.kill()
-
-
-def wait_for(proc: Gathered, what: Callable[[], bool], label: str) -> None:
-    deadline = time.monotonic() + START_S
-    while not what():
-        assert proc.proc.poll() is None, f"ended (exit {proc.proc.returncode}) before {label}:\n{proc.text[-6000:]}"
-        assert time.monotonic() < deadline, f"no {label} within {START_S:g} s:\n{proc.text[-6000:]}"
-        time.sleep(0.05)
+def worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[tuple[Gathered, int]]:
+    env = child_env(topics_on(broker), tmp_path, RTT_WORKER_DATADIR=str(tmp_path / "faust"), PYTHONUNBUFFERED="1")
+    proc = Gathered(popen(CHILD, ("worker",), env))
+    try:
+        yield proc, int(env["RTT_METRICS_PORT"])
+    finally:
+        proc.kill()
 
 
 def test_readyz_answers_200_only_once_the_workers_consumer_has_started(
