@@ -331,10 +331,20 @@ def counted(errors: list[dict[str, Any]]) -> int:
     return sum(v["apps"][APP]["n"] for v in errors if APP in v["apps"])
 
 
+def worker_warnings(stack: Stack, most: int = 40) -> str:
+    """The last ``most`` WARNING and ERROR lines of the logs of ``stack``'s workers (``worker*.log``), oldest first."""
+    lines: list[str] = []
+    for path in sorted(stack.group.log_dir.glob("worker*.log")) if stack.group is not None else ():
+        with contextlib.suppress(OSError):
+            lines += [f"{path.stem}: {line}" for line in path.read_text(errors="replace").splitlines()
+                      if "WARNING" in line or "ERROR" in line]
+    return "; workers' warnings:\n" + "\n".join(lines[-most:]) if lines else ""
+
+
 async def all_counted(errors: Reader, load: Load, timeout_s: float, stack: Stack | None = None) -> None:
     """Wait until prediction-errors counted every task ``load`` produced; else say which nodes are short of
-    theirs, whether the reader still reads, which of ``stack``'s processes exited and what its worker joined
-    in this life."""
+    theirs, whether the reader still reads, which of ``stack``'s processes exited, what its worker joined
+    in this life and the WARNING and ERROR lines of its workers' logs (the last 40)."""
     try:
         await wait_for(lambda: counted(errors.values) >= len(load.tasks), timeout_s, "every pair counted")
     except AssertionError as exc:
@@ -351,6 +361,7 @@ async def all_counted(errors: Reader, load: Load, timeout_s: float, stack: Stack
                 outcomes = {o: metric(text, "rtt_worker_join_total", outcome=o)
                             for o in ("matched", "duplicate", "no_prediction", "expired")}
                 joined += f"; the worker joined {outcomes}"
+            joined += worker_warnings(stack)
         raise AssertionError(f"{exc}: {counted(errors.values)} of {len(load.tasks)} in {len(errors.values)} "
                              f"messages (reader {errors.state()}); counted/produced by node: {short}{joined}") from None
 

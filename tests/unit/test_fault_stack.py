@@ -68,3 +68,20 @@ def test_a_stack_whose_last_process_fails_to_start_stops_the_others(tmp_path: Pa
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_a_count_that_falls_short_shows_the_workers_warnings(tmp_path: Path) -> None:
+    group = ProcessGroup(tmp_path)
+    (tmp_path / "worker.log").write_text("INFO reading\nWARNING joined late\n")
+    (tmp_path / "worker-2.log").write_text("ERROR restore failed\n" + "".join(f"WARNING w{i}\n" for i in range(45)))
+    (tmp_path / "extender.log").write_text("WARNING not a worker's\n")
+    stack = Stack.__new__(Stack)
+    stack.group = group
+    said = fault_stack.worker_warnings(stack)
+    lines = said.splitlines()
+    assert lines[0] == "; workers' warnings:" and len(lines) == 41  # the last 40
+    assert lines[1:3] == ["worker-2: WARNING w6", "worker-2: WARNING w7"]
+    assert lines[-1] == "worker: WARNING joined late" and "extender" not in said and "INFO" not in said
+    (tmp_path / "worker.log").write_text("INFO all well\n")
+    (tmp_path / "worker-2.log").unlink()
+    assert fault_stack.worker_warnings(stack) == ""
